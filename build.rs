@@ -1,0 +1,38 @@
+//! Compiles every probes/*.bpf.c into a BPF object and generates its libbpf-rs skeleton in OUT_DIR.
+//! The skeletons are included by src/probes (the only module that touches libbpf-rs).
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use libbpf_cargo::SkeletonBuilder;
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let include = Path::new("probes/include");
+    // libbpf-cargo does not track #included headers itself.
+    for header in fs::read_dir(include).expect("probes/include exists") {
+        let header = header.expect("readable probes/include entry").path();
+        println!("cargo:rerun-if-changed={}", header.display());
+    }
+    let mut sources: Vec<PathBuf> = fs::read_dir("probes")
+        .expect("probes/ exists")
+        .map(|entry| entry.expect("readable probes/ entry").path())
+        .filter(|path| path.to_string_lossy().ends_with(".bpf.c"))
+        .collect();
+    sources.sort();
+    for source in sources {
+        println!("cargo:rerun-if-changed={}", source.display());
+        let name = source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".bpf.c"))
+            .expect("probe file named <concern>.bpf.c");
+        SkeletonBuilder::new()
+            .source(&source)
+            .clang_args(["-I", "probes/include", "-Wall", "-Wno-unused-function"])
+            .obj(out.join(format!("{name}.bpf.o")))
+            .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));
+    }
+}

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Every packet drop on the machine (skb:kfree_skb, via tp_btf): counted per reason, location,
+ * device, namespace and class, where the class says whether the packet was the target's own
+ * outgoing packet, an expected casualty of scanning (no socket at either end), a lost reply, or
+ * somebody else's.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Filled in by user space from the running kernel's enum skb_drop_reason before load. */
+const volatile __u32 reason_no_socket = 3;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct sp_drop_key);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
+				      __u32 *tgid)
+{
+	struct sp_flow_key fk;
+	__u32 *who;
+	__u64 rx;
+
+	*tgid = skb_target(skb);
+	if (*tgid)
+		return SP_CLASS_TARGET_LOSS;
+	rx = (__u64)rx_sk;
+	if (rx) {
+		who = bpf_map_lookup_elem(&target_socks, &rx);
+		if (who) {
+			*tgid = *who;
+			return SP_CLASS_REPLY_LOSS;
+		}
+	}
+	/* No owner any more (e.g. it crossed a veth): recognise it by address. */
+	if (!skb_addr(skb, 1, &fk)) {
+		who = bpf_map_lookup_elem(&flows, &fk);
+		if (who) {
+			*tgid = *who;
+			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
+		}
+	}
+	if (!skb_addr(skb, 0, &fk)) {
+		who = bpf_map_lookup_elem(&flows, &fk);
+		if (who) {
+			*tgid = *who;
+			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_REPLY_LOSS;
+		}
+	}
+	return SP_CLASS_UNRELATED;
+}
+
+static __always_inline void count_drop(struct sk_buff *skb, void *location, __u32 reason,
+				       struct sock *rx_sk)
+{
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct sp_drop_key k = {
+		.location = (__u64)location,
+		.reason = reason,
+		.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0,
+		.netns = dev_netns(dev),
+	};
+	__u64 *n, one = 1;
+
+	k.class = classify(skb, rx_sk, reason, &k.tgid);
+	n = bpf_map_lookup_elem(&drops, &k);
+	if (n) {
+		*n += 1;
+		return;
+	}
+	if (bpf_map_update_elem(&drops, &k, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(&drops, &k);
+		if (n)
+			*n += 1;
+		else
+			health_inc(SP_H_DROPS_FULL);
+	}
+}
+
+/* kfree_skb with rx_sk (kernels >= 6.8): the receiving socket names replies lost at the target. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(on_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+	     struct sock *rx_sk)
+{
+	count_drop(skb, location, reason, rx_sk);
+	return 0;
+}
+
+/* kfree_skb without rx_sk (5.17 to 6.7); user space loads exactly one of the two. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(on_kfree_skb_norx, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
+{
+	count_drop(skb, location, reason, 0);
+	return 0;
+}

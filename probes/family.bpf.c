@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The target's process family: follows fork, exec and exit so that children started after attach
+ * (a master spawning its sender) are traced from their first instruction. Owns the shared maps.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* A zeroed thread record to insert from; too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_thread);
+} thread_zero SEC(".maps");
+
+/* Types that no map names, referenced here so that the Rust skeleton carries them. */
+struct sp_event abi_event;
+struct sp_drop_key abi_drop_key;
+struct sp_dev_key abi_dev_key;
+struct sp_dev_stats abi_dev_stats;
+struct sp_qdepth abi_qdepth;
+struct sp_dev_name abi_dev_name;
+struct sp_block_key abi_block_key;
+struct sp_block_val abi_block_val;
+enum sp_sched_state abi_sched_state;
+enum sp_drop_class abi_drop_class;
+enum sp_health abi_health;
+enum sp_event_kind abi_event_kind;
+enum sp_sock_kind abi_sock_kind;
+enum sp_send_call abi_send_call;
+
+static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
+{
+	e->ts_ns = bpf_ktime_get_ns();
+	e->kind = kind;
+	e->tgid = BPF_CORE_READ(p, tgid);
+	e->tid = BPF_CORE_READ(p, pid);
+	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
+	e->start_ns = BPF_CORE_READ(p, start_time);
+	e->duration_ns = 0;
+	e->stack_id = -1;
+	e->exit_code = 0;
+	e->path[0] = 0;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), BPF_CORE_READ(p, comm));
+}
+
+/* sched_process_fork: covers new threads (same tgid) and new processes of the family. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u32 ctid = BPF_CORE_READ(child, pid);
+	__u32 zero = 0;
+	struct sp_thread *init, *t;
+	struct sp_event *e;
+
+	if (!bpf_map_lookup_elem(&family, &ptgid))
+		return 0;
+	init = bpf_map_lookup_elem(&thread_zero, &zero);
+	if (!init)
+		return 0;
+	if (bpf_map_update_elem(&threads, &ctid, init, BPF_ANY)) {
+		health_inc(SP_H_THREADS_FULL);
+		return 0;
+	}
+	t = bpf_map_lookup_elem(&threads, &ctid);
+	if (t) {
+		t->tgid = ctgid;
+		t->tid = ctid;
+		t->sched_state = SP_ST_RUNNABLE;
+		t->state_since_ns = bpf_ktime_get_ns();
+		t->block_stack = -1;
+	}
+	if (ctgid == ptgid)
+		return 0;
+
+	struct sp_member m = {
+		.ppid = ptgid,
+		.flags = 0,
+		.start_ns = BPF_CORE_READ(child, start_time),
+	};
+	bpf_map_update_elem(&family, &ctgid, &m, BPF_ANY);
+	e = event_reserve();
+	if (!e)
+		return 0;
+	fill_event(e, SP_EV_FORK, child);
+	e->ppid = ptgid;
+	event_submit(e);
+	return 0;
+}
+
+/* sched_process_exec: the member's image changed (a master exec'ing its sender binary). */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	struct sp_event *e;
+
+	if (!bpf_map_lookup_elem(&family, &tgid))
+		return 0;
+	e = event_reserve();
+	if (!e)
+		return 0;
+	fill_event(e, SP_EV_EXEC, p);
+	bpf_probe_read_kernel_str(e->path, sizeof(e->path), BPF_CORE_READ(bprm, filename));
+	event_submit(e);
+	return 0;
+}
+
+/* sched_process_exit: mark the thread gone (user space folds in its last counters); on the
+ * last thread, the process leaves the family. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct sp_thread *t = bpf_map_lookup_elem(&threads, &tid);
+	struct sp_event *e;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!t)
+		return 0;
+	if (t->sched_state == SP_ST_RUNNING) {
+		__u64 d = now - t->oncpu_since_ns;
+
+		if (t->send_call != SP_CALL_NONE)
+			t->oncpu_send_ns += d;
+		else
+			t->oncpu_other_ns += d;
+	}
+	t->sched_state = SP_ST_EXITED;
+	t->state_since_ns = now;
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	bpf_map_delete_elem(&family, &tgid);
+	e = event_reserve();
+	if (!e)
+		return 0;
+	fill_event(e, SP_EV_EXIT, p);
+	e->exit_code = BPF_CORE_READ(p, exit_code);
+	event_submit(e);
+	return 0;
+}

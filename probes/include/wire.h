@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The ABI between the BPF programs and scanprof's Rust side: every struct and enum that crosses
+ * the boundary, and nothing else. Rust uses the skeleton's generated copies of these types and
+ * asserts their sizes, so a change here that Rust does not follow is a build error.
+ */
+#ifndef SCANPROF_WIRE_H
+#define SCANPROF_WIRE_H
+
+/*
+ * Latency and gap histograms: log-linear buckets over nanoseconds.
+ * Values 0..15 have a bucket each; above that each power of two is split into 8 equal
+ * sub-buckets (12.5% resolution): bucket = 16 + (msb - 4) * 8 + ((v >> (msb - 3)) & 7).
+ * The last bucket also holds everything larger (msb >= 40, about 18 minutes).
+ */
+#define SP_HIST_LINEAR 16
+#define SP_HIST_SUB_BITS 3
+#define SP_HIST_MAX_MSB 39
+#define SP_HIST_BUCKETS (SP_HIST_LINEAR + (SP_HIST_MAX_MSB - 3) * (1 << SP_HIST_SUB_BITS))
+
+/* errno values below this have a counter each; slot 0 counts every larger errno. */
+#define SP_ERRNO_SLOTS 128
+
+#define SP_COMM_LEN 16
+#define SP_PATH_LEN 160
+
+/* What a family thread is doing, as the scheduler tracepoints last saw it. */
+enum sp_sched_state {
+	SP_ST_UNKNOWN = 0,	/* seen at attach, no switch yet */
+	SP_ST_RUNNING = 1,	/* on a CPU */
+	SP_ST_RUNNABLE = 2,	/* preempted, or woken and waiting for a CPU */
+	SP_ST_SLEEPING = 3,	/* off CPU of its own accord, outside a send syscall */
+	SP_ST_BLOCKED_SEND = 4, /* off CPU of its own accord inside a send syscall */
+	SP_ST_EXITED = 5,	/* gone: user space folds its counters in, then deletes it */
+};
+
+/* Which send syscall a thread is inside, when it is inside one. */
+enum sp_send_call {
+	SP_CALL_NONE = 0,
+	SP_CALL_SENDTO = 1,
+	SP_CALL_SENDMSG = 2,
+	SP_CALL_SENDMMSG = 3,
+	SP_CALL_WRITE = 4,
+	SP_CALL_WRITEV = 5,
+};
+
+/* What kind of socket a send went to. */
+enum sp_sock_kind {
+	SP_SOCK_NONE = 0,	/* not a socket: the call is not counted */
+	SP_SOCK_NET = 1,	/* AF_INET, AF_INET6, AF_PACKET: packets */
+	SP_SOCK_IPC = 2,	/* AF_UNIX: messages between processes */
+};
+
+/*
+ * One per thread of the target family, keyed by tid in the shared `threads` map. The in-flight
+ * fields belong to the kernel side; user space reads the counters (all cumulative since the
+ * thread was first seen) and `sched_state` + `state_since_ns` to account the open interval.
+ */
+struct sp_thread {
+	__u32 tgid;
+	__u32 tid;
+	/* in flight */
+	__u64 send_enter_ns;	/* CLOCK_MONOTONIC at entry of the send syscall in progress */
+	__u64 send_sk;		/* struct sock * of that call */
+	__u64 send_arg;		/* sendmmsg: user address of the mmsghdr vector */
+	__u32 send_call;	/* enum sp_send_call, SP_CALL_NONE outside a send */
+	__u32 send_kind;	/* enum sp_sock_kind */
+	__u32 sched_state;	/* enum sp_sched_state */
+	__s32 block_stack;	/* kernel stack id at the switch into SP_ST_BLOCKED_SEND */
+	__u64 state_since_ns;	/* when sched_state began */
+	__u64 oncpu_since_ns;	/* start of the current on-CPU segment */
+	__u64 last_send_ns;	/* entry time of the previous send call, for the gap histogram */
+	__u64 first_send_ns;	/* entry time of the first packet send */
+	__u64 last_pkt_ns;	/* entry time of the latest call that sent packets */
+	/* time budget, ns */
+	__u64 oncpu_send_ns;	/* on CPU inside send syscalls */
+	__u64 oncpu_other_ns;	/* on CPU elsewhere: user code, pacing loops, other syscalls */
+	__u64 blocked_send_ns;	/* off CPU of its own accord inside send syscalls */
+	__u64 sleep_ns;		/* off CPU of its own accord elsewhere */
+	__u64 runq_ns;		/* runnable but not running: preempted or waiting after wake-up */
+	/* send syscalls on network sockets */
+	__u64 calls;
+	__u64 packets;		/* datagrams/frames accepted by the kernel */
+	__u64 bytes;
+	__u64 failed_calls;
+	__u64 gap_sum_ns;	/* sum of the gaps counted in gap[] */
+	__u64 gap_count;
+	/* send syscalls on unix sockets (IPC between family members) */
+	__u64 ipc_calls;
+	__u64 ipc_bytes;
+	__u64 errors[SP_ERRNO_SLOTS];	/* failed network sends by errno */
+	__u64 latency[SP_HIST_BUCKETS];	/* network send syscall duration, ns */
+	__u64 gap[SP_HIST_BUCKETS];	/* time between consecutive network send entries, ns */
+};
+
+/* A process of the target family, keyed by tgid in the shared `family` map. */
+struct sp_member {
+	__u32 ppid;
+	__u32 flags;		/* SP_MEMBER_* */
+	__u64 start_ns;		/* task start time (boot-based), to tell reused pids apart */
+};
+
+#define SP_MEMBER_ROOT 1	/* named by the user (-p, or the command of `run`) */
+
+/* Packet classes of a drop. */
+enum sp_drop_class {
+	SP_CLASS_UNRELATED = 0,
+	SP_CLASS_TARGET_LOSS = 1,	/* the target's own outgoing packet died */
+	SP_CLASS_EXPECTED = 2,		/* normal for a scan: probe or reply met no socket */
+	SP_CLASS_REPLY_LOSS = 3,	/* a reply to the target died for another reason */
+};
+
+/* Key of the per-CPU `drops` map: one row per distinct drop. */
+struct sp_drop_key {
+	__u64 location;		/* kernel text address that freed the skb */
+	__u32 reason;		/* enum skb_drop_reason of the running kernel */
+	__u32 ifindex;
+	__u32 netns;		/* network namespace inode number, 0 if unknown */
+	__u32 tgid;		/* attributed target process, 0 if none */
+	__u32 class;		/* enum sp_drop_class */
+	__u32 pad;
+};
+
+/* Key of the per-CPU `devs` map: traffic through one device, split target / everyone. */
+struct sp_dev_key {
+	__u32 ifindex;
+	__u32 netns;
+	__u32 tgid;		/* target process whose packets these are, 0 for all others */
+	__u32 pad;
+};
+
+struct sp_dev_stats {
+	__u64 queued;		/* net_dev_queue: entered dev_queue_xmit */
+	__u64 enqueued;		/* qdisc_enqueue */
+	__u64 dequeued;		/* qdisc_dequeue, packets */
+	__u64 xmit_ok;		/* net_dev_xmit with rc == NETDEV_TX_OK */
+	__u64 xmit_busy;	/* rc == NETDEV_TX_BUSY */
+	__u64 xmit_err;		/* any other rc */
+	__u64 xmit_bytes;
+	__u64 neigh_started;	/* neighbour resolutions the target's sends started */
+	__u64 neigh_queued;	/* packets queued waiting for resolution */
+	__u64 neigh_resolved;
+	__u64 neigh_failed;
+};
+
+/* Deepest a device's qdisc got since user space last read (and deleted) the row. */
+struct sp_qdepth {
+	__u64 qlen_max;		/* packets */
+	__u64 backlog_max;	/* bytes */
+};
+
+/* Name of a device, keyed by (ifindex, netns) in the `devnames` map (tgid and pad are 0). */
+struct sp_dev_name {
+	char name[16];
+};
+
+/* Key of the `block_sites` map: time a process spent blocked in send, by kernel stack. */
+struct sp_block_key {
+	__u32 tgid;
+	__s32 stack_id;
+};
+
+struct sp_block_val {
+	__u64 ns;
+	__u64 count;
+};
+
+/* Remote address the target sent to (IPv4 in the first 4 bytes, or IPv6), for the `flows` map. */
+struct sp_flow_key {
+	__u8 addr[16];
+	__u32 family;
+};
+
+/* Records on the ring buffer: rare things only. */
+enum sp_event_kind {
+	SP_EV_FORK = 1,		/* a family process created a new process */
+	SP_EV_EXEC = 2,		/* a family process exec'd */
+	SP_EV_EXIT = 3,		/* a family process exited (its last thread) */
+	SP_EV_BLOCK = 4,	/* a blocking episode inside send longer than the threshold */
+};
+
+struct sp_event {
+	__u64 ts_ns;
+	__u32 kind;		/* enum sp_event_kind */
+	__u32 tgid;
+	__u32 tid;
+	__u32 ppid;
+	__u64 start_ns;		/* task start time */
+	__u64 duration_ns;	/* SP_EV_BLOCK */
+	__s32 stack_id;		/* SP_EV_BLOCK */
+	__s32 exit_code;	/* SP_EV_EXIT */
+	char comm[SP_COMM_LEN];
+	char path[SP_PATH_LEN];	/* SP_EV_EXEC: the file exec'd */
+};
+
+/* Indices of the per-CPU `health` counters. */
+enum sp_health {
+	SP_H_RB_LOST = 0,	/* ring buffer reservations that failed: records lost */
+	SP_H_DROPS_FULL = 1,	/* drops not counted because the drops map was full */
+	SP_H_DEVS_FULL = 2,
+	SP_H_THREADS_FULL = 3,	/* family threads that could not be tracked */
+	SP_H_SITES_FULL = 4,
+	SP_H_EVENTS = 5,	/* tracepoint hits that did work for scanprof */
+	SP_H_MAX = 8,
+};
+
+#endif /* SCANPROF_WIRE_H */

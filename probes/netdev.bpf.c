@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Stages after the send syscall, per device: dev_queue_xmit entry, qdisc enqueue/dequeue with the
+ * queue's depth, driver transmit with its return code, and neighbour resolution on the target's
+ * path. Every hook counts both the target's packets (by socket) and everyone's, per CPU.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define NUD_INCOMPLETE 0x01
+#define NUD_FAILED 0x20
+#define NUD_VALID 0xde /* REACHABLE|PERMANENT|NOARP|STALE|DELAY|PROBE */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct sp_dev_key);
+	__type(value, struct sp_dev_stats);
+} devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct sp_dev_key);
+	__type(value, struct sp_dev_name);
+} devnames SEC(".maps");
+
+/* Per-tick queue depth: user space deletes each row after reading it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct sp_dev_key);
+	__type(value, struct sp_qdepth);
+} qdepth SEC(".maps");
+
+/* Neighbour entries that the target's packets waited on -> tgid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} neighs SEC(".maps");
+
+static __always_inline struct sp_dev_stats *dev_row(struct net_device *dev, __u32 tgid)
+{
+	struct sp_dev_key k = {
+		.ifindex = BPF_CORE_READ(dev, ifindex),
+		.netns = dev_netns(dev),
+		.tgid = tgid,
+	};
+	struct sp_dev_stats *s = bpf_map_lookup_elem(&devs, &k);
+
+	if (s)
+		return s;
+	if (!tgid) {
+		struct sp_dev_name n = {};
+
+		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
+		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
+	}
+	struct sp_dev_stats init = {};
+
+	if (bpf_map_update_elem(&devs, &k, &init, BPF_NOEXIST) && !bpf_map_lookup_elem(&devs, &k)) {
+		health_inc(SP_H_DEVS_FULL);
+		return 0;
+	}
+	return bpf_map_lookup_elem(&devs, &k);
+}
+
+/* Both rows a packet counts in: everyone's (tgid 0) and, if it is the target's, the target's. */
+#define FOR_ROWS(dev, tgid, s, body)                                 \
+	do {                                                         \
+		struct sp_dev_stats *s = dev_row(dev, 0);            \
+		if (s) { body; }                                     \
+		if (tgid) {                                          \
+			s = dev_row(dev, tgid);                      \
+			if (s) { body; }                             \
+		}                                                    \
+	} while (0)
+
+/* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. */
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(on_dev_queue, struct sk_buff *skb)
+{
+	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	__u32 tgid = skb_target(skb);
+
+	if (!dev)
+		return 0;
+	if (tgid) {
+		struct sp_flow_key fk;
+
+		if (!skb_addr(skb, 1, &fk) && !bpf_map_lookup_elem(&flows, &fk))
+			bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+	}
+	FOR_ROWS(dev, tgid, s, s->queued += 1);
+	return 0;
+}
+
+static __always_inline void qdisc_depth(struct net_device *dev, struct Qdisc *q)
+{
+	struct sp_dev_key k = { .ifindex = BPF_CORE_READ(dev, ifindex), .netns = dev_netns(dev) };
+	struct sp_qdepth *d = bpf_map_lookup_elem(&qdepth, &k);
+	__u64 qlen = BPF_CORE_READ(q, q.qlen);
+	__u64 backlog = BPF_CORE_READ(q, qstats.backlog);
+
+	if (!d) {
+		struct sp_qdepth init = { .qlen_max = qlen, .backlog_max = backlog };
+
+		bpf_map_update_elem(&qdepth, &k, &init, BPF_ANY);
+		return;
+	}
+	if (qlen > d->qlen_max)
+		d->qlen_max = qlen;
+	if (backlog > d->backlog_max)
+		d->backlog_max = backlog;
+}
+
+/* qdisc_enqueue: the packet was accepted by a queueing discipline. */
+SEC("tp_btf/qdisc_enqueue")
+int BPF_PROG(on_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
+{
+	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	__u32 tgid = skb_target(skb);
+
+	if (!dev)
+		return 0;
+	FOR_ROWS(dev, tgid, s, s->enqueued += 1);
+	qdisc_depth(dev, q);
+	return 0;
+}
+
+/* qdisc_dequeue: `packets` left the queue towards the driver (skb is the first of them). */
+SEC("tp_btf/qdisc_dequeue")
+int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
+	     struct sk_buff *skb)
+{
+	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	__u32 tgid;
+
+	if (!dev || packets <= 0 || !skb)
+		return 0;
+	tgid = skb_target(skb);
+	FOR_ROWS(dev, tgid, s, s->dequeued += packets);
+	return 0;
+}
+
+/* net_dev_xmit: the driver's verdict on one packet. */
+SEC("tp_btf/net_dev_xmit")
+int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
+{
+	__u32 tgid = skb_target(skb);
+
+	if (!dev)
+		return 0;
+	if (rc == 0)
+		FOR_ROWS(dev, tgid, s, { s->xmit_ok += 1; s->xmit_bytes += len; });
+	else if (rc == 0x10)
+		FOR_ROWS(dev, tgid, s, s->xmit_busy += 1);
+	else
+		FOR_ROWS(dev, tgid, s, s->xmit_err += 1);
+	return 0;
+}
+
+/* neigh_event_send_done: a family thread's packet needed the neighbour; err 1 = queued for it. */
+SEC("tp_btf/neigh_event_send_done")
+int BPF_PROG(on_neigh_send, struct neighbour *n, int err)
+{
+	struct sp_thread *t = family_thread((__u32)bpf_get_current_pid_tgid());
+	struct net_device *dev;
+	__u64 key = (__u64)n;
+	__u32 tgid;
+	int fresh;
+
+	if (!t || err != 1)
+		return 0;
+	tgid = t->tgid;
+	dev = BPF_CORE_READ(n, dev);
+	fresh = !bpf_map_lookup_elem(&neighs, &key);
+	if (fresh)
+		bpf_map_update_elem(&neighs, &key, &tgid, BPF_ANY);
+	FOR_ROWS(dev, tgid, s, { s->neigh_queued += 1; if (fresh) s->neigh_started += 1; });
+	return 0;
+}
+
+static __always_inline void neigh_outcome(struct neighbour *n, int failed)
+{
+	__u64 key = (__u64)n;
+	__u32 *tgid = bpf_map_lookup_elem(&neighs, &key);
+	struct net_device *dev;
+	__u32 who;
+
+	if (!tgid)
+		return;
+	who = *tgid;
+	bpf_map_delete_elem(&neighs, &key);
+	dev = BPF_CORE_READ(n, dev);
+	if (failed)
+		FOR_ROWS(dev, who, s, s->neigh_failed += 1);
+	else
+		FOR_ROWS(dev, who, s, s->neigh_resolved += 1);
+}
+
+/* neigh_timer_handler: retries ran out for a neighbour the target waited on. */
+SEC("tp_btf/neigh_timer_handler")
+int BPF_PROG(on_neigh_timer, struct neighbour *n, int err)
+{
+	if (BPF_CORE_READ(n, nud_state) & NUD_FAILED)
+		neigh_outcome(n, 1);
+	return 0;
+}
+
+/* neigh_update: a neighbour the target waited on got an address (or failed). */
+SEC("tp_btf/neigh_update")
+int BPF_PROG(on_neigh_update, struct neighbour *n, const u8 *lladdr, u8 new, u32 flags, u32 pid)
+{
+	if (new & NUD_VALID)
+		neigh_outcome(n, 0);
+	else if (new & NUD_FAILED)
+		neigh_outcome(n, 1);
+	return 0;
+}

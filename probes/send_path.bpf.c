@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Send syscalls of the target family: calls, packets, bytes, errors by errno, duration and gap
+ * histograms per thread, and the sockets used (so later stages can attribute packets to the
+ * target even in softirq context). tp_btf/sys_enter+sys_exit: the cheapest per-syscall hook here.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define MMSG_BYTES_MAX 64
+
+/* x86-64 syscall numbers; other architectures get a different table (see probes.md). */
+#define NR_WRITE 1
+#define NR_WRITEV 20
+#define NR_SENDTO 44
+#define NR_SENDMSG 46
+#define NR_SENDMMSG 307
+
+static __always_inline __u32 send_call_of(long id)
+{
+	switch (id) {
+	case NR_SENDTO: return SP_CALL_SENDTO;
+	case NR_SENDMSG: return SP_CALL_SENDMSG;
+	case NR_SENDMMSG: return SP_CALL_SENDMMSG;
+	case NR_WRITE: return SP_CALL_WRITE;
+	case NR_WRITEV: return SP_CALL_WRITEV;
+	default: return SP_CALL_NONE;
+	}
+}
+
+/* The struct sock behind fd in the current task, 0 if fd is not a socket. */
+static __always_inline struct sock *fd_sock(int fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds, *f;
+	struct socket *sock;
+
+	if (fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return 0;
+	sock = BPF_CORE_READ(f, private_data);
+	return sock ? BPF_CORE_READ(sock, sk) : 0;
+}
+
+static __always_inline __u32 sock_kind(struct sock *sk)
+{
+	switch (BPF_CORE_READ(sk, __sk_common.skc_family)) {
+	case 2:		/* AF_INET */
+	case 10:	/* AF_INET6 */
+	case 17:	/* AF_PACKET */
+		return SP_SOCK_NET;
+	case 1:		/* AF_UNIX */
+		return SP_SOCK_IPC;
+	default:
+		return SP_SOCK_NONE;
+	}
+}
+
+/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far. */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
+{
+	__u32 call = send_call_of(id);
+	struct sp_thread *t;
+	struct sock *sk;
+	__u32 kind, tgid;
+	__u64 now, skp;
+
+	if (call == SP_CALL_NONE)
+		return 0;
+	t = family_thread((__u32)bpf_get_current_pid_tgid());
+	if (!t)
+		return 0;
+	sk = fd_sock((int)BPF_CORE_READ(regs, di));
+	if (!sk)
+		return 0;
+	kind = sock_kind(sk);
+	if (kind == SP_SOCK_NONE)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (t->sched_state == SP_ST_RUNNING) {
+		t->oncpu_other_ns += now - t->oncpu_since_ns;
+	} else if (t->sched_state == SP_ST_UNKNOWN) {
+		/* first sight since attach: a thread in a syscall is on a CPU */
+		t->sched_state = SP_ST_RUNNING;
+		t->state_since_ns = now;
+	}
+	t->oncpu_since_ns = now;
+	t->send_call = call;
+	t->send_kind = kind;
+	t->send_enter_ns = now;
+	t->send_arg = BPF_CORE_READ(regs, si);
+	skp = (__u64)sk;
+	if (kind == SP_SOCK_NET) {
+		if (t->send_sk != skp) {
+			tgid = t->tgid;
+			bpf_map_update_elem(&target_socks, &skp, &tgid, BPF_ANY);
+		}
+		if (t->last_send_ns) {
+			__u64 gap = now - t->last_send_ns;
+
+			t->gap[hist_bucket(gap)] += 1;
+			t->gap_sum_ns += gap;
+			t->gap_count += 1;
+		}
+		t->last_send_ns = now;
+	}
+	t->send_sk = skp;
+	health_inc(SP_H_EVENTS);
+	return 0;
+}
+
+/* Bytes of the first `n` messages of a sendmmsg vector (msg_len of each struct mmsghdr). */
+static __always_inline __u64 mmsg_bytes(__u64 vec, long n)
+{
+	__u64 total = 0;
+	__u32 len;
+
+	for (int i = 0; i < MMSG_BYTES_MAX; i++) {
+		if (i >= n)
+			break;
+		if (bpf_probe_read_user(&len, sizeof(len),
+					(void *)(vec + i * sizeof(struct mmsghdr) +
+						 offsetof(struct mmsghdr, msg_len))))
+			break;
+		total += len;
+	}
+	return total;
+}
+
+/* sys_exit: the send's outcome, duration and packet count. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct sp_thread *t = family_thread((__u32)bpf_get_current_pid_tgid());
+	__u64 now, d, packets;
+	__u32 call;
+
+	if (!t || t->send_call == SP_CALL_NONE)
+		return 0;
+	now = bpf_ktime_get_ns();
+	call = t->send_call;
+	t->send_call = SP_CALL_NONE;
+	if (t->sched_state == SP_ST_RUNNING) {
+		t->oncpu_send_ns += now - t->oncpu_since_ns;
+		t->oncpu_since_ns = now;
+	}
+	if (t->send_kind == SP_SOCK_IPC) {
+		t->ipc_calls += 1;
+		if (ret > 0)
+			t->ipc_bytes += ret;
+		return 0;
+	}
+	d = now - t->send_enter_ns;
+	t->calls += 1;
+	t->latency[hist_bucket(d)] += 1;
+	if (ret < 0) {
+		__u32 err = -ret;
+
+		t->failed_calls += 1;
+		t->errors[err < SP_ERRNO_SLOTS ? err : 0] += 1;
+		return 0;
+	}
+	if (call == SP_CALL_SENDMMSG) {
+		packets = ret;
+		t->bytes += mmsg_bytes(t->send_arg, ret);
+	} else {
+		packets = 1;
+		t->bytes += ret;
+	}
+	if (!packets)
+		return 0;
+	if (!t->packets)
+		t->first_send_ns = t->send_enter_ns;
+	t->packets += packets;
+	t->last_pkt_ns = t->send_enter_ns;
+	return 0;
+}

@@ -1,0 +1,481 @@
+//! Pure analysis: from successive cumulative `CounterSample`s to per-tick `Snapshot`s and the
+//! run's `Summary`: rates at every stage, requested vs achieved, time budgets, gaps, drops and
+//! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
+
+pub mod hist;
+pub mod snapshot;
+pub mod stats;
+
+use std::collections::BTreeMap;
+
+use crate::collect::{CounterSample, DeviceCounters, DropClass, DropCount, ThreadCounters, TimeBudget};
+use crate::probes::ProbeStatus;
+use hist::Histogram;
+pub use snapshot::*;
+use stats::RunStats;
+
+/// The family's counters, summed: what the funnel is made of.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Totals {
+    calls: u64,
+    packets: u64,
+    bytes: u64,
+    failed_calls: u64,
+    /// CLOCK_MONOTONIC ns of the first and the latest packet send, 0 when none
+    first_send_ns: u64,
+    last_send_ns: u64,
+    dev_queue: u64,
+    qdisc_enqueue: u64,
+    qdisc_dequeue: u64,
+    dev_xmit: u64,
+    target_drops: u64,
+}
+
+impl Totals {
+    fn of(s: &CounterSample) -> Totals {
+        let mut t = Totals::default();
+        for th in &s.threads {
+            t.calls += th.calls;
+            t.packets += th.packets;
+            t.bytes += th.bytes;
+            t.failed_calls += th.failed_calls;
+            if th.packets > 0 {
+                if t.first_send_ns == 0 || th.first_send_ns < t.first_send_ns {
+                    t.first_send_ns = th.first_send_ns;
+                }
+                t.last_send_ns = t.last_send_ns.max(th.last_send_ns);
+            }
+        }
+        for d in s.devices.iter().filter(|d| d.pid.is_some()) {
+            t.dev_queue += d.queued;
+            t.qdisc_enqueue += d.enqueued;
+            t.qdisc_dequeue += d.dequeued;
+            t.dev_xmit += d.xmit_ok;
+        }
+        t.target_drops = s
+            .drops
+            .iter()
+            .filter(|d| d.class == DropClass::TargetLoss)
+            .map(|d| d.count)
+            .sum();
+        t
+    }
+
+    /// Stage counts in STAGES order.
+    fn stages(&self) -> [u64; 7] {
+        [
+            self.calls,
+            self.packets,
+            self.dev_queue,
+            self.qdisc_enqueue,
+            self.qdisc_dequeue,
+            self.dev_xmit,
+            self.target_drops,
+        ]
+    }
+
+    /// The send window, ns, stretched by one mean inter-packet interval so that N packets
+    /// sent at rate R give N / window = R exactly (rather than (N-1) / span).
+    fn window_ns(&self) -> Option<f64> {
+        if self.packets < 2 || self.last_send_ns <= self.first_send_ns {
+            return None;
+        }
+        let span = (self.last_send_ns - self.first_send_ns) as f64;
+        Some(span * self.packets as f64 / (self.packets - 1) as f64)
+    }
+}
+
+/// One tick's achieved rate, kept to compute statistics over the complete ticks.
+#[derive(Debug, Clone, Copy)]
+struct TickRate {
+    start_ns: u64,
+    end_ns: u64,
+    pps: f64,
+}
+
+/// Turns samples into Snapshots, remembering what the Summary needs.
+#[derive(Debug)]
+pub struct Analyzer {
+    requested_pps: Option<f64>,
+    /// CLOCK_MONOTONIC ns at attach
+    start_ns: u64,
+    prev: Option<CounterSample>,
+    ticks: Vec<TickRate>,
+    queues: BTreeMap<(String, u32), (u64, u64)>,
+}
+
+impl Analyzer {
+    pub fn new(requested_pps: Option<f64>, start_ns: u64) -> Analyzer {
+        Analyzer {
+            requested_pps,
+            start_ns,
+            prev: None,
+            ticks: Vec::new(),
+            queues: BTreeMap::new(),
+        }
+    }
+
+    pub fn requested_pps(&self) -> Option<f64> {
+        self.requested_pps
+    }
+
+    /// The Snapshot of the tick that ends with `s`.
+    pub fn tick(&mut self, s: &CounterSample, warnings: &[String]) -> Snapshot {
+        let empty = CounterSample {
+            t_ns: self.start_ns,
+            ..Default::default()
+        };
+        let prev = self.prev.take().unwrap_or(empty);
+        let interval_ns = s.t_ns.saturating_sub(prev.t_ns).max(1);
+        let interval_s = interval_ns as f64 / 1e9;
+        let (now_t, prev_t) = (Totals::of(s), Totals::of(&prev));
+        let per_s = |n: u64| n as f64 / interval_s;
+
+        let stages = STAGES
+            .iter()
+            .zip(now_t.stages().iter().zip(prev_t.stages().iter()))
+            .map(|(name, (now, before))| {
+                let count = now.saturating_sub(*before);
+                Stage {
+                    name: name.to_string(),
+                    count,
+                    pps: per_s(count),
+                    total: *now,
+                    ratio: self.ratio(per_s(count)),
+                }
+            })
+            .collect();
+        let achieved = per_s(now_t.packets.saturating_sub(prev_t.packets));
+        self.ticks.push(TickRate {
+            start_ns: prev.t_ns,
+            end_ns: s.t_ns,
+            pps: achieved,
+        });
+        for q in &s.queues {
+            let e = self.queues.entry((q.device.clone(), q.netns)).or_default();
+            e.0 = e.0.max(q.qlen_max);
+            e.1 = e.1.max(q.backlog_max);
+        }
+
+        let threads = thread_views(s, Some(&prev), interval_ns);
+        let drops = drop_rows(&s.drops, &prev.drops, interval_s);
+        let devices = device_views(&s.devices, &prev.devices, interval_s, s);
+        let block_sites = block_site_views(s, Some(&prev));
+        let gap = self.gap_view(&s.threads, Some(&prev.threads));
+        let snapshot = Snapshot {
+            schema_version: SCHEMA_VERSION,
+            tick: self.ticks.len() as u64,
+            t_s: s.t_ns.saturating_sub(self.start_ns) as f64 / 1e9,
+            interval_s,
+            requested_pps: self.requested_pps,
+            achieved_pps: achieved,
+            ratio: self.ratio(achieved),
+            stages,
+            processes: s.processes.clone(),
+            threads,
+            drops,
+            devices,
+            block_sites,
+            gap,
+            rate_stats: self.rate_stats(&now_t),
+            health: s.health,
+            warnings: warnings.to_vec(),
+        };
+        self.prev = Some(s.clone());
+        snapshot
+    }
+
+    /// The whole run, from the last sample.
+    pub fn summary(
+        &self,
+        last: &CounterSample,
+        end_reason: EndReason,
+        probes: Vec<ProbeStatus>,
+        warnings: Vec<String>,
+    ) -> Summary {
+        let t = Totals::of(last);
+        let window_ns = t.window_ns();
+        let window_s = window_ns.map(|w| w / 1e9).unwrap_or(0.0);
+        let rate = |n: u64| window_ns.map(|w| n as f64 * 1e9 / w).unwrap_or(0.0);
+        let stage_counts: BTreeMap<String, u64> = STAGES
+            .iter()
+            .zip(t.stages())
+            .map(|(n, c)| (n.to_string(), c))
+            .collect();
+        let stages = stage_counts.iter().map(|(n, c)| (n.clone(), rate(*c))).collect();
+        let duration_ns = last.t_ns.saturating_sub(self.start_ns);
+        let senders: Vec<&ThreadCounters> = last.threads.iter().filter(|th| th.packets > 0).collect();
+        let mut budget = TimeBudget::default();
+        let mut latency = Histogram::default();
+        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+        for th in &senders {
+            budget.add(&th.budget);
+            latency.add(&th.latency);
+        }
+        for th in &last.threads {
+            for (name, n) in &th.errors {
+                *errors.entry(name.clone()).or_default() += n;
+            }
+        }
+        let mut drops = drop_rows(&last.drops, &[], duration_ns.max(1) as f64 / 1e9);
+        drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
+        let achieved = rate(t.packets);
+        Summary {
+            schema_version: SCHEMA_VERSION,
+            end_reason,
+            duration_s: duration_ns as f64 / 1e9,
+            send_window_s: window_s,
+            requested_pps: self.requested_pps,
+            achieved_pps: achieved,
+            ratio: self.ratio(achieved),
+            packets: t.packets,
+            bytes: t.bytes,
+            send_calls: t.calls,
+            failed_calls: t.failed_calls,
+            errors,
+            stages,
+            stage_counts,
+            rate_stats: self.rate_stats(&t),
+            drops,
+            processes: last.processes.clone(),
+            threads: thread_views(last, None, duration_ns),
+            budget,
+            block_sites: block_site_views(last, None),
+            gap: self.gap_view(&last.threads, None),
+            latency_p50_ns: latency.quantile(0.5),
+            latency_p99_ns: latency.quantile(0.99),
+            devices: device_views(&last.devices, &[], duration_ns.max(1) as f64 / 1e9, last),
+            queues: self
+                .queues
+                .iter()
+                .map(|((device, netns), (q, b))| crate::collect::QueueDepth {
+                    device: device.clone(),
+                    netns: *netns,
+                    qlen_max: *q,
+                    backlog_max: *b,
+                })
+                .collect(),
+            lost_events: last.health.lost_events,
+            health: last.health,
+            probes,
+            warnings,
+        }
+    }
+
+    fn ratio(&self, pps: f64) -> Option<f64> {
+        self.requested_pps.filter(|r| *r > 0.0).map(|r| pps / r)
+    }
+
+    /// Statistics over the ticks that lie wholly inside the send window.
+    fn rate_stats(&self, t: &Totals) -> Option<RunStats> {
+        if t.packets == 0 {
+            return None;
+        }
+        let inside: Vec<f64> = self
+            .ticks
+            .iter()
+            .filter(|k| k.start_ns >= t.first_send_ns && k.end_ns <= t.last_send_ns)
+            .map(|k| k.pps)
+            .collect();
+        RunStats::from_samples(&inside)
+    }
+
+    fn gap_view(&self, now: &[ThreadCounters], prev: Option<&[ThreadCounters]>) -> GapView {
+        let mut hist = Histogram::default();
+        let (mut sum, mut count) = (0u64, 0u64);
+        for th in now {
+            let before = prev.and_then(|p| p.iter().find(|o| o.tid == th.tid && o.pid == th.pid));
+            match before {
+                Some(b) => {
+                    hist.add(&th.gap.saturating_sub(&b.gap));
+                    sum += th.gap_sum_ns.saturating_sub(b.gap_sum_ns);
+                    count += th.gap_count.saturating_sub(b.gap_count);
+                }
+                None => {
+                    hist.add(&th.gap);
+                    sum += th.gap_sum_ns;
+                    count += th.gap_count;
+                }
+            }
+        }
+        GapView {
+            count,
+            mean_ns: (count > 0).then(|| sum as f64 / count as f64),
+            p50_ns: hist.quantile(0.5),
+            p99_ns: hist.quantile(0.99),
+            slot_ns: self.requested_pps.filter(|r| *r > 0.0).map(|r| 1e9 / r),
+            histogram: hist.nonzero_buckets().collect(),
+        }
+    }
+}
+
+fn comm_of(s: &CounterSample, pid: u32) -> String {
+    s.processes
+        .iter()
+        .rev()
+        .find(|p| p.pid == pid)
+        .map(|p| p.comm.clone())
+        .unwrap_or_default()
+}
+
+/// Threads that sent packets (in the interval, or at all when `prev` is None).
+fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u64) -> Vec<ThreadView> {
+    let interval_s = interval_ns.max(1) as f64 / 1e9;
+    s.threads
+        .iter()
+        .filter_map(|th| {
+            let before = prev.and_then(|p| p.threads.iter().find(|o| o.tid == th.tid && o.pid == th.pid));
+            let zero = ThreadCounters::default();
+            let b = before.unwrap_or(&zero);
+            let packets = th.packets.saturating_sub(b.packets);
+            let calls = th.calls.saturating_sub(b.calls);
+            if calls == 0 && th.packets == 0 {
+                return None;
+            }
+            let budget = th.budget.saturating_sub(&b.budget);
+            let latency = th.latency.saturating_sub(&b.latency);
+            let errors = th
+                .errors
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(*b.errors.get(k).unwrap_or(&0))))
+                .filter(|(_, v)| *v > 0)
+                .collect();
+            Some(ThreadView {
+                tid: th.tid,
+                pid: th.pid,
+                comm: comm_of(s, th.pid),
+                calls,
+                packets,
+                pps: packets as f64 / interval_s,
+                failed_calls: th.failed_calls.saturating_sub(b.failed_calls),
+                errors,
+                shares: BudgetShares::of(&budget, interval_ns),
+                budget,
+                latency_p50_ns: latency.quantile(0.5),
+                latency_p99_ns: latency.quantile(0.99),
+            })
+        })
+        .collect()
+}
+
+fn drop_key(d: &DropCount) -> (&str, &str, u32, u32, DropClass, Option<u32>) {
+    (&d.reason, &d.location, d.ifindex, d.netns, d.class, d.pid)
+}
+
+/// Drop rows with their rate over the interval; `prev` empty means "since attach".
+fn drop_rows(now: &[DropCount], prev: &[DropCount], interval_s: f64) -> Vec<DropRow> {
+    now.iter()
+        .map(|d| {
+            let before = prev
+                .iter()
+                .find(|p| drop_key(p) == drop_key(d))
+                .map(|p| p.count)
+                .unwrap_or(0);
+            DropRow {
+                reason: d.reason.clone(),
+                location: d.location.clone(),
+                device: d.device.clone(),
+                netns: d.netns,
+                class: d.class,
+                pid: d.pid,
+                count: d.count,
+                rate: d.count.saturating_sub(before) as f64 / interval_s,
+            }
+        })
+        .collect()
+}
+
+fn device_views(
+    now: &[DeviceCounters],
+    prev: &[DeviceCounters],
+    interval_s: f64,
+    s: &CounterSample,
+) -> Vec<DeviceView> {
+    let find = |list: &[DeviceCounters], d: &DeviceCounters, target: bool| -> DeviceCounters {
+        list.iter()
+            .filter(|o| o.ifindex == d.ifindex && o.netns == d.netns && o.pid.is_some() == target)
+            .fold(DeviceCounters::default(), |mut acc, o| {
+                acc.queued += o.queued;
+                acc.xmit_ok += o.xmit_ok;
+                acc.xmit_busy += o.xmit_busy;
+                acc.xmit_err += o.xmit_err;
+                acc.neigh_started += o.neigh_started;
+                acc.neigh_queued += o.neigh_queued;
+                acc.neigh_resolved += o.neigh_resolved;
+                acc.neigh_failed += o.neigh_failed;
+                acc
+            })
+    };
+    // One view per device that carried any of the family's packets.
+    now.iter()
+        .filter(|d| d.pid.is_some())
+        .fold(Vec::<&DeviceCounters>::new(), |mut seen, d| {
+            if !seen.iter().any(|o| o.ifindex == d.ifindex && o.netns == d.netns) {
+                seen.push(d);
+            }
+            seen
+        })
+        .into_iter()
+        .map(|d| {
+            let (tn, tp) = (find(now, d, true), find(prev, d, true));
+            let (an, ap) = (find(now, d, false), find(prev, d, false));
+            let q = s
+                .queues
+                .iter()
+                .find(|q| q.device == d.device && q.netns == d.netns);
+            DeviceView {
+                device: d.device.clone(),
+                netns: d.netns,
+                target_queued_pps: tn.queued.saturating_sub(tp.queued) as f64 / interval_s,
+                target_xmit_pps: tn.xmit_ok.saturating_sub(tp.xmit_ok) as f64 / interval_s,
+                all_xmit_pps: an.xmit_ok.saturating_sub(ap.xmit_ok) as f64 / interval_s,
+                xmit_refused: (an.xmit_busy + an.xmit_err).saturating_sub(ap.xmit_busy + ap.xmit_err),
+                qlen_max: q.map(|q| q.qlen_max),
+                backlog_max_bytes: q.map(|q| q.backlog_max),
+                neigh_started: tn.neigh_started.saturating_sub(tp.neigh_started),
+                neigh_queued: tn.neigh_queued.saturating_sub(tp.neigh_queued),
+                neigh_resolved: tn.neigh_resolved.saturating_sub(tp.neigh_resolved),
+                neigh_failed: tn.neigh_failed.saturating_sub(tp.neigh_failed),
+            }
+        })
+        .collect()
+}
+
+fn block_site_views(s: &CounterSample, prev: Option<&CounterSample>) -> Vec<BlockSiteView> {
+    let rows: Vec<(u32, &str, &Vec<String>, u64, u64)> = s
+        .block_sites
+        .iter()
+        .map(|b| {
+            let before = prev
+                .and_then(|p| {
+                    p.block_sites
+                        .iter()
+                        .find(|o| o.pid == b.pid && o.stack == b.stack)
+                })
+                .map(|o| (o.blocked_ns, o.episodes))
+                .unwrap_or((0, 0));
+            (
+                b.pid,
+                b.wait_site.as_str(),
+                &b.stack,
+                b.blocked_ns.saturating_sub(before.0),
+                b.episodes.saturating_sub(before.1),
+            )
+        })
+        .filter(|r| r.3 > 0)
+        .collect();
+    let total: u64 = rows.iter().map(|r| r.3).sum();
+    rows.into_iter()
+        .map(|(pid, site, stack, ns, episodes)| BlockSiteView {
+            pid,
+            wait_site: site.to_string(),
+            stack: stack.clone(),
+            blocked_s: ns as f64 / 1e9,
+            episodes,
+            share: ns as f64 / total.max(1) as f64,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+//! The types every view renders: one `Snapshot` per tick and one `Summary` at the end of a run.
+//! The terminal view, the text report, the NDJSON stream and exported bundles all take these,
+//! so they cannot disagree. docs/events.md documents every field and unit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::RunStats;
+use crate::collect::family::ProcessInfo;
+use crate::collect::{DropClass, Health, QueueDepth, TimeBudget};
+
+/// Version of the JSON layout of `Snapshot` and `Summary`; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Stage names, in the order a packet passes them.
+pub const STAGES: [&str; 7] = [
+    "send_calls",
+    "syscall_packets",
+    "dev_queue",
+    "qdisc_enqueue",
+    "qdisc_dequeue",
+    "dev_xmit",
+    "target_drops",
+];
+
+/// One stage of the funnel over a tick or a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub name: String,
+    /// events in the interval (calls for send_calls, packets otherwise)
+    pub count: u64,
+    /// events per second over the interval
+    pub pps: f64,
+    /// events since attach
+    pub total: u64,
+    /// pps / requested pps, when a rate was requested
+    pub ratio: Option<f64>,
+}
+
+/// Where a thread's time went over an interval, as fractions of the interval (sum <= 1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetShares {
+    pub send: f64,
+    pub blocked_send: f64,
+    pub sleep: f64,
+    pub preempted: f64,
+    pub other: f64,
+}
+
+impl BudgetShares {
+    pub fn of(b: &TimeBudget, interval_ns: u64) -> BudgetShares {
+        let d = interval_ns.max(1) as f64;
+        BudgetShares {
+            send: b.send_ns as f64 / d,
+            blocked_send: b.blocked_send_ns as f64 / d,
+            sleep: b.sleep_ns as f64 / d,
+            preempted: b.preempted_ns as f64 / d,
+            other: b.other_ns as f64 / d,
+        }
+    }
+}
+
+/// One thread that sent packets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadView {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub calls: u64,
+    pub packets: u64,
+    /// packets per second over the interval
+    pub pps: f64,
+    pub failed_calls: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// time spent in each state over the interval, ns
+    pub budget: TimeBudget,
+    pub shares: BudgetShares,
+    /// send syscall duration quantiles, ns
+    pub latency_p50_ns: Option<f64>,
+    pub latency_p99_ns: Option<f64>,
+}
+
+/// One row of the drop table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DropRow {
+    pub reason: String,
+    pub location: String,
+    pub device: Option<String>,
+    pub netns: u32,
+    pub class: DropClass,
+    pub pid: Option<u32>,
+    /// drops since attach
+    pub count: u64,
+    /// drops per second over the interval (over the run, in the summary)
+    pub rate: f64,
+}
+
+/// A device's traffic over the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceView {
+    pub device: String,
+    pub netns: u32,
+    /// the family's packets through dev_queue_xmit, per second
+    pub target_queued_pps: f64,
+    /// the family's packets the driver accepted, per second
+    pub target_xmit_pps: f64,
+    /// every packet the driver accepted, per second
+    pub all_xmit_pps: f64,
+    /// driver refusals (NETDEV_TX_BUSY or errors) of any packet in the interval
+    pub xmit_refused: u64,
+    pub qlen_max: Option<u64>,
+    pub backlog_max_bytes: Option<u64>,
+    pub neigh_started: u64,
+    pub neigh_queued: u64,
+    pub neigh_resolved: u64,
+    pub neigh_failed: u64,
+}
+
+/// Time blocked inside send syscalls at one kernel wait site.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockSiteView {
+    pub pid: u32,
+    pub wait_site: String,
+    pub stack: Vec<String>,
+    /// seconds blocked in the interval (since attach, in the summary)
+    pub blocked_s: f64,
+    pub episodes: u64,
+    /// share of the family's blocked-in-send time
+    pub share: f64,
+}
+
+/// Inter-send gaps of the family's sender threads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GapView {
+    pub count: u64,
+    /// exact mean gap, ns
+    pub mean_ns: Option<f64>,
+    pub p50_ns: Option<f64>,
+    pub p99_ns: Option<f64>,
+    /// 1 / requested rate, ns
+    pub slot_ns: Option<f64>,
+    /// buckets [low_ns, high_ns, count]
+    pub histogram: Vec<(u64, u64, u64)>,
+}
+
+/// Everything known at one tick; what the live views draw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub schema_version: u32,
+    /// tick number, from 1
+    pub tick: u64,
+    /// seconds since attach at the end of the tick
+    pub t_s: f64,
+    /// length of the tick, s
+    pub interval_s: f64,
+    pub requested_pps: Option<f64>,
+    /// packets per second through the family's send syscalls in this tick
+    pub achieved_pps: f64,
+    pub ratio: Option<f64>,
+    pub stages: Vec<Stage>,
+    pub processes: Vec<ProcessInfo>,
+    pub threads: Vec<ThreadView>,
+    pub drops: Vec<DropRow>,
+    pub devices: Vec<DeviceView>,
+    pub block_sites: Vec<BlockSiteView>,
+    pub gap: GapView,
+    /// per-tick achieved pps statistics over the complete ticks so far
+    pub rate_stats: Option<RunStats>,
+    pub health: Health,
+    pub warnings: Vec<String>,
+}
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Duration,
+    FamilyExited,
+    Interrupted,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub end_reason: EndReason,
+    /// seconds from attach to the end of the run
+    pub duration_s: f64,
+    /// seconds from the family's first to its last packet send
+    pub send_window_s: f64,
+    pub requested_pps: Option<f64>,
+    /// packets per second that left through the family's send syscalls, over the send window
+    pub achieved_pps: f64,
+    pub ratio: Option<f64>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub send_calls: u64,
+    pub failed_calls: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// stage name -> events per second over the send window
+    pub stages: BTreeMap<String, f64>,
+    /// stage name -> events over the run
+    pub stage_counts: BTreeMap<String, u64>,
+    /// statistics of the per-tick achieved pps over ticks wholly inside the send window
+    pub rate_stats: Option<RunStats>,
+    pub drops: Vec<DropRow>,
+    pub processes: Vec<ProcessInfo>,
+    /// sender threads over the run
+    pub threads: Vec<ThreadView>,
+    /// the sender threads' time, summed, ns
+    pub budget: TimeBudget,
+    pub block_sites: Vec<BlockSiteView>,
+    pub gap: GapView,
+    pub latency_p50_ns: Option<f64>,
+    pub latency_p99_ns: Option<f64>,
+    pub devices: Vec<DeviceView>,
+    pub queues: Vec<QueueDepth>,
+    pub lost_events: u64,
+    pub health: Health,
+    pub probes: Vec<crate::probes::ProbeStatus>,
+    pub warnings: Vec<String>,
+}

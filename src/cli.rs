@@ -1,0 +1,206 @@
+//! The command line: clap derive types only. Every subcommand's behaviour lives in
+//! src/commands; the flag groups shared by attach and run are defined once here.
+
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "scanprof",
+    version,
+    about = "eBPF profiler for packet scanners: requested vs achieved packets per second, where the time went and where packets were dropped",
+    long_about = None,
+    allow_negative_numbers = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile running processes (and their whole process family) by pid.
+    Attach {
+        /// Process to profile, with its threads and children (repeatable).
+        #[arg(short, long = "pid", required = true, value_name = "PID")]
+        pids: Vec<u32>,
+        #[command(flatten)]
+        run: RunOptions,
+    },
+    /// Start a command once every probe is attached and profile it and its children.
+    /// If the run ends first (--duration, Ctrl-C), the command is sent SIGTERM.
+    Run {
+        #[command(flatten)]
+        run: RunOptions,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Check what this machine's kernel and privileges allow, and what to do about it.
+    Doctor {
+        /// Print the checks as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reference UDP sender: paced packets to loopback or a lab address (traffic source).
+    Send(SendOptions),
+    /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
+    Lab(LabOptions),
+}
+
+/// Options shared by `attach` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunOptions {
+    /// Length of a tick in seconds: rates and views update this often.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// End the run after this many seconds (default: when the target's family exits, or Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// The packets per second the scanner was asked for.
+    #[arg(long, value_name = "PPS")]
+    pub requested: Option<f64>,
+    /// Print NDJSON (one `sample` object per tick, a `summary` at the end) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SendMethodArg {
+    Sendto,
+    Sendmmsg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SendOptions {
+    /// Destination: 127.0.0.0/8 or the lab range 10.99.0.0/24 only.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub to: SocketAddrV4,
+    /// Packets per second; 0 sends as fast as possible.
+    #[arg(long, default_value_t = 1000.0, value_name = "PPS")]
+    pub rate: f64,
+    /// Number of packets to send.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Seconds to send for.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// UDP payload size in bytes.
+    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    pub size: usize,
+    /// Socket send buffer to request, bytes (default: the kernel's).
+    #[arg(long, value_name = "BYTES")]
+    pub sndbuf: Option<usize>,
+    /// Send syscall to use.
+    #[arg(long, value_enum, default_value_t = SendMethodArg::Sendto)]
+    pub method: SendMethodArg,
+    /// Packets per sendmmsg call.
+    #[arg(long, default_value_t = 32)]
+    pub batch: u32,
+    /// Source port to bind (0: any).
+    #[arg(long, default_value_t = 0)]
+    pub src_port: u16,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// A paced sender with nothing in its way: achieved should equal requested.
+    Healthy,
+    /// A tbf qdisc with a small queue on the sender's link: QDISC_DROP losses.
+    QdiscDrop,
+    /// Probes to a port where nothing listens: expected NO_SOCKET drops, not loss.
+    ClosedPort,
+    /// A small send buffer behind a slow qdisc with a long queue: the sender blocks in send.
+    Blocking,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabOptions {
+    /// What to stage in the lab.
+    #[arg(value_enum, default_value_t = Scenario::Healthy)]
+    pub scenario: Scenario,
+    /// Seconds the reference sender runs.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub duration: f64,
+    /// Packets per second the reference sender is asked for (default depends on the scenario).
+    #[arg(long, value_name = "PPS")]
+    pub rate: Option<f64>,
+    /// Length of a tick in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last).
+    #[arg(long)]
+    pub json: bool,
+    /// Path of the scanprof binary to run as the sender (default: this one).
+    #[arg(long, hide = true)]
+    pub sender_exe: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("scanprof").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn attach_takes_several_pids_and_run_options() {
+        let cli = parse(&[
+            "attach",
+            "-p",
+            "10",
+            "--pid",
+            "20",
+            "--requested",
+            "1000",
+            "--json",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Attach { pids, run } => {
+                assert_eq!(pids, vec![10, 20]);
+                assert_eq!(run.requested, Some(1000.0));
+                assert!(run.json);
+                assert_eq!(run.interval, 1.0);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn attach_requires_a_pid() {
+        assert!(parse(&["attach"]).is_err());
+    }
+
+    #[test]
+    fn run_takes_the_command_after_double_dash() {
+        let cli = parse(&["run", "--duration", "3", "--", "masscan", "--rate", "-1"]).unwrap();
+        match cli.command {
+            Command::Run { run, command } => {
+                assert_eq!(run.duration, Some(3.0));
+                assert_eq!(command, vec!["masscan", "--rate", "-1"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn negative_pid_is_a_value_not_a_flag() {
+        let cli = parse(&["attach", "-p", "-1"]);
+        assert!(matches!(cli, Err(_)) || matches!(cli.unwrap().command, Command::Attach { .. }));
+    }
+
+    #[test]
+    fn lab_defaults_to_the_healthy_scenario() {
+        match parse(&["lab"]).unwrap().command {
+            Command::Lab(o) => assert_eq!(o.scenario, Scenario::Healthy),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Turns the probes' raw maps and records into typed, cumulative counters once per tick
+//! (`CounterSample`): thread counters with their time budget accounted up to the sample time,
+//! drops with reason names and symbolized locations, device stages, blocking sites, health.
+//! The analysis computes rates from successive samples; nothing here divides by time.
+
+pub mod family;
+pub mod session;
+pub mod symbols;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::hist::Histogram;
+use crate::probes::{
+    self, sp_drop_class, sp_event, sp_event_kind, sp_health, sp_sched_state, sp_thread, ProbeSet,
+};
+use family::{ProcessInfo, ProcessTable};
+use symbols::{wait_site, KernelSymbols};
+
+/// Where a dropped packet belonged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropClass {
+    /// the target's own outgoing packet died
+    TargetLoss,
+    /// normal for a scan: a probe or its reply met no socket (closed port)
+    Expected,
+    /// a reply to the target died for another reason
+    ReplyLoss,
+    /// somebody else's packet
+    Unrelated,
+}
+
+impl DropClass {
+    fn from_wire(v: u32) -> DropClass {
+        match sp_drop_class(v) {
+            sp_drop_class::SP_CLASS_TARGET_LOSS => DropClass::TargetLoss,
+            sp_drop_class::SP_CLASS_EXPECTED => DropClass::Expected,
+            sp_drop_class::SP_CLASS_REPLY_LOSS => DropClass::ReplyLoss,
+            _ => DropClass::Unrelated,
+        }
+    }
+}
+
+/// A thread's time, cumulative, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBudget {
+    /// on CPU inside send syscalls
+    pub send_ns: u64,
+    /// off CPU of its own accord inside send syscalls (waiting for buffer space, a lock...)
+    pub blocked_send_ns: u64,
+    /// off CPU of its own accord elsewhere (nanosleep, poll...)
+    pub sleep_ns: u64,
+    /// runnable but not running: preempted, or woken and waiting for a CPU
+    pub preempted_ns: u64,
+    /// on CPU outside send syscalls: user code, pacing loops, other syscalls
+    pub other_ns: u64,
+}
+
+impl TimeBudget {
+    pub fn total_ns(&self) -> u64 {
+        self.send_ns + self.blocked_send_ns + self.sleep_ns + self.preempted_ns + self.other_ns
+    }
+
+    pub fn saturating_sub(&self, o: &TimeBudget) -> TimeBudget {
+        TimeBudget {
+            send_ns: self.send_ns.saturating_sub(o.send_ns),
+            blocked_send_ns: self.blocked_send_ns.saturating_sub(o.blocked_send_ns),
+            sleep_ns: self.sleep_ns.saturating_sub(o.sleep_ns),
+            preempted_ns: self.preempted_ns.saturating_sub(o.preempted_ns),
+            other_ns: self.other_ns.saturating_sub(o.other_ns),
+        }
+    }
+
+    pub fn add(&mut self, o: &TimeBudget) {
+        self.send_ns += o.send_ns;
+        self.blocked_send_ns += o.blocked_send_ns;
+        self.sleep_ns += o.sleep_ns;
+        self.preempted_ns += o.preempted_ns;
+        self.other_ns += o.other_ns;
+    }
+}
+
+/// One thread's cumulative counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadCounters {
+    pub tid: u32,
+    pub pid: u32,
+    pub exited: bool,
+    /// send syscalls on network sockets
+    pub calls: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub failed_calls: u64,
+    /// failed sends by errno name
+    pub errors: BTreeMap<String, u64>,
+    /// send syscall duration, ns
+    pub latency: Histogram,
+    /// time between consecutive send entries, ns
+    pub gap: Histogram,
+    pub gap_sum_ns: u64,
+    pub gap_count: u64,
+    /// CLOCK_MONOTONIC ns of the first packet send's entry, 0 if none yet
+    pub first_send_ns: u64,
+    /// CLOCK_MONOTONIC ns of the latest packet send's entry
+    pub last_send_ns: u64,
+    /// send syscalls on unix sockets
+    pub ipc_calls: u64,
+    pub ipc_bytes: u64,
+    pub budget: TimeBudget,
+}
+
+/// Drops counted at one (reason, location, device, class, process).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DropCount {
+    pub reason: String,
+    /// `function+0xoffset` where the kernel freed the packet
+    pub location: String,
+    pub device: Option<String>,
+    pub ifindex: u32,
+    /// network namespace inode, 0 if unknown
+    pub netns: u32,
+    pub class: DropClass,
+    /// attributed family process
+    pub pid: Option<u32>,
+    pub count: u64,
+}
+
+/// One device's stage counters, for the target's packets or everyone's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCounters {
+    pub device: String,
+    pub ifindex: u32,
+    pub netns: u32,
+    /// family process whose packets these are; None = all traffic on the device
+    pub pid: Option<u32>,
+    pub queued: u64,
+    pub enqueued: u64,
+    pub dequeued: u64,
+    pub xmit_ok: u64,
+    pub xmit_busy: u64,
+    pub xmit_err: u64,
+    pub xmit_bytes: u64,
+    pub neigh_started: u64,
+    pub neigh_queued: u64,
+    pub neigh_resolved: u64,
+    pub neigh_failed: u64,
+}
+
+/// Deepest a device's qdisc got during the tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueDepth {
+    pub device: String,
+    pub netns: u32,
+    /// packets
+    pub qlen_max: u64,
+    /// bytes
+    pub backlog_max: u64,
+}
+
+/// Time one process spent blocked in send syscalls at one kernel stack, cumulative.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockSite {
+    pub pid: u32,
+    /// innermost kernel function below the scheduler, e.g. `sock_alloc_send_pskb`
+    pub wait_site: String,
+    /// symbolized kernel stack, innermost first
+    pub stack: Vec<String>,
+    pub blocked_ns: u64,
+    pub episodes: u64,
+}
+
+/// The probes' own health: lost records and full maps, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// ring-buffer records lost because the buffer was full
+    pub lost_events: u64,
+    /// drops not counted because the drop table was full
+    pub drops_uncounted: u64,
+    pub devices_uncounted: u64,
+    pub threads_untracked: u64,
+    pub block_sites_uncounted: u64,
+    /// tracepoint hits that did work for scanprof
+    pub probe_hits: u64,
+}
+
+/// Everything the probes counted, as of one instant. Counters are cumulative since attach.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CounterSample {
+    /// CLOCK_MONOTONIC ns when the sample was taken
+    pub t_ns: u64,
+    pub processes: Vec<ProcessInfo>,
+    pub threads: Vec<ThreadCounters>,
+    pub drops: Vec<DropCount>,
+    pub devices: Vec<DeviceCounters>,
+    pub queues: Vec<QueueDepth>,
+    pub block_sites: Vec<BlockSite>,
+    pub health: Health,
+}
+
+/// Records from the probes that matter beyond counting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FamilyEvent {
+    Forked {
+        pid: u32,
+        ppid: u32,
+        comm: String,
+    },
+    Execed {
+        pid: u32,
+        comm: String,
+        path: String,
+    },
+    Exited {
+        pid: u32,
+        exit_code: i32,
+    },
+    /// a thread blocked inside send for at least the threshold
+    Blocked {
+        pid: u32,
+        tid: u32,
+        start_ns: u64,
+        duration_ns: u64,
+        stack_id: i32,
+    },
+}
+
+/// Owns the probes and what is needed to name their numbers.
+pub struct Collector {
+    probes: ProbeSet,
+    pub family: ProcessTable,
+    symbols: KernelSymbols,
+    reasons: BTreeMap<u32, String>,
+    /// final counters of threads that exited (their map entries are deleted)
+    retired: Vec<ThreadCounters>,
+}
+
+impl Collector {
+    /// Registers the family (and its current threads) with the probes.
+    pub fn new(probes: ProbeSet, family: ProcessTable, now_ns: u64) -> anyhow::Result<Collector> {
+        let collector = Collector {
+            probes,
+            family,
+            symbols: KernelSymbols::default(),
+            reasons: probes::drop_reason_names().unwrap_or_default(),
+            retired: Vec::new(),
+        };
+        for m in collector.family.alive() {
+            collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
+        }
+        for t in collector.family.threads() {
+            collector.probes.add_thread(t.tid, t.tgid, now_ns)?;
+        }
+        Ok(collector)
+    }
+
+    pub fn probes(&self) -> &ProbeSet {
+        &self.probes
+    }
+
+    /// Applies the records streamed since the last call to the process table and returns them.
+    pub fn poll_events(&mut self) -> Vec<FamilyEvent> {
+        let events: Vec<FamilyEvent> = self
+            .probes
+            .drain_events()
+            .iter()
+            .filter_map(decode_event)
+            .collect();
+        for e in &events {
+            match e {
+                FamilyEvent::Forked { pid, ppid, comm } => self.family.forked(*pid, *ppid, comm),
+                FamilyEvent::Execed { pid, comm, path } => self.family.execed(*pid, comm, path),
+                FamilyEvent::Exited { pid, exit_code } => self.family.exited(*pid, *exit_code),
+                FamilyEvent::Blocked { .. } => {}
+            }
+        }
+        events
+    }
+
+    /// Reads every map as of `now_ns` (CLOCK_MONOTONIC).
+    pub fn sample(&mut self, now_ns: u64) -> CounterSample {
+        let mut threads = Vec::new();
+        for raw in self.probes.threads() {
+            let counters = thread_counters(&raw, now_ns);
+            if counters.exited {
+                self.probes.forget_thread(raw.tid);
+                self.retired.push(counters);
+            } else {
+                threads.push(counters);
+            }
+        }
+        threads.extend(self.retired.iter().cloned());
+        threads.sort_by_key(|t| (t.pid, t.tid));
+
+        let names = self.probes.device_names();
+        let device_name = |ifindex: u32, netns: u32| names.get(&(ifindex, netns)).cloned();
+        let mut drops: Vec<DropCount> = self
+            .probes
+            .drops()
+            .into_iter()
+            .map(|(k, count)| DropCount {
+                reason: self
+                    .reasons
+                    .get(&k.reason)
+                    .cloned()
+                    .unwrap_or_else(|| format!("reason {}", k.reason)),
+                location: self.symbols.name(k.location),
+                device: device_name(k.ifindex, k.netns),
+                ifindex: k.ifindex,
+                netns: k.netns,
+                class: DropClass::from_wire(k.class),
+                pid: (k.tgid != 0).then_some(k.tgid),
+                count,
+            })
+            .collect();
+        drops.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.location.cmp(&b.location)));
+
+        let devices = self
+            .probes
+            .devices()
+            .into_iter()
+            .map(|(k, s)| DeviceCounters {
+                device: device_name(k.ifindex, k.netns).unwrap_or_else(|| format!("if{}", k.ifindex)),
+                ifindex: k.ifindex,
+                netns: k.netns,
+                pid: (k.tgid != 0).then_some(k.tgid),
+                queued: s.queued,
+                enqueued: s.enqueued,
+                dequeued: s.dequeued,
+                xmit_ok: s.xmit_ok,
+                xmit_busy: s.xmit_busy,
+                xmit_err: s.xmit_err,
+                xmit_bytes: s.xmit_bytes,
+                neigh_started: s.neigh_started,
+                neigh_queued: s.neigh_queued,
+                neigh_resolved: s.neigh_resolved,
+                neigh_failed: s.neigh_failed,
+            })
+            .collect();
+        let queues = self
+            .probes
+            .take_qdepth()
+            .into_iter()
+            .map(|(k, d)| QueueDepth {
+                device: device_name(k.ifindex, k.netns).unwrap_or_else(|| format!("if{}", k.ifindex)),
+                netns: k.netns,
+                qlen_max: d.qlen_max,
+                backlog_max: d.backlog_max,
+            })
+            .collect();
+
+        let mut stacks: HashMap<i32, Vec<String>> = HashMap::new();
+        let mut block_sites: Vec<BlockSite> = Vec::new();
+        for (k, v) in self.probes.block_sites() {
+            let stack = stacks
+                .entry(k.stack_id)
+                .or_insert_with(|| {
+                    let addrs = self.probes.kernel_stack(k.stack_id).unwrap_or_default();
+                    self.symbols.stack(&addrs)
+                })
+                .clone();
+            block_sites.push(BlockSite {
+                pid: k.tgid,
+                wait_site: wait_site(&stack),
+                stack,
+                blocked_ns: v.ns,
+                episodes: v.count,
+            });
+        }
+        block_sites.sort_by(|a, b| b.blocked_ns.cmp(&a.blocked_ns));
+
+        let h = self.probes.health();
+        let health = Health {
+            lost_events: h[sp_health::SP_H_RB_LOST.0 as usize],
+            drops_uncounted: h[sp_health::SP_H_DROPS_FULL.0 as usize],
+            devices_uncounted: h[sp_health::SP_H_DEVS_FULL.0 as usize],
+            threads_untracked: h[sp_health::SP_H_THREADS_FULL.0 as usize],
+            block_sites_uncounted: h[sp_health::SP_H_SITES_FULL.0 as usize],
+            probe_hits: h[sp_health::SP_H_EVENTS.0 as usize],
+        };
+        CounterSample {
+            t_ns: now_ns,
+            processes: self.family.members().to_vec(),
+            threads,
+            drops,
+            devices,
+            queues,
+            block_sites,
+            health,
+        }
+    }
+
+    /// Symbolized kernel stack of a stack id (for blocking episodes).
+    pub fn stack(&mut self, id: i32) -> Vec<String> {
+        let addrs = self.probes.kernel_stack(id).unwrap_or_default();
+        self.symbols.stack(&addrs)
+    }
+}
+
+fn cstr(bytes: &[i8]) -> String {
+    let b: Vec<u8> = bytes.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+fn decode_event(e: &sp_event) -> Option<FamilyEvent> {
+    Some(match sp_event_kind(e.kind) {
+        sp_event_kind::SP_EV_FORK => FamilyEvent::Forked {
+            pid: e.tgid,
+            ppid: e.ppid,
+            comm: cstr(&e.comm),
+        },
+        sp_event_kind::SP_EV_EXEC => FamilyEvent::Execed {
+            pid: e.tgid,
+            comm: cstr(&e.comm),
+            path: cstr(&e.path),
+        },
+        sp_event_kind::SP_EV_EXIT => FamilyEvent::Exited {
+            pid: e.tgid,
+            exit_code: e.exit_code,
+        },
+        sp_event_kind::SP_EV_BLOCK => FamilyEvent::Blocked {
+            pid: e.tgid,
+            tid: e.tid,
+            start_ns: e.ts_ns,
+            duration_ns: e.duration_ns,
+            stack_id: e.stack_id,
+        },
+        _ => return None,
+    })
+}
+
+/// Typed counters of one thread, with the interval it is in now accounted up to `now_ns`.
+pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
+    let mut budget = TimeBudget {
+        send_ns: t.oncpu_send_ns,
+        blocked_send_ns: t.blocked_send_ns,
+        sleep_ns: t.sleep_ns,
+        preempted_ns: t.runq_ns,
+        other_ns: t.oncpu_other_ns,
+    };
+    let state = sp_sched_state(t.sched_state);
+    let open = |since: u64| now_ns.saturating_sub(since);
+    match state {
+        sp_sched_state::SP_ST_RUNNING if t.send_call != 0 => budget.send_ns += open(t.oncpu_since_ns),
+        sp_sched_state::SP_ST_RUNNING => budget.other_ns += open(t.oncpu_since_ns),
+        sp_sched_state::SP_ST_RUNNABLE => budget.preempted_ns += open(t.state_since_ns),
+        sp_sched_state::SP_ST_SLEEPING => budget.sleep_ns += open(t.state_since_ns),
+        sp_sched_state::SP_ST_BLOCKED_SEND => budget.blocked_send_ns += open(t.state_since_ns),
+        _ => {}
+    }
+    let errors = t
+        .errors
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(errno, n)| (errno_name(errno as i32), *n))
+        .collect();
+    ThreadCounters {
+        tid: t.tid,
+        pid: t.tgid,
+        exited: state == sp_sched_state::SP_ST_EXITED,
+        calls: t.calls,
+        packets: t.packets,
+        bytes: t.bytes,
+        failed_calls: t.failed_calls,
+        errors,
+        latency: Histogram::from_buckets(&t.latency),
+        gap: Histogram::from_buckets(&t.gap),
+        gap_sum_ns: t.gap_sum_ns,
+        gap_count: t.gap_count,
+        first_send_ns: t.first_send_ns,
+        last_send_ns: t.last_pkt_ns,
+        ipc_calls: t.ipc_calls,
+        ipc_bytes: t.ipc_bytes,
+        budget,
+    }
+}
+
+/// Symbolic errno name (`ENOBUFS`), slot 0 meaning "an errno beyond the counted range".
+pub fn errno_name(errno: i32) -> String {
+    if errno == 0 {
+        return "E_OTHER".to_string();
+    }
+    format!("{:?}", nix::errno::Errno::from_raw(errno))
+}

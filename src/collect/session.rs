@@ -1,0 +1,296 @@
+//! A profiling session: finds or launches the target, loads the probes, and runs the collection
+//! thread that owns them. The thread sends `Update`s (ticks, then the summary) over a channel;
+//! whoever renders them owns its own state. Ends on --duration, when the whole family has exited,
+//! or when the stop flag is raised (Ctrl-C/SIGTERM), and always with a summary.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
+
+use super::family::{ProcessInfo, ProcessTable};
+use super::{Collector, CounterSample, FamilyEvent};
+use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
+use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, ProbeStatus};
+
+/// What to profile.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// running processes and their families
+    Pids(Vec<u32>),
+    /// a command to start once every probe is attached
+    Command(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub target: Target,
+    /// length of a tick
+    pub interval: Duration,
+    /// end the run after this long
+    pub duration: Option<Duration>,
+    /// packets per second the scanner was asked for, if known
+    pub requested_pps: Option<f64>,
+    pub probe_options: ProbeOptions,
+}
+
+/// What the collection thread reports, in order: Started, Tick..., Done.
+#[derive(Debug)]
+pub enum Update {
+    Started {
+        processes: Vec<ProcessInfo>,
+        probes: Vec<ProbeStatus>,
+    },
+    Tick(Box<Snapshot>),
+    Done(Box<Summary>),
+}
+
+/// A running session: the updates, and the thread that produces them.
+pub struct Session {
+    pub updates: Receiver<Update>,
+    thread: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Session {
+    /// Waits for the collection thread; its error, if it failed after start-up.
+    pub fn join(self) -> anyhow::Result<()> {
+        match self.thread.join() {
+            Ok(r) => r,
+            Err(_) => bail!("the collection thread panicked"),
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() reads.
+pub fn monotonic_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// Starts a session. Returns once the probes are attached (and a launched command released),
+/// or with the error that prevented it: a missing pid, no permission, no BTF.
+pub fn start(cfg: SessionConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Session> {
+    let (tx, updates) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
+    let thread = std::thread::Builder::new()
+        .name("scanprof-collect".into())
+        .spawn(move || collect(cfg, stop, tx, ready_tx))
+        .context("starting the collection thread")?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(Session { updates, thread }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => match thread.join() {
+            Ok(Err(e)) => Err(e),
+            _ => bail!("the collection thread ended before it started"),
+        },
+    }
+}
+
+/// A launched command held before exec until the probes are attached.
+struct Launched {
+    child: Child,
+    release: Option<OwnedFd>,
+}
+
+impl Launched {
+    /// Starts `/bin/sh` that waits on a pipe, then execs the command in the same process, so
+    /// the pid the probes follow is the command's pid from its first instruction.
+    fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
+        if argv.is_empty() {
+            bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
+        }
+        let (gate_rd, gate_wr) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating a pipe")?;
+        let rd = gate_rd.as_raw_fd();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg("IFS= read -r _ <&3 || exit 111; exec 3<&-; exec \"$@\"")
+            .arg("scanprof-run")
+            .args(argv);
+        // SAFETY: dup2 and fcntl are async-signal-safe; the closure touches no other state.
+        // The child gets the gate as fd 3 without O_CLOEXEC (dup2 to itself would keep the flag).
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = if rd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(rd, 3)
+                };
+                if r < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
+        drop(gate_rd);
+        Ok(Launched {
+            child,
+            release: Some(gate_wr),
+        })
+    }
+
+    fn release(&mut self) -> anyhow::Result<()> {
+        if let Some(fd) = self.release.take() {
+            nix::unistd::write(&fd, b"go\n").context("releasing the launched command")?;
+        }
+        Ok(())
+    }
+
+    /// Ends the command if it outlived the run: SIGTERM, then SIGKILL after 2 s. Reaps it.
+    fn finish(&mut self) {
+        self.release = None;
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let pid = Pid::from_raw(self.child.id() as i32);
+            let _ = kill(pid, Signal::SIGTERM);
+            for _ in 0..40 {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn collect(
+    cfg: SessionConfig,
+    stop: Arc<AtomicBool>,
+    tx: Sender<Update>,
+    ready: Sender<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let mut launched = None;
+    let mut setup = || -> anyhow::Result<(Collector, u64)> {
+        let roots = match &cfg.target {
+            Target::Pids(pids) => pids.clone(),
+            Target::Command(argv) => {
+                let l = Launched::spawn(argv)?;
+                let pid = l.child.id();
+                launched = Some(l);
+                vec![pid]
+            }
+        };
+        let family = ProcessTable::discover(&roots)?;
+        let features = KernelFeatures::detect();
+        let probes = ProbeSet::load(&cfg.probe_options, &features)?;
+        let start_ns = monotonic_ns();
+        let collector = Collector::new(probes, family, start_ns)?;
+        Ok((collector, start_ns))
+    };
+    let setup = setup();
+    let (mut collector, start_ns) = match setup {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(l) = launched.as_mut() {
+                l.finish();
+            }
+            let msg = format!("{e:#}");
+            let _ = ready.send(Err(e));
+            bail!(msg);
+        }
+    };
+    if let Some(l) = launched.as_mut() {
+        if let Err(e) = l.release() {
+            l.finish();
+            let msg = format!("{e:#}");
+            let _ = ready.send(Err(e));
+            bail!(msg);
+        }
+    }
+    let probes = collector.probes().status().to_vec();
+    let warnings: Vec<String> = probes
+        .iter()
+        .filter(|p| !p.attached)
+        .map(|p| {
+            format!(
+                "probe {} unavailable ({}): its figures are missing from this run",
+                p.name,
+                p.error.as_deref().unwrap_or("unknown error")
+            )
+        })
+        .collect();
+    let _ = tx.send(Update::Started {
+        processes: collector.family.members().to_vec(),
+        probes: probes.clone(),
+    });
+    let _ = ready.send(Ok(()));
+
+    let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
+    let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
+    let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
+    let mut next_tick = start_ns + interval_ns;
+    let mut last: CounterSample;
+    let end_reason = loop {
+        // Sleep in short steps: the ring buffer is drained and the stop flag seen promptly.
+        let mut exited = false;
+        loop {
+            for e in collector.poll_events() {
+                if let FamilyEvent::Exited { .. } = e {
+                    exited = true;
+                }
+            }
+            let now = monotonic_ns();
+            if now >= next_tick || stop.load(Ordering::Relaxed) || end_ns.is_some_and(|e| now >= e) {
+                break;
+            }
+            if exited {
+                collector.family.reap_vanished();
+                if !collector.family.any_alive() {
+                    break;
+                }
+            }
+            let wait = (next_tick - now).min(end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)));
+            std::thread::sleep(Duration::from_nanos(wait.min(50_000_000)));
+        }
+        collector.family.reap_vanished();
+        let now = monotonic_ns();
+        last = collector.sample(now);
+        let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &warnings))));
+        next_tick += interval_ns;
+        if next_tick <= now {
+            next_tick = now + interval_ns;
+        }
+        if stop.load(Ordering::Relaxed) {
+            break EndReason::Interrupted;
+        }
+        if end_ns.is_some_and(|e| now >= e) {
+            break EndReason::Duration;
+        }
+        if !collector.family.any_alive() {
+            break EndReason::FamilyExited;
+        }
+    };
+    if let Some(l) = launched.as_mut() {
+        l.finish();
+    }
+    // Records streamed while the command was ended (its exit) still belong to the run.
+    collector.poll_events();
+    let mut final_warnings = warnings;
+    if last.health.lost_events > 0 {
+        final_warnings.push(format!(
+            "{} probe records were lost (ring buffer full): process and blocking events may be incomplete",
+            last.health.lost_events
+        ));
+    }
+    last.processes = collector.family.members().to_vec();
+    let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
+    let _ = tx.send(Update::Done(Box::new(summary)));
+    // The probes detach here, when the collector (and its ProbeSet) is dropped.
+    drop(collector);
+    Ok(())
+}

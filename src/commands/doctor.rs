@@ -1,0 +1,238 @@
+//! `scanprof doctor`: what this machine allows scanprof to measure, and what to do about the rest.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use crate::probes::{self, KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Ok,
+    Degraded,
+    Missing,
+    Info,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    name: String,
+    status: Status,
+    detail: String,
+    /// what the user can do about it
+    advice: Option<String>,
+}
+
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>, advice: Option<&str>) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        advice: advice.map(str::to_string),
+    }
+}
+
+/// Effective capability bits of this process, from /proc/self/status.
+fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+fn checks() -> Vec<Check> {
+    let mut out = Vec::new();
+    let caps = effective_caps();
+    let (cap_sys_admin, cap_perfmon, cap_bpf) =
+        (caps >> 21 & 1 == 1, caps >> 38 & 1 == 1, caps >> 39 & 1 == 1);
+    let privileged = cap_sys_admin || (cap_bpf && cap_perfmon);
+    out.push(if privileged {
+        check(
+            "privileges",
+            Status::Ok,
+            "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) held",
+            None,
+        )
+    } else {
+        check(
+            "privileges",
+            Status::Missing,
+            "neither CAP_SYS_ADMIN nor CAP_BPF+CAP_PERFMON",
+            Some("run scanprof as root (sudo), or grant it cap_bpf,cap_perfmon+ep"),
+        )
+    });
+    let features = KernelFeatures::detect();
+    out.push(if features.btf {
+        check("btf", Status::Ok, "/sys/kernel/btf/vmlinux present", None)
+    } else {
+        check(
+            "btf",
+            Status::Missing,
+            "no kernel BTF",
+            Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.x)"),
+        )
+    });
+    let tracefs = Path::new("/sys/kernel/tracing/events").is_dir();
+    out.push(if tracefs {
+        check("tracefs", Status::Ok, "/sys/kernel/tracing mounted", None)
+    } else {
+        check(
+            "tracefs",
+            Status::Info,
+            "not mounted: scanprof does not need it, bpftrace cross-checks do",
+            Some("mount -t tracefs nodev /sys/kernel/tracing"),
+        )
+    });
+    for (tp, what) in TRACEPOINTS {
+        out.push(if probes::tracepoint_exists(tp) {
+            check(format!("tracepoint {tp}"), Status::Ok, what, None)
+        } else {
+            check(
+                format!("tracepoint {tp}"),
+                Status::Degraded,
+                format!("absent on this kernel: no {what}"),
+                Some("a newer kernel has it; scanprof runs without it"),
+            )
+        });
+    }
+    out.push(match (features.kfree_skb_reason, features.kfree_skb_rx_sk) {
+        (true, true) => check(
+            "drop reasons",
+            Status::Ok,
+            "kfree_skb carries reason and receiving socket",
+            None,
+        ),
+        (true, false) => check(
+            "drop reasons",
+            Status::Degraded,
+            "kfree_skb has reasons but no rx_sk: replies lost at the scanner's own socket are not attributed",
+            Some("kernel 6.8 or newer adds rx_sk"),
+        ),
+        _ => check(
+            "drop reasons",
+            Status::Degraded,
+            "kfree_skb has no drop reason (kernel older than 5.17)",
+            Some("drops are still counted by location"),
+        ),
+    });
+    let uprobe = Path::new("/sys/bus/event_source/devices/uprobe").exists();
+    out.push(if uprobe {
+        check(
+            "uprobes",
+            Status::Ok,
+            "available: scanner profiles can read rates from the scanner's functions",
+            None,
+        )
+    } else {
+        check(
+            "uprobes",
+            Status::Degraded,
+            "absent: scanner functions cannot be probed",
+            Some("enable CONFIG_UPROBE_EVENTS"),
+        )
+    });
+    let kprobe = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    out.push(check(
+        "kprobes",
+        Status::Info,
+        if kprobe {
+            "available (scanprof does not need them)"
+        } else {
+            "absent (scanprof does not need them)"
+        },
+        None,
+    ));
+    for tool in ["bpftrace", "perf"] {
+        out.push(if on_path(tool) {
+            check(
+                tool,
+                Status::Info,
+                "installed: independent counts can be taken",
+                None,
+            )
+        } else {
+            check(
+                tool,
+                Status::Info,
+                "not installed",
+                Some("apt-get install bpftrace linux-perf (for cross-checks only)"),
+            )
+        });
+    }
+    if privileged && features.btf {
+        match ProbeSet::load(&ProbeOptions::default(), &features) {
+            Ok(set) => {
+                for p in set.status() {
+                    out.push(if p.attached {
+                        check(
+                            format!("probe {}", p.name),
+                            Status::Ok,
+                            "loads and attaches",
+                            None,
+                        )
+                    } else {
+                        check(
+                            format!("probe {}", p.name),
+                            Status::Degraded,
+                            p.error.clone().unwrap_or_default(),
+                            Some("its figures will be missing; the rest works"),
+                        )
+                    });
+                }
+            }
+            Err(e) => out.push(check(
+                "probes",
+                Status::Missing,
+                e.to_string(),
+                Some("see the checks above"),
+            )),
+        }
+    }
+    out
+}
+
+pub fn run(json: bool) -> anyhow::Result<ExitCode> {
+    let checks = checks();
+    let usable = !checks.iter().any(|c| c.status == Status::Missing);
+    if json {
+        println!("{}", serde_json::json!({ "usable": usable, "checks": checks }));
+    } else {
+        for c in &checks {
+            let tag = match c.status {
+                Status::Ok => "ok      ",
+                Status::Degraded => "DEGRADED",
+                Status::Missing => "MISSING ",
+                Status::Info => "info    ",
+            };
+            println!("{tag} {:<36} {}", c.name, c.detail);
+            if let Some(a) = &c.advice {
+                if c.status != Status::Ok {
+                    println!("         {:<36} -> {a}", "");
+                }
+            }
+        }
+        println!(
+            "\n{}",
+            if usable {
+                "scanprof can profile on this machine."
+            } else {
+                "scanprof cannot profile here until the MISSING items are fixed."
+            }
+        );
+    }
+    Ok(if usable {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

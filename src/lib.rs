@@ -1,0 +1,14 @@
+//! scanprof: an eBPF profiler for packet scanners. Data flows one way:
+//! probes (kernel side, loaded by `probes`) -> `collect` (typed counters) -> `analysis` (pure:
+//! rates, funnel, budgets, statistics, one `Snapshot` per tick) -> `views`. docs/architecture.md
+//! says where new code goes.
+
+pub mod analysis;
+pub mod cli;
+pub mod collect;
+pub mod commands;
+pub mod lab;
+pub mod probes;
+pub mod senders;
+pub mod system;
+pub mod views;

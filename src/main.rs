@@ -1,0 +1,23 @@
+//! scanprof: parse the command line and hand it to the subcommand; print errors as one clear line.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use scanprof::cli::{Cli, Command};
+use scanprof::collect::session::Target;
+use scanprof::commands;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Attach { pids, run } => commands::profile::run(Target::Pids(pids.clone()), run),
+        Command::Run { run, command } => commands::profile::run(Target::Command(command.clone()), run),
+        Command::Doctor { json } => commands::doctor::run(*json),
+        Command::Send(o) => commands::send::run(o),
+        Command::Lab(o) => commands::lab::run(o),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("scanprof: {e:#}");
+        ExitCode::from(2)
+    })
+}

@@ -1,0 +1,110 @@
+//! What the running kernel offers the probes, read from its BTF: whether it has BTF at all, the
+//! shape of the kfree_skb tracepoint, and the names of its drop reasons (their numbers differ
+//! between kernels, so they are never hard-coded).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use libbpf_rs::btf::types::{Enum, FuncProto, Typedef};
+use libbpf_rs::btf::{Btf, BtfKind};
+
+/// Kernel facts that decide which probe variants load.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KernelFeatures {
+    /// /sys/kernel/btf/vmlinux exists (CO-RE and tp_btf need it)
+    pub btf: bool,
+    /// the kfree_skb tracepoint passes the receiving socket (kernels >= 6.8)
+    pub kfree_skb_rx_sk: bool,
+    /// the kfree_skb tracepoint passes a drop reason (kernels >= 5.17)
+    pub kfree_skb_reason: bool,
+    /// numeric value of SKB_DROP_REASON_NO_SOCKET on this kernel
+    pub drop_reason_no_socket: u32,
+}
+
+impl KernelFeatures {
+    /// Reads the running kernel's BTF.
+    pub fn detect() -> KernelFeatures {
+        let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+        let vmlinux = if btf { Btf::from_vmlinux().ok() } else { None };
+        let params = vmlinux
+            .as_ref()
+            .and_then(|b| tracepoint_params(b, "kfree_skb"))
+            .unwrap_or(0);
+        let reasons = drop_reason_names().unwrap_or_default();
+        let no_socket = reasons
+            .iter()
+            .find(|(_, n)| n.as_str() == "NO_SOCKET")
+            .map(|(v, _)| *v)
+            .unwrap_or(3);
+        KernelFeatures {
+            btf,
+            // (void *ctx, skb, location, reason, rx_sk)
+            kfree_skb_rx_sk: params >= 5,
+            kfree_skb_reason: params >= 4,
+            drop_reason_no_socket: no_socket,
+        }
+    }
+}
+
+/// Number of parameters of a tp_btf tracepoint's prototype (including the leading ctx).
+fn tracepoint_params(btf: &Btf<'_>, tracepoint: &str) -> Option<usize> {
+    use libbpf_rs::btf::ReferencesType as _;
+    let typedef: Typedef<'_> = btf.type_by_name(&format!("btf_trace_{tracepoint}"))?;
+    let ptr = typedef.referenced_type();
+    let proto = ptr.next_type()?;
+    if proto.kind() != BtfKind::FuncProto {
+        return None;
+    }
+    let proto = FuncProto::try_from(proto).ok()?;
+    Some(proto.len())
+}
+
+/// The running kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix.
+pub fn drop_reason_names() -> Option<BTreeMap<u32, String>> {
+    let btf = Btf::from_vmlinux().ok()?;
+    let reasons: Enum<'_> = btf.type_by_name("skb_drop_reason")?;
+    Some(
+        reasons
+            .iter()
+            .filter_map(|m| {
+                let name = m.name?.to_string_lossy();
+                let short = name.strip_prefix("SKB_DROP_REASON_").unwrap_or(&name);
+                Some((u32::try_from(m.value).ok()?, short.to_string()))
+            })
+            .collect(),
+    )
+}
+
+/// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
+pub const TRACEPOINTS: [(&str, &str); 16] = [
+    (
+        "sched_process_fork",
+        "following children and threads of the target",
+    ),
+    ("sched_process_exec", "following execs in the target's family"),
+    ("sched_process_exit", "noticing when the family exits"),
+    ("sys_enter", "send syscall counts, sockets, gaps"),
+    ("sys_exit", "send results, errors and durations"),
+    ("sched_switch", "time budget and blocking sites"),
+    ("sched_wakeup", "separating sleep from waiting for a CPU"),
+    ("sched_wakeup_new", "the same for new threads"),
+    ("net_dev_queue", "packets entering dev_queue_xmit"),
+    ("qdisc_enqueue", "qdisc stage and queue depth"),
+    ("qdisc_dequeue", "qdisc stage"),
+    ("net_dev_xmit", "device transmit stage and driver return codes"),
+    (
+        "neigh_event_send_done",
+        "packets waiting for neighbour resolution",
+    ),
+    ("neigh_timer_handler", "failed neighbour resolutions"),
+    ("neigh_update", "finished neighbour resolutions"),
+    ("kfree_skb", "every packet drop, reason and location"),
+];
+
+/// Whether the running kernel has a BTF-typed tracepoint of that name.
+pub fn tracepoint_exists(name: &str) -> bool {
+    Btf::from_vmlinux().ok().is_some_and(|b| {
+        b.type_by_name::<Typedef<'_>>(&format!("btf_trace_{name}"))
+            .is_some()
+    })
+}

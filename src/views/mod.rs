@@ -1,0 +1,5 @@
+//! What people look at, all rendered from the same `Snapshot`/`Summary`: the NDJSON stream for
+//! machines and the text report for people (the live terminal view joins them here).
+
+pub mod json;
+pub mod text;

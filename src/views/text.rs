@@ -1,0 +1,201 @@
+//! The readable report printed at the end of a headless run, and the one-line tick status.
+
+use std::fmt::Write as _;
+
+use crate::analysis::{EndReason, Snapshot, Summary, STAGES};
+use crate::collect::DropClass;
+
+/// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
+pub fn tick_line(s: &Snapshot) -> String {
+    let mut out = format!("[{:7.1} s] achieved {:>10.1} pps", s.t_s, s.achieved_pps);
+    if let (Some(req), Some(r)) = (s.requested_pps, s.ratio) {
+        let _ = write!(out, " of {req:.0} requested ({:5.1}%)", r * 100.0);
+    }
+    let lost: f64 = s
+        .drops
+        .iter()
+        .filter(|d| d.class == DropClass::TargetLoss)
+        .map(|d| d.rate)
+        .sum();
+    if lost > 0.0 {
+        let _ = write!(out, ", target packets dropped {lost:.1}/s");
+    }
+    out
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn ns(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.3} s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.3} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} us", v / 1e3)
+    } else {
+        format!("{v:.0} ns")
+    }
+}
+
+/// The end-of-run report.
+pub fn summary(s: &Summary) -> String {
+    let mut o = String::new();
+    let why = match s.end_reason {
+        EndReason::Duration => "the requested duration elapsed",
+        EndReason::FamilyExited => "the target's whole process family exited",
+        EndReason::Interrupted => "interrupted",
+    };
+    let _ = writeln!(o, "scanprof: run of {:.2} s ended: {why}", s.duration_s);
+    let _ = writeln!(o, "\nprocess family:");
+    for p in &s.processes {
+        let state = match (p.alive, p.exit_code) {
+            (true, _) => "running".to_string(),
+            (false, Some(c)) if c & 0x7f != 0 => format!("killed by signal {}", c & 0x7f),
+            (false, Some(c)) => format!("exited {}", c >> 8),
+            (false, None) => "exited".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}]",
+            p.pid,
+            p.ppid,
+            p.comm,
+            p.exe,
+            if p.root { ", target" } else { "" }
+        );
+    }
+    let _ = writeln!(o);
+    match s.requested_pps {
+        Some(r) => {
+            let _ = write!(o, "requested {r:.0} pps, ");
+        }
+        None => {
+            let _ = write!(o, "requested rate unknown (--requested PPS), ");
+        }
+    }
+    let _ = write!(o, "achieved {:.1} pps", s.achieved_pps);
+    if let Some(r) = s.ratio {
+        let _ = write!(o, " ({})", pct(r));
+    }
+    let _ = writeln!(
+        o,
+        ": {} packets in a {:.3} s send window, {} send calls, {} failed",
+        s.packets, s.send_window_s, s.send_calls, s.failed_calls
+    );
+    if let Some(st) = &s.rate_stats {
+        let _ = writeln!(
+            o,
+            "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} outliers left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
+            st.n, st.median, st.uncertainty, st.mean, st.outliers, st.p95, st.p99, st.min, st.max
+        );
+    }
+    let _ = writeln!(o, "\nfunnel (per second over the send window):");
+    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
+    for name in STAGES {
+        let pps = s.stages.get(name).copied().unwrap_or(0.0);
+        let count = s.stage_counts.get(name).copied().unwrap_or(0);
+        let mut line = format!("  {name:<16} {pps:>12.1} /s {count:>12}");
+        if let Some(r) = s.requested_pps.filter(|r| *r > 0.0) {
+            let _ = write!(line, "  {:>7}", pct(pps / r));
+        }
+        if no_qdisc && name.starts_with("qdisc") {
+            line.push_str("  (no queueing qdisc on the path)");
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if !s.errors.is_empty() {
+        let list: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(o, "send errors: {}", list.join(", "));
+    }
+    let total = s.budget.total_ns().max(1) as f64;
+    if s.budget.total_ns() > 0 {
+        let b = &s.budget;
+        let _ = writeln!(
+            o,
+            "\nsender threads' time: sending {} | blocked in send {} | sleeping {} | preempted/waiting for CPU {} | other (user code, pacing) {}",
+            pct(b.send_ns as f64 / total),
+            pct(b.blocked_send_ns as f64 / total),
+            pct(b.sleep_ns as f64 / total),
+            pct(b.preempted_ns as f64 / total),
+            pct(b.other_ns as f64 / total)
+        );
+    }
+    for b in s.block_sites.iter().take(5) {
+        let _ = writeln!(
+            o,
+            "  blocked in send {:.3} s at {} (pid {}, {} episodes, {} of blocked time)",
+            b.blocked_s,
+            b.wait_site,
+            b.pid,
+            b.episodes,
+            pct(b.share)
+        );
+    }
+    if let Some(mean) = s.gap.mean_ns {
+        let _ = write!(o, "inter-send gap: mean {}", ns(mean));
+        if let (Some(p50), Some(p99)) = (s.gap.p50_ns, s.gap.p99_ns) {
+            let _ = write!(o, ", p50 {}, p99 {}", ns(p50), ns(p99));
+        }
+        if let Some(slot) = s.gap.slot_ns {
+            let _ = write!(o, " (requested slot {})", ns(slot));
+        }
+        let _ = writeln!(o);
+    }
+    if let (Some(p50), Some(p99)) = (s.latency_p50_ns, s.latency_p99_ns) {
+        let _ = writeln!(o, "send syscall duration: p50 {}, p99 {}", ns(p50), ns(p99));
+    }
+    let _ = writeln!(o, "\ndrops:");
+    let mine: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| d.class != DropClass::Unrelated)
+        .collect();
+    if mine.is_empty() {
+        let _ = writeln!(o, "  none of the target's packets or replies were dropped");
+    }
+    for d in &mine {
+        let _ = writeln!(
+            o,
+            "  {:<12} {:<22} {:>10}  at {}  dev {}  pid {}",
+            format!("{:?}", d.class),
+            d.reason,
+            d.count,
+            d.location,
+            d.device.as_deref().unwrap_or("-"),
+            d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    let others: u64 = s
+        .drops
+        .iter()
+        .filter(|d| d.class == DropClass::Unrelated)
+        .map(|d| d.count)
+        .sum();
+    if others > 0 {
+        let _ = writeln!(
+            o,
+            "  (and {others} drops of other processes' packets on this machine)"
+        );
+    }
+    for q in s.queues.iter().filter(|q| q.qlen_max > 0) {
+        let _ = writeln!(
+            o,
+            "qdisc on {} peaked at {} packets / {} bytes queued",
+            q.device, q.qlen_max, q.backlog_max
+        );
+    }
+    for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
+        let _ = writeln!(
+            o,
+            "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
+            d.device, d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
+        );
+    }
+    let _ = writeln!(o, "\nlost probe records: {}", s.lost_events);
+    for w in &s.warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    o
+}
