@@ -368,7 +368,7 @@ impl Collector {
                 episodes: v.count,
             });
         }
-        block_sites.sort_by(|a, b| b.blocked_ns.cmp(&a.blocked_ns));
+        block_sites.sort_by_key(|b| std::cmp::Reverse(b.blocked_ns));
 
         let h = self.probes.health();
         let health = Health {

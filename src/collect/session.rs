@@ -112,6 +112,12 @@ impl Launched {
         if argv.is_empty() {
             bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
         }
+        if !is_executable_command(&argv[0]) {
+            bail!(
+                "command not found or not executable: {} (give a path, or a name on PATH)",
+                argv[0]
+            );
+        }
         let (gate_rd, gate_wr) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating a pipe")?;
         let rd = gate_rd.as_raw_fd();
@@ -166,6 +172,19 @@ impl Launched {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Whether `cmd` names an executable file: a path, or a name found on PATH.
+fn is_executable_command(cmd: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.contains('/') {
+        return executable(std::path::Path::new(cmd));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(cmd))))
 }
 
 fn collect(

@@ -136,6 +136,7 @@ impl ProbeSet {
     /// left out with a status entry saying why; only a failure of the core (family
     /// tracking) is an error.
     pub fn load(opts: &ProbeOptions, features: &KernelFeatures) -> Result<ProbeSet, ProbeError> {
+        quiet_libbpf();
         if !features.btf {
             return Err(ProbeError::NoBtf);
         }
@@ -418,6 +419,15 @@ impl ProbeSet {
         let _ = self.ring.consume();
         self.events_rx.try_iter().collect()
     }
+}
+
+/// libbpf's own log (verifier output, RLIMIT notes) goes to stderr only with SCANPROF_DEBUG set:
+/// scanprof reports what failed in its own words.
+fn quiet_libbpf() {
+    if std::env::var_os("SCANPROF_DEBUG").is_some() {
+        return;
+    }
+    libbpf_rs::set_print(None);
 }
 
 fn open(name: &str, bytes: &[u8]) -> Result<OpenObject, ProbeError> {
