@@ -23,7 +23,13 @@ pub enum Command {
     /// Profile running processes (and their whole process family) by pid.
     Attach {
         /// Process to profile, with its threads and children (repeatable).
-        #[arg(short, long = "pid", required = true, value_name = "PID", allow_negative_numbers = true)]
+        #[arg(
+            short,
+            long = "pid",
+            required = true,
+            value_name = "PID",
+            allow_negative_numbers = true
+        )]
         pids: Vec<u32>,
         #[command(flatten)]
         run: RunOptions,
@@ -116,6 +122,9 @@ pub enum Scenario {
     ClosedPort,
     /// A small send buffer behind a slow qdisc with a long queue: the sender blocks in send.
     Blocking,
+    /// Packets to a lab address nobody answers ARP for: they wait for resolution, then
+    /// NEIGH_FAILED drops.
+    UnresolvedNeighbour,
 }
 
 #[derive(Debug, Clone, Args)]

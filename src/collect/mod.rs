@@ -390,12 +390,6 @@ impl Collector {
             health,
         }
     }
-
-    /// Symbolized kernel stack of a stack id (for blocking episodes).
-    pub fn stack(&mut self, id: i32) -> Vec<String> {
-        let addrs = self.probes.kernel_stack(id).unwrap_or_default();
-        self.symbols.stack(&addrs)
-    }
 }
 
 fn cstr(bytes: &[i8]) -> String {
@@ -484,3 +478,7 @@ pub fn errno_name(errno: i32) -> String {
     }
     format!("{:?}", nix::errno::Errno::from_raw(errno))
 }
+
+#[cfg(test)]
+#[path = "budget_tests.rs"]
+mod budget_tests;

@@ -23,6 +23,8 @@ const CLOSED_PORT: u16 = 9;
 /// A scenario's staging: the link, the sender's flags, and its default rate.
 pub struct Staging {
     pub tbf: Option<TbfConfig>,
+    /// aim at an unused address of the lab subnet instead of the target
+    pub unanswered: bool,
     pub rate: f64,
     pub size: usize,
     pub sndbuf: Option<usize>,
@@ -41,6 +43,7 @@ pub fn staging(s: Scenario) -> Staging {
     match s {
         Scenario::Healthy => Staging {
             tbf: None,
+            unanswered: false,
             rate: 10_000.0,
             size: 64,
             sndbuf: None,
@@ -50,6 +53,7 @@ pub fn staging(s: Scenario) -> Staging {
         // 5000 pps x 512 B = 20 Mbit/s into a 2 Mbit/s bucket with a 10 kB queue.
         Scenario::QdiscDrop => Staging {
             tbf: tbf("2mbit", "10kb"),
+            unanswered: false,
             rate: 5_000.0,
             size: 512,
             sndbuf: None,
@@ -58,6 +62,7 @@ pub fn staging(s: Scenario) -> Staging {
         },
         Scenario::ClosedPort => Staging {
             tbf: None,
+            unanswered: false,
             rate: 2_000.0,
             size: 64,
             sndbuf: None,
@@ -67,13 +72,30 @@ pub fn staging(s: Scenario) -> Staging {
         // 2000 pps x 1000 B into 2 Mbit/s with a deep queue: the small send buffer fills and sendto blocks.
         Scenario::Blocking => Staging {
             tbf: tbf("2mbit", "2mb"),
+            unanswered: false,
             rate: 2_000.0,
             size: 1000,
             sndbuf: Some(16_384),
             port: SINK_PORT,
             sink: true,
         },
+        // ARP for it gets no answer inside the lab: each resolution fails after ~3 s.
+        Scenario::UnresolvedNeighbour => Staging {
+            tbf: None,
+            unanswered: true,
+            rate: 200.0,
+            size: 64,
+            sndbuf: None,
+            port: SINK_PORT,
+            sink: false,
+        },
     }
+}
+
+/// An address of the lab subnet that no host has (the lab pins its two hosts' neighbours).
+fn unanswered_address(lab: &Lab) -> std::net::Ipv4Addr {
+    let [a, b, c, _] = lab.target_addr.octets();
+    std::net::Ipv4Addr::new(a, b, c, 77)
 }
 
 /// What the lab measured beside scanprof.
@@ -111,7 +133,15 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         [
             "send",
             "--to",
-            &format!("{}:{}", lab.target_addr, stage.port),
+            &format!(
+                "{}:{}",
+                if stage.unanswered {
+                    unanswered_address(&lab)
+                } else {
+                    lab.target_addr
+                },
+                stage.port
+            ),
             "--rate",
             &rate.to_string(),
             "--duration",
