@@ -74,14 +74,16 @@ impl Totals {
         ]
     }
 
-    /// The send window, ns, stretched by one mean inter-packet interval so that N packets
-    /// sent at rate R give N / window = R exactly (rather than (N-1) / span).
+    /// The send window, ns: first to last sending call, stretched by one mean interval between
+    /// calls, so that N calls at R per second give N / window = R exactly (rather than
+    /// (N-1) / span), also when each call carries a batch of packets.
     fn window_ns(&self) -> Option<f64> {
-        if self.packets < 2 || self.last_send_ns <= self.first_send_ns {
+        let sending_calls = self.calls.saturating_sub(self.failed_calls);
+        if sending_calls < 2 || self.packets < 2 || self.last_send_ns <= self.first_send_ns {
             return None;
         }
         let span = (self.last_send_ns - self.first_send_ns) as f64;
-        Some(span * self.packets as f64 / (self.packets - 1) as f64)
+        Some(span * sending_calls as f64 / (sending_calls - 1) as f64)
     }
 }
 
@@ -318,7 +320,7 @@ fn comm_of(s: &CounterSample, pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// Threads that sent packets (in the interval, or at all when `prev` is None).
+/// Sender threads over the interval (`prev` given) or the whole run (`prev` None).
 fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u64) -> Vec<ThreadView> {
     let interval_s = interval_ns.max(1) as f64 / 1e9;
     s.threads
@@ -329,7 +331,10 @@ fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u6
             let b = before.unwrap_or(&zero);
             let packets = th.packets.saturating_sub(b.packets);
             let calls = th.calls.saturating_sub(b.calls);
-            if calls == 0 && th.packets == 0 {
+            // A tick lists the threads that called send in it and the live ones that sent
+            // before (a sender blocked for the whole tick shows with 0 pps); the run lists all.
+            let listed = calls > 0 || (th.calls > 0 && (prev.is_none() || !th.exited));
+            if !listed {
                 return None;
             }
             let budget = th.budget.saturating_sub(&b.budget);

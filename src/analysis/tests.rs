@@ -1,1 +1,772 @@
+//! Unit tests of the pure analysis: fixed `CounterSample`s with explicit timestamps go through
+//! `Analyzer::tick` and `Analyzer::summary`, and every expected number below is worked out by
+//! hand in the comments next to it.
 
+use super::hist::Histogram;
+use super::*;
+use crate::collect::family::ProcessInfo;
+use crate::collect::{
+    CounterSample, DeviceCounters, DropClass, DropCount, QueueDepth, ThreadCounters, TimeBudget,
+};
+
+/// CLOCK_MONOTONIC at attach: not 0, so code that confuses "since attach" with "since boot" shows.
+const START: u64 = 10_000_000_000;
+const SEC: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
+fn assert_close(actual: f64, expected: f64) {
+    let tolerance = 1e-9 * expected.abs().max(1.0);
+    assert!((actual - expected).abs() <= tolerance, "{actual} != {expected}");
+}
+
+/// Builds one cumulative `CounterSample` taken at an explicit time.
+struct SampleBuilder(CounterSample);
+
+fn sample(t_ns: u64) -> SampleBuilder {
+    SampleBuilder(CounterSample {
+        t_ns,
+        ..Default::default()
+    })
+}
+
+impl SampleBuilder {
+    fn thread(mut self, th: ThreadCounters) -> Self {
+        self.0.threads.push(th);
+        self
+    }
+
+    fn device(mut self, d: DeviceCounters) -> Self {
+        self.0.devices.push(d);
+        self
+    }
+
+    fn drops(mut self, d: DropCount) -> Self {
+        self.0.drops.push(d);
+        self
+    }
+
+    fn queue(mut self, device: &str, netns: u32, qlen_max: u64, backlog_max: u64) -> Self {
+        self.0.queues.push(QueueDepth {
+            device: device.to_string(),
+            netns,
+            qlen_max,
+            backlog_max,
+        });
+        self
+    }
+
+    fn process(mut self, pid: u32, ppid: u32, comm: &str) -> Self {
+        self.0.processes.push(ProcessInfo {
+            pid,
+            ppid,
+            comm: comm.to_string(),
+            exe: format!("/usr/bin/{comm}"),
+            root: ppid == 1,
+            alive: true,
+            exit_code: None,
+        });
+        self
+    }
+
+    fn build(self) -> CounterSample {
+        self.0
+    }
+}
+
+/// A thread that sent `packets` packets, one per call, the first at `first_ns`, the latest at
+/// `last_ns`.
+fn sender(pid: u32, tid: u32, packets: u64, first_ns: u64, last_ns: u64) -> ThreadCounters {
+    ThreadCounters {
+        tid,
+        pid,
+        calls: packets,
+        packets,
+        bytes: packets * 60,
+        first_send_ns: first_ns,
+        last_send_ns: last_ns,
+        ..Default::default()
+    }
+}
+
+/// Stage counters of the device `name` (ifindex, netns) for one family pid, or everyone's (None).
+fn device(name: &str, ifindex: u32, netns: u32, pid: Option<u32>) -> DeviceCounters {
+    DeviceCounters {
+        device: name.to_string(),
+        ifindex,
+        netns,
+        pid,
+        ..Default::default()
+    }
+}
+
+fn drop_count(class: DropClass, reason: &str, location: &str, pid: Option<u32>, count: u64) -> DropCount {
+    DropCount {
+        reason: reason.to_string(),
+        location: location.to_string(),
+        device: Some("eth0".to_string()),
+        ifindex: 2,
+        netns: 1,
+        class,
+        pid,
+        count,
+    }
+}
+
+fn summary_of(a: &Analyzer, last: &CounterSample) -> Summary {
+    a.summary(last, EndReason::Duration, Vec::new(), Vec::new())
+}
+
+fn stage<'a>(snap: &'a Snapshot, name: &str) -> &'a Stage {
+    snap.stages
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no stage {name}"))
+}
+
+/// Cumulative counters for the funnel test: (calls, packets, dev queued, qdisc enqueued,
+/// qdisc dequeued, driver accepted, target drops).
+fn funnel_sample(t_ns: u64, c: [u64; 7]) -> CounterSample {
+    let [calls, packets, queued, enqueued, dequeued, xmit_ok, target_drops] = c;
+    sample(t_ns)
+        .thread(ThreadCounters {
+            calls,
+            ..sender(100, 101, packets, START + 1, t_ns - 1)
+        })
+        .device(DeviceCounters {
+            queued,
+            enqueued,
+            dequeued,
+            xmit_ok,
+            ..device("eth0", 2, 1, Some(100))
+        })
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x7a",
+            Some(100),
+            target_drops,
+        ))
+        .build()
+}
+
+#[test]
+fn tick_rates_every_stage_in_order_against_requested() {
+    let mut a = Analyzer::new(Some(2000.0), START);
+    let s1 = funnel_sample(START + SEC, [250, 500, 500, 500, 490, 480, 5]);
+    let s2 = funnel_sample(START + 2 * SEC, [750, 1500, 1500, 1400, 1300, 1200, 15]);
+
+    let first = a.tick(&s1, &[]);
+    // the first tick runs from attach: everything counted so far, over 1 s
+    assert_eq!(first.tick, 1);
+    assert_close(first.interval_s, 1.0);
+    assert_close(first.achieved_pps, 500.0);
+
+    let snap = a.tick(&s2, &[]);
+    assert_eq!(snap.tick, 2);
+    assert_close(snap.t_s, 2.0);
+    assert_close(snap.interval_s, 1.0);
+    // 1500 - 500 packets in 1 s, against 2000 requested
+    assert_close(snap.achieved_pps, 1000.0);
+    assert_close(snap.ratio.unwrap(), 0.5);
+
+    let names: Vec<&str> = snap.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, STAGES);
+    let counts: Vec<u64> = snap.stages.iter().map(|s| s.count).collect();
+    assert_eq!(counts, [500, 1000, 1000, 900, 810, 720, 10]);
+    let totals: Vec<u64> = snap.stages.iter().map(|s| s.total).collect();
+    assert_eq!(totals, [750, 1500, 1500, 1400, 1300, 1200, 15]);
+    for (st, count) in snap
+        .stages
+        .iter()
+        .zip([500.0, 1000.0, 1000.0, 900.0, 810.0, 720.0, 10.0])
+    {
+        assert_close(st.pps, count);
+        assert_close(st.ratio.unwrap(), count / 2000.0);
+    }
+}
+
+#[test]
+fn tick_divides_by_the_interval_between_samples() {
+    // samples 250 ms apart: 300 packets is 1200 pps
+    let mut a = Analyzer::new(Some(1000.0), START);
+    a.tick(
+        &sample(START + SEC)
+            .thread(sender(100, 101, 700, START + 1, START + SEC))
+            .build(),
+        &[],
+    );
+    let snap = a.tick(
+        &sample(START + SEC + 250 * MS)
+            .thread(sender(100, 101, 1000, START + 1, START + SEC + 249 * MS))
+            .build(),
+        &[],
+    );
+    assert_close(snap.interval_s, 0.25);
+    assert_close(snap.achieved_pps, 1200.0);
+    assert_close(snap.ratio.unwrap(), 1.2);
+    assert_close(stage(&snap, "syscall_packets").pps, 1200.0);
+    assert_eq!(stage(&snap, "syscall_packets").count, 300);
+}
+
+#[test]
+fn no_requested_rate_means_no_ratio() {
+    let mut a = Analyzer::new(None, START);
+    a.tick(
+        &sample(START + SEC)
+            .thread(sender(100, 101, 500, START + 1, START + SEC - 1))
+            .build(),
+        &[],
+    );
+    let last = sample(START + 2 * SEC)
+        .thread(sender(100, 101, 1500, START + 1, START + 2 * SEC - 1))
+        .build();
+    let snap = a.tick(&last, &[]);
+    assert_close(snap.achieved_pps, 1000.0);
+    assert_eq!(snap.ratio, None);
+    assert!(snap.stages.iter().all(|s| s.ratio.is_none()));
+    assert_eq!(snap.gap.slot_ns, None);
+
+    let sum = summary_of(&a, &last);
+    assert!(sum.achieved_pps > 0.0);
+    assert_eq!(sum.ratio, None);
+    assert_eq!(sum.gap.slot_ns, None);
+
+    // a requested rate of 0 is no rate to compare against either
+    let mut zero = Analyzer::new(Some(0.0), START);
+    assert_eq!(zero.tick(&last, &[]).ratio, None);
+}
+
+#[test]
+fn summary_rate_uses_the_stretched_send_window() {
+    // 2000 packets at 1000 pps in 1000 sendmmsg calls of two, one call every 2 ms: the first at
+    // +0.5 s, the last 999 intervals later. window = 1.998 s * 1000 / 999 = 2.000 s, so the rate
+    // is exactly 1000 (not 2000 / 1.998, and not 2000 over the 3 s run).
+    let a = Analyzer::new(Some(1250.0), START);
+    let first = START + 500 * MS;
+    let last = first + 1998 * MS;
+    let s = sample(START + 3 * SEC)
+        .thread(ThreadCounters {
+            calls: 1000, // sendmmsg, two packets a call
+            ..sender(100, 101, 2000, first, last)
+        })
+        .device(DeviceCounters {
+            queued: 2000,
+            enqueued: 1900,
+            dequeued: 1800,
+            xmit_ok: 1700,
+            ..device("eth0", 2, 1, Some(100))
+        })
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x7a",
+            Some(100),
+            100,
+        ))
+        .build();
+    let sum = summary_of(&a, &s);
+    assert_close(sum.duration_s, 3.0);
+    assert_close(sum.send_window_s, 2.0);
+    assert_eq!(
+        sum.achieved_pps, 1000.0,
+        "N packets over a (N-1)/R span give exactly R"
+    );
+    assert_close(sum.ratio.unwrap(), 0.8);
+    assert_eq!(sum.packets, 2000);
+    assert_eq!(sum.send_calls, 1000);
+    assert_eq!(sum.bytes, 120_000);
+
+    let expected = [
+        ("send_calls", 1000, 500.0),
+        ("syscall_packets", 2000, 1000.0),
+        ("dev_queue", 2000, 1000.0),
+        ("qdisc_enqueue", 1900, 950.0),
+        ("qdisc_dequeue", 1800, 900.0),
+        ("dev_xmit", 1700, 850.0),
+        ("target_drops", 100, 50.0),
+    ];
+    assert_eq!(sum.stages.len(), STAGES.len());
+    assert_eq!(sum.stage_counts.len(), STAGES.len());
+    for (name, count, pps) in expected {
+        assert_eq!(sum.stage_counts[name], count, "{name}");
+        assert_close(sum.stages[name], pps);
+    }
+}
+
+#[test]
+fn summary_with_fewer_than_two_packets_has_no_rate() {
+    let a = Analyzer::new(Some(1000.0), START);
+    let one = sample(START + 2 * SEC)
+        .thread(sender(100, 101, 1, START + SEC, START + SEC))
+        .device(DeviceCounters {
+            queued: 1,
+            xmit_ok: 1,
+            ..device("eth0", 2, 1, Some(100))
+        })
+        .build();
+    let sum = summary_of(&a, &one);
+    assert_eq!(sum.packets, 1);
+    assert_eq!(sum.stage_counts["dev_xmit"], 1);
+    assert_eq!(sum.achieved_pps, 0.0);
+    assert_eq!(sum.send_window_s, 0.0);
+    assert_eq!(sum.ratio, Some(0.0));
+    assert!(sum.stages.values().all(|pps| *pps == 0.0), "{:?}", sum.stages);
+    assert_close(sum.duration_s, 2.0);
+
+    let none = sample(START + 2 * SEC).thread(sender(100, 101, 0, 0, 0)).build();
+    let sum = summary_of(&a, &none);
+    assert_eq!(sum.achieved_pps, 0.0);
+    assert_eq!(sum.send_window_s, 0.0);
+    assert_eq!(sum.rate_stats, None);
+}
+
+#[test]
+fn rate_stats_use_only_ticks_inside_the_send_window() {
+    // 1000 pps from +0.5 s (packet i at +0.5 s + i ms) to +4.499 s: 4000 packets. Ticks end at
+    // +1..+5 s and hold 500, 1000, 1000, 1000, 500 packets; the first and last ticks are partial.
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let first = START + 500 * MS;
+    let cumulative = [
+        (1, 500, START + 999 * MS),
+        (2, 1500, START + 1999 * MS),
+        (3, 2500, START + 2999 * MS),
+        (4, 3500, START + 3999 * MS),
+        (5, 4000, START + 4499 * MS),
+    ];
+    let samples: Vec<CounterSample> = cumulative
+        .iter()
+        .map(|&(k, packets, last_ns)| {
+            sample(START + k * SEC)
+                .thread(sender(100, 101, packets, first, last_ns))
+                .build()
+        })
+        .collect();
+    let snaps: Vec<Snapshot> = samples.iter().map(|s| a.tick(s, &[])).collect();
+    let per_tick: Vec<f64> = snaps.iter().map(|s| s.achieved_pps).collect();
+    assert_eq!(per_tick, [500.0, 1000.0, 1000.0, 1000.0, 500.0]);
+
+    let sum = summary_of(&a, &samples[4]);
+    let stats = sum.rate_stats.expect("three complete ticks");
+    assert_eq!(stats.n, 3);
+    assert_eq!(stats.median, 1000.0);
+    assert_eq!(stats.min, 1000.0, "a partial tick was counted");
+    assert_eq!(stats.max, 1000.0);
+    // the window is 3.999 s * 4000 / 3999 = 4 s
+    assert_eq!(sum.achieved_pps, 1000.0);
+    // the last tick's snapshot sees the same send window
+    assert_eq!(snaps[4].rate_stats.as_ref().map(|s| s.n), Some(3));
+}
+
+#[test]
+fn only_target_loss_counts_as_target_drops_and_rates_come_from_deltas() {
+    const QDISC: &str = "__dev_queue_xmit+0x7a";
+    const NF: &str = "nf_hook_slow+0x9c";
+    const RCV: &str = "tcp_v4_rcv+0x1e4";
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let s1 = sample(START + SEC)
+        .thread(sender(100, 101, 1000, START + 1, START + SEC - 1))
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            QDISC,
+            Some(100),
+            10,
+        ))
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "NETFILTER_DROP",
+            NF,
+            Some(100),
+            2,
+        ))
+        .drops(drop_count(DropClass::Expected, "NO_SOCKET", RCV, Some(100), 50))
+        .drops(drop_count(DropClass::Unrelated, "NO_SOCKET", RCV, None, 1000))
+        .build();
+    // 0.5 s later; rows in another order, and a new reply-loss row whose key differs from the
+    // expected row's by the class alone
+    let s2 = sample(START + SEC + 500 * MS)
+        .thread(sender(100, 101, 1500, START + 1, START + SEC + 499 * MS))
+        .drops(drop_count(DropClass::Unrelated, "NO_SOCKET", RCV, None, 3000))
+        .drops(drop_count(DropClass::ReplyLoss, "NO_SOCKET", RCV, Some(100), 7))
+        .drops(drop_count(DropClass::Expected, "NO_SOCKET", RCV, Some(100), 150))
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "NETFILTER_DROP",
+            NF,
+            Some(100),
+            4,
+        ))
+        .drops(drop_count(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            QDISC,
+            Some(100),
+            30,
+        ))
+        .build();
+    let snap1 = a.tick(&s1, &[]);
+    assert_eq!(stage(&snap1, "target_drops").count, 12);
+    let snap = a.tick(&s2, &[]);
+
+    // (30 + 4) - (10 + 2) = 22 target drops in 0.5 s
+    let td = stage(&snap, "target_drops");
+    assert_eq!(td.count, 22);
+    assert_eq!(td.total, 34);
+    assert_close(td.pps, 44.0);
+
+    let rate = |class: DropClass, reason: &str| {
+        snap.drops
+            .iter()
+            .find(|d| d.class == class && d.reason == reason)
+            .map(|d| (d.count, d.rate))
+            .unwrap()
+    };
+    let (count, r) = rate(DropClass::TargetLoss, "QDISC_DROP");
+    assert_eq!(count, 30);
+    assert_close(r, 40.0); // (30 - 10) / 0.5
+    assert_close(rate(DropClass::TargetLoss, "NETFILTER_DROP").1, 4.0);
+    assert_close(rate(DropClass::Expected, "NO_SOCKET").1, 200.0); // (150 - 50) / 0.5
+    assert_close(rate(DropClass::Unrelated, "NO_SOCKET").1, 4000.0); // (3000 - 1000) / 0.5
+    assert_close(rate(DropClass::ReplyLoss, "NO_SOCKET").1, 14.0); // new: 7 / 0.5
+
+    let sum = summary_of(&a, &s2);
+    assert_eq!(sum.stage_counts["target_drops"], 34);
+    let order: Vec<(DropClass, u64)> = sum.drops.iter().map(|d| (d.class, d.count)).collect();
+    assert_eq!(
+        order,
+        [
+            (DropClass::TargetLoss, 30),
+            (DropClass::TargetLoss, 4),
+            (DropClass::Expected, 150),
+            (DropClass::ReplyLoss, 7),
+            (DropClass::Unrelated, 3000),
+        ]
+    );
+    // over the 1.5 s run
+    assert_close(sum.drops[0].rate, 20.0);
+    assert_close(sum.drops[4].rate, 2000.0);
+}
+
+#[test]
+fn device_views_split_the_target_from_everyone() {
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let s1 = sample(START + SEC)
+        .thread(sender(100, 101, 100, START + 1, START + SEC - 1))
+        .device(DeviceCounters {
+            queued: 100,
+            xmit_ok: 90,
+            neigh_started: 1,
+            neigh_queued: 3,
+            neigh_resolved: 1,
+            ..device("eth0", 2, 1, Some(100))
+        })
+        .device(DeviceCounters {
+            xmit_ok: 5000,
+            xmit_busy: 2,
+            xmit_err: 1,
+            queued: 5100,
+            neigh_queued: 40,
+            ..device("eth0", 2, 1, None)
+        })
+        .device(DeviceCounters {
+            xmit_ok: 100,
+            ..device("lo", 1, 1, None)
+        })
+        .build();
+    // 2 s later; a second family process (pid 200) now sends through eth0 too
+    let s2 = sample(START + 3 * SEC)
+        .thread(sender(100, 101, 1100, START + 1, START + 3 * SEC - 1))
+        .thread(sender(200, 201, 400, START + 2 * SEC, START + 3 * SEC - 1))
+        .device(DeviceCounters {
+            queued: 1100,
+            xmit_ok: 1090,
+            xmit_busy: 50, // only everyone's row says what the driver refused
+            neigh_started: 2,
+            neigh_queued: 5,
+            neigh_resolved: 2,
+            ..device("eth0", 2, 1, Some(100))
+        })
+        .device(DeviceCounters {
+            queued: 400,
+            xmit_ok: 300,
+            ..device("eth0", 2, 1, Some(200))
+        })
+        .device(DeviceCounters {
+            xmit_ok: 9000,
+            xmit_busy: 5,
+            xmit_err: 2,
+            queued: 9500,
+            neigh_queued: 90,
+            ..device("eth0", 2, 1, None)
+        })
+        .device(DeviceCounters {
+            xmit_ok: 300,
+            ..device("lo", 1, 1, None)
+        })
+        // same ifindex in another namespace, nobody of the family on it
+        .device(DeviceCounters {
+            xmit_ok: 70,
+            ..device("eth0", 2, 7, None)
+        })
+        .queue("eth0", 7, 99, 9900)
+        .queue("eth0", 1, 12, 1800)
+        .build();
+    a.tick(&s1, &[]);
+    let snap = a.tick(&s2, &[]);
+
+    assert_eq!(snap.devices.len(), 1, "{:?}", snap.devices);
+    let d = &snap.devices[0];
+    assert_eq!((d.device.as_str(), d.netns), ("eth0", 1));
+    assert_close(d.target_queued_pps, 700.0); // (1100 + 400 - 100) / 2
+    assert_close(d.target_xmit_pps, 650.0); // (1090 + 300 - 90) / 2
+    assert_close(d.all_xmit_pps, 2000.0); // (9000 - 5000) / 2
+    assert_eq!(d.xmit_refused, 4); // (5 + 2) - (2 + 1)
+    assert_eq!(d.qlen_max, Some(12));
+    assert_eq!(d.backlog_max_bytes, Some(1800));
+    assert_eq!(
+        (d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed),
+        (1, 2, 1, 0)
+    );
+    // the funnel counts the family's rows only
+    assert_eq!(stage(&snap, "dev_queue").count, 1400);
+    assert_eq!(stage(&snap, "dev_xmit").count, 1300);
+
+    let sum = summary_of(&a, &s2);
+    assert_eq!(sum.devices.len(), 1);
+    assert_close(sum.devices[0].target_xmit_pps, 1390.0 / 3.0);
+    assert_eq!(sum.devices[0].xmit_refused, 7);
+}
+
+#[test]
+fn device_without_target_packets_has_no_view() {
+    let mut a = Analyzer::new(None, START);
+    let s = sample(START + SEC)
+        .thread(sender(100, 101, 10, START + 1, START + 2))
+        .device(DeviceCounters {
+            xmit_ok: 500,
+            ..device("eth0", 2, 1, None)
+        })
+        .build();
+    let snap = a.tick(&s, &[]);
+    assert!(snap.devices.is_empty(), "{:?}", snap.devices);
+    assert_eq!(stage(&snap, "dev_xmit").total, 0);
+    assert!(summary_of(&a, &s).devices.is_empty());
+}
+
+#[test]
+fn tick_budget_is_the_delta_and_shares_are_of_the_interval() {
+    let ms = |send, blocked_send, sleep, preempted, other| TimeBudget {
+        send_ns: send * MS,
+        blocked_send_ns: blocked_send * MS,
+        sleep_ns: sleep * MS,
+        preempted_ns: preempted * MS,
+        other_ns: other * MS,
+    };
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let s1 = sample(START + SEC)
+        .thread(ThreadCounters {
+            budget: ms(100, 50, 300, 20, 30),
+            ..sender(100, 101, 1000, START + 1, START + SEC - 1)
+        })
+        .build();
+    // 2 s later
+    let s2 = sample(START + 3 * SEC)
+        .thread(ThreadCounters {
+            budget: ms(500, 250, 1100, 120, 430),
+            ..sender(100, 101, 3000, START + 1, START + 3 * SEC - 1)
+        })
+        // sent nothing: not a sender, its time is not the senders' time
+        .thread(ThreadCounters {
+            tid: 102,
+            pid: 100,
+            budget: ms(0, 0, 3000, 0, 0),
+            ..Default::default()
+        })
+        // a sender that appeared during the tick
+        .thread(ThreadCounters {
+            budget: ms(10, 0, 0, 0, 20),
+            ..sender(100, 103, 5, START + 2 * SEC, START + 2 * SEC + 4 * MS)
+        })
+        .build();
+    a.tick(&s1, &[]);
+    let snap = a.tick(&s2, &[]);
+
+    assert_eq!(snap.threads.len(), 2, "{:?}", snap.threads);
+    let t = snap.threads.iter().find(|t| t.tid == 101).unwrap();
+    assert_eq!(t.budget, ms(400, 200, 800, 100, 400));
+    // of the 2 s interval, not of the 1.9 s accounted
+    let sh = t.shares;
+    assert_close(sh.send, 0.2);
+    assert_close(sh.blocked_send, 0.1);
+    assert_close(sh.sleep, 0.4);
+    assert_close(sh.preempted, 0.05);
+    assert_close(sh.other, 0.2);
+    let total = sh.send + sh.blocked_send + sh.sleep + sh.preempted + sh.other;
+    assert!(total <= 1.0 && (total - 0.95).abs() < 1e-9, "{total}");
+    assert_close(t.pps, 1000.0);
+
+    let new = snap.threads.iter().find(|t| t.tid == 103).unwrap();
+    assert_eq!(new.budget, ms(10, 0, 0, 0, 20));
+    assert_close(new.shares.other, 0.01);
+
+    // the run: both senders' time, summed; thread shares over the 3 s since attach
+    let sum = summary_of(&a, &s2);
+    assert_eq!(sum.budget, ms(510, 250, 1100, 120, 450));
+    let t = sum.threads.iter().find(|t| t.tid == 101).unwrap();
+    assert_close(t.shares.sleep, 1100.0 / 3000.0);
+    assert_eq!(t.packets, 3000);
+}
+
+#[test]
+fn gap_view_comes_from_deltas() {
+    let gaps = |list: &[(u64, u64)]| {
+        let mut h = Histogram::default();
+        for &(value, times) in list {
+            for _ in 0..times {
+                h.record(value);
+            }
+        }
+        h
+    };
+    let mut a = Analyzer::new(Some(2000.0), START);
+    // thread 101: 10 gaps of 1000 ns in tick 1, 10 more of 2000 ns in tick 2;
+    // thread 102: 5 gaps of 4000 ns in tick 1, 5 more of 8000 ns in tick 2.
+    let t101 = |gap: Histogram, gap_sum_ns, gap_count, packets| ThreadCounters {
+        gap,
+        gap_sum_ns,
+        gap_count,
+        ..sender(100, 101, packets, START + 1, START + 100)
+    };
+    let t102 = |gap: Histogram, gap_sum_ns, gap_count, packets| ThreadCounters {
+        gap,
+        gap_sum_ns,
+        gap_count,
+        ..sender(100, 102, packets, START + 1, START + 100)
+    };
+    let s1 = sample(START + SEC)
+        .thread(t101(gaps(&[(1000, 10)]), 10_000, 10, 11))
+        .thread(t102(gaps(&[(4000, 5)]), 20_000, 5, 6))
+        .build();
+    // listed in another order: threads are matched by id, not by position
+    let s2 = sample(START + 2 * SEC)
+        .thread(t102(gaps(&[(4000, 5), (8000, 5)]), 60_000, 10, 11))
+        .thread(t101(gaps(&[(1000, 10), (2000, 10)]), 30_000, 20, 21))
+        .build();
+    a.tick(&s1, &[]);
+    let g = a.tick(&s2, &[]).gap;
+    // tick 2: 10 x 2000 + 5 x 8000 = 60000 ns over 15 gaps
+    assert_eq!(g.count, 15);
+    assert_eq!(g.mean_ns, Some(4000.0));
+    // 2000 ns lies in the bucket [1920, 2048), 8000 ns in [7680, 8192)
+    assert_eq!(g.histogram, [(1920, 2048, 10), (7680, 8192, 5)]);
+    // rank 7.5 of 15 falls in the first bucket: 1920 + 128 * 7.5 / 10
+    assert_close(g.p50_ns.unwrap(), 2016.0);
+    // rank 14.85: 7680 + 512 * 4.85 / 5
+    assert_close(g.p99_ns.unwrap(), 7680.0 + 512.0 * 4.85 / 5.0);
+    assert_eq!(g.slot_ns, Some(500_000.0));
+
+    // the run: 10000 + 20000 + 20000 + 40000 = 90000 ns over 30 gaps
+    let g = summary_of(&a, &s2).gap;
+    assert_eq!(g.count, 30);
+    assert_eq!(g.mean_ns, Some(3000.0));
+    // 1000 ns lies in [960, 1024), 4000 ns in [3840, 4096)
+    assert_eq!(
+        g.histogram,
+        [
+            (960, 1024, 10),
+            (1920, 2048, 10),
+            (3840, 4096, 5),
+            (7680, 8192, 5)
+        ]
+    );
+    // rank 15 of 30: 5 into the second bucket's 10, 1920 + 128 * 5 / 10
+    assert_close(g.p50_ns.unwrap(), 1984.0);
+    assert_eq!(g.slot_ns, Some(500_000.0));
+}
+
+#[test]
+fn exited_threads_still_count_and_new_threads_count_from_zero() {
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let s1 = sample(START + SEC)
+        .thread(sender(100, 101, 100, START + 1, START + SEC - 1))
+        .thread(sender(100, 102, 200, START + 1, START + SEC - 1))
+        .build();
+    let s2 = sample(START + 2 * SEC)
+        .thread(sender(100, 101, 600, START + 1, START + 2 * SEC - 1))
+        // exited during the tick: final counters, kept by the collector
+        .thread(ThreadCounters {
+            exited: true,
+            ..sender(100, 102, 500, START + 1, START + SEC + 300 * MS)
+        })
+        // started during the tick, never seen before
+        .thread(sender(100, 103, 150, START + SEC + 500 * MS, START + 2 * SEC - 1))
+        .build();
+    a.tick(&s1, &[]);
+    let snap = a.tick(&s2, &[]);
+    // (600 + 500 + 150) - (100 + 200)
+    assert_close(snap.achieved_pps, 950.0);
+    assert_eq!(stage(&snap, "syscall_packets").count, 950);
+    assert_eq!(stage(&snap, "send_calls").count, 950);
+    let packets = |tid: u32| snap.threads.iter().find(|t| t.tid == tid).map(|t| t.packets);
+    assert_eq!(packets(101), Some(500));
+    assert_eq!(packets(102), Some(300));
+    assert_eq!(packets(103), Some(150));
+
+    let sum = summary_of(&a, &s2);
+    assert_eq!(sum.packets, 1250);
+    assert_eq!(sum.threads.len(), 3);
+}
+
+#[test]
+fn packets_of_family_processes_add_up() {
+    let mut a = Analyzer::new(Some(1000.0), START);
+    // two processes at 500 pps each, interleaved: A at +0.5 s + 2i ms, B 1 ms after A.
+    // Together: 2000 packets from +0.5 s to +2.499 s, so the window is 2 s and the rate 1000.
+    let s1 = sample(START + SEC)
+        .process(100, 1, "scanner")
+        .process(200, 100, "worker")
+        .thread(sender(100, 101, 250, START + 500 * MS, START + 998 * MS))
+        .thread(sender(200, 201, 250, START + 501 * MS, START + 999 * MS))
+        .build();
+    let s2 = sample(START + 3 * SEC)
+        .process(100, 1, "scanner")
+        .process(200, 100, "worker")
+        .thread(sender(100, 101, 1000, START + 500 * MS, START + 2498 * MS))
+        .thread(sender(200, 201, 1000, START + 501 * MS, START + 2499 * MS))
+        .build();
+    a.tick(&s1, &[]);
+    let snap = a.tick(&s2, &[]);
+    // (1000 + 1000) - (250 + 250) in 2 s
+    assert_close(snap.achieved_pps, 750.0);
+    let comm = |tid: u32| snap.threads.iter().find(|t| t.tid == tid).map(|t| t.comm.clone());
+    assert_eq!(comm(101).as_deref(), Some("scanner"));
+    assert_eq!(comm(201).as_deref(), Some("worker"));
+
+    let sum = summary_of(&a, &s2);
+    assert_eq!(sum.packets, 2000);
+    assert_close(sum.send_window_s, 2.0);
+    assert_eq!(sum.achieved_pps, 1000.0);
+    assert_eq!(sum.processes.len(), 2);
+}
+
+#[test]
+fn tick_lists_only_threads_that_sent_in_the_interval() {
+    // A thread that exited and made no call in the tick is not listed in it.
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let s1 = sample(START + SEC)
+        .thread(sender(100, 101, 500, START + 1, START + SEC - 1))
+        .thread(sender(100, 102, 500, START + 1, START + SEC - 1))
+        .build();
+    let s2 = sample(START + 2 * SEC)
+        .thread(sender(100, 101, 1500, START + 1, START + 2 * SEC - 1))
+        // exited during tick 1's aftermath: no call and no packet in tick 2
+        .thread(ThreadCounters {
+            exited: true,
+            ..sender(100, 102, 500, START + 1, START + SEC - 1)
+        })
+        .build();
+    a.tick(&s1, &[]);
+    let snap = a.tick(&s2, &[]);
+    let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
+    assert_eq!(tids, [101]);
+}

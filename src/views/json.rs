@@ -64,7 +64,11 @@ mod tests {
             gap_count: 5,
             first_send_ns: 1,
             last_send_ns: t,
-            budget: TimeBudget { send_ns: t / 2, other_ns: t / 2, ..Default::default() },
+            budget: TimeBudget {
+                send_ns: t / 2,
+                other_ns: t / 2,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let sample = |t: u64, packets: u64| CounterSample {
@@ -89,8 +93,20 @@ mod tests {
                 pid: Some(7),
                 count: packets / 2,
             }],
-            devices: vec![DeviceCounters { device: "veth0".into(), ifindex: 2, netns: 1, pid: Some(7), queued: packets, ..Default::default() }],
-            queues: vec![QueueDepth { device: "veth0".into(), netns: 1, qlen_max: 3, backlog_max: 300 }],
+            devices: vec![DeviceCounters {
+                device: "veth0".into(),
+                ifindex: 2,
+                netns: 1,
+                pid: Some(7),
+                queued: packets,
+                ..Default::default()
+            }],
+            queues: vec![QueueDepth {
+                device: "veth0".into(),
+                netns: 1,
+                qlen_max: 3,
+                backlog_max: 300,
+            }],
             block_sites: vec![BlockSite {
                 pid: 7,
                 wait_site: "sock_alloc_send_pskb".into(),
@@ -105,7 +121,11 @@ mod tests {
         a.tick(&sample(2_000_000_000, 200), &[]);
         let last = sample(3_000_000_000, 300);
         let snap = a.tick(&last, &["a warning".into()]);
-        let probes = vec![crate::probes::ProbeStatus { name: "drops.on_kfree_skb".into(), attached: true, error: None }];
+        let probes = vec![crate::probes::ProbeStatus {
+            name: "drops.on_kfree_skb".into(),
+            attached: true,
+            error: None,
+        }];
         (snap, a.summary(&last, EndReason::Duration, probes, vec![]))
     }
 
@@ -115,10 +135,21 @@ mod tests {
         let (snap, summary) = rich_run();
         let mut found = std::collections::BTreeSet::new();
         keys(&serde_json::from_str(&line("sample", &snap)).unwrap(), &mut found);
-        keys(&serde_json::from_str(&line("summary", &summary)).unwrap(), &mut found);
-        assert!(found.contains("blocked_send_ns") && found.contains("histogram") && found.contains("qlen_max"));
-        let missing: Vec<_> = found.iter().filter(|k| !doc.contains(&format!("`{k}`"))).collect();
-        assert!(missing.is_empty(), "fields missing from docs/events.md: {missing:?}");
+        keys(
+            &serde_json::from_str(&line("summary", &summary)).unwrap(),
+            &mut found,
+        );
+        assert!(
+            found.contains("blocked_send_ns") && found.contains("histogram") && found.contains("qlen_max")
+        );
+        let missing: Vec<_> = found
+            .iter()
+            .filter(|k| !doc.contains(&format!("`{k}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "fields missing from docs/events.md: {missing:?}"
+        );
     }
 
     #[test]

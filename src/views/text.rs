@@ -199,3 +199,7 @@ pub fn summary(s: &Summary) -> String {
     }
     o
 }
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

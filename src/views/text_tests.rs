@@ -1,0 +1,492 @@
+//! Unit tests of the text report and the tick line, rendered from fixed `Summary`/`Snapshot`
+//! values built here field by field (no probes, no clock).
+//!
+//! Golden snapshot: `full_report_matches_the_committed_snapshot` compares the whole report of
+//! `fixed_summary()` with tests/snapshots/summary.txt. After an intended change to the report,
+//! rewrite it with `UPDATE_SNAPSHOTS=1 cargo test --lib views::text`, read the diff, commit it.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::analysis::stats::RunStats;
+use crate::analysis::{BlockSiteView, DeviceView, DropRow, GapView, Snapshot, Summary, SCHEMA_VERSION};
+use crate::collect::family::ProcessInfo;
+use crate::collect::{Health, QueueDepth, TimeBudget};
+use crate::probes::ProbeStatus;
+
+const MS: u64 = 1_000_000;
+
+fn drop_row(class: DropClass, reason: &str, location: &str, pid: Option<u32>, count: u64) -> DropRow {
+    DropRow {
+        reason: reason.to_string(),
+        location: location.to_string(),
+        device: Some("eth0".to_string()),
+        netns: 1,
+        class,
+        pid,
+        count,
+        rate: count as f64 / 3.0,
+    }
+}
+
+/// A 3 s run of a scanner asked for 2000 pps that sent 3000 packets in a 2 s send window.
+fn fixed_summary() -> Summary {
+    // stage -> count over the run; the rate is count / 2 s
+    let counts = [
+        ("send_calls", 1600),
+        ("syscall_packets", 3000),
+        ("dev_queue", 3000),
+        ("qdisc_enqueue", 2900),
+        ("qdisc_dequeue", 2800),
+        ("dev_xmit", 2800),
+        ("target_drops", 48),
+    ];
+    Summary {
+        schema_version: SCHEMA_VERSION,
+        end_reason: EndReason::Duration,
+        duration_s: 3.0,
+        send_window_s: 2.0,
+        requested_pps: Some(2000.0),
+        achieved_pps: 1500.0,
+        ratio: Some(0.75),
+        packets: 3000,
+        bytes: 180_000,
+        send_calls: 1600,
+        failed_calls: 4,
+        errors: BTreeMap::from([("EAGAIN".to_string(), 1), ("ENOBUFS".to_string(), 3)]),
+        stages: counts
+            .iter()
+            .map(|(n, c)| (n.to_string(), *c as f64 / 2.0))
+            .collect(),
+        stage_counts: counts.iter().map(|(n, c)| (n.to_string(), *c)).collect(),
+        rate_stats: Some(RunStats {
+            n: 2,
+            median: 1500.0,
+            mean: 1500.0,
+            outliers: 0,
+            uncertainty: 3.5,
+            p95: 1504.5,
+            p99: 1504.9,
+            min: 1495.0,
+            max: 1505.0,
+        }),
+        drops: vec![
+            drop_row(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x7a", Some(4242), 48),
+            drop_row(DropClass::Expected, "NO_SOCKET", "tcp_v4_rcv+0x1e4", Some(4242), 900),
+            drop_row(DropClass::Unrelated, "NO_SOCKET", "udp_queue_rcv_one_skb+0x3a", None, 1000),
+            drop_row(DropClass::Unrelated, "NETFILTER_DROP", "nf_hook_slow+0x9c", None, 2000),
+        ],
+        processes: vec![
+            ProcessInfo {
+                pid: 4242,
+                ppid: 1,
+                comm: "zmap".to_string(),
+                exe: "/usr/sbin/zmap".to_string(),
+                root: true,
+                alive: false,
+                exit_code: Some(256), // exit(1)
+            },
+            ProcessInfo {
+                pid: 4250,
+                ppid: 4242,
+                comm: "zmap-recv".to_string(),
+                exe: "/usr/sbin/zmap".to_string(),
+                root: false,
+                alive: false,
+                exit_code: Some(9), // SIGKILL
+            },
+        ],
+        threads: Vec::new(),
+        // 2 s of sender time: 30% / 12.5% / 45% / 2.5% / 10%
+        budget: TimeBudget {
+            send_ns: 600 * MS,
+            blocked_send_ns: 250 * MS,
+            sleep_ns: 900 * MS,
+            preempted_ns: 50 * MS,
+            other_ns: 200 * MS,
+        },
+        block_sites: vec![
+            BlockSiteView {
+                pid: 4242,
+                wait_site: "sock_alloc_send_pskb".to_string(),
+                stack: vec![
+                    "schedule_timeout+0x1a".to_string(),
+                    "sock_alloc_send_pskb+0x2b4".to_string(),
+                ],
+                blocked_s: 0.2,
+                episodes: 12,
+                share: 0.8,
+            },
+            BlockSiteView {
+                pid: 4242,
+                wait_site: "__lock_sock".to_string(),
+                stack: vec!["__lock_sock+0x70".to_string()],
+                blocked_s: 0.05,
+                episodes: 3,
+                share: 0.2,
+            },
+        ],
+        gap: GapView {
+            count: 2999,
+            mean_ns: Some(666_888.0),
+            p50_ns: Some(500_000.0),
+            p99_ns: Some(2_500_000.0),
+            slot_ns: Some(500_000.0),
+            histogram: vec![(491_520, 524_288, 2500), (2_359_296, 2_621_440, 499)],
+        },
+        latency_p50_ns: Some(1_500.0),
+        latency_p99_ns: Some(48_000.0),
+        devices: vec![DeviceView {
+            device: "eth0".to_string(),
+            netns: 1,
+            target_queued_pps: 1000.0,
+            target_xmit_pps: 933.3,
+            all_xmit_pps: 1200.0,
+            xmit_refused: 0,
+            qlen_max: Some(64),
+            backlog_max_bytes: Some(9600),
+            neigh_started: 1,
+            neigh_queued: 3,
+            neigh_resolved: 1,
+            neigh_failed: 0,
+        }],
+        queues: vec![
+            QueueDepth {
+                device: "eth0".to_string(),
+                netns: 1,
+                qlen_max: 64,
+                backlog_max: 9600,
+            },
+            QueueDepth {
+                device: "lo".to_string(),
+                netns: 1,
+                qlen_max: 0,
+                backlog_max: 0,
+            },
+        ],
+        lost_events: 2,
+        health: Health {
+            lost_events: 2,
+            ..Default::default()
+        },
+        probes: vec![ProbeStatus {
+            name: "drops.on_kfree_skb".to_string(),
+            attached: false,
+            error: Some("tracepoint skb:kfree_skb not found".to_string()),
+        }],
+        warnings: vec![
+            "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
+            "2 probe records were lost (ring buffer full): process and blocking events may be incomplete".to_string(),
+        ],
+    }
+}
+
+/// The report line that starts (after indentation) with `prefix`.
+fn line_of<'a>(report: &'a str, prefix: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.trim_start().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{report}"))
+}
+
+#[test]
+fn report_states_requested_and_achieved_with_percentage() {
+    let r = summary(&fixed_summary());
+    assert!(
+        r.contains("requested 2000 pps, achieved 1500.0 pps (75.0%): 3000 packets in a 2.000 s send window, 1600 send calls, 4 failed"),
+        "{r}"
+    );
+    assert!(
+        r.contains("run of 3.00 s ended: the requested duration elapsed"),
+        "{r}"
+    );
+    assert!(r.contains("send errors: EAGAIN 1, ENOBUFS 3"), "{r}");
+    assert!(
+        r.contains("per-tick rate over 2 complete ticks: median 1500.0 +/- 3.5, mean 1500.0 (0 outliers left out), p95 1504.5, p99 1504.9, min 1495.0, max 1505.0"),
+        "{r}"
+    );
+}
+
+#[test]
+fn report_without_requested_rate_says_so_and_has_no_percentages() {
+    let s = Summary {
+        requested_pps: None,
+        ratio: None,
+        ..fixed_summary()
+    };
+    let r = summary(&s);
+    assert!(
+        r.contains("requested rate unknown (--requested PPS), achieved 1500.0 pps: 3000 packets"),
+        "{r}"
+    );
+    assert!(!line_of(&r, "syscall_packets").contains('%'), "{r}");
+}
+
+#[test]
+fn report_lists_every_stage_with_rate_count_and_share_of_requested() {
+    let r = summary(&fixed_summary());
+    let funnel = r
+        .find("funnel (per second over the send window):")
+        .expect("funnel header");
+    let mut at = funnel;
+    for (name, pps, count, pct) in [
+        ("send_calls", "800.0 /s", "1600", "40.0%"),
+        ("syscall_packets", "1500.0 /s", "3000", "75.0%"),
+        ("dev_queue", "1500.0 /s", "3000", "75.0%"),
+        ("qdisc_enqueue", "1450.0 /s", "2900", "72.5%"),
+        ("qdisc_dequeue", "1400.0 /s", "2800", "70.0%"),
+        ("dev_xmit", "1400.0 /s", "2800", "70.0%"),
+        ("target_drops", "24.0 /s", "48", "1.2%"),
+    ] {
+        let line = line_of(&r, name);
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields[0], name);
+        assert_eq!(format!("{} {}", fields[1], fields[2]), pps, "{line}");
+        assert_eq!(fields[3], count, "{line}");
+        assert_eq!(fields[4], pct, "{line}");
+        // in STAGES order
+        let pos = r.find(line).unwrap();
+        assert!(pos > at, "{name} out of order:\n{r}");
+        at = pos;
+    }
+}
+
+#[test]
+fn no_qdisc_note_only_when_nothing_was_enqueued() {
+    let with_qdisc = summary(&fixed_summary());
+    assert!(!with_qdisc.contains("no queueing qdisc"), "{with_qdisc}");
+
+    let mut s = fixed_summary();
+    for stage in ["qdisc_enqueue", "qdisc_dequeue"] {
+        s.stage_counts.insert(stage.to_string(), 0);
+        s.stages.insert(stage.to_string(), 0.0);
+    }
+    let r = summary(&s);
+    assert!(
+        line_of(&r, "qdisc_enqueue").ends_with("(no queueing qdisc on the path)"),
+        "{r}"
+    );
+    assert!(
+        line_of(&r, "qdisc_dequeue").ends_with("(no queueing qdisc on the path)"),
+        "{r}"
+    );
+    assert!(!line_of(&r, "dev_xmit").contains("qdisc"), "{r}");
+    assert_eq!(r.matches("(no queueing qdisc on the path)").count(), 2);
+
+    // packets went into a qdisc that released none (all dropped or still queued): it is there
+    let mut s = fixed_summary();
+    s.stage_counts.insert("qdisc_dequeue".to_string(), 0);
+    s.stages.insert("qdisc_dequeue".to_string(), 0.0);
+    let r = summary(&s);
+    assert!(!r.contains("no queueing qdisc"), "{r}");
+}
+
+#[test]
+fn drop_rows_name_class_reason_location_device_and_pid() {
+    let r = summary(&fixed_summary());
+    let line = line_of(&r, "TargetLoss");
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        fields,
+        [
+            "TargetLoss",
+            "QDISC_DROP",
+            "48",
+            "at",
+            "__dev_queue_xmit+0x7a",
+            "dev",
+            "eth0",
+            "pid",
+            "4242"
+        ]
+    );
+    assert!(line_of(&r, "Expected").contains("NO_SOCKET"), "{r}");
+    // somebody else's drops are one sum, not rows
+    assert!(!r.contains("Unrelated"), "{r}");
+    assert!(!r.contains("nf_hook_slow"), "{r}");
+    assert!(
+        r.contains("  (and 3000 drops of other processes' packets on this machine)"),
+        "{r}"
+    );
+    assert!(!r.contains("none of the target's packets"), "{r}");
+}
+
+#[test]
+fn drop_rows_without_device_or_pid_show_dashes() {
+    let mut s = fixed_summary();
+    s.drops = vec![DropRow {
+        device: None,
+        pid: None,
+        ..drop_row(
+            DropClass::ReplyLoss,
+            "SOCKET_RCVBUFF",
+            "udp_queue_rcv_one_skb+0x3a",
+            None,
+            5,
+        )
+    }];
+    let r = summary(&s);
+    assert!(
+        line_of(&r, "ReplyLoss").ends_with("at udp_queue_rcv_one_skb+0x3a  dev -  pid -"),
+        "{r}"
+    );
+    assert!(!r.contains("drops of other processes"), "{r}");
+}
+
+#[test]
+fn only_unrelated_drops_means_none_of_the_targets() {
+    let mut s = fixed_summary();
+    s.drops.retain(|d| d.class == DropClass::Unrelated);
+    let r = summary(&s);
+    assert!(
+        r.contains("  none of the target's packets or replies were dropped"),
+        "{r}"
+    );
+    assert!(r.contains("(and 3000 drops of other processes' packets"), "{r}");
+}
+
+#[test]
+fn report_shows_time_budget_wait_sites_gaps_and_latency() {
+    let r = summary(&fixed_summary());
+    assert!(
+        r.contains("sender threads' time: sending 30.0% | blocked in send 12.5% | sleeping 45.0% | preempted/waiting for CPU 2.5% | other (user code, pacing) 10.0%"),
+        "{r}"
+    );
+    assert!(
+        r.contains("  blocked in send 0.200 s at sock_alloc_send_pskb (pid 4242, 12 episodes, 80.0% of blocked time)"),
+        "{r}"
+    );
+    assert!(
+        r.contains("  blocked in send 0.050 s at __lock_sock (pid 4242, 3 episodes, 20.0% of blocked time)"),
+        "{r}"
+    );
+    assert!(
+        r.contains("inter-send gap: mean 666.9 us, p50 500.0 us, p99 2.500 ms (requested slot 500.0 us)"),
+        "{r}"
+    );
+    assert!(
+        r.contains("send syscall duration: p50 1.5 us, p99 48.0 us"),
+        "{r}"
+    );
+    assert!(
+        r.contains("qdisc on eth0 peaked at 64 packets / 9600 bytes queued"),
+        "{r}"
+    );
+    assert!(!r.contains("qdisc on lo"), "{r}");
+    assert!(
+        r.contains("neighbour resolution on eth0: 1 started, 3 packets queued, 1 resolved, 0 failed"),
+        "{r}"
+    );
+}
+
+#[test]
+fn report_shows_family_lost_records_and_warnings() {
+    let r = summary(&fixed_summary());
+    let root = line_of(&r, "pid 4242");
+    assert!(
+        root.contains("zmap") && root.ends_with("[exited 1, target]"),
+        "{root}"
+    );
+    assert!(line_of(&r, "pid 4250").ends_with("[killed by signal 9]"), "{r}");
+    assert!(r.contains("\nlost probe records: 2\n"), "{r}");
+    let warnings: Vec<&str> = r.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run",
+            "warning: 2 probe records were lost (ring buffer full): process and blocking events may be incomplete",
+        ]
+    );
+}
+
+fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) -> Snapshot {
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        tick: 3,
+        t_s: 3.0,
+        interval_s: 1.0,
+        requested_pps,
+        achieved_pps,
+        ratio: requested_pps.map(|r| achieved_pps / r),
+        stages: Vec::new(),
+        processes: Vec::new(),
+        threads: Vec::new(),
+        drops,
+        devices: Vec::new(),
+        block_sites: Vec::new(),
+        gap: GapView::default(),
+        rate_stats: None,
+        health: Health::default(),
+        warnings: Vec::new(),
+    }
+}
+
+#[test]
+fn tick_line_with_requested_rate_and_target_drops() {
+    let drops = vec![
+        DropRow {
+            rate: 10.0,
+            ..drop_row(
+                DropClass::TargetLoss,
+                "QDISC_DROP",
+                "__dev_queue_xmit+0x7a",
+                Some(4242),
+                30,
+            )
+        },
+        DropRow {
+            rate: 2.5,
+            ..drop_row(
+                DropClass::TargetLoss,
+                "NETFILTER_DROP",
+                "nf_hook_slow+0x9c",
+                Some(4242),
+                8,
+            )
+        },
+        // not the target's packets: not in the line
+        DropRow {
+            rate: 100.0,
+            ..drop_row(
+                DropClass::Expected,
+                "NO_SOCKET",
+                "tcp_v4_rcv+0x1e4",
+                Some(4242),
+                300,
+            )
+        },
+    ];
+    let line = tick_line(&snapshot(Some(2000.0), 1500.0, drops));
+    assert_eq!(
+        line,
+        "[    3.0 s] achieved     1500.0 pps of 2000 requested ( 75.0%), target packets dropped 12.5/s"
+    );
+}
+
+#[test]
+fn tick_line_without_requested_rate() {
+    let line = tick_line(&snapshot(None, 987.04, Vec::new()));
+    assert_eq!(line, "[    3.0 s] achieved      987.0 pps");
+}
+
+#[test]
+fn full_report_matches_the_committed_snapshot() {
+    let rendered = summary(&fixed_summary());
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/summary.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &rendered).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; create it with UPDATE_SNAPSHOTS=1 cargo test --lib views::text",
+            path.display()
+        )
+    });
+    assert!(
+        rendered == committed,
+        "the report differs from {} (if intended, rerun with UPDATE_SNAPSHOTS=1 and commit the diff)\n--- committed\n{committed}\n--- rendered\n{rendered}",
+        path.display()
+    );
+}
