@@ -70,6 +70,9 @@ pub struct RunOptions {
     /// Print NDJSON (one `sample` object per tick, a `summary` at the end) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Plain text instead of the live terminal view (the default when stdout is a terminal).
+    #[arg(long)]
+    pub no_tui: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -144,6 +147,9 @@ pub struct LabOptions {
     /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last).
     #[arg(long)]
     pub json: bool,
+    /// Plain text instead of the live terminal view (the default when stdout is a terminal).
+    #[arg(long)]
+    pub no_tui: bool,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,

@@ -160,9 +160,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         duration: Some(o.duration + 30.0),
         requested: Some(rate),
         json: o.json,
+        no_tui: o.no_tui,
     };
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts)?;
-    let summary = super::profile::render(cfg, o.json, super::profile::stop_flag()?)?;
+    let output = super::profile::Output::choose(o.json, o.no_tui);
+    let summary = super::profile::render(cfg, output, super::profile::stop_flag()?)?;
     // Let the last packets drain through the lab before reading the independent counters.
     std::thread::sleep(Duration::from_millis(300));
     let receiver = sink.map(|s| s.stop());

@@ -46,9 +46,52 @@ pub fn session_config(target: Target, opts: &RunOptions) -> anyhow::Result<Sessi
     })
 }
 
-/// Runs a session to its end, printing as it goes; returns the summary.
-pub fn render(cfg: SessionConfig, json_out: bool, stop: Arc<AtomicBool>) -> anyhow::Result<Summary> {
-    let session = session::start(cfg, stop)?;
+/// How a session is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Json,
+    Text,
+    /// the live terminal view, then the text summary
+    Tui,
+}
+
+impl Output {
+    /// NDJSON if asked; else the terminal view when stdout is a terminal and it was not refused.
+    pub fn choose(json: bool, no_tui: bool) -> Output {
+        use std::io::IsTerminal;
+        if json {
+            Output::Json
+        } else if !no_tui && std::io::stdout().is_terminal() {
+            Output::Tui
+        } else {
+            Output::Text
+        }
+    }
+}
+
+/// Runs a session to its end, showing it as asked; returns the summary.
+pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyhow::Result<Summary> {
+    let title = match &cfg.target {
+        Target::Pids(pids) => format!("attach {pids:?}"),
+        Target::Command(argv) => format!("run {}", argv.join(" ")),
+    };
+    let session = session::start(cfg, Arc::clone(&stop))?;
+    if output == Output::Tui {
+        let summary = crate::views::tui::run(&session.updates, title, &stop)?;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Whatever the view did not take, the summary included, is still in the channel.
+        let summary = summary.or_else(|| {
+            session.updates.iter().find_map(|u| match u {
+                Update::Done(s) => Some(*s),
+                _ => None,
+            })
+        });
+        session.join()?;
+        let summary = summary.context("the session ended without a summary")?;
+        print!("{}", text::summary(&summary));
+        return Ok(summary);
+    }
+    let json_out = output == Output::Json;
     let mut stdout = std::io::stdout().lock();
     let mut summary = None;
     for update in session.updates.iter() {
@@ -102,6 +145,6 @@ pub fn render(cfg: SessionConfig, json_out: bool, stop: Arc<AtomicBool>) -> anyh
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     let cfg = session_config(target, opts)?;
-    render(cfg, opts.json, stop_flag()?)?;
+    render(cfg, Output::choose(opts.json, opts.no_tui), stop_flag()?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,261 @@
+//! The terminal view's state, apart from drawing: the Snapshot on display, the rate history for
+//! the chart, focus, pause, sorting and filtering. Pure: it changes only through `apply` (an
+//! update from the collection thread) and `on_key`, so every behaviour is testable without a tty.
+
+use std::collections::VecDeque;
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent};
+
+use super::keys::{action_of, Action};
+use crate::analysis::{DropRow, Snapshot, Summary};
+use crate::collect::family::ProcessInfo;
+use crate::collect::session::Update;
+use crate::probes::ProbeStatus;
+
+/// Ticks of history kept for the rate chart.
+const HISTORY: usize = 600;
+
+/// The panels, in Tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Panel {
+    Funnel,
+    Budget,
+    Rates,
+    Gaps,
+    Drops,
+}
+
+impl Panel {
+    pub const ALL: [Panel; 5] = [
+        Panel::Funnel,
+        Panel::Budget,
+        Panel::Rates,
+        Panel::Gaps,
+        Panel::Drops,
+    ];
+
+    fn step(self, by: isize) -> Panel {
+        let i = Panel::ALL.iter().position(|p| *p == self).unwrap_or(0) as isize;
+        Panel::ALL[(i + by).rem_euclid(Panel::ALL.len() as isize) as usize]
+    }
+}
+
+/// Orders of the drop table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropSort {
+    Count,
+    Rate,
+    Reason,
+    Location,
+    Class,
+}
+
+impl DropSort {
+    fn next(self) -> DropSort {
+        match self {
+            DropSort::Count => DropSort::Rate,
+            DropSort::Rate => DropSort::Reason,
+            DropSort::Reason => DropSort::Location,
+            DropSort::Location => DropSort::Class,
+            DropSort::Class => DropSort::Count,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropSort::Count => "count",
+            DropSort::Rate => "rate",
+            DropSort::Reason => "reason",
+            DropSort::Location => "location",
+            DropSort::Class => "class",
+        }
+    }
+}
+
+/// One tick of the rate chart, packets per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RatePoint {
+    /// seconds since attach
+    pub t_s: f64,
+    pub achieved: f64,
+    pub dev_xmit: f64,
+    pub target_drops: f64,
+}
+
+/// What the event loop should do after a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Continue,
+    /// end the run (the view stays until the summary arrives)
+    Stop,
+}
+
+#[derive(Debug, Default)]
+pub struct App {
+    /// what is being profiled, for the header
+    pub title: String,
+    pub processes: Vec<ProcessInfo>,
+    pub probes: Vec<ProbeStatus>,
+    /// the Snapshot on screen (frozen while paused)
+    pub shown: Option<Snapshot>,
+    /// the newest Snapshot, shown on resume
+    latest: Option<Snapshot>,
+    pub history: VecDeque<RatePoint>,
+    pub summary: Option<Summary>,
+    pub focus: Option<Panel>,
+    pub zoomed: bool,
+    pub paused: bool,
+    pub help: bool,
+    pub sort: Option<DropSort>,
+    pub filter: String,
+    /// typing into the filter
+    pub filtering: bool,
+    /// first drop row on screen
+    pub scroll: usize,
+    /// the user asked to quit
+    pub quitting: bool,
+}
+
+impl App {
+    pub fn new(title: String) -> App {
+        App {
+            title,
+            focus: Some(Panel::Funnel),
+            sort: Some(DropSort::Count),
+            ..Default::default()
+        }
+    }
+
+    /// Takes one update from the collection thread.
+    pub fn apply(&mut self, update: Update) {
+        match update {
+            Update::Started { processes, probes } => {
+                self.processes = processes;
+                self.probes = probes;
+            }
+            Update::Tick(s) => {
+                let stage = |name: &str| {
+                    s.stages
+                        .iter()
+                        .find(|st| st.name == name)
+                        .map_or(0.0, |st| st.pps)
+                };
+                self.history.push_back(RatePoint {
+                    t_s: s.t_s,
+                    achieved: s.achieved_pps,
+                    dev_xmit: stage("dev_xmit"),
+                    target_drops: stage("target_drops"),
+                });
+                while self.history.len() > HISTORY {
+                    self.history.pop_front();
+                }
+                self.processes = s.processes.clone();
+                if self.paused {
+                    self.latest = Some(*s);
+                } else {
+                    self.shown = Some(*s);
+                }
+            }
+            Update::Done(summary) => {
+                self.processes = summary.processes.clone();
+                self.summary = Some(*summary);
+                // The final state stays on screen, paused or not.
+                if let Some(latest) = self.latest.take() {
+                    self.shown = Some(latest);
+                }
+            }
+        }
+    }
+
+    pub fn on_key(&mut self, key: KeyEvent) -> Outcome {
+        if self.filtering {
+            match key.code {
+                KeyCode::Enter => self.filtering = false,
+                KeyCode::Esc => {
+                    self.filtering = false;
+                    self.filter.clear();
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) => self.filter.push(c),
+                _ => {}
+            }
+            self.scroll = 0;
+            return Outcome::Continue;
+        }
+        let Some(action) = action_of(key) else {
+            return Outcome::Continue;
+        };
+        match action {
+            Action::Quit => {
+                self.quitting = true;
+                return Outcome::Stop;
+            }
+            Action::Pause => {
+                self.paused = !self.paused;
+                if !self.paused {
+                    if let Some(latest) = self.latest.take() {
+                        self.shown = Some(latest);
+                    }
+                }
+            }
+            Action::NextPanel => self.focus = Some(self.focus.unwrap_or(Panel::Funnel).step(1)),
+            Action::PrevPanel => self.focus = Some(self.focus.unwrap_or(Panel::Funnel).step(-1)),
+            Action::ScrollUp => self.scroll = self.scroll.saturating_sub(1),
+            Action::ScrollDown => {
+                self.scroll = (self.scroll + 1).min(self.drop_rows().len().saturating_sub(1))
+            }
+            Action::Sort => self.sort = Some(self.sort.unwrap_or(DropSort::Count).next()),
+            Action::Filter => {
+                self.filtering = true;
+                self.focus = Some(Panel::Drops);
+            }
+            Action::Zoom => self.zoomed = !self.zoomed,
+            Action::Help => self.help = !self.help,
+        }
+        Outcome::Continue
+    }
+
+    /// The drop rows to show: the target's first, filtered and sorted as asked.
+    pub fn drop_rows(&self) -> Vec<&DropRow> {
+        let Some(s) = &self.shown else {
+            return Vec::new();
+        };
+        let needle = self.filter.to_lowercase();
+        let mut rows: Vec<&DropRow> = s
+            .drops
+            .iter()
+            .filter(|d| {
+                needle.is_empty()
+                    || [
+                        d.reason.as_str(),
+                        d.location.as_str(),
+                        d.device.as_deref().unwrap_or(""),
+                        class_name(d),
+                    ]
+                    .iter()
+                    .any(|f| f.to_lowercase().contains(&needle))
+            })
+            .collect();
+        match self.sort.unwrap_or(DropSort::Count) {
+            DropSort::Count => rows.sort_by(|a, b| b.count.cmp(&a.count)),
+            DropSort::Rate => rows.sort_by(|a, b| b.rate.total_cmp(&a.rate)),
+            DropSort::Reason => rows.sort_by(|a, b| a.reason.cmp(&b.reason)),
+            DropSort::Location => rows.sort_by(|a, b| a.location.cmp(&b.location)),
+            DropSort::Class => rows.sort_by_key(|d| d.class),
+        }
+        rows
+    }
+}
+
+/// The class as the JSON names it.
+pub fn class_name(d: &DropRow) -> &'static str {
+    use crate::collect::DropClass;
+    match d.class {
+        DropClass::TargetLoss => "target_loss",
+        DropClass::Expected => "expected",
+        DropClass::ReplyLoss => "reply_loss",
+        DropClass::Unrelated => "unrelated",
+    }
+}

@@ -1,0 +1,447 @@
+//! Draws the App: header, funnel, time budget, rate chart, gap histogram and drop table, with
+//! the footer generated from the key table. Reads the App only; never changes it.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Bar, BarChart, BarGroup, Block, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, Wrap,
+};
+use ratatui::Frame;
+
+use super::app::{class_name, App, Panel};
+use super::keys::{footer, BINDINGS, HELP};
+use crate::analysis::{EndReason, Snapshot};
+use crate::collect::DropClass;
+
+pub fn draw(f: &mut Frame, app: &App) {
+    let area = f.area();
+    let [header, body, foot] =
+        Layout::vertical([Constraint::Length(4), Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    draw_header(f, app, header);
+    f.render_widget(Paragraph::new(footer()).style(Style::new().reversed()), foot);
+    match (app.zoomed, app.focus) {
+        (true, Some(p)) => draw_panel(f, app, p, body),
+        _ => {
+            let [top, middle, bottom] = Layout::vertical([
+                Constraint::Length(10),
+                Constraint::Percentage(45),
+                Constraint::Percentage(55),
+            ])
+            .areas(body);
+            // The funnel needs 43 columns for its longest stage name and figures.
+            let [funnel, budget] =
+                Layout::horizontal([Constraint::Length(43), Constraint::Min(0)]).areas(top);
+            let [rates, gaps] =
+                Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(middle);
+            draw_panel(f, app, Panel::Funnel, funnel);
+            draw_panel(f, app, Panel::Budget, budget);
+            draw_panel(f, app, Panel::Rates, rates);
+            draw_panel(f, app, Panel::Gaps, gaps);
+            draw_panel(f, app, Panel::Drops, bottom);
+        }
+    }
+    if app.help {
+        draw_help(f, area);
+    }
+}
+
+fn panel_block(app: &App, panel: Panel, title: String) -> Block<'static> {
+    let focused = app.focus == Some(panel);
+    Block::bordered().title(title).border_style(if focused {
+        Style::new().fg(Color::Cyan).bold()
+    } else {
+        Style::new()
+    })
+}
+
+fn draw_panel(f: &mut Frame, app: &App, panel: Panel, area: Rect) {
+    match panel {
+        Panel::Funnel => draw_funnel(f, app, area),
+        Panel::Budget => draw_budget(f, app, area),
+        Panel::Rates => draw_rates(f, app, area),
+        Panel::Gaps => draw_gaps(f, app, area),
+        Panel::Drops => draw_drops(f, app, area),
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e4 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+fn dur(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2}ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1}us", ns / 1e3)
+    } else {
+        format!("{ns:.0}ns")
+    }
+}
+
+fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+    let s = app.shown.as_ref();
+    let mut state = match (&app.summary, app.paused) {
+        (Some(sum), _) => {
+            let why = match sum.end_reason {
+                EndReason::Duration => "duration reached",
+                EndReason::FamilyExited => "target exited",
+                EndReason::Interrupted => "interrupted",
+            };
+            Span::styled(
+                format!(" ENDED ({why}): q to quit "),
+                Style::new().bg(Color::Yellow).fg(Color::Black),
+            )
+        }
+        (None, true) => Span::styled(" PAUSED ", Style::new().bg(Color::Blue).fg(Color::White)),
+        (None, false) => Span::styled(" LIVE ", Style::new().bg(Color::Green).fg(Color::Black)),
+    };
+    if app.quitting && app.summary.is_none() {
+        state = Span::styled(" ENDING... ", Style::new().bg(Color::Yellow).fg(Color::Black));
+    }
+    let mut line1 = vec![state, Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s)))];
+    match s.and_then(|s| s.requested_pps) {
+        Some(r) => line1.push(Span::raw(format!("requested {} pps (--requested) ", rate(r)))),
+        None => line1.push(Span::raw("requested: unknown ".to_string())),
+    }
+    if let Some(s) = s {
+        let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+        line1.push(Span::styled(
+            format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
+            Style::new().bold(),
+        ));
+        line1.push(Span::raw(format!(
+            "  cost: {} probe hits, lost events {}",
+            s.health.probe_hits, s.health.lost_events
+        )));
+    }
+    let attached = app.probes.iter().filter(|p| p.attached).count();
+    let family: Vec<String> = app
+        .processes
+        .iter()
+        .map(|p| format!("{} {}{}", p.pid, p.comm, if p.alive { "" } else { " (exited)" }))
+        .collect();
+    let mut line2 = vec![Span::raw(format!("family: {}", family.join(", ")))];
+    let missing = app.probes.len() - attached;
+    if missing > 0 {
+        line2.push(Span::styled(
+            format!("  {missing} probe(s) unavailable: figures degraded"),
+            Style::new().fg(Color::Red).bold(),
+        ));
+    }
+    let block = Block::bordered().title(format!(" scanprof: {} ", app.title));
+    f.render_widget(
+        Paragraph::new(vec![Line::from(line1), Line::from(line2)]).block(block),
+        area,
+    );
+}
+
+fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
+    let block = panel_block(app, Panel::Funnel, " funnel /s (total, of requested) ".into());
+    let Some(s) = &app.shown else {
+        f.render_widget(Paragraph::new("waiting for the first tick...").block(block), area);
+        return;
+    };
+    let no_qdisc = s
+        .stages
+        .iter()
+        .any(|st| st.name == "qdisc_enqueue" && st.total == 0);
+    let rows = s.stages.iter().map(|st| {
+        let shown = if no_qdisc && st.name.starts_with("qdisc") {
+            "-".to_string()
+        } else {
+            rate(st.pps)
+        };
+        let style = if st.name == "target_drops" && st.count > 0 {
+            Style::new().fg(Color::Red)
+        } else {
+            Style::new()
+        };
+        Row::new(vec![
+            st.name.clone(),
+            shown,
+            st.total.to_string(),
+            st.ratio.map(pct).unwrap_or_default(),
+        ])
+        .style(style)
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(15),
+            Constraint::Length(8),
+            Constraint::Length(10),
+            Constraint::Length(6),
+        ],
+    )
+    .header(Row::new(vec!["stage", "pps", "total", "ratio"]).style(Style::new().bold()))
+    .block(block);
+    f.render_widget(table, area);
+}
+
+fn draw_budget(f: &mut Frame, app: &App, area: Rect) {
+    let block = panel_block(app, Panel::Budget, " sender threads' time ".into());
+    let Some(s) = &app.shown else {
+        f.render_widget(Paragraph::new("").block(block), area);
+        return;
+    };
+    let mut lines = Vec::new();
+    let width = area.width.saturating_sub(2) as usize;
+    for t in s.threads.iter().take(3) {
+        let sh = &t.shares;
+        lines.push(Line::from(format!(
+            "tid {} {} {} pps",
+            t.tid,
+            t.comm,
+            rate(t.pps)
+        )));
+        // Cumulative rounding: the segments never add up to more than the width.
+        let segments = [
+            (sh.send, Color::Green),
+            (sh.blocked_send, Color::Red),
+            (sh.sleep, Color::Blue),
+            (sh.preempted, Color::Yellow),
+            (sh.other, Color::Gray),
+        ];
+        let (mut cum, mut drawn) = (0.0, 0usize);
+        let bar: Vec<Span> = segments
+            .iter()
+            .map(|(v, c)| {
+                cum += v;
+                let end = ((cum.min(1.0)) * width as f64).round() as usize;
+                let n = end.saturating_sub(drawn);
+                drawn += n;
+                Span::styled("█".repeat(n), Style::new().fg(*c))
+            })
+            .collect();
+        lines.push(Line::from(bar));
+        let share = |name: &str, v: f64, c: Color| {
+            Span::styled(format!("{name} {:.0}% ", v * 100.0), Style::new().fg(c))
+        };
+        lines.push(Line::from(vec![
+            share("send", sh.send, Color::Green),
+            share("blocked", sh.blocked_send, Color::Red),
+            share("sleep", sh.sleep, Color::Blue),
+            share("preempt", sh.preempted, Color::Yellow),
+            share("other", sh.other, Color::Gray),
+        ]));
+    }
+    if s.threads.is_empty() {
+        lines.push(Line::from("no sends yet"));
+    }
+    for b in s.block_sites.iter().take(2) {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "blocked in {} {:.2}s ({})",
+                b.wait_site,
+                b.blocked_s,
+                pct(b.share)
+            ),
+            Style::new().fg(Color::Red),
+        )));
+    }
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }).block(block), area);
+}
+
+fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
+    let requested = app.shown.as_ref().and_then(|s| s.requested_pps);
+    let block = panel_block(app, Panel::Rates, " rates over time (pps) ".into());
+    let pts = |sel: fn(&super::app::RatePoint) -> f64| -> Vec<(f64, f64)> {
+        app.history.iter().map(|p| (p.t_s, sel(p))).collect()
+    };
+    let achieved = pts(|p| p.achieved);
+    let xmit = pts(|p| p.dev_xmit);
+    let drops = pts(|p| p.target_drops);
+    let (t0, t1) = (
+        app.history.front().map_or(0.0, |p| p.t_s),
+        app.history.back().map_or(1.0, |p| p.t_s).max(1.0),
+    );
+    let req_line: Vec<(f64, f64)> = requested.map(|r| vec![(t0, r), (t1, r)]).unwrap_or_default();
+    let ymax = app
+        .history
+        .iter()
+        .flat_map(|p| [p.achieved, p.dev_xmit, p.target_drops])
+        .chain(requested)
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let mut sets = vec![
+        Dataset::default()
+            .name("achieved")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(Color::Green))
+            .data(&achieved),
+        Dataset::default()
+            .name("dev_xmit")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(Color::Cyan))
+            .data(&xmit),
+        Dataset::default()
+            .name("dropped")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(Color::Red))
+            .data(&drops),
+    ];
+    if !req_line.is_empty() {
+        sets.push(
+            Dataset::default()
+                .name("requested")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(Color::Yellow))
+                .data(&req_line),
+        );
+    }
+    let chart = Chart::new(sets)
+        .block(block)
+        .x_axis(
+            Axis::default()
+                .bounds([t0, t1])
+                .labels([format!("{t0:.0}s"), format!("{t1:.0}s")]),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, ymax])
+                .labels(["0".to_string(), rate(ymax)]),
+        );
+    f.render_widget(chart, area);
+}
+
+fn draw_gaps(f: &mut Frame, app: &App, area: Rect) {
+    let Some(s) = &app.shown else {
+        f.render_widget(panel_block(app, Panel::Gaps, " inter-send gaps ".into()), area);
+        return;
+    };
+    let g = &s.gap;
+    let title = format!(
+        " gaps: mean {} p99 {}{} ",
+        g.mean_ns.map(dur).unwrap_or("-".into()),
+        g.p99_ns.map(dur).unwrap_or("-".into()),
+        g.slot_ns.map(|v| format!(" slot {}", dur(v))).unwrap_or_default()
+    );
+    let block = panel_block(app, Panel::Gaps, title);
+    let bars: Vec<Bar> = gap_bins(s, (area.width.saturating_sub(2) / 6).max(1) as usize)
+        .into_iter()
+        .map(|(label, n, at_slot)| {
+            Bar::default()
+                .value(n)
+                .text_value(String::new())
+                .label(Line::from(label))
+                .style(if at_slot {
+                    Style::new().fg(Color::Yellow)
+                } else {
+                    Style::new().fg(Color::Cyan)
+                })
+        })
+        .collect();
+    f.render_widget(
+        BarChart::default()
+            .block(block)
+            .bar_width(5)
+            .bar_gap(1)
+            .data(BarGroup::default().bars(&bars)),
+        area,
+    );
+}
+
+/// The gap histogram merged into at most `n` bars: (label, count, bar holds the slot).
+pub fn gap_bins(s: &Snapshot, n: usize) -> Vec<(String, u64, bool)> {
+    let h = &s.gap.histogram;
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let per = h.len().div_ceil(n);
+    h.chunks(per)
+        .map(|c| {
+            let (lo, hi) = (c[0].0, c[c.len() - 1].1);
+            let count = c.iter().map(|b| b.2).sum();
+            let at_slot = s
+                .gap
+                .slot_ns
+                .is_some_and(|slot| slot >= lo as f64 && slot < hi as f64);
+            (dur(lo as f64).replace(".0", ""), count, at_slot)
+        })
+        .collect()
+}
+
+fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
+    let rows = app.drop_rows();
+    let mut title = format!(
+        " drops ({} rows, sort: {}",
+        rows.len(),
+        app.sort.map_or("count", |s| s.name())
+    );
+    if !app.filter.is_empty() || app.filtering {
+        title += &format!(", filter: {}{}", app.filter, if app.filtering { "_" } else { "" });
+    }
+    title += ") ";
+    let block = panel_block(app, Panel::Drops, title);
+    // Below 100 columns the device and pid give way to the location.
+    let wide = area.width >= 100;
+    let table_rows = rows.iter().skip(app.scroll).map(|d| {
+        let style = match d.class {
+            DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
+            DropClass::ReplyLoss => Style::new().fg(Color::Magenta),
+            DropClass::Expected => Style::new().fg(Color::Gray),
+            DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
+        };
+        let mut cells = vec![class_name(d).to_string(), d.reason.clone(), d.location.clone()];
+        if wide {
+            cells.push(d.device.clone().unwrap_or("-".into()));
+            cells.push(d.pid.map(|p| p.to_string()).unwrap_or("-".into()));
+        }
+        cells.extend([d.count.to_string(), rate(d.rate)]);
+        Row::new(cells).style(style)
+    });
+    let mut widths = vec![
+        Constraint::Length(11),
+        Constraint::Length(14),
+        Constraint::Min(20),
+    ];
+    let mut header = vec!["class", "reason", "location"];
+    if wide {
+        widths.extend([Constraint::Length(14), Constraint::Length(7)]);
+        header.extend(["device", "pid"]);
+    }
+    widths.extend([Constraint::Length(9), Constraint::Length(8)]);
+    header.extend(["count", "/s"]);
+    let table = Table::new(table_rows, widths)
+        .header(Row::new(header).style(Style::new().bold()))
+        .block(block);
+    f.render_widget(table, area);
+}
+
+fn draw_help(f: &mut Frame, area: Rect) {
+    let lines: Vec<Line> = std::iter::once(&HELP)
+        .chain(BINDINGS.iter())
+        .map(|b| Line::from(format!("{:>6}  {}", b.label, b.help)))
+        .collect();
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let w = 72.min(area.width);
+    let popup = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    f.render_widget(Clear, popup);
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::bordered().title(" keys ")),
+        popup,
+    );
+}

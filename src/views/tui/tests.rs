@@ -1,0 +1,330 @@
+//! The terminal view through ratatui's TestBackend: committed screen snapshots of the full, empty
+//! and degraded states, every panel zoomed, tiny terminals, and the App's key handling.
+//! `UPDATE_SNAPSHOTS=1 cargo test --lib views::tui` rewrites tests/snapshots/tui_*.txt after an
+//! intended change; review the diff before committing it.
+
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+
+use super::app::{App, DropSort, Outcome, Panel};
+use super::draw::draw;
+use super::keys::{footer, BINDINGS};
+use crate::analysis::{DropRow, EndReason};
+use crate::collect::session::Update;
+use crate::collect::DropClass;
+use crate::probes::ProbeStatus;
+use crate::views::fixtures::{rich_run, rich_ticks};
+
+fn key(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+fn probes(missing: bool) -> Vec<ProbeStatus> {
+    let mut p = vec![ProbeStatus {
+        name: "drops.on_kfree_skb".into(),
+        attached: true,
+        error: None,
+    }];
+    if missing {
+        p.push(ProbeStatus {
+            name: "netdev.on_qdisc_enqueue".into(),
+            attached: false,
+            error: Some("ENOENT".into()),
+        });
+    }
+    p
+}
+
+/// An App fed a Started update and the fixture's ticks.
+fn live_app(missing_probe: bool) -> App {
+    let (ticks, _) = rich_ticks();
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Started {
+        processes: ticks[0].processes.clone(),
+        probes: probes(missing_probe),
+    });
+    for t in ticks {
+        app.apply(Update::Tick(Box::new(t)));
+    }
+    app
+}
+
+/// The screen as text, one line per row.
+fn screen(app: &App, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| draw(f, app)).unwrap();
+    let buf = term.backend().buffer().clone();
+    (0..h)
+        .map(|y| {
+            (0..w)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect::<String>()
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn assert_snapshot(name: &str, text: &str) {
+    let path = format!("{}/tests/snapshots/{name}.txt", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, text).unwrap();
+    }
+    let want =
+        std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path} missing: UPDATE_SNAPSHOTS=1"));
+    assert_eq!(text, want, "screen differs from {path}");
+}
+
+#[test]
+fn full_view_at_80x24_shows_rates_funnel_and_drop_location() {
+    let s = screen(&live_app(false), 80, 24);
+    for want in [
+        "requested 100.0 pps",
+        "achieved 100.0 pps (100.0%)",
+        "syscall_packets",
+        "QDISC_DROP",
+        "__dev_queue_xmit+0x1",
+        "target_loss",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+    assert_snapshot("tui_80x24", &s);
+}
+
+#[test]
+fn full_view_at_120x40() {
+    let s = screen(&live_app(false), 120, 40);
+    assert!(s.contains("sock_alloc_send_pskb"), "{s}");
+    assert_snapshot("tui_120x40", &s);
+}
+
+#[test]
+fn empty_state_before_the_first_tick() {
+    let mut app = App::new("attach [42]".into());
+    app.apply(Update::Started {
+        processes: vec![],
+        probes: probes(false),
+    });
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("waiting for the first tick"), "{s}");
+    assert!(s.contains("requested: unknown"), "{s}");
+    assert_snapshot("tui_empty", &s);
+}
+
+#[test]
+fn degraded_state_names_the_missing_probes() {
+    let s = screen(&live_app(true), 100, 24);
+    assert!(s.contains("1 probe(s) unavailable"), "{s}");
+    assert!(!screen(&live_app(false), 100, 24).contains("unavailable"));
+}
+
+#[test]
+fn tiny_terminals_do_not_panic() {
+    let mut app = live_app(true);
+    for (w, h) in [(1, 1), (2, 2), (10, 3), (20, 5), (40, 10), (79, 23), (300, 5)] {
+        screen(&app, w, h);
+        app.help = true;
+        screen(&app, w, h);
+        app.help = false;
+    }
+}
+
+#[test]
+fn each_panel_zoomed_fills_the_body() {
+    let mut app = live_app(false);
+    app.on_key(key(KeyCode::Char('z')));
+    let titles = [
+        "funnel",
+        "sender threads' time",
+        "rates over time",
+        "gaps: mean",
+        "drops (",
+    ];
+    for (panel, title) in Panel::ALL.iter().zip(titles) {
+        app.focus = Some(*panel);
+        let s = screen(&app, 80, 24);
+        assert!(s.contains(title), "{panel:?} zoomed:\n{s}");
+        // Zoomed, no other panel's title is on screen.
+        for other in titles.iter().filter(|t| **t != title) {
+            assert!(
+                !s.contains(other),
+                "{other:?} visible while {panel:?} is zoomed:\n{s}"
+            );
+        }
+    }
+}
+
+#[test]
+fn footer_and_help_come_from_the_key_table() {
+    let foot = footer();
+    for b in &BINDINGS {
+        assert!(foot.contains(b.label), "footer lacks {}", b.label);
+    }
+    let mut app = live_app(false);
+    app.on_key(key(KeyCode::Char('?')));
+    let s = screen(&app, 100, 30);
+    for b in &BINDINGS {
+        assert!(
+            s.contains(b.help.split('(').next().unwrap().trim()),
+            "help lacks {:?}\n{s}",
+            b.help
+        );
+    }
+}
+
+#[test]
+fn ended_run_stays_on_screen_with_its_reason() {
+    let (_, summary) = rich_run();
+    let mut app = live_app(false);
+    assert_eq!(summary.end_reason, EndReason::Duration);
+    app.apply(Update::Done(Box::new(summary)));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("ENDED (duration reached)"), "{s}");
+    assert!(s.contains("QDISC_DROP"), "final state kept:\n{s}");
+}
+
+#[test]
+fn pause_freezes_the_display_and_resume_catches_up() {
+    let (snap, _) = rich_run();
+    let mut app = live_app(false);
+    app.on_key(key(KeyCode::Char('p')));
+    let mut later = snap.clone();
+    later.tick = 99;
+    app.apply(Update::Tick(Box::new(later)));
+    assert_eq!(
+        app.shown.as_ref().unwrap().tick,
+        snap.tick,
+        "paused display changed"
+    );
+    assert_eq!(app.history.len(), 4, "collection goes on while paused");
+    app.on_key(key(KeyCode::Char('p')));
+    assert_eq!(app.shown.as_ref().unwrap().tick, 99);
+}
+
+#[test]
+fn quit_and_ctrl_c_stop_the_run() {
+    let mut app = live_app(false);
+    assert_eq!(app.on_key(key(KeyCode::Char('x'))), Outcome::Continue);
+    assert_eq!(
+        app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+        Outcome::Stop
+    );
+    let mut app = live_app(false);
+    assert_eq!(app.on_key(key(KeyCode::Char('q'))), Outcome::Stop);
+    assert!(app.quitting);
+    assert!(screen(&app, 80, 24).contains("ENDING"));
+}
+
+fn row(reason: &str, location: &str, class: DropClass, count: u64, rate: f64) -> DropRow {
+    DropRow {
+        reason: reason.into(),
+        location: location.into(),
+        device: None,
+        netns: 0,
+        class,
+        pid: None,
+        count,
+        rate,
+    }
+}
+
+#[test]
+fn sort_cycles_and_filter_narrows_the_drop_table() {
+    let mut app = live_app(false);
+    let s = app.shown.as_mut().unwrap();
+    s.drops = vec![
+        row("NO_SOCKET", "__udp4_lib_rcv+0x1", DropClass::Expected, 50, 1.0),
+        row(
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x1",
+            DropClass::TargetLoss,
+            10,
+            9.0,
+        ),
+        row("NOT_SPECIFIED", "a_func+0x1", DropClass::Unrelated, 30, 5.0),
+    ];
+    let reasons = |app: &App| {
+        app.drop_rows()
+            .iter()
+            .map(|d| d.reason.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        reasons(&app),
+        ["NO_SOCKET", "NOT_SPECIFIED", "QDISC_DROP"],
+        "by count"
+    );
+    app.on_key(key(KeyCode::Char('s')));
+    assert_eq!(app.sort, Some(DropSort::Rate));
+    assert_eq!(
+        reasons(&app),
+        ["QDISC_DROP", "NOT_SPECIFIED", "NO_SOCKET"],
+        "by rate"
+    );
+    app.on_key(key(KeyCode::Char('s')));
+    assert_eq!(
+        reasons(&app),
+        ["NOT_SPECIFIED", "NO_SOCKET", "QDISC_DROP"],
+        "by reason"
+    );
+    app.on_key(key(KeyCode::Char('s')));
+    app.on_key(key(KeyCode::Char('s')));
+    assert_eq!(
+        reasons(&app),
+        ["QDISC_DROP", "NO_SOCKET", "NOT_SPECIFIED"],
+        "by class"
+    );
+
+    app.on_key(key(KeyCode::Char('f')));
+    assert_eq!(app.focus, Some(Panel::Drops));
+    for c in "udp".chars() {
+        app.on_key(key(KeyCode::Char(c)));
+    }
+    // While typing, keys are text: 's' and 'q' do not act.
+    assert_eq!(app.on_key(key(KeyCode::Char('q'))), Outcome::Continue);
+    app.on_key(key(KeyCode::Backspace));
+    assert_eq!(reasons(&app), ["NO_SOCKET"]);
+    app.on_key(key(KeyCode::Enter));
+    assert!(screen(&app, 100, 30).contains("filter: udp"));
+    app.on_key(key(KeyCode::Char('f')));
+    app.on_key(key(KeyCode::Esc));
+    assert_eq!(reasons(&app).len(), 3, "Esc clears the filter");
+}
+
+#[test]
+fn tab_and_arrows_move_focus_in_order_and_wrap() {
+    let mut app = live_app(false);
+    let mut seen = vec![app.focus.unwrap()];
+    for _ in 0..5 {
+        app.on_key(key(KeyCode::Tab));
+        seen.push(app.focus.unwrap());
+    }
+    assert_eq!(
+        seen,
+        [
+            Panel::Funnel,
+            Panel::Budget,
+            Panel::Rates,
+            Panel::Gaps,
+            Panel::Drops,
+            Panel::Funnel
+        ]
+    );
+    app.on_key(key(KeyCode::BackTab));
+    assert_eq!(app.focus, Some(Panel::Drops));
+    app.on_key(key(KeyCode::Right));
+    assert_eq!(app.focus, Some(Panel::Funnel));
+}
+
+#[test]
+fn history_is_bounded() {
+    let (snap, _) = rich_run();
+    let mut app = App::new(String::new());
+    for _ in 0..700 {
+        app.apply(Update::Tick(Box::new(snap.clone())));
+    }
+    assert_eq!(app.history.len(), 600);
+}
