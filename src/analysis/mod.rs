@@ -104,6 +104,8 @@ pub struct Analyzer {
     prev: Option<CounterSample>,
     ticks: Vec<TickRate>,
     queues: BTreeMap<(String, u32), (u64, u64)>,
+    /// scanprof's CPU time at the first sample, ns
+    start_cpu_ns: u64,
 }
 
 impl Analyzer {
@@ -114,7 +116,16 @@ impl Analyzer {
             prev: None,
             ticks: Vec::new(),
             queues: BTreeMap::new(),
+            start_cpu_ns: 0,
         }
+    }
+
+    /// Takes the sample read at attach as the zero point of the first tick (and of scanprof's
+    /// own CPU use: what it spent before is start-up).
+    pub fn baseline(&mut self, s: CounterSample) {
+        self.start_ns = s.t_ns;
+        self.start_cpu_ns = s.self_cpu_ns;
+        self.prev = Some(s);
     }
 
     pub fn requested_pps(&self) -> Option<f64> {
@@ -123,11 +134,11 @@ impl Analyzer {
 
     /// The Snapshot of the tick that ends with `s`.
     pub fn tick(&mut self, s: &CounterSample, warnings: &[String]) -> Snapshot {
-        let empty = CounterSample {
+        let prev = self.prev.take().unwrap_or_else(|| CounterSample {
             t_ns: self.start_ns,
+            self_cpu_ns: self.start_cpu_ns,
             ..Default::default()
-        };
-        let prev = self.prev.take().unwrap_or(empty);
+        });
         let interval_ns = s.t_ns.saturating_sub(prev.t_ns).max(1);
         let interval_s = interval_ns as f64 / 1e9;
         let (now_t, prev_t) = (Totals::of(s), Totals::of(&prev));
@@ -181,6 +192,10 @@ impl Analyzer {
             gap,
             rate_stats: self.rate_stats(&now_t),
             health: s.health,
+            cost: Cost {
+                cpu: s.self_cpu_ns.saturating_sub(prev.self_cpu_ns) as f64 / interval_ns as f64,
+                probe_hits_per_s: per_s(s.health.probe_hits.saturating_sub(prev.health.probe_hits)),
+            },
             warnings: warnings.to_vec(),
         };
         self.prev = Some(s.clone());
@@ -259,6 +274,10 @@ impl Analyzer {
                 .collect(),
             lost_events: last.health.lost_events,
             health: last.health,
+            cost: Cost {
+                cpu: last.self_cpu_ns.saturating_sub(self.start_cpu_ns) as f64 / duration_ns.max(1) as f64,
+                probe_hits_per_s: last.health.probe_hits as f64 / (duration_ns.max(1) as f64 / 1e9),
+            },
             probes,
             warnings,
         }

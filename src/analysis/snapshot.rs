@@ -168,7 +168,18 @@ pub struct Snapshot {
     /// per-tick achieved pps statistics over the complete ticks so far
     pub rate_stats: Option<RunStats>,
     pub health: Health,
+    /// scanprof's own cost over the tick
+    pub cost: Cost,
     pub warnings: Vec<String>,
+}
+
+/// What scanprof itself costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// CPU scanprof used, as a fraction of one core
+    pub cpu: f64,
+    /// probe hits that did work for scanprof, per second
+    pub probe_hits_per_s: f64,
 }
 
 /// Why the run ended.
@@ -218,6 +229,8 @@ pub struct Summary {
     pub queues: Vec<QueueDepth>,
     pub lost_events: u64,
     pub health: Health,
+    /// scanprof's own cost over the run
+    pub cost: Cost,
     pub probes: Vec<crate::probes::ProbeStatus>,
     pub warnings: Vec<String>,
 }

@@ -197,6 +197,16 @@ pub struct CounterSample {
     pub queues: Vec<QueueDepth>,
     pub block_sites: Vec<BlockSite>,
     pub health: Health,
+    /// CPU time scanprof itself has used (user + system, all threads), ns
+    pub self_cpu_ns: u64,
+}
+
+/// CPU time this process has used so far (user + system), ns; 0 if /proc cannot tell.
+fn own_cpu_ns() -> u64 {
+    procfs::process::Process::myself()
+        .and_then(|p| p.stat())
+        .map(|st| (st.utime + st.stime) * 1_000_000_000 / procfs::ticks_per_second().max(1))
+        .unwrap_or(0)
 }
 
 /// Records from the probes that matter beyond counting.
@@ -388,6 +398,7 @@ impl Collector {
             queues,
             block_sites,
             health,
+            self_cpu_ns: own_cpu_ns(),
         }
     }
 }

@@ -250,6 +250,7 @@ fn collect(
     let _ = ready.send(Ok(()));
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
+    analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
     let mut next_tick = start_ns + interval_ns;

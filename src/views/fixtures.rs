@@ -87,6 +87,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             episodes: 3,
         }],
         health: Health::default(),
+        self_cpu_ns: t / 100,
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     let mut ticks = vec![

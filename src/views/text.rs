@@ -193,7 +193,13 @@ pub fn summary(s: &Summary) -> String {
             d.device, d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
         );
     }
-    let _ = writeln!(o, "\nlost probe records: {}", s.lost_events);
+    let _ = writeln!(
+        o,
+        "\nscanprof's own cost: {:.1}% of a CPU, {:.0} probe events/s; lost probe records: {}",
+        s.cost.cpu * 100.0,
+        s.cost.probe_hits_per_s,
+        s.lost_events
+    );
     for w in &s.warnings {
         let _ = writeln!(o, "warning: {w}");
     }

@@ -169,6 +169,7 @@ fn fixed_summary() -> Summary {
             lost_events: 2,
             ..Default::default()
         },
+        cost: Default::default(),
         probes: vec![ProbeStatus {
             name: "drops.on_kfree_skb".to_string(),
             attached: false,
@@ -388,7 +389,8 @@ fn report_shows_family_lost_records_and_warnings() {
         "{root}"
     );
     assert!(line_of(&r, "pid 4250").ends_with("[killed by signal 9]"), "{r}");
-    assert!(r.contains("\nlost probe records: 2\n"), "{r}");
+    assert!(r.contains("lost probe records: 2\n"), "{r}");
+    assert!(r.contains("scanprof's own cost: 0.0% of a CPU"), "{r}");
     let warnings: Vec<&str> = r.lines().filter(|l| l.starts_with("warning: ")).collect();
     assert_eq!(
         warnings,
@@ -417,6 +419,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         gap: GapView::default(),
         rate_stats: None,
         health: Health::default(),
+        cost: Default::default(),
         warnings: Vec::new(),
     }
 }

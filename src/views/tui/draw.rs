@@ -122,8 +122,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             Style::new().bold(),
         ));
         line1.push(Span::raw(format!(
-            "  cost: {} probe hits, lost events {}",
-            s.health.probe_hits, s.health.lost_events
+            "  scanprof: {:.1}% CPU, {} events/s, lost {}",
+            s.cost.cpu * 100.0,
+            rate(s.cost.probe_hits_per_s),
+            s.health.lost_events
         )));
     }
     let attached = app.probes.iter().filter(|p| p.attached).count();
