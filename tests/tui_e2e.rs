@@ -1,0 +1,141 @@
+//! End to end, as a person would see it: the real binary in a real terminal (tmux) opens the live
+//! view on a lab whose sender link drops most packets at a tbf qdisc; the screen must show the
+//! requested and achieved rates and the drop location; `q` must end it and restore the terminal.
+//! Needs root (BPF, namespaces) and tmux, both of which CI has: it fails rather than skips.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
+
+/// A tmux session this test started, killed when the test ends however it ends.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(cols: u16, rows: u16, shell_cmd: &str) -> Tmux {
+        let name = format!("scanprof-e2e-{}", std::process::id());
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &cols.to_string(),
+                "-y",
+                &rows.to_string(),
+                shell_cmd,
+            ])
+            .status()
+            .expect("tmux must be installed (./scripts/setup installs it)")
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Tmux(name)
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .expect("capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn alternate_screen(&self) -> bool {
+        let out = Command::new("tmux")
+            .args(["display", "-p", "-t", &self.0, "#{alternate_on}"])
+            .output()
+            .expect("display");
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    fn keys(&self, keys: &str) {
+        Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, keys])
+            .status()
+            .expect("send-keys");
+    }
+
+    /// Polls the screen until `pred` holds; the last screen either way.
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "timed out waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+#[test]
+fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the terminal view test needs root (BPF and namespaces); CI runs as root"
+    );
+    let tmux = Tmux::start(
+        100,
+        30,
+        &format!("{BIN} lab qdisc-drop --duration 3; echo SCANPROF-EXIT=$?; sleep 60"),
+    );
+    // Live, with some ticks behind it: both rates and the target's drop row are on screen.
+    let live = tmux.wait_for(
+        "the live view with a dropped-packets row",
+        Duration::from_secs(30),
+        |s| s.contains("LIVE") && s.contains("QDISC_DROP") && s.contains("achieved"),
+    );
+    assert!(tmux.alternate_screen(), "the view runs on the alternate screen");
+    assert!(live.contains("requested 5000.0 pps"), "{live}");
+    assert!(
+        live.contains("__dev_queue_xmit+0x"),
+        "drop location shown:\n{live}"
+    );
+    assert!(live.contains("target_loss"), "{live}");
+    let lab_ns = live
+        .split_whitespace()
+        .find(|w| w.starts_with("sp") && w.ends_with("-0s"))
+        .map(str::to_string)
+        .expect("the header names the lab namespace the sender runs in");
+
+    // The sender ends after 3 s: the final state stays, marked as ended.
+    let ended = tmux.wait_for("the ended state", Duration::from_secs(30), |s| {
+        s.contains("ENDED")
+    });
+    assert!(
+        ended.contains("QDISC_DROP"),
+        "final state kept on screen:\n{ended}"
+    );
+
+    tmux.keys("q");
+    let after = tmux.wait_for("scanprof to exit", Duration::from_secs(20), |s| {
+        s.contains("SCANPROF-EXIT=")
+    });
+    assert!(after.contains("SCANPROF-EXIT=0"), "{after}");
+    assert!(!tmux.alternate_screen(), "terminal left on the alternate screen");
+    assert!(
+        !after.contains("┌ scanprof:"),
+        "view still drawn after exit:\n{after}"
+    );
+    assert!(
+        after.contains("funnel (per second over the send window)"),
+        "summary printed after the view:\n{after}"
+    );
+    assert!(
+        !std::path::Path::new("/run/netns").join(&lab_ns).exists(),
+        "lab namespace {lab_ns} left behind"
+    );
+}
