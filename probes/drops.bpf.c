@@ -20,7 +20,7 @@ struct {
 } drops SEC(".maps");
 
 static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
-				      __u32 *tgid)
+				      __u32 netns, __u32 *tgid)
 {
 	struct sp_flow_key fk;
 	__u32 *who;
@@ -37,7 +37,13 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 			return SP_CLASS_REPLY_LOSS;
 		}
 	}
-	/* No owner any more (e.g. it crossed a veth): recognise it by address. */
+	/*
+	 * No owner any more (it crossed a veth, or is a reply): recognise it by address, but only
+	 * if it has no socket (a packet of another socket is somebody else's) and only in a
+	 * namespace the family's traffic reached (another namespace may use the same addresses).
+	 */
+	if (BPF_CORE_READ(skb, sk) || !bpf_map_lookup_elem(&target_netns, &netns))
+		return SP_CLASS_UNRELATED;
 	if (!skb_addr(skb, 1, &fk)) {
 		who = bpf_map_lookup_elem(&flows, &fk);
 		if (who) {
@@ -67,7 +73,7 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	};
 	__u64 *n, one = 1;
 
-	k.class = classify(skb, rx_sk, reason, &k.tgid);
+	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
 	n = bpf_map_lookup_elem(&drops, &k);
 	if (n) {
 		*n += 1;

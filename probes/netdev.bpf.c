@@ -34,6 +34,14 @@ struct {
 	__type(value, struct sp_qdepth);
 } qdepth SEC(".maps");
 
+/* The family's packets inside a driver's transmit call (veth, lo deliver them within it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} in_flight SEC(".maps");
+
 /* Neighbour entries that the target's packets waited on -> tgid. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -90,9 +98,12 @@ int BPF_PROG(on_dev_queue, struct sk_buff *skb)
 		return 0;
 	if (tgid) {
 		struct sp_flow_key fk;
+		__u32 ns = dev_netns(dev);
 
 		if (!skb_addr(skb, 1, &fk) && !bpf_map_lookup_elem(&flows, &fk))
 			bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+		if (!bpf_map_lookup_elem(&target_netns, &ns))
+			bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
 	}
 	FOR_ROWS(dev, tgid, s, s->queued += 1);
 	return 0;
@@ -146,6 +157,19 @@ int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, 
 	return 0;
 }
 
+/* net_dev_start_xmit: the family's packet goes to the driver; veth and lo deliver it to the far
+ * side (netif_rx) before the driver returns, so it is marked here, not at net_dev_xmit. */
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
+{
+	__u32 tgid = skb_target((struct sk_buff *)skb);
+	__u64 key = (__u64)skb;
+
+	if (tgid)
+		bpf_map_update_elem(&in_flight, &key, &tgid, BPF_ANY);
+	return 0;
+}
+
 /* net_dev_xmit: the driver's verdict on one packet. */
 SEC("tp_btf/net_dev_xmit")
 int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
@@ -154,12 +178,37 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
 
 	if (!dev)
 		return 0;
+	if (tgid) {
+		__u64 key = (__u64)skb;
+
+		/* The driver has returned: whatever arrived on the far side already did. */
+		bpf_map_delete_elem(&in_flight, &key);
+	}
 	if (rc == 0)
 		FOR_ROWS(dev, tgid, s, { s->xmit_ok += 1; s->xmit_bytes += len; });
 	else if (rc == 0x10)
 		FOR_ROWS(dev, tgid, s, s->xmit_busy += 1);
 	else
 		FOR_ROWS(dev, tgid, s, s->xmit_err += 1);
+	return 0;
+}
+
+/* netif_rx: a packet the family transmitted arrives on the far side of a veth or loopback;
+ * that namespace now carries the family's traffic (e.g. a lab's target host). */
+SEC("tp_btf/netif_rx")
+int BPF_PROG(on_netif_rx, struct sk_buff *skb)
+{
+	__u64 key = (__u64)skb;
+	__u32 *tgid = bpf_map_lookup_elem(&in_flight, &key);
+	__u32 who, ns;
+
+	if (!tgid)
+		return 0;
+	who = *tgid;
+	bpf_map_delete_elem(&in_flight, &key);
+	ns = dev_netns(BPF_CORE_READ(skb, dev));
+	if (ns && !bpf_map_lookup_elem(&target_netns, &ns))
+		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);
 	return 0;
 }
 

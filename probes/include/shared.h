@@ -49,6 +49,15 @@ struct {
 	__type(value, __u32);
 } flows SEC(".maps");
 
+/* Network namespaces the family's packets were queued in or delivered into -> tgid: an address
+ * match (above) counts only in these, so other namespaces using the same addresses stay apart. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} target_netns SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);

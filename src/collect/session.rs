@@ -31,9 +31,22 @@ pub enum Target {
     Command(Vec<String>),
 }
 
+/// Where a launched command's output goes, so that it cannot garble scanprof's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandOutput {
+    /// the command shares scanprof's stdout and stderr (text output)
+    Inherit,
+    /// its stdout goes to scanprof's stderr (stdout carries NDJSON)
+    StdoutToStderr,
+    /// stdout and stderr go to this file (the terminal view owns the screen)
+    File(std::path::PathBuf),
+}
+
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     pub target: Target,
+    /// where a launched command's output goes
+    pub command_output: CommandOutput,
     /// length of a tick
     pub interval: Duration,
     /// end the run after this long
@@ -108,7 +121,7 @@ struct Launched {
 impl Launched {
     /// Starts `/bin/sh` that waits on a pipe, then execs the command in the same process, so
     /// the pid the probes follow is the command's pid from its first instruction.
-    fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
+    fn spawn(argv: &[String], output: &CommandOutput) -> anyhow::Result<Launched> {
         if argv.is_empty() {
             bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
         }
@@ -140,6 +153,17 @@ impl Launched {
                 }
                 Ok(())
             });
+        }
+        match output {
+            CommandOutput::Inherit => {}
+            CommandOutput::StdoutToStderr => {
+                cmd.stdout(std::io::stderr());
+            }
+            CommandOutput::File(path) => {
+                let log = std::fs::File::create(path)
+                    .with_context(|| format!("creating {} for the command's output", path.display()))?;
+                cmd.stdout(log.try_clone()?).stderr(log);
+            }
         }
         let child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
         drop(gate_rd);
@@ -198,7 +222,7 @@ fn collect(
         let roots = match &cfg.target {
             Target::Pids(pids) => pids.clone(),
             Target::Command(argv) => {
-                let l = Launched::spawn(argv)?;
+                let l = Launched::spawn(argv, &cfg.command_output)?;
                 let pid = l.child.id();
                 launched = Some(l);
                 vec![pid]

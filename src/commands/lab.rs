@@ -162,8 +162,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         json: o.json,
         no_tui: o.no_tui,
     };
-    let cfg = super::profile::session_config(Target::Command(argv), &run_opts)?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
+    let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     let summary = super::profile::render(cfg, output, super::profile::stop_flag()?)?;
     // Let the last packets drain through the lab before reading the independent counters.
     std::thread::sleep(Duration::from_millis(300));

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 
 use crate::analysis::Summary;
 use crate::cli::RunOptions;
-use crate::collect::session::{self, SessionConfig, Target, Update};
+use crate::collect::session::{self, CommandOutput, SessionConfig, Target, Update};
 use crate::probes::ProbeOptions;
 use crate::views::{json, text};
 
@@ -23,7 +23,7 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-pub fn session_config(target: Target, opts: &RunOptions) -> anyhow::Result<SessionConfig> {
+pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyhow::Result<SessionConfig> {
     if !(opts.interval.is_finite() && opts.interval >= 0.01) {
         bail!("--interval must be at least 0.01 seconds");
     }
@@ -38,6 +38,11 @@ pub fn session_config(target: Target, opts: &RunOptions) -> anyhow::Result<Sessi
         }
     }
     Ok(SessionConfig {
+        command_output: match output {
+            Output::Text => CommandOutput::Inherit,
+            Output::Json => CommandOutput::StdoutToStderr,
+            Output::Tui => CommandOutput::File(command_log()),
+        },
         target,
         interval: Duration::from_secs_f64(opts.interval),
         duration: opts.duration.map(Duration::from_secs_f64),
@@ -69,8 +74,14 @@ impl Output {
     }
 }
 
+/// Where a launched command's output goes while the terminal view owns the screen.
+pub fn command_log() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("scanprof-{}-command.log", std::process::id()))
+}
+
 /// Runs a session to its end, showing it as asked; returns the summary.
 pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyhow::Result<Summary> {
+    let target_kind = cfg.target.clone();
     let title = match &cfg.target {
         Target::Pids(pids) => format!("attach {pids:?}"),
         Target::Command(argv) => format!("run {}", argv.join(" ")),
@@ -89,6 +100,9 @@ pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyh
         session.join()?;
         let summary = summary.context("the session ended without a summary")?;
         print!("{}", text::summary(&summary));
+        if let Target::Command(_) = &target_kind {
+            println!("the command's own output is in {}", command_log().display());
+        }
         return Ok(summary);
     }
     let json_out = output == Output::Json;
@@ -144,7 +158,8 @@ pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyh
 }
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
-    let cfg = session_config(target, opts)?;
-    render(cfg, Output::choose(opts.json, opts.no_tui), stop_flag()?)?;
+    let output = Output::choose(opts.json, opts.no_tui);
+    let cfg = session_config(target, opts, output)?;
+    render(cfg, output, stop_flag()?)?;
     Ok(ExitCode::SUCCESS)
 }

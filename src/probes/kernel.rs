@@ -76,7 +76,7 @@ pub fn drop_reason_names() -> Option<BTreeMap<u32, String>> {
 }
 
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
-pub const TRACEPOINTS: [(&str, &str); 16] = [
+pub const TRACEPOINTS: [(&str, &str); 18] = [
     (
         "sched_process_fork",
         "following children and threads of the target",
@@ -91,7 +91,15 @@ pub const TRACEPOINTS: [(&str, &str); 16] = [
     ("net_dev_queue", "packets entering dev_queue_xmit"),
     ("qdisc_enqueue", "qdisc stage and queue depth"),
     ("qdisc_dequeue", "qdisc stage"),
+    (
+        "net_dev_start_xmit",
+        "following the family's packets across veth and loopback",
+    ),
     ("net_dev_xmit", "device transmit stage and driver return codes"),
+    (
+        "netif_rx",
+        "namespaces the family's packets arrive in (drop attribution)",
+    ),
     (
         "neigh_event_send_done",
         "packets waiting for neighbour resolution",

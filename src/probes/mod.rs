@@ -57,7 +57,15 @@ const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o
 const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
 
 /// Maps declared by probes/include/shared.h: created by the family object, reused by the rest.
-const SHARED_MAPS: [&str; 6] = ["family", "threads", "target_socks", "flows", "events", "health"];
+const SHARED_MAPS: [&str; 7] = [
+    "family",
+    "threads",
+    "target_socks",
+    "flows",
+    "target_netns",
+    "events",
+    "health",
+];
 
 /// Why the probes could not be set up.
 #[derive(Debug, Error)]

@@ -1,0 +1,778 @@
+//! What profiling costs the profiled sender, and whether scanprof's drop counts hold at high rate.
+//!
+//! `cargo bench --bench overhead` (as root; needs `bpftrace` and `perf`). Three parts, all inside
+//! private network-namespace labs that the bench creates and deletes (also on panic or Ctrl-C):
+//!
+//! 1. The reference sender at full speed (`send --rate 0`), (a) alone, (b) under `scanprof run`,
+//!    (c) while bpftrace counts the equivalent tracepoints; interleaved rounds, medians, b/a, c/a.
+//! 2. The paced sender at about half its maximum rate, alone and under scanprof: the achieved rate
+//!    must not move (target: medians within 1%).
+//! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
+//!    profiled by scanprof inside `perf stat -e skb:kfree_skb -a`: scanprof's drop total against
+//!    perf's count less the background rate perf measured alone just before.
+//!
+//! The machine is small and shared: every comparison is against a baseline measured in the same
+//! run, interleaved, and reported as the median of the repeats.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use scanprof::analysis::Summary;
+use scanprof::lab::{self, Lab, LabConfig, TbfConfig};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
+const PORT: u16 = 9000;
+
+/// Part 1: rounds and seconds per full-speed send.
+const P1_ROUNDS: usize = 7;
+const P1_SECONDS: f64 = 3.0;
+/// Part 2: rounds and seconds per paced send.
+const P2_ROUNDS: usize = 5;
+const P2_SECONDS: f64 = 5.0;
+/// Part 3: rounds, seconds per drop burst, parallel senders, background window.
+const P3_ROUNDS: usize = 3;
+const P3_SECONDS: f64 = 3.0;
+const P3_SENDERS: usize = 2;
+const P3_BATCH: u32 = 256;
+const P3_BACKGROUND_S: f64 = 2.0;
+/// How much longer than its own bound any child may run before the bench kills it.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// bpftrace's version of what scanprof counts for a sender: send syscalls (count, errors by
+/// errno, bytes, latency histogram), the thread's switches out (by state) and in (off-CPU time
+/// histogram), its wakeups, every drop by reason and location, device queue/xmit per device and
+/// qdisc enqueue/dequeue per ifindex. $1 is the sender's pid (single-threaded: pid == tid).
+const BPFTRACE_SCRIPT: &str = r#"
+BEGIN { printf("ready\n"); }
+tracepoint:raw_syscalls:sys_enter /pid == $1/ {
+  if (args->id == 44 || args->id == 46 || args->id == 307 || args->id == 1 || args->id == 20) {
+    @calls[args->id] = count();
+    @start[tid] = nsecs;
+  }
+}
+tracepoint:raw_syscalls:sys_exit /pid == $1 && @start[tid]/ {
+  if (args->ret < 0) { @errors[args->id, -args->ret] = count(); }
+  else { @bytes[args->id] = sum(args->ret); }
+  @send_latency_ns = hist(nsecs - @start[tid]);
+  delete(@start[tid]);
+}
+tracepoint:sched:sched_switch /args->prev_pid == $1/ {
+  @switch_out[args->prev_state] = count();
+  @off_since[args->prev_pid] = nsecs;
+}
+tracepoint:sched:sched_switch /args->next_pid == $1/ {
+  @switch_in = count();
+  if (@off_since[args->next_pid]) { @off_cpu_ns = hist(nsecs - @off_since[args->next_pid]); }
+}
+tracepoint:sched:sched_wakeup /args->pid == $1/ { @wakeups = count(); }
+tracepoint:skb:kfree_skb { @drops[args->reason, args->location] = count(); }
+tracepoint:net:net_dev_queue { @dev_queue[str(args->name)] = count(); @dev_queue_bytes = sum(args->len); }
+tracepoint:net:net_dev_xmit { @dev_xmit[str(args->name), args->rc] = count(); }
+tracepoint:qdisc:qdisc_enqueue { @qdisc_enqueue[args->ifindex] = count(); }
+tracepoint:qdisc:qdisc_dequeue { @qdisc_dequeue[args->ifindex] = count(); }
+"#;
+
+/// Set by SIGINT/SIGTERM: the bench stops at the next step and unwinds, deleting its labs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn check_interrupted() {
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        panic!("interrupted: stopping (labs are deleted on the way out)");
+    }
+}
+
+/// A child this bench started. Dropping it while it still runs signals it (by its own pid),
+/// waits up to 3 s, then SIGKILLs it, and reaps it.
+struct Proc {
+    child: Child,
+    name: String,
+    /// signal that asks it to finish cleanly
+    polite: Signal,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, name: &str, polite: Signal) -> Proc {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child,
+            name: name.to_string(),
+            polite,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: Signal) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    /// Waits for it to exit by itself within `limit`; panics (and the drop kills it) otherwise.
+    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => panic!("{} (pid {}) still runs after {limit:?}", self.name, self.pid()),
+                Err(e) => panic!("waiting for {}: {e}", self.name),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        self.signal(self.polite);
+        for _ in 0..150 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a pipe to its end on a thread.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Runs `cmd` to its end (killing it after `limit`) and returns its exit status, stdout and stderr.
+fn run_capture(mut cmd: Command, name: &str, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut p = Proc::spawn(cmd, name, Signal::SIGTERM);
+    let out = drain(p.child.stdout.take().unwrap());
+    let err = drain(p.child.stderr.take().unwrap());
+    let status = p.wait(limit);
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+/// The sender's own `--json` report: the JSON line that has `achieved_pps` and no `type`.
+fn sender_reports(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("type").is_none() && v.get("achieved_pps").is_some())
+        .collect()
+}
+
+fn pps(report: &Value) -> f64 {
+    report["achieved_pps"].as_f64().expect("achieved_pps")
+}
+
+fn sent(report: &Value) -> u64 {
+    report["sent"].as_u64().expect("sent")
+}
+
+/// scanprof's `summary` line.
+fn summary_of(stdout: &str) -> Summary {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(r#"{"type":"summary""#))
+        .unwrap_or_else(|| panic!("no summary in scanprof's output:\n{stdout}"));
+    serde_json::from_str(line).expect("parsing scanprof's summary")
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// 1234567.8 -> "1,234,568"
+fn thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// `scanprof send` arguments aimed at the lab target.
+fn send_args(lab: &Lab, rate: f64, seconds: f64, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "send",
+        "--to",
+        &format!("{}:{PORT}", lab.target_addr),
+        "--rate",
+        &rate.to_string(),
+        "--duration",
+        &seconds.to_string(),
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// (a) The sender alone in the lab.
+fn send_alone(lab: &Lab, args: &[String], seconds: f64) -> Value {
+    let cmd = lab.command_in_sender(BIN, args);
+    let (status, out, err) = run_capture(cmd, "sender", Duration::from_secs_f64(seconds) + GRACE);
+    assert!(status.success(), "sender failed: {status}\n{out}\n{err}");
+    sender_reports(&out)
+        .pop()
+        .unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"))
+}
+
+/// `scanprof run --json -- ip netns exec NS <command...>` with scanprof's stdout (NDJSON and
+/// whatever the command prints) and stderr.
+fn scanprof_run(lab: &Lab, command: &[String], seconds: f64) -> Vec<String> {
+    let bound = (seconds + GRACE.as_secs_f64()).to_string();
+    let mut argv: Vec<String> = [
+        BIN,
+        "run",
+        "--json",
+        "--duration",
+        &bound,
+        "--",
+        "ip",
+        "netns",
+        "exec",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.push(lab.sender_ns.clone());
+    argv.extend_from_slice(command);
+    argv
+}
+
+/// (b) The sender under `scanprof run` (attached before the sender's first instruction).
+fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summary) {
+    let mut command = vec![BIN.to_string()];
+    command.extend_from_slice(args);
+    let argv = scanprof_run(lab, &command, seconds);
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    let (status, out, err) = run_capture(cmd, "scanprof run", Duration::from_secs_f64(seconds) + GRACE * 2);
+    assert!(status.success(), "scanprof run failed: {status}\n{err}");
+    let report = sender_reports(&out)
+        .pop()
+        .unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"));
+    (report, summary_of(&out))
+}
+
+/// What bpftrace printed at exit, reduced to the figures the bench shows.
+struct BpftraceCounts {
+    send_calls: u64,
+    map_lines: usize,
+}
+
+/// (c) The sender while bpftrace counts the same tracepoints for it. The sender is started
+/// behind a gate (`sh` waiting on its stdin, then exec: the pid stays the sender's), bpftrace is
+/// started with that pid and waited for until its BEGIN probe ran, then the gate opens.
+fn send_under_bpftrace(lab: &Lab, args: &[String], seconds: f64) -> (Value, BpftraceCounts) {
+    let mut gate = Command::new("sh");
+    gate.args(["-c", "IFS= read -r _ || exit 111; exec \"$@\"", "gate"])
+        .args(["ip", "netns", "exec", &lab.sender_ns, BIN])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut sender = Proc::spawn(gate, "gated sender", Signal::SIGTERM);
+    let sender_out = drain(sender.child.stdout.take().unwrap());
+    let sender_err = drain(sender.child.stderr.take().unwrap());
+
+    let mut bt = Command::new("bpftrace");
+    bt.arg("-e")
+        .arg(BPFTRACE_SCRIPT)
+        .arg(sender.pid().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut bpftrace = Proc::spawn(bt, "bpftrace", Signal::SIGINT);
+    let bt_err = drain(bpftrace.child.stderr.take().unwrap());
+    let (tx, rx) = mpsc::channel::<String>();
+    let bt_out = {
+        let stdout = bpftrace.child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                all.push(line);
+            }
+            all
+        })
+    };
+    let deadline = Instant::now() + GRACE;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.trim() == "ready" => break,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                if let Ok(Some(status)) = bpftrace.child.try_wait() {
+                    panic!(
+                        "bpftrace exited ({status}) before its BEGIN probe:\n{}",
+                        join(bt_err)
+                    );
+                }
+            }
+            Err(_) => panic!("bpftrace did not become ready"),
+        }
+    }
+    {
+        let mut stdin = sender.child.stdin.take().unwrap();
+        stdin.write_all(b"go\n").expect("opening the gate");
+    }
+    let status = sender.wait(Duration::from_secs_f64(seconds) + GRACE);
+    let (out, err) = (join(sender_out), join(sender_err));
+    assert!(
+        status.success(),
+        "sender under bpftrace failed: {status}\n{out}\n{err}"
+    );
+    bpftrace.signal(Signal::SIGINT);
+    let bt_status = bpftrace.wait(GRACE);
+    let lines = bt_out.join().unwrap();
+    assert!(
+        bt_status.success(),
+        "bpftrace failed: {bt_status}\n{}",
+        join(bt_err)
+    );
+    let send_calls = lines
+        .iter()
+        .filter(|l| l.starts_with("@calls["))
+        .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
+        .sum();
+    let map_lines = lines.iter().filter(|l| l.starts_with('@')).count();
+    let report = sender_reports(&out)
+        .pop()
+        .unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"));
+    (
+        report,
+        BpftraceCounts {
+            send_calls,
+            map_lines,
+        },
+    )
+}
+
+fn join(h: JoinHandle<String>) -> String {
+    h.join().unwrap_or_default()
+}
+
+fn pause() {
+    std::thread::sleep(Duration::from_millis(200));
+    check_interrupted();
+}
+
+/// Part 1; returns the median rate of the sender alone (its maximum here).
+fn part1(lab: &Lab) -> f64 {
+    println!(
+        "== Part 1: cost to the target at full speed (send --rate 0, sendto, 64 B, {P1_SECONDS} s per run, \
+         {P1_ROUNDS} interleaved rounds)"
+    );
+    let args = send_args(lab, 0.0, P1_SECONDS, &[]);
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
+    let mut scanprof_wins = 0;
+    for round in 0..P1_ROUNDS {
+        let (mut ra, mut rb, mut rc) = (0.0, 0.0, 0.0);
+        let mut notes = Vec::new();
+        // Rotate the order so that no mode always runs first or last in a round.
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
+                1 => {
+                    let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS);
+                    rb = pps(&r);
+                    notes.push(format!("scanprof saw {}/{} packets", s.packets, sent(&r)));
+                }
+                _ => {
+                    let (r, bt) = send_under_bpftrace(lab, &args, P1_SECONDS);
+                    rc = pps(&r);
+                    notes.push(format!(
+                        "bpftrace counted {} send+write calls for {} packets, {} map entries",
+                        bt.send_calls,
+                        sent(&r),
+                        bt.map_lines
+                    ));
+                }
+            }
+            pause();
+        }
+        if (1.0 - rb / ra).abs() < (1.0 - rc / ra).abs() {
+            scanprof_wins += 1;
+        }
+        println!(
+            "  round {}: (a) alone {:>9} pps | (b) scanprof {:>9} pps ({:.3}) | (c) bpftrace {:>9} pps ({:.3})   [{}]",
+            round + 1,
+            thousands(ra),
+            thousands(rb),
+            rb / ra,
+            thousands(rc),
+            rc / ra,
+            notes.join("; ")
+        );
+        a.push(ra);
+        b.push(rb);
+        c.push(rc);
+        rbs.push(rb / ra);
+        rcs.push(rc / ra);
+    }
+    let (ma, mb, mc) = (median(&a), median(&b), median(&c));
+    println!(
+        "  median: (a) alone {} pps | (b) scanprof {} pps | (c) bpftrace {} pps",
+        thousands(ma),
+        thousands(mb),
+        thousands(mc)
+    );
+    println!(
+        "  ratios of medians: b/a = {:.3} (+{:.0} ns per packet) | c/a = {:.3} (+{:.0} ns per packet)",
+        mb / ma,
+        1e9 / mb - 1e9 / ma,
+        mc / ma,
+        1e9 / mc - 1e9 / ma
+    );
+    println!(
+        "  median of the per-round ratios: b/a = {:.3} | c/a = {:.3}",
+        median(&rbs),
+        median(&rcs)
+    );
+    // Two views of the same runs: the ratio of the medians, and the median of the per-round
+    // ratios (each against the baseline of its own round). Only when both agree is it a verdict.
+    let by_medians = (1.0 - mb / ma).abs() < (1.0 - mc / ma).abs();
+    let by_rounds = (1.0 - median(&rbs)).abs() < (1.0 - median(&rcs)).abs();
+    let verdict = match (by_medians, by_rounds) {
+        (true, true) => "scanprof costs the sender LESS than the equivalent bpftrace script (target met)",
+        (false, false) => {
+            "scanprof costs the sender MORE than the equivalent bpftrace script (target NOT met)"
+        }
+        _ => {
+            "no clear winner: the ratio of the medians and the median of the per-round ratios disagree \
+             (noise is larger than the difference; target NOT shown)"
+        }
+    };
+    println!("  verdict: {verdict}; per round, scanprof cost less in {scanprof_wins} of {P1_ROUNDS}");
+    ma
+}
+
+/// Part 2 at `rate` pps.
+fn part2(lab: &Lab, max_pps: f64) {
+    let rate = ((max_pps / 2.0 / 10_000.0).floor() * 10_000.0).max(10_000.0);
+    println!(
+        "\n== Part 2: rate change at a reachable rate: --rate {} (about half of the {} pps maximum), \
+         sendto, {P2_SECONDS} s per run, {P2_ROUNDS} interleaved rounds",
+        thousands(rate),
+        thousands(max_pps)
+    );
+    let args = send_args(lab, rate, P2_SECONDS, &[]);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for round in 0..P2_ROUNDS {
+        let (mut ra, mut rb, mut seen) = (0.0, 0.0, 0.0);
+        for k in 0..2 {
+            if (round + k) % 2 == 0 {
+                ra = pps(&send_alone(lab, &args, P2_SECONDS));
+            } else {
+                let (r, s) = send_under_scanprof(lab, &args, P2_SECONDS);
+                rb = pps(&r);
+                seen = s.achieved_pps;
+            }
+            pause();
+        }
+        println!(
+            "  round {}: alone {:>11.1} pps | under scanprof {:>11.1} pps ({:+.3}%)   [scanprof reported {:.1} pps]",
+            round + 1,
+            ra,
+            rb,
+            (rb / ra - 1.0) * 100.0,
+            seen
+        );
+        a.push(ra);
+        b.push(rb);
+    }
+    let (ma, mb) = (median(&a), median(&b));
+    let change = (mb / ma - 1.0) * 100.0;
+    println!(
+        "  median: alone {ma:.1} pps | under scanprof {mb:.1} pps | change {change:+.3}% ({})",
+        if change.abs() < 1.0 {
+            "target < 1% met"
+        } else {
+            "target < 1% NOT met"
+        }
+    );
+}
+
+/// `perf stat -e skb:kfree_skb -a -x, -- <command>`: the count and the seconds perf ran.
+fn perf_stat(inner: &[String], name: &str, limit: Duration) -> (u64, f64, String) {
+    let mut cmd = Command::new("perf");
+    cmd.args(["stat", "-e", "skb:kfree_skb", "-a", "-x,", "--"])
+        .args(inner);
+    let t0 = Instant::now();
+    let (status, out, err) = run_capture(cmd, name, limit);
+    let wall = t0.elapsed().as_secs_f64();
+    assert!(status.success(), "{name} failed: {status}\n{err}");
+    let count = err
+        .lines()
+        .find(|l| l.contains(",skb:kfree_skb,"))
+        .and_then(|l| l.split(',').next()?.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no skb:kfree_skb count in perf's output:\n{err}"));
+    (count, wall, out)
+}
+
+fn tbf_drops(lab: &Lab) -> u64 {
+    lab.sender_qdisc()
+        .expect("tc qdisc of the sender link")
+        .iter()
+        .filter(|q| q.parent.is_none())
+        .map(|q| q.drops)
+        .sum()
+}
+
+/// Part 3.
+fn part3(lab: &Lab) -> bool {
+    println!(
+        "\n== Part 3: drop counting at high rate: {P3_SENDERS} senders x sendmmsg --batch {P3_BATCH}, 8 B, \
+         {P3_SECONDS} s, into tbf rate 1mbit burst 4kb limit 1kb (port {PORT} closed), {P3_ROUNDS} rounds"
+    );
+    let one = send_args(
+        lab,
+        0.0,
+        P3_SECONDS,
+        &[
+            "--size",
+            "8",
+            "--method",
+            "sendmmsg",
+            "--batch",
+            &P3_BATCH.to_string(),
+        ],
+    );
+    let quoted: Vec<String> = std::iter::once(BIN.to_string())
+        .chain(one.iter().cloned())
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let script = format!("{} wait", format!("{} & ", quoted.join(" ")).repeat(P3_SENDERS));
+    let family = vec!["sh".to_string(), "-c".to_string(), script];
+    let limit = Duration::from_secs_f64(P3_SECONDS) + GRACE * 2;
+    let mut all_ok = true;
+    let (mut rates_alone, mut rates_profiled) = (Vec::new(), Vec::new());
+    for round in 0..P3_ROUNDS {
+        // The same senders without scanprof (under perf too, so both sides pay perf's cost).
+        let mut unprofiled = vec![
+            "ip".to_string(),
+            "netns".into(),
+            "exec".into(),
+            lab.sender_ns.clone(),
+        ];
+        unprofiled.extend(family.iter().cloned());
+        let (alone_perf, _, out) = perf_stat(&unprofiled, "perf + drop senders", limit);
+        let alone_reports = sender_reports(&out);
+        let alone_sent: u64 = alone_reports.iter().map(sent).sum();
+        let alone: f64 = alone_reports.iter().map(pps).sum();
+        pause();
+
+        let idle = ["sleep".to_string(), P3_BACKGROUND_S.to_string()];
+        let (bg_count, bg_wall, _) = perf_stat(&idle, "perf (background)", limit);
+        let bg_rate = bg_count as f64 / bg_wall;
+        check_interrupted();
+
+        let tbf_before = tbf_drops(lab);
+        let (perf_count, perf_wall, out) = perf_stat(
+            &scanprof_run(lab, &family, P3_SECONDS),
+            "perf + scanprof run",
+            limit,
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let tbf = tbf_drops(lab) - tbf_before;
+        let s = summary_of(&out);
+        let packets: u64 = sender_reports(&out).iter().map(sent).sum();
+        let scanprof_total: u64 = s.drops.iter().map(|d| d.count).sum();
+        let expected = perf_count as f64 - bg_rate * perf_wall;
+        let diff = scanprof_total as f64 - expected;
+        let rel = diff / expected.max(1.0) * 100.0;
+        let raw_diff = scanprof_total as i64 - perf_count as i64;
+        let h = &s.health;
+        let overflows =
+            h.drops_uncounted + h.devices_uncounted + h.threads_untracked + h.block_sites_uncounted;
+        let ok = rel.abs() < 1.0 && overflows == 0 && s.lost_events == 0;
+        all_ok &= ok;
+        rates_alone.push(alone);
+        rates_profiled.push(scanprof_total as f64 / s.send_window_s.max(1e-9));
+        let qdisc_rows = s.drops.iter().filter(|d| d.reason == "QDISC_DROP");
+        let qdisc_all: u64 = qdisc_rows.clone().map(|d| d.count).sum();
+        let qdisc_ours: u64 = qdisc_rows
+            .filter(|d| d.device.as_deref() == Some(lab.sender_dev.as_str()))
+            .map(|d| d.count)
+            .sum();
+        println!("  round {}:", round + 1);
+        println!(
+            "    unprofiled: {} packets, {} drops/s (perf: {} drops) | under scanprof: {} packets, {} drops/s over its {:.2} s send window",
+            thousands(alone_sent as f64),
+            thousands(alone),
+            thousands(alone_perf as f64),
+            thousands(packets as f64),
+            thousands(scanprof_total as f64 / s.send_window_s.max(1e-9)),
+            s.send_window_s
+        );
+        println!(
+            "    perf alone {P3_BACKGROUND_S} s just before: {bg_count} drops ({bg_rate:.1}/s background) | perf around scanprof: {} drops in {perf_wall:.2} s, less {} background = {}",
+            thousands(perf_count as f64),
+            thousands(bg_rate * perf_wall),
+            thousands(expected)
+        );
+        println!(
+            "    scanprof: {} drops (all {} rows, {:.2} s run): {:+.0} ({rel:+.4}%) vs perf less background -> {}; {raw_diff:+} vs perf's raw count",
+            thousands(scanprof_total as f64),
+            s.drops.len(),
+            s.duration_s,
+            diff,
+            if rel.abs() < 1.0 {
+                "within 1%"
+            } else {
+                "NOT within 1%"
+            }
+        );
+        let mut by_class: std::collections::BTreeMap<String, u64> = Default::default();
+        for d in &s.drops {
+            *by_class.entry(format!("{}/{:?}", d.reason, d.class)).or_default() += d.count;
+        }
+        println!(
+            "    by reason/class: {} | tc on {}: {} dropped; scanprof QDISC_DROP on that device {}, on all devices {}",
+            by_class
+                .iter()
+                .map(|(k, v)| format!("{k} {}", thousands(*v as f64)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            lab.sender_dev,
+            thousands(tbf as f64),
+            thousands(qdisc_ours as f64),
+            thousands(qdisc_all as f64)
+        );
+        println!(
+            "    summary.lost_events {} | summary.health: lost_events {}, drops_uncounted {}, devices_uncounted {}, threads_untracked {}, block_sites_uncounted {}, probe_hits {} -> {}",
+            s.lost_events,
+            h.lost_events,
+            h.drops_uncounted,
+            h.devices_uncounted,
+            h.threads_untracked,
+            h.block_sites_uncounted,
+            h.probe_hits,
+            if overflows == 0 && s.lost_events == 0 {
+                "no overflow, nothing lost"
+            } else {
+                "OVERFLOW OR LOSS"
+            }
+        );
+        pause();
+    }
+    let best = rates_alone
+        .iter()
+        .chain(&rates_profiled)
+        .fold(0.0f64, |m, &r| m.max(r));
+    println!(
+        "  drops/s, median: unprofiled {} | under scanprof {} ({:.3}); best seen {} ({} the ~1M/s target)",
+        thousands(median(&rates_alone)),
+        thousands(median(&rates_profiled)),
+        median(&rates_profiled) / median(&rates_alone),
+        thousands(best),
+        if best >= 1e6 { "reached" } else { "short of" }
+    );
+    all_ok
+}
+
+fn require(tool: &str, args: &[&str]) {
+    let ok = Command::new(tool)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "this bench needs `{tool}` (root, Linux with BPF)");
+}
+
+fn main() {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag)).expect("signal handler");
+    }
+    std::thread::spawn(move || loop {
+        if flag.load(Ordering::Relaxed) {
+            INTERRUPTED.store(true, Ordering::Relaxed);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    require("bpftrace", &["--version"]);
+    require("perf", &["--version"]);
+    let t0 = Instant::now();
+    println!("scanprof overhead bench: binary {BIN}");
+
+    {
+        let lab = Lab::create(&LabConfig::default()).expect("creating the lab");
+        let sink = lab.udp_sink(PORT).expect("starting the receiver");
+        let max_pps = part1(&lab);
+        part2(&lab, max_pps);
+        let received = sink.stop();
+        println!(
+            "  (the receiver in the target namespace got {} packets over parts 1 and 2)",
+            received.packets
+        );
+        lab.destroy().expect("deleting the lab");
+    }
+
+    let ok3 = {
+        let tbf = TbfConfig {
+            rate: "1mbit".into(),
+            burst: "4kb".into(),
+            limit: "1kb".into(),
+        };
+        let lab = Lab::create(&LabConfig { tbf: Some(tbf) }).expect("creating the drop lab");
+        let ok = part3(&lab);
+        lab.destroy().expect("deleting the drop lab");
+        ok
+    };
+    println!(
+        "  part 3 verdict: {}",
+        if ok3 {
+            "scanprof's drop total matched perf's within 1% in every round, no overflow, nothing lost"
+        } else {
+            "scanprof's drop total did NOT match perf's within 1% (or something overflowed) in some round"
+        }
+    );
+
+    let left = lab::leftover_namespaces();
+    println!(
+        "\nlab namespaces left: {} | bench took {:.0} s",
+        if left.is_empty() {
+            "none".to_string()
+        } else {
+            left.join(" ")
+        },
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(left.is_empty(), "lab namespaces left behind: {left:?}");
+}

@@ -1,0 +1,1235 @@
+//! Privileged end-to-end tests: the scanprof binary profiling the reference sender in private
+//! network-namespace labs, every figure checked against an independent count (the lab's UDP
+//! receiver, tc, ip -s link, bpftrace, the sender's own report, or a known fixture count).
+//!
+//! They need root (BPF, namespaces) and fail, never skip, without it: CI runs them as root.
+//! Traffic goes only into labs these tests create, every send is bounded in count and time,
+//! and the tests run one at a time (`common::serial`), since tracepoints are global and rates
+//! are measured on a small machine.
+//!
+//! Run: `cargo test --test privileged -- --test-threads=2`
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use common::*;
+use scanprof::analysis::{DropRow, EndReason, Summary};
+use scanprof::collect::DropClass;
+use scanprof::lab::{Lab, LabConfig, Side, SinkReport, TbfConfig, UdpSink};
+use scanprof::system::netstat::QdiscStats;
+
+/// UDP port of the lab receiver.
+const PORT: u16 = 9000;
+/// A port nobody listens on in the target namespace.
+const CLOSED_PORT: u16 = 9;
+/// Longest any scanprof process of these tests may run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A lab of this test and the names to check for afterwards.
+struct TestLab {
+    lab: Lab,
+    names: Vec<String>,
+    /// network namespace inodes, as drop rows name them
+    sender_netns: u32,
+    target_netns: u32,
+}
+
+impl TestLab {
+    fn new(tbf: Option<TbfConfig>) -> TestLab {
+        let lab = Lab::create(&LabConfig { tbf })
+            .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+        let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+        let (sender_netns, target_netns) = (netns_inode(&lab.sender_ns), netns_inode(&lab.target_ns));
+        TestLab {
+            lab,
+            names,
+            sender_netns,
+            target_netns,
+        }
+    }
+
+    fn sink(&self, port: u16) -> UdpSink {
+        self.lab
+            .udp_sink(port)
+            .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
+    }
+
+    /// Whether a drop row is about this lab's veth on `side`: kfree_skb is global, and other
+    /// labs on the machine (other tests, other users) use the same addresses.
+    fn at(&self, side: Side, d: &DropRow) -> bool {
+        let (dev, netns) = match side {
+            Side::Sender => (&self.lab.sender_dev, self.sender_netns),
+            Side::Target => (&self.lab.target_dev, self.target_netns),
+        };
+        d.device.as_deref() == Some(dev.as_str()) && d.netns == netns
+    }
+
+    /// Whether a drop row is in one of this lab's namespaces.
+    fn inside(&self, d: &DropRow) -> bool {
+        d.netns == self.sender_netns || d.netns == self.target_netns
+    }
+
+    fn to(&self, port: u16) -> String {
+        format!("{}:{port}", self.lab.target_addr)
+    }
+
+    /// Deletes the lab and checks that none of its namespaces is left.
+    fn destroy(self) {
+        let names = self.names.clone();
+        self.lab
+            .destroy()
+            .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+        assert_namespaces_gone(&names);
+    }
+
+    /// The root qdisc of the sender's veth, once its queue has drained (at most 2 s).
+    fn drained_root_qdisc(&self) -> QdiscStats {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let root = self
+                .lab
+                .sender_qdisc()
+                .unwrap_or_else(|e| panic!("tc qdisc show failed: {e:#}"))
+                .into_iter()
+                .find(|q| q.parent.is_none())
+                .expect("no root qdisc on the sender's veth");
+            if root.qlen == 0 || Instant::now() > deadline {
+                return root;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn strings<const N: usize>(a: [&str; N]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// `scanprof run --json --duration 30 [extra...] -- argv...`
+fn run_args(extra: &[&str], argv: &[String]) -> Vec<String> {
+    let mut v = strings(["run", "--json", "--duration", "30"]);
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v.push("--".into());
+    v.extend(argv.iter().cloned());
+    v
+}
+
+/// The command line `scanprof run` launches for `argv` in the lab's sender namespace:
+/// `ip netns exec NS sh -c 'exec "$@" 1>&2' sh argv...`. The shell execs the sender in the same
+/// process (so the launched pid is the sender's), with its stdout on stderr: a command's stdout
+/// is scanprof's stdout, and output written while scanprof writes an NDJSON line can end up
+/// inside that line (see `ndjson_lines_stay_whole_when_the_command_prints`).
+fn launched_in(lab: &TestLab, argv: &[String]) -> Vec<String> {
+    let mut v = strings(["sh", "-c", "exec \"$@\" 1>&2", "sh"]);
+    v.extend(argv.iter().cloned());
+    in_netns(&lab.lab.sender_ns, &v)
+}
+
+/// Stops the sink once the lab has had a moment to deliver what is in flight.
+fn stop_sink(sink: UdpSink) -> SinkReport {
+    std::thread::sleep(Duration::from_millis(100));
+    sink.stop()
+}
+
+fn receiver_pps(rx: &SinkReport) -> f64 {
+    rx.pps()
+        .unwrap_or_else(|| panic!("the receiver got too few packets: {rx:?}"))
+}
+
+fn u64_of(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer `{key}` in {v}"))
+}
+
+fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
+}
+
+/// The pids of the threads that sent packets.
+fn sending_pids(s: &Summary) -> Vec<u32> {
+    let mut pids: Vec<u32> = s
+        .threads
+        .iter()
+        .filter(|t| t.packets > 0)
+        .map(|t| t.pid)
+        .collect();
+    pids.sort();
+    pids.dedup();
+    pids
+}
+
+/// Common checks on a sender process in `processes`: it ran the scanprof binary and exited 0.
+#[track_caller]
+fn assert_sender_process(s: &Summary, pid: u32) -> &scanprof::collect::family::ProcessInfo {
+    let p = s
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} missing from processes: {:?}", s.processes));
+    assert_eq!(p.exe, scanprof_exe(), "exe of the sender {p:?}");
+    assert_eq!(p.comm, "scanprof", "{p:?}");
+    p
+}
+
+// 1. ------------------------------------------------------------------------------------------
+
+/// `run` launches the sender: scanprof counts exactly the packets the receiver got, at the
+/// receiver's rate, and names the launched process and its executable.
+#[test]
+fn launch_counts_every_packet_at_the_receivers_rate() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    const RATE: f64 = 2000.0;
+    const COUNT: u64 = 4000;
+
+    let sender = sender_argv(&lab.to(PORT), RATE, COUNT, 5.0, &[]);
+    let args = run_args(&["--requested", "2000"], &launched_in(&lab, &sender));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let root = root_pid(&run.started());
+    let s = run.summary();
+    let sent = run.sender_report();
+    eprintln!(
+        "launch: scanprof {} packets at {:.2} pps; receiver {} packets at {:.2} pps; sender says {} at {:.2}",
+        s.packets,
+        s.achieved_pps,
+        rx.packets,
+        receiver_pps(&rx),
+        sent["sent"],
+        sent["achieved_pps"]
+    );
+
+    assert_eq!(s.end_reason, EndReason::FamilyExited);
+    assert_eq!(s.requested_pps, Some(RATE));
+    // The fixture: the sender sent COUNT and the quiet lab delivered them all.
+    assert_eq!((u64_of(&sent, "sent"), u64_of(&sent, "failed")), (COUNT, 0));
+    assert_eq!(rx.packets, COUNT, "the lab lost packets: {rx:?}");
+    assert_eq!(s.packets, rx.packets, "scanprof's packets vs the receiver's");
+    assert_eq!(s.failed_calls, 0);
+    assert_within(
+        "achieved_pps vs the receiver's pps",
+        s.achieved_pps,
+        receiver_pps(&rx),
+        0.01,
+    );
+
+    // `ip netns exec` execs the sender in the launched process: one process, scanprof's binary.
+    assert_eq!(s.processes.len(), 1, "{:?}", s.processes);
+    let p = assert_sender_process(&s, root);
+    assert!(p.root && !p.alive, "{p:?}");
+    assert_eq!(p.exit_code, Some(0), "{p:?}");
+    assert_eq!(sending_pids(&s), vec![root]);
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// 2. ------------------------------------------------------------------------------------------
+
+/// `attach -p` to a sender that is already running: the rate scanprof measures over its window
+/// equals the receiver's (the sender's rate is steady), and its count fits what the receiver got
+/// while scanprof was running.
+#[test]
+fn attach_to_a_running_sender_measures_the_receivers_rate() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    const RATE: f64 = 2000.0;
+
+    // 4.5 s of sending; scanprof attaches after ~0.5 s for 2 s, and ends well before the sender.
+    let argv = sender_argv(&lab.to(PORT), RATE, 9000, 4.5, &[]);
+    let mut sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sink.packets_so_far() == 0 {
+        assert!(Instant::now() < deadline, "the sender sent nothing within 5 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
+    let (t_before, before) = (monotonic_ns(), sink.packets_so_far());
+    let pid = sender.pid().to_string();
+    let attach = Proc::scanprof(&strings([
+        "attach",
+        "-p",
+        &pid,
+        "--json",
+        "--duration",
+        "2",
+        "--requested",
+        "2000",
+    ]));
+    let run = attach.finish(RUN_TIMEOUT);
+    let (t_after, after) = (monotonic_ns(), sink.packets_so_far());
+    assert!(sender.running(), "the sender ended before scanprof did");
+    let sender = sender.finish(Duration::from_secs(10));
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    sender.assert_success();
+    assert_all_probes_attached(&run.started());
+    let s = run.summary();
+    // The receiver's rate around scanprof's run (from just before it started to just after it
+    // ended), and over the whole send: the sender is steady, so all three rates agree.
+    let rx_window = (after - before) as f64 * 1e9 / (t_after - t_before) as f64;
+    eprintln!(
+        "attach: scanprof {} packets in {:.3} s at {:.2} pps; receiver {:.2} pps around the run \
+         ({} packets), {:.2} pps over the whole send",
+        s.packets,
+        s.duration_s,
+        s.achieved_pps,
+        rx_window,
+        after - before,
+        receiver_pps(&rx)
+    );
+
+    assert_eq!(s.end_reason, EndReason::Duration);
+    assert_eq!(root_pid(&run.started()), sender.pid);
+    let p = assert_sender_process(&s, sender.pid);
+    assert!(
+        p.root && p.alive,
+        "the sender was still running at the end: {p:?}"
+    );
+    assert_eq!(sending_pids(&s), vec![sender.pid]);
+
+    assert_within(
+        "achieved_pps vs the receiver's pps around the run",
+        s.achieved_pps,
+        rx_window,
+        0.01,
+    );
+    assert_within(
+        "achieved_pps vs the receiver's pps over the whole send",
+        s.achieved_pps,
+        receiver_pps(&rx),
+        0.01,
+    );
+    // It counted only packets sent while attached: no more than the receiver got meanwhile...
+    assert!(
+        s.packets <= after - before,
+        "scanprof counted {} packets, the receiver got only {} while scanprof ran",
+        s.packets,
+        after - before
+    );
+    // ...and nearly all of them: the sender sent throughout the run at the receiver's rate.
+    // (duration_s starts before scanprof registers the family's threads, and packets in that
+    // ~15 ms are not counted: packets / duration_s reads ~0.7% low at 2 s, hence 3%.)
+    assert_within(
+        "packets / duration_s vs the receiver's pps",
+        s.packets as f64 / s.duration_s,
+        rx_window,
+        0.03,
+    );
+    assert_eq!(u64_of(&sender.sender_report(), "sent"), rx.packets);
+
+    drop(run);
+    bpf.assert_released("scanprof attach");
+    lab.destroy();
+}
+
+// 3. ------------------------------------------------------------------------------------------
+
+/// The shell script for a parent that forks a child which sends: the child prints its pid and
+/// execs the sender; `; echo done` keeps the parent from exec'ing the child itself. Launched by
+/// `scanprof run`, everything goes to stderr (see `launched_in`); to be attached to, it waits
+/// for a line on stdin before it forks.
+fn forking_script(sender: &[String], launched: bool) -> String {
+    let child = format!("echo child=$$; exec {}", sh_join(sender));
+    format!(
+        "{}echo sh=$$; {}sh -c {}; echo done",
+        if launched { "exec 1>&2; " } else { "" },
+        if launched { "" } else { "read go; " },
+        sh_quote(&child)
+    )
+}
+
+/// `run` of a shell that forks the sender: the child appears in `processes` with the shell as
+/// its parent, and its packets are counted.
+#[test]
+fn run_follows_a_forked_child_and_counts_its_packets() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    const COUNT: u64 = 1500;
+
+    let sender = sender_argv(&lab.to(PORT), 1000.0, COUNT, 5.0, &[]);
+    let sh = strings(["sh", "-c"])
+        .into_iter()
+        .chain([forking_script(&sender, true)])
+        .collect::<Vec<_>>();
+    let run = Proc::scanprof(&run_args(&[], &in_netns(&lab.lab.sender_ns, &sh))).finish(RUN_TIMEOUT);
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let s = run.summary();
+    let (sh_pid, child_pid) = (run.shell_var("sh"), run.shell_var("child"));
+    eprintln!(
+        "fork (run): sh {sh_pid}, child {child_pid}; scanprof {} packets at {:.2} pps, receiver {} at {:.2} pps",
+        s.packets,
+        s.achieved_pps,
+        rx.packets,
+        receiver_pps(&rx)
+    );
+
+    assert_eq!(s.end_reason, EndReason::FamilyExited);
+    assert_ne!(sh_pid, child_pid);
+    assert_eq!(
+        root_pid(&run.started()),
+        sh_pid,
+        "the launched process is the shell"
+    );
+    let child = assert_sender_process(&s, child_pid);
+    assert_eq!(child.ppid, sh_pid, "{child:?}");
+    assert!(!child.root, "{child:?}");
+    assert_eq!(child.exit_code, Some(0), "{child:?}");
+    assert_eq!(sending_pids(&s), vec![child_pid], "the packets are the child's");
+    assert!(
+        run.stderr_lines.iter().any(|l| l == "done"),
+        "the shell did not go on after the child"
+    );
+
+    assert_eq!(rx.packets, COUNT);
+    assert_eq!(u64_of(&run.sender_report(), "sent"), COUNT);
+    assert_eq!(s.packets, rx.packets, "scanprof's packets vs the receiver's");
+    assert_within(
+        "achieved_pps vs the receiver's pps",
+        s.achieved_pps,
+        receiver_pps(&rx),
+        0.01,
+    );
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+/// `attach` to a shell before it forks the sender (it waits on its stdin, which the test feeds
+/// only after scanprof has started): the later child is followed and its packets counted.
+#[test]
+fn attach_follows_a_child_forked_after_attach() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    const COUNT: u64 = 1500;
+
+    let sender = sender_argv(&lab.to(PORT), 1000.0, COUNT, 5.0, &[]);
+    let script = [forking_script(&sender, false)];
+    let mut parent = Proc::spawn(
+        "forking shell",
+        lab.lab
+            .command_in_sender("sh", &["-c".to_string(), script[0].clone()]),
+        true,
+    );
+    let sh_line = parent.wait_for_line("sh= line", Duration::from_secs(5), |l| l.starts_with("sh="));
+    let sh_pid: u32 = sh_line["sh=".len()..].parse().unwrap();
+    assert_eq!(sh_pid, parent.pid(), "ip netns exec should exec the shell");
+
+    let mut attach = Proc::scanprof(&strings([
+        "attach",
+        "-p",
+        &sh_pid.to_string(),
+        "--json",
+        "--duration",
+        "20",
+    ]));
+    let started = attach.wait_for_json("started", Duration::from_secs(15));
+    assert_all_probes_attached(&started);
+    let at_start: Vec<u64> = started["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        at_start,
+        vec![sh_pid as u64],
+        "the shell has no child yet: {started}"
+    );
+    assert_eq!(sink.packets_so_far(), 0);
+
+    parent.write_stdin("go\n");
+    let run = attach.finish(RUN_TIMEOUT);
+    let parent = parent.finish(Duration::from_secs(10));
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    parent.assert_success();
+    let s = run.summary();
+    let child_pid = parent.shell_var("child");
+    eprintln!(
+        "fork (attach): sh {sh_pid}, child {child_pid}; scanprof {} packets at {:.2} pps, receiver {} at {:.2} pps",
+        s.packets,
+        s.achieved_pps,
+        rx.packets,
+        receiver_pps(&rx)
+    );
+
+    assert_eq!(s.end_reason, EndReason::FamilyExited);
+    let child = assert_sender_process(&s, child_pid);
+    assert_eq!(child.ppid, sh_pid, "{child:?}");
+    assert!(!child.root, "{child:?}");
+    assert_eq!(sending_pids(&s), vec![child_pid], "the packets are the child's");
+
+    assert_eq!(rx.packets, COUNT);
+    assert_eq!(u64_of(&parent.sender_report(), "sent"), COUNT);
+    assert_eq!(s.packets, rx.packets, "scanprof's packets vs the receiver's");
+    assert_within(
+        "achieved_pps vs the receiver's pps",
+        s.achieved_pps,
+        receiver_pps(&rx),
+        0.01,
+    );
+
+    drop(run);
+    bpf.assert_released("scanprof attach");
+    lab.destroy();
+}
+
+// 4. ------------------------------------------------------------------------------------------
+
+/// bpftrace's own view of QDISC_DROP drops: (pid, function, location address) -> count.
+fn parse_bpftrace_map(lines: &[String]) -> Vec<(u32, String, u64, u64)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let (key, count) = l.strip_prefix("@[")?.split_once("]: ")?;
+            let mut k = key.split(", ");
+            let pid = k.next()?.trim().parse().ok()?;
+            let func = k.next()?.trim().to_string();
+            let addr = u64::from_str_radix(k.next()?.trim().trim_start_matches("0x"), 16).ok()?;
+            Some((pid, func, addr, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A tbf with a small queue: scanprof's QDISC_DROP rows for the sender add up to tc's drop
+/// counter, and their location is where bpftrace, watching the same tracepoint, sees them.
+#[test]
+fn qdisc_drops_match_tc_and_bpftrace() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(Some(TbfConfig {
+        rate: "2mbit".into(),
+        burst: "4kb".into(),
+        limit: "10kb".into(),
+    }));
+    let sink = lab.sink(PORT);
+    const COUNT: u64 = 10_000;
+
+    // bpftrace watches kfree_skb for QDISC_DROP (its number read from this kernel) on its own.
+    let reason = drop_reason_number("QDISC_DROP");
+    let script = format!(
+        "tracepoint:skb:kfree_skb /args->reason == {reason}/ {{ @[pid, ksym(args->location), args->location] = count(); }}"
+    );
+    let mut bpftrace = Proc::spawn(
+        "bpftrace",
+        {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", &script]);
+            c
+        },
+        false,
+    );
+    bpftrace.wait_for_line("`Attaching` line", Duration::from_secs(20), |l| {
+        l.starts_with("Attaching")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(bpftrace.running(), "bpftrace ended early");
+
+    // 5000 pps x 512 B = 20 Mbit/s into a 2 Mbit/s bucket with a 10 kB queue, for 2 s.
+    let sender = sender_argv(&lab.to(PORT), 5000.0, COUNT, 5.0, &["--size", "512"]);
+    let run =
+        Proc::scanprof(&run_args(&["--requested", "5000"], &launched_in(&lab, &sender))).finish(RUN_TIMEOUT);
+    let tbf = lab.drained_root_qdisc();
+    let rx = stop_sink(sink);
+    bpftrace.signal(Signal::SIGINT);
+    let bpftrace = bpftrace.finish(Duration::from_secs(10));
+
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let s = run.summary();
+    let pid = root_pid(&run.started());
+    let ours: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| lab.at(Side::Sender, d) && d.reason == "QDISC_DROP")
+        .collect();
+    let scanprof_drops: u64 = ours.iter().map(|d| d.count).sum();
+    let seen = parse_bpftrace_map(&bpftrace.lines);
+    let bt_ours: Vec<_> = seen.iter().filter(|(p, ..)| *p == pid).collect();
+    let bt_drops: u64 = bt_ours.iter().map(|e| e.3).sum();
+    eprintln!(
+        "qdisc: tc dropped {} and sent {}; scanprof {} drops at {:?}; bpftrace {} drops at {:?}; receiver {}",
+        tbf.drops,
+        tbf.sent_packets,
+        scanprof_drops,
+        ours.iter().map(|d| &d.location).collect::<Vec<_>>(),
+        bt_drops,
+        bt_ours
+            .iter()
+            .map(|e| (&e.1, format!("{:#x}", e.2)))
+            .collect::<Vec<_>>(),
+        rx.packets
+    );
+
+    // The fixture: every packet sent is either dropped by tbf or delivered.
+    assert_eq!(tbf.kind, "tbf");
+    assert_eq!(u64_of(&run.sender_report(), "sent"), COUNT);
+    assert_eq!(s.packets, COUNT);
+    assert_eq!(tbf.sent_packets, rx.packets, "{tbf:?} {rx:?}");
+    assert_eq!(tbf.drops + rx.packets, COUNT, "{tbf:?} {rx:?}");
+    assert!(
+        tbf.drops > COUNT / 2,
+        "the tbf dropped too little to test with: {tbf:?}"
+    );
+
+    // scanprof's count against tc's: the lab's QDISC_DROP drops, all the sender's own loss.
+    assert!(
+        !ours.is_empty(),
+        "no QDISC_DROP rows on the sender's veth: {:?}",
+        s.drops
+    );
+    assert!(
+        ours.iter()
+            .all(|d| d.class == DropClass::TargetLoss && d.pid == Some(pid)),
+        "QDISC_DROP drops not the target's loss (pid {pid}): {ours:?}"
+    );
+    assert_within(
+        "QDISC_DROP drops vs tc's drops",
+        scanprof_drops as f64,
+        tbf.drops as f64,
+        0.01,
+    );
+    let lab_loss: u64 = s
+        .drops
+        .iter()
+        .filter(|d| lab.inside(d) && d.class == DropClass::TargetLoss)
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(
+        lab_loss, scanprof_drops,
+        "other target_loss rows in the lab: {:?}",
+        s.drops
+    );
+
+    // Where: bpftrace saw the same drops (same count, so it watched the whole run) at the same
+    // kernel address, which /proc/kallsyms names exactly as scanprof does ("function+0xoffset").
+    assert!(
+        bpftrace.lines.iter().any(|l| l.starts_with('@')),
+        "bpftrace printed no map\n{}",
+        bpftrace.context()
+    );
+    assert_within(
+        "bpftrace's drops vs tc's drops",
+        bt_drops as f64,
+        tbf.drops as f64,
+        0.01,
+    );
+    let mut bt_locations: Vec<String> = bt_ours
+        .iter()
+        .map(|(_, func, addr, _)| {
+            let loc = kallsyms_resolve(*addr).unwrap_or_else(|| panic!("{addr:#x} not in /proc/kallsyms"));
+            assert_eq!(
+                function_of(&loc),
+                func,
+                "kallsyms and bpftrace disagree on {addr:#x}"
+            );
+            loc
+        })
+        .collect();
+    let mut locations: Vec<String> = ours.iter().map(|d| d.location.clone()).collect();
+    bt_locations.sort();
+    bt_locations.dedup();
+    locations.sort();
+    locations.dedup();
+    assert_eq!(locations, bt_locations, "scanprof's drop locations vs bpftrace's");
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// 5. ------------------------------------------------------------------------------------------
+
+/// Probes to a closed port: every one is an expected NO_SOCKET drop at the target attributed to
+/// the sender, as many as the target's veth received, and none is counted as loss.
+#[test]
+fn closed_port_probes_are_expected_drops_not_loss() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    const COUNT: u64 = 4000;
+
+    let sender = sender_argv(&lab.to(CLOSED_PORT), 2000.0, COUNT, 5.0, &[]);
+    let run =
+        Proc::scanprof(&run_args(&["--requested", "2000"], &launched_in(&lab, &sender))).finish(RUN_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(100));
+    let target_link = lab
+        .lab
+        .link(Side::Target)
+        .unwrap_or_else(|e| panic!("ip -s link failed: {e:#}"));
+
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let s = run.summary();
+    let pid = root_pid(&run.started());
+    let ours: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| lab.at(Side::Target, d) && d.reason == "NO_SOCKET")
+        .collect();
+    let no_socket: u64 = ours.iter().map(|d| d.count).sum();
+    eprintln!(
+        "closed port: scanprof {} NO_SOCKET drops ({:?}); target veth received {}; sender sent {}",
+        no_socket,
+        ours.iter().map(|d| &d.location).collect::<Vec<_>>(),
+        target_link.rx_packets,
+        run.sender_report()["sent"]
+    );
+
+    assert_eq!(u64_of(&run.sender_report(), "sent"), COUNT);
+    assert_eq!(s.packets, COUNT);
+    // The quiet lab: the target's veth received exactly the probes.
+    assert_eq!(target_link.rx_packets, COUNT, "{target_link:?}");
+    assert_eq!(
+        no_socket, target_link.rx_packets,
+        "NO_SOCKET drops vs the target's received packets"
+    );
+    assert!(
+        ours.iter()
+            .all(|d| d.class == DropClass::Expected && d.pid == Some(pid)),
+        "NO_SOCKET drops at the target not expected drops of pid {pid}: {ours:?}"
+    );
+    // None of the lab's drops is loss. (Rows of other namespaces are left out: scanprof
+    // wrongly claims other labs' drops to 10.99.0.2 as the target's, see
+    // `drops_in_another_namespace_are_not_the_targets_loss`.)
+    let loss: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| lab.inside(d) && d.class != DropClass::Expected)
+        .collect();
+    assert!(loss.is_empty(), "closed-port probes counted as loss: {loss:?}");
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// 6. ------------------------------------------------------------------------------------------
+
+/// A small send buffer behind a slow tbf with a deep queue: the sender blocks in sendto.
+/// scanprof finds the wait site, shows most of the sender's time blocked, and measures the
+/// bottleneck rate the receiver sees.
+#[test]
+fn blocking_send_is_found_and_measured() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    // The `blocking` lab scenario: 2000 pps x 1000 B into 2 Mbit/s, 2 MB queue, 16 kB sndbuf.
+    let lab = TestLab::new(Some(TbfConfig {
+        rate: "2mbit".into(),
+        burst: "4kb".into(),
+        limit: "2mb".into(),
+    }));
+    let sink = lab.sink(PORT);
+    const RATE: f64 = 2000.0;
+
+    // 5 s: the steady part must be long against the sender's bursts (below).
+    let sender = sender_argv(
+        &lab.to(PORT),
+        RATE,
+        20_000,
+        5.0,
+        &["--size", "1000", "--sndbuf", "16384"],
+    );
+    let args = run_args(
+        &["--requested", "2000", "--interval", "0.5"],
+        &launched_in(&lab, &sender),
+    );
+    let mut counts = Vec::new();
+    let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || {
+        counts.push((monotonic_ns(), sink.packets_so_far()))
+    });
+    let tbf = lab.drained_root_qdisc();
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let s = run.summary();
+    let pid = root_pid(&run.started());
+    let sent = run.sender_report();
+    // The receiver's steady rate: from 0.5 s after its first packet (past the start-up burst that
+    // fills the socket buffer and the tbf bucket) to 0.5 s before its last.
+    let rx_steady = rate_between(&counts, rx.first_ns + 500_000_000, rx.last_ns - 500_000_000)
+        .expect("too few receiver samples");
+    let stats = s
+        .rate_stats
+        .as_ref()
+        .expect("no rate_stats: no complete tick inside the send window");
+    // scanprof's steady rate: the per-tick achieved_pps of the 0.5 s ticks from 0.5 s to 1 s
+    // before the end (the first tick holds the start-up burst, the last two the end of the send),
+    // weighted by tick length. A blocked sender wakes when half its send buffer has drained and
+    // then sends ~8 packets at once, so a window's count is off by up to 8 packets at its ends:
+    // over ~4 s (960 packets) that is < 0.9%.
+    let samples = run.of_type("sample");
+    assert!(samples.len() >= 10, "{} samples", samples.len());
+    let middle = &samples[1..samples.len() - 2];
+    let steady_s: f64 = middle.iter().map(|t| f64_of(t, "interval_s")).sum();
+    let steady_pps = middle
+        .iter()
+        .map(|t| f64_of(t, "achieved_pps") * f64_of(t, "interval_s"))
+        .sum::<f64>()
+        / steady_s;
+    let elapsed_ns = u64_of(&sent, "elapsed_ns");
+    let blocked_share = s.budget.blocked_send_ns as f64 / s.budget.total_ns() as f64;
+    eprintln!(
+        "blocking: achieved {:.2} pps (sender says {:.2}) of {RATE}; steady {:.2} pps over {:.1} s \
+         (rate_stats mean {:.2} of {} ticks) vs receiver {:.2}; receiver overall {:.2}; \
+         blocked {:.3} s = {:.1}% of the budget, sender ran {:.3} s; sites {:?}",
+        s.achieved_pps,
+        f64_of(&sent, "achieved_pps"),
+        steady_pps,
+        steady_s,
+        stats.mean,
+        stats.n,
+        rx_steady,
+        receiver_pps(&rx),
+        s.budget.blocked_send_ns as f64 / 1e9,
+        blocked_share * 100.0,
+        elapsed_ns as f64 / 1e9,
+        s.block_sites
+            .iter()
+            .map(|b| (&b.wait_site, b.blocked_s))
+            .collect::<Vec<_>>()
+    );
+
+    // Nothing lost: the sender is slowed down instead.
+    assert_eq!(tbf.drops, 0, "{tbf:?}");
+    assert_eq!(s.packets, rx.packets, "scanprof's packets vs the receiver's");
+    assert_eq!(u64_of(&sent, "sent"), rx.packets);
+    assert!(
+        s.achieved_pps < 0.25 * RATE,
+        "achieved {} pps is not far below the requested {RATE}",
+        s.achieved_pps
+    );
+    // The rate, in steady state, is the bottleneck's, as the receiver sees it.
+    assert!(stats.n >= 3, "too few steady ticks: {stats:?}");
+    assert!(steady_s > 3.5, "steady window of {steady_s} s");
+    assert_within(
+        "steady achieved pps vs the receiver's",
+        steady_pps,
+        rx_steady,
+        0.01,
+    );
+    // Over the whole send window (first to last send) the rate is higher than the receiver's
+    // over a short run, for two reasons that fade with the run's length: the first ~16 packets
+    // fill the empty socket buffer at once, and scanprof times a send at syscall entry, so the
+    // window ends when the last sendto starts waiting (the sender wakes only when half the
+    // buffer has drained, ~33 ms here), not when it returns (the sender's own clock). Seen here:
+    // 246.2 pps by scanprof, 243.5 by the sender, 240.9 at the receiver, 240.0 steady over 3 s;
+    // 243.7, 242.1, 240.5 and 240.0 over 5 s.
+    assert_within(
+        "achieved_pps vs the sender's own",
+        s.achieved_pps,
+        f64_of(&sent, "achieved_pps"),
+        0.02,
+    );
+    assert_within(
+        "achieved_pps vs the receiver's",
+        s.achieved_pps,
+        receiver_pps(&rx),
+        0.05,
+    );
+
+    // Where it waited: the socket send path waiting for send-buffer space.
+    let top = s
+        .block_sites
+        .iter()
+        .max_by(|a, b| a.blocked_s.total_cmp(&b.blocked_s))
+        .unwrap_or_else(|| panic!("no block_sites: {:?}", s.budget));
+    assert_eq!(top.wait_site, "sock_alloc_send_pskb", "{top:?}");
+    assert_eq!(top.pid, pid, "{top:?}");
+    for frame in ["udp_sendmsg", "__sys_sendto"] {
+        assert!(
+            top.stack.iter().any(|f| function_of(f) == frame),
+            "{frame} not on the blocking stack {:?}",
+            top.stack
+        );
+    }
+    // How long: most of the sender's time, by scanprof's budget and by the sender's own clock.
+    assert!(
+        blocked_share > 0.5,
+        "blocked share {blocked_share:.3}: {:?}",
+        s.budget
+    );
+    assert!(
+        s.budget.blocked_send_ns as f64 > 0.5 * elapsed_ns as f64,
+        "blocked {} ns of the sender's {elapsed_ns} ns",
+        s.budget.blocked_send_ns
+    );
+    let sites_s: f64 = s.block_sites.iter().map(|b| b.blocked_s).sum();
+    assert_within(
+        "block sites' time vs blocked_send_ns",
+        sites_s * 1e9,
+        s.budget.blocked_send_ns as f64,
+        0.01,
+    );
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// 7. ------------------------------------------------------------------------------------------
+
+/// The pid of a process that has just exited and been reaped.
+fn vanished_pid() -> u32 {
+    let mut c = Command::new("true").spawn().expect("cannot run true");
+    let pid = c.id();
+    c.wait().unwrap();
+    assert!(start_time(pid).is_none(), "pid {pid} was reused at once");
+    pid
+}
+
+/// `attach -p` a pid that does not exist: non-zero exit, a message naming the pid, no summary.
+#[test]
+fn attach_to_a_missing_pid_fails_naming_it() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let pid = vanished_pid();
+
+    let run = Proc::scanprof(&strings([
+        "attach",
+        "-p",
+        &pid.to_string(),
+        "--json",
+        "--duration",
+        "2",
+    ]))
+    .finish(RUN_TIMEOUT);
+    eprintln!("attach -p {pid}: {} / {}", run.status, run.stderr);
+
+    assert!(!run.status.success(), "{}", run.context());
+    assert!(
+        run.stderr.contains(&format!("pid {pid}")) && run.stderr.contains("no process"),
+        "the message does not name pid {pid}: {}",
+        run.context()
+    );
+    assert!(run.of_type("summary").is_empty(), "{}", run.context());
+    bpf.assert_released("a failed attach");
+}
+
+/// `run` of a command that does not exist: non-zero exit and a message naming the command,
+/// before any BPF program is loaded.
+#[test]
+fn run_of_a_missing_command_fails_naming_it() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+
+    let run = Proc::scanprof(&run_args(&[], &strings(["/nonexistent/cmd"]))).finish(RUN_TIMEOUT);
+    eprintln!("run -- /nonexistent/cmd: {} / {}", run.status, run.stderr);
+
+    assert!(!run.status.success(), "{}", run.context());
+    assert!(
+        run.stderr.contains("/nonexistent/cmd") && run.stderr.contains("not found"),
+        "no clear message naming the missing command: {}",
+        run.context()
+    );
+    assert!(run.of_type("summary").is_empty(), "{}", run.context());
+    bpf.assert_released("run of a missing command");
+}
+
+/// `attach` to a sender that finishes before --duration: the run ends when it exits, with a
+/// complete summary and exit 0, having counted what was sent while attached.
+#[test]
+fn attach_ends_with_a_summary_when_the_target_exits() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    const COUNT: u64 = 1500;
+
+    // 1.5 s of packets (count bound), though allowed 30 s.
+    let argv = sender_argv(&lab.to(PORT), 1000.0, COUNT, 30.0, &[]);
+    let sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sink.packets_so_far() < 100 {
+        assert!(Instant::now() < deadline, "the sender sent nothing within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = sink.packets_so_far();
+    let mut attach = Proc::scanprof(&strings([
+        "attach",
+        "-p",
+        &sender.pid().to_string(),
+        "--json",
+        "--duration",
+        "20",
+    ]));
+    let started = attach.wait_for_json("started", Duration::from_secs(15));
+    let (t_started, at_started) = (monotonic_ns(), sink.packets_so_far());
+    let t0 = Instant::now();
+    let run = attach.finish(RUN_TIMEOUT);
+    let ended_after = t0.elapsed();
+    let sender = sender.finish(Duration::from_secs(10));
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    sender.assert_success();
+    assert_all_probes_attached(&started);
+    let s = run.summary();
+    // The receiver's rate from scanprof's start to the last packet: the window scanprof saw.
+    let rx_attached = (rx.packets - at_started) as f64 * 1e9 / (rx.last_ns - t_started) as f64;
+    eprintln!(
+        "target exits: scanprof {} packets (receiver had {before}..{at_started} of {COUNT} before attach), \
+         {:.2} pps vs receiver {:.2} while attached ({:.2} overall); ended {:.2} s after start-up",
+        s.packets,
+        s.achieved_pps,
+        rx_attached,
+        receiver_pps(&rx),
+        ended_after.as_secs_f64()
+    );
+
+    assert_eq!(s.end_reason, EndReason::FamilyExited);
+    assert!(
+        ended_after < Duration::from_secs(5),
+        "the run did not end with its target"
+    );
+    let p = assert_sender_process(&s, sender.pid);
+    assert!(!p.alive && p.exit_code == Some(0), "{p:?}");
+    assert_eq!(rx.packets, COUNT);
+    // Counted from attach on: between the receiver's count before scanprof started and its count
+    // once scanprof said it had started (a packet or two may be in flight).
+    assert!(
+        s.packets <= COUNT - before && s.packets + 2 >= COUNT - at_started,
+        "scanprof counted {}: expected {}..={}",
+        s.packets,
+        COUNT - at_started,
+        COUNT - before
+    );
+    assert_within(
+        "achieved_pps vs the receiver's pps while attached",
+        s.achieved_pps,
+        rx_attached,
+        0.01,
+    );
+
+    drop(run);
+    bpf.assert_released("scanprof attach");
+    lab.destroy();
+}
+
+/// SIGINT to scanprof during `run`: a complete summary with end_reason "interrupted", exit 0,
+/// and the launched command is ended and gone.
+#[test]
+fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+
+    // Would send for 20 s; scanprof is interrupted after about 1 s of it.
+    let sender = sender_argv(&lab.to(PORT), 1000.0, 20_000, 20.0, &[]);
+    let mut scanprof = Proc::scanprof(&run_args(&[], &launched_in(&lab, &sender)));
+    let started = scanprof.wait_for_json("started", Duration::from_secs(15));
+    assert_all_probes_attached(&started);
+    let launched = root_pid(&started);
+    let launched_at = start_time(launched).expect("the launched command is already gone");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sink.packets_so_far() < 1000 {
+        assert!(Instant::now() < deadline, "the sender sent too little within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (t_signal, at_signal) = (monotonic_ns(), sink.packets_so_far());
+    scanprof.signal(Signal::SIGINT);
+    let t0 = Instant::now();
+    let run = scanprof.finish(RUN_TIMEOUT);
+    let ended_after = t0.elapsed();
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    let s = run.summary();
+    let sent = run.sender_report();
+    // The receiver's rate up to the signal: the part of the send that scanprof's summary covers.
+    let rx_until_signal = (at_signal - 1) as f64 * 1e9 / (t_signal - rx.first_ns) as f64;
+    eprintln!(
+        "SIGINT: ended {:.2} s after the signal; scanprof {} packets at {:.2} pps; receiver had {at_signal} \
+         at {:.2} pps at the signal, {} in all; sender sent {}",
+        ended_after.as_secs_f64(),
+        s.packets,
+        s.achieved_pps,
+        rx_until_signal,
+        rx.packets,
+        sent["sent"]
+    );
+
+    assert_eq!(s.end_reason, EndReason::Interrupted);
+    assert!(
+        ended_after < Duration::from_secs(5),
+        "scanprof took {ended_after:?} to stop"
+    );
+    assert!(
+        !process_exists(launched, launched_at),
+        "the launched command (pid {launched}) is still there"
+    );
+    let p = assert_sender_process(&s, launched);
+    assert!(!p.alive, "{p:?}");
+    // The sender, told to stop (SIGTERM from scanprof), reports what it sent, all received.
+    assert_eq!(u64_of(&sent, "sent"), rx.packets);
+    assert!(rx.packets < 20_000, "the sender was not stopped early");
+    // The summary is scanprof's last sample, taken when it saw the signal (or just before, at a
+    // tick): about what the receiver had at the signal. Packets the command sends after that
+    // sample, until it is ended, are not counted (0 to ~230 seen under load).
+    assert!(
+        s.packets <= rx.packets && s.packets + 200 >= at_signal,
+        "scanprof counted {}; the receiver had {at_signal} at the signal and {} in all",
+        s.packets,
+        rx.packets
+    );
+    assert_within(
+        "achieved_pps vs the receiver's pps until the signal",
+        s.achieved_pps,
+        rx_until_signal,
+        0.01,
+    );
+
+    drop(run);
+    bpf.assert_released("an interrupted scanprof run");
+    lab.destroy();
+}
+
+// Product bug ---------------------------------------------------------------------------------
+
+/// Drops of somebody else's packets in another namespace are not the target's loss, even when
+/// they go to an address the target sends to. Fails today: drops.bpf.c falls back to the
+/// `flows` map, keyed by destination address alone (no namespace, no socket), for any packet
+/// whose socket is not the target's, so another lab's tbf drops to 10.99.0.2 are reported as
+/// `target_loss` of the profiled sender, on the other lab's device.
+#[test]
+fn drops_in_another_namespace_are_not_the_targets_loss() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    // A second lab with a small queue, same addresses; its sender is not profiled.
+    let other = TestLab::new(Some(TbfConfig {
+        rate: "1mbit".into(),
+        burst: "4kb".into(),
+        limit: "8kb".into(),
+    }));
+
+    let sender = sender_argv(&lab.to(PORT), 1000.0, 2000, 5.0, &[]);
+    let mut scanprof = Proc::scanprof(&run_args(&[], &launched_in(&lab, &sender)));
+    let started = scanprof.wait_for_json("started", Duration::from_secs(15));
+    assert_all_probes_attached(&started);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sink.packets_so_far() < 100 {
+        assert!(Instant::now() < deadline, "the profiled sender sent nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // 3000 packets as fast as possible into 1 Mbit/s: ~2990 QDISC_DROPs in the other lab.
+    let argv = sender_argv(&other.to(PORT), 0.0, 3000, 5.0, &["--size", "1000"]);
+    let foreign = Proc::spawn(
+        "foreign sender",
+        other.lab.command_in_sender(&argv[0], &argv[1..]),
+        false,
+    )
+    .finish(Duration::from_secs(10));
+    foreign.assert_success();
+    let run = scanprof.finish(RUN_TIMEOUT);
+    let foreign_tbf = other.drained_root_qdisc();
+    let rx = stop_sink(sink);
+
+    run.assert_success();
+    let s = run.summary();
+    assert_eq!(s.packets, rx.packets);
+    assert!(
+        foreign_tbf.drops > 1000,
+        "the other lab dropped too little: {foreign_tbf:?}"
+    );
+    let claimed: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| d.class != DropClass::Unrelated && !lab.inside(d))
+        .collect();
+    assert!(
+        claimed.is_empty(),
+        "drops in another namespace ({} by its tbf) claimed as the target's: {claimed:?}",
+        foreign_tbf.drops
+    );
+
+    drop(run);
+    bpf.assert_released("scanprof run");
+    other.destroy();
+    lab.destroy();
+}
+
+/// `run --json` output stays NDJSON while the launched command writes to the same stdout: every
+/// line is a whole JSON object. Fails today (about 1 run in 6 here): scanprof writes an NDJSON
+/// line and its newline in two write(2) calls (the line is longer than stdout's line buffer),
+/// so output of the command that lands between them is glued to the end of scanprof's line and
+/// an empty line follows. Most likely when the run ends by SIGINT: scanprof SIGTERMs the sender
+/// while it writes its last `sample`, and the sender prints its report at that moment.
+#[test]
+fn ndjson_lines_stay_whole_when_the_command_prints() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    let mut broken = Vec::new();
+    for i in 0..12u64 {
+        // The sender prints its JSON report on stdout when scanprof ends it.
+        let sender = sender_argv(&lab.to(PORT), 1000.0, 10_000, 10.0, &[]);
+        let mut scanprof = Proc::scanprof(&run_args(&[], &in_netns(&lab.lab.sender_ns, &sender)));
+        scanprof.wait_for_json("started", Duration::from_secs(15));
+        std::thread::sleep(Duration::from_millis(1000 + 17 * i));
+        scanprof.signal(Signal::SIGINT);
+        let run = scanprof.finish(RUN_TIMEOUT);
+        run.assert_success();
+        broken.extend(
+            run.lines
+                .iter()
+                .filter(|l| !serde_json::from_str::<Value>(l).is_ok_and(|v| v.is_object()))
+                .map(|l| {
+                    format!(
+                        "run {i}: {} ... {}",
+                        &l[..l.len().min(40)],
+                        &l[l.len().saturating_sub(120)..]
+                    )
+                }),
+        );
+    }
+    drop(sink);
+    assert!(broken.is_empty(), "lines that are not JSON objects: {broken:#?}");
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
