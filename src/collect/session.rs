@@ -321,8 +321,12 @@ fn collect(
     };
     if let Some(l) = launched.as_mut() {
         l.finish();
+        // What the command sent between the last tick and its end still belongs to the run.
+        collector.poll_events();
+        collector.family.reap_vanished();
+        last = collector.sample(monotonic_ns());
     }
-    // Records streamed while the command was ended (its exit) still belong to the run.
+    // Records streamed while the run ended (an exit) still belong to it.
     collector.poll_events();
     let mut final_warnings = warnings;
     if last.health.lost_events > 0 {
