@@ -34,12 +34,19 @@ struct {
 	__type(value, struct sp_qdepth);
 } qdepth SEC(".maps");
 
-/* The family's packets inside a driver's transmit call (veth, lo deliver them within it). */
+/* The family's packet inside a driver's transmit call on this CPU: veth and lo deliver it to
+ * the far side (netif_rx) within that call, on the same CPU. */
+struct in_xmit {
+	__u64 skb;
+	__u32 tgid;
+	__u32 pad;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct in_xmit);
 } in_flight SEC(".maps");
 
 /* Neighbour entries that the target's packets waited on -> tgid. */
@@ -162,11 +169,16 @@ int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, 
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
-	__u32 tgid = skb_target((struct sk_buff *)skb);
-	__u64 key = (__u64)skb;
+	__u32 tgid = skb_target((struct sk_buff *)skb), zero = 0;
+	struct in_xmit *x;
 
-	if (tgid)
-		bpf_map_update_elem(&in_flight, &key, &tgid, BPF_ANY);
+	if (!tgid)
+		return 0;
+	x = bpf_map_lookup_elem(&in_flight, &zero);
+	if (x) {
+		x->skb = (__u64)skb;
+		x->tgid = tgid;
+	}
 	return 0;
 }
 
@@ -179,10 +191,12 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
 	if (!dev)
 		return 0;
 	if (tgid) {
-		__u64 key = (__u64)skb;
+		__u32 zero = 0;
+		struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
 
 		/* The driver has returned: whatever arrived on the far side already did. */
-		bpf_map_delete_elem(&in_flight, &key);
+		if (x && x->skb == (__u64)skb)
+			x->skb = 0;
 	}
 	if (rc == 0)
 		FOR_ROWS(dev, tgid, s, { s->xmit_ok += 1; s->xmit_bytes += len; });
@@ -198,14 +212,13 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
 SEC("tp_btf/netif_rx")
 int BPF_PROG(on_netif_rx, struct sk_buff *skb)
 {
-	__u64 key = (__u64)skb;
-	__u32 *tgid = bpf_map_lookup_elem(&in_flight, &key);
-	__u32 who, ns;
+	__u32 zero = 0, who, ns;
+	struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
 
-	if (!tgid)
+	if (!x || x->skb != (__u64)skb)
 		return 0;
-	who = *tgid;
-	bpf_map_delete_elem(&in_flight, &key);
+	who = x->tgid;
+	x->skb = 0;
 	ns = dev_netns(BPF_CORE_READ(skb, dev));
 	if (ns && !bpf_map_lookup_elem(&target_netns, &ns))
 		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);

@@ -100,9 +100,14 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	t->send_arg = BPF_CORE_READ(regs, si);
 	skp = (__u64)sk;
 	if (kind == SP_SOCK_NET) {
-		if (t->send_sk != skp) {
+		if (t->send_sk != skp && !bpf_map_lookup_elem(&target_socks, &skp)) {
+			__u32 zero = 0;
+			__u64 *gen = bpf_map_lookup_elem(&sock_gen, &zero);
+
 			tgid = t->tgid;
 			bpf_map_update_elem(&target_socks, &skp, &tgid, BPF_ANY);
+			if (gen)
+				__sync_fetch_and_add(gen, 1);
 		}
 		if (t->last_send_ns) {
 			__u64 gap = now - t->last_send_ns;

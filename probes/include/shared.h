@@ -171,15 +171,51 @@ static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow
 	return -1;
 }
 
+/* The last socket looked up on this CPU and its owner (0: not the family's). A packet passes
+ * four or five hooks and a sender streams from one socket, so most lookups end here. */
+struct sock_owner {
+	__u64 sk;
+	__u64 gen;	/* sock_gen when cached: a newly registered socket invalidates the cache */
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* Bumped whenever a socket joins target_socks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sock_gen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sock_owner);
+} last_sock SEC(".maps");
+
 /* tgid of the family process that owns the skb's socket, 0 if none. */
 static __always_inline __u32 skb_target(struct sk_buff *skb)
 {
 	__u64 sk = (__u64)BPF_CORE_READ(skb, sk);
-	__u32 *tgid;
+	__u32 zero = 0, *tgid;
+	struct sock_owner *last;
+	__u64 *gen, g;
 
 	if (!sk)
 		return 0;
+	gen = bpf_map_lookup_elem(&sock_gen, &zero);
+	g = gen ? *gen : 0;
+	last = bpf_map_lookup_elem(&last_sock, &zero);
+	if (last && last->sk == sk && last->gen == g)
+		return last->tgid;
 	tgid = bpf_map_lookup_elem(&target_socks, &sk);
+	if (last) {
+		last->sk = sk;
+		last->gen = g;
+		last->tgid = tgid ? *tgid : 0;
+	}
 	return tgid ? *tgid : 0;
 }
 
