@@ -150,7 +150,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
-    let block = panel_block(app, Panel::Funnel, " funnel /s (total, of requested) ".into());
+    let requested = app.shown.as_ref().and_then(|s| s.requested_pps);
+    let title = match requested {
+        Some(r) => format!(" funnel: requested {} pps -> ", rate(r)),
+        None => " funnel (no requested rate) ".to_string(),
+    };
+    let block = panel_block(app, Panel::Funnel, title);
     let Some(s) = &app.shown else {
         f.render_widget(Paragraph::new("waiting for the first tick...").block(block), area);
         return;
