@@ -25,6 +25,8 @@ struct Measured {
 fn measure(pid: u32, tui: bool) -> Measured {
     let flags = if tui { "" } else { " --no-tui" };
     let inner = format!("stty cols 100 rows 30; {BIN} attach -p {pid} --duration {RUN_S}{flags}");
+    // Reaped by the wait4 below, which also reads its resource usage.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new("script")
         .args(["-qfec", &inner, "/dev/null"])
         .env("TERM", "xterm-256color")

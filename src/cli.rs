@@ -53,6 +53,9 @@ pub enum Command {
     Send(SendOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
     Lab(LabOptions),
+    /// Measure what this machine allows a sender: pacers x rates and send methods at full
+    /// speed, against loopback and a private lab it creates and removes, plus the host facts.
+    Baseline(BaselineOptions),
 }
 
 /// Options shared by `attach` and `run`.
@@ -77,8 +80,45 @@ pub struct RunOptions {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SendMethodArg {
+    /// sendto(2) on a UDP socket, one packet per call.
     Sendto,
+    /// sendto(2) on a raw IP socket (IP and UDP headers built by the sender; needs CAP_NET_RAW).
+    Raw,
+    /// sendmmsg(2) on a UDP socket, --batch packets per call.
     Sendmmsg,
+    /// An AF_PACKET socket (Ethernet frames; with --ring, a PACKET_TX_RING; needs CAP_NET_RAW).
+    Packet,
+}
+
+/// How `scanprof send` waits for each packet's due time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PacerArg {
+    /// Busy-wait on rdtsc with a calibrated TSC frequency.
+    Tsc,
+    /// Busy-wait on CLOCK_MONOTONIC.
+    Clock,
+    /// clock_nanosleep to each absolute due time.
+    Sleep,
+    /// No pacing.
+    None,
+}
+
+/// Where the tsc pacer's frequency comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TscSourceArg {
+    /// rdtsc across a ~100 ms nanosleep.
+    Calibrate,
+    /// The kernel's TSC frequency (perf_event mmap page, without root).
+    Kernel,
+}
+
+/// When each packet is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SlotArg {
+    /// One period after the previous packet actually started: lost time is never made up.
+    PerPacket,
+    /// Start + k periods: late packets are caught up.
+    Deadline,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -86,7 +126,7 @@ pub struct SendOptions {
     /// Destination: 127.0.0.0/8 or the lab range 10.99.0.0/24 only.
     #[arg(long, value_name = "ADDR:PORT")]
     pub to: SocketAddrV4,
-    /// Packets per second; 0 sends as fast as possible.
+    /// Packets per second, a whole number; 0 sends as fast as possible (pacer none).
     #[arg(long, default_value_t = 1000.0, value_name = "PPS")]
     pub rate: f64,
     /// Number of packets to send.
@@ -101,12 +141,27 @@ pub struct SendOptions {
     /// Socket send buffer to request, bytes (default: the kernel's).
     #[arg(long, value_name = "BYTES")]
     pub sndbuf: Option<usize>,
+    /// How to wait for each packet's due time (--rate 0 forces none).
+    #[arg(long, value_enum, default_value_t = PacerArg::Clock)]
+    pub pacer: PacerArg,
+    /// Where the tsc pacer's TSC frequency comes from.
+    #[arg(long, value_enum, default_value_t = TscSourceArg::Calibrate)]
+    pub tsc_source: TscSourceArg,
+    /// When each packet is due: per-packet slots (lost time is lost) or a deadline schedule.
+    #[arg(long, value_enum, default_value_t = SlotArg::Deadline)]
+    pub slot: SlotArg,
     /// Send syscall to use.
     #[arg(long, value_enum, default_value_t = SendMethodArg::Sendto)]
     pub method: SendMethodArg,
-    /// Packets per sendmmsg call.
+    /// Packets per sendmmsg call (or per TX ring flush with --method packet --ring).
     #[arg(long, default_value_t = 32)]
     pub batch: u32,
+    /// With --method packet: send through a PACKET_TX_RING, --batch frames per flush.
+    #[arg(long)]
+    pub ring: bool,
+    /// With --method packet: the egress interface (default: the route's).
+    #[arg(long, value_name = "IFACE")]
+    pub dev: Option<String>,
     /// Source port to bind (0: any).
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
@@ -153,6 +208,52 @@ pub struct LabOptions {
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,
+}
+
+/// Options of `scanprof baseline`.
+#[derive(Debug, Clone, Args)]
+pub struct BaselineOptions {
+    /// Rates for each pacer, packets per second, comma-separated; 0 = unlimited.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,1000,10000,100000,0",
+        value_name = "LIST"
+    )]
+    pub rates: Vec<f64>,
+    /// Pacers of the reference sender to measure, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tsc,clock,sleep",
+        value_name = "LIST",
+        value_parser = ["tsc", "clock", "sleep", "none"]
+    )]
+    pub pacers: Vec<String>,
+    /// Send methods to measure at full speed, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "sendto,raw,sendmmsg,packet",
+        value_name = "LIST",
+        value_parser = ["sendto", "raw", "sendmmsg", "packet"]
+    )]
+    pub methods: Vec<String>,
+    /// Seconds each cell sends for.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub seconds: f64,
+    /// Where to send: 127.0.0.1 and/or a private namespace lab, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "loopback,lab",
+        value_name = "LIST",
+        value_parser = ["loopback", "lab"]
+    )]
+    pub targets: Vec<String>,
+    /// Print one JSON object {machine, pacer_rows, method_rows} instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]

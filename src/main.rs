@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Send(o) => commands::send::run(o),
         Command::Lab(o) => commands::lab::run(o),
+        Command::Baseline(o) => commands::baseline::run(o),
     };
     result.unwrap_or_else(|e| {
         eprintln!("scanprof: {e:#}");

@@ -1,51 +1,193 @@
-//! `scanprof send`: the reference UDP sender as a command (a traffic source for labs and tests).
+//! `scanprof send`: the reference sender as a command (a traffic source for labs, tests and the
+//! baseline): turns the options into a `senders::engine::SendConfig`, runs it and prints the
+//! report as text or as one JSON object.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, ensure};
 
-use crate::cli::{SendMethodArg, SendOptions};
-use crate::senders::udp::{self, SendMethod, UdpSendConfig};
+use crate::cli::{PacerArg, SendMethodArg, SendOptions, SlotArg, TscSourceArg};
+use crate::senders::engine::{self, SendConfig};
+use crate::senders::methods::Method;
+use crate::senders::pacing::{PacerKind, SlotModel};
+use crate::senders::report::SendReport;
+use crate::senders::tsc::TscSource;
+use crate::senders::udp::whole_rate;
 
-pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
+/// The sender configuration `o` asks for.
+pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
     if o.count.is_none() && o.duration.is_none() {
         bail!("say how much to send: --count N or --duration SECONDS");
     }
-    let cfg = UdpSendConfig {
-        to: o.to,
-        rate: o.rate,
-        count: o.count,
-        duration: o.duration.map(Duration::from_secs_f64),
-        size: o.size,
-        sndbuf: o.sndbuf,
-        method: match o.method {
-            SendMethodArg::Sendto => SendMethod::Sendto,
-            SendMethodArg::Sendmmsg => SendMethod::Sendmmsg { batch: o.batch },
-        },
-        src_port: o.src_port,
+    let duration = match o.duration {
+        Some(d) => {
+            ensure!(
+                d.is_finite() && d > 0.0,
+                "--duration must be a positive number of seconds"
+            );
+            Some(Duration::from_secs_f64(d))
+        }
+        None => None,
     };
+    ensure!(
+        o.method == SendMethodArg::Packet || (!o.ring && o.dev.is_none()),
+        "--ring and --dev go with --method packet"
+    );
+    let mut cfg = SendConfig::new(o.to, whole_rate(o.rate)?, o.count, duration);
+    cfg.size = o.size;
+    cfg.sndbuf = o.sndbuf;
+    cfg.src_port = o.src_port;
+    cfg.pacer = match o.pacer {
+        PacerArg::Tsc => PacerKind::Tsc,
+        PacerArg::Clock => PacerKind::Clock,
+        PacerArg::Sleep => PacerKind::Sleep,
+        PacerArg::None => PacerKind::None,
+    };
+    cfg.tsc_source = match o.tsc_source {
+        TscSourceArg::Calibrate => TscSource::Calibrate,
+        TscSourceArg::Kernel => TscSource::Kernel,
+    };
+    cfg.slot = match o.slot {
+        SlotArg::PerPacket => SlotModel::PerPacket,
+        SlotArg::Deadline => SlotModel::Deadline,
+    };
+    cfg.method = match o.method {
+        SendMethodArg::Sendto => Method::Sendto,
+        SendMethodArg::Raw => Method::Raw,
+        SendMethodArg::Sendmmsg => Method::Sendmmsg { batch: o.batch },
+        SendMethodArg::Packet => Method::Packet {
+            ring: o.ring,
+            batch: if o.ring { o.batch } else { 1 },
+            dev: o.dev.clone(),
+        },
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
+    let cfg = config(o)?;
     let stop = super::profile::stop_flag()?;
-    let report = udp::run(&cfg, &stop)?;
+    let report = engine::run(&cfg, &stop)?;
     if o.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!(
-            "sent {} packets ({} failed) to {} at {:.1} pps (requested {}), {:.3} s",
-            report.sent,
-            report.failed,
-            o.to,
-            report.achieved_pps,
-            if o.rate > 0.0 {
-                format!("{:.0}", o.rate)
-            } else {
-                "unlimited".into()
-            },
-            report.elapsed_ns as f64 / 1e9
-        );
-        for (errno, n) in &report.errors {
-            println!("  {errno}: {n}");
-        }
+        print!("{}", text(&report, &cfg));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report for people.
+pub fn text(r: &SendReport, cfg: &SendConfig) -> String {
+    let mut out = format!(
+        "sent {} packets ({} failed) to {} with {} ({} pacer, {} slots)\n",
+        r.sent, r.failed, cfg.to, r.method, r.pacer, r.slot
+    );
+    match (r.requested_pps, r.accuracy) {
+        (Some(req), Some(acc)) => {
+            out += &format!(
+                "  rate      {:.1} pps of {req} requested: {:.3}% accuracy\n",
+                r.achieved_pps,
+                acc * 100.0
+            )
+        }
+        _ => out += &format!("  rate      {:.1} pps (unlimited)\n", r.achieved_pps),
+    }
+    out += &format!(
+        "  lateness  mean {:.0} ns, p50 {} ns, p99 {} ns, max {} ns\n",
+        r.lateness_ns.mean, r.lateness_ns.p50, r.lateness_ns.p99, r.lateness_ns.max
+    );
+    out += &format!(
+        "  gap       mean {:.0} ns, p50 {} ns, p99 {} ns, min {} ns, max {} ns\n",
+        r.gap_ns.mean, r.gap_ns.p50, r.gap_ns.p99, r.gap_ns.min, r.gap_ns.max
+    );
+    out += &format!(
+        "  cpu       {:.0} ns per packet; {:.3} s elapsed\n",
+        r.cpu_ns_per_packet,
+        r.elapsed_ns as f64 / 1e9
+    );
+    if let Some(c) = &r.calibration {
+        out += &format!(
+            "  tsc       {:.0} Hz from {} (kernel: {}, calibration error: {}, took {:.1} ms)\n",
+            c.tsc_hz,
+            c.source,
+            c.kernel_tsc_hz.map_or("unknown".into(), |k| format!("{k:.0} Hz")),
+            c.error_ppm.map_or("unknown".into(), |e| format!("{e:+.1} ppm")),
+            c.took_ns as f64 / 1e6
+        );
+    }
+    for (errno, n) in &r.errors {
+        out += &format!("  {errno}: {n}\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn options(args: &[&str]) -> SendOptions {
+        let argv = ["scanprof", "send", "--to", "127.0.0.1:9"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Send(o) => o,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let cfg = config(&options(&["--count", "5"])).expect("valid");
+        assert_eq!(cfg.rate_pps, 1000);
+        assert_eq!(
+            (cfg.pacer, cfg.slot, cfg.method.clone()),
+            (PacerKind::Clock, SlotModel::Deadline, Method::Sendto)
+        );
+        assert_eq!((cfg.size, cfg.tsc_source), (64, TscSource::Calibrate));
+    }
+
+    #[test]
+    fn every_option_maps_to_the_config() {
+        #[rustfmt::skip]
+        let o = options(&[
+            "--rate", "0", "--duration", "2", "--size", "100", "--pacer", "tsc", "--tsc-source", "kernel",
+            "--slot", "per-packet", "--method", "packet", "--ring", "--batch", "16", "--dev", "lo",
+            "--src-port", "5000", "--sndbuf", "65536", "--json",
+        ]);
+        let cfg = config(&o).expect("valid");
+        assert_eq!((cfg.rate_pps, cfg.effective_pacer()), (0, PacerKind::None));
+        assert_eq!(
+            (cfg.pacer, cfg.tsc_source, cfg.slot),
+            (PacerKind::Tsc, TscSource::Kernel, SlotModel::PerPacket)
+        );
+        assert_eq!(
+            cfg.method,
+            Method::Packet {
+                ring: true,
+                batch: 16,
+                dev: Some("lo".into())
+            }
+        );
+        assert_eq!((cfg.size, cfg.src_port, cfg.sndbuf), (100, 5000, Some(65536)));
+        assert_eq!(cfg.duration, Some(Duration::from_secs(2)));
+        assert!(o.json);
+        let cfg = config(&options(&["--count", "1", "--method", "raw"])).expect("valid");
+        assert_eq!(cfg.method, Method::Raw);
+    }
+
+    #[test]
+    fn bad_combinations_are_refused() {
+        for args in [
+            &["--rate", "10"][..],
+            &["--count", "1", "--rate", "2.5"],
+            &["--count", "1", "--ring"],
+            &["--count", "1", "--duration", "0"],
+            &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
+        ] {
+            assert!(config(&options(args)).is_err(), "{args:?} accepted");
+        }
+    }
 }

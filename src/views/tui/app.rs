@@ -239,7 +239,7 @@ impl App {
             })
             .collect();
         match self.sort.unwrap_or(DropSort::Count) {
-            DropSort::Count => rows.sort_by(|a, b| b.count.cmp(&a.count)),
+            DropSort::Count => rows.sort_by_key(|d| std::cmp::Reverse(d.count)),
             DropSort::Rate => rows.sort_by(|a, b| b.rate.total_cmp(&a.rate)),
             DropSort::Reason => rows.sort_by(|a, b| a.reason.cmp(&b.reason)),
             DropSort::Location => rows.sort_by(|a, b| a.location.cmp(&b.location)),

@@ -1,0 +1,306 @@
+//! The reference sender's main loop: configuration, validation, then wait for a slot, send,
+//! record, until the count, the duration or a stop request ends it. The pacing and send steps
+//! go through the exported `scanprof_sender_*` functions (`super::symbols`), so profiling this
+//! loop sees the same symbols a profile of `scanprof send` names.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{anyhow, ensure, Result};
+use nix::time::{clock_gettime, ClockId};
+
+use super::methods::{check_destination, Method, Sender, Target, SEQ_BYTES};
+use super::pacing::{PacerKind, SlotModel};
+use super::report::{RunFacts, SendRecorder, SendReport};
+use super::symbols;
+use super::tsc::TscSource;
+use super::udp::{is_safe_destination, monotonic_ns};
+use std::net::SocketAddrV4;
+
+/// Largest UDP payload over IPv4, in bytes.
+pub const MAX_PAYLOAD: usize = 65_507;
+/// Most packets per sendmmsg call (UIO_MAXIOV) or per TX ring flush.
+pub const MAX_BATCH: u32 = 1024;
+
+/// Everything `scanprof send` can be asked for.
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    pub to: SocketAddrV4,
+    /// packets per second; 0 = as fast as possible (forces the `none` pacer)
+    pub rate_pps: u32,
+    /// packets to send; at least one of `count` and `duration` must be set
+    pub count: Option<u64>,
+    /// longest time to send for
+    pub duration: Option<Duration>,
+    /// UDP payload bytes (8..=65507: the first 8 carry the sequence number)
+    pub size: usize,
+    /// SO_SNDBUF to request in bytes (SO_SNDBUFFORCE falling back to SO_SNDBUF)
+    pub sndbuf: Option<usize>,
+    pub pacer: PacerKind,
+    pub tsc_source: TscSource,
+    pub slot: SlotModel,
+    pub method: Method,
+    /// source port (0: any for UDP sockets, 40000 for raw and packet frames)
+    pub src_port: u16,
+}
+
+impl SendConfig {
+    /// A paced sendto run with the defaults of `scanprof send`.
+    pub fn new(
+        to: SocketAddrV4,
+        rate_pps: u32,
+        count: Option<u64>,
+        duration: Option<Duration>,
+    ) -> SendConfig {
+        SendConfig {
+            to,
+            rate_pps,
+            count,
+            duration,
+            size: 64,
+            sndbuf: None,
+            pacer: PacerKind::Clock,
+            tsc_source: TscSource::Calibrate,
+            slot: SlotModel::Deadline,
+            method: Method::Sendto,
+            src_port: 0,
+        }
+    }
+
+    /// The pacer actually used: `none` when the rate is unlimited.
+    pub fn effective_pacer(&self) -> PacerKind {
+        if self.rate_pps == 0 {
+            PacerKind::None
+        } else {
+            self.pacer
+        }
+    }
+
+    /// Checks the configuration without touching the network.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.count.is_some() || self.duration.is_some(),
+            "a send needs a bound: set a packet count, a duration or both"
+        );
+        ensure!(
+            is_safe_destination(*self.to.ip()),
+            "refusing to send to {}: only 127.0.0.0/8 and the lab range 10.99.0.0/24 are allowed",
+            self.to.ip()
+        );
+        ensure!(
+            (SEQ_BYTES..=MAX_PAYLOAD).contains(&self.size),
+            "payload size must be {SEQ_BYTES}..={MAX_PAYLOAD} bytes, not {}",
+            self.size
+        );
+        if let Method::Sendmmsg { batch } | Method::Packet { batch, .. } = self.method {
+            ensure!(
+                (1..=MAX_BATCH).contains(&batch),
+                "batch must be 1..={MAX_BATCH}, not {batch}"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Process user+system CPU time, ns.
+fn process_cpu_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map_or(0, |ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+}
+
+/// Sends numbered UDP packets to `cfg.to` until the count or the duration is reached or `stop`
+/// is set. Slot k carries packets k*batch.. (failed ones included: a failure is counted, not
+/// retried); when it is due depends on the slot model, how the sender waits on the pacer.
+pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
+    cfg.validate()?;
+    check_destination(*cfg.to.ip())?;
+    let pacer = cfg.effective_pacer();
+    let batch = cfg.method.batch();
+    let calibration = if pacer == PacerKind::Tsc {
+        symbols::scanprof_sender_calibrate(cfg.tsc_source as u8);
+        let result = symbols::last_calibration().ok_or_else(|| anyhow!("the TSC was not calibrated"))?;
+        Some(result.map_err(|e| anyhow!(e))?)
+    } else {
+        None
+    };
+    let target = Target {
+        to: cfg.to,
+        size: cfg.size,
+        sndbuf: cfg.sndbuf,
+        src_port: cfg.src_port,
+    };
+    let mut sender = Sender::open(&cfg.method, &target)?;
+    symbols::plan_slots(cfg.slot, batch);
+    ensure!(
+        symbols::scanprof_sender_init_slot(cfg.rate_pps, pacer.code()) == 0,
+        "cannot start the {} pacer",
+        pacer.name()
+    );
+
+    let mut rec = SendRecorder::default();
+    let cpu_start = process_cpu_ns();
+    let start = monotonic_ns();
+    let end = cfg
+        .duration
+        .map(|d| start.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)));
+    // Unpaced, the next slot's start is when the previous send returned: no extra clock read.
+    let unpaced = pacer == PacerKind::None;
+    let mut unrecorded = 0u64;
+    let mut seq = 0u64;
+    loop {
+        let n = cfg
+            .count
+            .map_or(u64::from(batch), |c| (c - seq).min(u64::from(batch)));
+        if n == 0 || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let slot = symbols::scanprof_sender_wait_slot();
+        if slot.start_ns == 0 {
+            if end.is_some_and(|end| monotonic_ns() >= end) {
+                break;
+            }
+            continue;
+        }
+        if unrecorded > 0 {
+            rec.sent(std::mem::take(&mut unrecorded), slot.start_ns);
+        }
+        if end.is_some_and(|end| slot.start_ns.max(slot.due_ns) >= end) {
+            break;
+        }
+        rec.slot_started(slot.due_ns, slot.start_ns);
+        let accepted = symbols::scanprof_sender_send(&mut sender, seq, n as u32);
+        if unpaced {
+            unrecorded = accepted;
+        } else if accepted > 0 {
+            rec.sent(accepted, monotonic_ns());
+        }
+        seq += n;
+    }
+    let flushed = sender.flush();
+    let end_ns = monotonic_ns();
+    rec.sent(unrecorded + flushed, end_ns);
+    let cpu_ns = process_cpu_ns().saturating_sub(cpu_start);
+    symbols::end_slots();
+    Ok(rec.finish(RunFacts {
+        pacer: pacer.name(),
+        slot: cfg.slot.name(),
+        method: cfg.method.name(),
+        rate_pps: cfg.rate_pps,
+        errors: sender.errors().clone(),
+        start_ns: start,
+        end_ns,
+        cpu_ns,
+        calibration,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    use super::*;
+
+    fn sink() -> (UdpSocket, SocketAddrV4) {
+        let sink = UdpSocket::bind("127.0.0.1:0").expect("bind a loopback sink");
+        sink.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("timeout");
+        let std::net::SocketAddr::V4(to) = sink.local_addr().expect("address") else {
+            panic!("IPv4 socket with a non-IPv4 address");
+        };
+        (sink, to)
+    }
+
+    #[test]
+    fn paced_loopback_sends_are_numbered_and_measured() -> Result<()> {
+        let (sink, to) = sink();
+        for (pacer, slot) in [
+            (PacerKind::Clock, SlotModel::Deadline),
+            (PacerKind::Sleep, SlotModel::PerPacket),
+        ] {
+            let mut cfg = SendConfig::new(to, 5000, Some(40), None);
+            (cfg.pacer, cfg.slot) = (pacer, slot);
+            let report = run(&cfg, &AtomicBool::new(false))?;
+            assert_eq!((report.sent, report.failed), (40, 0), "{report:?}");
+            assert_eq!(
+                (report.pacer.as_str(), report.slot.as_str()),
+                (pacer.name(), slot.name())
+            );
+            assert!(
+                report.achieved_pps > 1000.0 && report.achieved_pps < 5100.0,
+                "{report:?}"
+            );
+            assert!(report.gap_ns.min > 0 && report.lateness_ns.max > 0, "{report:?}");
+            let mut buf = [0u8; 128];
+            for expected in 0..40u64 {
+                assert_eq!(sink.recv(&mut buf)?, 64);
+                assert_eq!(buf[..8], expected.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn unlimited_sendmmsg_accounts_every_packet() -> Result<()> {
+        let (sink, to) = sink();
+        let mut cfg = SendConfig::new(to, 0, Some(50), None);
+        cfg.method = Method::Sendmmsg { batch: 8 };
+        let report = run(&cfg, &AtomicBool::new(false))?;
+        assert_eq!(
+            (report.sent, report.failed, report.pacer.as_str()),
+            (50, 0, "none")
+        );
+        assert_eq!((report.requested_pps, report.accuracy), (None, None));
+        assert!(report.last_ns >= report.first_ns && report.first_ns > 0);
+        let mut buf = [0u8; 128];
+        for expected in 0..50u64 {
+            sink.recv(&mut buf)?;
+            assert_eq!(buf[..8], expected.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_tsc_pacer_reports_its_calibration() -> Result<()> {
+        let (_sink, to) = sink();
+        let mut cfg = SendConfig::new(to, 2000, Some(20), None);
+        cfg.pacer = PacerKind::Tsc;
+        let report = run(&cfg, &AtomicBool::new(false))?;
+        let cal = report.calibration.expect("tsc runs report their calibration");
+        assert_eq!(cal.source, "calibrate");
+        assert!(cal.took_ns >= 100_000_000 && cal.tsc_hz > 1e8, "{cal:?}");
+        assert_eq!(report.sent, 20);
+        Ok(())
+    }
+
+    #[test]
+    fn a_send_needs_a_bound_and_a_safe_destination() {
+        let cfg = SendConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), 10, None, None);
+        let err = run(&cfg, &AtomicBool::new(false)).expect_err("unbounded send accepted");
+        assert!(format!("{err:#}").contains("bound"), "{err:#}");
+        let cfg = SendConfig::new(
+            SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 9),
+            10,
+            Some(1),
+            None,
+        );
+        let err = run(&cfg, &AtomicBool::new(false)).expect_err("unsafe destination accepted");
+        assert!(format!("{err:#}").contains("refusing"), "{err:#}");
+        let mut cfg = SendConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), 10, Some(1), None);
+        cfg.method = Method::Sendmmsg { batch: 0 };
+        assert!(cfg.validate().is_err());
+        cfg.method = Method::Sendto;
+        cfg.size = 4;
+        assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn a_duration_ends_a_slow_send_promptly() -> Result<()> {
+        let (_sink, to) = sink();
+        let cfg = SendConfig::new(to, 2, Some(100), Some(Duration::from_millis(250)));
+        let report = run(&cfg, &AtomicBool::new(false))?;
+        // Slots at 0 and 500 ms: only the first is inside 250 ms.
+        assert_eq!(report.sent, 1, "{report:?}");
+        assert!(report.elapsed_ns < 400_000_000, "{report:?}");
+        Ok(())
+    }
+}

@@ -1,0 +1,344 @@
+//! What a reference send did: the per-slot timing the sender records while it runs (lateness
+//! against the due time, gaps between sends, in fixed-size log-linear histograms) and the
+//! [`SendReport`] that `scanprof send --json` prints. Pure: every time comes in as an argument.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::tsc::Calibration;
+
+const NS_PER_S: f64 = 1e9;
+/// Sub-buckets per power of two: quantiles are exact below 2^SUB_BITS ns, within 1/64 above.
+const SUB_BITS: u32 = 6;
+const SUB: u64 = 1 << SUB_BITS;
+const BUCKETS: usize = (SUB as usize) * (64 - SUB_BITS as usize + 1);
+
+/// A log-linear histogram of ns values with count, sum, min and max.
+#[derive(Debug, Clone)]
+pub struct NsHistogram {
+    counts: Box<[u64]>,
+    count: u64,
+    sum: u128,
+    min: u64,
+    max: u64,
+}
+
+impl Default for NsHistogram {
+    fn default() -> Self {
+        NsHistogram {
+            counts: vec![0; BUCKETS].into_boxed_slice(),
+            count: 0,
+            sum: 0,
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+}
+
+fn bucket_of(v: u64) -> usize {
+    if v < SUB {
+        return v as usize;
+    }
+    let exp = 63 - v.leading_zeros(); // >= SUB_BITS
+    let mantissa = v >> (exp - SUB_BITS); // in SUB..2*SUB
+    (SUB + u64::from(exp - SUB_BITS) * SUB + (mantissa - SUB)) as usize
+}
+
+/// Middle of bucket `i`'s value range.
+fn bucket_mid(i: usize) -> u64 {
+    let i = i as u64;
+    if i < SUB {
+        return i;
+    }
+    let exp = (i - SUB) / SUB + u64::from(SUB_BITS);
+    let mantissa = (i - SUB) % SUB + SUB;
+    let width = 1u64 << (exp - u64::from(SUB_BITS));
+    (mantissa << (exp - u64::from(SUB_BITS))) + width / 2
+}
+
+impl NsHistogram {
+    pub fn record(&mut self, v: u64) {
+        self.counts[bucket_of(v)] += 1;
+        self.count += 1;
+        self.sum += u128::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.count as f64
+        }
+    }
+
+    /// The value at quantile `q` (0..=1): exact below 64 ns, else within 1/64; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return bucket_mid(i).clamp(self.min, self.max);
+            }
+        }
+        self.max
+    }
+
+    pub fn min(&self) -> u64 {
+        if self.count == 0 {
+            0
+        } else {
+            self.min
+        }
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+}
+
+/// `lateness_ns` in the report: how late each send call started against its due time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LatenessStats {
+    pub mean: f64,
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+/// `gap_ns` in the report: time between the starts of consecutive send calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GapStats {
+    pub mean: f64,
+    pub p50: u64,
+    pub p99: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// What one reference send did (`scanprof send --json`; field names and units are a contract).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SendReport {
+    /// "tsc", "clock", "sleep" or "none"
+    pub pacer: String,
+    /// "per-packet" or "deadline"
+    pub slot: String,
+    /// "sendto", "raw", "sendmmsg" or "packet"
+    pub method: String,
+    /// packets per second asked for; None = as fast as possible
+    pub requested_pps: Option<u64>,
+    /// packets the kernel accepted
+    pub sent: u64,
+    /// packets whose send failed (not retried)
+    pub failed: u64,
+    /// errno name ("ENOBUFS", ...) -> failed packets
+    pub errors: BTreeMap<String, u64>,
+    /// packets per second between the first and the last send: (sent-1)/(last-first); 0 if
+    /// fewer than 2 were sent
+    pub achieved_pps: f64,
+    /// achieved_pps / requested_pps; None when unlimited
+    pub accuracy: Option<f64>,
+    /// CLOCK_MONOTONIC ns when the first successful send call returned (0 if none)
+    pub first_ns: u64,
+    /// CLOCK_MONOTONIC ns when the last successful send call returned (0 if none)
+    pub last_ns: u64,
+    /// CLOCK_MONOTONIC ns from the start of the schedule to the end of the run
+    pub elapsed_ns: u64,
+    pub lateness_ns: LatenessStats,
+    pub gap_ns: GapStats,
+    /// process user+system CPU ns during the run / sent (0 if nothing was sent)
+    pub cpu_ns_per_packet: f64,
+    /// the tsc pacer's frequency and how it was found; None for other pacers
+    pub calibration: Option<Calibration>,
+}
+
+/// Collects the timing of a send as it runs; [`SendRecorder::finish`] makes the report.
+#[derive(Debug, Default)]
+pub struct SendRecorder {
+    lateness: NsHistogram,
+    gaps: NsHistogram,
+    prev_start_ns: Option<u64>,
+    sent: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+impl SendRecorder {
+    /// A send call (one packet or one batch) due at `due_ns` started at `start_ns`.
+    #[inline]
+    pub fn slot_started(&mut self, due_ns: u64, start_ns: u64) {
+        self.lateness.record(start_ns.saturating_sub(due_ns));
+        if let Some(prev) = self.prev_start_ns.replace(start_ns) {
+            self.gaps.record(start_ns.saturating_sub(prev));
+        }
+    }
+
+    /// A send call that returned at `now_ns` had `packets` accepted.
+    #[inline]
+    pub fn sent(&mut self, packets: u64, now_ns: u64) {
+        if packets == 0 {
+            return;
+        }
+        if self.sent == 0 {
+            self.first_ns = now_ns;
+        }
+        self.last_ns = now_ns;
+        self.sent += packets;
+    }
+
+    pub fn sent_so_far(&self) -> u64 {
+        self.sent
+    }
+
+    /// The report of a run whose schedule started at `start_ns` and ended at `end_ns`, with the
+    /// failures counted by the send method and the process CPU ns the run used.
+    pub fn finish(self, run: RunFacts) -> SendReport {
+        let span_ns = self.last_ns.saturating_sub(self.first_ns);
+        let achieved_pps = if self.sent >= 2 && span_ns > 0 {
+            (self.sent - 1) as f64 * NS_PER_S / span_ns as f64
+        } else {
+            0.0
+        };
+        let requested_pps = (run.rate_pps > 0).then_some(u64::from(run.rate_pps));
+        SendReport {
+            pacer: run.pacer.to_string(),
+            slot: run.slot.to_string(),
+            method: run.method.to_string(),
+            requested_pps,
+            sent: self.sent,
+            failed: run.errors.values().sum(),
+            errors: run.errors,
+            achieved_pps,
+            accuracy: requested_pps.map(|r| achieved_pps / r as f64),
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+            elapsed_ns: run.end_ns.saturating_sub(run.start_ns),
+            lateness_ns: LatenessStats {
+                mean: self.lateness.mean(),
+                p50: self.lateness.quantile(0.5),
+                p99: self.lateness.quantile(0.99),
+                max: self.lateness.max(),
+            },
+            gap_ns: GapStats {
+                mean: self.gaps.mean(),
+                p50: self.gaps.quantile(0.5),
+                p99: self.gaps.quantile(0.99),
+                min: self.gaps.min(),
+                max: self.gaps.max(),
+            },
+            cpu_ns_per_packet: if self.sent == 0 {
+                0.0
+            } else {
+                run.cpu_ns as f64 / self.sent as f64
+            },
+            calibration: run.calibration,
+        }
+    }
+}
+
+/// Facts about a finished run that the recorder does not see itself.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    pub pacer: &'static str,
+    pub slot: &'static str,
+    pub method: &'static str,
+    /// 0 = unlimited
+    pub rate_pps: u32,
+    /// errno name -> failed packets
+    pub errors: BTreeMap<String, u64>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// process user+system CPU ns during the run
+    pub cpu_ns: u64,
+    pub calibration: Option<Calibration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_exact_small_and_close_large() {
+        let mut h = NsHistogram::default();
+        for v in 0..50 {
+            h.record(v);
+        }
+        assert_eq!((h.quantile(0.5), h.min(), h.max()), (24, 0, 49));
+        let mut h = NsHistogram::default();
+        for v in 1..=100_000u64 {
+            h.record(v * 1000);
+        }
+        for (q, want) in [(0.5, 50_000_000.0), (0.99, 99_000_000.0)] {
+            let got = h.quantile(q) as f64;
+            assert!((got - want).abs() / want < 1.0 / 64.0, "q{q}: {got} vs {want}");
+        }
+        assert_eq!(h.quantile(1.0), 100_000_000);
+        assert!((h.mean() - 50_000_500.0).abs() < 1e-3);
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn report_has_rate_accuracy_lateness_and_gaps() {
+        let mut r = SendRecorder::default();
+        // 11 packets due every 1 ms from t=1 s; the 6th starts 300 us late.
+        for k in 0..11u64 {
+            let due = 1_000_000_000 + k * 1_000_000;
+            let start = due + if k == 5 { 300_000 } else { 100 };
+            r.slot_started(due, start);
+            r.sent(1, start + 2_000);
+        }
+        let mut errors = BTreeMap::new();
+        errors.insert("ENOBUFS".to_string(), 2);
+        let report = r.finish(RunFacts {
+            pacer: "clock",
+            slot: "deadline",
+            method: "sendto",
+            rate_pps: 1000,
+            errors,
+            start_ns: 1_000_000_000,
+            end_ns: 1_011_000_000,
+            cpu_ns: 22_000,
+            calibration: None,
+        });
+        assert_eq!((report.sent, report.failed), (11, 2));
+        assert_eq!(report.requested_pps, Some(1000));
+        assert!((report.achieved_pps - 1000.0).abs() < 1e-6, "{report:?}");
+        assert_eq!(report.accuracy, Some(report.achieved_pps / 1000.0));
+        assert_eq!((report.lateness_ns.p50, report.lateness_ns.max), (100, 300_000));
+        assert_eq!((report.gap_ns.min, report.gap_ns.max), (700_100, 1_299_900));
+        assert_eq!(report.elapsed_ns, 11_000_000);
+        assert_eq!(report.cpu_ns_per_packet, 2_000.0);
+        let json = serde_json::to_value(&report).expect("serializable");
+        let keys: Vec<&str> = json
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        #[rustfmt::skip]
+        assert_eq!(keys, [
+            "pacer", "slot", "method", "requested_pps", "sent", "failed", "errors", "achieved_pps",
+            "accuracy", "first_ns", "last_ns", "elapsed_ns", "lateness_ns", "gap_ns",
+            "cpu_ns_per_packet", "calibration",
+        ]);
+    }
+
+    #[test]
+    fn unlimited_runs_have_no_requested_rate_or_accuracy() {
+        let report = SendRecorder::default().finish(RunFacts::default());
+        let json = serde_json::to_value(&report).expect("serializable");
+        assert!(json["requested_pps"].is_null() && json["accuracy"].is_null());
+        assert!(json["calibration"].is_null());
+        assert_eq!(json["achieved_pps"], 0.0);
+    }
+}

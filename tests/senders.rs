@@ -1,0 +1,236 @@
+//! Privileged tests of the reference sender (`scanprof send`): every pacer and every send method
+//! sends short bounded bursts into a private namespace lab, and what the sender reports is
+//! checked against the lab's UDP receiver and the target veth's own counter.
+//!
+//! They need root (namespaces, raw and packet sockets) and fail, never skip, without it.
+//! Run: `cargo test --test senders`
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::*;
+use scanprof::lab::{Lab, LabConfig, Side, SinkReport};
+
+/// UDP port of the lab receiver.
+const PORT: u16 = 9100;
+/// Longest a sender process may run.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A lab for one test, deleted (and checked gone) at the end.
+struct SenderLab {
+    lab: Lab,
+    names: Vec<String>,
+}
+
+impl SenderLab {
+    fn new() -> SenderLab {
+        let lab = Lab::create(&LabConfig::default())
+            .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+        let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+        SenderLab { lab, names }
+    }
+
+    /// Runs `scanprof send --to TARGET:PORT --rate R --count N --duration 10 --json EXTRA...` in
+    /// the sender namespace while the lab receiver counts; returns the report and the count.
+    fn send(&self, rate: u32, count: u64, extra: &[&str]) -> (Value, SinkReport) {
+        let sink = self
+            .lab
+            .udp_sink(PORT)
+            .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"));
+        let to = format!("{}:{PORT}", self.lab.target_addr);
+        let mut argv = sender_argv(&to, f64::from(rate), count, 10.0, extra);
+        let program = argv.remove(0);
+        let cmd = self.lab.command_in_sender(&program, &argv);
+        let done = Proc::spawn("scanprof send", cmd, false).finish(TIMEOUT);
+        done.assert_success();
+        let received = sink.stop();
+        let objects = done.objects();
+        assert_eq!(objects.len(), 1, "one JSON object expected\n{}", done.context());
+        (objects[0].clone(), received)
+    }
+
+    fn destroy(self) {
+        self.lab
+            .destroy()
+            .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+        assert_namespaces_gone(&self.names);
+    }
+}
+
+fn u64_of(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
+}
+
+fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key} in {v}"))
+}
+
+/// Everything sent arrived, nothing failed, and the sender's and the receiver's rates are both
+/// within 1% of the request.
+#[track_caller]
+fn assert_exact_and_on_rate(what: &str, report: &Value, rx: &SinkReport, rate: u32, count: u64) {
+    assert_eq!(
+        (u64_of(report, "sent"), u64_of(report, "failed")),
+        (count, 0),
+        "{what}: {report}"
+    );
+    assert_eq!(rx.packets, count, "{what}: the receiver got {rx:?}; {report}");
+    assert_within(
+        &format!("{what}: achieved_pps"),
+        f64_of(report, "achieved_pps"),
+        f64::from(rate),
+        0.01,
+    );
+    assert_within(
+        &format!("{what}: accuracy"),
+        f64_of(report, "accuracy"),
+        1.0,
+        0.01,
+    );
+    let rx_pps = rx
+        .pps()
+        .unwrap_or_else(|| panic!("{what}: no receiver rate: {rx:?}"));
+    assert_within(
+        &format!("{what}: the receiver's pps"),
+        rx_pps,
+        f64::from(rate),
+        0.01,
+    );
+}
+
+#[test]
+fn every_pacer_holds_1k_and_10k_pps_into_a_lab() {
+    require_root();
+    let _serial = serial();
+    let lab = SenderLab::new();
+    for pacer in ["tsc", "clock", "sleep"] {
+        for (rate, count) in [(1_000u32, 1_000u64), (10_000, 5_000)] {
+            let what = format!("--pacer {pacer} at {rate} pps");
+            let (report, rx) = lab.send(rate, count, &["--pacer", pacer]);
+            assert_eq!(report["pacer"], pacer, "{report}");
+            assert_eq!(report["slot"], "deadline", "{report}");
+            assert_exact_and_on_rate(&what, &report, &rx, rate, count);
+            let gap = &report["gap_ns"];
+            assert_within(
+                &format!("{what}: mean gap"),
+                f64_of(gap, "mean"),
+                1e9 / f64::from(rate),
+                0.01,
+            );
+            let cal = &report["calibration"];
+            if pacer == "tsc" {
+                assert_eq!(cal["source"], "calibrate", "{report}");
+                assert!(
+                    f64_of(cal, "tsc_hz") > 1e8 && u64_of(cal, "took_ns") >= 100_000_000,
+                    "{cal}"
+                );
+            } else {
+                assert!(cal.is_null(), "{report}");
+            }
+        }
+    }
+    lab.destroy();
+}
+
+#[test]
+fn every_send_method_is_counted_by_the_receiver_and_the_veth() {
+    require_root();
+    let _serial = serial();
+    let lab = SenderLab::new();
+    let (rate, count) = (10_000u32, 3_000u64);
+    let methods: [&[&str]; 5] = [
+        &["--method", "sendto"],
+        &["--method", "raw"],
+        &["--method", "sendmmsg", "--batch", "16"],
+        &["--method", "packet"],
+        &["--method", "packet", "--ring", "--batch", "16"],
+    ];
+    for extra in methods {
+        let what = extra.join(" ");
+        let rx_before = lab.lab.link(Side::Target).expect("ip -s link").rx_packets;
+        let (report, rx) = lab.send(rate, count, extra);
+        assert_eq!(report["method"], extra[1], "{report}");
+        assert_exact_and_on_rate(&what, &report, &rx, rate, count);
+        // The lab is quiet (no ARP, no IPv6): the target veth saw exactly these packets.
+        let rx_after = lab.lab.link(Side::Target).expect("ip -s link").rx_packets;
+        assert_eq!(rx_after - rx_before, count, "{what}: veth rx");
+    }
+    lab.destroy();
+}
+
+/// The slot models differ visibly: with the sleep pacer at 10k pps (100 us slots) each wake-up
+/// is tens of us late; per-packet slots lose that time for good, deadline slots make it up.
+#[test]
+fn per_packet_slots_fall_short_where_deadline_slots_catch_up() {
+    require_root();
+    let _serial = serial();
+    let lab = SenderLab::new();
+    let (rate, count) = (10_000u32, 5_000u64);
+    let (deadline, rx) = lab.send(rate, count, &["--pacer", "sleep", "--slot", "deadline"]);
+    assert_exact_and_on_rate("deadline slots", &deadline, &rx, rate, count);
+    let (per_packet, rx) = lab.send(rate, count, &["--pacer", "sleep", "--slot", "per-packet"]);
+    assert_eq!(per_packet["slot"], "per-packet");
+    assert_eq!(
+        (u64_of(&per_packet, "sent"), rx.packets),
+        (count, count),
+        "{per_packet}"
+    );
+    let lateness = f64_of(&per_packet["lateness_ns"], "mean");
+    let accuracy = f64_of(&per_packet, "accuracy");
+    // Each slot lasts a period plus its lateness: accuracy ~ period / (period + lateness).
+    let expected = 1e5 / (1e5 + lateness);
+    assert!(accuracy < 0.99, "per-packet slots kept the rate: {per_packet}");
+    assert_within(
+        "per-packet accuracy vs period/(period+lateness)",
+        accuracy,
+        expected,
+        0.02,
+    );
+    lab.destroy();
+}
+
+#[test]
+fn an_unlimited_send_reports_no_accuracy_and_matches_the_receiver() {
+    require_root();
+    let _serial = serial();
+    let lab = SenderLab::new();
+    let (report, rx) = lab.send(0, 4_000, &["--method", "sendmmsg"]);
+    assert_eq!(report["pacer"], "none");
+    assert!(
+        report["requested_pps"].is_null() && report["accuracy"].is_null(),
+        "{report}"
+    );
+    assert_eq!((u64_of(&report, "sent"), u64_of(&report, "failed")), (4_000, 0));
+    assert_eq!(rx.packets, 4_000, "{rx:?}");
+    assert!(f64_of(&report, "achieved_pps") > 10_000.0, "{report}");
+    lab.destroy();
+}
+
+/// The exported pacing and send functions are in the binary's symbol table, for uprobes.
+#[test]
+fn the_sender_symbols_are_exported() {
+    let out = std::process::Command::new("nm")
+        .arg(scanprof_bin())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nm: {e}"));
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "scanprof_sender_init_slot",
+        "scanprof_sender_calibrate",
+        "scanprof_sender_wait_slot",
+        "scanprof_sender_send",
+    ] {
+        assert!(
+            symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))),
+            "{name} is not a global text symbol of {}",
+            scanprof_bin()
+        );
+    }
+}
