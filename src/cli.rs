@@ -76,6 +76,16 @@ pub struct RunOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Before attaching, measure what a reference sender reaches at the --requested rate on this
+    /// machine (in a private lab), and show it beside the target's figure.
+    #[arg(long, requires = "requested")]
+    pub baseline: bool,
+    /// Pacer of the --baseline sender: tsc, clock, sleep (match the scanner's pacing class).
+    #[arg(long, default_value = "tsc", value_name = "PACER")]
+    pub baseline_pacer: String,
+    /// Seconds the --baseline sender runs.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub baseline_seconds: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

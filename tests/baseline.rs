@@ -179,3 +179,71 @@ fn sigint_stops_baseline_and_removes_its_lab() {
     assert_eq!(rows.len(), 1, "{v}");
     assert_eq!(v["method_rows"].as_array().map(Vec::len), Some(0), "{v}");
 }
+
+/// `run --baseline`: the machine's own figure at the requested rate, measured in a lab that is
+/// gone afterwards, set beside the target's in the summary.
+#[test]
+fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root (BPF, namespaces); CI runs as root"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
+        .args([
+            "run",
+            "--requested",
+            "1000",
+            "--baseline",
+            "--baseline-pacer",
+            "clock",
+        ])
+        .args(["--baseline-seconds", "1", "--json", "--", "sleep", "0.3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line");
+    let b = &summary["baseline"];
+    assert_eq!(b["pacer"], "clock", "{b}");
+    assert_eq!(b["rate"], 1000.0, "{b}");
+    let achieved = b["achieved_pps"].as_f64().unwrap();
+    assert!(
+        (achieved - 1000.0).abs() <= 10.0,
+        "baseline {achieved} pps at 1000 requested"
+    );
+    assert_eq!(b["sent"], b["receiver_packets"], "{b}");
+    assert!(b["sent"].as_u64().unwrap() >= 990, "{b}");
+    assert_eq!(summary["baseline_pps"].as_f64(), Some(achieved));
+    let leftovers: Vec<_> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    // The baseline lab was made by the scanprof child: whatever its pid, none of its names remain
+    // unless another test's lab is alive right now, which would carry that test's own pid.
+    assert!(
+        leftovers
+            .iter()
+            .all(|n| !n.starts_with("sp") || n.starts_with(&format!("sp{}-", std::process::id()))),
+        "a lab namespace was left behind: {leftovers:?}"
+    );
+}
+
+#[test]
+fn baseline_without_a_requested_rate_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
+        .args(["attach", "-p", "1", "--baseline"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--requested"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

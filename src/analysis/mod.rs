@@ -106,6 +106,7 @@ pub struct Analyzer {
     queues: BTreeMap<(String, u32), (u64, u64)>,
     /// scanprof's CPU time at the first sample, ns
     start_cpu_ns: u64,
+    baseline: Option<Baseline>,
 }
 
 impl Analyzer {
@@ -117,6 +118,7 @@ impl Analyzer {
             ticks: Vec::new(),
             queues: BTreeMap::new(),
             start_cpu_ns: 0,
+            baseline: None,
         }
     }
 
@@ -126,6 +128,11 @@ impl Analyzer {
         self.start_ns = s.t_ns;
         self.start_cpu_ns = s.self_cpu_ns;
         self.prev = Some(s);
+    }
+
+    /// The machine's own figure at the requested rate, to set beside the target's.
+    pub fn set_baseline(&mut self, b: Option<Baseline>) {
+        self.baseline = b;
     }
 
     pub fn requested_pps(&self) -> Option<f64> {
@@ -244,6 +251,8 @@ impl Analyzer {
             send_window_s: window_s,
             requested_pps: self.requested_pps,
             achieved_pps: achieved,
+            baseline_pps: self.baseline.as_ref().map(|b| b.achieved_pps),
+            baseline: self.baseline.clone(),
             ratio: self.ratio(achieved),
             packets: t.packets,
             bytes: t.bytes,

@@ -182,6 +182,25 @@ pub struct Cost {
     pub probe_hits_per_s: f64,
 }
 
+/// What a reference sender reached on this machine at the target's requested rate, measured
+/// in a private lab by `attach/run --baseline` (see `scanprof baseline`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// packets per second asked for; 0 = unlimited
+    pub rate: f64,
+    pub pacer: String,
+    /// packets per second between the first and last send
+    pub achieved_pps: f64,
+    /// achieved / requested; None when unlimited
+    pub accuracy: Option<f64>,
+    /// 99th percentile lateness against the slot, in ns (None from a sender that has none)
+    pub p99_lateness_ns: Option<f64>,
+    /// datagrams the lab receiver counted
+    pub receiver_packets: u64,
+    /// packets the kernel accepted from the sender
+    pub sent: u64,
+}
+
 /// Why the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -203,6 +222,9 @@ pub struct Summary {
     pub requested_pps: Option<f64>,
     /// packets per second that left through the family's send syscalls, over the send window
     pub achieved_pps: f64,
+    /// what a reference sender reached on this machine at the requested rate (`--baseline`)
+    pub baseline_pps: Option<f64>,
+    pub baseline: Option<Baseline>,
     pub ratio: Option<f64>,
     pub packets: u64,
     pub bytes: u64,

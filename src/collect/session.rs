@@ -53,6 +53,8 @@ pub struct SessionConfig {
     pub duration: Option<Duration>,
     /// packets per second the scanner was asked for, if known
     pub requested_pps: Option<f64>,
+    /// the machine's own figure at that rate, measured before the run
+    pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
 }
 
@@ -274,6 +276,7 @@ fn collect(
     let _ = ready.send(Ok(()));
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
+    analyzer.set_baseline(cfg.baseline.clone());
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::analysis::Baseline;
 use anyhow::{bail, ensure, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{setsockopt, sockopt};
@@ -159,24 +160,6 @@ pub struct BaselineReport {
     pub interrupted: bool,
 }
 
-/// One short measurement in a fresh lab (for `attach/run --baseline`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct BaselinePoint {
-    /// packets per second asked for; 0 = unlimited
-    pub rate: f64,
-    pub pacer: String,
-    /// packets per second between the first and last send
-    pub achieved_pps: f64,
-    /// achieved / requested; None when unlimited
-    pub accuracy: Option<f64>,
-    /// 99th percentile lateness against the slot, in ns (None from a sender that has none)
-    pub p99_lateness_ns: Option<f64>,
-    /// datagrams the lab receiver counted
-    pub receiver_packets: u64,
-    /// packets the kernel accepted from the sender
-    pub sent: u64,
-}
-
 pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
     validate(o)?;
     let exe = std::env::current_exe().context("finding the scanprof binary")?;
@@ -217,7 +200,8 @@ pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
 }
 
 /// One measurement at `rate` with `pacer` (method sendto) in a fresh lab that is removed again.
-pub fn baseline_at(rate: f64, pacer: &str, seconds: f64) -> Result<BaselinePoint> {
+/// One short measurement at `rate` with `pacer` in a fresh lab (for `attach/run --baseline`).
+pub fn baseline_at(rate: f64, pacer: &str, seconds: f64) -> Result<Baseline> {
     ensure!(rate.is_finite() && rate >= 0.0, "rate must be >= 0, not {rate}");
     ensure!(
         seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS,
@@ -238,7 +222,7 @@ pub fn baseline_at(rate: f64, pacer: &str, seconds: f64) -> Result<BaselinePoint
             r.error.unwrap_or_else(|| "no report".into())
         );
     };
-    Ok(BaselinePoint {
+    Ok(Baseline {
         rate,
         pacer: pacer.to_string(),
         achieved_pps: report.achieved_pps,

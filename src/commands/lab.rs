@@ -161,6 +161,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         requested: Some(rate),
         json: o.json,
         no_tui: o.no_tui,
+        baseline: false,
+        baseline_pacer: "tsc".into(),
+        baseline_seconds: 2.0,
     };
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;

@@ -47,6 +47,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         interval: Duration::from_secs_f64(opts.interval),
         duration: opts.duration.map(Duration::from_secs_f64),
         requested_pps: opts.requested,
+        baseline: None,
         probe_options: ProbeOptions::default(),
     })
 }
@@ -72,6 +73,26 @@ impl Output {
             Output::Text
         }
     }
+}
+
+/// The machine's own figure at the requested rate, measured before attaching (or launching):
+/// loopback and lab traffic only, never toward the scanner's targets.
+fn measure_baseline(opts: &RunOptions) -> anyhow::Result<crate::analysis::Baseline> {
+    let rate = opts
+        .requested
+        .context("--baseline needs --requested PPS: the rate to measure at")?;
+    if !matches!(opts.baseline_pacer.as_str(), "tsc" | "clock" | "sleep") {
+        bail!(
+            "--baseline-pacer must be tsc, clock or sleep, not {:?}",
+            opts.baseline_pacer
+        );
+    }
+    eprintln!(
+        "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps for {} s in a private lab",
+        opts.baseline_pacer, opts.baseline_seconds
+    );
+    crate::commands::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
+        .context("measuring the baseline (--baseline)")
 }
 
 /// Where a launched command's output goes while the terminal view owns the screen.
@@ -159,7 +180,10 @@ pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyh
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     let output = Output::choose(opts.json, opts.no_tui);
-    let cfg = session_config(target, opts, output)?;
+    let mut cfg = session_config(target, opts, output)?;
+    if opts.baseline {
+        cfg.baseline = Some(measure_baseline(opts)?);
+    }
     render(cfg, output, stop_flag()?)?;
     Ok(ExitCode::SUCCESS)
 }

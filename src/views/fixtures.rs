@@ -101,5 +101,14 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         attached: true,
         error: None,
     }];
+    a.set_baseline(Some(crate::analysis::Baseline {
+        rate: 100.0,
+        pacer: "tsc".into(),
+        achieved_pps: 100.0,
+        accuracy: Some(1.0),
+        p99_lateness_ns: Some(2_000.0),
+        receiver_packets: 200,
+        sent: 200,
+    }));
     (ticks, a.summary(&last, EndReason::Duration, probes, vec![]))
 }

@@ -84,6 +84,25 @@ pub fn summary(s: &Summary) -> String {
         ": {} packets in a {:.3} s send window, {} send calls, {} failed",
         s.packets, s.send_window_s, s.send_calls, s.failed_calls
     );
+    if let Some(b) = &s.baseline {
+        let _ = write!(
+            o,
+            "baseline on this machine: a {}-paced reference sender reached {:.1} pps at {:.0} requested",
+            b.pacer, b.achieved_pps, b.rate
+        );
+        if b.achieved_pps > 0.0 {
+            let _ = write!(
+                o,
+                "; the target reached {} of that",
+                pct(s.achieved_pps / b.achieved_pps)
+            );
+        }
+        let _ = writeln!(
+            o,
+            " ({} sent, {} received in a private lab)",
+            b.sent, b.receiver_packets
+        );
+    }
     if let Some(st) = &s.rate_stats {
         let _ = writeln!(
             o,

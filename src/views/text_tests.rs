@@ -48,6 +48,8 @@ fn fixed_summary() -> Summary {
         send_window_s: 2.0,
         requested_pps: Some(2000.0),
         achieved_pps: 1500.0,
+        baseline_pps: None,
+        baseline: None,
         ratio: Some(0.75),
         packets: 3000,
         bytes: 180_000,
@@ -492,4 +494,28 @@ fn full_report_matches_the_committed_snapshot() {
         "the report differs from {} (if intended, rerun with UPDATE_SNAPSHOTS=1 and commit the diff)\n--- committed\n{committed}\n--- rendered\n{rendered}",
         path.display()
     );
+}
+
+#[test]
+fn baseline_is_set_beside_the_targets_figure() {
+    let (_, mut s) = crate::views::fixtures::rich_run();
+    let r = summary(&s);
+    let line = r
+        .lines()
+        .find(|l| l.starts_with("baseline on this machine"))
+        .expect("a baseline line");
+    assert!(
+        line.contains("a tsc-paced reference sender reached 100.0 pps at 100 requested"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("the target reached {:.1}% of that", s.achieved_pps)),
+        "{line}"
+    );
+    assert!(
+        line.contains("(200 sent, 200 received in a private lab)"),
+        "{line}"
+    );
+    s.baseline = None;
+    assert!(!summary(&s).contains("baseline on this machine"));
 }
