@@ -182,6 +182,17 @@ impl Analyzer {
         let devices = device_views(&s.devices, &prev.devices, interval_s, s);
         let block_sites = block_site_views(s, Some(&prev));
         let gap = self.gap_view(&s.threads, Some(&prev.threads));
+        let episodes = s
+            .episodes
+            .iter()
+            .map(|e| EpisodeView {
+                pid: e.pid,
+                tid: e.tid,
+                start_s: e.start_ns.saturating_sub(self.start_ns) as f64 / 1e9,
+                duration_ns: e.duration_ns,
+                wait_site: e.wait_site.clone(),
+            })
+            .collect();
         let snapshot = Snapshot {
             schema_version: SCHEMA_VERSION,
             tick: self.ticks.len() as u64,
@@ -197,6 +208,7 @@ impl Analyzer {
             devices,
             block_sites,
             gap,
+            episodes,
             rate_stats: self.rate_stats(&now_t),
             health: s.health,
             cost: Cost {

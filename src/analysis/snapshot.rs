@@ -130,6 +130,17 @@ pub struct BlockSiteView {
     pub share: f64,
 }
 
+/// One stretch of time a thread spent blocked inside a send syscall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeView {
+    pub pid: u32,
+    pub tid: u32,
+    /// seconds since attach when it blocked
+    pub start_s: f64,
+    pub duration_ns: u64,
+    pub wait_site: String,
+}
+
 /// Inter-send gaps of the family's sender threads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GapView {
@@ -165,6 +176,8 @@ pub struct Snapshot {
     pub devices: Vec<DeviceView>,
     pub block_sites: Vec<BlockSiteView>,
     pub gap: GapView,
+    /// blocking episodes inside send that ended in this tick (1 ms or longer)
+    pub episodes: Vec<EpisodeView>,
     /// per-tick achieved pps statistics over the complete ticks so far
     pub rate_stats: Option<RunStats>,
     pub health: Health,

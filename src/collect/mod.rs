@@ -199,6 +199,21 @@ pub struct CounterSample {
     pub health: Health,
     /// CPU time scanprof itself has used (user + system, all threads), ns
     pub self_cpu_ns: u64,
+    /// blocking episodes inside send (at least the probes' threshold, 1 ms) that ended since the
+    /// previous sample; unlike the counters, not cumulative
+    pub episodes: Vec<BlockEpisode>,
+}
+
+/// One stretch of time a family thread spent blocked inside a send syscall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockEpisode {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns when it blocked
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// innermost kernel function below the scheduler
+    pub wait_site: String,
 }
 
 /// CPU time this process has used so far (user + system), ns; 0 if /proc cannot tell.
@@ -244,6 +259,8 @@ pub struct Collector {
     reasons: BTreeMap<u32, String>,
     /// final counters of threads that exited (their map entries are deleted)
     retired: Vec<ThreadCounters>,
+    /// blocking episodes streamed since the last sample
+    episodes: Vec<BlockEpisode>,
 }
 
 impl Collector {
@@ -255,6 +272,7 @@ impl Collector {
             symbols: KernelSymbols::default(),
             reasons: probes::drop_reason_names().unwrap_or_default(),
             retired: Vec::new(),
+            episodes: Vec::new(),
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -282,7 +300,23 @@ impl Collector {
                 FamilyEvent::Forked { pid, ppid, comm } => self.family.forked(*pid, *ppid, comm),
                 FamilyEvent::Execed { pid, comm, path } => self.family.execed(*pid, comm, path),
                 FamilyEvent::Exited { pid, exit_code } => self.family.exited(*pid, *exit_code),
-                FamilyEvent::Blocked { .. } => {}
+                FamilyEvent::Blocked {
+                    pid,
+                    tid,
+                    start_ns,
+                    duration_ns,
+                    stack_id,
+                } => {
+                    let addrs = self.probes.kernel_stack(*stack_id).unwrap_or_default();
+                    let stack = self.symbols.stack(&addrs);
+                    self.episodes.push(BlockEpisode {
+                        pid: *pid,
+                        tid: *tid,
+                        start_ns: *start_ns,
+                        duration_ns: *duration_ns,
+                        wait_site: wait_site(&stack),
+                    });
+                }
             }
         }
         events
@@ -399,6 +433,7 @@ impl Collector {
             block_sites,
             health,
             self_cpu_ns: own_cpu_ns(),
+            episodes: std::mem::take(&mut self.episodes),
         }
     }
 }

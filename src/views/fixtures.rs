@@ -88,6 +88,13 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         }],
         health: Health::default(),
         self_cpu_ns: t / 100,
+        episodes: vec![BlockEpisode {
+            pid: 7,
+            tid: 7,
+            start_ns: t - 500_000_000,
+            duration_ns: 2_000_000,
+            wait_site: "sock_alloc_send_pskb".into(),
+        }],
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     let mut ticks = vec![

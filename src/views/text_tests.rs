@@ -419,6 +419,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         devices: Vec::new(),
         block_sites: Vec::new(),
         gap: GapView::default(),
+        episodes: vec![],
         rate_stats: None,
         health: Health::default(),
         cost: Default::default(),
