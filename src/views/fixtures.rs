@@ -119,3 +119,24 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
     }));
     (ticks, a.summary(&last, EndReason::Duration, probes, vec![]))
 }
+
+/// The fixed run as a bundle would hold it.
+pub fn rich_recording() -> crate::views::export::Recording {
+    use crate::views::export::{Meta, Recording};
+    let (ticks, summary) = rich_ticks();
+    Recording {
+        meta: Meta {
+            command_line: ["scanprof", "run", "--requested", "100", "--", "sender", "--to", "10.99.0.2:9000"]
+                .map(String::from)
+                .to_vec(),
+            version: "0.1.0".into(),
+            started_at: "2026-11-21T06:00:00Z".into(),
+            hostname: "lab-host".into(),
+            kernel: "6.18.44".into(),
+        },
+        processes: ticks[0].processes.clone(),
+        probes: summary.probes.clone(),
+        ticks,
+        summary: Some(summary),
+    }
+}

@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 pub mod fixtures;
+pub mod export;
 pub mod json;
 pub mod text;
 pub mod tui;
