@@ -43,6 +43,29 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o.
+    Record {
+        /// Directory to write the bundle into (created if missing).
+        #[arg(short, long, value_name = "DIR")]
+        output: std::path::PathBuf,
+        /// Process to profile, with its threads and children (repeatable); or give a command.
+        #[arg(short, long = "pid", value_name = "PID", allow_negative_numbers = true)]
+        pids: Vec<u32>,
+        #[command(flatten)]
+        run: RunOptions,
+        /// The command to start and profile, after `--` (instead of -p).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Re-render a bundle's report (no root needed): text, markdown or JSON.
+    Report {
+        /// A bundle directory, or its events.ndjson.
+        #[arg(value_name = "PATH")]
+        path: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
     /// Check what this machine's kernel and privileges allow, and what to do about it.
     Doctor {
         /// Print the checks as JSON.
@@ -86,6 +109,19 @@ pub struct RunOptions {
     /// Seconds the --baseline sender runs.
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub baseline_seconds: f64,
+    /// Also write a trace bundle (events, Perfetto trace, report.md, plots, bpftrace script) here.
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<std::path::PathBuf>,
+    /// In bundles, replace IP addresses and the host name with consistent stand-ins.
+    #[arg(long)]
+    pub redact: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Md,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -12,6 +12,13 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Attach { pids, run } => commands::profile::run(Target::Pids(pids.clone()), run),
         Command::Run { run, command } => commands::profile::run(Target::Command(command.clone()), run),
+        Command::Record {
+            output,
+            pids,
+            run,
+            command,
+        } => commands::profile::record(output, pids, command, run),
+        Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Send(o) => commands::send::run(o),
         Command::Lab(o) => commands::lab::run(o),

@@ -50,7 +50,8 @@ fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
-fn checks() -> Vec<Check> {
+/// Every check; `load_probes` also loads and attaches each probe (the definitive test).
+fn checks(load_probes: bool) -> Vec<Check> {
     let mut out = Vec::new();
     let caps = effective_caps();
     let (cap_sys_admin, cap_perfmon, cap_bpf) =
@@ -169,7 +170,7 @@ fn checks() -> Vec<Check> {
             )
         });
     }
-    if privileged && features.btf {
+    if load_probes && privileged && features.btf {
         match ProbeSet::load(&ProbeOptions::default(), &features) {
             Ok(set) => {
                 for p in set.status() {
@@ -201,8 +202,14 @@ fn checks() -> Vec<Check> {
     out
 }
 
+/// The checks as JSON (for bundles), without loading probes: a running session has already
+/// said which of its probes attached.
+pub fn checks_json() -> serde_json::Value {
+    serde_json::to_value(checks(false)).unwrap_or_default()
+}
+
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
-    let checks = checks();
+    let checks = checks(true);
     let usable = !checks.iter().any(|c| c.status == Status::Missing);
     if json {
         println!("{}", serde_json::json!({ "usable": usable, "checks": checks }));

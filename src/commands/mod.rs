@@ -5,4 +5,5 @@ pub mod baseline;
 pub mod doctor;
 pub mod lab;
 pub mod profile;
+pub mod report;
 pub mod send;

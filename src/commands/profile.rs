@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::analysis::Summary;
 use crate::cli::RunOptions;
 use crate::collect::session::{self, CommandOutput, SessionConfig, Target, Update};
 use crate::probes::ProbeOptions;
+use crate::views::export::{bundle, Meta, Recording};
 use crate::views::{json, text};
+use std::path::{Path, PathBuf};
 
 /// Raised by SIGINT or SIGTERM: the session ends and still writes its summary.
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
@@ -100,36 +101,98 @@ pub fn command_log() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("scanprof-{}-command.log", std::process::id()))
 }
 
-/// Runs a session to its end, showing it as asked; returns the summary.
-pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyhow::Result<Summary> {
+/// Where and how to write a bundle.
+#[derive(Debug, Clone)]
+pub struct ExportTarget {
+    pub dir: PathBuf,
+    pub redact: bool,
+}
+
+/// Where and when this recording is being made.
+pub fn meta_now() -> Meta {
+    Meta {
+        command_line: std::env::args().collect(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        hostname: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// Writes `rec` as a bundle, with this machine's facts and capability checks.
+pub fn export(rec: &Recording, target: &ExportTarget) -> anyhow::Result<Vec<PathBuf>> {
+    let extras = bundle::Extras {
+        machine: serde_json::to_value(crate::system::machine::MachineFacts::gather()).ok(),
+        checks: Some(super::doctor::checks_json()),
+        redact: target.redact,
+    };
+    bundle::write(&target.dir, rec, &extras)
+}
+
+/// A bundle directory named after the time, in the current directory (the view's `e` key).
+fn default_export_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from(format!("scanprof-bundle-{secs}"))
+}
+
+/// Runs a session to its end, showing it as asked; returns everything it produced.
+pub fn render(
+    cfg: SessionConfig,
+    output: Output,
+    stop: Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+) -> anyhow::Result<Recording> {
     let target_kind = cfg.target.clone();
     let title = match &cfg.target {
         Target::Pids(pids) => format!("attach {pids:?}"),
         Target::Command(argv) => format!("run {}", argv.join(" ")),
     };
+    let mut rec = Recording::new(meta_now());
     let session = session::start(cfg, Arc::clone(&stop))?;
     if output == Output::Tui {
-        let summary = crate::views::tui::run(&session.updates, title, &stop)?;
+        let key_target = export_to.cloned().unwrap_or_else(|| ExportTarget {
+            dir: default_export_dir(),
+            redact: false,
+        });
+        let on_export = |r: &Recording| -> String {
+            match export(r, &key_target) {
+                Ok(files) => format!(
+                    "bundle written to {} ({} files)",
+                    key_target.dir.display(),
+                    files.len()
+                ),
+                Err(e) => format!("export failed: {e:#}"),
+            }
+        };
+        crate::views::tui::run(&session.updates, title, &stop, &mut rec, &on_export)?;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // Whatever the view did not take, the summary included, is still in the channel.
-        let summary = summary.or_else(|| {
-            session.updates.iter().find_map(|u| match u {
-                Update::Done(s) => Some(*s),
-                _ => None,
-            })
-        });
+        for u in session.updates.iter() {
+            rec.apply(&u);
+        }
         session.join()?;
-        let summary = summary.context("the session ended without a summary")?;
-        print!("{}", text::summary(&summary));
+        let summary = rec
+            .summary
+            .as_ref()
+            .context("the session ended without a summary")?;
+        print!("{}", text::summary(summary));
         if let Target::Command(_) = &target_kind {
             println!("the command's own output is in {}", command_log().display());
         }
-        return Ok(summary);
+        finish_export(&rec, export_to)?;
+        return Ok(rec);
     }
     let json_out = output == Output::Json;
     let mut stdout = std::io::stdout().lock();
-    let mut summary = None;
     for update in session.updates.iter() {
+        rec.apply(&update);
         match update {
             Update::Started { processes, probes } => {
                 if json_out {
@@ -169,13 +232,46 @@ pub fn render(cfg: SessionConfig, output: Output, stop: Arc<AtomicBool>) -> anyh
                 } else {
                     write!(stdout, "{}", text::summary(&s))?;
                 }
-                summary = Some(*s);
             }
         }
         stdout.flush()?;
     }
     session.join()?;
-    summary.context("the session ended without a summary")
+    rec.summary
+        .as_ref()
+        .context("the session ended without a summary")?;
+    finish_export(&rec, export_to)?;
+    Ok(rec)
+}
+
+fn finish_export(rec: &Recording, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {
+    if let Some(t) = export_to {
+        let files = export(rec, t).with_context(|| format!("writing the bundle to {}", t.dir.display()))?;
+        eprintln!(
+            "scanprof: bundle written to {} ({} files); `scanprof report {}` re-renders it",
+            t.dir.display(),
+            files.len(),
+            t.dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
+pub fn record(
+    output: &Path,
+    pids: &[u32],
+    command: &[String],
+    opts: &RunOptions,
+) -> anyhow::Result<ExitCode> {
+    let target = match (pids.is_empty(), command.is_empty()) {
+        (false, true) => Target::Pids(pids.to_vec()),
+        (true, false) => Target::Command(command.to_vec()),
+        _ => bail!("give either -p PID (to attach) or `-- COMMAND` (to run), not both or neither"),
+    };
+    let mut opts = opts.clone();
+    opts.export = Some(output.to_path_buf());
+    run(target, &opts)
 }
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
@@ -184,6 +280,10 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     if opts.baseline {
         cfg.baseline = Some(measure_baseline(opts)?);
     }
-    render(cfg, output, stop_flag()?)?;
+    let export_to = opts.export.as_ref().map(|dir| ExportTarget {
+        dir: dir.clone(),
+        redact: opts.redact,
+    });
+    render(cfg, output, stop_flag()?, export_to.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }

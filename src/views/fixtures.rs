@@ -126,9 +126,18 @@ pub fn rich_recording() -> crate::views::export::Recording {
     let (ticks, summary) = rich_ticks();
     Recording {
         meta: Meta {
-            command_line: ["scanprof", "run", "--requested", "100", "--", "sender", "--to", "10.99.0.2:9000"]
-                .map(String::from)
-                .to_vec(),
+            command_line: [
+                "scanprof",
+                "run",
+                "--requested",
+                "100",
+                "--",
+                "sender",
+                "--to",
+                "10.99.0.2:9000",
+            ]
+            .map(String::from)
+            .to_vec(),
             version: "0.1.0".into(),
             started_at: "2026-11-21T06:00:00Z".into(),
             hostname: "lab-host".into(),

@@ -1,1 +1,1116 @@
-//! (being written)
+//! report.md of a trace bundle: the run's `Recording` (plus the machine facts and the doctor
+//! checks when the bundle holds them) rendered as one Markdown page a maintainer can read on a
+//! code host without scanprof. Pure: the same inputs always give the same text, so
+//! `scanprof report` can re-render a bundle later.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::Recording;
+use crate::analysis::{Summary, STAGES};
+use crate::collect::DropClass;
+
+/// Renders the bundle's report.md.
+///
+/// `facts` is `MachineFacts` and `checks` the doctor checks, both serialized (either the list
+/// of checks or doctor's `{"usable": .., "checks": [..]}` object); a section whose input is
+/// missing is left out. `plots` are (file name, caption) pairs, linked as images in order.
+pub fn report_md(
+    rec: &Recording,
+    facts: Option<&Value>,
+    checks: Option<&Value>,
+    plots: &[(&str, &str)],
+) -> String {
+    let mut o = String::new();
+    title(&mut o, rec);
+    if let Some(f) = facts {
+        system_facts(&mut o, f);
+    }
+    if let Some(c) = checks {
+        capability_checks(&mut o, c);
+    }
+    match &rec.summary {
+        Some(s) => {
+            overview(&mut o, s);
+            funnel(&mut o, s);
+            rate_statistics(&mut o, s);
+            time_budget(&mut o, s);
+            drops(&mut o, s);
+            verdicts(&mut o, s);
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "## Run\n\nThis recording has no summary (the run did not end cleanly): only its {} \
+                 ticks were kept.\n",
+                rec.ticks.len()
+            );
+        }
+    }
+    loss_and_warnings(&mut o, rec);
+    if !plots.is_empty() {
+        let _ = writeln!(o, "## Plots\n");
+        for (file, caption) in plots {
+            let _ = writeln!(o, "![{}]({})\n", escape_inline(caption), file.replace(' ', "%20"));
+        }
+    }
+    while o.ends_with("\n\n") {
+        o.pop();
+    }
+    o
+}
+
+// ---- sections ---------------------------------------------------------------------------------
+
+fn title(o: &mut String, rec: &Recording) {
+    let m = &rec.meta;
+    let command = if m.command_line.is_empty() {
+        "scanprof".to_string()
+    } else {
+        m.command_line
+            .iter()
+            .map(|a| shell_word(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let _ = writeln!(o, "# scanprof report: {}\n", code_span(&command));
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "unknown".to_string()
+        } else {
+            escape_inline(s)
+        }
+    };
+    let _ = writeln!(o, "- scanprof version: {}", or_unknown(&m.version));
+    let _ = writeln!(o, "- date: {}", or_unknown(&m.started_at));
+    let _ = writeln!(o, "- hostname: {}", or_unknown(&m.hostname));
+    let _ = writeln!(o, "- kernel: {}\n", or_unknown(&m.kernel));
+}
+
+fn system_facts(o: &mut String, f: &Value) {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut fact = |name: &str, value: Option<String>| {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            rows.push(vec![name.to_string(), v]);
+        }
+    };
+    fact("kernel", str_of(f, "kernel_release"));
+    fact("CPU model", str_of(f, "cpu_model"));
+    fact(
+        "CPUs",
+        f.get("nproc")
+            .and_then(Value::as_u64)
+            .filter(|n| *n > 0)
+            .map(|n| n.to_string()),
+    );
+    let flags: Vec<String> = ["constant_tsc", "nonstop_tsc", "tsc_known_freq"]
+        .iter()
+        .filter_map(|k| {
+            f.get(*k)
+                .and_then(Value::as_bool)
+                .map(|b| format!("{k} {}", yes_no(b)))
+        })
+        .collect();
+    fact("TSC flags", (!flags.is_empty()).then(|| flags.join(", ")));
+    fact("clocksource", str_of(f, "clocksource"));
+    let available: Vec<String> = f
+        .get("available_clocksources")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default();
+    fact(
+        "available clocksources",
+        (!available.is_empty()).then(|| available.join(", ")),
+    );
+    fact(
+        "kernel TSC frequency",
+        f.get("kernel_tsc_hz").and_then(Value::as_f64).map(|hz| {
+            let source = str_of(f, "kernel_tsc_source")
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            format!("{:.3} MHz{source}", hz / 1e6)
+        }),
+    );
+    if let Some(n) = f.get("nanosleep").filter(|n| n.is_object()) {
+        let field = |k: &str| n.get(k).and_then(Value::as_u64);
+        if let (Some(req), Some(med), Some(p99), Some(max)) = (
+            field("requested_ns"),
+            field("median_ns"),
+            field("p99_ns"),
+            field("max_ns"),
+        ) {
+            fact(
+                "nanosleep overshoot",
+                Some(format!(
+                    "{} ns sleeps return late by median {}, p99 {}, max {}",
+                    req,
+                    ns(med as f64),
+                    ns(p99 as f64),
+                    ns(max as f64)
+                )),
+            );
+        }
+    }
+    if let Some(sysctls) = f.get("sysctls").and_then(Value::as_object) {
+        for (k, v) in sysctls {
+            fact(k, Some(scalar(v)));
+        }
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(o, "## System\n");
+        table(o, &["Fact", "Value"], &rows);
+    }
+    let interfaces: Vec<Vec<String>> = f
+        .get("interfaces")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    let s = |k: &str| i.get(k).map(scalar).unwrap_or_else(|| "-".into());
+                    vec![s("namespace"), s("ifname"), s("qdisc"), s("txqueuelen")]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !interfaces.is_empty() {
+        let _ = writeln!(o, "### Interfaces\n");
+        table(o, &["Namespace", "Interface", "Qdisc", "txqueuelen"], &interfaces);
+    }
+    if let Some(softnet) = f.get("softnet").filter(|v| !v.is_null()) {
+        softnet_table(o, softnet);
+    }
+    let warnings: Vec<String> = f
+        .get("warnings")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(scalar).collect())
+        .unwrap_or_default();
+    if !warnings.is_empty() {
+        let _ = writeln!(o, "Facts that could not be read:\n");
+        for w in warnings {
+            let _ = writeln!(o, "- {}", escape_inline(&w));
+        }
+        let _ = writeln!(o);
+    }
+}
+
+/// /proc/net/softnet_stat as the facts hold it: a list of per-CPU objects (one column per key,
+/// in first-seen order) or one object of totals.
+fn softnet_table(o: &mut String, softnet: &Value) {
+    match softnet {
+        Value::Array(cpus) if !cpus.is_empty() => {
+            let mut keys: Vec<String> = Vec::new();
+            for c in cpus.iter().filter_map(Value::as_object) {
+                for k in c.keys() {
+                    if !keys.contains(k) {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+            if keys.is_empty() {
+                return;
+            }
+            let rows: Vec<Vec<String>> = cpus
+                .iter()
+                .map(|c| {
+                    keys.iter()
+                        .map(|k| c.get(k).map(scalar).unwrap_or_else(|| "-".into()))
+                        .collect()
+                })
+                .collect();
+            let header: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let _ = writeln!(o, "### Softnet statistics\n");
+            table(o, &header, &rows);
+        }
+        Value::Object(m) if !m.is_empty() => {
+            let rows: Vec<Vec<String>> = m.iter().map(|(k, v)| vec![k.clone(), scalar(v)]).collect();
+            let _ = writeln!(o, "### Softnet statistics\n");
+            table(o, &["Counter", "Value"], &rows);
+        }
+        _ => {}
+    }
+}
+
+fn capability_checks(o: &mut String, c: &Value) {
+    let list = c.get("checks").unwrap_or(c);
+    let Some(items) = list.as_array().filter(|a| !a.is_empty()) else {
+        return;
+    };
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            let s = |k: &str| {
+                i.get(k)
+                    .filter(|v| !v.is_null())
+                    .map(scalar)
+                    .unwrap_or_else(|| "-".into())
+            };
+            vec![s("name"), s("status"), s("detail"), s("advice")]
+        })
+        .collect();
+    let _ = writeln!(o, "## Capability checks\n");
+    if let Some(usable) = c.get("usable").and_then(Value::as_bool) {
+        let _ = writeln!(
+            o,
+            "{}\n",
+            if usable {
+                "scanprof can profile on this machine."
+            } else {
+                "scanprof cannot profile here until the missing items are fixed."
+            }
+        );
+    }
+    table(o, &["Check", "Status", "Detail", "Advice"], &rows);
+}
+
+fn overview(o: &mut String, s: &Summary) {
+    let why = match s.end_reason {
+        crate::analysis::EndReason::Duration => "the requested duration elapsed",
+        crate::analysis::EndReason::FamilyExited => "the target's whole process family exited",
+        crate::analysis::EndReason::Interrupted => "interrupted",
+    };
+    let _ = writeln!(o, "## Run\n");
+    let _ = writeln!(o, "Run of {:.2} s ended: {why}.\n", s.duration_s);
+    let mut line = match s.requested_pps {
+        Some(r) => format!("Requested {r:.0} pps, achieved {:.1} pps", s.achieved_pps),
+        None => format!("Requested rate unknown, achieved {:.1} pps", s.achieved_pps),
+    };
+    if let Some(r) = s.ratio {
+        let _ = write!(line, " ({})", pct(r));
+    }
+    let _ = writeln!(
+        o,
+        "{line}: {} packets in a {:.3} s send window, {} send calls, {} failed.\n",
+        s.packets, s.send_window_s, s.send_calls, s.failed_calls
+    );
+    if let Some(b) = &s.baseline {
+        let _ = write!(
+            o,
+            "Baseline on this machine: a {}-paced reference sender reached {:.1} pps at {:.0} requested",
+            escape_inline(&b.pacer),
+            b.achieved_pps,
+            b.rate
+        );
+        if b.achieved_pps > 0.0 {
+            let _ = write!(
+                o,
+                "; the target reached {} of that",
+                pct(s.achieved_pps / b.achieved_pps)
+            );
+        }
+        let _ = writeln!(
+            o,
+            " ({} sent, {} received in a private lab).\n",
+            b.sent, b.receiver_packets
+        );
+    }
+    if !s.errors.is_empty() {
+        let list: Vec<String> = s
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{} {v}", escape_inline(k)))
+            .collect();
+        let _ = writeln!(o, "Send errors: {}.\n", list.join(", "));
+    }
+    if let Some(mean) = s.gap.mean_ns {
+        let _ = write!(o, "Inter-send gap: mean {}", ns(mean));
+        if let (Some(p50), Some(p99)) = (s.gap.p50_ns, s.gap.p99_ns) {
+            let _ = write!(o, ", p50 {}, p99 {}", ns(p50), ns(p99));
+        }
+        if let Some(slot) = s.gap.slot_ns {
+            let _ = write!(o, " (requested slot {})", ns(slot));
+        }
+        let _ = writeln!(o, ".\n");
+    }
+    if let (Some(p50), Some(p99)) = (s.latency_p50_ns, s.latency_p99_ns) {
+        let _ = writeln!(o, "Send syscall duration: p50 {}, p99 {}.\n", ns(p50), ns(p99));
+    }
+}
+
+fn funnel(o: &mut String, s: &Summary) {
+    let _ = writeln!(o, "## Funnel\n");
+    let _ = writeln!(o, "Per second over the {:.3} s send window.\n", s.send_window_s);
+    let requested = s.requested_pps.filter(|r| *r > 0.0);
+    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
+    let rows: Vec<Vec<String>> = STAGES
+        .iter()
+        .map(|name| {
+            let pps = s.stages.get(*name).copied().unwrap_or(0.0);
+            let count = s.stage_counts.get(*name).copied().unwrap_or(0);
+            let mut stage = name.to_string();
+            if no_qdisc && name.starts_with("qdisc") {
+                stage.push_str(" (no queueing qdisc on the path)");
+            }
+            vec![
+                stage,
+                format!("{pps:.1}"),
+                count.to_string(),
+                requested.map_or_else(|| "-".to_string(), |r| pct(pps / r)),
+            ]
+        })
+        .collect();
+    table(o, &["Stage", "Per second", "Count", "% of requested"], &rows);
+}
+
+fn rate_statistics(o: &mut String, s: &Summary) {
+    let _ = writeln!(o, "## Rate statistics\n");
+    let Some(st) = &s.rate_stats else {
+        let _ = writeln!(
+            o,
+            "No tick lay wholly inside the send window: no per-tick rate statistics.\n"
+        );
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "Per-tick achieved rate over the {} ticks wholly inside the send window, in packets per second.\n",
+        st.n
+    );
+    let rows = vec![
+        vec!["median".to_string(), format!("{:.1}", st.median)],
+        vec![
+            format!("mean without outliers beyond 3 MADs ({} left out)", st.outliers),
+            format!("{:.1}", st.mean),
+        ],
+        vec![
+            "uncertainty (MAD / sqrt(n))".to_string(),
+            format!("{:.1}", st.uncertainty),
+        ],
+        vec!["p95".to_string(), format!("{:.1}", st.p95)],
+        vec!["p99".to_string(), format!("{:.1}", st.p99)],
+        vec!["min".to_string(), format!("{:.1}", st.min)],
+        vec!["max".to_string(), format!("{:.1}", st.max)],
+        vec!["samples".to_string(), st.n.to_string()],
+    ];
+    table(o, &["Statistic", "pps"], &rows);
+}
+
+fn time_budget(o: &mut String, s: &Summary) {
+    let b = &s.budget;
+    if b.total_ns() == 0 && s.block_sites.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "## Time budget of the sender threads\n");
+    if b.total_ns() > 0 {
+        let total = b.total_ns() as f64;
+        let rows: Vec<Vec<String>> = [
+            ("sending", b.send_ns),
+            ("blocked in send", b.blocked_send_ns),
+            ("sleeping", b.sleep_ns),
+            ("preempted/waiting for CPU", b.preempted_ns),
+            ("other (user code, pacing)", b.other_ns),
+        ]
+        .iter()
+        .map(|(what, v)| {
+            vec![
+                what.to_string(),
+                format!("{:.3}", *v as f64 / 1e9),
+                pct(*v as f64 / total),
+            ]
+        })
+        .collect();
+        table(o, &["State", "Seconds", "Share"], &rows);
+    }
+    if !s.block_sites.is_empty() {
+        let _ = writeln!(o, "### Blocking wait sites inside send\n");
+        let rows: Vec<Vec<String>> = s
+            .block_sites
+            .iter()
+            .map(|b| {
+                vec![
+                    b.wait_site.clone(),
+                    b.pid.to_string(),
+                    format!("{:.3}", b.blocked_s),
+                    b.episodes.to_string(),
+                    pct(b.share),
+                ]
+            })
+            .collect();
+        table(
+            o,
+            &[
+                "Wait site",
+                "PID",
+                "Blocked (s)",
+                "Episodes",
+                "Share of blocked time",
+            ],
+            &rows,
+        );
+    }
+}
+
+/// Order of the drop classes in the table: the target's own losses first.
+fn class_rank(c: DropClass) -> u8 {
+    match c {
+        DropClass::TargetLoss => 0,
+        DropClass::ReplyLoss => 1,
+        DropClass::Expected => 2,
+        DropClass::Unrelated => 3,
+    }
+}
+
+fn class_name(c: DropClass) -> String {
+    serde_json::to_value(c)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{c:?}"))
+}
+
+fn drops(o: &mut String, s: &Summary) {
+    let _ = writeln!(o, "## Drops\n");
+    if s.drops.is_empty() {
+        let _ = writeln!(o, "No packet drops were seen on this machine during the run.\n");
+        return;
+    }
+    if !s.drops.iter().any(|d| d.class != DropClass::Unrelated) {
+        let _ = writeln!(o, "None of the target's packets or replies were dropped.\n");
+    }
+    let mut rows: Vec<&crate::analysis::DropRow> = s.drops.iter().collect();
+    // Stable: within a class, the Summary's order (largest first) is kept.
+    rows.sort_by_key(|d| class_rank(d.class));
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|d| {
+            vec![
+                class_name(d.class),
+                d.reason.clone(),
+                d.location.clone(),
+                d.device.clone().unwrap_or_else(|| "-".into()),
+                d.pid.map_or_else(|| "-".into(), |p| p.to_string()),
+                d.count.to_string(),
+                format!("{:.1}", d.rate),
+            ]
+        })
+        .collect();
+    table(
+        o,
+        &[
+            "Class",
+            "Reason",
+            "Location",
+            "Device",
+            "PID",
+            "Count",
+            "Rate (/s)",
+        ],
+        &rows,
+    );
+}
+
+/// Rendered only when the Summary carries a `verdicts` field (a later schema); absent, nothing.
+fn verdicts(o: &mut String, s: &Summary) {
+    let Ok(v) = serde_json::to_value(s) else {
+        return;
+    };
+    let Some(list) = v
+        .get("verdicts")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+    else {
+        return;
+    };
+    let _ = writeln!(o, "## Verdicts\n");
+    for item in list {
+        let text = match item {
+            Value::Object(m) => m
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{k}: {}", scalar(v)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            other => scalar(other),
+        };
+        let _ = writeln!(o, "- {}", escape_inline(&text));
+    }
+    let _ = writeln!(o);
+}
+
+fn loss_and_warnings(o: &mut String, rec: &Recording) {
+    let _ = writeln!(o, "## Lost events and warnings\n");
+    let health = rec
+        .summary
+        .as_ref()
+        .map(|s| s.health)
+        .or_else(|| rec.ticks.last().map(|t| t.health))
+        .unwrap_or_default();
+    let lost = rec.summary.as_ref().map_or(health.lost_events, |s| s.lost_events);
+    let _ = writeln!(o, "- lost probe records (ring buffer full): {lost}");
+    for (what, n) in [
+        ("drops not counted (drop map full)", health.drops_uncounted),
+        (
+            "device events not counted (device map full)",
+            health.devices_uncounted,
+        ),
+        (
+            "blocking events not counted (block site map full)",
+            health.block_sites_uncounted,
+        ),
+        (
+            "family threads not tracked (thread map full)",
+            health.threads_untracked,
+        ),
+    ] {
+        if n > 0 {
+            let _ = writeln!(o, "- {what}: {n}");
+        }
+    }
+    if let Some(s) = &rec.summary {
+        let _ = writeln!(
+            o,
+            "- scanprof's own cost: {:.1}% of a CPU, {:.0} probe events/s",
+            s.cost.cpu * 100.0,
+            s.cost.probe_hits_per_s
+        );
+    }
+    let probes = if rec.probes.is_empty() {
+        rec.summary
+            .as_ref()
+            .map(|s| s.probes.as_slice())
+            .unwrap_or_default()
+    } else {
+        rec.probes.as_slice()
+    };
+    for p in probes.iter().filter(|p| !p.attached) {
+        let _ = writeln!(
+            o,
+            "- probe {} not attached: {}",
+            escape_inline(&p.name),
+            escape_inline(p.error.as_deref().unwrap_or("no reason given"))
+        );
+    }
+    let mut seen = BTreeSet::new();
+    let warnings = rec
+        .summary
+        .iter()
+        .flat_map(|s| s.warnings.iter())
+        .chain(rec.ticks.iter().flat_map(|t| t.warnings.iter()));
+    for w in warnings {
+        if seen.insert(w.as_str()) {
+            let _ = writeln!(o, "- warning: {}", escape_inline(w));
+        }
+    }
+    let _ = writeln!(o);
+}
+
+// ---- Markdown building blocks -----------------------------------------------------------------
+
+/// A Markdown table; every row gets exactly as many cells as the header (padded with "-").
+fn table(o: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let _ = writeln!(
+        o,
+        "| {} |",
+        header.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
+    );
+    let _ = writeln!(o, "|{}", "---|".repeat(header.len()));
+    for r in rows {
+        let cells: Vec<String> = (0..header.len())
+            .map(|i| r.get(i).map_or_else(|| "-".to_string(), |c| cell(c)))
+            .collect();
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
+    }
+    let _ = writeln!(o);
+}
+
+/// Text safe inside a table cell: no line breaks, pipes escaped, inline markup escaped.
+fn cell(s: &str) -> String {
+    let s = escape_inline(&s.replace(['\n', '\r'], " "));
+    if s.trim().is_empty() {
+        "-".into()
+    } else {
+        s.replace('|', "\\|")
+    }
+}
+
+/// Escapes the characters that would start inline markup or HTML.
+fn escape_inline(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` as an inline code span, fenced with more backticks than it contains.
+fn code_span(s: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in s.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{}{pad}{fence}", s.replace(['\n', '\r'], " "))
+}
+
+/// An argument as a shell would need it: quoted when it holds anything but plain characters.
+fn shell_word(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}
+
+fn str_of(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// A JSON scalar as text (strings without quotes); arrays joined with ", ".
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => yes_no(*b).into(),
+        Value::Array(a) => a.iter().map(scalar).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn ns(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.3} s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.3} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} us", v / 1e3)
+    } else {
+        format!("{v:.0} ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::rich_recording;
+
+    /// Checks every table of `md`: a header row, a `---` separator row and body rows, all with the
+    /// same number of cells (escaped pipes `\|` do not separate cells). Err names the first bad
+    /// line.
+    fn check_tables(md: &str) -> Result<usize, String> {
+        let mut tables = 0;
+        let lines: Vec<&str> = md.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if !lines[i].starts_with('|') {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < lines.len() && lines[i].starts_with('|') {
+                i += 1;
+            }
+            let block = &lines[start..i];
+            tables += 1;
+            if block.len() < 2 {
+                return Err(format!("line {}: a table without a separator row", start + 1));
+            }
+            let widths: Vec<usize> = block.iter().map(|l| cells_of(l)).collect::<Result<_, _>>()?;
+            let sep = block[1].trim_matches('|').split('|').all(|c| {
+                let c = c.trim().trim_start_matches(':').trim_end_matches(':');
+                !c.is_empty() && c.chars().all(|ch| ch == '-')
+            });
+            if !sep {
+                return Err(format!(
+                    "line {}: second row is not a separator: {}",
+                    start + 2,
+                    block[1]
+                ));
+            }
+            for (k, w) in widths.iter().enumerate() {
+                if *w != widths[0] {
+                    return Err(format!(
+                        "line {}: {w} cells, the header has {}: {}",
+                        start + k + 1,
+                        widths[0],
+                        block[k]
+                    ));
+                }
+            }
+        }
+        Ok(tables)
+    }
+
+    /// Cells of one `| a | b |` row.
+    fn cells_of(line: &str) -> Result<usize, String> {
+        let t = line.trim_end();
+        if !t.ends_with('|') || t.ends_with("\\|") || t.len() < 2 {
+            return Err(format!("row does not end with a pipe: {line}"));
+        }
+        let mut pipes = 0;
+        let mut escaped = false;
+        for c in t.chars() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '|' if !escaped => pipes += 1,
+                _ => escaped = false,
+            }
+            if c != '\\' {
+                escaped = false;
+            }
+        }
+        Ok(pipes - 1)
+    }
+
+    /// The body rows of the table that follows `heading`, as trimmed cell lists.
+    fn rows_after(md: &str, heading: &str) -> Vec<Vec<String>> {
+        let start = md
+            .find(heading)
+            .unwrap_or_else(|| panic!("no {heading:?} in\n{md}"));
+        md[start..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2)
+            .map(|l| {
+                l.trim()
+                    .trim_matches('|')
+                    .split(" | ")
+                    .map(|c| c.trim().to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn row<'a>(rows: &'a [Vec<String>], first: &str) -> &'a [String] {
+        rows.iter()
+            .find(|r| r[0] == first)
+            .unwrap_or_else(|| panic!("no row {first:?} in {rows:?}"))
+    }
+
+    fn facts() -> Value {
+        serde_json::json!({
+            "cpu_model": "AMD EPYC",
+            "nproc": 2,
+            "constant_tsc": true,
+            "nonstop_tsc": true,
+            "tsc_known_freq": false,
+            "clocksource": "kvm-clock",
+            "available_clocksources": ["kvm-clock", "tsc", "acpi_pm"],
+            "kernel_tsc_hz": 2445428000.0,
+            "kernel_tsc_source": "kernel log",
+            "sender_calibration": null,
+            "nanosleep": {"requested_ns": 50000, "samples": 200, "median_ns": 60000, "p99_ns": 120000, "max_ns": 300000},
+            "sysctls": {"net.core.wmem_max": 212992, "net.core.netdev_max_backlog": 1000},
+            "kernel_release": "6.18.44",
+            "interfaces": [
+                {"namespace": "root", "ifname": "lo", "qdisc": "noqueue", "txqueuelen": 1000},
+                {"namespace": "root", "ifname": "eth0", "qdisc": "pfifo_fast", "txqueuelen": 1000}
+            ],
+            "softnet": [
+                {"cpu": 0, "processed": 1200, "dropped": 0, "time_squeeze": 3},
+                {"cpu": 1, "processed": 800, "dropped": 2, "time_squeeze": 0}
+            ],
+            "warnings": []
+        })
+    }
+
+    fn checks() -> Value {
+        serde_json::json!({"usable": true, "checks": [
+            {"name": "privileges", "status": "ok", "detail": "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) held", "advice": null},
+            {"name": "kprobes", "status": "info", "detail": "absent (scanprof does not need them)", "advice": null},
+            {"name": "drop reasons", "status": "degraded", "detail": "kfree_skb has reasons but no rx_sk", "advice": "kernel 6.8 or newer adds rx_sk"}
+        ]})
+    }
+
+    #[test]
+    fn fixed_recording_renders_every_section_with_its_figures() {
+        let rec = rich_recording();
+        let s = rec.summary.clone().expect("fixture has a summary");
+        let f = facts();
+        let c = checks();
+        let md = report_md(
+            &rec,
+            Some(&f),
+            Some(&c),
+            &[
+                ("rates.svg", "Rate over time"),
+                ("gap_cdf.svg", "Inter-send gaps [CDF]"),
+            ],
+        );
+        assert_eq!(check_tables(&md), Ok(9), "{md}");
+
+        // Title and meta.
+        assert!(
+            md.starts_with(
+                "# scanprof report: `scanprof run --requested 100 -- sender --to 10.99.0.2:9000`\n"
+            ),
+            "{md}"
+        );
+        for line in [
+            "- scanprof version: 0.1.0",
+            "- date: 2026-11-21T06:00:00Z",
+            "- hostname: lab-host",
+            "- kernel: 6.18.44",
+        ] {
+            assert!(md.contains(line), "{line:?} missing in\n{md}");
+        }
+
+        // System facts.
+        let sys = rows_after(&md, "## System");
+        assert_eq!(row(&sys, "CPU model"), ["CPU model", "AMD EPYC"]);
+        assert_eq!(
+            row(&sys, "TSC flags"),
+            [
+                "TSC flags",
+                "constant\\_tsc yes, nonstop\\_tsc yes, tsc\\_known\\_freq no"
+            ]
+        );
+        assert_eq!(row(&sys, "clocksource"), ["clocksource", "kvm-clock"]);
+        assert_eq!(
+            row(&sys, "net.core.wmem\\_max"),
+            ["net.core.wmem\\_max", "212992"]
+        );
+        assert_eq!(row(&sys, "kernel"), ["kernel", "6.18.44"]);
+        let ifs = rows_after(&md, "### Interfaces");
+        assert_eq!(ifs[1], ["root", "eth0", "pfifo\\_fast", "1000"]);
+        let softnet = rows_after(&md, "### Softnet statistics");
+        assert_eq!(softnet[1], ["1", "800", "2", "0"]);
+
+        // Checks.
+        let ch = rows_after(&md, "## Capability checks");
+        assert_eq!(
+            row(&ch, "drop reasons"),
+            [
+                "drop reasons",
+                "degraded",
+                "kfree\\_skb has reasons but no rx\\_sk",
+                "kernel 6.8 or newer adds rx\\_sk"
+            ]
+        );
+        assert_eq!(row(&ch, "kprobes")[3], "-");
+
+        // Funnel: the fixture sends 300 packets at 100 pps requested.
+        let funnel = rows_after(&md, "## Funnel");
+        assert_eq!(funnel.len(), STAGES.len());
+        let pps = s.stages["syscall_packets"];
+        assert_eq!(
+            row(&funnel, "syscall\\_packets"),
+            [
+                "syscall\\_packets",
+                &format!("{pps:.1}"),
+                "300",
+                &format!("{pps:.1}%")
+            ]
+        );
+        let drops_count = s.stage_counts["target_drops"];
+        assert_eq!(drops_count, 150);
+        assert_eq!(row(&funnel, "target\\_drops")[2], "150");
+        assert_eq!(
+            row(&funnel, "qdisc\\_enqueue (no queueing qdisc on the path)")[2],
+            "0"
+        );
+
+        // Rate statistics.
+        let st = s.rate_stats.clone().expect("fixture has rate statistics");
+        let stats = rows_after(&md, "## Rate statistics");
+        assert_eq!(row(&stats, "median")[1], format!("{:.1}", st.median));
+        assert_eq!(row(&stats, "samples")[1], st.n.to_string());
+        assert_eq!(row(&stats, "p99")[1], format!("{:.1}", st.p99));
+        assert!(stats
+            .iter()
+            .any(|r| r[0].starts_with("mean without outliers beyond 3 MADs")));
+
+        // Time budget: half sending, half other.
+        let budget = rows_after(&md, "## Time budget");
+        assert_eq!(row(&budget, "sending")[2], "50.0%");
+        assert_eq!(row(&budget, "other (user code, pacing)")[2], "50.0%");
+        let sites = rows_after(&md, "### Blocking wait sites");
+        assert_eq!(sites[0][0], "sock\\_alloc\\_send\\_pskb");
+        assert_eq!(sites[0][1], "7");
+        assert_eq!(sites[0][3], "3");
+
+        // Drops: the target's QDISC_DROP row.
+        let d = rows_after(&md, "## Drops");
+        assert_eq!(d.len(), s.drops.len());
+        let qd = &s.drops[0];
+        assert_eq!(
+            d[0],
+            [
+                "target\\_loss",
+                "QDISC\\_DROP",
+                "\\_\\_dev\\_queue\\_xmit+0x1",
+                "veth0",
+                "7",
+                "150",
+                &format!("{:.1}", qd.rate)
+            ]
+        );
+
+        // No verdicts field in the Summary yet: no section.
+        assert!(!md.contains("## Verdicts"));
+
+        // Lost events, warnings, plots.
+        assert!(md.contains("- lost probe records (ring buffer full): 0"));
+        assert!(md.contains("- warning: a warning"), "{md}");
+        assert!(md.contains("![Rate over time](rates.svg)"));
+        assert!(md.contains("![Inter-send gaps \\[CDF\\]](gap_cdf.svg)"));
+        // Section order.
+        let order = [
+            "# scanprof report",
+            "## System",
+            "## Capability checks",
+            "## Run",
+            "## Funnel",
+            "## Rate statistics",
+            "## Time budget",
+            "## Drops",
+            "## Lost events and warnings",
+            "## Plots",
+        ];
+        let pos: Vec<usize> = order.iter().map(|h| md.find(h).unwrap_or(usize::MAX)).collect();
+        assert!(
+            pos.windows(2).all(|w| w[0] < w[1]),
+            "sections out of order: {pos:?}\n{md}"
+        );
+    }
+
+    #[test]
+    fn absent_facts_and_checks_are_left_out() {
+        let rec = rich_recording();
+        let md = report_md(&rec, None, None, &[]);
+        assert!(!md.contains("## System"));
+        assert!(!md.contains("### Interfaces"));
+        assert!(!md.contains("## Capability checks"));
+        assert!(!md.contains("## Plots"));
+        assert!(md.contains("## Funnel") && md.contains("## Drops"));
+        assert!(check_tables(&md).is_ok(), "{md}");
+        assert!(
+            !md.contains("\n\n\n"),
+            "blank lines pile up where sections were left out"
+        );
+        assert!(md.ends_with('\n') && !md.ends_with("\n\n"));
+
+        // Facts with only some fields: only those rows; no softnet or interfaces headings.
+        let partial = serde_json::json!({"clocksource": "tsc", "cpu_model": "", "sysctls": {}});
+        let md = report_md(&rec, Some(&partial), Some(&serde_json::json!([])), &[]);
+        let sys = rows_after(&md, "## System");
+        assert_eq!(sys, vec![vec!["clocksource".to_string(), "tsc".to_string()]]);
+        assert!(!md.contains("CPU model") && !md.contains("Softnet") && !md.contains("Interfaces"));
+        assert!(!md.contains("## Capability checks"));
+    }
+
+    #[test]
+    fn a_checks_list_without_the_doctor_wrapper_is_accepted() {
+        let rec = rich_recording();
+        let list = checks()["checks"].clone();
+        let md = report_md(&rec, None, Some(&list), &[]);
+        let ch = rows_after(&md, "## Capability checks");
+        assert_eq!(ch.len(), 3);
+        assert_eq!(row(&ch, "privileges")[1], "ok");
+    }
+
+    #[test]
+    fn a_recording_without_summary_or_requested_rate_still_renders() {
+        let mut rec = rich_recording();
+        rec.summary = None;
+        let md = report_md(&rec, None, None, &[]);
+        assert!(md.contains("has no summary") && md.contains("3 ticks"), "{md}");
+        assert!(!md.contains("## Funnel"));
+        assert!(md.contains("## Lost events and warnings"));
+
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.requested_pps = None;
+            s.ratio = None;
+            s.rate_stats = None;
+        }
+        let md = report_md(&rec, None, None, &[]);
+        let funnel = rows_after(&md, "## Funnel");
+        assert!(funnel.iter().all(|r| r.len() == 4 && r[3] == "-"), "{funnel:?}");
+        assert!(md.contains("Requested rate unknown"));
+        assert!(md.contains("No tick lay wholly inside the send window"));
+        assert!(check_tables(&md).is_ok());
+    }
+
+    #[test]
+    fn cells_with_pipes_and_markup_keep_the_table_intact() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.drops[0].location = "a|b\nc`d".into();
+            s.drops[0].device = None;
+            s.drops[0].pid = None;
+        }
+        rec.meta.command_line = vec![
+            "scanprof".into(),
+            "run".into(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            "echo `x` | y".into(),
+        ];
+        let md = report_md(&rec, None, None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        assert!(
+            md.starts_with("# scanprof report: ``scanprof run -- sh -c 'echo `x` | y'``\n"),
+            "{md}"
+        );
+        let d = rows_after(&md, "## Drops");
+        assert_eq!(d[0][2], "a\\|b c\\`d");
+        assert_eq!((d[0][3].as_str(), d[0][4].as_str()), ("-", "-"));
+    }
+
+    #[test]
+    fn target_loss_rows_come_first() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            let mut other = s.drops[0].clone();
+            other.class = DropClass::Unrelated;
+            other.reason = "NO_SOCKET".into();
+            let mut expected = s.drops[0].clone();
+            expected.class = DropClass::Expected;
+            s.drops = vec![other, expected, s.drops[0].clone()];
+        }
+        let md = report_md(&rec, None, None, &[]);
+        let classes: Vec<String> = rows_after(&md, "## Drops")
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect();
+        assert_eq!(classes, ["target\\_loss", "expected", "unrelated"]);
+    }
+
+    #[test]
+    fn the_table_checker_catches_bad_tables() {
+        assert_eq!(check_tables("| a | b |\n|---|---|\n| 1 | 2 |\n"), Ok(1));
+        assert_eq!(
+            check_tables("| a | b |\n|---|---|\n| 1 \\| x | 2 |\n\ntext\n| c |\n|---|\n"),
+            Ok(2)
+        );
+        assert_eq!(check_tables("no tables here\n"), Ok(0));
+        // A row with a cell too many, one too few, a missing separator, no closing pipe.
+        assert!(check_tables("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n").is_err());
+        assert!(check_tables("| a | b |\n|---|---|\n| 1 |\n").is_err());
+        assert!(check_tables("| a | b |\n| 1 | 2 |\n").is_err());
+        assert!(check_tables("| a | b |\n|---|---|\n| 1 | 2\n").is_err());
+        assert!(check_tables("| a | b |\n").is_err());
+        assert!(check_tables("| a | b |\n|---|---|---|\n").is_err());
+    }
+}

@@ -3,6 +3,7 @@
 //! trace, report.md with SVG plots, a bpftrace script that re-counts the core figures), and
 //! read back by `scanprof report`.
 
+pub mod bundle;
 pub mod markdown;
 pub mod plots;
 pub mod recount;
@@ -42,7 +43,10 @@ pub struct Recording {
 
 impl Recording {
     pub fn new(meta: Meta) -> Recording {
-        Recording { meta, ..Default::default() }
+        Recording {
+            meta,
+            ..Default::default()
+        }
     }
 
     /// Takes one update, in the order the session sends them.

@@ -1,1 +1,1023 @@
-//! (being written)
+//! The bundle's trace.json: a `Recording` rendered as Chrome trace-event JSON, which
+//! ui.perfetto.dev and chrome://tracing open. Per-tick figures become counter tracks, blocking
+//! episodes become slices on the blocked thread, and process starts and exits become instants,
+//! with a flow arrow from parent to child. Pure: it reads only the Snapshots the views received.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde_json::{json, Map, Value};
+
+use super::Recording;
+use crate::analysis::{Snapshot, SCHEMA_VERSION};
+use crate::collect::DropClass;
+
+/// pid of the pseudo-process "scanprof" that carries the run-wide counter tracks.
+pub const SCANPROF_PID: u32 = 0;
+
+/// Category of every flow arrow (ids are unique within a trace whatever the arrow links).
+const FLOW_CAT: &str = "flow";
+/// Length of the slices that anchor a flow arrow's ends (Perfetto binds flows to slices), us.
+const ANCHOR_US: f64 = 1.0;
+
+const REQUESTED: &str = "requested pps";
+const STAGES: &str = "achieved pps per stage";
+const DROPS: &str = "target drops per second by reason";
+const CPU: &str = "scanprof CPU %";
+
+/// The trace of a whole recording as a Chrome trace-event JSON object:
+/// `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`.
+///
+/// `ts` and `dur` are microseconds since attach. Metadata events come first, then every timed
+/// event in time order. Counters carry one sample per tick at the tick's end (the value measured
+/// over the tick that ends there) and a zero sample where a track starts.
+pub fn chrome_trace(rec: &Recording) -> Value {
+    let names = Names::of(rec);
+    let mut timed = Timed::default();
+    if !rec.ticks.is_empty() {
+        run_counters(rec, &mut timed);
+        budget_counters(rec, &mut timed);
+    }
+    episode_slices(rec, &mut timed);
+    lifecycle(rec, &mut timed);
+
+    let mut events = names.metadata();
+    events.extend(timed.into_sorted());
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": other_data(rec),
+    })
+}
+
+/// A flow arrow from one thread's track to another's: the `s` and `f` events, sharing `id`.
+/// `from` and `to` are (pid, tid, ts in us since attach). Both ends bind to the slice that
+/// encloses them on their thread (`bp: "e"`), so each end needs a slice around its `ts`.
+pub fn flow_pair(id: u64, from: (u32, u32, f64), to: (u32, u32, f64), name: &str) -> [Value; 2] {
+    let end = |ph: &str, (pid, tid, ts): (u32, u32, f64)| {
+        json!({
+            "ph": ph, "name": name, "cat": FLOW_CAT, "id": id, "bp": "e",
+            "pid": pid, "tid": tid, "ts": num(ts),
+        })
+    };
+    [end("s", from), end("f", to)]
+}
+
+/// Checks what Perfetto and chrome://tracing rely on: every event has `ph`, `name`, `pid`,
+/// `tid` (optional on `M`) and a numeric `ts` (except `M`); `X` has `dur` >= 0; `C` has only
+/// numeric args; `ts` never decreases on a counter track (pid, tid, name) or a thread's slices
+/// (pid, tid); every flow start has exactly one end with the same (cat, name, id) and vice
+/// versa. Says which event broke which rule.
+pub fn check_trace(v: &Value) -> Result<(), String> {
+    let events = v
+        .get("traceEvents")
+        .and_then(Value::as_array)
+        .ok_or("no \"traceEvents\" array at the top level")?;
+    let mut counter_ts: HashMap<(u64, u64, String), f64> = HashMap::new();
+    let mut slice_ts: HashMap<(u64, u64), f64> = HashMap::new();
+    // (cat, name, id) -> (starts, ends)
+    let mut flows: BTreeMap<(String, String, String), (usize, usize)> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let bad = |why: &str| format!("event {i} {why}: {e}");
+        let ph = e
+            .get("ph")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("has no \"ph\""))?;
+        let name = e
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("has no \"name\""))?;
+        let pid = e
+            .get("pid")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("has no numeric \"pid\""))?;
+        let tid = match e.get("tid") {
+            None if ph == "M" => 0,
+            t => t
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad("has no numeric \"tid\""))?,
+        };
+        if ph == "M" {
+            if !e.get("args").is_some_and(Value::is_object) {
+                return Err(bad("(metadata) has no \"args\" object"));
+            }
+            continue;
+        }
+        let ts = e
+            .get("ts")
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite())
+            .ok_or_else(|| bad("has no numeric \"ts\""))?;
+        match ph {
+            "X" => {
+                let dur = e
+                    .get("dur")
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| bad("has no \"dur\""))?;
+                if dur.is_nan() || dur < 0.0 {
+                    return Err(bad("has a negative \"dur\""));
+                }
+                let last = slice_ts.entry((pid, tid)).or_insert(ts);
+                if ts < *last {
+                    return Err(bad(&format!(
+                        "starts at {ts} us, before a slice at {last} on its thread"
+                    )));
+                }
+                *last = ts;
+            }
+            "C" => {
+                let args = e
+                    .get("args")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| bad("has no args"))?;
+                if args.is_empty() {
+                    return Err(bad("has no series in args"));
+                }
+                if let Some((k, _)) = args.iter().find(|(_, a)| !a.is_number()) {
+                    return Err(bad(&format!("has non-numeric series {k:?}")));
+                }
+                let last = counter_ts.entry((pid, tid, name.to_string())).or_insert(ts);
+                if ts < *last {
+                    return Err(bad(&format!(
+                        "is at {ts} us, after a sample at {last} on its track"
+                    )));
+                }
+                *last = ts;
+            }
+            "s" | "f" => {
+                let id = match e.get("id") {
+                    Some(Value::Number(n)) => n.to_string(),
+                    Some(Value::String(s)) => s.clone(),
+                    _ => return Err(bad("(flow) has no \"id\"")),
+                };
+                let cat = e
+                    .get("cat")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let n = flows.entry((cat, name.to_string(), id)).or_default();
+                if ph == "s" {
+                    n.0 += 1;
+                } else {
+                    n.1 += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((cat, name, id), (starts, ends)) in &flows {
+        if (*starts, *ends) != (1, 1) {
+            return Err(format!(
+                "flow {name:?} (cat {cat:?}, id {id}) has {starts} start(s) and {ends} end(s), not one each"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// us since attach of a time in s since attach, to the ns.
+fn us(s: f64) -> f64 {
+    (s * 1e9).round() / 1e3
+}
+
+/// A JSON number to three decimals (exact through a text round trip); 0 if not finite.
+fn num(x: f64) -> Value {
+    let r = (x * 1e3).round() / 1e3;
+    serde_json::Number::from_f64(if r.is_finite() { r } else { 0.0 }).map_or(json!(0), Value::Number)
+}
+
+/// Timed events, kept with their ts so that they can be put in time order.
+#[derive(Default)]
+struct Timed(Vec<(f64, Value)>);
+
+impl Timed {
+    fn push(&mut self, ts: f64, e: Value) {
+        self.0.push((ts, e));
+    }
+
+    fn counter(&mut self, pid: u32, tid: u32, name: &str, ts: f64, args: Map<String, Value>) {
+        let e = json!({ "ph": "C", "name": name, "pid": pid, "tid": tid, "ts": num(ts), "args": args });
+        self.push(ts, e);
+    }
+
+    /// In time order; events at the same ts keep the order they were pushed in, so a slice
+    /// pushed before a flow end at its start encloses it.
+    fn into_sorted(mut self) -> Vec<Value> {
+        self.0.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.0.into_iter().map(|(_, e)| e).collect()
+    }
+}
+
+/// Series name -> value, as counter args.
+fn series<'a>(values: impl IntoIterator<Item = (&'a str, f64)>) -> Map<String, Value> {
+    values.into_iter().map(|(k, v)| (k.to_string(), num(v))).collect()
+}
+
+/// Every process and thread the trace puts events on, named.
+struct Names {
+    /// pid -> latest comm, in order of first sighting
+    processes: Vec<(u32, String)>,
+    /// (pid, tid) -> comm of the process
+    threads: BTreeMap<(u32, u32), String>,
+}
+
+impl Names {
+    fn of(rec: &Recording) -> Names {
+        let mut processes: Vec<(u32, String)> = Vec::new();
+        let seen = rec
+            .processes
+            .iter()
+            .chain(rec.ticks.iter().flat_map(|t| t.processes.iter()));
+        for p in seen {
+            match processes.iter_mut().find(|(pid, _)| *pid == p.pid) {
+                Some(known) => known.1.clone_from(&p.comm),
+                None => processes.push((p.pid, p.comm.clone())),
+            }
+        }
+        let comm_of = |pid: u32| {
+            processes
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map_or_else(|| format!("pid {pid}"), |(_, c)| c.clone())
+        };
+        let mut threads = BTreeMap::new();
+        for t in &rec.ticks {
+            for th in &t.threads {
+                threads.insert((th.pid, th.tid), th.comm.clone());
+            }
+            for e in &t.episodes {
+                threads.entry((e.pid, e.tid)).or_insert_with(|| comm_of(e.pid));
+            }
+        }
+        // Main threads carry the lifecycle anchors.
+        for (pid, comm) in &processes {
+            threads.entry((*pid, *pid)).or_insert_with(|| comm.clone());
+        }
+        for (pid, _) in threads.keys() {
+            if !processes.iter().any(|(p, _)| p == pid) {
+                processes.push((*pid, format!("pid {pid}")));
+            }
+        }
+        Names { processes, threads }
+    }
+
+    fn metadata(&self) -> Vec<Value> {
+        let meta = |name: &str, pid: u32, tid: u32, args: Value| json!({ "ph": "M", "name": name, "pid": pid, "tid": tid, "args": args });
+        let mut out = vec![
+            meta("process_name", SCANPROF_PID, 0, json!({ "name": "scanprof" })),
+            meta("process_sort_index", SCANPROF_PID, 0, json!({ "sort_index": 0 })),
+        ];
+        for (i, (pid, comm)) in self.processes.iter().enumerate() {
+            out.push(meta(
+                "process_name",
+                *pid,
+                0,
+                json!({ "name": format!("{comm} ({pid})") }),
+            ));
+            out.push(meta(
+                "process_sort_index",
+                *pid,
+                0,
+                json!({ "sort_index": i + 1 }),
+            ));
+        }
+        for ((pid, tid), comm) in &self.threads {
+            out.push(meta(
+                "thread_name",
+                *pid,
+                *tid,
+                json!({ "name": format!("{comm} ({tid})") }),
+            ));
+        }
+        out
+    }
+}
+
+/// The run-wide tracks on the scanprof pseudo-process: requested rate, stage rates, target
+/// drop rates by reason, scanprof's CPU.
+fn run_counters(rec: &Recording, out: &mut Timed) {
+    let c = |out: &mut Timed, name: &str, ts: f64, args| out.counter(SCANPROF_PID, 0, name, ts, args);
+    let stage_names: BTreeSet<&str> = rec
+        .ticks
+        .iter()
+        .flat_map(|t| t.stages.iter().map(|s| s.name.as_str()))
+        .collect();
+    let reasons: BTreeSet<String> = rec.ticks.iter().flat_map(|t| drop_rates(t).into_keys()).collect();
+
+    // The requested rate is a setting, known from attach: its first sample is its value.
+    if let Some(r) = rec.ticks.iter().find_map(|t| t.requested_pps) {
+        c(out, REQUESTED, 0.0, series([("value", r)]));
+    }
+    c(out, STAGES, 0.0, series(stage_names.iter().map(|s| (*s, 0.0))));
+    if !reasons.is_empty() {
+        c(out, DROPS, 0.0, series(reasons.iter().map(|r| (r.as_str(), 0.0))));
+    }
+    c(out, CPU, 0.0, series([("value", 0.0)]));
+
+    for t in &rec.ticks {
+        let ts = us(t.t_s);
+        if let Some(r) = t.requested_pps {
+            c(out, REQUESTED, ts, series([("value", r)]));
+        }
+        // Every series in every sample: a series left out would keep its old value.
+        let pps = |name: &str| t.stages.iter().find(|s| s.name == name).map_or(0.0, |s| s.pps);
+        c(out, STAGES, ts, series(stage_names.iter().map(|s| (*s, pps(s)))));
+        if !reasons.is_empty() {
+            let rates = drop_rates(t);
+            let rate = |r: &String| rates.get(r).copied().unwrap_or(0.0);
+            c(
+                out,
+                DROPS,
+                ts,
+                series(reasons.iter().map(|r| (r.as_str(), rate(r)))),
+            );
+        }
+        c(out, CPU, ts, series([("value", t.cost.cpu * 100.0)]));
+    }
+}
+
+/// Drops per second of the family's packets in a tick, by reason summed over locations:
+/// outgoing losses under the reason's name, losses of replies as "<reason> (reply)".
+fn drop_rates(t: &Snapshot) -> BTreeMap<String, f64> {
+    let mut rates = BTreeMap::new();
+    for d in &t.drops {
+        let key = match d.class {
+            DropClass::TargetLoss => d.reason.clone(),
+            DropClass::ReplyLoss => format!("{} (reply)", d.reason),
+            DropClass::Expected | DropClass::Unrelated => continue,
+        };
+        *rates.entry(key).or_insert(0.0) += d.rate;
+    }
+    rates
+}
+
+/// "sender time budget (tid N)" on each sender thread's process: where the thread's time went
+/// in each tick, in percent. Starts with zeros at the start of the first tick the thread
+/// shows in, and drops to zeros at the first tick it is missing from.
+fn budget_counters(rec: &Recording, out: &mut Timed) {
+    let zero = || series(["send", "blocked_send", "sleep", "preempted", "other"].map(|k| (k, 0.0)));
+    let name = |tid: u32| format!("sender time budget (tid {tid})");
+    let mut present: BTreeSet<(u32, u32)> = BTreeSet::new();
+    for t in &rec.ticks {
+        let ts = us(t.t_s);
+        let mut now = BTreeSet::new();
+        for th in &t.threads {
+            let key = (th.pid, th.tid);
+            if !now.insert(key) {
+                continue;
+            }
+            if !present.contains(&key) {
+                out.counter(
+                    th.pid,
+                    th.tid,
+                    &name(th.tid),
+                    us((t.t_s - t.interval_s).max(0.0)),
+                    zero(),
+                );
+            }
+            let s = th.shares;
+            let pct = [
+                ("send", s.send),
+                ("blocked_send", s.blocked_send),
+                ("sleep", s.sleep),
+                ("preempted", s.preempted),
+                ("other", s.other),
+            ];
+            out.counter(
+                th.pid,
+                th.tid,
+                &name(th.tid),
+                ts,
+                series(pct.map(|(k, v)| (k, v * 100.0))),
+            );
+        }
+        for (pid, tid) in present.difference(&now) {
+            out.counter(*pid, *tid, &name(*tid), ts, zero());
+        }
+        present = now;
+    }
+}
+
+/// One slice per blocking episode, on the blocked thread.
+fn episode_slices(rec: &Recording, out: &mut Timed) {
+    for e in rec.ticks.iter().flat_map(|t| t.episodes.iter()) {
+        let ts = us(e.start_s);
+        out.push(
+            ts,
+            json!({
+                "ph": "X", "name": format!("blocked in {}", e.wait_site), "cat": "blocking",
+                "pid": e.pid, "tid": e.tid, "ts": num(ts), "dur": num(e.duration_ns as f64 / 1e3),
+                "args": { "duration_ns": e.duration_ns, "wait_site": e.wait_site },
+            }),
+        );
+    }
+}
+
+/// Process starts and exits as seen tick by tick, placed at the end of the tick that first
+/// showed them; a started child gets a flow arrow from its parent's main thread.
+fn lifecycle(rec: &Recording, out: &mut Timed) {
+    // The family at attach did not start during the run. A recording without a `started`
+    // update takes the first tick's family as the one at attach.
+    let at_attach = if rec.processes.is_empty() {
+        rec.ticks.first().map_or(&[][..], |t| &t.processes[..])
+    } else {
+        &rec.processes[..]
+    };
+    let mut known: BTreeSet<u32> = at_attach.iter().map(|p| p.pid).collect();
+    let mut exited: BTreeSet<u32> = BTreeSet::new();
+    let mut next_flow = 1;
+    for t in &rec.ticks {
+        let ts = us(t.t_s);
+        let new: Vec<_> = t.processes.iter().filter(|p| !known.contains(&p.pid)).collect();
+        known.extend(new.iter().map(|p| p.pid));
+        for p in new {
+            let instant = json!({
+                "ph": "i", "s": "p", "name": format!("started {}", p.comm), "cat": "process",
+                "pid": p.pid, "tid": p.pid, "ts": num(ts),
+                "args": { "pid": p.pid, "ppid": p.ppid, "exe": p.exe, "tick": t.tick },
+            });
+            out.push(ts, instant);
+            if p.ppid == p.pid || !known.contains(&p.ppid) {
+                continue;
+            }
+            // Anchor slices first, so that each flow end finds its slice open at ts.
+            let anchor = |pid: u32, name: String| {
+                json!({
+                    "ph": "X", "name": name, "cat": "process", "pid": pid, "tid": pid,
+                    "ts": num(ts), "dur": num(ANCHOR_US), "args": { "tick": t.tick },
+                })
+            };
+            out.push(ts, anchor(p.ppid, format!("spawned {} ({})", p.comm, p.pid)));
+            out.push(ts, anchor(p.pid, "first seen".to_string()));
+            let [s, f] = flow_pair(next_flow, (p.ppid, p.ppid, ts), (p.pid, p.pid, ts), "spawn");
+            next_flow += 1;
+            out.push(ts, s);
+            out.push(ts, f);
+        }
+        for p in &t.processes {
+            if (p.alive && p.exit_code.is_none()) || !exited.insert(p.pid) {
+                continue;
+            }
+            let (how, args) = match p.exit_code {
+                Some(c) if c & 0x7f != 0 => (
+                    format!(" (signal {})", c & 0x7f),
+                    json!({ "exit_status": c, "signal": c & 0x7f }),
+                ),
+                Some(c) => {
+                    let code = (c >> 8) & 0xff;
+                    (
+                        format!(" (code {code})"),
+                        json!({ "exit_status": c, "code": code }),
+                    )
+                }
+                None => (String::new(), json!({})),
+            };
+            out.push(
+                ts,
+                json!({
+                    "ph": "i", "s": "p", "name": format!("exited {}{how}", p.comm), "cat": "process",
+                    "pid": p.pid, "tid": p.pid, "ts": num(ts), "args": args,
+                }),
+            );
+        }
+    }
+}
+
+/// Where and when the recording was made, as trace metadata.
+fn other_data(rec: &Recording) -> Value {
+    let m = &rec.meta;
+    let schema = rec
+        .ticks
+        .first()
+        .map(|t| t.schema_version)
+        .or(rec.summary.as_ref().map(|s| s.schema_version))
+        .unwrap_or(SCHEMA_VERSION);
+    json!({
+        "command_line": shell_words(&m.command_line),
+        "version": m.version,
+        "started_at": m.started_at,
+        "hostname": m.hostname,
+        "kernel": m.kernel,
+        "schema_version": schema,
+    })
+}
+
+/// A command line as one string a shell would split back into the same words.
+fn shell_words(words: &[String]) -> String {
+    let plain = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c))
+    };
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| {
+            if plain(w) {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    quoted.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{BudgetShares, Cost, DropRow, EpisodeView, GapView, Stage, ThreadView};
+    use crate::collect::family::ProcessInfo;
+    use crate::collect::{Health, TimeBudget};
+    use crate::views::export::Meta;
+    use crate::views::fixtures::rich_recording;
+
+    fn events(v: &Value) -> &Vec<Value> {
+        v["traceEvents"].as_array().expect("traceEvents")
+    }
+
+    fn find(v: &Value, pred: impl Fn(&Value) -> bool) -> Vec<&Value> {
+        events(v).iter().filter(|e| pred(e)).collect()
+    }
+
+    fn process(pid: u32, ppid: u32, comm: &str, exit_code: Option<i32>) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid,
+            comm: comm.into(),
+            exe: format!("/bin/{comm}"),
+            root: pid == 10,
+            alive: exit_code.is_none(),
+            exit_code,
+        }
+    }
+
+    fn tick(n: u64, processes: Vec<ProcessInfo>) -> Snapshot {
+        Snapshot {
+            schema_version: SCHEMA_VERSION,
+            tick: n,
+            t_s: n as f64,
+            interval_s: 1.0,
+            requested_pps: None,
+            achieved_pps: 0.0,
+            ratio: None,
+            stages: vec![Stage {
+                name: "send_calls".into(),
+                count: 0,
+                pps: 0.0,
+                total: 0,
+                ratio: None,
+            }],
+            processes,
+            threads: vec![],
+            drops: vec![],
+            devices: vec![],
+            block_sites: vec![],
+            gap: GapView::default(),
+            episodes: vec![],
+            rate_stats: None,
+            health: Health::default(),
+            cost: Cost::default(),
+            warnings: vec![],
+        }
+    }
+
+    /// Parent 10 at attach; child 11 shows at tick 2 and has exited (exit(3)) by tick 3.
+    fn two_processes() -> Recording {
+        let parent = process(10, 1, "scanner", None);
+        let child = |exit| process(11, 10, "worker", exit);
+        Recording {
+            processes: vec![parent.clone()],
+            ticks: vec![
+                tick(1, vec![parent.clone()]),
+                tick(2, vec![parent.clone(), child(None)]),
+                tick(3, vec![parent.clone(), child(Some(3 << 8))]),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rich_recording_passes_the_checks_and_round_trips() {
+        let v = chrome_trace(&rich_recording());
+        check_trace(&v).expect("valid trace");
+        let text = serde_json::to_string(&v).expect("serializes");
+        let back: Value = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, v);
+        check_trace(&back).expect("still valid");
+        assert_eq!(v["displayTimeUnit"], "ms");
+    }
+
+    #[test]
+    fn counters_are_in_microseconds_at_tick_ends_and_start_at_attach() {
+        let rec = rich_recording();
+        let v = chrome_trace(&rec);
+        let cpu = find(&v, |e| e["ph"] == "C" && e["name"] == CPU);
+        let ts: Vec<f64> = cpu.iter().map(|e| e["ts"].as_f64().expect("ts")).collect();
+        assert_eq!(ts, [0.0, 1_000_000.0, 2_000_000.0, 3_000_000.0]);
+        assert_eq!(cpu[0]["args"]["value"], 0.0);
+        let last = &rec.ticks[2];
+        assert_eq!(
+            cpu[3]["args"]["value"].as_f64(),
+            num(last.cost.cpu * 100.0).as_f64()
+        );
+        assert!(cpu.iter().all(|e| e["pid"] == SCANPROF_PID));
+
+        let req = find(&v, |e| e["ph"] == "C" && e["name"] == REQUESTED);
+        assert_eq!(req.len(), 4);
+        assert!(req.iter().all(|e| e["args"]["value"] == 100.0));
+    }
+
+    #[test]
+    fn stage_counter_has_one_series_per_stage_with_each_stages_pps() {
+        let rec = rich_recording();
+        let v = chrome_trace(&rec);
+        let stages = find(&v, |e| e["ph"] == "C" && e["name"] == STAGES);
+        assert_eq!(stages.len(), 1 + rec.ticks.len());
+        for (e, t) in stages[1..].iter().zip(&rec.ticks) {
+            let args = e["args"].as_object().expect("args");
+            assert_eq!(args.len(), t.stages.len());
+            for s in &t.stages {
+                assert_eq!(args[&s.name].as_f64(), num(s.pps).as_f64(), "stage {}", s.name);
+            }
+        }
+        let first = stages[0]["args"].as_object().expect("args");
+        assert!(first.contains_key("send_calls") && first.values().all(|x| x == 0.0));
+        // The fixture sends 100 more packets each tick, a second apart.
+        assert_eq!(stages[2]["args"]["syscall_packets"], 100.0);
+    }
+
+    #[test]
+    fn drop_counter_takes_target_and_reply_losses_by_reason_only() {
+        let mut rec = rich_recording();
+        let row = |reason: &str, class, rate| DropRow {
+            reason: reason.into(),
+            location: "x+0x1".into(),
+            device: None,
+            netns: 1,
+            class,
+            pid: Some(7),
+            count: 1,
+            rate,
+        };
+        rec.ticks[1]
+            .drops
+            .push(row("QDISC_DROP", DropClass::TargetLoss, 5.0));
+        rec.ticks[1]
+            .drops
+            .push(row("NO_SOCKET", DropClass::Expected, 99.0));
+        rec.ticks[1]
+            .drops
+            .push(row("NETFILTER_DROP", DropClass::ReplyLoss, 2.0));
+        let fixture_rate = rec.ticks[1].drops[0].rate;
+        let v = chrome_trace(&rec);
+        let drops = find(&v, |e| e["ph"] == "C" && e["name"] == DROPS);
+        assert_eq!(drops.len(), 4);
+        let keys: Vec<&String> = drops[0]["args"].as_object().expect("args").keys().collect();
+        assert_eq!(keys, ["NETFILTER_DROP (reply)", "QDISC_DROP"]);
+        assert_eq!(
+            drops[2]["args"]["QDISC_DROP"].as_f64(),
+            num(fixture_rate + 5.0).as_f64()
+        );
+        assert_eq!(drops[2]["args"]["NETFILTER_DROP (reply)"], 2.0);
+        // Absent in the other ticks: zero, not left out.
+        assert_eq!(drops[3]["args"]["NETFILTER_DROP (reply)"], 0.0);
+        check_trace(&v).expect("valid");
+    }
+
+    #[test]
+    fn budget_counter_is_on_the_threads_process_in_percent() {
+        let rec = rich_recording();
+        let v = chrome_trace(&rec);
+        let b = find(&v, |e| {
+            e["ph"] == "C" && e["name"] == "sender time budget (tid 7)"
+        });
+        assert_eq!(b.len(), 4);
+        assert!(b.iter().all(|e| e["pid"] == 7 && e["tid"] == 7));
+        assert_eq!(b[0]["ts"], 0.0);
+        let shares = rec.ticks[0].threads[0].shares;
+        assert!(shares.send > 0.0);
+        assert_eq!(b[1]["args"]["send"].as_f64(), num(shares.send * 100.0).as_f64());
+        assert_eq!(b[1]["args"]["other"].as_f64(), num(shares.other * 100.0).as_f64());
+    }
+
+    #[test]
+    fn a_thread_that_stops_showing_drops_to_zero_once() {
+        let mut rec = two_processes();
+        let th = ThreadView {
+            tid: 12,
+            pid: 10,
+            comm: "scanner".into(),
+            calls: 1,
+            packets: 1,
+            pps: 1.0,
+            failed_calls: 0,
+            errors: BTreeMap::new(),
+            budget: TimeBudget::default(),
+            shares: BudgetShares {
+                send: 0.5,
+                ..Default::default()
+            },
+            latency_p50_ns: None,
+            latency_p99_ns: None,
+        };
+        rec.ticks[1].threads.push(th);
+        let v = chrome_trace(&rec);
+        let b = find(&v, |e| {
+            e["ph"] == "C" && e["name"] == "sender time budget (tid 12)"
+        });
+        let got: Vec<(f64, f64)> = b
+            .iter()
+            .map(|e| {
+                (
+                    e["ts"].as_f64().expect("ts"),
+                    e["args"]["send"].as_f64().expect("send"),
+                )
+            })
+            .collect();
+        assert_eq!(got, [(1e6, 0.0), (2e6, 50.0), (3e6, 0.0)]);
+        assert_eq!(
+            find(&v, |e| e["name"] == "thread_name" && e["tid"] == 12)[0]["args"]["name"],
+            "scanner (12)"
+        );
+    }
+
+    #[test]
+    fn fixture_episode_is_a_slice_on_tid_7_of_2000_us() {
+        let rec = rich_recording();
+        let v = chrome_trace(&rec);
+        let x = find(&v, |e| e["ph"] == "X" && e["tid"] == 7);
+        assert_eq!(x.len(), 3, "one episode per tick in the fixture");
+        for (e, ep) in x.iter().zip(rec.ticks.iter().flat_map(|t| &t.episodes)) {
+            assert_eq!(e["name"], "blocked in sock_alloc_send_pskb");
+            assert_eq!(e["pid"], 7);
+            assert_eq!(e["dur"], 2000.0);
+            assert_eq!(e["ts"].as_f64(), Some(us(ep.start_s)));
+            assert_eq!(e["args"]["duration_ns"], 2_000_000);
+            assert_eq!(e["args"]["wait_site"], "sock_alloc_send_pskb");
+        }
+        assert_eq!(x[2]["ts"], 2_500_000.0);
+    }
+
+    #[test]
+    fn metadata_names_scanprof_the_family_and_sender_threads() {
+        let v = chrome_trace(&rich_recording());
+        let named = |what: &str, pid: u32| {
+            find(&v, |e| e["ph"] == "M" && e["name"] == what && e["pid"] == pid)
+                .first()
+                .map(|e| e["args"]["name"].clone())
+        };
+        assert_eq!(named("process_name", 0), Some(json!("scanprof")));
+        assert_eq!(named("process_name", 7), Some(json!("sender (7)")));
+        assert_eq!(named("thread_name", 7), Some(json!("sender (7)")));
+        assert_eq!(find(&v, |e| e["name"] == "process_sort_index").len(), 2);
+        // Metadata first, then time order.
+        let first_timed = events(&v)
+            .iter()
+            .position(|e| e["ph"] != "M")
+            .expect("timed events");
+        let ts: Vec<f64> = events(&v)[first_timed..]
+            .iter()
+            .map(|e| e["ts"].as_f64().expect("ts"))
+            .collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{ts:?}");
+    }
+
+    #[test]
+    fn other_data_says_where_and_when() {
+        let v = chrome_trace(&rich_recording());
+        let o = &v["otherData"];
+        assert_eq!(
+            o["command_line"],
+            "scanprof run --requested 100 -- sender --to 10.99.0.2:9000"
+        );
+        assert_eq!(o["version"], "0.1.0");
+        assert_eq!(o["started_at"], "2026-11-21T06:00:00Z");
+        assert_eq!(o["hostname"], "lab-host");
+        assert_eq!(o["kernel"], "6.18.44");
+        assert_eq!(o["schema_version"], SCHEMA_VERSION);
+        assert_eq!(
+            shell_words(&["a b".into(), "it's".into(), "".into()]),
+            r"'a b' 'it'\''s' ''"
+        );
+    }
+
+    #[test]
+    fn no_ticks_gives_metadata_only() {
+        let rec = Recording {
+            meta: Meta {
+                hostname: "h".into(),
+                ..Default::default()
+            },
+            processes: vec![process(10, 1, "scanner", None)],
+            ..Default::default()
+        };
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        assert!(!events(&v).is_empty());
+        assert!(events(&v).iter().all(|e| e["ph"] == "M"));
+        assert!(find(&v, |e| e["name"] == "process_name" && e["pid"] == 10).len() == 1);
+        assert_eq!(v["otherData"]["hostname"], "h");
+        check_trace(&chrome_trace(&Recording::default())).expect("empty recording is valid too");
+    }
+
+    #[test]
+    fn child_start_flow_and_exit() {
+        let mut rec = two_processes();
+        // The parent's main thread blocks before and after the spawn: its slices and the
+        // spawn anchor share a track and must come in time order.
+        let blocked = |start_s| EpisodeView {
+            pid: 10,
+            tid: 10,
+            start_s,
+            duration_ns: 1_000_000,
+            wait_site: "sock_alloc_send_pskb".into(),
+        };
+        rec.ticks[1].episodes.push(blocked(1.5));
+        rec.ticks[2].episodes.push(blocked(2.5));
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        let pname = |pid: u32| {
+            find(&v, |e| e["name"] == "process_name" && e["pid"] == pid)[0]["args"]["name"].clone()
+        };
+        assert_eq!(pname(10), "scanner (10)");
+        assert_eq!(pname(11), "worker (11)");
+
+        let started = find(&v, |e| {
+            e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("started"))
+        });
+        assert_eq!(started.len(), 1, "the parent was there at attach: {started:?}");
+        assert_eq!(
+            (&started[0]["name"], &started[0]["pid"], &started[0]["s"]),
+            (&json!("started worker"), &json!(11), &json!("p"))
+        );
+        assert_eq!(started[0]["ts"], 2_000_000.0);
+
+        let s = find(&v, |e| e["ph"] == "s");
+        let f = find(&v, |e| e["ph"] == "f");
+        assert_eq!((s.len(), f.len()), (1, 1));
+        assert_eq!(s[0]["id"], f[0]["id"]);
+        assert_eq!(
+            (&s[0]["pid"], &s[0]["tid"], &s[0]["ts"]),
+            (&json!(10), &json!(10), &json!(2_000_000.0))
+        );
+        assert_eq!(
+            (&f[0]["pid"], &f[0]["tid"], &f[0]["ts"]),
+            (&json!(11), &json!(11), &json!(2_000_000.0))
+        );
+        // Each end has a slice around it to bind to, and the slice comes before the flow end.
+        for end in [s[0], f[0]] {
+            let pos = |e: &Value| events(&v).iter().position(|x| x == e).expect("present");
+            let anchor = find(&v, |x| {
+                x["ph"] == "X" && x["pid"] == end["pid"] && x["tid"] == end["tid"] && x["ts"] == end["ts"]
+            });
+            assert_eq!(anchor.len(), 1);
+            assert!(anchor[0]["dur"].as_f64() > Some(0.0));
+            assert!(pos(anchor[0]) < pos(end));
+        }
+
+        let exited = find(&v, |e| {
+            e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with("exited"))
+        });
+        assert_eq!(
+            exited.len(),
+            1,
+            "reported once although every later tick lists it"
+        );
+        assert_eq!(exited[0]["name"], "exited worker (code 3)");
+        assert_eq!(
+            (&exited[0]["pid"], &exited[0]["ts"]),
+            (&json!(11), &json!(3_000_000.0))
+        );
+        assert_eq!(exited[0]["args"]["exit_status"], 3 << 8);
+    }
+
+    #[test]
+    fn killed_by_a_signal_says_so_and_an_unknown_parent_gets_no_arrow() {
+        let mut rec = two_processes();
+        rec.ticks[2].processes[1].exit_code = Some(9);
+        rec.ticks[1].processes[1].ppid = 4242;
+        rec.ticks[2].processes[1].ppid = 4242;
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        assert!(find(&v, |e| e["ph"] == "s" || e["ph"] == "f").is_empty());
+        assert_eq!(find(&v, |e| e["ph"] == "i" && e["pid"] == 11).len(), 2);
+        assert_eq!(find(&v, |e| e["name"] == "exited worker (signal 9)").len(), 1);
+    }
+
+    #[test]
+    fn episode_of_an_unlisted_thread_still_gets_named_tracks() {
+        let mut rec = two_processes();
+        rec.ticks[0].episodes.push(EpisodeView {
+            pid: 10,
+            tid: 13,
+            start_s: 0.25,
+            duration_ns: 1_500_000,
+            wait_site: "unix_wait_for_peer".into(),
+        });
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        let x = find(&v, |e| e["ph"] == "X" && e["tid"] == 13);
+        assert_eq!((&x[0]["ts"], &x[0]["dur"]), (&json!(250_000.0), &json!(1500.0)));
+        assert_eq!(
+            find(&v, |e| e["name"] == "thread_name" && e["tid"] == 13)[0]["args"]["name"],
+            "scanner (13)"
+        );
+    }
+
+    #[test]
+    fn flow_pair_is_paired_and_unpaired_flows_are_caught() {
+        let [s, f] = flow_pair(42, (1, 2, 5.0), (3, 4, 5.0), "ipc");
+        assert_eq!(
+            (&s["ph"], &f["ph"], &s["id"], &f["id"]),
+            (&json!("s"), &json!("f"), &json!(42), &json!(42))
+        );
+        assert_eq!(f["bp"], "e");
+        let trace = |evs: Vec<Value>| json!({ "traceEvents": evs });
+        check_trace(&trace(vec![s.clone(), f.clone()])).expect("paired");
+        assert!(check_trace(&trace(vec![s.clone()]))
+            .expect_err("no end")
+            .contains("1 start(s) and 0 end(s)"));
+        assert!(check_trace(&trace(vec![f.clone()])).is_err(), "end without start");
+        assert!(
+            check_trace(&trace(vec![s.clone(), f.clone(), f.clone()])).is_err(),
+            "two ends"
+        );
+        let [_, other] = flow_pair(43, (1, 2, 5.0), (3, 4, 5.0), "ipc");
+        assert!(check_trace(&trace(vec![s, other])).is_err(), "ids differ");
+    }
+
+    /// The rich trace with one event changed by `edit`.
+    fn broken(edit: impl FnOnce(&mut Vec<Value>)) -> Result<(), String> {
+        let mut v = chrome_trace(&rich_recording());
+        edit(v["traceEvents"].as_array_mut().expect("events"));
+        check_trace(&v)
+    }
+
+    fn index(v: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
+        v.iter().position(pred).expect("such an event")
+    }
+
+    #[test]
+    fn check_catches_broken_traces() {
+        check_trace(&chrome_trace(&rich_recording())).expect("unbroken");
+        let err = broken(|v| {
+            let i = index(v, |e| e["ph"] == "C");
+            v[i].as_object_mut().expect("object").remove("ph");
+        })
+        .expect_err("missing ph");
+        assert!(err.contains("no \"ph\""), "{err}");
+
+        let err = broken(|v| {
+            // The last CPU sample moved before the previous one.
+            let i = v.iter().rposition(|e| e["name"] == CPU).expect("cpu");
+            v[i]["ts"] = json!(1_500_000.0);
+        })
+        .expect_err("decreasing counter ts");
+        assert!(err.contains("after a sample"), "{err}");
+
+        let err = broken(|v| {
+            let i = v.iter().rposition(|e| e["ph"] == "X").expect("slice");
+            v[i]["ts"] = json!(1.0);
+        })
+        .expect_err("decreasing slice ts");
+        assert!(err.contains("before a slice"), "{err}");
+
+        assert!(broken(|v| {
+            let i = index(v, |e| e["ph"] == "X");
+            v[i]["dur"] = json!(-1.0);
+        })
+        .is_err());
+        assert!(broken(|v| {
+            let i = index(v, |e| e["ph"] == "C");
+            v[i]["args"]["value"] = json!("12");
+        })
+        .is_err());
+        assert!(broken(|v| {
+            let i = index(v, |e| e["ph"] == "X");
+            v[i].as_object_mut().expect("object").remove("ts");
+        })
+        .is_err());
+        assert!(broken(|v| {
+            let i = index(v, |e| e["ph"] == "X");
+            v[i].as_object_mut().expect("object").remove("tid");
+        })
+        .is_err());
+        assert!(broken(|v| {
+            let i = index(v, |e| e["ph"] == "M");
+            v[i].as_object_mut().expect("object").remove("name");
+        })
+        .is_err());
+        assert!(check_trace(&json!({ "events": [] })).is_err());
+    }
+
+    #[test]
+    fn broken_flow_in_a_real_trace_is_caught() {
+        let v = chrome_trace(&two_processes());
+        check_trace(&v).expect("valid");
+        let mut cut = v.clone();
+        cut["traceEvents"]
+            .as_array_mut()
+            .expect("events")
+            .retain(|e| e["ph"] != "f");
+        assert!(check_trace(&cut).expect_err("unpaired").contains("spawn"));
+    }
+}

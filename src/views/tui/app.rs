@@ -88,6 +88,8 @@ pub enum Outcome {
     Continue,
     /// end the run (the view stays until the summary arrives)
     Stop,
+    /// write a bundle of what was recorded so far
+    Export,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +116,8 @@ pub struct App {
     pub scroll: usize,
     /// the user asked to quit
     pub quitting: bool,
+    /// the outcome of the last action that has one (an export), for the header
+    pub status: Option<String>,
 }
 
 impl App {
@@ -212,6 +216,7 @@ impl App {
                 self.focus = Some(Panel::Drops);
             }
             Action::Zoom => self.zoomed = !self.zoomed,
+            Action::Export => return Outcome::Export,
             Action::Help => self.help = !self.help,
         }
         Outcome::Continue

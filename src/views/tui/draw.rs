@@ -135,6 +135,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         .map(|p| format!("{} {}{}", p.pid, p.comm, if p.alive { "" } else { " (exited)" }))
         .collect();
     let mut line2 = vec![Span::raw(format!("family: {}", family.join(", ")))];
+    if let Some(status) = &app.status {
+        line2.insert(
+            0,
+            Span::styled(format!("{status}  "), Style::new().fg(Color::Cyan).bold()),
+        );
+    }
     let missing = app.probes.len() - attached;
     if missing > 0 {
         line2.push(Span::styled(

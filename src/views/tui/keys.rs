@@ -15,6 +15,7 @@ pub enum Action {
     Sort,
     Filter,
     Zoom,
+    Export,
     Help,
 }
 
@@ -26,7 +27,7 @@ pub struct Binding {
     pub help: &'static str,
 }
 
-pub const BINDINGS: [Binding; 9] = [
+pub const BINDINGS: [Binding; 10] = [
     Binding {
         keys: &[KeyCode::Char('q')],
         label: "q",
@@ -80,6 +81,12 @@ pub const BINDINGS: [Binding; 9] = [
         label: "z",
         action: Action::Zoom,
         help: "zoom the focused panel to the whole screen",
+    },
+    Binding {
+        keys: &[KeyCode::Char('e')],
+        label: "e",
+        action: Action::Export,
+        help: "export a trace bundle of the run so far (to --export DIR, or ./scanprof-bundle-TIME)",
     },
 ];
 

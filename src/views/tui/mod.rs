@@ -18,8 +18,8 @@ use ratatui::crossterm::event::{self, Event, KeyEventKind};
 
 pub use app::App;
 
-use crate::analysis::Summary;
 use crate::collect::session::Update;
+use crate::views::export::Recording;
 
 /// Shortest time between two redraws: at most 10 a second.
 const FRAME: Duration = Duration::from_millis(100);
@@ -35,12 +35,15 @@ impl Drop for TerminalGuard {
 
 /// Shows the session live until the user quits. `q` (or Ctrl-C) raises `stop`; the view then
 /// waits for the summary. When the run ends by itself, its final state stays on screen until
-/// the user quits. Returns the summary, if the run produced one.
+/// the user quits. Every update also goes into `rec`; `e` hands it to `on_export`, whose
+/// message the header then shows.
 pub fn run(
     updates: &Receiver<Update>,
     title: String,
     stop: &Arc<AtomicBool>,
-) -> anyhow::Result<Option<Summary>> {
+    rec: &mut Recording,
+    on_export: &dyn Fn(&Recording) -> String,
+) -> anyhow::Result<()> {
     let mut terminal =
         ratatui::try_init().context("opening the terminal view (use --no-tui for plain output)")?;
     let _guard = TerminalGuard;
@@ -52,6 +55,7 @@ pub fn run(
         while channel_open {
             match updates.try_recv() {
                 Ok(u) => {
+                    rec.apply(&u);
                     app.apply(u);
                     dirty = true;
                 }
@@ -75,8 +79,10 @@ pub fn run(
         if event::poll(wait).context("reading the terminal")? {
             match event::read().context("reading the terminal")? {
                 Event::Key(k) if k.kind == KeyEventKind::Press => {
-                    if app.on_key(k) == app::Outcome::Stop {
-                        stop.store(true, Ordering::Relaxed);
+                    match app.on_key(k) {
+                        app::Outcome::Stop => stop.store(true, Ordering::Relaxed),
+                        app::Outcome::Export => app.status = Some(on_export(rec)),
+                        app::Outcome::Continue => {}
                     }
                     dirty = true;
                 }
@@ -85,5 +91,5 @@ pub fn run(
             }
         }
     }
-    Ok(app.summary)
+    Ok(())
 }

@@ -1,0 +1,83 @@
+//! `scanprof report PATH`: re-renders a bundle's summary as text, markdown or JSON, without root
+//! and without the machine it was recorded on. Lines it cannot read are named on stderr; what
+//! it can read is still reported.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::cli::ReportFormat;
+use crate::views::export::{bundle, markdown, Recording};
+use crate::views::{json, text};
+
+pub fn run(path: &Path, format: ReportFormat) -> anyhow::Result<ExitCode> {
+    let (rec, issues) = bundle::read(path)?;
+    for i in &issues {
+        eprintln!("scanprof: {i}");
+    }
+    if !issues.is_empty() {
+        eprintln!(
+            "scanprof: {} line(s) skipped; the report covers what could be read",
+            issues.len()
+        );
+    }
+    print!("{}", render(&rec, path, format)?);
+    Ok(if issues.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+/// The report in the asked format; without a summary (a run cut short), the last tick.
+pub fn render(rec: &Recording, path: &Path, format: ReportFormat) -> anyhow::Result<String> {
+    let dir = if path.is_dir() {
+        path
+    } else {
+        path.parent().unwrap_or(Path::new("."))
+    };
+    Ok(match format {
+        ReportFormat::Json => match &rec.summary {
+            Some(s) => json::line("summary", s) + "\n",
+            None => json::line("sample", rec.ticks.last().context("the bundle holds no tick")?) + "\n",
+        },
+        ReportFormat::Text => match &rec.summary {
+            Some(s) => text::summary(s),
+            None => {
+                let last = rec
+                    .ticks
+                    .last()
+                    .context("the bundle holds neither a summary nor a tick")?;
+                format!(
+                    "no summary in this bundle (the run was cut short); its last tick of {}:\n{}\n",
+                    rec.ticks.len(),
+                    text::tick_line(last)
+                )
+            }
+        },
+        ReportFormat::Md => {
+            let system: Option<serde_json::Value> = std::fs::read_to_string(dir.join(bundle::SYSTEM))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok());
+            let part = |k: &str| {
+                system
+                    .as_ref()
+                    .and_then(|s| s.get(k))
+                    .filter(|v| !v.is_null())
+                    .cloned()
+            };
+            let plots: Vec<(&str, &str)> = [
+                (bundle::RATES_SVG, "packets per second over time, per stage"),
+                (
+                    bundle::GAPS_SVG,
+                    "inter-send gaps against the requested slot (CDF)",
+                ),
+            ]
+            .into_iter()
+            .filter(|(f, _)| dir.join(f).exists())
+            .collect();
+            markdown::report_md(rec, part("machine").as_ref(), part("checks").as_ref(), &plots)
+        }
+    })
+}
