@@ -251,6 +251,9 @@ pub struct LabOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Also write a trace bundle of the run here (and where the view's `e` key writes).
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<std::path::PathBuf>,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,

@@ -87,10 +87,15 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         nix::unistd::geteuid().is_root(),
         "the terminal view test needs root (BPF and namespaces); CI runs as root"
     );
+    let bundle = std::env::temp_dir().join(format!("scanprof-e2e-bundle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bundle);
     let tmux = Tmux::start(
         100,
         30,
-        &format!("{BIN} lab qdisc-drop --duration 3; echo SCANPROF-EXIT=$?; sleep 60"),
+        &format!(
+            "{BIN} lab qdisc-drop --duration 3 --export {}; echo SCANPROF-EXIT=$?; sleep 60",
+            bundle.display()
+        ),
     );
     // Live, with some ticks behind it: both rates and the target's drop row are on screen.
     let live = tmux.wait_for(
@@ -110,6 +115,21 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         .find(|w| w.starts_with("sp") && w.ends_with("-0s"))
         .map(str::to_string)
         .expect("the header names the lab namespace the sender runs in");
+
+    // `e` writes a bundle of the run so far, and the header says where.
+    tmux.keys("e");
+    let exported = tmux.wait_for("the export message", Duration::from_secs(20), |s| {
+        s.contains("bundle written to")
+    });
+    assert!(
+        exported.contains(&bundle.display().to_string()[..20]),
+        "{exported}"
+    );
+    let early = std::fs::read_to_string(bundle.join("events.ndjson")).expect("the bundle's events");
+    assert!(
+        early.lines().any(|l| l.contains("\"type\":\"sample\"")),
+        "ticks so far are in it"
+    );
 
     // The sender ends after 3 s: the final state stays, marked as ended.
     let ended = tmux.wait_for("the ended state", Duration::from_secs(30), |s| {
@@ -138,4 +158,11 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         !std::path::Path::new("/run/netns").join(&lab_ns).exists(),
         "lab namespace {lab_ns} left behind"
     );
+    // --export rewrote the bundle at the end: now with the summary.
+    let fin = std::fs::read_to_string(bundle.join("events.ndjson")).unwrap();
+    assert!(
+        fin.lines().any(|l| l.contains("\"type\":\"summary\"")),
+        "final bundle has the summary"
+    );
+    let _ = std::fs::remove_dir_all(&bundle);
 }

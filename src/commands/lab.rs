@@ -164,12 +164,16 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         baseline: false,
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,
-        export: None,
+        export: o.export.clone(),
         redact: false,
     };
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
-    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, None)?;
+    let export_to = o.export.as_ref().map(|dir| super::profile::ExportTarget {
+        dir: dir.clone(),
+        redact: false,
+    });
+    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?;
     let summary = rec.summary.context("the run ended without a summary")?;
     // Let the last packets drain through the lab before reading the independent counters.
     std::thread::sleep(Duration::from_millis(300));
