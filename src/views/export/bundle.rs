@@ -116,15 +116,20 @@ pub fn read(path: &Path) -> anyhow::Result<(Recording, Vec<ReadIssue>)> {
             format!("opening {}", file.display())
         }
     })?;
+    parse(BufReader::new(f), &file)
+}
+
+/// Reads an event stream from `reader`; `file` names it in the issues and errors.
+pub fn parse(reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording, Vec<ReadIssue>)> {
     let mut rec = Recording::default();
     let mut issues = Vec::new();
     let mut known = 0usize;
     let issue = |line: usize, problem: String| ReadIssue {
-        file: file.clone(),
+        file: file.to_path_buf(),
         line,
         problem,
     };
-    for (i, line) in BufReader::new(f).split(b'\n').enumerate() {
+    for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
         let bytes = match line {
             Ok(b) => b,
