@@ -28,8 +28,9 @@ const CPU: &str = "scanprof CPU %";
 /// `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`.
 ///
 /// `ts` and `dur` are microseconds since attach. Metadata events come first, then every timed
-/// event in time order. Counters carry one sample per tick at the tick's end (the value measured
-/// over the tick that ends there) and a zero sample where a track starts.
+/// event in time order. Counters carry one sample per tick at the tick's start (viewers hold a
+/// counter's value until its next sample, so each step covers the tick it measured), and a
+/// closing sample with the last values at the last tick's end.
 pub fn chrome_trace(rec: &Recording) -> Value {
     let names = Names::of(rec);
     let mut timed = Timed::default();
@@ -303,35 +304,34 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
         .collect();
     let reasons: BTreeSet<String> = rec.ticks.iter().flat_map(|t| drop_rates(t).into_keys()).collect();
 
-    // The requested rate is a setting, known from attach: its first sample is its value.
-    if let Some(r) = rec.ticks.iter().find_map(|t| t.requested_pps) {
-        c(out, REQUESTED, 0.0, series([("value", r)]));
-    }
-    c(out, STAGES, 0.0, series(stage_names.iter().map(|s| (*s, 0.0))));
-    if !reasons.is_empty() {
-        c(out, DROPS, 0.0, series(reasons.iter().map(|r| (r.as_str(), 0.0))));
-    }
-    c(out, CPU, 0.0, series([("value", 0.0)]));
-
-    for t in &rec.ticks {
-        let ts = us(t.t_s);
-        if let Some(r) = t.requested_pps {
-            c(out, REQUESTED, ts, series([("value", r)]));
+    // Perfetto and chrome://tracing draw a counter as a step held until its next sample, so a
+    // tick's rate is sampled at the tick's start, and each track is closed at the last tick's
+    // end with its last values: every step then covers exactly the tick it measured.
+    let last = rec.ticks.len().saturating_sub(1);
+    for (i, t) in rec.ticks.iter().enumerate() {
+        let mut at = vec![us((t.t_s - t.interval_s).max(0.0))];
+        if i == last {
+            at.push(us(t.t_s));
         }
-        // Every series in every sample: a series left out would keep its old value.
         let pps = |name: &str| t.stages.iter().find(|s| s.name == name).map_or(0.0, |s| s.pps);
-        c(out, STAGES, ts, series(stage_names.iter().map(|s| (*s, pps(s)))));
-        if !reasons.is_empty() {
-            let rates = drop_rates(t);
-            let rate = |r: &String| rates.get(r).copied().unwrap_or(0.0);
-            c(
-                out,
-                DROPS,
-                ts,
-                series(reasons.iter().map(|r| (r.as_str(), rate(r)))),
-            );
+        let rates = drop_rates(t);
+        for ts in at {
+            if let Some(r) = t.requested_pps {
+                c(out, REQUESTED, ts, series([("value", r)]));
+            }
+            // Every series in every sample: a series left out would keep its old value.
+            c(out, STAGES, ts, series(stage_names.iter().map(|s| (*s, pps(s)))));
+            if !reasons.is_empty() {
+                let rate = |r: &String| rates.get(r).copied().unwrap_or(0.0);
+                c(
+                    out,
+                    DROPS,
+                    ts,
+                    series(reasons.iter().map(|r| (r.as_str(), rate(r)))),
+                );
+            }
+            c(out, CPU, ts, series([("value", t.cost.cpu * 100.0)]));
         }
-        c(out, CPU, ts, series([("value", t.cost.cpu * 100.0)]));
     }
 }
 
@@ -357,22 +357,15 @@ fn budget_counters(rec: &Recording, out: &mut Timed) {
     let zero = || series(["send", "blocked_send", "sleep", "preempted", "other"].map(|k| (k, 0.0)));
     let name = |tid: u32| format!("sender time budget (tid {tid})");
     let mut present: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for t in &rec.ticks {
-        let ts = us(t.t_s);
+    let last = rec.ticks.len().saturating_sub(1);
+    for (i, t) in rec.ticks.iter().enumerate() {
+        // Sampled at the tick's start, like the run counters (a step covers its own tick).
+        let start = us((t.t_s - t.interval_s).max(0.0));
         let mut now = BTreeSet::new();
         for th in &t.threads {
             let key = (th.pid, th.tid);
             if !now.insert(key) {
                 continue;
-            }
-            if !present.contains(&key) {
-                out.counter(
-                    th.pid,
-                    th.tid,
-                    &name(th.tid),
-                    us((t.t_s - t.interval_s).max(0.0)),
-                    zero(),
-                );
             }
             let s = th.shares;
             let pct = [
@@ -382,16 +375,14 @@ fn budget_counters(rec: &Recording, out: &mut Timed) {
                 ("preempted", s.preempted),
                 ("other", s.other),
             ];
-            out.counter(
-                th.pid,
-                th.tid,
-                &name(th.tid),
-                ts,
-                series(pct.map(|(k, v)| (k, v * 100.0))),
-            );
+            let values = series(pct.map(|(k, v)| (k, v * 100.0)));
+            out.counter(th.pid, th.tid, &name(th.tid), start, values.clone());
+            if i == last {
+                out.counter(th.pid, th.tid, &name(th.tid), us(t.t_s), values);
+            }
         }
         for (pid, tid) in present.difference(&now) {
-            out.counter(*pid, *tid, &name(*tid), ts, zero());
+            out.counter(*pid, *tid, &name(*tid), start, zero());
         }
         present = now;
     }
@@ -607,13 +598,16 @@ mod tests {
     }
 
     #[test]
-    fn counters_are_in_microseconds_at_tick_ends_and_start_at_attach() {
+    fn counters_sit_at_tick_starts_in_microseconds_and_close_at_the_last_end() {
         let rec = rich_recording();
         let v = chrome_trace(&rec);
         let cpu = find(&v, |e| e["ph"] == "C" && e["name"] == CPU);
         let ts: Vec<f64> = cpu.iter().map(|e| e["ts"].as_f64().expect("ts")).collect();
+        // Ticks end at 1, 2, 3 s: sampled at their starts (0, 1, 2 s), closed at 3 s.
         assert_eq!(ts, [0.0, 1_000_000.0, 2_000_000.0, 3_000_000.0]);
-        assert_eq!(cpu[0]["args"]["value"], 0.0);
+        for (e, t) in cpu.iter().zip(&rec.ticks) {
+            assert_eq!(e["args"]["value"].as_f64(), num(t.cost.cpu * 100.0).as_f64());
+        }
         let last = &rec.ticks[2];
         assert_eq!(
             cpu[3]["args"]["value"].as_f64(),
@@ -631,18 +625,22 @@ mod tests {
         let rec = rich_recording();
         let v = chrome_trace(&rec);
         let stages = find(&v, |e| e["ph"] == "C" && e["name"] == STAGES);
-        assert_eq!(stages.len(), 1 + rec.ticks.len());
-        for (e, t) in stages[1..].iter().zip(&rec.ticks) {
+        assert_eq!(
+            stages.len(),
+            rec.ticks.len() + 1,
+            "one per tick, and the closing sample"
+        );
+        for (e, t) in stages.iter().zip(&rec.ticks) {
             let args = e["args"].as_object().expect("args");
             assert_eq!(args.len(), t.stages.len());
             for s in &t.stages {
                 assert_eq!(args[&s.name].as_f64(), num(s.pps).as_f64(), "stage {}", s.name);
             }
         }
-        let first = stages[0]["args"].as_object().expect("args");
-        assert!(first.contains_key("send_calls") && first.values().all(|x| x == 0.0));
+        // The closing sample repeats the last tick's values at its end.
+        assert_eq!(stages[3]["args"], stages[2]["args"]);
         // The fixture sends 100 more packets each tick, a second apart.
-        assert_eq!(stages[2]["args"]["syscall_packets"], 100.0);
+        assert_eq!(stages[1]["args"]["syscall_packets"], 100.0);
     }
 
     #[test]
@@ -673,13 +671,14 @@ mod tests {
         assert_eq!(drops.len(), 4);
         let keys: Vec<&String> = drops[0]["args"].as_object().expect("args").keys().collect();
         assert_eq!(keys, ["NETFILTER_DROP (reply)", "QDISC_DROP"]);
+        // Tick 2 (index 1) is sampled at its start, the second sample.
         assert_eq!(
-            drops[2]["args"]["QDISC_DROP"].as_f64(),
+            drops[1]["args"]["QDISC_DROP"].as_f64(),
             num(fixture_rate + 5.0).as_f64()
         );
-        assert_eq!(drops[2]["args"]["NETFILTER_DROP (reply)"], 2.0);
+        assert_eq!(drops[1]["args"]["NETFILTER_DROP (reply)"], 2.0);
         // Absent in the other ticks: zero, not left out.
-        assert_eq!(drops[3]["args"]["NETFILTER_DROP (reply)"], 0.0);
+        assert_eq!(drops[2]["args"]["NETFILTER_DROP (reply)"], 0.0);
         check_trace(&v).expect("valid");
     }
 
@@ -695,8 +694,8 @@ mod tests {
         assert_eq!(b[0]["ts"], 0.0);
         let shares = rec.ticks[0].threads[0].shares;
         assert!(shares.send > 0.0);
-        assert_eq!(b[1]["args"]["send"].as_f64(), num(shares.send * 100.0).as_f64());
-        assert_eq!(b[1]["args"]["other"].as_f64(), num(shares.other * 100.0).as_f64());
+        assert_eq!(b[0]["args"]["send"].as_f64(), num(shares.send * 100.0).as_f64());
+        assert_eq!(b[0]["args"]["other"].as_f64(), num(shares.other * 100.0).as_f64());
     }
 
     #[test]
@@ -733,7 +732,8 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(got, [(1e6, 0.0), (2e6, 50.0), (3e6, 0.0)]);
+        // Present in the tick from 1 to 2 s only: its share from 1 s, zero from 2 s on.
+        assert_eq!(got, [(1e6, 50.0), (2e6, 0.0)]);
         assert_eq!(
             find(&v, |e| e["name"] == "thread_name" && e["tid"] == 12)[0]["args"]["name"],
             "scanner (12)"
