@@ -281,7 +281,8 @@ fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summ
     cmd.args(&argv[1..]);
     let (status, out, err) = run_capture(cmd, "scanprof run", Duration::from_secs_f64(seconds) + GRACE * 2);
     assert!(status.success(), "scanprof run failed: {status}\n{err}");
-    let report = sender_reports(&out)
+    // Under `run --json` the command's stdout goes to scanprof's stderr (stdout is NDJSON only).
+    let report = sender_reports(&err)
         .pop()
         .unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"));
     (report, summary_of(&out))
@@ -541,7 +542,8 @@ fn perf_stat(inner: &[String], name: &str, limit: Duration) -> (u64, f64, String
         .find(|l| l.contains(",skb:kfree_skb,"))
         .and_then(|l| l.split(',').next()?.trim().parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no skb:kfree_skb count in perf's output:\n{err}"));
-    (count, wall, out)
+    // Both streams: under `scanprof run --json` the senders' reports come on stderr.
+    (count, wall, format!("{out}\n{err}"))
 }
 
 fn tbf_drops(lab: &Lab) -> u64 {

@@ -189,7 +189,9 @@ fn cpuinfo_tsc_hz() -> Option<f64> {
     Some(field("cpu MHz")?.parse::<f64>().ok()? * 1e6)
 }
 
-fn perf_page_tsc_hz() -> Option<f64> {
+/// The TSC frequency the kernel publishes in a perf mmap page for user-space time conversion
+/// (needs `cap_user_time`: set only when sched_clock is the TSC, not in KVM guests).
+pub fn perf_page_tsc_hz() -> Option<f64> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -243,8 +245,8 @@ fn perf_page_tsc_hz() -> Option<f64> {
             let mult = read(PAGE_TIME_MULT);
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if read(PAGE_LOCK) == seq {
-                if caps & CAP_USER_TIME != 0 && mult != 0 && shift < 64 {
-                    result = Some(1e9 * 2f64.powi(shift as i32) / f64::from(mult));
+                if caps & CAP_USER_TIME != 0 {
+                    result = crate::system::machine::tsc_hz_from_perf_page(mult, shift as u16);
                 }
                 break;
             }

@@ -5,11 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use nix::sys::time::TimeSpec;
 use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
 use procfs::{CpuInfo, Current};
@@ -233,9 +232,9 @@ pub fn default_route_interfaces(route_table: &str) -> Vec<String> {
 /// The kernel's TSC frequency in Hz and where it came from; (None, reason) if neither the perf
 /// mmap page nor the kernel log gives it.
 pub fn kernel_tsc() -> (Option<f64>, String) {
-    let perf_error = match perf_page_tsc_hz() {
-        Ok(hz) => return (Some(hz), "perf_event mmap page (time_mult, time_shift)".into()),
-        Err(e) => e,
+    let perf_error = match crate::senders::tsc::perf_page_tsc_hz() {
+        Some(hz) => return (Some(hz), "perf_event mmap page (time_mult, time_shift)".into()),
+        None => anyhow::anyhow!("the perf mmap page has no cap_user_time (sched_clock is not the TSC)"),
     };
     match read_kernel_log().map(|lines| kernel_log_tsc_hz(&lines)) {
         Ok(Some((hz, line))) => (Some(hz), format!("kernel log: \"{line}\"")),
@@ -334,88 +333,6 @@ fn read_kernel_log() -> Result<Vec<String>> {
         }
     }
     Ok(lines)
-}
-
-/// The first fields of `struct perf_event_attr` (uapi/linux/perf_event.h), padded to
-/// PERF_ATTR_SIZE_VER7 (128 bytes); everything after `config` stays zero.
-#[repr(C)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    rest: [u64; 14],
-}
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_DUMMY: u64 = 9;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-/// Byte offsets in `struct perf_event_mmap_page`.
-const PAGE_CAPABILITIES: usize = 40;
-const PAGE_TIME_SHIFT: usize = 50;
-const PAGE_TIME_MULT: usize = 52;
-/// Bit of `capabilities`: time_mult and time_shift convert TSC cycles to ns.
-const CAP_USER_TIME: u64 = 1 << 3;
-
-/// The TSC frequency the kernel publishes in a perf mmap page for user-space time conversion.
-/// Needs `cap_user_time`, which the kernel sets only when sched_clock is the TSC (not e.g. on
-/// a KVM guest using kvm-clock for sched_clock).
-fn perf_page_tsc_hz() -> Result<f64> {
-    let attr = PerfEventAttr {
-        kind: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_DUMMY,
-        rest: [0; 14],
-    };
-    // SAFETY: perf_event_open reads `size` bytes of a valid, initialised attr that outlives the
-    // call; pid 0 / cpu -1 / group -1 watch this process only. The result is checked below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            0 as libc::pid_t,
-            -1 as libc::c_int,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).context("perf_event_open of a software event");
-    }
-    // SAFETY: `fd` is a new descriptor this function owns; OwnedFd closes it once.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    // SAFETY: `page_size` is the system page size (sysconf never fails for _SC_PAGESIZE).
-    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    // SAFETY: mapping the first (metadata) page of a perf fd read-only and shared, as
-    // perf_event_open(2) describes; the result is checked for MAP_FAILED.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            page_size,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error()).context("mmap of the perf event page");
-    }
-    let base = page as *const u8;
-    // SAFETY: the offsets lie within the mapped page and are aligned for their types (the page
-    // is page-aligned); volatile because the kernel updates the page.
-    let (caps, shift, mult) = unsafe {
-        (
-            std::ptr::read_volatile(base.add(PAGE_CAPABILITIES) as *const u64),
-            std::ptr::read_volatile(base.add(PAGE_TIME_SHIFT) as *const u16),
-            std::ptr::read_volatile(base.add(PAGE_TIME_MULT) as *const u32),
-        )
-    };
-    // SAFETY: unmapping exactly the mapping made above, which is not used afterwards.
-    unsafe { libc::munmap(page, page_size) };
-    drop(fd);
-    if caps & CAP_USER_TIME == 0 {
-        bail!("the perf mmap page has no cap_user_time (sched_clock is not the TSC)");
-    }
-    tsc_hz_from_perf_page(mult, shift).context("the perf mmap page has time_mult 0")
 }
 
 #[cfg(test)]

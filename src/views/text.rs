@@ -23,11 +23,13 @@ pub fn tick_line(s: &Snapshot) -> String {
     out
 }
 
-fn pct(x: f64) -> String {
+/// A fraction as a percentage with one decimal.
+pub fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
-fn ns(v: f64) -> String {
+/// A duration in ns, in the unit that reads best (ns, us, ms, s).
+pub fn ns(v: f64) -> String {
     if v >= 1e9 {
         format!("{:.3} s", v / 1e9)
     } else if v >= 1e6 {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::Recording;
 use crate::analysis::{Summary, STAGES};
 use crate::collect::DropClass;
+use crate::views::text::{ns, pct};
 
 /// Renders the bundle's report.md.
 ///
@@ -688,22 +689,6 @@ fn yes_no(b: bool) -> &'static str {
         "yes"
     } else {
         "no"
-    }
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
-}
-
-fn ns(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.3} s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.3} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} us", v / 1e3)
-    } else {
-        format!("{v:.0} ns")
     }
 }
 
