@@ -12,3 +12,4 @@ pub mod probes;
 pub mod senders;
 pub mod system;
 pub mod views;
+pub mod wrappers;

@@ -1,0 +1,621 @@
+//! The scanner-profile schema: serde types for `wrappers/<scanner>.toml`, parsed strictly (unknown
+//! keys are errors, `schema = 1` is checked first) and validated. A profile is data only: how to
+//! recognise the scanner's processes, how to read its requested rate, and which functions to
+//! uprobe and decode. `super::rate` interprets `[rate]`; the uprobe side reads `[[probe]]`.
+
+use serde::Deserialize;
+
+/// The only profile schema version this build reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Why a profile was refused. Every message names the profile and the key (and, from the TOML
+/// parser, the line and column).
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The text is not valid TOML, or a key is unknown, missing or of the wrong type.
+    #[error("profile {origin}: {message}")]
+    Toml {
+        /// Where the text came from (file name or `<text>`).
+        origin: String,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// `schema` is missing or not a version this build reads.
+    #[error("profile {origin}, key 'schema' (line {line}): {message}")]
+    Schema {
+        /// Where the text came from.
+        origin: String,
+        /// 1-based line of the `schema` key, 0 if absent.
+        line: usize,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The keys parse, but their values contradict each other.
+    #[error("profile '{profile}', key '{key}': {message}")]
+    Invalid {
+        /// The profile's `name`.
+        profile: String,
+        /// Dotted path of the offending key, e.g. `probe[2].buffer.len_arg`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One scanner's profile, the contents of one `wrappers/<scanner>.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScannerProfile {
+    /// Schema version; must equal [`SCHEMA_VERSION`].
+    pub schema: u32,
+    /// Short name (`unicornscan`, `masscan`, ...), unique in a `ProfileSet`.
+    pub name: String,
+    /// One line for people: which scanner and versions the facts come from.
+    pub description: String,
+    /// True for the generic profile that recognises any process no other profile claims.
+    #[serde(default)]
+    pub fallback: bool,
+    /// The scanner's processes and their roles, in matching order.
+    #[serde(default, rename = "process")]
+    pub processes: Vec<ProcessRule>,
+    /// How to read the requested rate from the command line and config file.
+    pub rate: RateRules,
+    /// Functions to uprobe.
+    #[serde(default, rename = "probe")]
+    pub probes: Vec<Probe>,
+}
+
+/// One process of a scanner: how to recognise it and which role it plays.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessRule {
+    /// Role of the process (`master`, `sender`, `listener`, `scanner`...).
+    pub role: String,
+    /// Executable names (basename of /proc/PID/exe) or absolute paths.
+    #[serde(default)]
+    pub exe: Vec<String>,
+    /// `comm` values (compared on the kernel's 15-byte truncation).
+    #[serde(default)]
+    pub comm: Vec<String>,
+    /// Role of the process that starts this one, if not the user.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// Free text: how it is started (fork + execve, environment, privileges).
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Threads with a role of their own.
+    #[serde(default, rename = "thread")]
+    pub threads: Vec<ThreadRule>,
+}
+
+/// A thread with a role inside a process (e.g. masscan's TX thread).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadRule {
+    /// Role of the thread (`tx`, `rx`, `status`, `monitor`...).
+    pub role: String,
+    /// How to tell it apart from its siblings (threads often share the process's comm).
+    pub pick: ThreadPick,
+    /// With `pick = "comm"`: the thread's comm.
+    #[serde(default)]
+    pub comm: Option<String>,
+    /// Free text for people.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// How a thread is picked out among its siblings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadPick {
+    /// The main thread (tid == tgid).
+    Main,
+    /// The thread that issues the send syscalls.
+    Sends,
+    /// The thread that receives replies.
+    Receives,
+    /// By its own comm (`comm` key).
+    Comm,
+    /// None of the above: any other thread.
+    Other,
+}
+
+/// Which code interprets `[rate]`: the generic option table, or that plus a grammar of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateModel {
+    /// Only the `[[rate.option]]` and `[[rate.multiplier]]` tables.
+    Options,
+    /// The tables plus unicornscan's mode strings (`-mT500`, `-mA100+T500`) and per-target modes
+    /// (`host:mT500,ports`): one work unit per phase or target.
+    Unicornscan,
+}
+
+/// What a requested figure means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateKind {
+    /// The scanner paces at this rate.
+    Exact,
+    /// An upper bound (nmap `--max-rate`).
+    Cap,
+    /// A lower bound (nmap `--min-rate`).
+    Floor,
+    /// No pacing: as fast as possible.
+    Unlimited,
+    /// No requested rate could be read.
+    Unknown,
+}
+
+/// The requested-rate rules of a scanner.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateRules {
+    /// Which code interprets these rules.
+    pub kind: RateModel,
+    /// The scanner's built-in rate when nothing is given (in `default_unit`).
+    #[serde(default)]
+    pub default: Option<f64>,
+    /// Unit of `default`; `pps` unless told.
+    #[serde(default = "RateUnit::pps")]
+    pub default_unit: RateUnit,
+    /// What the default means; `unknown` when there is none.
+    #[serde(default = "RateKind::unknown")]
+    pub default_kind: RateKind,
+    /// Free text shown with the default (why there is or is no default).
+    #[serde(default)]
+    pub default_note: Option<String>,
+    /// Config-file key holding the rate in packets per second (`pps` in unicorn.conf); the
+    /// command line wins over it.
+    #[serde(default)]
+    pub config_key: Option<String>,
+    /// With `kind = "unicornscan"`: the flags that take a mode string.
+    #[serde(default)]
+    pub mode_flags: Vec<String>,
+    /// Bytes per packet on the wire (with preamble, FCS, gap) for converting `bits_per_s`.
+    #[serde(default)]
+    pub wire_bytes: Option<f64>,
+    /// Why `wire_bytes` has this value.
+    #[serde(default)]
+    pub wire_bytes_note: Option<String>,
+    /// Whether `default` counts targets per second (multiplied by `[[rate.multiplier]]`).
+    #[serde(default)]
+    pub default_per_target: bool,
+    /// Free text, copied into every result's provenance (e.g. masscan's RST budget).
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Options that set the rate.
+    #[serde(default, rename = "option")]
+    pub options: Vec<RateOption>,
+    /// Options that multiply a per-target rate into packets (zmap `-P`).
+    #[serde(default, rename = "multiplier")]
+    pub multipliers: Vec<RateMultiplier>,
+}
+
+/// One command-line option that sets the rate.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateOption {
+    /// Spellings: `-r`, `--pps`. Long ones also match `--pps=N`, short ones `-rN`.
+    pub flags: Vec<String>,
+    /// What follows the flag.
+    #[serde(default = "ValueForm::number")]
+    pub takes: ValueForm,
+    /// Unit of the value (for `takes = "none"`: of `value`).
+    #[serde(default = "RateUnit::pps")]
+    pub unit: RateUnit,
+    /// What the rate means.
+    #[serde(default = "RateKind::exact")]
+    pub kind: RateKind,
+    /// Meaning of a value of 0, if special (`unlimited`).
+    #[serde(default)]
+    pub zero: Option<RateKind>,
+    /// The value counts targets per second: multiply by the `[[rate.multiplier]]` options.
+    #[serde(default)]
+    pub per_target: bool,
+    /// The scanner refuses this option together with another rate option (zmap `-r` and `-B`).
+    #[serde(default)]
+    pub alone: bool,
+    /// Wins over options of lower priority whatever their order (hping3 `--flood`); among equal
+    /// priorities the last one on the command line wins.
+    #[serde(default)]
+    pub priority: u8,
+    /// With `takes = "none"`: the value the flag stands for, in `unit`.
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// Free text for people (what the scanner does with it).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// What follows a rate flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueForm {
+    /// A number (bits-per-second values may end in K, M or G).
+    Number,
+    /// hping3's interval: `uN` microseconds, `N` seconds.
+    Interval,
+    /// Nothing: the flag alone (`--fast`, `--flood`).
+    None,
+}
+
+/// Unit of a rate value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateUnit {
+    /// Packets per second.
+    Pps,
+    /// Bits per second on the wire, divided by `wire_bytes * 8`.
+    BitsPerS,
+    /// A period between packets in microseconds.
+    PeriodUs,
+    /// A period between packets in seconds.
+    PeriodS,
+}
+
+/// An option that multiplies a per-target rate (zmap `-P`: probes per target).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateMultiplier {
+    /// Spellings (`-P`, `--probes`).
+    pub flags: Vec<String>,
+    /// Value when absent.
+    pub default: f64,
+    /// Free text for people.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// One function to uprobe.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// Name of the probe (unique in the profile), carried in the attach cookie.
+    pub name: String,
+    /// Process role whose executable holds the symbol, or an absolute path.
+    pub binary: String,
+    /// Shared library holding the symbol instead (file name or path), e.g. `libdumbnet.so.1`.
+    #[serde(default)]
+    pub library: Option<String>,
+    /// Symbol name as in `.dynsym`/`.symtab` (mangled for C++).
+    pub symbol: String,
+    /// `symbol` is a C++ function's demangled name without its parameter list
+    /// (`PacketRateMeter::update`): the attach side picks the mangled symbol that demangles to it.
+    #[serde(default)]
+    pub demangled: bool,
+    /// What the function means for the profiler.
+    pub role: ProbeRole,
+    /// Fires for every packet: costly (~14 us a hit), so off unless asked for.
+    #[serde(default)]
+    pub per_packet: bool,
+    /// Register arguments to capture.
+    #[serde(default)]
+    pub args: Vec<ProbeArg>,
+    /// Return value to capture (a uretprobe), if any.
+    #[serde(default)]
+    pub ret: Option<ArgType>,
+    /// Bytes behind a pointer argument to capture and decode.
+    #[serde(default)]
+    pub buffer: Option<ProbeBuffer>,
+    /// Free text for people.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// What a probed function means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeRole {
+    /// Sets up the pacing for a rate (once per run or work unit).
+    RateSetup,
+    /// Calibrates a clock or delay.
+    Calibration,
+    /// Starts or hands over a unit of work.
+    WorkUnit,
+    /// Sends an IPC message.
+    IpcSend,
+    /// Receives an IPC message.
+    IpcRecv,
+    /// Sends a packet.
+    Send,
+    /// Waits for a packet's slot.
+    PaceWait,
+    /// Starts a packet's slot.
+    SlotStart,
+    /// Builds a packet.
+    Build,
+    /// The sender's or scanner's main loop.
+    MainLoop,
+    /// Updates the scanner's own rate meter.
+    RateMeter,
+    /// Receives or handles a reply.
+    Receive,
+}
+
+/// A captured register argument.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeArg {
+    /// Name shown in events.
+    pub name: String,
+    /// 0-based index in the calling convention (x86-64: rdi, rsi, rdx, rcx, r8, r9).
+    pub reg: u8,
+    /// How to read the register.
+    #[serde(rename = "type")]
+    pub ty: ArgType,
+}
+
+/// Type of a captured value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgType {
+    /// Unsigned 8-bit.
+    U8,
+    /// Unsigned 16-bit.
+    U16,
+    /// Unsigned 32-bit.
+    U32,
+    /// Unsigned 64-bit.
+    U64,
+    /// Signed 32-bit.
+    I32,
+    /// Signed 64-bit.
+    I64,
+    /// IEEE 754 single precision (buffer fields only: floats do not travel in integer registers).
+    F32,
+    /// A pointer (shown in hex).
+    Ptr,
+}
+
+impl ArgType {
+    /// Size in bytes when read from memory.
+    pub fn size(self) -> usize {
+        match self {
+            ArgType::U8 => 1,
+            ArgType::U16 => 2,
+            ArgType::U32 | ArgType::I32 | ArgType::F32 => 4,
+            ArgType::U64 | ArgType::I64 | ArgType::Ptr => 8,
+        }
+    }
+}
+
+/// Bytes behind a pointer argument, decoded as fields.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeBuffer {
+    /// Register index of the pointer.
+    pub ptr_arg: u8,
+    /// Register index of the length, if any (else `max_bytes` are read).
+    #[serde(default)]
+    pub len_arg: Option<u8>,
+    /// Bytes to copy at most.
+    pub max_bytes: u32,
+    /// Fields to decode.
+    #[serde(default, rename = "field")]
+    pub fields: Vec<BufferField>,
+}
+
+/// A field at an offset inside a captured buffer.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BufferField {
+    /// Name shown in events.
+    pub name: String,
+    /// Byte offset from the start of the buffer.
+    pub offset: u32,
+    /// How to read it (little-endian).
+    #[serde(rename = "type")]
+    pub ty: ArgType,
+    /// Decode only when another value equals something (e.g. message type 4).
+    #[serde(default)]
+    pub condition: Option<FieldCondition>,
+}
+
+/// Decode a field only when `field` (an argument or an earlier field) equals `equals`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldCondition {
+    /// Name of an argument or of another buffer field.
+    pub field: String,
+    /// Value it must have.
+    pub equals: u64,
+}
+
+impl RateUnit {
+    fn pps() -> Self {
+        RateUnit::Pps
+    }
+}
+
+impl RateKind {
+    fn unknown() -> Self {
+        RateKind::Unknown
+    }
+    fn exact() -> Self {
+        RateKind::Exact
+    }
+}
+
+impl ValueForm {
+    fn number() -> Self {
+        ValueForm::Number
+    }
+}
+
+/// 1-based line of the first line that sets `key` at top level, 0 if none.
+fn line_of(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map_or(0, |i| i + 1)
+}
+
+impl ScannerProfile {
+    /// Parses and validates a profile; errors call it `<text>`.
+    pub fn parse(text: &str) -> Result<ScannerProfile, ProfileError> {
+        Self::parse_named(text, "<text>")
+    }
+
+    /// Like [`ScannerProfile::parse`], with the file name used in error messages.
+    pub fn parse_named(text: &str, origin: &str) -> Result<ScannerProfile, ProfileError> {
+        let toml_err = |e: toml::de::Error| ProfileError::Toml {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        };
+        // The version first, so an old or new profile fails on `schema`, not on some key.
+        let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
+        let line = line_of(text, "schema");
+        match table.get("schema") {
+            None => {
+                return Err(ProfileError::Schema {
+                    origin: origin.to_string(),
+                    line,
+                    message: format!("missing: add `schema = {SCHEMA_VERSION}` as the first line"),
+                })
+            }
+            Some(toml::Value::Integer(v)) if *v == i64::from(SCHEMA_VERSION) => {}
+            Some(other) => {
+                return Err(ProfileError::Schema {
+                    origin: origin.to_string(),
+                    line,
+                    message: format!(
+                        "{other} is not supported: this scanprof reads schema = {SCHEMA_VERSION} only"
+                    ),
+                })
+            }
+        }
+        let profile: ScannerProfile = toml::from_str(text).map_err(toml_err)?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks what serde cannot: references between keys and value ranges.
+    fn validate(&self) -> Result<(), ProfileError> {
+        let bad = |key: String, message: String| ProfileError::Invalid {
+            profile: self.name.clone(),
+            key,
+            message,
+        };
+        if self.name.trim().is_empty() {
+            return Err(bad("name".into(), "must not be empty".into()));
+        }
+        let roles: Vec<&str> = self.processes.iter().map(|p| p.role.as_str()).collect();
+        for (i, p) in self.processes.iter().enumerate() {
+            if !self.fallback && p.exe.is_empty() && p.comm.is_empty() {
+                return Err(bad(
+                    format!("process[{i}]"),
+                    "needs `exe` or `comm` to be recognised".into(),
+                ));
+            }
+            if let Some(parent) = &p.parent {
+                if !roles.contains(&parent.as_str()) {
+                    return Err(bad(
+                        format!("process[{i}].parent"),
+                        format!("no process has role '{parent}'"),
+                    ));
+                }
+            }
+            for (j, t) in p.threads.iter().enumerate() {
+                if (t.pick == ThreadPick::Comm) != t.comm.is_some() {
+                    return Err(bad(
+                        format!("process[{i}].thread[{j}].comm"),
+                        "`comm` is required with pick = \"comm\" and only then".into(),
+                    ));
+                }
+            }
+        }
+        let r = &self.rate;
+        if r.kind == RateModel::Unicornscan && r.mode_flags.is_empty() {
+            return Err(bad(
+                "rate.mode_flags".into(),
+                "kind = \"unicornscan\" needs mode flags".into(),
+            ));
+        }
+        for (i, o) in r.options.iter().enumerate() {
+            if o.flags.is_empty() || o.flags.iter().any(|f| !f.starts_with('-')) {
+                return Err(bad(
+                    format!("rate.option[{i}].flags"),
+                    "needs flags starting with '-'".into(),
+                ));
+            }
+            let needs_value = o.takes == ValueForm::None && o.kind != RateKind::Unlimited;
+            if needs_value != o.value.is_some() {
+                return Err(bad(
+                    format!("rate.option[{i}].value"),
+                    "`value` is required with takes = \"none\" (unless kind = \"unlimited\") and only then"
+                        .into(),
+                ));
+            }
+            if o.unit == RateUnit::BitsPerS && r.wire_bytes.is_none() {
+                return Err(bad(
+                    "rate.wire_bytes".into(),
+                    "needed to convert bits_per_s to packets".into(),
+                ));
+            }
+        }
+        if r.default_unit == RateUnit::BitsPerS && r.wire_bytes.is_none() {
+            return Err(bad(
+                "rate.wire_bytes".into(),
+                "needed to convert bits_per_s to packets".into(),
+            ));
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for (i, p) in self.probes.iter().enumerate() {
+            if names.contains(&p.name.as_str()) {
+                return Err(bad(
+                    format!("probe[{i}].name"),
+                    format!("'{}' used twice", p.name),
+                ));
+            }
+            names.push(&p.name);
+            if !p.binary.starts_with('/') && !roles.contains(&p.binary.as_str()) {
+                return Err(bad(
+                    format!("probe[{i}].binary"),
+                    format!("'{}' is neither an absolute path nor a process role", p.binary),
+                ));
+            }
+            for (j, a) in p.args.iter().enumerate() {
+                if a.reg > 5 {
+                    return Err(bad(
+                        format!("probe[{i}].args[{j}].reg"),
+                        "register index 0..=5".into(),
+                    ));
+                }
+                if a.ty == ArgType::F32 {
+                    return Err(bad(
+                        format!("probe[{i}].args[{j}].type"),
+                        "f32 is for buffer fields".into(),
+                    ));
+                }
+            }
+            if let Some(b) = &p.buffer {
+                let arg_names: Vec<&str> = p.args.iter().map(|a| a.name.as_str()).collect();
+                if b.ptr_arg > 5 || b.len_arg.is_some_and(|l| l > 5) {
+                    return Err(bad(format!("probe[{i}].buffer"), "register index 0..=5".into()));
+                }
+                for (j, f) in b.fields.iter().enumerate() {
+                    if f.offset as usize + f.ty.size() > b.max_bytes as usize {
+                        return Err(bad(
+                            format!("probe[{i}].buffer.field[{j}].offset"),
+                            format!("'{}' ends beyond max_bytes = {}", f.name, b.max_bytes),
+                        ));
+                    }
+                    if let Some(c) = &f.condition {
+                        let earlier = b.fields[..j].iter().any(|g| g.name == c.field);
+                        if !earlier && !arg_names.contains(&c.field.as_str()) {
+                            return Err(bad(
+                                format!("probe[{i}].buffer.field[{j}].condition.field"),
+                                format!("'{}' is neither an argument nor an earlier field", c.field),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,584 @@
+//! Unit tests of the profile schema, the built-in profiles, recognition and rate extraction.
+
+use super::*;
+
+fn set() -> ProfileSet {
+    ProfileSet::builtin().expect("built-in profiles parse")
+}
+
+fn rate(profile: &str, args: &str, config: Option<&str>) -> RequestedRate {
+    let set = set();
+    let p = set.get(profile).expect("profile exists");
+    let argv: Vec<String> = args.split_whitespace().map(String::from).collect();
+    requested_rate(p, &argv, config)
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() < 1e-9 * b.abs().max(1.0))
+}
+
+/// Checks pps and kind; prints the whole result on failure.
+fn check(r: &RequestedRate, pps: Option<f64>, kind: RateKind) {
+    let ok = match pps {
+        Some(p) => close(r.pps, p),
+        None => r.pps.is_none(),
+    };
+    assert!(ok && r.kind == kind, "expected {pps:?} {kind:?}, got {r:#?}");
+}
+
+const MINIMAL: &str = r#"
+schema = 1
+name = "t"
+description = "test"
+[[process]]
+role = "sender"
+exe = ["t"]
+[rate]
+kind = "options"
+"#;
+
+// ---- schema -------------------------------------------------------------------------------
+
+#[test]
+fn every_builtin_profile_parses() {
+    let set = set();
+    let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "unicornscan",
+            "masscan",
+            "zmap",
+            "nmap",
+            "hping3",
+            "scanprof-send",
+            "generic"
+        ]
+    );
+    assert!(set.profiles().last().is_some_and(|p| p.fallback));
+}
+
+#[test]
+fn minimal_profile_parses() {
+    let p = ScannerProfile::parse(MINIMAL).expect("parses");
+    assert_eq!(p.name, "t");
+    assert_eq!(p.rate.default_kind, RateKind::Unknown);
+    assert!(p.probes.is_empty());
+}
+
+#[test]
+fn unknown_top_level_key_is_rejected_by_name_and_line() {
+    let text = format!("{MINIMAL}\n");
+    let text = text.replace(
+        "description = \"test\"",
+        "description = \"test\"\ncolour = \"red\"",
+    );
+    let e = ScannerProfile::parse(&text).unwrap_err().to_string();
+    assert!(e.contains("colour") && e.contains("line 5"), "{e}");
+}
+
+#[test]
+fn unknown_nested_key_is_rejected_by_name() {
+    let text = format!("{MINIMAL}\n[[rate.option]]\nflags = [\"-r\"]\nmultiplyer = 2\n");
+    let e = ScannerProfile::parse(&text).unwrap_err().to_string();
+    assert!(e.contains("multiplyer"), "{e}");
+    let text = format!(
+        "{MINIMAL}\n[[probe]]\nname=\"a\"\nbinary=\"sender\"\nsymbol=\"f\"\nrole=\"send\"\nperpacket=true\n"
+    );
+    let e = ScannerProfile::parse(&text).unwrap_err().to_string();
+    assert!(e.contains("perpacket"), "{e}");
+}
+
+#[test]
+fn wrong_or_missing_schema_is_rejected_naming_schema() {
+    let e = ScannerProfile::parse(&MINIMAL.replace("schema = 1", "schema = 2")).unwrap_err();
+    assert!(matches!(e, ProfileError::Schema { line: 2, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("'schema'") && msg.contains("2 is not supported"),
+        "{msg}"
+    );
+    let e = ScannerProfile::parse(&MINIMAL.replace("schema = 1", ""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'schema'") && e.contains("missing"), "{e}");
+    // A new schema with new keys fails on the version, not on the unknown key.
+    let text = MINIMAL.replace("schema = 1", "schema = 2\nnew_key = 1");
+    assert!(matches!(
+        ScannerProfile::parse(&text),
+        Err(ProfileError::Schema { .. })
+    ));
+}
+
+#[test]
+fn bad_values_and_references_are_rejected() {
+    let e = ScannerProfile::parse(&MINIMAL.replace("kind = \"options\"", "kind = \"magic\"")).unwrap_err();
+    assert!(e.to_string().contains("magic"), "{e}");
+    let probe = |extra: &str| {
+        format!("{MINIMAL}\n[[probe]]\nname=\"a\"\nbinary=\"sender\"\nsymbol=\"f\"\nrole=\"send\"\n{extra}")
+    };
+    let e =
+        ScannerProfile::parse(&probe("").replace("binary=\"sender\"", "binary=\"listener\"")).unwrap_err();
+    assert!(e.to_string().contains("probe[0].binary"), "{e}");
+    let e = ScannerProfile::parse(&probe("args = [{ name = \"x\", reg = 7, type = \"u32\" }]")).unwrap_err();
+    assert!(e.to_string().contains("probe[0].args[0].reg"), "{e}");
+    let buf = "[probe.buffer]\nptr_arg = 0\nmax_bytes = 8\n[[probe.buffer.field]]\nname=\"v\"\noffset=6\ntype=\"u32\"\n";
+    let e = ScannerProfile::parse(&probe(buf)).unwrap_err();
+    assert!(e.to_string().contains("probe[0].buffer.field[0].offset"), "{e}");
+    let cond = buf.replace(
+        "offset=6",
+        "offset=0\ncondition = { field = \"nope\", equals = 4 }",
+    );
+    let e = ScannerProfile::parse(&probe(&cond)).unwrap_err();
+    assert!(e.to_string().contains("condition.field"), "{e}");
+    let e = ScannerProfile::parse(&format!(
+        "{MINIMAL}\n[[rate.option]]\nflags=[\"--fast\"]\ntakes=\"none\"\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("rate.option[0].value"), "{e}");
+}
+
+#[test]
+fn unicornscan_probes_decode_the_work_unit() {
+    let set = set();
+    let p = set.get("unicornscan").expect("unicornscan");
+    let names: Vec<&str> = p.probes.iter().map(|p| p.name.as_str()).collect();
+    for n in [
+        "init_tslot",
+        "tsc_init_tslot",
+        "gtod_init_tslot",
+        "sleep_init_tslot",
+        "start_tslot",
+        "end_tslot",
+    ] {
+        assert!(names.contains(&n), "{n} missing");
+    }
+    let init = p
+        .probes
+        .iter()
+        .find(|p| p.name == "init_tslot")
+        .expect("init_tslot");
+    assert_eq!(init.role, ProbeRole::RateSetup);
+    assert_eq!(
+        (init.args[0].reg, init.args[0].ty, init.args[1].ty),
+        (0, ArgType::U32, ArgType::U8)
+    );
+    let send = p
+        .probes
+        .iter()
+        .find(|p| p.name == "master_send_message")
+        .expect("send_message");
+    let buf = send.buffer.as_ref().expect("buffer");
+    assert_eq!((buf.ptr_arg, buf.len_arg), (3, Some(4)));
+    let pps = buf.fields.iter().find(|f| f.name == "pps").expect("pps field");
+    assert_eq!((pps.offset, pps.ty), (10, ArgType::U32));
+    assert_eq!(
+        pps.condition,
+        Some(FieldCondition {
+            field: "type".into(),
+            equals: 4
+        })
+    );
+    let dt = buf
+        .fields
+        .iter()
+        .find(|f| f.name == "delay_type")
+        .expect("delay_type");
+    assert_eq!((dt.offset, dt.ty), (14, ArgType::U8));
+    let done = p
+        .probes
+        .iter()
+        .find(|p| p.name == "sender_send_message")
+        .expect("sender send_message");
+    let f = &done.buffer.as_ref().expect("buffer").fields[0];
+    assert_eq!(
+        (f.ty, f.condition.as_ref().map(|c| c.equals)),
+        (ArgType::F32, Some(5))
+    );
+    // Per-packet probes are marked, the rest are not.
+    for probe in &p.probes {
+        let per_packet = ["start_tslot", "end_tslot", "ip_send"].contains(&probe.name.as_str());
+        assert_eq!(probe.per_packet, per_packet, "{}", probe.name);
+    }
+}
+
+#[test]
+fn scanners_without_symbols_have_no_probes() {
+    let set = set();
+    for name in ["masscan", "hping3", "generic"] {
+        assert!(set.get(name).is_some_and(|p| p.probes.is_empty()), "{name}");
+    }
+    let sp = set.get("scanprof-send").expect("scanprof-send");
+    let syms: Vec<(&str, bool)> = sp
+        .probes
+        .iter()
+        .map(|p| (p.symbol.as_str(), p.per_packet))
+        .collect();
+    assert_eq!(
+        syms,
+        [
+            ("scanprof_sender_init_slot", false),
+            ("scanprof_sender_calibrate", false),
+            ("scanprof_sender_wait_slot", true),
+            ("scanprof_sender_send", true)
+        ]
+    );
+}
+
+// ---- recognition ----------------------------------------------------------------------------
+
+#[test]
+fn recognises_scanners_and_roles() {
+    let set = set();
+    let cases = [
+        ("/usr/bin/unicornscan", "unicornscan", "unicornscan", "master"),
+        ("/usr/bin/unicornscan", "us", "unicornscan", "master"),
+        ("", "us", "unicornscan", "master"),
+        (
+            "/usr/libexec/unicornscan/unisend",
+            "unisend",
+            "unicornscan",
+            "sender",
+        ),
+        (
+            "/usr/lib/unicornscan/unilisten",
+            "unilisten",
+            "unicornscan",
+            "listener",
+        ),
+        ("/usr/bin/masscan", "masscan", "masscan", "scanner"),
+        ("/usr/sbin/zmap", "zmap", "zmap", "scanner"),
+        ("/usr/bin/nmap", "nmap", "nmap", "scanner"),
+        ("/usr/sbin/hping3", "hping3", "hping3", "scanner"),
+        (
+            "/work/main/target/debug/scanprof",
+            "scanprof",
+            "scanprof-send",
+            "sender",
+        ),
+        ("/usr/bin/python3", "python3", "generic", "sender"),
+        ("", "", "generic", "sender"),
+    ];
+    for (exe, comm, name, role) in cases {
+        let (p, r) = set.recognise(exe, comm).expect("something matches");
+        assert_eq!((p.name.as_str(), r), (name, role), "exe {exe:?} comm {comm:?}");
+    }
+}
+
+#[test]
+fn comm_is_compared_on_the_kernels_truncation() {
+    let long = r#"
+schema = 1
+name = "long"
+description = "x"
+[[process]]
+role = "sender"
+comm = ["averyveryverylongname"]
+[rate]
+kind = "options"
+"#;
+    let set = ProfileSet::new(vec![ScannerProfile::parse(long).expect("parses")]).expect("set");
+    assert!(set.recognise("", "averyveryverylo").is_some());
+    assert!(
+        set.recognise("", "averyvery").is_none(),
+        "no fallback in this set"
+    );
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let p = ScannerProfile::parse(MINIMAL).expect("parses");
+    assert!(ProfileSet::new(vec![p.clone(), p]).is_err());
+}
+
+// ---- rates: unicornscan ---------------------------------------------------------------------
+
+const UNICORN_CONF: &str = "global {\n\tpps:\t\t300;\n\tdelaytype:\ttsc;\n};\n";
+
+#[test]
+fn unicornscan_rates() {
+    // Default 250 when nothing is given.
+    let r = rate("unicornscan", "unicornscan 10.0.0.1:80", None);
+    check(&r, Some(250.0), RateKind::Exact);
+    assert!(r.provenance[0].starts_with("default: 250"), "{:?}", r.provenance);
+    assert_eq!(r.work_units.len(), 1);
+    // Config file's pps: 300 without -r.
+    let r = rate("unicornscan", "unicornscan 10.0.0.1:80", Some(UNICORN_CONF));
+    check(&r, Some(300.0), RateKind::Exact);
+    assert_eq!(r.provenance[0], "config: pps:\t\t300;");
+    // Command line wins over config, and the conflict is reported.
+    for args in [
+        "us -r 1000 10.0.0.1",
+        "us -r1000 10.0.0.1",
+        "us --pps=1000 10.0.0.1",
+        "us --pps 1000 x",
+    ] {
+        let r = rate("unicornscan", args, Some(UNICORN_CONF));
+        check(&r, Some(1000.0), RateKind::Exact);
+        assert!(
+            r.conflicts.iter().any(|c| c.contains("overrides config")),
+            "{args}: {:?}",
+            r.conflicts
+        );
+    }
+    // The same without a config: no conflict.
+    assert!(rate("unicornscan", "us -r 1000 h", None).conflicts.is_empty());
+}
+
+#[test]
+fn unicornscan_mode_strings() {
+    // A rate inside the mode string wins over -r.
+    let r = rate("unicornscan", "us -r 1000 -mT500 10.0.0.0/24:80", None);
+    check(&r, Some(500.0), RateKind::Exact);
+    assert_eq!(r.work_units[0].source, "mT500");
+    // Compound mode: two work units with their own rates; no single figure.
+    let r = rate("unicornscan", "us -mA100+T500 10.0.0.0/24", None);
+    check(&r, None, RateKind::Exact);
+    let units: Vec<(&str, f64)> = r.work_units.iter().map(|u| (u.mode.as_str(), u.pps)).collect();
+    assert_eq!(units, [("A", 100.0), ("T", 500.0)]);
+    // A phase without a rate uses the global rate.
+    let r = rate("unicornscan", "us -r 700 -m A100+U x", None);
+    let units: Vec<(&str, f64)> = r.work_units.iter().map(|u| (u.mode.as_str(), u.pps)).collect();
+    assert_eq!(units, [("A", 100.0), ("U", 700.0)]);
+    // Per-target mode beside a target without one.
+    let r = rate("unicornscan", "us -r 1000 10.0.0.1:mT500,80 10.0.0.2:443", None);
+    let units: Vec<(&str, &str, f64)> = r
+        .work_units
+        .iter()
+        .map(|u| (u.target.as_str(), u.mode.as_str(), u.pps))
+        .collect();
+    assert_eq!(units, [("all targets", "T", 1000.0), ("10.0.0.1", "T", 500.0)]);
+    assert!(r.pps.is_none());
+    // The value of another option (`-i eth0`) is not taken for a target without a mode.
+    let r = rate("unicornscan", "us -i eth0 10.0.0.1:mT500,80", None);
+    check(&r, Some(500.0), RateKind::Exact);
+    assert_eq!(r.work_units.len(), 1);
+    // Only targets with their own mode, all at one rate: a single figure again.
+    let r = rate("unicornscan", "us 10.0.0.1:mU200,53", None);
+    check(&r, Some(200.0), RateKind::Exact);
+    // An unreadable mode string is a conflict, not a guess.
+    let r = rate("unicornscan", "us -mT5x0 h", None);
+    assert!(
+        r.conflicts.iter().any(|c| c.contains("T5x0")),
+        "{:?}",
+        r.conflicts
+    );
+}
+
+// ---- rates: masscan -------------------------------------------------------------------------
+
+#[test]
+fn masscan_rates() {
+    let r = rate("masscan", "masscan 10.0.0.0/8 -p80", None);
+    check(&r, Some(100.0), RateKind::Exact);
+    check(
+        &rate("masscan", "masscan -p80 --rate 10000 10.0.0.0/8", None),
+        Some(10000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("masscan", "masscan --rate=2500.5 10.0.0.0/8", None),
+        Some(2500.5),
+        RateKind::Exact,
+    );
+    check(
+        &rate("masscan", "masscan --max-rate 5000 10.0.0.0/8", None),
+        Some(5000.0),
+        RateKind::Exact,
+    );
+    // --rate and --max-rate are one setting: the last wins, and that is reported.
+    let r = rate("masscan", "masscan --rate 100 --max-rate 200 x", None);
+    check(&r, Some(200.0), RateKind::Exact);
+    assert_eq!(r.conflicts, ["argv: --max-rate 200 overrides --rate 100"]);
+    // Config `rate = N`, and argv over config.
+    check(
+        &rate("masscan", "masscan x", Some("rate = 300000.00\n")),
+        Some(300000.0),
+        RateKind::Exact,
+    );
+    let r = rate("masscan", "masscan --rate 7 x", Some("# c\nrate = 3\n"));
+    check(&r, Some(7.0), RateKind::Exact);
+    assert_eq!(r.conflicts.len(), 1);
+    // The RST budget is stated in the provenance.
+    assert!(r.provenance.iter().any(|p| p.contains("RST")));
+}
+
+// ---- rates: zmap ----------------------------------------------------------------------------
+
+#[test]
+fn zmap_rates() {
+    // Default: 10000 targets/s x 1 probe.
+    check(
+        &rate("zmap", "zmap -p 80 10.0.0.0/8", None),
+        Some(10000.0),
+        RateKind::Exact,
+    );
+    // -r counts targets: x -P probes.
+    check(
+        &rate("zmap", "zmap -r 1000 -P 3 -p 80", None),
+        Some(3000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("zmap", "zmap --rate=1000 --probes=2", None),
+        Some(2000.0),
+        RateKind::Exact,
+    );
+    check(&rate("zmap", "zmap -r1000", None), Some(1000.0), RateKind::Exact);
+    // -B: bits per second / 672 bits per packet (84 bytes), whole packets.
+    // 10 Mbit/s / 672 = 14880.95 -> 14880 targets/s.
+    let r = rate("zmap", "zmap -B 10M -p 80", None);
+    check(&r, Some(14880.0), RateKind::Exact);
+    assert!(
+        r.provenance.iter().any(|p| p.contains("84 bytes")),
+        "{:?}",
+        r.provenance
+    );
+    // 1 Gbit/s x 2 probes: 1488095 x 2.
+    check(
+        &rate("zmap", "zmap --bandwidth=1G -P 2", None),
+        Some(2976190.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("zmap", "zmap -B 100000", None),
+        Some(148.0),
+        RateKind::Exact,
+    );
+    // -r 0: unlimited.
+    check(&rate("zmap", "zmap -r 0 -p 80", None), None, RateKind::Unlimited);
+    // -r with -B: zmap refuses to start.
+    let r = rate("zmap", "zmap -r 10 -B 1M", None);
+    assert!(
+        r.conflicts.iter().any(|c| c.contains("refuses")),
+        "{:?}",
+        r.conflicts
+    );
+}
+
+// ---- rates: nmap ----------------------------------------------------------------------------
+
+#[test]
+fn nmap_rates() {
+    let r = rate("nmap", "nmap -sS 10.0.0.1", None);
+    check(&r, None, RateKind::Unknown);
+    assert!(r.provenance[0].contains("congestion"), "{:?}", r.provenance);
+    check(
+        &rate("nmap", "nmap --max-rate 1000 x", None),
+        Some(1000.0),
+        RateKind::Cap,
+    );
+    check(
+        &rate("nmap", "nmap --min-rate=50 x", None),
+        Some(50.0),
+        RateKind::Floor,
+    );
+    let r = rate("nmap", "nmap --min-rate 100 --max-rate 500 x", None);
+    check(&r, Some(500.0), RateKind::Cap);
+    assert_eq!(r.floor_pps, Some(100.0));
+    assert!(r.conflicts.is_empty());
+    // getopt_long_only spelling, and a floor above the cap.
+    let r = rate("nmap", "nmap -max-rate 100 --min-rate 500 x", None);
+    check(&r, Some(100.0), RateKind::Cap);
+    assert!(
+        r.conflicts
+            .iter()
+            .any(|c| c.contains("floor 500 pps above cap 100")),
+        "{:?}",
+        r.conflicts
+    );
+}
+
+// ---- rates: hping3 --------------------------------------------------------------------------
+
+#[test]
+fn hping3_rates() {
+    check(
+        &rate("hping3", "hping3 -S -p 80 h", None),
+        Some(1.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 -S -i u100 h", None),
+        Some(10000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 -S -iu250 h", None),
+        Some(4000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 -S --interval=u1000 h", None),
+        Some(1000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 -S -i 2 h", None),
+        Some(0.5),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 --fast h", None),
+        Some(10.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 --faster h", None),
+        Some(1_000_000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("hping3", "hping3 --flood h", None),
+        None,
+        RateKind::Unlimited,
+    );
+    check(&rate("hping3", "hping3 -i u0 h", None), None, RateKind::Unlimited);
+    // --flood wins whatever the order; the last of -i / --fast wins otherwise.
+    let r = rate("hping3", "hping3 --flood -i u100 h", None);
+    check(&r, None, RateKind::Unlimited);
+    assert_eq!(r.conflicts, ["argv: --flood overrides -i u100"]);
+    check(
+        &rate("hping3", "hping3 --fast -i u500 h", None),
+        Some(2000.0),
+        RateKind::Exact,
+    );
+    let r = rate("hping3", "hping3 -i", None);
+    assert!(r.conflicts[0].contains("without a value"), "{:?}", r.conflicts);
+}
+
+// ---- rates: scanprof send and generic -------------------------------------------------------
+
+#[test]
+fn scanprof_send_and_generic_rates() {
+    check(
+        &rate("scanprof-send", "scanprof send --count 10 127.0.0.1", None),
+        Some(1000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("scanprof-send", "scanprof send --rate 5000", None),
+        Some(5000.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("scanprof-send", "scanprof send --rate=250", None),
+        Some(250.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("scanprof-send", "scanprof send --rate 0", None),
+        None,
+        RateKind::Unlimited,
+    );
+    check(
+        &rate("generic", "mysender --pps 42", None),
+        Some(42.0),
+        RateKind::Exact,
+    );
+    let r = rate("generic", "mysender -x", None);
+    check(&r, None, RateKind::Unknown);
+    assert!(r.provenance[0].contains("--requested"));
+    let r = rate("generic", "mysender --rate fast", None);
+    assert_eq!(r.conflicts, ["argv: --rate fast: not a rate, ignored"]);
+}
