@@ -182,3 +182,16 @@ fn histograms_decode_and_counters_map_to_their_fields() {
     assert_eq!((c.first_send_ns, c.last_send_ns), (111, 222));
     assert_eq!((c.ipc_calls, c.ipc_bytes), (6, 600));
 }
+
+#[test]
+fn drop_class_names_are_the_json_names() {
+    use crate::collect::DropClass;
+    for c in [
+        DropClass::TargetLoss,
+        DropClass::Expected,
+        DropClass::ReplyLoss,
+        DropClass::Unrelated,
+    ] {
+        assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+    }
+}

@@ -33,6 +33,16 @@ pub enum DropClass {
 }
 
 impl DropClass {
+    /// The class as the JSON output names it (`target_loss`, `expected`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropClass::TargetLoss => "target_loss",
+            DropClass::Expected => "expected",
+            DropClass::ReplyLoss => "reply_loss",
+            DropClass::Unrelated => "unrelated",
+        }
+    }
+
     fn from_wire(v: u32) -> DropClass {
         match sp_drop_class(v) {
             sp_drop_class::SP_CLASS_TARGET_LOSS => DropClass::TargetLoss,
@@ -265,12 +275,18 @@ pub struct Collector {
 
 impl Collector {
     /// Registers the family (and its current threads) with the probes.
-    pub fn new(probes: ProbeSet, family: ProcessTable, now_ns: u64) -> anyhow::Result<Collector> {
+    /// `reasons` are the kernel's drop-reason names (KernelFeatures::drop_reasons).
+    pub fn new(
+        probes: ProbeSet,
+        family: ProcessTable,
+        reasons: BTreeMap<u32, String>,
+        now_ns: u64,
+    ) -> anyhow::Result<Collector> {
         let collector = Collector {
             probes,
             family,
             symbols: KernelSymbols::default(),
-            reasons: probes::drop_reason_names().unwrap_or_default(),
+            reasons,
             retired: Vec::new(),
             episodes: Vec::new(),
         };
@@ -438,22 +454,17 @@ impl Collector {
     }
 }
 
-fn cstr(bytes: &[i8]) -> String {
-    let b: Vec<u8> = bytes.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect();
-    String::from_utf8_lossy(&b).into_owned()
-}
-
 fn decode_event(e: &sp_event) -> Option<FamilyEvent> {
     Some(match sp_event_kind(e.kind) {
         sp_event_kind::SP_EV_FORK => FamilyEvent::Forked {
             pid: e.tgid,
             ppid: e.ppid,
-            comm: cstr(&e.comm),
+            comm: probes::c_chars(&e.comm),
         },
         sp_event_kind::SP_EV_EXEC => FamilyEvent::Execed {
             pid: e.tgid,
-            comm: cstr(&e.comm),
-            path: cstr(&e.path),
+            comm: probes::c_chars(&e.comm),
+            path: probes::c_chars(&e.path),
         },
         sp_event_kind::SP_EV_EXIT => FamilyEvent::Exited {
             pid: e.tgid,

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use nix::sys::signal::{kill, Signal};
-use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
 use super::family::{ProcessInfo, ProcessTable};
 use super::{Collector, CounterSample, FamilyEvent};
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
 use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, ProbeStatus};
+use crate::system::monotonic_ns;
 
 /// What to profile.
 #[derive(Debug, Clone)]
@@ -83,13 +83,6 @@ impl Session {
             Err(_) => bail!("the collection thread panicked"),
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() reads.
-pub fn monotonic_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
 }
 
 /// Starts a session. Returns once the probes are attached (and a launched command released),
@@ -234,7 +227,7 @@ fn collect(
         let features = KernelFeatures::detect();
         let probes = ProbeSet::load(&cfg.probe_options, &features)?;
         let start_ns = monotonic_ns();
-        let collector = Collector::new(probes, family, start_ns)?;
+        let collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
         Ok((collector, start_ns))
     };
     let setup = setup();

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::probes::{self, KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS};
+use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,7 +95,7 @@ fn checks(load_probes: bool) -> Vec<Check> {
         )
     });
     for (tp, what) in TRACEPOINTS {
-        out.push(if probes::tracepoint_exists(tp) {
+        out.push(if features.has_tracepoint(tp) {
             check(format!("tracepoint {tp}"), Status::Ok, what, None)
         } else {
             check(

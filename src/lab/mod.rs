@@ -19,7 +19,7 @@ use nix::sched::{setns, CloneFlags};
 use nix::sys::socket::{setsockopt, sockopt};
 use serde::Serialize;
 
-use crate::senders::udp::monotonic_ns;
+use crate::system::monotonic_ns;
 use crate::system::netstat::{self, LinkStats, QdiscStats};
 
 /// Labs created so far by this process; numbers them so their names differ.

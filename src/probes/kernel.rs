@@ -2,7 +2,7 @@
 //! shape of the kfree_skb tracepoint, and the names of its drop reasons (their numbers differ
 //! between kernels, so they are never hard-coded).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use libbpf_rs::btf::types::{Enum, FuncProto, Typedef};
@@ -19,10 +19,15 @@ pub struct KernelFeatures {
     pub kfree_skb_reason: bool,
     /// numeric value of SKB_DROP_REASON_NO_SOCKET on this kernel
     pub drop_reason_no_socket: u32,
+    /// the kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix
+    #[serde(skip)]
+    pub drop_reasons: BTreeMap<u32, String>,
+    /// which of TRACEPOINTS this kernel has (as BTF-typed tracepoints)
+    pub tracepoints: BTreeSet<&'static str>,
 }
 
 impl KernelFeatures {
-    /// Reads the running kernel's BTF.
+    /// Reads the running kernel's BTF, once.
     pub fn detect() -> KernelFeatures {
         let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
         let vmlinux = if btf { Btf::from_vmlinux().ok() } else { None };
@@ -30,7 +35,17 @@ impl KernelFeatures {
             .as_ref()
             .and_then(|b| tracepoint_params(b, "kfree_skb"))
             .unwrap_or(0);
-        let reasons = drop_reason_names().unwrap_or_default();
+        let reasons = vmlinux.as_ref().and_then(drop_reason_names).unwrap_or_default();
+        let tracepoints = TRACEPOINTS
+            .iter()
+            .map(|(tp, _)| *tp)
+            .filter(|tp| {
+                vmlinux.as_ref().is_some_and(|b| {
+                    b.type_by_name::<Typedef<'_>>(&format!("btf_trace_{tp}"))
+                        .is_some()
+                })
+            })
+            .collect();
         let no_socket = reasons
             .iter()
             .find(|(_, n)| n.as_str() == "NO_SOCKET")
@@ -42,7 +57,14 @@ impl KernelFeatures {
             kfree_skb_rx_sk: params >= 5,
             kfree_skb_reason: params >= 4,
             drop_reason_no_socket: no_socket,
+            drop_reasons: reasons,
+            tracepoints,
         }
+    }
+
+    /// Whether the running kernel has a BTF-typed tracepoint of that name (one of TRACEPOINTS).
+    pub fn has_tracepoint(&self, name: &str) -> bool {
+        self.tracepoints.contains(name)
     }
 }
 
@@ -59,9 +81,8 @@ fn tracepoint_params(btf: &Btf<'_>, tracepoint: &str) -> Option<usize> {
     Some(proto.len())
 }
 
-/// The running kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix.
-pub fn drop_reason_names() -> Option<BTreeMap<u32, String>> {
-    let btf = Btf::from_vmlinux().ok()?;
+/// The kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix.
+fn drop_reason_names(btf: &Btf<'_>) -> Option<BTreeMap<u32, String>> {
     let reasons: Enum<'_> = btf.type_by_name("skb_drop_reason")?;
     Some(
         reasons
@@ -108,11 +129,3 @@ pub const TRACEPOINTS: [(&str, &str); 18] = [
     ("neigh_update", "finished neighbour resolutions"),
     ("kfree_skb", "every packet drop, reason and location"),
 ];
-
-/// Whether the running kernel has a BTF-typed tracepoint of that name.
-pub fn tracepoint_exists(name: &str) -> bool {
-    Btf::from_vmlinux().ok().is_some_and(|b| {
-        b.type_by_name::<Typedef<'_>>(&format!("btf_trace_{name}"))
-            .is_some()
-    })
-}

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenObject};
 use thiserror::Error;
 
-pub use kernel::{drop_reason_names, tracepoint_exists, KernelFeatures, TRACEPOINTS};
+pub use kernel::{KernelFeatures, TRACEPOINTS};
 
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod family_skel {
@@ -363,16 +363,7 @@ impl ProbeSet {
                 let key = read_pod::<sp_dev_key>(&k)?;
                 let v = self.devnames.lookup(&k, MapFlags::ANY).ok().flatten()?;
                 let name = read_pod::<sp_dev_name>(&v)?;
-                let bytes: Vec<u8> = name
-                    .name
-                    .iter()
-                    .map(|c| *c as u8)
-                    .take_while(|c| *c != 0)
-                    .collect();
-                Some((
-                    (key.ifindex, key.netns),
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                ))
+                Some(((key.ifindex, key.netns), c_chars(&name.name)))
             })
             .collect()
     }
@@ -557,6 +548,12 @@ fn percpu_rows<K: Copy, V: Copy + Default>(map: &MapHandle, fold: impl Fn(&mut V
             Some((key, acc))
         })
         .collect()
+}
+
+/// A NUL-terminated `char[]` of the ABI (comm, path, device name) as a String.
+pub fn c_chars(bytes: &[i8]) -> String {
+    let b: Vec<u8> = bytes.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect();
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 /// Copies a plain-data ABI value out of map bytes; None if the bytes are too short.

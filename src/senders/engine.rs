@@ -14,7 +14,8 @@ use super::pacing::{PacerKind, SlotModel};
 use super::report::{RunFacts, SendRecorder, SendReport};
 use super::symbols;
 use super::tsc::TscSource;
-use super::udp::{is_safe_destination, monotonic_ns};
+use super::udp::is_safe_destination;
+use crate::system::monotonic_ns;
 use std::net::SocketAddrV4;
 
 /// Largest UDP payload over IPv4, in bytes.

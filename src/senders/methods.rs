@@ -740,8 +740,8 @@ impl TxRing {
     /// counted as failed (ETIMEDOUT) and their slots freed. Returns packets transmitted.
     fn reclaim(&mut self, fd: RawFd, errors: &mut BTreeMap<String, u64>) -> u64 {
         let mut sent = 0;
-        let deadline = super::udp::monotonic_ns() + RING_SLOT_PATIENCE_NS;
-        while !self.pending.is_empty() && super::udp::monotonic_ns() < deadline {
+        let deadline = crate::system::monotonic_ns() + RING_SLOT_PATIENCE_NS;
+        while !self.pending.is_empty() && crate::system::monotonic_ns() < deadline {
             let waiting = self
                 .pending
                 .iter()

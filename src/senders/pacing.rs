@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::sys::time::TimeSpec;
 use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
 
-use super::udp::monotonic_ns;
+use crate::system::monotonic_ns;
 
 const NS_PER_S: f64 = 1e9;
 /// Longest single wait: a slot further away than this makes [`Pacer::wait`] return

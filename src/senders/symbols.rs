@@ -99,7 +99,7 @@ pub extern "C" fn scanprof_sender_wait_slot() -> SlotTimes {
         Some(ActivePacer::Tsc(p)) => p.wait(),
         // No schedule: nothing to wait for.
         None => {
-            let now = super::udp::monotonic_ns();
+            let now = crate::system::monotonic_ns();
             Wait::Due {
                 due_ns: now,
                 start_ns: now,

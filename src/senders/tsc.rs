@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::pacing::Clock;
-use super::udp::monotonic_ns;
+use crate::system::monotonic_ns;
 
 /// How long the classic calibration sleeps between its two (CLOCK_MONOTONIC, TSC) samples.
 pub const CALIBRATION_SLEEP: Duration = Duration::from_millis(100);

@@ -1,6 +1,5 @@
-//! The reference UDP sender's stable entry points for the rest of scanprof: the clock every part
-//! shares ([`monotonic_ns`]), the destination rule ([`is_safe_destination`]) and a plain paced
-//! UDP run ([`run`]) as `crate::lab` and its tests use it. The sender itself (pacers, slot
+//! The reference UDP sender's stable entry points for the rest of scanprof: the destination
+//! rule ([`is_safe_destination`]) and a plain paced UDP run ([`run`]) as `crate::lab` and its tests use it. The sender itself (pacers, slot
 //! models, send methods, report) lives in `super::engine` and the modules next to it.
 //! It only ever sends to loopback or to the lab range (see [`is_safe_destination`]).
 
@@ -9,14 +8,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use nix::time::{clock_gettime, ClockId};
 
 use super::engine::{self, SendConfig};
 use super::methods::Method;
 use super::pacing::PacerKind;
 pub use super::report::SendReport;
-
-const NS_PER_S: u64 = 1_000_000_000;
 
 /// The system call that hands packets to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +82,6 @@ pub fn whole_rate(rate: f64) -> Result<u32> {
 pub fn is_safe_destination(ip: Ipv4Addr) -> bool {
     let [a, b, c, _] = ip.octets();
     ip.is_loopback() || (a, b, c) == (10, 99, 0)
-}
-
-/// CLOCK_MONOTONIC now, in ns: the clock shared by the pacer, the lab sink and the BPF side.
-pub fn monotonic_ns() -> u64 {
-    // CLOCK_MONOTONIC always exists on Linux, so the error arm cannot happen.
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map_or(0, |ts| ts.tv_sec() as u64 * NS_PER_S + ts.tv_nsec() as u64)
 }
 
 /// Sends `cfg.to` paced UDP datagrams until the count or the duration is reached or `stop` is

@@ -14,7 +14,7 @@ use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
 use procfs::{CpuInfo, Current};
 use serde::{Deserialize, Serialize};
 
-use crate::senders::udp::monotonic_ns;
+use super::monotonic_ns;
 use crate::system::netstat;
 
 const CLOCKSOURCE_DIR: &str = "/sys/devices/system/clocksource/clocksource0";

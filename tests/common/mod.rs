@@ -55,7 +55,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 
 /// CLOCK_MONOTONIC in ns: the clock of the lab sink's timestamps and of the BPF side.
 pub fn monotonic_ns() -> u64 {
-    scanprof::senders::udp::monotonic_ns()
+    scanprof::system::monotonic_ns()
 }
 
 /// |got - want| / want

@@ -452,13 +452,6 @@ fn class_rank(c: DropClass) -> u8 {
     }
 }
 
-fn class_name(c: DropClass) -> String {
-    serde_json::to_value(c)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| format!("{c:?}"))
-}
-
 fn drops(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "## Drops\n");
     if s.drops.is_empty() {
@@ -475,7 +468,7 @@ fn drops(o: &mut String, s: &Summary) {
         .iter()
         .map(|d| {
             vec![
-                class_name(d.class),
+                d.class.name().to_string(),
                 d.reason.clone(),
                 d.location.clone(),
                 d.device.clone().unwrap_or_else(|| "-".into()),

@@ -237,7 +237,7 @@ impl App {
                         d.reason.as_str(),
                         d.location.as_str(),
                         d.device.as_deref().unwrap_or(""),
-                        class_name(d),
+                        d.class.name(),
                     ]
                     .iter()
                     .any(|f| f.to_lowercase().contains(&needle))
@@ -251,16 +251,5 @@ impl App {
             DropSort::Class => rows.sort_by_key(|d| d.class),
         }
         rows
-    }
-}
-
-/// The class as the JSON names it.
-pub fn class_name(d: &DropRow) -> &'static str {
-    use crate::collect::DropClass;
-    match d.class {
-        DropClass::TargetLoss => "target_loss",
-        DropClass::Expected => "expected",
-        DropClass::ReplyLoss => "reply_loss",
-        DropClass::Unrelated => "unrelated",
     }
 }

@@ -10,7 +10,7 @@ use ratatui::widgets::{
 };
 use ratatui::Frame;
 
-use super::app::{class_name, App, Panel};
+use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
 use crate::analysis::{EndReason, Snapshot};
 use crate::collect::DropClass;
@@ -411,7 +411,7 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
             DropClass::Expected => Style::new().fg(Color::Gray),
             DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
         };
-        let mut cells = vec![class_name(d).to_string(), d.reason.clone(), d.location.clone()];
+        let mut cells = vec![d.class.name().to_string(), d.reason.clone(), d.location.clone()];
         if wide {
             cells.push(d.device.clone().unwrap_or("-".into()));
             cells.push(d.pid.map(|p| p.to_string()).unwrap_or("-".into()));
