@@ -3,8 +3,10 @@
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
 pub mod hist;
+pub mod scanner;
 pub mod snapshot;
 pub mod stats;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 
@@ -215,8 +217,12 @@ impl Analyzer {
                 cpu: s.self_cpu_ns.saturating_sub(prev.self_cpu_ns) as f64 / interval_ns as f64,
                 probe_hits_per_s: per_s(s.health.probe_hits.saturating_sub(prev.health.probe_hits)),
             },
+            scanner: None,
+            verdicts: Vec::new(),
             warnings: warnings.to_vec(),
         };
+        let mut snapshot = snapshot;
+        snapshot.verdicts = verdict::for_snapshot(&snapshot);
         self.prev = Some(s.clone());
         snapshot
     }
@@ -256,7 +262,7 @@ impl Analyzer {
         let mut drops = drop_rows(&last.drops, &[], duration_ns.max(1) as f64 / 1e9);
         drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
         let achieved = rate(t.packets);
-        Summary {
+        let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
             duration_s: duration_ns as f64 / 1e9,
@@ -300,8 +306,12 @@ impl Analyzer {
                 probe_hits_per_s: last.health.probe_hits as f64 / (duration_ns.max(1) as f64 / 1e9),
             },
             probes,
+            scanner: None,
+            verdicts: Vec::new(),
             warnings,
-        }
+        };
+        summary.verdicts = verdict::for_summary(&summary);
+        summary
     }
 
     fn ratio(&self, pps: f64) -> Option<f64> {

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::scanner::*;
 use super::stats::RunStats;
+pub use super::verdict::Verdict;
 use crate::collect::family::ProcessInfo;
 use crate::collect::{DropClass, Health, QueueDepth, TimeBudget};
 
@@ -183,6 +185,12 @@ pub struct Snapshot {
     pub health: Health,
     /// scanprof's own cost over the tick
     pub cost: Cost,
+    /// what the scanner's own functions said, when a profile with probes applies
+    #[serde(default)]
+    pub scanner: Option<ScannerView>,
+    /// ranked causes of the gap and of the losses so far, most important first
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
     pub warnings: Vec<String>,
 }
 
@@ -267,5 +275,11 @@ pub struct Summary {
     /// scanprof's own cost over the run
     pub cost: Cost,
     pub probes: Vec<crate::probes::ProbeStatus>,
+    /// what the scanner's own functions said, when a profile applies
+    #[serde(default)]
+    pub scanner: Option<ScannerView>,
+    /// ranked causes of the gap and of the losses, most important first
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
     pub warnings: Vec<String>,
 }

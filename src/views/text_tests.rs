@@ -177,6 +177,8 @@ fn fixed_summary() -> Summary {
             attached: false,
             error: Some("tracepoint skb:kfree_skb not found".to_string()),
         }],
+        scanner: None,
+        verdicts: Vec::new(),
         warnings: vec![
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
             "2 probe records were lost (ring buffer full): process and blocking events may be incomplete".to_string(),
@@ -423,6 +425,8 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         rate_stats: None,
         health: Health::default(),
         cost: Default::default(),
+        scanner: None,
+        verdicts: Vec::new(),
         warnings: Vec::new(),
     }
 }

@@ -567,6 +567,8 @@ mod tests {
             rate_stats: None,
             health: Health::default(),
             cost: Cost::default(),
+            scanner: None,
+            verdicts: Vec::new(),
             warnings: vec![],
         }
     }
