@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod unishape;
+
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
