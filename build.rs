@@ -15,6 +15,15 @@ fn main() {
         let header = header.expect("readable probes/include entry").path();
         println!("cargo:rerun-if-changed={}", header.display());
     }
+    // The uprobe programs read argument registers (PT_REGS_PARMn), which need the target arch.
+    let arch = match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("x86_64") => "x86",
+        Ok("aarch64") => "arm64",
+        Ok("riscv64") => "riscv",
+        Ok(other) => panic!("no BPF register layout known for target arch {other}"),
+        Err(_) => "x86",
+    };
+    let arch_define = format!("-D__TARGET_ARCH_{arch}");
     let mut sources: Vec<PathBuf> = fs::read_dir("probes")
         .expect("probes/ exists")
         .map(|entry| entry.expect("readable probes/ entry").path())
@@ -30,7 +39,7 @@ fn main() {
             .expect("probe file named <concern>.bpf.c");
         SkeletonBuilder::new()
             .source(&source)
-            .clang_args(["-I", "probes/include", "-Wall", "-Wno-unused-function"])
+            .clang_args(["-I", "probes/include", "-Wall", "-Wno-unused-function", &arch_define])
             .obj(out.join(format!("{name}.bpf.o")))
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));

@@ -106,7 +106,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 		return 0;
 	fill_event(e, SP_EV_EXEC, p);
 	bpf_probe_read_kernel_str(e->path, sizeof(e->path), BPF_CORE_READ(bprm, filename));
-	event_submit(e);
+	event_submit_wake(e);
 	return 0;
 }
 

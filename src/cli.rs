@@ -90,9 +90,18 @@ pub struct RunOptions {
     /// End the run after this many seconds (default: when the target's family exits, or Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// The packets per second the scanner was asked for.
+    /// The packets per second the scanner was asked for (default: read from the scanner's
+    /// command line and its own rate-setup functions, as its profile says).
     #[arg(long, value_name = "PPS")]
     pub requested: Option<f64>,
+    /// Scanner profile: unicornscan, masscan, zmap, nmap, hping3, scanprof-send, generic, or a
+    /// profile file (.toml). Default: recognised from the target's command line and executable.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+    /// Switch on the profile's per-packet uprobes: all of them, or the probes named
+    /// (comma-separated). Each hit costs the scanner about 14 us on this class of machine.
+    #[arg(long, value_name = "PROBES", num_args = 0..=1, default_missing_value = "all")]
+    pub per_packet: Option<String>,
     /// Print NDJSON (one `sample` object per tick, a `summary` at the end) instead of text.
     #[arg(long)]
     pub json: bool,

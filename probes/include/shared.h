@@ -94,6 +94,12 @@ static __always_inline void event_submit(struct sp_event *e)
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
+/* For records user space must act on at once (an exec: the new image needs its uprobes). */
+static __always_inline void event_submit_wake(struct sp_event *e)
+{
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 static __always_inline struct sp_thread *family_thread(__u32 tid)
 {
 	struct sp_thread *t = bpf_map_lookup_elem(&threads, &tid);

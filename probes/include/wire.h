@@ -204,4 +204,53 @@ enum sp_health {
 	SP_H_MAX = 8,
 };
 
+/*
+ * Scanner uprobes (uprobes.bpf.c): one program pair serves every probe a profile names. The attach
+ * cookie is the probe's index into `uprobe_cfg`, set by user space before attaching.
+ */
+#define SP_UPROBE_MAX 64
+#define SP_UPROBE_ARGS 6
+#define SP_UPROBE_BUF 256
+#define SP_UPROBE_NO_ARG 0xff
+
+/* Flags of an sp_uprobe_cfg. */
+#define SP_UP_RECORD 1		/* stream a record per call (rare probes); else only count */
+#define SP_UP_BUFFER 2		/* copy bytes behind a pointer argument into the record */
+
+struct sp_uprobe_cfg {
+	__u32 flags;		/* SP_UP_* */
+	__u8 ptr_arg;		/* register index of the pointer (SP_UP_BUFFER) */
+	__u8 len_arg;		/* register index of the length, SP_UPROBE_NO_ARG for max_bytes */
+	__u16 max_bytes;	/* at most SP_UPROBE_BUF */
+};
+
+/* Per probe, per CPU: calls from the family and time inside the function. */
+struct sp_uprobe_stats {
+	__u64 hits;		/* entries */
+	__u64 returns;		/* returns matched to an entry */
+	__u64 inside_ns;	/* entry to return, summed */
+};
+
+enum sp_ucall_kind {
+	SP_UCALL_ENTRY = 1,
+	SP_UCALL_RETURN = 2,
+};
+
+/* One call of a rare probe, on the `calls` ring buffer (entry, and return when it returns). */
+struct sp_call {
+	__u64 ts_ns;
+	__u32 kind;		/* enum sp_ucall_kind */
+	__u32 probe;		/* index into uprobe_cfg */
+	__u32 tgid;
+	__u32 tid;
+	__u64 args[SP_UPROBE_ARGS];	/* entry: argument registers */
+	__u64 ret;		/* return: the return register */
+	__u64 inside_ns;	/* return: time since the matching entry, 0 if none */
+	__u64 packets;		/* the calling thread's packets sent so far (threads map) */
+	__u64 last_pkt_ns;	/* and the entry time of its latest packet send */
+	__u32 buf_len;		/* bytes valid in buf */
+	__u32 pad;
+	__u8 buf[SP_UPROBE_BUF];
+};
+
 #endif /* SCANPROF_WIRE_H */

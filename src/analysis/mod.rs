@@ -109,6 +109,8 @@ pub struct Analyzer {
     /// scanprof's CPU time at the first sample, ns
     start_cpu_ns: u64,
     baseline: Option<Baseline>,
+    /// what the scanner's own functions say, when a profile applies
+    scanner: Option<ScannerModel>,
 }
 
 impl Analyzer {
@@ -121,7 +123,30 @@ impl Analyzer {
             queues: BTreeMap::new(),
             start_cpu_ns: 0,
             baseline: None,
+            scanner: None,
         }
+    }
+
+    /// Reads the scanner's probe calls with this model; the requested rate then follows what the
+    /// scanner set up, unless `--requested` gave it.
+    pub fn set_scanner(&mut self, model: ScannerModel) {
+        self.requested_pps = model.requested_pps();
+        self.scanner = Some(model);
+    }
+
+    /// Takes the probe calls of a sample that gets no tick of its own (the last one, read after
+    /// a launched command ended).
+    pub fn absorb(&mut self, s: &CounterSample) {
+        if let Some(m) = self.scanner.as_mut() {
+            m.ingest(&s.calls);
+            self.requested_pps = m.requested_pps();
+        }
+    }
+
+    fn scanner_view(&self, s: &CounterSample) -> Option<ScannerView> {
+        self.scanner
+            .as_ref()
+            .map(|m| m.view(&s.uprobes, &s.processes, &s.threads))
     }
 
     /// Takes the sample read at attach as the zero point of the first tick (and of scanprof's
@@ -129,6 +154,10 @@ impl Analyzer {
     pub fn baseline(&mut self, s: CounterSample) {
         self.start_ns = s.t_ns;
         self.start_cpu_ns = s.self_cpu_ns;
+        if let Some(m) = self.scanner.as_mut() {
+            m.set_start(s.t_ns);
+        }
+        self.absorb(&s);
         self.prev = Some(s);
     }
 
@@ -143,6 +172,7 @@ impl Analyzer {
 
     /// The Snapshot of the tick that ends with `s`.
     pub fn tick(&mut self, s: &CounterSample, warnings: &[String]) -> Snapshot {
+        self.absorb(s);
         let prev = self.prev.take().unwrap_or_else(|| CounterSample {
             t_ns: self.start_ns,
             self_cpu_ns: self.start_cpu_ns,
@@ -222,6 +252,7 @@ impl Analyzer {
             warnings: warnings.to_vec(),
         };
         let mut snapshot = snapshot;
+        snapshot.scanner = self.scanner_view(s);
         snapshot.verdicts = verdict::for_snapshot(&snapshot);
         self.prev = Some(s.clone());
         snapshot
@@ -262,6 +293,7 @@ impl Analyzer {
         let mut drops = drop_rows(&last.drops, &[], duration_ns.max(1) as f64 / 1e9);
         drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
         let achieved = rate(t.packets);
+        let scanner = self.scanner_view(last);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
@@ -306,7 +338,7 @@ impl Analyzer {
                 probe_hits_per_s: last.health.probe_hits as f64 / (duration_ns.max(1) as f64 / 1e9),
             },
             probes,
-            scanner: None,
+            scanner,
             verdicts: Vec::new(),
             warnings,
         };

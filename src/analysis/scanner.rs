@@ -162,3 +162,554 @@ pub struct ClaimView {
     /// (claimed / measured - 1) * 100
     pub diff_pct: Option<f64>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// The model: from the probes' calls to the view.
+
+use std::collections::BTreeMap;
+
+use crate::collect::family::ProcessInfo;
+use crate::collect::uprobes::{ProbeCall, UprobeState};
+use crate::collect::ThreadCounters;
+
+/// The requested rate as the scanner's command line (and config) say, from the profile's `[rate]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArgvRate {
+    pub pps: Option<f64>,
+    /// `exact`, `cap`, `floor`, `unlimited`, `unknown`
+    pub kind: String,
+    pub floor_pps: Option<f64>,
+    /// how it was read, step by step (`argv: -r 1000`)
+    pub provenance: Vec<String>,
+    pub conflicts: Vec<String>,
+}
+
+/// What a run's probe calls add up to. Fed in time order, one tick's calls at a time.
+#[derive(Debug, Clone)]
+pub struct ScannerModel {
+    profile: String,
+    message_types: BTreeMap<String, String>,
+    /// `--requested`, which wins over everything the scanner says
+    explicit: Option<f64>,
+    argv: ArgvRate,
+    /// TSC frequency, to turn a delay in cycles into time
+    tsc_hz: Option<f64>,
+    /// CLOCK_MONOTONIC ns at attach
+    start_ns: u64,
+    /// rate sources seen at run time: (source, pps, ns, unit index)
+    runtime: Vec<(String, Option<f64>, u64, Option<usize>)>,
+    calibrations: Vec<CalibrationView>,
+    /// open calibrations by (tid, probe): index into `calibrations`
+    open: BTreeMap<(u32, String), usize>,
+    units: Vec<Unit>,
+    /// (pid, direction, kind) -> (messages, bytes, first ns, last ns)
+    ipc: BTreeMap<(u32, String, String), (u64, u64, u64, u64)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Unit {
+    view: WorkUnitView,
+    /// the sender thread's packet count when sending began
+    packets_at_start: Option<u64>,
+    /// when sending began (set-up returned), ns
+    start_ns: Option<u64>,
+    /// the latest packet send seen while the unit ran, ns
+    last_pkt_ns: u64,
+}
+
+impl ScannerModel {
+    pub fn new(
+        profile: &str,
+        message_types: BTreeMap<String, String>,
+        explicit: Option<f64>,
+        argv: ArgvRate,
+        tsc_hz: Option<f64>,
+        start_ns: u64,
+    ) -> ScannerModel {
+        ScannerModel {
+            profile: profile.to_string(),
+            message_types,
+            explicit,
+            argv,
+            tsc_hz,
+            start_ns,
+            runtime: Vec::new(),
+            calibrations: Vec::new(),
+            open: BTreeMap::new(),
+            units: Vec::new(),
+            ipc: BTreeMap::new(),
+        }
+    }
+
+    pub fn set_start(&mut self, start_ns: u64) {
+        self.start_ns = start_ns;
+    }
+
+    fn secs(&self, ns: u64) -> f64 {
+        ns.saturating_sub(self.start_ns) as f64 / 1e9
+    }
+
+    /// The rate the run is compared with: `--requested`, else what the scanner set up last
+    /// (its current work unit), else its command line.
+    pub fn requested_pps(&self) -> Option<f64> {
+        if self.explicit.is_some() {
+            return self.explicit;
+        }
+        self.units
+            .iter()
+            .rev()
+            .find_map(|u| u.view.pps)
+            .or_else(|| self.runtime.iter().rev().find_map(|r| r.1))
+            .or(self.argv.pps)
+    }
+
+    /// Takes one tick's calls, in time order.
+    pub fn ingest(&mut self, calls: &[ProbeCall]) {
+        for c in calls {
+            match (c.role.as_str(), c.entry) {
+                ("ipc_send", true) | ("work_unit", true) => self.message(c, "send"),
+                ("ipc_recv", true) => self.message(c, "recv"),
+                ("rate_setup", true) => self.rate_setup(c),
+                ("rate_setup", false) => self.setup_done(c),
+                ("calibration", true) => self.calibration_start(c),
+                ("calibration", false) => {
+                    self.calibration_end(c);
+                    self.setup_done(c);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn message(&mut self, c: &ProbeCall, direction: &str) {
+        let kind = match c.values.get("type") {
+            Some(t) => {
+                let t = *t as i64;
+                self.message_types
+                    .get(&t.to_string())
+                    .cloned()
+                    .unwrap_or_else(|| format!("type {t}"))
+            }
+            None => c.probe.clone(),
+        };
+        let bytes = c.values.get("len").or(c.values.get("bytes")).copied().unwrap_or(0.0) as u64;
+        let e = self
+            .ipc
+            .entry((c.pid, direction.to_string(), kind.clone()))
+            .or_insert((0, 0, c.ts_ns, c.ts_ns));
+        e.0 += 1;
+        e.1 += bytes;
+        e.3 = c.ts_ns;
+        if direction != "send" {
+            return;
+        }
+        if let Some(pps) = c.values.get("pps").copied() {
+            let index = self.units.len() as u32 + 1;
+            self.units.push(Unit {
+                view: WorkUnitView {
+                    index,
+                    pps: Some(pps),
+                    handed_s: Some(self.secs(c.ts_ns)),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            self.runtime.push((
+                format!("work unit {index} ({kind}) from pid {}: pps={}", c.pid, fmt_num(pps)),
+                Some(pps),
+                c.ts_ns,
+                Some(self.units.len() - 1),
+            ));
+        }
+        let claimed_pps = c.values.get("reported_pps").copied();
+        let claimed_packets = c.values.get("packets_sent").copied();
+        if claimed_pps.is_some() || claimed_packets.is_some() {
+            let done_s = self.secs(c.ts_ns);
+            let pick = self
+                .units
+                .iter()
+                .rposition(|u| u.view.done_s.is_none() && u.view.sender_pid == Some(c.pid))
+                .or_else(|| self.units.iter().rposition(|u| u.view.done_s.is_none()));
+            if let Some(i) = pick {
+                let u = &mut self.units[i];
+                u.view.done_s = Some(done_s);
+                u.view.sender_pid.get_or_insert(c.pid);
+                u.view.claimed_pps = claimed_pps;
+                u.view.claimed_packets = claimed_packets.map(|p| p as u64);
+                if let Some(p0) = u.packets_at_start {
+                    u.view.packets = Some(c.packets.saturating_sub(p0));
+                }
+                u.last_pkt_ns = c.last_pkt_ns;
+                if let Some(start) = u.start_ns {
+                    let span = c.ts_ns.saturating_sub(start) as f64 / 1e9;
+                    if span > 0.0 {
+                        u.view.achieved_pps = u.view.packets.map(|p| p as f64 / span);
+                    }
+                }
+            }
+        }
+    }
+
+    fn rate_setup(&mut self, c: &ProbeCall) {
+        let args: Vec<String> = c
+            .values
+            .iter()
+            .filter(|(k, _)| k.as_str() != "bytes")
+            .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
+            .collect();
+        let pps = c.values.get("pps").copied();
+        let setup_s = self.secs(c.ts_ns);
+        let pending = self
+            .units
+            .iter()
+            .rposition(|u| u.view.setup_s.is_none() && u.view.done_s.is_none());
+        let i = match pending {
+            Some(i) => i,
+            None => {
+                let index = self.units.len() as u32 + 1;
+                self.units.push(Unit {
+                    view: WorkUnitView {
+                        index,
+                        pps,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                });
+                self.units.len() - 1
+            }
+        };
+        let u = &mut self.units[i];
+        u.view.setup_s = Some(setup_s);
+        u.view.sender_pid = Some(c.pid);
+        u.view.pps = u.view.pps.or(pps);
+        u.packets_at_start = Some(c.packets);
+        self.runtime.push((
+            format!("{}({}) in pid {}", c.probe, args.join(", "), c.pid),
+            pps,
+            c.ts_ns,
+            Some(i),
+        ));
+    }
+
+    /// Set-up or calibration returned: sending starts now.
+    fn setup_done(&mut self, c: &ProbeCall) {
+        if let Some(u) = self
+            .units
+            .iter_mut()
+            .rev()
+            .find(|u| u.view.sender_pid == Some(c.pid) && u.view.done_s.is_none())
+        {
+            let s = c.ts_ns.saturating_sub(self.start_ns) as f64 / 1e9;
+            u.view.calibrated_s = Some(s);
+            u.packets_at_start = Some(c.packets);
+            u.start_ns = Some(c.ts_ns);
+        }
+    }
+
+    fn calibration_start(&mut self, c: &ProbeCall) {
+        let pps = c.values.get("pps").copied().or_else(|| {
+            self.units
+                .iter()
+                .rev()
+                .find(|u| u.view.sender_pid == Some(c.pid))
+                .and_then(|u| u.view.pps)
+        });
+        self.calibrations.push(CalibrationView {
+            pid: c.pid,
+            tid: c.tid,
+            probe: c.probe.clone(),
+            start_s: self.secs(c.ts_ns),
+            duration_ms: None,
+            pps,
+            delay: None,
+            delay_unit: None,
+            delay_ns: None,
+            slot_ns: pps.filter(|p| *p > 0.0).map(|p| 1e9 / p),
+            error_pct: None,
+        });
+        self.open.insert((c.tid, c.probe.clone()), self.calibrations.len() - 1);
+    }
+
+    fn calibration_end(&mut self, c: &ProbeCall) {
+        let Some(i) = self.open.remove(&(c.tid, c.probe.clone())) else { return };
+        let tsc_hz = self.tsc_hz;
+        let cal = &mut self.calibrations[i];
+        cal.duration_ms = Some(c.inside_ns as f64 / 1e6);
+        let delay = c.values.get("delay").copied().or(c.ret.filter(|_| !c.values.contains_key("delay")));
+        let unit = ["tsc_cycles", "ns", "us", "s"]
+            .into_iter()
+            .find(|u| c.values.contains_key(&format!("delay_unit_{u}")));
+        if let (Some(d), Some(unit)) = (delay, unit) {
+            cal.delay = Some(d);
+            cal.delay_unit = Some(unit.to_string());
+            cal.delay_ns = match unit {
+                "tsc_cycles" => tsc_hz.filter(|h| *h > 0.0).map(|h| d * 1e9 / h),
+                "ns" => Some(d),
+                "us" => Some(d * 1e3),
+                _ => Some(d * 1e9),
+            };
+            if let (Some(dn), Some(slot)) = (cal.delay_ns, cal.slot_ns) {
+                cal.error_pct = Some((dn / slot - 1.0) * 100.0);
+            }
+        }
+    }
+
+    /// The view as of `threads` (the sample's thread counters) and `processes`.
+    pub fn view(&self, states: &[UprobeState], processes: &[ProcessInfo], threads: &[ThreadCounters]) -> ScannerView {
+        let comm = |pid: u32| {
+            processes
+                .iter()
+                .rev()
+                .find(|p| p.pid == pid)
+                .map(|p| p.comm.clone())
+                .unwrap_or_else(|| format!("pid {pid}"))
+        };
+        let roles = processes
+            .iter()
+            .filter_map(|p| {
+                p.role.as_ref().map(|r| RoleView {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    role: r.clone(),
+                })
+            })
+            .collect();
+
+        let mut units: Vec<WorkUnitView> = Vec::new();
+        let mut prev_done: Option<f64> = None;
+        for u in &self.units {
+            let mut v = u.view.clone();
+            // A unit still running, or one whose end the scanner does not announce: count its
+            // packets from the sender's threads.
+            if v.done_s.is_none() {
+                if let (Some(pid), Some(p0)) = (v.sender_pid, u.packets_at_start) {
+                    let (packets, last) = threads
+                        .iter()
+                        .filter(|t| t.pid == pid)
+                        .fold((0u64, 0u64), |(p, l), t| (p + t.packets, l.max(t.last_send_ns)));
+                    let sent = packets.saturating_sub(p0);
+                    v.packets = Some(sent);
+                    if let (Some(start), true) = (u.start_ns, sent > 1) {
+                        let span = last.saturating_sub(start) as f64 / 1e9;
+                        if span > 0.0 {
+                            v.achieved_pps = Some((sent - 1) as f64 / span);
+                        }
+                        v.last_send_s = Some(self.secs(last));
+                    }
+                }
+            } else if u.last_pkt_ns > 0 {
+                v.last_send_s = Some(self.secs(u.last_pkt_ns));
+            }
+            v.first_send_s = v.calibrated_s.or(v.setup_s).filter(|_| v.packets.unwrap_or(0) > 0);
+            let began = v.handed_s.or(v.setup_s);
+            v.setup_ms = match (began, v.calibrated_s) {
+                (Some(b), Some(c)) => Some((c - b) * 1e3),
+                _ => None,
+            };
+            v.idle_before_ms = match (prev_done, began) {
+                (Some(d), Some(b)) => Some((b - d) * 1e3),
+                _ => None,
+            };
+            prev_done = v.done_s.or(prev_done);
+            units.push(v);
+        }
+
+        let mut claims = Vec::new();
+        for v in &units {
+            let who = v.sender_pid.map(|p| comm(p)).unwrap_or_else(|| "the sender".into());
+            if let Some(c) = v.claimed_pps {
+                claims.push(ClaimView {
+                    what: format!("pps {who} reported for work unit {}", v.index),
+                    claimed: c,
+                    measured: v.achieved_pps,
+                    diff_pct: v.achieved_pps.filter(|m| *m > 0.0).map(|m| (c / m - 1.0) * 100.0),
+                });
+            }
+            if let Some(c) = v.claimed_packets {
+                claims.push(ClaimView {
+                    what: format!("packets {who} reported for work unit {}", v.index),
+                    claimed: c as f64,
+                    measured: v.packets.map(|p| p as f64),
+                    diff_pct: v
+                        .packets
+                        .filter(|m| *m > 0)
+                        .map(|m| (c as f64 / m as f64 - 1.0) * 100.0),
+                });
+            }
+        }
+
+        let mut ipc: Vec<IpcView> = self
+            .ipc
+            .iter()
+            .map(|((pid, dir, kind), (n, bytes, first, last))| IpcView {
+                pid: *pid,
+                comm: comm(*pid),
+                direction: dir.clone(),
+                kind: kind.clone(),
+                messages: *n,
+                bytes: *bytes,
+                first_s: Some(self.secs(*first)),
+                last_s: Some(self.secs(*last)),
+            })
+            .collect();
+        let mut by_pid: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for t in threads.iter().filter(|t| t.ipc_calls > 0) {
+            let e = by_pid.entry(t.pid).or_default();
+            e.0 += t.ipc_calls;
+            e.1 += t.ipc_bytes;
+        }
+        for (pid, (n, bytes)) in by_pid {
+            ipc.push(IpcView {
+                pid,
+                comm: comm(pid),
+                direction: "send".into(),
+                kind: "unix socket".into(),
+                messages: n,
+                bytes,
+                first_s: None,
+                last_s: None,
+            });
+        }
+
+        let probes: Vec<UprobeView> = states
+            .iter()
+            .map(|s| UprobeView {
+                name: s.name.clone(),
+                role: s.role.clone(),
+                symbol: s.symbol.clone(),
+                binary: s.binary.clone(),
+                per_packet: s.per_packet,
+                attached: s.attached,
+                pids: s.pids.clone(),
+                hits: s.hits,
+                inside_ns: s.inside_ns,
+                note: s.note.clone(),
+            })
+            .collect();
+        let notes = states
+            .iter()
+            .filter(|s| s.enabled && !s.attached)
+            .filter_map(|s| s.note.clone())
+            .collect();
+
+        ScannerView {
+            profile: self.profile.clone(),
+            roles,
+            requested: self.requested_view(&comm),
+            probes,
+            calibrations: self.calibrations.clone(),
+            work_units: units,
+            ipc,
+            claims,
+            notes,
+        }
+    }
+
+    fn requested_view(&self, comm: &dyn Fn(u32) -> String) -> RequestedView {
+        let mut sources = Vec::new();
+        if let Some(r) = self.explicit {
+            sources.push(RateSource {
+                source: format!("--requested {}", fmt_num(r)),
+                pps: Some(r),
+                at_s: None,
+            });
+        }
+        let argv_text = self.argv.provenance.join("; ");
+        if !argv_text.is_empty() || self.argv.pps.is_some() {
+            sources.push(RateSource {
+                source: if argv_text.is_empty() { "argv".into() } else { argv_text },
+                pps: self.argv.pps,
+                at_s: None,
+            });
+        }
+        for (text, pps, ns, unit) in self.runtime.iter().take(64) {
+            // Name the receiver of a work unit once it is known.
+            let text = match unit.and_then(|i| self.units.get(i)) {
+                Some(u) if text.starts_with("work unit") => match u.view.sender_pid {
+                    Some(p) => format!("{text}, to {} (pid {p})", comm(p)),
+                    None => text.clone(),
+                },
+                _ => text.clone(),
+            };
+            sources.push(RateSource {
+                source: text,
+                pps: *pps,
+                at_s: Some(self.secs(*ns)),
+            });
+        }
+        let pps = self.requested_pps();
+        let kind = if self.explicit.is_some() || (!self.runtime.is_empty() && self.argv.kind.is_empty()) {
+            "exact".to_string()
+        } else if self.argv.kind.is_empty() {
+            "unknown".to_string()
+        } else {
+            self.argv.kind.clone()
+        };
+        RequestedView {
+            pps,
+            kind,
+            floor_pps: self.argv.floor_pps,
+            conflict: self.conflict(&sources),
+            sources,
+        }
+    }
+
+    /// The first disagreement beyond 1% between sources that name the same rate: the command
+    /// line against what the scanner set up, and a work unit against its own set-up.
+    fn conflict(&self, sources: &[RateSource]) -> Option<String> {
+        let differ = |a: f64, b: f64| (a - b).abs() > 0.01 * a.abs().max(b.abs());
+        let mut said: Vec<String> = self.argv.conflicts.clone();
+        let fixed: Vec<&RateSource> = sources.iter().filter(|s| s.at_s.is_none() && s.pps.is_some()).collect();
+        for (i, a) in fixed.iter().enumerate() {
+            for b in &fixed[i + 1..] {
+                if differ(a.pps.unwrap(), b.pps.unwrap()) {
+                    said.push(format!(
+                        "{} says {} pps but {} says {}",
+                        a.source,
+                        fmt_num(a.pps.unwrap()),
+                        b.source,
+                        fmt_num(b.pps.unwrap())
+                    ));
+                }
+            }
+        }
+        let argv_exact = self.argv.pps.filter(|_| self.argv.kind == "exact" || self.argv.kind == "cap");
+        for (text, pps, _, unit) in &self.runtime {
+            let Some(p) = pps else { continue };
+            if let Some(a) = argv_exact {
+                if differ(a, *p) {
+                    said.push(format!(
+                        "the command line asks for {} pps but {text} says {}",
+                        fmt_num(a),
+                        fmt_num(*p)
+                    ));
+                }
+            }
+            if let Some(u) = unit.and_then(|i| self.units.get(i)) {
+                if let Some(up) = u.view.pps.filter(|up| differ(*up, *p)) {
+                    said.push(format!(
+                        "work unit {} asks for {} pps but {text} says {}",
+                        u.view.index,
+                        fmt_num(up),
+                        fmt_num(*p)
+                    ));
+                }
+            }
+        }
+        said.dedup();
+        (!said.is_empty()).then(|| said.join("; "))
+    }
+}
+
+/// A number as people write it: no trailing `.0`.
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+#[path = "scanner_tests.rs"]
+mod tests;

@@ -64,6 +64,7 @@ impl SampleBuilder {
             root: ppid == 1,
             alive: true,
             exit_code: None,
+            role: None,
         });
         self
     }

@@ -20,6 +20,9 @@ pub struct ProcessInfo {
     pub alive: bool,
     /// exit status as the kernel reports it (signal in the low 7 bits), once exited
     pub exit_code: Option<i32>,
+    /// role the scanner profile gives it (`master`, `sender`...), if a profile recognised it
+    #[serde(default)]
+    pub role: Option<String>,
 }
 
 /// A thread of a family process that exists at attach time.
@@ -114,6 +117,7 @@ impl ProcessTable {
             root: false,
             alive: true,
             exit_code: None,
+            role: None,
         });
     }
 
@@ -181,5 +185,6 @@ fn info_of(p: &Process, root: bool) -> anyhow::Result<ProcessInfo> {
         root,
         alive: true,
         exit_code: None,
+        role: None,
     })
 }

@@ -6,6 +6,7 @@
 pub mod family;
 pub mod session;
 pub mod symbols;
+pub mod uprobes;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -212,6 +213,12 @@ pub struct CounterSample {
     /// blocking episodes inside send (at least the probes' threshold, 1 ms) that ended since the
     /// previous sample; unlike the counters, not cumulative
     pub episodes: Vec<BlockEpisode>,
+    /// calls of the scanner profile's rare uprobes since the previous sample (not cumulative)
+    #[serde(default)]
+    pub calls: Vec<uprobes::ProbeCall>,
+    /// the profile's probes and their cumulative hits
+    #[serde(default)]
+    pub uprobes: Vec<uprobes::UprobeState>,
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -271,6 +278,8 @@ pub struct Collector {
     retired: Vec<ThreadCounters>,
     /// blocking episodes streamed since the last sample
     episodes: Vec<BlockEpisode>,
+    /// the scanner profile's uprobes, when a profile with probes applies
+    scanner: Option<uprobes::ScannerProbes>,
 }
 
 impl Collector {
@@ -289,6 +298,7 @@ impl Collector {
             reasons,
             retired: Vec::new(),
             episodes: Vec::new(),
+            scanner: None,
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -303,6 +313,35 @@ impl Collector {
         &self.probes
     }
 
+    /// Attaches a scanner profile's uprobes: ahead of time to the files its `paths` name
+    /// (relative to `anchor_exe`, the executable of the process attached to or launched), and to
+    /// every family process it recognises now; later processes get theirs as they appear.
+    pub fn set_scanner(
+        &mut self,
+        profile: crate::wrappers::ScannerProfile,
+        per_packet: &uprobes::PerPacket,
+        anchor_exe: Option<&std::path::Path>,
+    ) {
+        let mut scanner = uprobes::ScannerProbes::new(profile, per_packet, &self.probes);
+        if let Some(exe) = anchor_exe {
+            scanner.attach_ahead(&mut self.probes, exe);
+        }
+        let members: Vec<(u32, String, String)> = self
+            .family
+            .alive()
+            .map(|m| (m.pid, m.exe.clone(), m.comm.clone()))
+            .collect();
+        for (pid, exe, comm) in members {
+            scanner.on_member(&mut self.probes, pid, &exe, &comm);
+        }
+        self.scanner = Some(scanner);
+    }
+
+    /// Waits up to `timeout` for a record that needs attention at once (an exec).
+    pub fn wait(&self, timeout: std::time::Duration) {
+        self.probes.wait(timeout);
+    }
+
     /// Applies the records streamed since the last call to the process table and returns them.
     pub fn poll_events(&mut self) -> Vec<FamilyEvent> {
         let events: Vec<FamilyEvent> = self
@@ -313,8 +352,20 @@ impl Collector {
             .collect();
         for e in &events {
             match e {
-                FamilyEvent::Forked { pid, ppid, comm } => self.family.forked(*pid, *ppid, comm),
-                FamilyEvent::Execed { pid, comm, path } => self.family.execed(*pid, comm, path),
+                FamilyEvent::Forked { pid, ppid, comm } => {
+                    self.family.forked(*pid, *ppid, comm);
+                    // A forked child runs its parent's image: its pid needs the same probes.
+                    if let Some(s) = self.scanner.as_mut() {
+                        let exe = self.family.live(*pid).map(|m| m.exe.clone()).unwrap_or_default();
+                        s.on_member(&mut self.probes, *pid, &exe, comm);
+                    }
+                }
+                FamilyEvent::Execed { pid, comm, path } => {
+                    self.family.execed(*pid, comm, path);
+                    if let Some(s) = self.scanner.as_mut() {
+                        s.on_member(&mut self.probes, *pid, path, comm);
+                    }
+                }
                 FamilyEvent::Exited { pid, exit_code } => self.family.exited(*pid, *exit_code),
                 FamilyEvent::Blocked {
                     pid,
@@ -439,9 +490,13 @@ impl Collector {
             block_sites_uncounted: h[sp_health::SP_H_SITES_FULL.0 as usize],
             probe_hits: h[sp_health::SP_H_EVENTS.0 as usize],
         };
+        let (calls, uprobes) = match self.scanner.as_mut() {
+            Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
+            None => (Vec::new(), Vec::new()),
+        };
         CounterSample {
             t_ns: now_ns,
-            processes: self.family.members().to_vec(),
+            processes: self.processes(),
             threads,
             drops,
             devices,
@@ -450,7 +505,20 @@ impl Collector {
             health,
             self_cpu_ns: own_cpu_ns(),
             episodes: std::mem::take(&mut self.episodes),
+            calls,
+            uprobes,
         }
+    }
+
+    /// The family, with the roles the scanner profile gives its members.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        let mut members = self.family.members().to_vec();
+        if let Some(s) = &self.scanner {
+            for m in &mut members {
+                m.role = s.roles().get(&m.pid).cloned();
+            }
+        }
+        members
     }
 }
 

@@ -56,6 +56,20 @@ pub struct SessionConfig {
     /// the machine's own figure at that rate, measured before the run
     pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
+    /// the scanner's profile, and what its command line says
+    pub scanner: Option<ScannerSetup>,
+}
+
+/// The scanner profile a session applies.
+#[derive(Debug, Clone)]
+pub struct ScannerSetup {
+    pub profile: crate::wrappers::ScannerProfile,
+    pub per_packet: super::uprobes::PerPacket,
+    /// the requested rate as the scanner's command line says
+    pub argv_rate: crate::analysis::ArgvRate,
+    /// executable of the process attached to or launched: the profile's `paths` are relative
+    /// to its directory
+    pub anchor_exe: Option<std::path::PathBuf>,
 }
 
 /// What the collection thread reports, in order: Started, Tick..., Done.
@@ -227,7 +241,10 @@ fn collect(
         let features = KernelFeatures::detect();
         let probes = ProbeSet::load(&cfg.probe_options, &features)?;
         let start_ns = monotonic_ns();
-        let collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+        let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+        if let Some(sc) = &cfg.scanner {
+            collector.set_scanner(sc.profile.clone(), &sc.per_packet, sc.anchor_exe.as_deref());
+        }
         Ok((collector, start_ns))
     };
     let setup = setup();
@@ -270,6 +287,17 @@ fn collect(
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
     analyzer.set_baseline(cfg.baseline.clone());
+    if let Some(sc) = &cfg.scanner {
+        let tsc_hz = crate::senders::tsc::kernel_tsc_hz().or_else(crate::senders::tsc::perf_page_tsc_hz);
+        analyzer.set_scanner(crate::analysis::ScannerModel::new(
+            &sc.profile.name,
+            sc.profile.message_types.clone(),
+            cfg.requested_pps,
+            sc.argv_rate.clone(),
+            tsc_hz,
+            start_ns,
+        ));
+    }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
@@ -295,7 +323,8 @@ fn collect(
                 }
             }
             let wait = (next_tick - now).min(end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)));
-            std::thread::sleep(Duration::from_nanos(wait.min(50_000_000)));
+            // Wakes at once on an exec: the new image may need the profile's uprobes.
+            collector.wait(Duration::from_nanos(wait.min(50_000_000)));
         }
         collector.family.reap_vanished();
         let now = monotonic_ns();
@@ -321,6 +350,7 @@ fn collect(
         collector.poll_events();
         collector.family.reap_vanished();
         last = collector.sample(monotonic_ns());
+        analyzer.absorb(&last);
     }
     // Records streamed while the run ended (an exit) still belong to it.
     collector.poll_events();
@@ -331,7 +361,7 @@ fn collect(
             last.health.lost_events
         ));
     }
-    last.processes = collector.family.members().to_vec();
+    last.processes = collector.processes();
     let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
     let _ = tx.send(Update::Done(Box::new(summary)));
     // The probes detach here, when the collector (and its ProbeSet) is dropped.

@@ -159,6 +159,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         // The sender ends itself; this bounds the run if it hangs.
         duration: Some(o.duration + 30.0),
         requested: Some(rate),
+        profile: Some("scanprof-send".into()),
+        per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
         baseline: false,

@@ -9,7 +9,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::cli::RunOptions;
-use crate::collect::session::{self, CommandOutput, SessionConfig, Target, Update};
+use crate::analysis::ArgvRate;
+use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
+use crate::collect::uprobes::PerPacket;
+use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use crate::probes::ProbeOptions;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::{json, text};
@@ -38,6 +41,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             bail!("--requested must be a positive packets-per-second figure");
         }
     }
+    let scanner = scanner_setup(&target, opts)?;
     Ok(SessionConfig {
         command_output: match output {
             Output::Text => CommandOutput::Inherit,
@@ -50,7 +54,115 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         requested_pps: opts.requested,
         baseline: None,
         probe_options: ProbeOptions::default(),
+        scanner,
     })
+}
+
+/// The scanner profile for a target: `--profile` (a name or a file), else the profile that
+/// recognises a word of the command line (after wrappers such as `ip netns exec NS`) or the
+/// attached process's executable, else the generic fallback. The requested rate is read from the
+/// scanner's part of the command line with the profile's semantics.
+fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<ScannerSetup>> {
+    let set = ProfileSet::builtin().context("reading the built-in profiles")?;
+    let (argv, exe): (Vec<String>, Option<PathBuf>) = match target {
+        Target::Command(argv) => (argv.clone(), None),
+        Target::Pids(pids) => {
+            let pid = pids[0];
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let argv = cmdline
+                .split(|b| *b == 0)
+                .filter(|w| !w.is_empty())
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect();
+            (argv, std::fs::read_link(format!("/proc/{pid}/exe")).ok())
+        }
+    };
+    let explicit;
+    let (profile, at) = match &opts.profile {
+        Some(name) if name.ends_with(".toml") || name.contains('/') => {
+            let text = std::fs::read_to_string(name).with_context(|| format!("reading profile {name}"))?;
+            explicit = ScannerProfile::parse_named(&text, name)?;
+            let at = set
+                .find_in_argv(&argv)
+                .filter(|(p, _)| p.name == explicit.name)
+                .map_or(0, |(_, i)| i);
+            (&explicit, at)
+        }
+        Some(name) => {
+            let p = set.get(name).with_context(|| {
+                let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
+                format!("no profile called {name}: use one of {} or a .toml file", names.join(", "))
+            })?;
+            // The scanner's words start at the first one this profile recognises.
+            let at = argv
+                .iter()
+                .position(|w| {
+                    let base = w.rsplit('/').next().unwrap_or(w);
+                    p.processes.iter().any(|r| r.exe.iter().any(|e| e == base || e == w))
+                })
+                .unwrap_or(0);
+            (p, at)
+        }
+        None => match set.find_in_argv(&argv) {
+            Some(found) => found,
+            None => {
+                let exe_name = exe.as_ref().map(|e| e.display().to_string()).unwrap_or_default();
+                match set.recognise(&exe_name, "") {
+                    Some((p, _)) => (p, 0),
+                    None => return Ok(None),
+                }
+            }
+        },
+    };
+    let words = &argv[at.min(argv.len())..];
+    let rate = requested_rate(profile, words, None);
+    let anchor_exe = exe.or_else(|| words.first().and_then(|w| which(w)));
+    let per_packet = match opts.per_packet.as_deref() {
+        None => PerPacket::Off,
+        Some("all") => PerPacket::All,
+        Some(list) => {
+            let names: Vec<String> = list.split(',').map(|n| n.trim().to_string()).collect();
+            for n in &names {
+                if !profile.probes.iter().any(|p| &p.name == n && p.per_packet) {
+                    let known: Vec<&str> = profile
+                        .probes
+                        .iter()
+                        .filter(|p| p.per_packet)
+                        .map(|p| p.name.as_str())
+                        .collect();
+                    bail!(
+                        "--per-packet {n}: profile {} has no per-packet probe of that name (it has: {})",
+                        profile.name,
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    );
+                }
+            }
+            PerPacket::Named(names)
+        }
+    };
+    Ok(Some(ScannerSetup {
+        profile: profile.clone(),
+        per_packet,
+        argv_rate: ArgvRate {
+            pps: rate.pps,
+            kind: rate.kind.name().to_string(),
+            floor_pps: rate.floor_pps,
+            provenance: rate.provenance,
+            conflicts: rate.conflicts,
+        },
+        anchor_exe,
+    }))
+}
+
+/// A command's executable, as the shell would find it.
+fn which(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return std::fs::canonicalize(cmd).ok();
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 /// How a session is shown.

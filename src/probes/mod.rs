@@ -3,6 +3,7 @@
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
 mod kernel;
+mod uprobe;
 
 use std::collections::BTreeMap;
 use std::mem::size_of;
@@ -13,6 +14,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenO
 use thiserror::Error;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
+pub use uprobe::{sp_call, sp_ucall_kind, sp_uprobe_stats, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF, UPROBE_MAX};
 
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod family_skel {
@@ -21,6 +23,10 @@ mod family_skel {
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod drops_skel {
     include!(concat!(env!("OUT_DIR"), "/drops.skel.rs"));
+}
+#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+mod uprobes_skel {
+    include!(concat!(env!("OUT_DIR"), "/uprobes.skel.rs"));
 }
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod sched_skel {
@@ -55,6 +61,7 @@ const SEND_PATH_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/send_path
 const SCHED_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched.bpf.o"));
 const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o"));
 const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
+const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
 
 /// Maps declared by probes/include/shared.h: created by the family object, reused by the rest.
 const SHARED_MAPS: [&str; 7] = [
@@ -124,8 +131,10 @@ pub struct ProbeStatus {
 pub struct ProbeSet {
     // Field order is drop order: links detach first.
     _links: Vec<Link>,
+    uprobes: Option<Uprobes>,
     ring: libbpf_rs::RingBuffer<'static>,
     events_rx: mpsc::Receiver<sp_event>,
+    calls_rx: mpsc::Receiver<sp_call>,
     family: MapHandle,
     threads: MapHandle,
     health: MapHandle,
@@ -221,6 +230,22 @@ impl ProbeSet {
             });
         }
 
+        // The scanner uprobes are attached later, per binary, as the profile says.
+        let uprobes = match open("uprobes", UPROBES_OBJ).and_then(|mut obj| {
+            reuse_shared(&mut obj, &shared)?;
+            obj.load().map_err(bpf_err("loading the scanner uprobes"))
+        }) {
+            Ok(obj) => Some(Uprobes::new(obj)?),
+            Err(e) => {
+                status.push(ProbeStatus {
+                    name: "uprobes.sp_uprobe_entry".into(),
+                    attached: false,
+                    error: Some(e.to_string()),
+                });
+                None
+            }
+        };
+
         let by_name = |name: &str| -> Result<MapHandle, ProbeError> {
             for obj in &objects {
                 if let Ok(h) = map_handle(obj, name) {
@@ -247,13 +272,27 @@ impl ProbeSet {
                 0
             })
             .map_err(bpf_err("setting up the event ring buffer"))?;
+        let (calls_tx, calls_rx) = mpsc::channel();
+        if let Some(u) = &uprobes {
+            let calls_map: &'static MapHandle = Box::leak(Box::new(u.calls_map()?));
+            builder
+                .add(calls_map, move |bytes: &[u8]| {
+                    if let Some(c) = read_pod::<sp_call>(bytes) {
+                        let _ = calls_tx.send(c);
+                    }
+                    0
+                })
+                .map_err(bpf_err("setting up the uprobe ring buffer"))?;
+        }
         let ring = builder
             .build()
             .map_err(bpf_err("setting up the event ring buffer"))?;
 
         Ok(ProbeSet {
+            uprobes,
             ring,
             events_rx,
+            calls_rx,
             family: by_name("family")?,
             threads: by_name("threads")?,
             health: by_name("health")?,
@@ -414,9 +453,30 @@ impl ProbeSet {
 
     /// Records the probes streamed since the last call.
     pub fn drain_events(&self) -> Vec<sp_event> {
-        // consume() reads without waiting; the programs submit without wake-ups.
+        // consume() reads without waiting; most records are submitted without a wake-up.
         let _ = self.ring.consume();
         self.events_rx.try_iter().collect()
+    }
+
+    /// Waits up to `timeout` for a record that asks for a wake-up (an exec), reading what
+    /// arrived; the records are then returned by `drain_events` and `drain_calls`.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let _ = self.ring.poll(timeout);
+    }
+
+    /// Calls of rare scanner uprobes streamed since the last call.
+    pub fn drain_calls(&self) -> Vec<sp_call> {
+        let _ = self.ring.consume();
+        self.calls_rx.try_iter().collect()
+    }
+
+    /// The scanner uprobes, if this kernel loaded them.
+    pub fn uprobes(&self) -> Option<&Uprobes> {
+        self.uprobes.as_ref()
+    }
+
+    pub fn uprobes_mut(&mut self) -> Option<&mut Uprobes> {
+        self.uprobes.as_mut()
     }
 }
 

@@ -53,6 +53,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             root: true,
             alive: true,
             exit_code: None,
+            role: Some("sender".into()),
         }],
         threads: vec![thread(packets, t)],
         drops: vec![DropCount {
@@ -95,8 +96,37 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             duration_ns: 2_000_000,
             wait_site: "sock_alloc_send_pskb".into(),
         }],
+        calls: if t == 1_000_000_000 { scanner_calls() } else { Vec::new() },
+        uprobes: vec![crate::collect::uprobes::UprobeState {
+            name: "init_tslot".into(),
+            role: "rate_setup".into(),
+            symbol: "init_tslot".into(),
+            binary: Some("/bin/sender".into()),
+            per_packet: false,
+            enabled: true,
+            attached: true,
+            pids: vec![7],
+            hits: 1,
+            returns: 1,
+            inside_ns: 100_000_000,
+            note: None,
+        }],
     };
     let mut a = Analyzer::new(Some(100.0), 0);
+    a.set_scanner(crate::analysis::ScannerModel::new(
+        "unicornscan",
+        [("4".to_string(), "WORKUNIT".to_string())].into_iter().collect(),
+        Some(100.0),
+        crate::analysis::ArgvRate {
+            pps: Some(100.0),
+            kind: "exact".into(),
+            floor_pps: None,
+            provenance: vec!["argv: -r 100".into()],
+            conflicts: vec![],
+        },
+        Some(1e9),
+        0,
+    ));
     let mut ticks = vec![
         a.tick(&sample(1_000_000_000, 100), &[]),
         a.tick(&sample(2_000_000_000, 200), &[]),
@@ -118,6 +148,33 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         sent: 200,
     }));
     (ticks, a.summary(&last, EndReason::Duration, probes, vec![]))
+}
+
+/// A work unit of 100 pps handed from pid 6 to pid 7, set up, calibrated and reported done.
+fn scanner_calls() -> Vec<crate::collect::uprobes::ProbeCall> {
+    let call = |probe: &str, role: &str, pid: u32, ms: u64, entry: bool, values: &[(&str, f64)]| {
+        crate::collect::uprobes::ProbeCall {
+            probe: probe.into(),
+            role: role.into(),
+            pid,
+            tid: pid,
+            ts_ns: ms * 1_000_000,
+            entry,
+            values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ret: None,
+            inside_ns: if entry { 0 } else { 100_000_000 },
+            packets: if ms > 900 { 90 } else { 0 },
+            last_pkt_ns: if ms > 900 { 990_000_000 } else { 0 },
+        }
+    };
+    vec![
+        call("send_message", "ipc_send", 6, 10, true, &[("type", 4.0), ("len", 700.0), ("pps", 100.0)]),
+        call("init_tslot", "rate_setup", 7, 11, true, &[("pps", 100.0), ("delay_type", 1.0)]),
+        call("tsc_init_tslot", "calibration", 7, 11, true, &[("pps", 100.0)]),
+        call("tsc_init_tslot", "calibration", 7, 111, false, &[("delay", 1.01e7), ("delay_unit_tsc_cycles", 1.0)]),
+        call("init_tslot", "rate_setup", 7, 111, false, &[]),
+        call("send_message", "ipc_send", 7, 999, true, &[("type", 5.0), ("len", 16.0), ("reported_pps", 100.0), ("packets_sent", 90.0)]),
+    ]
 }
 
 /// The fixed run as a bundle would hold it.

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{EndReason, Snapshot, Summary, STAGES};
+use crate::analysis::{EndReason, ScannerView, Snapshot, Summary, Verdict, STAGES};
 use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
@@ -58,9 +58,10 @@ pub fn summary(s: &Summary) -> String {
             (false, Some(c)) => format!("exited {}", c >> 8),
             (false, None) => "exited".to_string(),
         };
+        let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
         let _ = writeln!(
             o,
-            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}]",
+            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
             p.pid,
             p.ppid,
             p.comm,
@@ -112,6 +113,10 @@ pub fn summary(s: &Summary) -> String {
             st.n, st.median, st.uncertainty, st.mean, st.outliers, st.p95, st.p99, st.min, st.max
         );
     }
+    if let Some(sc) = &s.scanner {
+        scanner_section(&mut o, sc);
+    }
+    verdict_section(&mut o, &s.verdicts);
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
     for name in STAGES {
@@ -225,6 +230,111 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+/// What the scanner's own functions said: where the requested rate comes from, calibrations,
+/// work units, IPC and the scanner's claims.
+fn scanner_section(o: &mut String, sc: &ScannerView) {
+    let r = &sc.requested;
+    let _ = writeln!(o, "\nscanner (profile {}): requested rate {}", sc.profile, match r.pps {
+        Some(p) => format!("{p:.0} pps ({})", r.kind),
+        None => format!("not known ({})", r.kind),
+    });
+    for src in r.sources.iter().take(8) {
+        let at = src.at_s.map(|t| format!(" at {t:.3} s")).unwrap_or_default();
+        let _ = writeln!(o, "  from {}{at}", src.source);
+    }
+    if r.sources.len() > 8 {
+        let _ = writeln!(o, "  ... and {} more sources", r.sources.len() - 8);
+    }
+    if let Some(c) = &r.conflict {
+        let _ = writeln!(o, "  SOURCES DISAGREE: {c}");
+    }
+    for c in &sc.calibrations {
+        let mut line = format!("  calibration {} in pid {} at {:.3} s", c.probe, c.pid, c.start_s);
+        if let Some(d) = c.duration_ms {
+            let _ = write!(line, " took {d:.1} ms");
+        }
+        if let (Some(d), Some(u)) = (c.delay, &c.delay_unit) {
+            let _ = write!(line, ", derived delay {d:.0} {u}");
+        }
+        if let (Some(dn), Some(slot)) = (c.delay_ns, c.slot_ns) {
+            let _ = write!(line, " = {} per packet against a slot of {}", ns(dn), ns(slot));
+        }
+        if let Some(e) = c.error_pct {
+            let _ = write!(line, ": error {e:+.2}%");
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if !sc.work_units.is_empty() {
+        let _ = writeln!(o, "  work units:");
+    }
+    for u in sc.work_units.iter().take(20) {
+        let t = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            o,
+            "    #{:<3} pid {:<7} {:>8} pps asked, handed {} s, set up {} s, sending {} s, done {} s: {} packets, {} pps{}{}{}",
+            u.index,
+            u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            u.pps.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into()),
+            t(u.handed_s),
+            t(u.setup_s),
+            t(u.calibrated_s),
+            t(u.done_s),
+            u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            u.achieved_pps.map(|p| format!("{p:.1}")).unwrap_or_else(|| "-".into()),
+            u.setup_ms.map(|m| format!(", set-up {m:.1} ms")).unwrap_or_default(),
+            u.idle_before_ms.map(|m| format!(", idle before {m:.1} ms")).unwrap_or_default(),
+            u.claimed_pps.map(|c| format!(", says {c:.1} pps")).unwrap_or_default(),
+        );
+    }
+    for m in &sc.ipc {
+        let _ = writeln!(
+            o,
+            "  ipc: {} (pid {}) {} {} x{} ({} bytes)",
+            m.comm, m.pid, m.direction, m.kind, m.messages, m.bytes
+        );
+    }
+    for c in &sc.claims {
+        let _ = writeln!(
+            o,
+            "  claim: {}: {:.1}, measured {}{}",
+            c.what,
+            c.claimed,
+            c.measured.map(|m| format!("{m:.1}")).unwrap_or_else(|| "-".into()),
+            c.diff_pct.map(|d| format!(" ({d:+.1}%)")).unwrap_or_default()
+        );
+    }
+    let fired: Vec<String> = sc
+        .probes
+        .iter()
+        .filter(|p| p.attached)
+        .map(|p| format!("{} {}", p.name, p.hits))
+        .collect();
+    if !fired.is_empty() {
+        let _ = writeln!(o, "  probe hits: {}", fired.join(", "));
+    }
+    for n in &sc.notes {
+        let _ = writeln!(o, "  note: {n}");
+    }
+}
+
+/// The diagnosis: the top causes, with their share, evidence and next step.
+fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
+    if verdicts.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\ndiagnosis:");
+    for (i, v) in verdicts.iter().take(5).enumerate() {
+        let weak = if v.confidence == "weak" { " (weak evidence)" } else { "" };
+        let _ = writeln!(o, "  {}. [{} {}] {}{weak}", i + 1, v.kind, pct(v.share), v.sentence);
+        for e in v.evidence.iter().take(4) {
+            let _ = writeln!(o, "       - {e}");
+        }
+        if !v.next_step.is_empty() {
+            let _ = writeln!(o, "       next: {}", v.next_step);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ fn fixed_summary() -> Summary {
                 root: true,
                 alive: false,
                 exit_code: Some(256), // exit(1)
+                role: None,
             },
             ProcessInfo {
                 pid: 4250,
@@ -96,6 +97,7 @@ fn fixed_summary() -> Summary {
                 root: false,
                 alive: false,
                 exit_code: Some(9), // SIGKILL
+                role: None,
             },
         ],
         threads: Vec::new(),

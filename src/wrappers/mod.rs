@@ -7,7 +7,7 @@ mod profile;
 mod rate;
 
 pub use profile::{
-    ArgType, BufferField, FieldCondition, Probe, ProbeArg, ProbeBuffer, ProbeRole, ProcessRule, ProfileError,
+    ArgType, BufferField, FieldCondition, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole, ProcessRule, ProfileError,
     RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit, ScannerProfile, ThreadPick,
     ThreadRule, ValueForm, SCHEMA_VERSION,
 };
@@ -99,6 +99,27 @@ impl ProfileSet {
                 .filter(|p| p.fallback)
                 .find_map(|p| p.processes.first().map(|r| (p, r.role.as_str())))
         })
+    }
+}
+
+impl ProfileSet {
+    /// The scanner in a command line that may start with wrappers (`ip netns exec NS`, `sudo`,
+    /// `env`, `taskset`...): the first word a specific (non-fallback) profile recognises by its
+    /// executable name, with its index. None when no specific profile knows any word.
+    pub fn find_in_argv(&self, argv: &[String]) -> Option<(&ScannerProfile, usize)> {
+        argv.iter().enumerate().find_map(|(i, word)| {
+            let base = word.rsplit('/').next().unwrap_or(word);
+            self.profiles
+                .iter()
+                .filter(|p| !p.fallback)
+                .find(|p| p.processes.iter().any(|r| r.exe.iter().any(|e| e == base || e == word)))
+                .map(|p| (p, i))
+        })
+    }
+
+    /// The fallback profile (`generic`).
+    pub fn fallback(&self) -> Option<&ScannerProfile> {
+        self.profiles.iter().find(|p| p.fallback)
     }
 }
 

@@ -63,6 +63,9 @@ pub struct ScannerProfile {
     /// Functions to uprobe.
     #[serde(default, rename = "probe")]
     pub probes: Vec<Probe>,
+    /// Names of IPC message types, by the value of a probe's `type` argument (`4 = "WORKUNIT"`).
+    #[serde(default)]
+    pub message_types: std::collections::BTreeMap<String, String>,
 }
 
 /// One process of a scanner: how to recognise it and which role it plays.
@@ -86,6 +89,12 @@ pub struct ProcessRule {
     /// Threads with a role of their own.
     #[serde(default, rename = "thread")]
     pub threads: Vec<ThreadRule>,
+    /// Where the executable usually is, absolute or relative to the directory of the executable
+    /// of the process scanprof attached to or launched (`../libexec/unicornscan/unisend`). Rare
+    /// probes are attached to these files before the process exists, so that a child exec'd
+    /// after start-up is probed from its first instruction.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// A thread with a role inside a process (e.g. masscan's TX thread).
@@ -145,6 +154,19 @@ pub enum RateKind {
     Unlimited,
     /// No requested rate could be read.
     Unknown,
+}
+
+impl RateKind {
+    /// The kind as profiles and the JSON output write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RateKind::Exact => "exact",
+            RateKind::Cap => "cap",
+            RateKind::Floor => "floor",
+            RateKind::Unlimited => "unlimited",
+            RateKind::Unknown => "unknown",
+        }
+    }
 }
 
 /// The requested-rate rules of a scanner.
@@ -298,9 +320,29 @@ pub struct Probe {
     /// Bytes behind a pointer argument to capture and decode.
     #[serde(default)]
     pub buffer: Option<ProbeBuffer>,
+    /// Global variables to read from the process when the function returns (a calibration's
+    /// result). Needs the symbol in `.symtab` or `.dynsym`.
+    #[serde(default, rename = "read")]
+    pub reads: Vec<ProbeRead>,
     /// Free text for people.
     #[serde(default)]
     pub note: Option<String>,
+}
+
+/// A global variable read when a probed function returns.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeRead {
+    /// Name shown in events (`delay` is the per-packet delay a calibration derived).
+    pub name: String,
+    /// The variable's symbol, in the probe's binary.
+    pub symbol: String,
+    /// How to read it.
+    #[serde(rename = "type")]
+    pub ty: ArgType,
+    /// What a unit of it is: `tsc_cycles`, `ns`, `us` or `s`.
+    #[serde(default)]
+    pub unit: Option<String>,
 }
 
 /// What a probed function means.
@@ -331,6 +373,26 @@ pub enum ProbeRole {
     RateMeter,
     /// Receives or handles a reply.
     Receive,
+}
+
+impl ProbeRole {
+    /// The role as profiles and the JSON output write it (`rate_setup`, `ipc_send`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeRole::RateSetup => "rate_setup",
+            ProbeRole::Calibration => "calibration",
+            ProbeRole::WorkUnit => "work_unit",
+            ProbeRole::IpcSend => "ipc_send",
+            ProbeRole::IpcRecv => "ipc_recv",
+            ProbeRole::Send => "send",
+            ProbeRole::PaceWait => "pace_wait",
+            ProbeRole::SlotStart => "slot_start",
+            ProbeRole::Build => "build",
+            ProbeRole::MainLoop => "main_loop",
+            ProbeRole::RateMeter => "rate_meter",
+            ProbeRole::Receive => "receive",
+        }
+    }
 }
 
 /// A captured register argument.
@@ -563,6 +625,14 @@ impl ScannerProfile {
                 "needed to convert bits_per_s to packets".into(),
             ));
         }
+        for key in self.message_types.keys() {
+            if key.parse::<u64>().is_err() {
+                return Err(bad(
+                    format!("message_types.{key}"),
+                    "keys are message type numbers".into(),
+                ));
+            }
+        }
         let mut names: Vec<&str> = Vec::new();
         for (i, p) in self.probes.iter().enumerate() {
             if names.contains(&p.name.as_str()) {
@@ -590,6 +660,16 @@ impl ScannerProfile {
                         format!("probe[{i}].args[{j}].type"),
                         "f32 is for buffer fields".into(),
                     ));
+                }
+            }
+            for (j, r) in p.reads.iter().enumerate() {
+                if let Some(u) = &r.unit {
+                    if !["tsc_cycles", "ns", "us", "s"].contains(&u.as_str()) {
+                        return Err(bad(
+                            format!("probe[{i}].read[{j}].unit"),
+                            format!("'{u}': use tsc_cycles, ns, us or s"),
+                        ));
+                    }
                 }
             }
             if let Some(b) = &p.buffer {

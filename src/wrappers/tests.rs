@@ -582,3 +582,69 @@ fn scanprof_send_and_generic_rates() {
     let r = rate("generic", "mysender --rate fast", None);
     assert_eq!(r.conflicts, ["argv: --rate fast: not a rate, ignored"]);
 }
+
+#[test]
+fn role_and_kind_names_are_what_profiles_write() {
+    #[derive(serde::Deserialize)]
+    struct R {
+        role: ProbeRole,
+        kind: RateKind,
+    }
+    for (role, kind) in [
+        (ProbeRole::RateSetup, RateKind::Exact),
+        (ProbeRole::Calibration, RateKind::Cap),
+        (ProbeRole::WorkUnit, RateKind::Floor),
+        (ProbeRole::IpcSend, RateKind::Unlimited),
+        (ProbeRole::IpcRecv, RateKind::Unknown),
+        (ProbeRole::Send, RateKind::Exact),
+        (ProbeRole::PaceWait, RateKind::Exact),
+        (ProbeRole::SlotStart, RateKind::Exact),
+        (ProbeRole::Build, RateKind::Exact),
+        (ProbeRole::MainLoop, RateKind::Exact),
+        (ProbeRole::RateMeter, RateKind::Exact),
+        (ProbeRole::Receive, RateKind::Exact),
+    ] {
+        let text = format!("role = \"{}\"\nkind = \"{}\"", role.name(), kind.name());
+        let r: R = toml::from_str(&text).unwrap();
+        assert_eq!((r.role, r.kind), (role, kind), "{text}");
+    }
+}
+
+#[test]
+fn finds_the_scanner_behind_wrappers_in_a_command_line() {
+    let set = ProfileSet::builtin().unwrap();
+    let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let (p, i) = set
+        .find_in_argv(&argv("ip netns exec sp1-1s /usr/bin/zmap -r 100 10.99.0.2"))
+        .unwrap();
+    assert_eq!((p.name.as_str(), i), ("zmap", 4));
+    let (p, i) = set.find_in_argv(&argv("sudo unicornscan -r 1000 10.99.0.2:53")).unwrap();
+    assert_eq!((p.name.as_str(), i), ("unicornscan", 1));
+    assert!(set.find_in_argv(&argv("ip netns exec ns mysender --pps 5")).is_none());
+    assert_eq!(set.fallback().unwrap().name, "generic");
+}
+
+#[test]
+fn unicornscan_profile_reads_the_calibrated_delay_and_names_message_types() {
+    let set = ProfileSet::builtin().unwrap();
+    let u = set.get("unicornscan").unwrap();
+    let tsc = u.probes.iter().find(|p| p.name == "tsc_init_tslot").unwrap();
+    assert_eq!(tsc.reads[0].symbol, "tsc_delay");
+    assert_eq!(tsc.reads[0].unit.as_deref(), Some("tsc_cycles"));
+    assert_eq!(u.message_types.get("4").map(String::as_str), Some("WORKUNIT"));
+    let sender = u.processes.iter().find(|p| p.role == "sender").unwrap();
+    assert!(sender.paths.iter().any(|p| p == "../libexec/unicornscan/unisend"));
+}
+
+#[test]
+fn rejects_bad_read_units_and_message_type_keys() {
+    let base = "schema = 1\nname = \"x\"\ndescription = \"x\"\n[[process]]\nrole = \"s\"\nexe = [\"x\"]\n[rate]\nkind = \"options\"\n";
+    let bad_unit = format!(
+        "{base}[[probe]]\nname = \"c\"\nbinary = \"s\"\nsymbol = \"c\"\nrole = \"calibration\"\n[[probe.read]]\nname = \"delay\"\nsymbol = \"d\"\ntype = \"u64\"\nunit = \"furlongs\"\n"
+    );
+    let e = ScannerProfile::parse(&bad_unit).unwrap_err().to_string();
+    assert!(e.contains("furlongs"), "{e}");
+    let bad_key = format!("{base}[message_types]\nfour = \"WORKUNIT\"\n");
+    let e = ScannerProfile::parse(&bad_key).unwrap_err().to_string();
+    assert!(e.contains("message type numbers"), "{e}");
+}

@@ -39,6 +39,7 @@ pub fn report_md(
             rate_statistics(&mut o, s);
             time_budget(&mut o, s);
             drops(&mut o, s);
+            scanner(&mut o, s);
             verdicts(&mut o, s);
         }
         None => {
@@ -493,32 +494,111 @@ fn drops(o: &mut String, s: &Summary) {
     );
 }
 
-/// Rendered only when the Summary carries a `verdicts` field (a later schema); absent, nothing.
+/// The diagnosis: each verdict with its share, evidence and next step.
 fn verdicts(o: &mut String, s: &Summary) {
-    let Ok(v) = serde_json::to_value(s) else {
+    if s.verdicts.is_empty() {
         return;
-    };
-    let Some(list) = v
-        .get("verdicts")
-        .and_then(Value::as_array)
-        .filter(|a| !a.is_empty())
-    else {
-        return;
-    };
+    }
     let _ = writeln!(o, "## Verdicts\n");
-    for item in list {
-        let text = match item {
-            Value::Object(m) => m
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| format!("{k}: {}", scalar(v)))
-                .collect::<Vec<_>>()
-                .join("; "),
-            other => scalar(other),
-        };
-        let _ = writeln!(o, "- {}", escape_inline(&text));
+    let rows: Vec<Vec<String>> = s
+        .verdicts
+        .iter()
+        .map(|v| {
+            vec![
+                escape_inline(&v.kind),
+                format!("{:.1}%", v.share * 100.0),
+                escape_inline(&v.sentence),
+                escape_inline(&v.evidence.join("; ")),
+                escape_inline(&v.next_step),
+                escape_inline(&v.confidence),
+            ]
+        })
+        .collect();
+    table(o, &["Kind", "Share", "Cause", "Evidence", "Next step", "Confidence"], &rows);
+}
+
+/// What the scanner's own functions said (its profile's uprobes).
+fn scanner(o: &mut String, s: &Summary) {
+    let Some(sc) = &s.scanner else { return };
+    let _ = writeln!(o, "## Scanner ({})\n", escape_inline(&sc.profile));
+    let r = &sc.requested;
+    let _ = writeln!(
+        o,
+        "- requested rate: {} ({})",
+        r.pps.map(|p| format!("{p:.0} pps")).unwrap_or_else(|| "unknown".into()),
+        escape_inline(&r.kind)
+    );
+    for src in &r.sources {
+        let _ = writeln!(o, "- from {}", escape_inline(&src.source));
+    }
+    if let Some(c) = &r.conflict {
+        let _ = writeln!(o, "- **sources disagree**: {}", escape_inline(c));
+    }
+    for n in &sc.notes {
+        let _ = writeln!(o, "- note: {}", escape_inline(n));
     }
     let _ = writeln!(o);
+    let opt = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into());
+    if !sc.calibrations.is_empty() {
+        let rows: Vec<Vec<String>> = sc
+            .calibrations
+            .iter()
+            .map(|c| {
+                vec![
+                    escape_inline(&c.probe),
+                    c.pid.to_string(),
+                    format!("{:.3}", c.start_s),
+                    opt(c.duration_ms, 1),
+                    opt(c.pps, 0),
+                    opt(c.delay_ns, 0),
+                    opt(c.slot_ns, 0),
+                    opt(c.error_pct, 2),
+                ]
+            })
+            .collect();
+        table(
+            o,
+            &["Calibration", "Pid", "At (s)", "Took (ms)", "For (pps)", "Delay (ns)", "Slot (ns)", "Error (%)"],
+            &rows,
+        );
+    }
+    if !sc.work_units.is_empty() {
+        let rows: Vec<Vec<String>> = sc
+            .work_units
+            .iter()
+            .map(|u| {
+                vec![
+                    u.index.to_string(),
+                    u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                    opt(u.pps, 0),
+                    opt(u.handed_s, 3),
+                    opt(u.calibrated_s, 3),
+                    opt(u.done_s, 3),
+                    u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                    opt(u.achieved_pps, 1),
+                    opt(u.setup_ms, 1),
+                    opt(u.idle_before_ms, 1),
+                    opt(u.claimed_pps, 1),
+                ]
+            })
+            .collect();
+        table(
+            o,
+            &[
+                "Unit", "Sender", "Asked (pps)", "Handed (s)", "Sending (s)", "Done (s)", "Packets",
+                "Achieved (pps)", "Set-up (ms)", "Idle before (ms)", "Claimed (pps)",
+            ],
+            &rows,
+        );
+    }
+    if !sc.claims.is_empty() {
+        let rows: Vec<Vec<String>> = sc
+            .claims
+            .iter()
+            .map(|c| vec![escape_inline(&c.what), format!("{:.1}", c.claimed), opt(c.measured, 1), opt(c.diff_pct, 1)])
+            .collect();
+        table(o, &["Scanner's claim", "Claimed", "Measured", "Difference (%)"], &rows);
+    }
 }
 
 fn loss_and_warnings(o: &mut String, rec: &Recording) {
@@ -834,7 +914,7 @@ mod tests {
                 ("gap_cdf.svg", "Inter-send gaps [CDF]"),
             ],
         );
-        assert_eq!(check_tables(&md), Ok(9), "{md}");
+        assert_eq!(check_tables(&md), Ok(13), "{md}");
 
         // Title and meta.
         assert!(
@@ -943,8 +1023,10 @@ mod tests {
             ]
         );
 
-        // No verdicts field in the Summary yet: no section.
-        assert!(!md.contains("## Verdicts"));
+        // The scanner's work unit and calibration, from its probes.
+        assert!(md.contains("## Scanner (unicornscan)"), "{md}");
+        assert!(md.contains("| 1 | 7 | 100 |"), "{md}");
+        assert!(md.contains("Error (%)"));
 
         // Lost events, warnings, plots.
         assert!(md.contains("- lost probe records (ring buffer full): 0"));

@@ -538,6 +538,7 @@ mod tests {
             root: pid == 10,
             alive: exit_code.is_none(),
             exit_code,
+            role: None,
         }
     }
 

@@ -18,7 +18,7 @@ use crate::collect::DropClass;
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let [header, body, foot] =
-        Layout::vertical([Constraint::Length(4), Constraint::Min(0), Constraint::Length(1)]).areas(area);
+        Layout::vertical([Constraint::Length(5), Constraint::Min(0), Constraint::Length(1)]).areas(area);
     draw_header(f, app, header);
     f.render_widget(Paragraph::new(footer()).style(Style::new().reversed()), foot);
     match (app.zoomed, app.focus) {
@@ -90,6 +90,19 @@ fn dur(ns: f64) -> String {
     }
 }
 
+/// A requested-rate source in a word or two: `--requested`, `argv`, `work unit 2`, `init_tslot`.
+fn short_source(source: &str) -> String {
+    if source.starts_with("--requested") {
+        "--requested".into()
+    } else if source.starts_with("argv") || source.starts_with("config") || source.starts_with("default") {
+        source.split(':').next().unwrap_or(source).into()
+    } else if let Some(rest) = source.strip_prefix("work unit ") {
+        format!("work unit {}", rest.split(' ').next().unwrap_or(""))
+    } else {
+        source.split('(').next().unwrap_or(source).into()
+    }
+}
+
 fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let s = app.shown.as_ref();
     let mut state = match (&app.summary, app.paused) {
@@ -111,9 +124,18 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         state = Span::styled(" ENDING... ", Style::new().bg(Color::Yellow).fg(Color::Black));
     }
     let mut line1 = vec![state, Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s)))];
+    let scanner = s.and_then(|s| s.scanner.as_ref());
+    // Where the requested figure comes from: the latest source that names it.
+    let source = scanner
+        .and_then(|sc| sc.requested.sources.iter().rev().find(|r| r.pps.is_some()))
+        .map(|r| short_source(&r.source))
+        .unwrap_or_else(|| "--requested".into());
     match s.and_then(|s| s.requested_pps) {
-        Some(r) => line1.push(Span::raw(format!("requested {} pps (--requested) ", rate(r)))),
+        Some(r) => line1.push(Span::raw(format!("requested {} pps ({source}) ", rate(r)))),
         None => line1.push(Span::raw("requested: unknown ".to_string())),
+    }
+    if scanner.is_some_and(|sc| sc.requested.conflict.is_some()) {
+        line1.push(Span::styled("SOURCES DISAGREE ", Style::new().fg(Color::Red).bold()));
     }
     if let Some(s) = s {
         let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
@@ -132,7 +154,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let family: Vec<String> = app
         .processes
         .iter()
-        .map(|p| format!("{} {}{}", p.pid, p.comm, if p.alive { "" } else { " (exited)" }))
+        .map(|p| {
+            let role = p.role.as_ref().map(|r| format!("[{r}]")).unwrap_or_default();
+            format!("{} {}{role}{}", p.pid, p.comm, if p.alive { "" } else { " (exited)" })
+        })
         .collect();
     let mut line2 = vec![Span::raw(format!("family: {}", family.join(", ")))];
     if let Some(status) = &app.status {
@@ -148,9 +173,34 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             Style::new().fg(Color::Red).bold(),
         ));
     }
+    // The diagnosis: the top cause so far, with its share; else what the scanner's probes saw.
+    let verdicts = app.summary.as_ref().map(|x| &x.verdicts).or(s.map(|s| &s.verdicts));
+    let line3 = match verdicts.and_then(|v| v.first()) {
+        Some(v) => Line::from(vec![
+            Span::styled(format!("why: [{} {}] ", v.kind, pct(v.share)), Style::new().fg(Color::Magenta).bold()),
+            Span::raw(v.sentence.clone()),
+        ]),
+        None => match scanner {
+            Some(sc) => {
+                let mut parts = vec![format!("profile {}", sc.profile)];
+                if let Some(c) = sc.calibrations.last() {
+                    if let Some(e) = c.error_pct {
+                        parts.push(format!("calibration error {e:+.2}%"));
+                    }
+                }
+                if !sc.work_units.is_empty() {
+                    parts.push(format!("{} work unit(s)", sc.work_units.len()));
+                }
+                let hits: u64 = sc.probes.iter().map(|p| p.hits).sum();
+                parts.push(format!("{hits} probe hits"));
+                Line::from(parts.join(", "))
+            }
+            None => Line::from(""),
+        },
+    };
     let block = Block::bordered().title(format!(" scanprof: {} ", app.title));
     f.render_widget(
-        Paragraph::new(vec![Line::from(line1), Line::from(line2)]).block(block),
+        Paragraph::new(vec![Line::from(line1), Line::from(line2), line3]).block(block),
         area,
     );
 }

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Scanner uprobes: one entry and one return program serve every function a scanner profile names
+ * (wrappers/*.toml). The attach cookie is the probe's index into `uprobe_cfg`. Calls from outside
+ * the target family are ignored. Every call is counted per probe (hits, time inside); rare probes
+ * also stream a record per entry and return with the argument registers, the return value, up to
+ * SP_UPROBE_BUF bytes behind a pointer argument, and the thread's packet count at that moment.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Per probe index: what to capture. Written by user space before it attaches the probe. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SP_UPROBE_MAX);
+	__type(key, __u32);
+	__type(value, struct sp_uprobe_cfg);
+} uprobe_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_UPROBE_MAX);
+	__type(key, __u32);
+	__type(value, struct sp_uprobe_stats);
+} uprobe_stats SEC(".maps");
+
+/* Entry time of the call in progress, by (tid << 32 | probe): pairs a return with its entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} uprobe_entry SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} calls SEC(".maps");
+
+/* Types that no map names, referenced here so that the Rust skeleton carries them. */
+struct sp_call abi_call;
+enum sp_ucall_kind abi_ucall_kind;
+
+static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u64 id, __u64 now)
+{
+	struct sp_call *c = bpf_ringbuf_reserve(&calls, sizeof(*c), 0);
+	__u32 tid = (__u32)id;
+	struct sp_thread *t;
+
+	if (!c) {
+		health_inc(SP_H_RB_LOST);
+		return 0;
+	}
+	c->ts_ns = now;
+	c->kind = kind;
+	c->probe = probe;
+	c->tgid = id >> 32;
+	c->tid = tid;
+	c->ret = 0;
+	c->inside_ns = 0;
+	c->buf_len = 0;
+	c->pad = 0;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	c->packets = t ? t->packets : 0;
+	c->last_pkt_ns = t ? t->last_pkt_ns : 0;
+	return c;
+}
+
+SEC("uprobe")
+int sp_uprobe_entry(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u32 probe = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 key = (id << 32) | probe;
+	struct sp_uprobe_cfg *cfg;
+	struct sp_uprobe_stats *st;
+	struct sp_call *c;
+
+	if (!bpf_map_lookup_elem(&family, &tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&uprobe_cfg, &probe);
+	st = bpf_map_lookup_elem(&uprobe_stats, &probe);
+	if (!cfg || !st)
+		return 0;
+	st->hits++;
+	bpf_map_update_elem(&uprobe_entry, &key, &now, BPF_ANY);
+	if (!(cfg->flags & SP_UP_RECORD))
+		return 0;
+	c = call_reserve(SP_UCALL_ENTRY, probe, id, now);
+	if (!c)
+		return 0;
+	c->args[0] = PT_REGS_PARM1(ctx);
+	c->args[1] = PT_REGS_PARM2(ctx);
+	c->args[2] = PT_REGS_PARM3(ctx);
+	c->args[3] = PT_REGS_PARM4(ctx);
+	c->args[4] = PT_REGS_PARM5(ctx);
+	c->args[5] = PT_REGS_PARM6(ctx);
+	if (cfg->flags & SP_UP_BUFFER) {
+		__u32 ptr_arg = cfg->ptr_arg, len_arg = cfg->len_arg;
+		__u64 len = cfg->max_bytes;
+		const void *ptr;
+
+		if (ptr_arg < SP_UPROBE_ARGS) {
+			ptr = (const void *)c->args[ptr_arg];
+			if (len_arg < SP_UPROBE_ARGS && c->args[len_arg] < len)
+				len = c->args[len_arg];
+			if (len > SP_UPROBE_BUF)
+				len = SP_UPROBE_BUF;
+			if (len > 0 && ptr && !bpf_probe_read_user(c->buf, len, ptr))
+				c->buf_len = len;
+		}
+	}
+	bpf_ringbuf_submit(c, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("uretprobe")
+int sp_uprobe_return(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	__u32 probe = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 key = (id << 32) | probe;
+	__u64 inside = 0, *entered;
+	struct sp_uprobe_cfg *cfg;
+	struct sp_uprobe_stats *st;
+	struct sp_call *c;
+
+	if (!bpf_map_lookup_elem(&family, &tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&uprobe_cfg, &probe);
+	st = bpf_map_lookup_elem(&uprobe_stats, &probe);
+	if (!cfg || !st)
+		return 0;
+	entered = bpf_map_lookup_elem(&uprobe_entry, &key);
+	if (entered) {
+		inside = now - *entered;
+		bpf_map_delete_elem(&uprobe_entry, &key);
+		st->returns++;
+		st->inside_ns += inside;
+	}
+	if (!(cfg->flags & SP_UP_RECORD))
+		return 0;
+	c = call_reserve(SP_UCALL_RETURN, probe, id, now);
+	if (!c)
+		return 0;
+	__builtin_memset(c->args, 0, sizeof(c->args));
+	c->ret = PT_REGS_RC(ctx);
+	c->inside_ns = inside;
+	bpf_ringbuf_submit(c, BPF_RB_NO_WAKEUP);
+	return 0;
+}

@@ -1,0 +1,187 @@
+//! The scanner model on hand-made probe calls: unicornscan's sequence of a work unit handed over,
+//! the rate set up, the clock calibrated, packets sent and WORKDONE; and its disagreements.
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+const START: u64 = 1_000 * MS;
+
+fn call(probe: &str, role: &str, pid: u32, at_ms: u64, entry: bool, values: &[(&str, f64)]) -> ProbeCall {
+    ProbeCall {
+        probe: probe.into(),
+        role: role.into(),
+        pid,
+        tid: pid,
+        ts_ns: START + at_ms * MS,
+        entry,
+        values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        ret: None,
+        inside_ns: 0,
+        packets: 0,
+        last_pkt_ns: 0,
+    }
+}
+
+fn types() -> BTreeMap<String, String> {
+    [("4", "WORKUNIT"), ("5", "WORKDONE")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn argv(pps: f64) -> ArgvRate {
+    ArgvRate {
+        pps: Some(pps),
+        kind: "exact".into(),
+        floor_pps: None,
+        provenance: vec![format!("argv: -r {pps}")],
+        conflicts: vec![],
+    }
+}
+
+fn process(pid: u32, comm: &str, role: &str) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        ppid: 1,
+        comm: comm.into(),
+        exe: format!("/x/{comm}"),
+        root: false,
+        alive: true,
+        exit_code: None,
+        role: Some(role.into()),
+    }
+}
+
+/// One work unit at `pps` from master 10 to sender 20: sends `packets` packets in `send_ms`,
+/// calibrated with `delay_cycles` at 1 GHz, and reports `claimed` pps.
+fn unit(m: &mut ScannerModel, at: u64, pps: f64, packets: u64, send_ms: u64, delay_cycles: f64, claimed: f64, sent_before: u64) {
+    m.ingest(&[call("master_send_message", "ipc_send", 10, at, true, &[("type", 4.0), ("len", 700.0), ("pps", pps)])]);
+    m.ingest(&[call("init_tslot", "rate_setup", 20, at + 1, true, &[("pps", pps), ("delay_type", 1.0)])]);
+    let mut c = call("tsc_init_tslot", "calibration", 20, at + 1, true, &[("pps", pps)]);
+    c.packets = sent_before;
+    m.ingest(&[c]);
+    let mut r = call("tsc_init_tslot", "calibration", 20, at + 101, false, &[("delay", delay_cycles), ("delay_unit_tsc_cycles", 1.0)]);
+    r.inside_ns = 100 * MS;
+    r.packets = sent_before;
+    let mut r2 = call("init_tslot", "rate_setup", 20, at + 101, false, &[]);
+    r2.packets = sent_before;
+    m.ingest(&[r, r2]);
+    let mut done = call("sender_send_message", "ipc_send", 20, at + 101 + send_ms, true, &[("type", 5.0), ("len", 16.0), ("reported_pps", claimed), ("packets_sent", packets as f64)]);
+    done.packets = sent_before + packets;
+    done.last_pkt_ns = done.ts_ns - MS;
+    m.ingest(&[done]);
+}
+
+fn model(explicit: Option<f64>, argv_pps: f64) -> ScannerModel {
+    ScannerModel::new("unicornscan", types(), explicit, argv(argv_pps), Some(1e9), START)
+}
+
+#[test]
+fn a_work_unit_from_hand_over_to_done() {
+    let mut m = model(None, 1000.0);
+    assert_eq!(m.requested_pps(), Some(1000.0), "argv before anything runs");
+    unit(&mut m, 10, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let procs = [process(10, "unicornscan", "master"), process(20, "unisend", "sender")];
+    let v = m.view(&[], &procs, &[]);
+    assert_eq!(v.requested.pps, Some(1000.0));
+    assert_eq!(v.requested.conflict, None);
+    let sources: Vec<&str> = v.requested.sources.iter().map(|s| s.source.as_str()).collect();
+    assert_eq!(sources[0], "argv: -r 1000");
+    assert!(sources[1].starts_with("work unit 1 (WORKUNIT) from pid 10: pps=1000, to unisend (pid 20)"), "{sources:?}");
+    assert_eq!(sources[2], "init_tslot(delay_type=1, pps=1000) in pid 20");
+
+    let c = &v.calibrations[0];
+    assert_eq!(c.duration_ms, Some(100.0));
+    assert_eq!(c.delay_ns, Some(1e6), "1e6 cycles at 1 GHz");
+    assert_eq!(c.slot_ns, Some(1e6));
+    assert_eq!(c.error_pct, Some(0.0));
+
+    let u = &v.work_units[0];
+    assert_eq!(u.sender_pid, Some(20));
+    assert_eq!(u.handed_s, Some(0.010));
+    assert_eq!(u.calibrated_s, Some(0.111));
+    assert_eq!(u.done_s, Some(1.111));
+    assert_eq!(u.packets, Some(1000));
+    assert!((u.achieved_pps.unwrap() - 1000.0).abs() < 1e-9);
+    assert!((u.setup_ms.unwrap() - 101.0).abs() < 1e-9);
+    assert_eq!(v.claims[0].claimed, 1000.0);
+    assert!(v.claims[0].diff_pct.unwrap().abs() < 1e-9);
+    let kinds: Vec<(&str, &str, u64)> = v.ipc.iter().map(|i| (i.comm.as_str(), i.kind.as_str(), i.bytes)).collect();
+    assert_eq!(kinds, [("unicornscan", "WORKUNIT", 700), ("unisend", "WORKDONE", 16)]);
+}
+
+#[test]
+fn several_units_show_idle_time_between_them() {
+    let mut m = model(None, 500.0);
+    unit(&mut m, 0, 500.0, 500, 1000, 2e6, 500.0, 0);
+    unit(&mut m, 1151, 500.0, 500, 1000, 2e6, 500.0, 500);
+    let v = m.view(&[], &[], &[]);
+    assert_eq!(v.work_units.len(), 2);
+    let second = &v.work_units[1];
+    assert_eq!(second.index, 2);
+    assert_eq!(second.packets, Some(500), "counted from the sender's packets at set-up");
+    assert!((second.idle_before_ms.unwrap() - 50.0).abs() < 1e-6, "{second:?}");
+    assert_eq!(v.calibrations.len(), 2);
+}
+
+#[test]
+fn a_wrong_calibration_shows_as_an_error_in_percent() {
+    let mut m = model(None, 1000.0);
+    unit(&mut m, 0, 1000.0, 800, 1000, 1.25e6, 1000.0, 0);
+    let c = &m.view(&[], &[], &[]).calibrations[0];
+    assert!((c.error_pct.unwrap() - 25.0).abs() < 1e-9);
+}
+
+#[test]
+fn disagreeing_sources_are_flagged_and_the_scanners_own_setup_wins() {
+    let mut m = model(None, 1000.0);
+    unit(&mut m, 0, 250.0, 250, 1000, 4e6, 250.0, 0);
+    let v = m.view(&[], &[], &[]);
+    assert_eq!(v.requested.pps, Some(250.0), "what the scanner set up");
+    let c = v.requested.conflict.unwrap();
+    assert!(c.contains("the command line asks for 1000 pps but work unit 1"), "{c}");
+
+    // --requested wins over everything, and is itself a source.
+    let mut m = model(Some(1000.0), 1000.0);
+    unit(&mut m, 0, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let v = m.view(&[], &[], &[]);
+    assert_eq!(v.requested.pps, Some(1000.0));
+    assert_eq!(v.requested.sources[0].source, "--requested 1000");
+    assert_eq!(v.requested.conflict, None);
+}
+
+#[test]
+fn a_claim_that_differs_from_the_measurement() {
+    let mut m = model(None, 1000.0);
+    // Asked 1000, sent 250 in a second, reports 1000.
+    unit(&mut m, 0, 1000.0, 250, 1000, 1e6, 1000.0, 0);
+    let v = m.view(&[], &[], &[]);
+    let claim = &v.claims[0];
+    assert!((claim.measured.unwrap() - 250.0).abs() < 1e-9);
+    assert!((claim.diff_pct.unwrap() - 300.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_unit_without_a_done_message_is_counted_from_the_threads() {
+    // scanprof send: init_slot only, no IPC.
+    let mut m = ScannerModel::new("scanprof-send", BTreeMap::new(), None, argv(2000.0), None, START);
+    let mut c = call("init_slot", "rate_setup", 30, 0, true, &[("pps", 2000.0), ("pacer", 1.0)]);
+    c.packets = 0;
+    m.ingest(&[c]);
+    let mut r = call("init_slot", "rate_setup", 30, 1, false, &[]);
+    r.packets = 0;
+    m.ingest(&[r]);
+    let threads = [ThreadCounters {
+        pid: 30,
+        tid: 30,
+        packets: 2001,
+        last_send_ns: START + 1001 * MS,
+        ..Default::default()
+    }];
+    let v = m.view(&[], &[], &threads);
+    let u = &v.work_units[0];
+    assert_eq!(u.packets, Some(2001));
+    assert!((u.achieved_pps.unwrap() - 2000.0).abs() < 1e-6, "{u:?}");
+    assert_eq!(v.requested.pps, Some(2000.0));
+    assert_eq!(v.requested.conflict, None);
+}

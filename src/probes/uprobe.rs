@@ -1,0 +1,154 @@
+//! The scanner uprobes (probes/uprobes.bpf.c): one entry and one return program for every function
+//! a profile names, told apart by the attach cookie (the probe's index). User space configures a
+//! probe's capture in `uprobe_cfg`, then attaches the programs to a file offset in a binary, for
+//! one process or for every process that maps the file.
+
+use std::path::Path;
+
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, UprobeOpts};
+
+use super::{bpf_err, map_handle, read_pod, uprobes_skel, ProbeError};
+
+pub use uprobes_skel::types::{sp_call, sp_ucall_kind, sp_uprobe_cfg, sp_uprobe_stats};
+
+/// Probes a profile may have (SP_UPROBE_MAX in wire.h).
+pub const UPROBE_MAX: usize = 64;
+/// Argument registers a record carries (SP_UPROBE_ARGS).
+pub const UPROBE_ARGS: usize = 6;
+/// Bytes behind a pointer a record can carry (SP_UPROBE_BUF).
+pub const UPROBE_BUF: usize = 256;
+/// "No length argument" in `sp_uprobe_cfg.len_arg` (SP_UPROBE_NO_ARG).
+pub const NO_ARG: u8 = 0xff;
+/// `sp_uprobe_cfg.flags`: stream a record per call.
+pub const UP_RECORD: u32 = 1;
+/// `sp_uprobe_cfg.flags`: copy bytes behind a pointer argument.
+pub const UP_BUFFER: u32 = 2;
+
+const _: () = assert!(std::mem::size_of::<sp_call>() == 8 + 16 + 8 * UPROBE_ARGS + 32 + 8 + UPROBE_BUF);
+const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 8);
+
+/// What one probe captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UprobeCapture {
+    /// stream a record per call (else count only)
+    pub record: bool,
+    /// (pointer register, length register or None, at most this many bytes)
+    pub buffer: Option<(u8, Option<u8>, u16)>,
+}
+
+/// The loaded uprobe programs and the links attached so far.
+pub struct Uprobes {
+    // Field order is drop order: links detach first.
+    links: Vec<Link>,
+    cfg: MapHandle,
+    stats: MapHandle,
+    obj: Object,
+}
+
+impl Uprobes {
+    pub(super) fn new(obj: Object) -> Result<Uprobes, ProbeError> {
+        Ok(Uprobes {
+            links: Vec::new(),
+            cfg: map_handle(&obj, "uprobe_cfg")?,
+            stats: map_handle(&obj, "uprobe_stats")?,
+            obj,
+        })
+    }
+
+    /// Sets what probe `index` captures; call before attaching it.
+    pub fn configure(&self, index: u32, capture: UprobeCapture) -> Result<(), ProbeError> {
+        if index as usize >= UPROBE_MAX {
+            return Err(ProbeError::Bpf {
+                what: format!("probe index {index}: a profile may have at most {UPROBE_MAX} probes"),
+                source: libbpf_rs::Error::from_raw_os_error(libc::E2BIG),
+            });
+        }
+        let mut cfg = sp_uprobe_cfg {
+            flags: if capture.record { UP_RECORD } else { 0 },
+            ptr_arg: NO_ARG,
+            len_arg: NO_ARG,
+            max_bytes: 0,
+        };
+        if let Some((ptr, len, max)) = capture.buffer.filter(|_| capture.record) {
+            cfg.flags |= UP_BUFFER;
+            cfg.ptr_arg = ptr;
+            cfg.len_arg = len.unwrap_or(NO_ARG);
+            cfg.max_bytes = max.min(UPROBE_BUF as u16);
+        }
+        self.cfg
+            .update(&index.to_ne_bytes(), super::as_bytes(&cfg), MapFlags::ANY)
+            .map_err(bpf_err(format!("configuring uprobe {index}")))
+    }
+
+    /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
+    /// when `ret`. `pid` None attaches for every process that maps the file (the programs still
+    /// count only the family).
+    pub fn attach(
+        &mut self,
+        index: u32,
+        binary: &Path,
+        offset: u64,
+        pid: Option<u32>,
+        ret: bool,
+    ) -> Result<(), ProbeError> {
+        let pid = pid.map_or(-1, |p| p as i32);
+        let mut new = Vec::new();
+        for (prog_name, retprobe) in [("sp_uprobe_entry", false), ("sp_uprobe_return", true)] {
+            if retprobe && !ret {
+                continue;
+            }
+            let prog = self
+                .obj
+                .progs_mut()
+                .find(|p| p.name() == prog_name)
+                .ok_or_else(|| ProbeError::Bpf {
+                    what: format!("program {prog_name} not found"),
+                    source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
+                })?;
+            let opts = UprobeOpts {
+                cookie: index as u64,
+                retprobe,
+                ..Default::default()
+            };
+            let link = prog
+                .attach_uprobe_with_opts(pid, binary, offset as usize, opts)
+                .map_err(bpf_err(format!(
+                    "attaching a uprobe at {}+{offset:#x}",
+                    binary.display()
+                )))?;
+            new.push(link);
+        }
+        self.links.extend(new);
+        Ok(())
+    }
+
+    /// Calls and time inside, per probe index, summed over CPUs.
+    pub fn stats(&self) -> Vec<(u32, sp_uprobe_stats)> {
+        (0..UPROBE_MAX as u32)
+            .filter_map(|i| {
+                let per_cpu = self
+                    .stats
+                    .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                    .ok()??;
+                let mut sum = sp_uprobe_stats::default();
+                for b in &per_cpu {
+                    if let Some(s) = read_pod::<sp_uprobe_stats>(b) {
+                        sum.hits += s.hits;
+                        sum.returns += s.returns;
+                        sum.inside_ns += s.inside_ns;
+                    }
+                }
+                (sum.hits > 0 || sum.returns > 0).then_some((i, sum))
+            })
+            .collect()
+    }
+
+    /// Links attached so far (an entry and a return count as two).
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    pub(super) fn calls_map(&self) -> Result<MapHandle, ProbeError> {
+        map_handle(&self.obj, "calls")
+    }
+}

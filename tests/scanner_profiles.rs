@@ -1,0 +1,290 @@
+//! Scanner profiles end to end: scanprof with the unicornscan profile on the unishape fixture
+//! (tests/fixtures/unishape: a master that fork+execs a sender and a listener, work units over a
+//! unix socket with unicornscan's framing, TSC slot pacing, `sendto` into a lab), launched by
+//! `scanprof run` and attached to by `scanprof attach`. What the profile's uprobes read must be
+//! right: the family's roles, the requested rate from argv, from the work unit and from
+//! `init_tslot`, agreeing; the calibrations and their error; the work-unit timeline; the
+//! sender's own claims; and the achieved rate against the lab receiver's count.
+//!
+//! Root only (BPF, namespaces); they fail, never skip, without it. Traffic goes only into labs
+//! these tests create; every run is bounded by its packet count and by a timeout.
+
+mod common;
+
+use std::time::Duration;
+
+use common::unishape;
+use common::*;
+use scanprof::lab::{Lab, LabConfig, SinkReport, UdpSink};
+use serde_json::Value;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+const PORT_A: u16 = 9100;
+const PORT_B: u16 = 9101;
+
+fn lab() -> (Lab, Vec<String>) {
+    let lab = Lab::create(&LabConfig::default())
+        .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+    let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+    (lab, names)
+}
+
+fn sink(lab: &Lab, port: u16) -> UdpSink {
+    lab.udp_sink(port)
+        .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
+}
+
+fn stop_sink(sink: UdpSink) -> SinkReport {
+    std::thread::sleep(Duration::from_millis(100));
+    sink.stop()
+}
+
+/// `ip netns exec NS sh -c 'exec "$@" 1>&2' sh argv...`: the fixture in the lab's sender
+/// namespace, its stdout on stderr (scanprof's stdout carries NDJSON).
+fn in_lab(lab: &Lab, argv: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = ["sh", "-c", "exec \"$@\" 1>&2", "sh"].map(String::from).to_vec();
+    v.extend(argv.iter().cloned());
+    in_netns(&lab.sender_ns, &v)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn scanner(summary: &Value) -> &Value {
+    let sc = &summary["scanner"];
+    assert!(sc.is_object(), "no scanner object in the summary: {summary}");
+    sc
+}
+
+/// Every rare probe of the unicornscan profile that the fixture has fired, and the per-packet
+/// ones are off.
+fn assert_probes_fired(sc: &Value, names: &[&str]) {
+    let probes = sc["probes"].as_array().unwrap();
+    for name in names {
+        let p = probes
+            .iter()
+            .find(|p| p["name"] == *name)
+            .unwrap_or_else(|| panic!("no probe {name}: {probes:?}"));
+        assert_eq!(p["attached"], true, "{name} not attached: {p}");
+        assert!(p["hits"].as_u64().unwrap() > 0, "{name} never fired: {p}");
+    }
+    for p in probes.iter().filter(|p| p["per_packet"] == true) {
+        assert_eq!(p["attached"], false, "per-packet probes are off by default: {p}");
+    }
+}
+
+fn roles(sc: &Value) -> Vec<(String, String)> {
+    let mut r: Vec<(String, String)> = sc["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["comm"].as_str().unwrap().to_string(), r["role"].as_str().unwrap().to_string()))
+        .collect();
+    r.sort();
+    r.dedup();
+    r
+}
+
+/// The rate sources: argv, each work unit and each init_tslot, all at `pps`.
+fn assert_sources_agree(sc: &Value, pps: f64, units: usize) {
+    let req = &sc["requested"];
+    assert_eq!(f(&req["pps"]), pps, "{req}");
+    assert!(req["conflict"].is_null(), "sources disagree: {req}");
+    let sources = req["sources"].as_array().unwrap();
+    let text = |prefix: &str| {
+        sources
+            .iter()
+            .filter(|s| s["source"].as_str().unwrap().starts_with(prefix))
+            .collect::<Vec<_>>()
+    };
+    let argv = text("argv");
+    assert_eq!(argv.len(), 1, "{sources:?}");
+    assert!(argv[0]["source"].as_str().unwrap().contains(&format!("-r {pps}")), "{argv:?}");
+    let wu = text("work unit");
+    let init = text("init_tslot(");
+    assert_eq!((wu.len(), init.len()), (units, units), "{sources:?}");
+    for s in wu.iter().chain(&init) {
+        assert_eq!(f(&s["pps"]), pps, "{s}");
+    }
+    assert!(
+        wu[0]["source"].as_str().unwrap().contains("to unisend"),
+        "the work unit names its receiver: {wu:?}"
+    );
+}
+
+#[test]
+fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
+    require_root();
+    let _serial = serial();
+    let bins = unishape::build();
+    let (lab, names) = lab();
+    let to = |port: u16| format!("{}:{port}", lab.target_addr);
+    let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
+    let argv = unishape::argv(bins, 2000, &["--repeats=2000"], &[&to(PORT_A), &to(PORT_B)]);
+    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--duration", "40", "--"].map(String::from).to_vec();
+    args.extend(in_lab(&lab, &argv));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let (rx_a, rx_b) = (stop_sink(sink_a), stop_sink(sink_b));
+    run.assert_success();
+    let summary = run.summary_json();
+    let sc = scanner(&summary);
+    eprintln!("scanner: {sc:#}");
+
+    assert_eq!(sc["profile"], "unicornscan");
+    assert_eq!(
+        roles(sc),
+        [("unicornscan", "master"), ("unilisten", "listener"), ("unisend", "sender")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(f(&summary["requested_pps"]), 2000.0, "requested found without --requested");
+    assert_sources_agree(sc, 2000.0, 2);
+    assert_probes_fired(
+        sc,
+        &["init_tslot", "tsc_init_tslot", "master_send_message", "sender_send_message", "get_message"],
+    );
+
+    // Calibration: ~100 ms each, the slot it derived within 1% of 1/2000 s.
+    let cals = sc["calibrations"].as_array().unwrap();
+    assert_eq!(cals.len(), 2, "{cals:?}");
+    for c in cals {
+        let took = f(&c["duration_ms"]);
+        assert!((95.0..200.0).contains(&took), "calibration took {took} ms: {c}");
+        assert_eq!(c["delay_unit"], "tsc_cycles");
+        assert!(f(&c["error_pct"]).abs() < 1.0, "{c}");
+        assert_within("slot", f(&c["slot_ns"]), 500_000.0, 1e-9);
+    }
+
+    // Work units: 2000 packets each, at the rate the receiver saw, one after the other.
+    let units = sc["work_units"].as_array().unwrap();
+    assert_eq!(units.len(), 2, "{units:?}");
+    for (u, rx) in units.iter().zip([&rx_a, &rx_b]) {
+        assert_eq!(u["packets"].as_u64(), Some(2000), "{u}");
+        assert_eq!(rx.packets, 2000, "receiver {rx:?}");
+        let rx_pps = rx.pps().expect("receiver rate");
+        assert_within(&format!("unit {} achieved vs receiver", u["index"]), f(&u["achieved_pps"]), rx_pps, 0.01);
+        assert!(f(&u["setup_ms"]) >= 95.0, "set-up includes the ~100 ms calibration: {u}");
+        assert_eq!(f(&u["pps"]), 2000.0);
+        assert!(u["claimed_pps"].is_number(), "WORKDONE decoded: {u}");
+    }
+    let idle = f(&units[1]["idle_before_ms"]);
+    assert!((45.0..150.0).contains(&idle), "the master's 50 ms pause between units: {idle} ms");
+    // The sender's claims match what was measured (it reports the truth unless told not to).
+    for c in sc["claims"].as_array().unwrap() {
+        assert!(f(&c["diff_pct"]).abs() < 2.0, "{c}");
+    }
+    // IPC: WORKUNITs from the master, WORKDONEs from the sender, by type.
+    let ipc = sc["ipc"].as_array().unwrap();
+    let count = |comm: &str, kind: &str| {
+        ipc.iter()
+            .filter(|m| m["comm"] == comm && m["kind"] == kind)
+            .map(|m| m["messages"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(count("unicornscan", "WORKUNIT"), 2, "{ipc:?}");
+    assert_eq!(count("unisend", "WORKDONE"), 2, "{ipc:?}");
+    // Packets: scanprof's count is the receivers'.
+    assert_eq!(summary["packets"].as_u64(), Some(rx_a.packets + rx_b.packets));
+
+    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    assert_namespaces_gone(&names);
+}
+
+#[test]
+fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
+    require_root();
+    let _serial = serial();
+    let bins = unishape::build();
+    let (lab, names) = lab();
+    let to = format!("{}:{PORT_A}", lab.target_addr);
+    let sink_a = sink(&lab, PORT_A);
+    // Slots 25% too long, and a sender that reports the rate it was asked for.
+    let extra = ["--calibration-skew=1.25", "--claim", "requested", "--repeats=2000"];
+    let argv = unishape::argv(bins, 2000, &extra, &[&to]);
+    let mut args: Vec<String> = ["run", "--json", "--profile", "unicornscan", "--duration", "40", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(in_lab(&lab, &argv));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let rx = stop_sink(sink_a);
+    run.assert_success();
+    let summary = run.summary_json();
+    let sc = scanner(&summary);
+    eprintln!("scanner: {sc:#}");
+
+    let cal = &sc["calibrations"][0];
+    let err = f(&cal["error_pct"]);
+    assert!((err - 25.0).abs() < 1.0, "calibration error {err}%: {cal}");
+    let unit = &sc["work_units"][0];
+    let rx_pps = rx.pps().expect("receiver rate");
+    assert_within("achieved vs receiver", f(&unit["achieved_pps"]), rx_pps, 0.01);
+    assert_within("skewed rate", rx_pps, 1600.0, 0.03);
+    let claim = sc["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["what"].as_str().unwrap().starts_with("pps"))
+        .expect("a pps claim")
+        .clone();
+    assert_eq!(f(&claim["claimed"]), 2000.0, "{claim}");
+    let truth = (2000.0 / rx_pps - 1.0) * 100.0;
+    assert!(
+        (f(&claim["diff_pct"]) - truth).abs() < 1.5,
+        "claims 2000 while the receiver saw {rx_pps:.1} ({truth:+.1}%): {claim}"
+    );
+
+    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    assert_namespaces_gone(&names);
+}
+
+#[test]
+fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
+    require_root();
+    let _serial = serial();
+    let bins = unishape::build();
+    let (lab, names) = lab();
+    let to = |port: u16| format!("{}:{port}", lab.target_addr);
+    let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
+    // Three units of 1.5 s: scanprof attaches during the first.
+    let argv = unishape::argv(bins, 2000, &["--repeats=3000"], &[&to(PORT_A), &to(PORT_B), &to(PORT_A)]);
+    let cmd = lab.command_in_sender(&argv[0], &argv[1..]);
+    let fixture = Proc::spawn("unicornscan (unishape)", cmd, false);
+    std::thread::sleep(Duration::from_millis(600));
+    let args: Vec<String> = vec![
+        "attach".into(),
+        "--json".into(),
+        "-p".into(),
+        fixture.pid().to_string(),
+        "--duration".into(),
+        "30".into(),
+    ];
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let done = fixture.finish(RUN_TIMEOUT);
+    let (rx_a, rx_b) = (stop_sink(sink_a), stop_sink(sink_b));
+    done.assert_success();
+    run.assert_success();
+    let summary = run.summary_json();
+    let sc = scanner(&summary);
+    eprintln!("scanner: {sc:#}");
+    assert_eq!(sc["profile"], "unicornscan", "recognised from /proc/PID/exe and cmdline");
+    assert_eq!(f(&sc["requested"]["pps"]), 2000.0);
+    assert!(sc["requested"]["conflict"].is_null(), "{}", sc["requested"]);
+    let units = sc["work_units"].as_array().unwrap();
+    // The first unit was handed over before attach; the next two are seen whole.
+    let whole: Vec<&Value> = units.iter().filter(|u| u["handed_s"].is_number()).collect();
+    assert_eq!(whole.len(), 2, "{units:?}");
+    for u in &whole {
+        assert_eq!(u["packets"].as_u64(), Some(3000), "{u}");
+    }
+    // The second unit went to port B alone: its rate is the receiver's there.
+    let rx_pps = rx_b.pps().expect("receiver rate");
+    assert_eq!(rx_b.packets, 3000);
+    assert_within("unit 2 achieved vs receiver", f(&whole[0]["achieved_pps"]), rx_pps, 0.01);
+    assert!(rx_a.packets >= 3000, "{rx_a:?}");
+    let roles = roles(sc);
+    assert!(roles.contains(&("unisend".to_string(), "sender".to_string())), "{roles:?}");
+    assert!(roles.contains(&("unicornscan".to_string(), "master".to_string())), "{roles:?}");
+
+    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    assert_namespaces_gone(&names);
+}
