@@ -143,6 +143,15 @@ impl Analyzer {
         }
     }
 
+    /// Rate figures the scanner printed about itself.
+    pub fn output_readings(&mut self, readings: impl Iterator<Item = crate::collect::output::OutputReading>) {
+        if let Some(m) = self.scanner.as_mut() {
+            for r in readings {
+                m.output_reading(r.claim, r.pps, r.ts_ns);
+            }
+        }
+    }
+
     fn scanner_view(&self, s: &CounterSample) -> Option<ScannerView> {
         self.scanner
             .as_ref()

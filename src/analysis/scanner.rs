@@ -204,6 +204,10 @@ pub struct ScannerModel {
     units: Vec<Unit>,
     /// (pid, direction, kind) -> (messages, bytes, first ns, last ns)
     ipc: BTreeMap<(u32, String, String), (u64, u64, u64, u64)>,
+    /// what each of the profile's output claims is
+    output_claims: Vec<String>,
+    /// (claim, pps, ns) read from the scanner's output
+    readings: Vec<(usize, f64, u64)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -238,7 +242,48 @@ impl ScannerModel {
             open: BTreeMap::new(),
             units: Vec::new(),
             ipc: BTreeMap::new(),
+            output_claims: Vec::new(),
+            readings: Vec::new(),
         }
+    }
+
+    /// Names the profile's output claims (`[[claim]]`), by index.
+    pub fn with_output_claims(mut self, what: Vec<String>) -> ScannerModel {
+        self.output_claims = what;
+        self
+    }
+
+    /// A rate the scanner printed about itself.
+    pub fn output_reading(&mut self, claim: usize, pps: f64, ts_ns: u64) {
+        if self.readings.len() < 100_000 {
+            self.readings.push((claim, pps, ts_ns));
+        }
+    }
+
+    /// The scanner's printed figures: the median of the readings in the second half of their
+    /// span (status rates are smoothed and start from zero), beside the achieved rate.
+    fn output_claim_views(&self, threads: &[ThreadCounters]) -> Vec<ClaimView> {
+        let senders: Vec<&ThreadCounters> = threads.iter().filter(|t| t.packets > 0).collect();
+        let packets: u64 = senders.iter().map(|t| t.packets).sum();
+        let first = senders.iter().map(|t| t.first_send_ns).min().unwrap_or(0);
+        let last = senders.iter().map(|t| t.last_send_ns).max().unwrap_or(0);
+        let measured = (packets > 1 && last > first).then(|| (packets - 1) as f64 * 1e9 / (last - first) as f64);
+        (0..self.output_claims.len())
+            .filter_map(|i| {
+                let mine: Vec<(f64, u64)> = self.readings.iter().filter(|r| r.0 == i).map(|r| (r.1, r.2)).collect();
+                let (t0, t1) = (mine.first()?.1, mine.last()?.1);
+                let mid = t0 + (t1 - t0) / 2;
+                let mut late: Vec<f64> = mine.iter().filter(|r| r.1 >= mid).map(|r| r.0).collect();
+                late.sort_by(|a, b| a.total_cmp(b));
+                let claimed = late[late.len() / 2];
+                Some(ClaimView {
+                    what: format!("{} (median of the last {} of {} readings)", self.output_claims[i], late.len(), mine.len()),
+                    claimed,
+                    measured,
+                    diff_pct: measured.filter(|m| *m > 0.0).map(|m| (claimed / m - 1.0) * 100.0),
+                })
+            })
+            .collect()
     }
 
     pub fn set_start(&mut self, start_ns: u64) {
@@ -537,6 +582,8 @@ impl ScannerModel {
                 });
             }
         }
+
+        claims.extend(self.output_claim_views(threads));
 
         let mut ipc: Vec<IpcView> = self
             .ipc

@@ -185,3 +185,26 @@ fn a_unit_without_a_done_message_is_counted_from_the_threads() {
     assert_eq!(v.requested.pps, Some(2000.0));
     assert_eq!(v.requested.conflict, None);
 }
+
+#[test]
+fn a_printed_status_rate_is_set_beside_the_measured_rate() {
+    let mut m = model(None, 20_000.0).with_output_claims(vec!["masscan's status rate".into()]);
+    // Ramps up from zero, then says 20k while 3.2k were sent.
+    for (i, pps) in [0.0, 5_000.0, 15_000.0, 19_800.0, 20_000.0, 20_100.0].iter().enumerate() {
+        m.output_reading(0, *pps, START + i as u64 * 1_000 * MS);
+    }
+    let threads = [ThreadCounters {
+        pid: 5,
+        tid: 6,
+        packets: 16_001,
+        first_send_ns: START,
+        last_send_ns: START + 5_000 * MS,
+        ..Default::default()
+    }];
+    let v = m.view(&[], &[], &threads);
+    let c = &v.claims[0];
+    assert_eq!(c.claimed, 20_000.0, "median of the later readings: {c:?}");
+    assert!((c.measured.unwrap() - 3_200.0).abs() < 1e-6);
+    assert!((c.diff_pct.unwrap() - 525.0).abs() < 1e-6);
+    assert!(c.what.starts_with("masscan's status rate"));
+}

@@ -4,6 +4,7 @@
 //! The analysis computes rates from successive samples; nothing here divides by time.
 
 pub mod family;
+pub mod output;
 pub mod session;
 pub mod symbols;
 pub mod uprobes;

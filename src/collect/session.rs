@@ -130,7 +130,12 @@ struct Launched {
 impl Launched {
     /// Starts `/bin/sh` that waits on a pipe, then execs the command in the same process, so
     /// the pid the probes follow is the command's pid from its first instruction.
-    fn spawn(argv: &[String], output: &CommandOutput) -> anyhow::Result<Launched> {
+    fn spawn(
+        argv: &[String],
+        output: &CommandOutput,
+        claims: &[crate::wrappers::OutputClaim],
+        readings: &Sender<super::output::OutputReading>,
+    ) -> anyhow::Result<Launched> {
         if argv.is_empty() {
             bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
         }
@@ -163,19 +168,43 @@ impl Launched {
                 Ok(())
             });
         }
+        let mut log = None;
         match output {
             CommandOutput::Inherit => {}
             CommandOutput::StdoutToStderr => {
                 cmd.stdout(std::io::stderr());
             }
             CommandOutput::File(path) => {
-                let log = std::fs::File::create(path)
+                let file = std::fs::File::create(path)
                     .with_context(|| format!("creating {} for the command's output", path.display()))?;
-                cmd.stdout(log.try_clone()?).stderr(log);
+                cmd.stdout(file.try_clone()?).stderr(file.try_clone()?);
+                log = Some(file);
             }
         }
-        let child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
+        // A stream the profile reads rate figures from goes through scanprof on its way.
+        use super::output::{tee, Matcher};
+        let (out_m, err_m) = (Matcher::for_stream(claims, "stdout"), Matcher::for_stream(claims, "stderr"));
+        if out_m.is_some() {
+            cmd.stdout(std::process::Stdio::piped());
+        }
+        if err_m.is_some() {
+            cmd.stderr(std::process::Stdio::piped());
+        }
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
         drop(gate_rd);
+        let dest = |is_stdout: bool| -> anyhow::Result<Box<dyn std::io::Write + Send>> {
+            Ok(match (output, &log) {
+                (CommandOutput::File(_), Some(f)) => Box::new(f.try_clone()?),
+                (CommandOutput::Inherit, _) if is_stdout => Box::new(std::io::stdout()),
+                _ => Box::new(std::io::stderr()),
+            })
+        };
+        if let (Some(m), Some(pipe)) = (out_m, child.stdout.take()) {
+            tee(pipe, dest(true)?, m, readings.clone()).context("reading the command's output")?;
+        }
+        if let (Some(m), Some(pipe)) = (err_m, child.stderr.take()) {
+            tee(pipe, dest(false)?, m, readings.clone()).context("reading the command's output")?;
+        }
         Ok(Launched {
             child,
             release: Some(gate_wr),
@@ -227,11 +256,13 @@ fn collect(
     ready: Sender<anyhow::Result<()>>,
 ) -> anyhow::Result<()> {
     let mut launched = None;
+    let (readings_tx, readings) = mpsc::channel();
     let mut setup = || -> anyhow::Result<(Collector, u64)> {
         let roots = match &cfg.target {
             Target::Pids(pids) => pids.clone(),
             Target::Command(argv) => {
-                let l = Launched::spawn(argv, &cfg.command_output)?;
+                let claims = cfg.scanner.as_ref().map(|s| s.profile.claims.clone()).unwrap_or_default();
+                let l = Launched::spawn(argv, &cfg.command_output, &claims, &readings_tx)?;
                 let pid = l.child.id();
                 launched = Some(l);
                 vec![pid]
@@ -296,7 +327,8 @@ fn collect(
             sc.argv_rate.clone(),
             tsc_hz,
             start_ns,
-        ));
+        )
+        .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect()));
     }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
@@ -329,6 +361,7 @@ fn collect(
         collector.family.reap_vanished();
         let now = monotonic_ns();
         last = collector.sample(now);
+        analyzer.output_readings(readings.try_iter());
         let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &warnings))));
         next_tick += interval_ns;
         if next_tick <= now {
@@ -352,6 +385,7 @@ fn collect(
         last = collector.sample(monotonic_ns());
         analyzer.absorb(&last);
     }
+    analyzer.output_readings(readings.try_iter());
     // Records streamed while the run ended (an exit) still belong to it.
     collector.poll_events();
     let mut final_warnings = warnings;

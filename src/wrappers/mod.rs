@@ -7,7 +7,7 @@ mod profile;
 mod rate;
 
 pub use profile::{
-    ArgType, BufferField, FieldCondition, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole, ProcessRule, ProfileError,
+    ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole, ProcessRule, ProfileError,
     RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit, ScannerProfile, ThreadPick,
     ThreadRule, ValueForm, SCHEMA_VERSION,
 };

@@ -66,6 +66,36 @@ pub struct ScannerProfile {
     /// Names of IPC message types, by the value of a probe's `type` argument (`4 = "WORKUNIT"`).
     #[serde(default)]
     pub message_types: std::collections::BTreeMap<String, String>,
+    /// The scanner's own rate figures in its output (a status line), read when scanprof
+    /// launches it.
+    #[serde(default, rename = "claim")]
+    pub claims: Vec<OutputClaim>,
+}
+
+/// A rate the scanner prints about itself, found with a regular expression in its output.
+/// Lines end at `\n` or `\r` (status lines that overwrite themselves).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputClaim {
+    /// Short name (`status_rate`).
+    pub name: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// Regular expression: group 1 is the number; an optional group 2 is its unit, a key of
+    /// `units`.
+    pub pattern: String,
+    /// Multiplier from the number to packets per second (when there is no unit group).
+    #[serde(default = "one")]
+    pub scale: f64,
+    /// Multipliers by unit as printed (`"Kp/s" = 1000`).
+    #[serde(default)]
+    pub units: std::collections::BTreeMap<String, f64>,
+    /// What the figure is, for people (`masscan's status rate: send calls per second`).
+    pub what: String,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// One process of a scanner: how to recognise it and which role it plays.
@@ -624,6 +654,16 @@ impl ScannerProfile {
                 "rate.wire_bytes".into(),
                 "needed to convert bits_per_s to packets".into(),
             ));
+        }
+        for (i, c) in self.claims.iter().enumerate() {
+            if c.stream != "stdout" && c.stream != "stderr" {
+                return Err(bad(format!("claim[{i}].stream"), "stdout or stderr".into()));
+            }
+            match regex::Regex::new(&c.pattern) {
+                Ok(re) if re.captures_len() >= 2 => {}
+                Ok(_) => return Err(bad(format!("claim[{i}].pattern"), "needs a capture group for the number".into())),
+                Err(e) => return Err(bad(format!("claim[{i}].pattern"), e.to_string())),
+            }
         }
         for key in self.message_types.keys() {
             if key.parse::<u64>().is_err() {
