@@ -218,7 +218,8 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     let unit = &sc["work_units"][0];
     let rx_pps = rx.pps().expect("receiver rate");
     assert_within("achieved vs receiver", f(&unit["achieved_pps"]), rx_pps, 0.01);
-    assert_within("skewed rate", rx_pps, 1600.0, 0.03);
+    // ~1600 pps on a quiet machine; less when other work preempts the busy-wait (lost for good).
+    assert!(rx_pps < 1650.0, "slots 25% long cannot give {rx_pps:.1} pps");
     let claim = sc["claims"]
         .as_array()
         .unwrap()

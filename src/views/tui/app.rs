@@ -23,15 +23,18 @@ pub enum Panel {
     Rates,
     Gaps,
     Drops,
+    /// the diagnosis and what the scanner's own functions said
+    Diagnosis,
 }
 
 impl Panel {
-    pub const ALL: [Panel; 5] = [
+    pub const ALL: [Panel; 6] = [
         Panel::Funnel,
         Panel::Budget,
         Panel::Rates,
         Panel::Gaps,
         Panel::Drops,
+        Panel::Diagnosis,
     ];
 
     fn step(self, by: isize) -> Panel {

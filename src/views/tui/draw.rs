@@ -39,7 +39,19 @@ pub fn draw(f: &mut Frame, app: &App) {
             draw_panel(f, app, Panel::Budget, budget);
             draw_panel(f, app, Panel::Rates, rates);
             draw_panel(f, app, Panel::Gaps, gaps);
-            draw_panel(f, app, Panel::Drops, bottom);
+            // The diagnosis sits beside the drops where there is room; on a narrow terminal the
+            // header's `why:` line shows the top cause, and focusing the panel (Tab) shows it
+            // in the drops' place.
+            if bottom.width >= 120 {
+                let [drops, diagnosis] =
+                    Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(bottom);
+                draw_panel(f, app, Panel::Drops, drops);
+                draw_panel(f, app, Panel::Diagnosis, diagnosis);
+            } else if app.focus == Some(Panel::Diagnosis) {
+                draw_panel(f, app, Panel::Diagnosis, bottom);
+            } else {
+                draw_panel(f, app, Panel::Drops, bottom);
+            }
         }
     }
     if app.help {
@@ -63,7 +75,71 @@ fn draw_panel(f: &mut Frame, app: &App, panel: Panel, area: Rect) {
         Panel::Rates => draw_rates(f, app, area),
         Panel::Gaps => draw_gaps(f, app, area),
         Panel::Drops => draw_drops(f, app, area),
+        Panel::Diagnosis => draw_diagnosis(f, app, area),
     }
+}
+
+/// The ranked causes, then what the scanner's probes said: rate sources, calibrations, work
+/// units, IPC and claims.
+fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
+    let block = panel_block(app, Panel::Diagnosis, " diagnosis ".into());
+    let s = app.shown.as_ref();
+    let verdicts = app.summary.as_ref().map(|x| &x.verdicts).or(s.map(|s| &s.verdicts));
+    let scanner = app
+        .summary
+        .as_ref()
+        .and_then(|x| x.scanner.as_ref())
+        .or(s.and_then(|s| s.scanner.as_ref()));
+    let mut lines: Vec<Line> = Vec::new();
+    for v in verdicts.into_iter().flatten().take(6) {
+        let colour = if v.kind == "loss" { Color::Red } else { Color::Magenta };
+        let weak = if v.confidence == "weak" { " (weak)" } else { "" };
+        lines.push(Line::from(vec![
+            Span::styled(format!("{} {} ", v.kind, pct(v.share)), Style::new().fg(colour).bold()),
+            Span::raw(format!("{}{weak}", v.sentence)),
+        ]));
+        if !v.next_step.is_empty() {
+            lines.push(Line::styled(format!("  next: {}", v.next_step), Style::new().fg(Color::DarkGray)));
+        }
+    }
+    if let Some(sc) = scanner {
+        lines.push(Line::styled(format!("scanner: {}", sc.profile), Style::new().bold()));
+        for r in sc.requested.sources.iter().rev().take(3) {
+            lines.push(Line::from(format!("  rate from {}", r.source)));
+        }
+        if let Some(c) = &sc.requested.conflict {
+            lines.push(Line::styled(format!("  disagree: {c}"), Style::new().fg(Color::Red)));
+        }
+        for c in sc.calibrations.iter().rev().take(2) {
+            let err = c.error_pct.map(|e| format!(", error {e:+.2}%")).unwrap_or_default();
+            let took = c.duration_ms.map(|d| format!(" took {d:.0} ms")).unwrap_or_default();
+            lines.push(Line::from(format!("  calibration {}{took}{err}", c.probe)));
+        }
+        for u in sc.work_units.iter().rev().take(4) {
+            lines.push(Line::from(format!(
+                "  unit {}: {} pkts at {} pps{}{}",
+                u.index,
+                u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                u.achieved_pps.map(rate).unwrap_or_else(|| "-".into()),
+                u.setup_ms.map(|m| format!(", set-up {m:.0} ms")).unwrap_or_default(),
+                u.idle_before_ms.map(|m| format!(", idle {m:.0} ms")).unwrap_or_default(),
+            )));
+        }
+        for m in sc.ipc.iter().take(4) {
+            lines.push(Line::from(format!("  ipc {} {} {} x{}", m.comm, m.direction, m.kind, m.messages)));
+        }
+        for c in &sc.claims {
+            let diff = c.diff_pct.map(|d| format!(" ({d:+.1}%)")).unwrap_or_default();
+            lines.push(Line::from(format!("  claim {}: {:.1}{diff}", c.what, c.claimed)));
+        }
+        for n in &sc.notes {
+            lines.push(Line::styled(format!("  note: {n}"), Style::new().fg(Color::Yellow)));
+        }
+    }
+    if lines.is_empty() {
+        lines.push(Line::from("no verdict yet"));
+    }
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(block), area);
 }
 
 fn pct(x: f64) -> String {

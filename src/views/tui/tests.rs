@@ -298,7 +298,7 @@ fn sort_cycles_and_filter_narrows_the_drop_table() {
 fn tab_and_arrows_move_focus_in_order_and_wrap() {
     let mut app = live_app(false);
     let mut seen = vec![app.focus.unwrap()];
-    for _ in 0..5 {
+    for _ in 0..6 {
         app.on_key(key(KeyCode::Tab));
         seen.push(app.focus.unwrap());
     }
@@ -310,11 +310,12 @@ fn tab_and_arrows_move_focus_in_order_and_wrap() {
             Panel::Rates,
             Panel::Gaps,
             Panel::Drops,
+            Panel::Diagnosis,
             Panel::Funnel
         ]
     );
     app.on_key(key(KeyCode::BackTab));
-    assert_eq!(app.focus, Some(Panel::Drops));
+    assert_eq!(app.focus, Some(Panel::Diagnosis));
     app.on_key(key(KeyCode::Right));
     assert_eq!(app.focus, Some(Panel::Funnel));
 }
