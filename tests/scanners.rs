@@ -1,0 +1,928 @@
+//! Debian's scanners under `scanprof run`: masscan, zmap, nmap and hping3, each at two requested
+//! rates, sending from the sender namespace of a private lab (`scanprof::lab::Lab`) to its target
+//! namespace. Every figure is checked against an independent count: a packet socket on the
+//! sender's veth (outgoing frames, kernel timestamps) and the veth's own `tx_packets`. What
+//! scanprof must get right: the packets and the achieved rate over the send window, the profile,
+//! the requested rate read from the scanner's command line by its own semantics (zmap's `-r`
+//! times `-P`, nmap's `--max-rate` a cap, hping3's `-i uN` a period), and the profile's uprobes:
+//! the ones whose symbols are in the stripped binary's `.dynsym` attach and fire (the per-packet
+//! ones with `--per-packet`), and every attached probe fires. Command lines, figures and quirks:
+//! docs/scanners-lab.md.
+//!
+//! Root only (BPF, namespaces) and the four Debian packages (scripts/setup installs them); they
+//! fail, never skip, without them. Traffic goes only to the lab's target namespace (zmap's
+//! targets are addresses that namespace owns); every scan is bounded in packets (a fixed port or
+//! target list, `-c`) and in time (`--duration`, the test's timeout). The namespaces go with the
+//! lab, also when a test fails.
+//!
+//! `SCANPROF_SCANNERS_LAB_ONLY=1` runs the scanners without scanprof and checks only the lab's
+//! counts: the way to re-measure the figures in docs/scanners-lab.md.
+//!
+//! Run: `cargo test --test scanners`
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::mem::{size_of, size_of_val};
+use std::net::{SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use common::*;
+use scanprof::lab::{Lab, LabConfig, Side};
+
+/// Longest a scan (with scanprof around it) may take before the test ends it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(25);
+/// A port nobody listens on in the target namespace: SYNs get RSTs, UDP gets ICMP.
+const CLOSED_PORT: u16 = 9;
+/// Where masscan's wake-up datagrams go in the sender namespace (a socket takes them).
+const NUDGE_PORT: u16 = 9999;
+/// zmap's targets: 128 addresses the target namespace owns (local routes), all in the lab's /24.
+const ZMAP_TARGETS: [&str; 2] = ["10.99.0.64/26", "10.99.0.128/26"];
+const ZMAP_TARGET_COUNT: u64 = 128;
+
+fn lab_only() -> bool {
+    std::env::var_os("SCANPROF_SCANNERS_LAB_ONLY").is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+// ---- the lab ----------------------------------------------------------------------------------
+
+/// A lab of this test, with the names to check for afterwards. Dropping it (a failing test)
+/// ends whatever still runs in its sender namespace (by pid: only this test starts processes
+/// there; masscan never ends on its own on a quiet link) and deletes the namespaces, and with
+/// them the veth pair and every route added here.
+struct ScanLab {
+    /// None once destroyed
+    lab: Option<Lab>,
+    names: Vec<String>,
+    /// inode of the sender namespace
+    sender_netns: u64,
+    /// MAC address of the target's veth end: the "router" masscan and zmap send to
+    target_mac: String,
+}
+
+impl ScanLab {
+    fn new() -> ScanLab {
+        let lab = Lab::create(&LabConfig::default())
+            .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+        let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+        let sender_netns = netns_inode(&lab.sender_ns) as u64;
+        let out = lab
+            .command_in_target("ip", &strings(&["-j", "link", "show", "dev", &lab.target_dev]))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run ip link: {e}"));
+        assert!(out.status.success(), "ip link show failed: {out:?}");
+        let links: Value = serde_json::from_slice(&out.stdout).expect("ip -j link printed no JSON");
+        let target_mac = links[0]["address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address in {links}"))
+            .to_string();
+        ScanLab {
+            lab: Some(lab),
+            names,
+            sender_netns,
+            target_mac,
+        }
+    }
+
+    fn lab(&self) -> &Lab {
+        self.lab.as_ref().expect("the lab was destroyed")
+    }
+
+    /// Makes the target namespace own `prefix` too (a local route), so that a scan of it only
+    /// reaches hosts of this lab.
+    fn own(&self, prefix: &str) {
+        let args = strings(&["route", "add", "local", prefix, "dev", "lo"]);
+        let out = self
+            .lab()
+            .command_in_target("ip", &args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run ip route: {e}"));
+        assert!(
+            out.status.success(),
+            "ip route add local {prefix} failed: {out:?}"
+        );
+    }
+
+    fn tx_packets(&self) -> u64 {
+        self.lab()
+            .link(Side::Sender)
+            .unwrap_or_else(|e| panic!("ip -s link of the sender veth failed: {e:#}"))
+            .tx_packets
+    }
+
+    fn target(&self) -> String {
+        self.lab().target_addr.to_string()
+    }
+
+    /// Processes in the sender namespace: started by this test (through scanprof), since only
+    /// this test knows the namespace.
+    fn pids_inside(&self) -> Vec<i32> {
+        let want = format!("net:[{}]", self.sender_netns);
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == want)
+            })
+            .collect()
+    }
+
+    fn destroy(mut self) {
+        let left = self.pids_inside();
+        assert!(
+            left.is_empty(),
+            "processes still run in the sender namespace: {left:?}"
+        );
+        let names = self.names.clone();
+        self.lab
+            .take()
+            .unwrap()
+            .destroy()
+            .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+        assert_namespaces_gone(&names);
+    }
+}
+
+impl Drop for ScanLab {
+    fn drop(&mut self) {
+        if self.lab.is_none() {
+            return;
+        }
+        for pid in self.pids_inside() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        // Lab's own Drop deletes the namespaces.
+    }
+}
+
+// ---- the independent count: a packet socket on the sender's veth -----------------------------
+
+/// What the capture saw leave the sender's veth.
+#[derive(Debug, Clone, Default)]
+struct CaptureReport {
+    /// outgoing frames
+    packets: u64,
+    /// kernel timestamps (CLOCK_REALTIME, ns) of the first and last frame
+    first_ns: u64,
+    last_ns: u64,
+    /// the same from CLOCK_MONOTONIC when the capture thread read them
+    user_first_ns: u64,
+    user_last_ns: u64,
+    /// frames by length
+    sizes: BTreeMap<usize, u64>,
+    /// frames the kernel dropped because the capture's buffer was full
+    drops: u32,
+}
+
+impl CaptureReport {
+    /// (packets - 1) / (last - first): the rate over the send window, as scanprof defines it
+    fn pps(&self) -> f64 {
+        let span = self.last_ns.saturating_sub(self.first_ns);
+        assert!(
+            self.packets >= 2 && span > 0,
+            "the capture saw too few packets: {self:?}"
+        );
+        (self.packets - 1) as f64 * 1e9 / span as f64
+    }
+
+    fn span_s(&self) -> f64 {
+        self.last_ns.saturating_sub(self.first_ns) as f64 / 1e9
+    }
+}
+
+/// An AF_PACKET socket bound to the sender's veth in the sender namespace, counting outgoing
+/// frames with their kernel timestamps on its own thread.
+struct TxCapture {
+    stop: Arc<AtomicBool>,
+    seen: Arc<AtomicU64>,
+    thread: Option<JoinHandle<CaptureReport>>,
+}
+
+impl TxCapture {
+    fn start(lab: &Lab) -> TxCapture {
+        let dev = lab.sender_dev.clone();
+        let fd = lab
+            .in_sender(move || packet_socket(&dev))
+            .unwrap_or_else(|e| panic!("cannot enter the sender namespace: {e:#}"))
+            .unwrap_or_else(|e| panic!("cannot open the capture socket: {e}"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(AtomicU64::new(0));
+        let thread = std::thread::Builder::new()
+            .name("tx-capture".into())
+            .spawn({
+                let (stop, seen) = (Arc::clone(&stop), Arc::clone(&seen));
+                move || capture_loop(fd, &stop, &seen)
+            })
+            .expect("cannot start the capture thread");
+        TxCapture {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn packets_so_far(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Stops at the first 50 ms lull and returns what was seen.
+    fn stop(mut self) -> CaptureReport {
+        std::thread::sleep(Duration::from_millis(100));
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().unwrap().join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for TxCapture {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    let v = value;
+    // SAFETY: a valid fd and a c_int of the size given.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// The capture socket: every frame of `dev`, 16 MiB of buffer, kernel timestamps, 50 ms reads.
+/// Call it on a thread in the sender namespace (the device index is looked up there).
+fn packet_socket(dev: &str) -> io::Result<OwnedFd> {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain syscalls; the fd is owned from here on.
+    let fd = unsafe {
+        OwnedFd::from_raw_fd(cvt(libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            proto as libc::c_int,
+        ))?)
+    };
+    let name = std::ffi::CString::new(dev).unwrap();
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sockaddr_ll is plain data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: a valid fd and a sockaddr_ll of the size given.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    let raw = fd.as_raw_fd();
+    set_int_opt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20)
+        .or_else(|_| set_int_opt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20))?;
+    set_int_opt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    let timeout = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 50_000,
+    };
+    // SAFETY: a valid fd and a timeval.
+    cvt(unsafe {
+        libc::setsockopt(
+            raw,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&timeout as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    // Reset the drop counter (reading PACKET_STATISTICS clears it).
+    let _ = packet_drops(raw);
+    Ok(fd)
+}
+
+/// Frames the kernel dropped on this packet socket since the last call.
+fn packet_drops(fd: RawFd) -> io::Result<u32> {
+    // SAFETY: tpacket_stats is plain data.
+    let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: a valid fd and a buffer of the size given.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(st.tp_drops)
+}
+
+fn capture_loop(fd: OwnedFd, stop: &AtomicBool, seen: &AtomicU64) -> CaptureReport {
+    let mut report = CaptureReport::default();
+    let mut buf = [0u8; 128];
+    let mut control = [0u64; 16];
+    loop {
+        // SAFETY: plain data, filled in below.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: plain data, filled in below.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut addr as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = size_of_val(&control);
+        // SAFETY: every pointer in msg points at a live buffer of the length given.
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
+        if n < 0 {
+            // A timeout (or EINTR): nothing is queued, so this is the moment to stop if asked.
+            if stop.load(Ordering::Relaxed) {
+                report.drops = packet_drops(fd.as_raw_fd()).unwrap_or(u32::MAX);
+                return report;
+            }
+            continue;
+        }
+        let user_ns = monotonic_ns();
+        if addr.sll_pkttype != libc::PACKET_OUTGOING {
+            continue;
+        }
+        let mut kernel_ns = None;
+        // SAFETY: the cmsg macros walk the control buffer recvmsg filled in.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    kernel_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        let ts = kernel_ns.expect("no SCM_TIMESTAMPNS on a captured frame");
+        if report.packets == 0 {
+            report.first_ns = ts;
+            report.user_first_ns = user_ns;
+        }
+        report.last_ns = ts;
+        report.user_last_ns = user_ns;
+        report.packets += 1;
+        *report.sizes.entry(n as usize).or_default() += 1;
+        seen.store(report.packets, Ordering::Relaxed);
+    }
+}
+
+// ---- masscan's wake-up call -----------------------------------------------------------------
+
+/// masscan 1.3.2 with libpcap 1.10 (TPACKET_V3) never ends on a quiet link: its receive thread
+/// returns from pcap only when a frame arrives, and the main thread waits for it. Once its
+/// last packet has left (and its `--wait` is over), a datagram every 250 ms from the target
+/// namespace to a socket in the sender namespace (so that nothing answers it) lets it exit.
+struct Nudger {
+    /// takes the datagrams in the sender namespace
+    _sink: UdpSocket,
+    from: UdpSocket,
+    to: SocketAddrV4,
+    last: Option<Instant>,
+    sent: u32,
+}
+
+impl Nudger {
+    const EVERY: Duration = Duration::from_millis(250);
+    /// 20 s of nudges at most
+    const MAX: u32 = 80;
+
+    fn new(lab: &Lab) -> Nudger {
+        let to = SocketAddrV4::new(lab.sender_addr, NUDGE_PORT);
+        let sink = lab
+            .in_sender(move || UdpSocket::bind(to))
+            .expect("cannot enter the sender namespace")
+            .unwrap_or_else(|e| panic!("cannot bind {to} in the sender namespace: {e}"));
+        let target = lab.target_addr;
+        let from = lab
+            .in_target(move || UdpSocket::bind(SocketAddrV4::new(target, 0)))
+            .expect("cannot enter the target namespace")
+            .unwrap_or_else(|e| panic!("cannot bind a socket in the target namespace: {e}"));
+        Nudger {
+            _sink: sink,
+            from,
+            to,
+            last: None,
+            sent: 0,
+        }
+    }
+
+    /// Sends the next datagram if the scan is over and it is time.
+    fn poll(&mut self, scan_over: bool) {
+        let due = self.last.is_none_or(|t| t.elapsed() >= Self::EVERY);
+        if scan_over && due && self.sent < Self::MAX {
+            let _ = self.from.send_to(b"wake up", self.to);
+            self.last = Some(Instant::now());
+            self.sent += 1;
+        }
+    }
+}
+
+// ---- the scans --------------------------------------------------------------------------------
+
+/// One scanner run: its command line and everything known about it in advance.
+struct Scan {
+    /// scanprof profile name, also the executable
+    profile: &'static str,
+    /// the scanner's argv, program first
+    argv: Vec<String>,
+    /// packets it sends: every scan here sends an exact number
+    packets: u64,
+    /// the requested rate by the scanner's own semantics, and its kind
+    requested_pps: f64,
+    kind: &'static str,
+    /// the profile's probes whose symbols the Debian binary exports (docs/scanners-lab.md)
+    present: &'static [&'static str],
+    /// hit counts where the scan fixes them, as (probe, fewest, most)
+    exact_hits: Vec<(&'static str, u64, u64)>,
+    /// run with `--per-packet` (all per-packet probes on)
+    per_packet: bool,
+    /// masscan: wake its receive thread once the scan is over
+    nudge: bool,
+    /// scanprof --duration: a bound only, every scan ends well before it
+    bound_s: f64,
+}
+
+/// Probes in each profile that are in the binary; the rest must report attached=false.
+const MASSCAN_PROBES: &[&str] = &[];
+const ZMAP_PROBES: &[&str] = &[
+    "send_run",
+    "shard_init",
+    "synscan_make_packet",
+    "shard_get_next_ip",
+    "handle_packet",
+];
+const NMAP_PROBES: &[&str] = &[
+    "ultra_scan",
+    "sendIPScanProbe",
+    "send_ip_packet_sd",
+    "PacketRateMeter_update",
+];
+const HPING3_PROBES: &[&str] = &[];
+
+/// `masscan 10.99.0.2 -p1-PORTS --rate RATE --interface DEV --router-mac MAC --wait 1 --noreset`:
+/// one SYN per port; --noreset keeps it from answering the target's RSTs with RSTs of its own
+/// (which come out of the same --rate budget).
+fn masscan(lab: &ScanLab, rate: u32, ports: u32) -> Scan {
+    let argv = strings(&[
+        "masscan",
+        &lab.target(),
+        &format!("-p1-{ports}"),
+        "--rate",
+        &rate.to_string(),
+        "--interface",
+        &lab.lab().sender_dev,
+        "--router-mac",
+        &lab.target_mac,
+        "--wait",
+        "1",
+        "--noreset",
+    ]);
+    Scan {
+        profile: "masscan",
+        argv,
+        packets: ports as u64,
+        requested_pps: rate as f64,
+        kind: "exact",
+        present: MASSCAN_PROBES,
+        exact_hits: Vec::new(),
+        per_packet: false,
+        nudge: true,
+        bound_s: 20.0,
+    }
+}
+
+/// `zmap -r TARGETS_PER_S -P PROBES ...` over the 128 addresses the target namespace owns: zmap
+/// paces targets and sends each one its -P probes back to back, so the rate is r x P.
+fn zmap(lab: &ScanLab, targets_per_s: u32, probes: u32, per_packet: bool) -> Scan {
+    for prefix in ZMAP_TARGETS {
+        lab.own(prefix);
+    }
+    let mut argv = strings(&[
+        "zmap",
+        "-i",
+        &lab.lab().sender_dev,
+        "-S",
+        &lab.lab().sender_addr.to_string(),
+        "-G",
+        &lab.target_mac,
+        "-b",
+        "/dev/null",
+        "-p",
+        &CLOSED_PORT.to_string(),
+        "-c",
+        "0",
+        "-q",
+        "--disable-syslog",
+        "-r",
+        &targets_per_s.to_string(),
+        "-P",
+        &probes.to_string(),
+    ]);
+    argv.extend(strings(&ZMAP_TARGETS));
+    let packets = ZMAP_TARGET_COUNT * probes as u64;
+    Scan {
+        profile: "zmap",
+        argv,
+        packets,
+        requested_pps: (targets_per_s * probes) as f64,
+        kind: "exact",
+        present: ZMAP_PROBES,
+        exact_hits: vec![
+            ("send_run", 1, 1),
+            ("shard_init", 1, 1),
+            ("synscan_make_packet", packets, packets),
+            // One per target after the first (shard_get_cur_ip gives that) and the call that
+            // finds the shard done; one more when the random start of zmap's cyclic walk is not
+            // a valid address and shard_init steps on (seen both ways).
+            ("shard_get_next_ip", ZMAP_TARGET_COUNT, ZMAP_TARGET_COUNT + 1),
+        ],
+        per_packet,
+        nudge: false,
+        bound_s: 15.0,
+    }
+}
+
+/// `nmap -sS -n -Pn --disable-arp-ping --max-retries 0 --max-rate RATE -p1-PORTS 10.99.0.2`:
+/// one SYN per port and nothing else (--disable-arp-ping drops the ARP request nmap sends
+/// first even with -Pn).
+fn nmap(lab: &ScanLab, rate: u32, ports: u32, per_packet: bool) -> Scan {
+    let argv = strings(&[
+        "nmap",
+        "-sS",
+        "-n",
+        "-Pn",
+        "--disable-arp-ping",
+        "--max-retries",
+        "0",
+        "--max-rate",
+        &rate.to_string(),
+        &format!("-p1-{ports}"),
+        &lab.target(),
+    ]);
+    let n = ports as u64;
+    Scan {
+        profile: "nmap",
+        argv,
+        packets: n,
+        requested_pps: rate as f64,
+        kind: "cap",
+        present: NMAP_PROBES,
+        exact_hits: vec![
+            ("ultra_scan", 1, 1),
+            ("sendIPScanProbe", n, n),
+            ("send_ip_packet_sd", n, n),
+            ("PacketRateMeter_update", n, n),
+        ],
+        per_packet,
+        nudge: false,
+        bound_s: 15.0,
+    }
+}
+
+/// `hping3 --udp -p 9 -i uPERIOD -c COUNT -q 10.99.0.2`: one datagram per timer period.
+fn hping3(lab: &ScanLab, period_us: u32, count: u32) -> Scan {
+    let argv = strings(&[
+        "hping3",
+        "--udp",
+        "-p",
+        &CLOSED_PORT.to_string(),
+        "-i",
+        &format!("u{period_us}"),
+        "-c",
+        &count.to_string(),
+        "-q",
+        &lab.target(),
+    ]);
+    Scan {
+        profile: "hping3",
+        argv,
+        packets: count as u64,
+        requested_pps: 1e6 / period_us as f64,
+        kind: "exact",
+        present: HPING3_PROBES,
+        exact_hits: Vec::new(),
+        per_packet: false,
+        nudge: false,
+        bound_s: 15.0,
+    }
+}
+
+/// `ip netns exec NS sh -c 'exec "$@" 1>&2' sh argv...`: the scanner in the sender namespace
+/// (same pid: ip and sh exec it), its stdout on stderr, since scanprof's stdout carries NDJSON.
+fn in_sender(lab: &ScanLab, argv: &[String]) -> Vec<String> {
+    let mut v = strings(&["sh", "-c", "exec \"$@\" 1>&2", "sh"]);
+    v.extend(argv.iter().cloned());
+    in_netns(&lab.lab().sender_ns, &v)
+}
+
+/// Fails unless the scanner is installed: these tests never skip.
+fn require_scanner(name: &str) {
+    let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join(name).exists());
+    assert!(
+        found,
+        "{name} is not installed: run scripts/setup (it installs masscan zmap nmap hping3)"
+    );
+}
+
+fn f64_at(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
+}
+
+/// Runs `build`'s scan in a fresh lab, under scanprof unless lab-only, and checks everything.
+fn run_scan(build: impl FnOnce(&ScanLab) -> Scan) {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let scan = build(&lab);
+    require_scanner(scan.profile);
+
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = scan.nudge.then(|| Nudger::new(lab.lab()));
+    let tx_before = lab.tx_packets();
+    let started = Instant::now();
+    let launched = in_sender(&lab, &scan.argv);
+    let proc = if lab_only() {
+        let mut cmd = std::process::Command::new(&launched[0]);
+        cmd.args(&launched[1..]);
+        Proc::spawn(scan.profile, cmd, false)
+    } else {
+        let bound = scan.bound_s.to_string();
+        let mut args = strings(&["run", "--json", "--profile", scan.profile, "--duration", &bound]);
+        if scan.per_packet {
+            args.push("--per-packet".into());
+        }
+        args.push("--".into());
+        args.extend(launched);
+        Proc::scanprof(&args)
+    };
+    let expected = scan.packets;
+    let run = proc.finish_polling(RUN_TIMEOUT, || {
+        if let Some(n) = nudger.as_mut() {
+            n.poll(capture.packets_so_far() >= expected);
+        }
+    });
+    let wall_s = started.elapsed().as_secs_f64();
+    let cap = capture.stop();
+    let tx = lab.tx_packets() - tx_before;
+    drop(nudger);
+
+    eprintln!(
+        "{} at {} pps requested ({}): {} frames captured (veth tx {tx}, by size {:?}); whole run {wall_s:.2} s",
+        scan.profile, scan.requested_pps, scan.kind, cap.packets, cap.sizes,
+    );
+
+    // The scan itself, by the lab's counts.
+    run.assert_success();
+    assert_eq!(cap.drops, 0, "the capture lost frames: {cap:?}");
+    assert_eq!(
+        tx,
+        scan.packets,
+        "veth tx_packets: the scan sent another number of packets\n{}",
+        run.context()
+    );
+    assert_eq!(cap.packets, tx, "the capture and the veth disagree: {cap:?}");
+    let independent = cap.pps();
+    let user_span_ns = cap.user_last_ns.saturating_sub(cap.user_first_ns).max(1);
+    eprintln!(
+        "{}: {:.1} pps over {:.3} s from the first to the last frame (capture thread's clock: {:.1})",
+        scan.profile,
+        independent,
+        cap.span_s(),
+        (cap.packets - 1) as f64 * 1e9 / user_span_ns as f64,
+    );
+
+    if !lab_only() {
+        check_scanprof(&run, &scan, independent);
+        drop(run);
+        bpf.assert_released("scanprof run");
+    }
+    lab.destroy();
+}
+
+/// scanprof's summary against the scan and the independent count.
+#[track_caller]
+fn check_scanprof(run: &Finished, scan: &Scan, independent_pps: f64) {
+    let s = run.summary_json();
+    let achieved = f64_at(&s["achieved_pps"], "achieved_pps");
+    eprintln!(
+        "scanprof: {} packets, achieved {achieved:.1} pps over {} s; requested {}",
+        s["packets"], s["send_window_s"], s["requested_pps"]
+    );
+    assert_eq!(s["end_reason"], "family_exited", "{}", run.context());
+    assert_eq!(
+        s["packets"].as_u64(),
+        Some(scan.packets),
+        "scanprof's packets vs the veth's"
+    );
+    assert_within(
+        "achieved_pps vs the capture's (packets - 1) / (last - first)",
+        achieved,
+        independent_pps,
+        0.01,
+    );
+
+    // ---- the `scanner` object (pending contract) ----
+    let sc = &s["scanner"];
+    assert!(sc.is_object(), "no scanner object in the summary: {s}");
+    eprintln!("scanner: {sc:#}");
+    assert_eq!(sc["profile"], scan.profile);
+    // The requested rate, read from argv by the scanner's semantics (no --requested given).
+    let req = &sc["requested"];
+    assert_eq!(f64_at(&req["pps"], "requested.pps"), scan.requested_pps, "{req}");
+    assert_eq!(req["kind"], scan.kind, "{req}");
+    assert!(req["conflict"].is_null(), "{req}");
+    let sources = req["sources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sources: {req}"));
+    assert!(
+        sources
+            .iter()
+            .any(|src| src["source"].as_str().is_some_and(|t| t.starts_with("argv"))),
+        "the rate comes from argv: {sources:?}"
+    );
+    assert_eq!(
+        f64_at(&s["requested_pps"], "requested_pps"),
+        scan.requested_pps,
+        "the summary's requested_pps is filled from argv"
+    );
+
+    // The probes: those in .dynsym attach (per-packet ones only with --per-packet) and fire;
+    // every attached probe fires; the rest say why not.
+    let probes = sc["probes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no probes: {sc}"));
+    let binary = scanner_path(scan.profile);
+    let mut names: Vec<&str> = Vec::new();
+    for p in probes {
+        let name = p["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("probe without a name: {p}"));
+        names.push(name);
+        let attached = p["attached"] == true;
+        let per_packet = p["per_packet"] == true;
+        let hits = p["hits"].as_u64().unwrap_or_else(|| panic!("no hits: {p}"));
+        if attached {
+            assert!(hits > 0, "{name} is attached but never fired: {p}");
+        } else {
+            assert!(
+                p["note"].is_string(),
+                "{name} is not attached and says not why: {p}"
+            );
+        }
+        if scan.present.contains(&name) && (!per_packet || scan.per_packet) {
+            assert!(attached, "{name} is in {binary}'s .dynsym but not attached: {p}");
+            let on = p["binary"].as_str().unwrap_or("");
+            assert!(
+                on.ends_with(&format!("/{}", scan.profile)) || on == binary,
+                "{name} is attached to {on}, not {binary}: {p}"
+            );
+        }
+        if per_packet && !scan.per_packet {
+            assert!(!attached, "per-packet probes are off without --per-packet: {p}");
+        }
+        if !scan.present.contains(&name) {
+            assert!(
+                !attached,
+                "{name} is not in {binary}'s .dynsym, yet attached: {p}"
+            );
+        }
+    }
+    for name in scan.present {
+        assert!(
+            names.contains(name),
+            "probe {name} missing from the scanner object: {names:?}"
+        );
+    }
+    // Hit counts the scan fixes. The probes are attached when the scanner's exec is seen (the
+    // launched process is `ip`), so a loaded machine can attach a per-packet probe after the
+    // first packets: for those only the upper bound is firm, and a shortfall is reported.
+    for (name, fewest, most) in &scan.exact_hits {
+        let p = probes.iter().find(|p| p["name"] == *name).unwrap();
+        if p["attached"] != true {
+            continue;
+        }
+        let hits = p["hits"].as_u64().unwrap();
+        if p["per_packet"] == true {
+            assert!(
+                hits <= *most,
+                "{name}: {hits} hits, the scan made at most {most} calls: {p}"
+            );
+            if hits < *fewest {
+                eprintln!("note: {name} fired {hits} times of {fewest}: attached after the first calls");
+            }
+        } else {
+            assert!(
+                (*fewest..=*most).contains(&hits),
+                "{name}: {hits} hits, expected {fewest}..={most}: {p}"
+            );
+        }
+    }
+}
+
+/// Where Debian installs the scanner.
+fn scanner_path(name: &str) -> String {
+    ["/usr/bin", "/usr/sbin"]
+        .iter()
+        .map(|d| format!("{d}/{name}"))
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| format!("/usr/bin/{name}"))
+}
+
+// ---- masscan: --rate is an exact packet rate ---------------------------------------------------
+
+#[test]
+fn masscan_at_500_pps() {
+    run_scan(|lab| masscan(lab, 500, 1000));
+}
+
+#[test]
+fn masscan_at_10000_pps() {
+    run_scan(|lab| masscan(lab, 10_000, 20_000));
+}
+
+// ---- zmap: -r targets per second times -P probes ------------------------------------------------
+
+#[test]
+fn zmap_at_500_pps_with_per_packet_probes() {
+    run_scan(|lab| zmap(lab, 125, 4, true));
+}
+
+#[test]
+fn zmap_at_10000_pps() {
+    run_scan(|lab| zmap(lab, 125, 80, false));
+}
+
+// ---- nmap: --max-rate is a cap -----------------------------------------------------------------
+
+#[test]
+fn nmap_at_500_pps_with_per_packet_probes() {
+    run_scan(|lab| nmap(lab, 500, 1000, true));
+}
+
+#[test]
+fn nmap_at_10000_pps() {
+    run_scan(|lab| nmap(lab, 10_000, 20_000, false));
+}
+
+// ---- hping3: -i uN is a timer period ------------------------------------------------------------
+
+#[test]
+fn hping3_at_500_pps() {
+    run_scan(|lab| hping3(lab, 2000, 1000));
+}
+
+#[test]
+fn hping3_at_2000_pps() {
+    run_scan(|lab| hping3(lab, 500, 4000));
+}
