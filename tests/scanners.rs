@@ -844,29 +844,19 @@ fn check_scanprof(run: &Finished, scan: &Scan, independent_pps: f64) {
             "probe {name} missing from the scanner object: {names:?}"
         );
     }
-    // Hit counts the scan fixes. The probes are attached when the scanner's exec is seen (the
-    // launched process is `ip`), so a loaded machine can attach a per-packet probe after the
-    // first packets: for those only the upper bound is firm, and a shortfall is reported.
+    // Hit counts the scan fixes. The probes of the launched scanner's executable are attached to
+    // the file before it runs (the launched process is `ip`, which execs it later), so every
+    // call is seen, per-packet ones included.
     for (name, fewest, most) in &scan.exact_hits {
         let p = probes.iter().find(|p| p["name"] == *name).unwrap();
         if p["attached"] != true {
             continue;
         }
         let hits = p["hits"].as_u64().unwrap();
-        if p["per_packet"] == true {
-            assert!(
-                hits <= *most,
-                "{name}: {hits} hits, the scan made at most {most} calls: {p}"
-            );
-            if hits < *fewest {
-                eprintln!("note: {name} fired {hits} times of {fewest}: attached after the first calls");
-            }
-        } else {
-            assert!(
-                (*fewest..=*most).contains(&hits),
-                "{name}: {hits} hits, expected {fewest}..={most}: {p}"
-            );
-        }
+        assert!(
+            (*fewest..=*most).contains(&hits),
+            "{name}: {hits} hits, expected {fewest}..={most}: {p}"
+        );
     }
 }
 

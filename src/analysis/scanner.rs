@@ -312,7 +312,8 @@ impl ScannerModel {
     pub fn ingest(&mut self, calls: &[ProbeCall]) {
         for c in calls {
             match (c.role.as_str(), c.entry) {
-                ("ipc_send", true) | ("work_unit", true) => self.message(c, "send"),
+                ("ipc_send", true) => self.message(c, "send"),
+                ("work_unit", true) => self.work_unit(c),
                 ("ipc_recv", true) => self.message(c, "recv"),
                 ("rate_setup", true) => self.rate_setup(c),
                 ("rate_setup", false) => self.setup_done(c),
@@ -392,6 +393,34 @@ impl ScannerModel {
                     }
                 }
             }
+        }
+    }
+
+    /// A unit of work starts in the calling process (zmap's `shard_init`, one per send thread):
+    /// a new unit, set up there; a `pps` among its values is a rate source.
+    fn work_unit(&mut self, c: &ProbeCall) {
+        let index = self.units.len() as u32 + 1;
+        let pps = c.values.get("pps").copied();
+        self.units.push(Unit {
+            view: WorkUnitView {
+                index,
+                pps,
+                sender_pid: Some(c.pid),
+                handed_s: Some(self.secs(c.ts_ns)),
+                setup_s: Some(self.secs(c.ts_ns)),
+                ..Default::default()
+            },
+            packets_at_start: Some(c.packets),
+            start_ns: Some(c.ts_ns),
+            ..Default::default()
+        });
+        if let Some(p) = pps {
+            self.runtime.push((
+                format!("{} in pid {}: pps={}", c.probe, c.pid, fmt_num(p)),
+                Some(p),
+                c.ts_ns,
+                Some(self.units.len() - 1),
+            ));
         }
     }
 

@@ -322,10 +322,11 @@ impl Collector {
         profile: crate::wrappers::ScannerProfile,
         per_packet: &uprobes::PerPacket,
         anchor_exe: Option<&std::path::Path>,
+        launched: bool,
     ) {
         let mut scanner = uprobes::ScannerProbes::new(profile, per_packet, &self.probes);
         if let Some(exe) = anchor_exe {
-            scanner.attach_ahead(&mut self.probes, exe);
+            scanner.attach_ahead(&mut self.probes, exe, launched);
         }
         let members: Vec<(u32, String, String)> = self
             .family

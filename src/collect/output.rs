@@ -126,6 +126,21 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_profiles_read_their_scanners_status_lines() {
+        let set = crate::wrappers::ProfileSet::builtin().unwrap();
+        let masscan = Matcher::for_stream(&set.get("masscan").unwrap().claims, "stderr").unwrap();
+        assert_eq!(
+            masscan.scan("rate: 19.99-kpps, 42.17% done,   0:00:03 remaining, found=0       "),
+            [(0, 19_990.0)]
+        );
+        let zmap = Matcher::for_stream(&set.get("zmap").unwrap().claims, "stderr").unwrap();
+        assert_eq!(
+            zmap.scan(" 0:03 30% (7s left); send: 3012 1.01 Kp/s (1.00 Kp/s avg); recv: 0 0 p/s (0 p/s avg)"),
+            [(0, 1010.0)]
+        );
+    }
+
+    #[test]
     fn tee_passes_output_through_and_splits_at_carriage_returns() {
         let m = Matcher::for_stream(&[claim(r"rate: ([0-9.]+)", 1.0, &[])], "stderr").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();

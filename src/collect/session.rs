@@ -274,7 +274,8 @@ fn collect(
         let start_ns = monotonic_ns();
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
         if let Some(sc) = &cfg.scanner {
-            collector.set_scanner(sc.profile.clone(), &sc.per_packet, sc.anchor_exe.as_deref());
+            let launched = matches!(cfg.target, Target::Command(_));
+            collector.set_scanner(sc.profile.clone(), &sc.per_packet, sc.anchor_exe.as_deref(), launched);
         }
         Ok((collector, start_ns))
     };

@@ -159,7 +159,9 @@ impl ScannerProbes {
     /// that recognises it, and to the files where the profile says its other executables usually
     /// are (`paths`, relative to the anchor's directory). A process exec'd later is then probed
     /// from its first call; the programs count only the family.
-    pub fn attach_ahead(&mut self, probes: &mut ProbeSet, anchor_exe: &Path) {
+    /// With `launched`, per-packet probes switched on are attached ahead to the anchor too (the
+    /// command is scanprof's own, so nobody else is expected to run that file meanwhile).
+    pub fn attach_ahead(&mut self, probes: &mut ProbeSet, anchor_exe: &Path, launched: bool) {
         let dir = anchor_exe.parent().map(Path::to_path_buf).unwrap_or_default();
         let anchor = anchor_exe.display().to_string();
         let base = anchor.rsplit('/').next().unwrap_or(&anchor).to_string();
@@ -178,12 +180,14 @@ impl ScannerProbes {
             .collect();
         for (role, paths) in rules {
             for p in paths {
+                let is_anchor = p == anchor;
                 let path = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
                 let Ok(path) = path.canonicalize() else { continue };
                 let indices: Vec<usize> = (0..self.profile.probes.len())
                     .filter(|&i| {
                         let pr = &self.profile.probes[i];
-                        pr.binary == role && pr.library.is_none() && !pr.per_packet && self.states[i].enabled
+                        let when = !pr.per_packet || (launched && is_anchor);
+                        pr.binary == role && pr.library.is_none() && when && self.states[i].enabled
                     })
                     .collect();
                 for i in indices {
