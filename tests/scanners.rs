@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::*;
-use scanprof::lab::{Lab, LabConfig, Side};
+use scanprof::lab::{Lab, LabConfig, Side, TbfConfig};
 
 /// Longest a scan (with scanprof around it) may take before the test ends it.
 const RUN_TIMEOUT: Duration = Duration::from_secs(25);
@@ -73,7 +73,11 @@ struct ScanLab {
 
 impl ScanLab {
     fn new() -> ScanLab {
-        let lab = Lab::create(&LabConfig::default())
+        ScanLab::with(LabConfig::default())
+    }
+
+    fn with(config: LabConfig) -> ScanLab {
+        let lab = Lab::create(&config)
             .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
         let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
         let sender_netns = netns_inode(&lab.sender_ns) as u64;
@@ -915,4 +919,69 @@ fn hping3_at_500_pps() {
 #[test]
 fn hping3_at_2000_pps() {
     run_scan(|lab| hping3(lab, 500, 4000));
+}
+
+// ---- a real scanner into a narrow path: the diagnosis, and its own figure against ours ---------
+
+/// masscan at 20,000 pps into a 2 Mbit/s token bucket with an 8 kB queue on the sender's veth:
+/// about 4,000 frames a second fit. masscan ignores the ENOBUFS its sends get back and keeps
+/// printing the rate of its calls. scanprof must say where the packets went (the qdisc, and the
+/// sends the kernel refused) and set masscan's status rate beside what left the machine.
+#[test]
+fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
+    require_root();
+    let _serial = serial();
+    require_scanner("masscan");
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::with(LabConfig {
+        tbf: Some(TbfConfig {
+            rate: "2mbit".into(),
+            burst: "4kb".into(),
+            limit: "8kb".into(),
+        }),
+    });
+    let (rate, ports) = (20_000u32, 60_000u32);
+    let scan = masscan(&lab, rate, ports);
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let started = Instant::now();
+    let mut args = strings(&["run", "--json", "--profile", "masscan", "--duration", "20", "--"]);
+    args.extend(in_sender(&lab, &scan.argv));
+    // The scan takes ports / rate seconds plus masscan's --wait; then it needs a nudge to exit.
+    let over_after = Duration::from_secs_f64(ports as f64 / rate as f64 + 1.5);
+    let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || nudger.poll(started.elapsed() >= over_after));
+    let cap = capture.stop();
+    drop(nudger);
+    run.assert_success();
+    let s = run.summary_json();
+    let verdicts = s["verdicts"].as_array().expect("verdicts").clone();
+    eprintln!("capture: {} frames at {:.1} pps", cap.packets, cap.pps());
+    eprintln!("verdicts: {:#}", Value::Array(verdicts.clone()));
+    eprintln!("claims: {:#}", s["scanner"]["claims"]);
+
+    // What left the machine: the capture on the veth, after the tbf.
+    let wire = cap.pps();
+    assert!(wire < 6_000.0, "the token bucket should hold the wire rate near 4k: {wire:.0}");
+    // masscan's own figure: the rate of its send calls, near the 20k it was asked for.
+    let claims = s["scanner"]["claims"].as_array().expect("claims");
+    let status = claims
+        .iter()
+        .find(|c| c["what"].as_str().is_some_and(|w| w.starts_with("masscan's status rate")))
+        .unwrap_or_else(|| panic!("masscan's status line was not read: {claims:?}"));
+    let claimed = f64_at(&status["claimed"], "claimed");
+    assert!(claimed > 3.0 * wire, "masscan claims {claimed:.0} pps while {wire:.0} left");
+    let measured = f64_at(&status["measured"], "measured");
+    assert_within("the claim's measured side vs the capture", measured, wire, 0.05);
+
+    // The diagnosis: the top cause is the narrow path (the qdisc dropping, or refusing the
+    // sends with ENOBUFS), and masscan's figure is called out as contradicted.
+    let causes: Vec<&str> = verdicts.iter().filter_map(|v| v["cause"].as_str()).collect();
+    assert!(
+        matches!(causes.first(), Some(&"qdisc_drop") | Some(&"send_errors")),
+        "top verdict should be the narrow path: {causes:?}"
+    );
+    assert!(causes.contains(&"claim_mismatch"), "masscan's figure disagrees: {causes:?}");
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
 }

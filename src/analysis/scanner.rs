@@ -260,8 +260,9 @@ impl ScannerModel {
         }
     }
 
-    /// The scanner's printed figures: the median of the readings in the second half of their
-    /// span (status rates are smoothed and start from zero), beside the achieved rate.
+    /// The scanner's printed figures: the median of the readings in the second half of the
+    /// family's send window (status rates are smoothed, start from zero and fall to zero while
+    /// the scanner waits for late replies), beside the rate its send syscalls achieved.
     fn output_claim_views(&self, threads: &[ThreadCounters]) -> Vec<ClaimView> {
         let senders: Vec<&ThreadCounters> = threads.iter().filter(|t| t.packets > 0).collect();
         let packets: u64 = senders.iter().map(|t| t.packets).sum();
@@ -271,13 +272,30 @@ impl ScannerModel {
         (0..self.output_claims.len())
             .filter_map(|i| {
                 let mine: Vec<(f64, u64)> = self.readings.iter().filter(|r| r.0 == i).map(|r| (r.1, r.2)).collect();
-                let (t0, t1) = (mine.first()?.1, mine.last()?.1);
-                let mid = t0 + (t1 - t0) / 2;
-                let mut late: Vec<f64> = mine.iter().filter(|r| r.1 >= mid).map(|r| r.0).collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                // Readings while sending, from the middle of the window on (one second of slack
+                // at the end: a status line comes once a second).
+                let mid = first + (last.saturating_sub(first)) / 2;
+                let mut late: Vec<f64> = mine
+                    .iter()
+                    .filter(|r| last > first && r.1 >= mid && r.1 <= last + 1_000_000_000)
+                    .map(|r| r.0)
+                    .collect();
+                let whole = late.is_empty();
+                if whole {
+                    late = mine.iter().map(|r| r.0).collect();
+                }
                 late.sort_by(|a, b| a.total_cmp(b));
                 let claimed = late[late.len() / 2];
+                let which = if whole {
+                    format!("median of all {} readings", mine.len())
+                } else {
+                    format!("median of {} readings in the second half of sending, of {}", late.len(), mine.len())
+                };
                 Some(ClaimView {
-                    what: format!("{} (median of the last {} of {} readings)", self.output_claims[i], late.len(), mine.len()),
+                    what: format!("{} ({which})", self.output_claims[i]),
                     claimed,
                     measured,
                     diff_pct: measured.filter(|m| *m > 0.0).map(|m| (claimed / m - 1.0) * 100.0),
