@@ -1,0 +1,356 @@
+//! One shape for a tick's Snapshot and the run's Summary: the figures the verdict rules read,
+//! over one interval (the tick, or the run's send window), and the caveats that make every
+//! verdict over it `weak`.
+
+use std::collections::BTreeMap;
+
+use super::units::{dur, pct, secs};
+use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
+use crate::analysis::snapshot::{
+    Baseline, BlockSiteView, DeviceView, DropRow, GapView, RequestedView, ScannerView, Snapshot, Summary,
+    ThreadView,
+};
+use crate::collect::TimeBudget;
+
+/// A thread that sent fewer than this share of the interval's packets is not a sender thread
+/// for the time model (a resolver or a listener that sent a handful).
+const SENDER_MIN_PACKET_SHARE: f64 = 0.01;
+/// Thread time covering less than this share of senders x interval: the budget is partial.
+const MIN_COVERAGE: f64 = 0.8;
+
+/// The sender threads' time over the interval, ns, summed over the threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct ThreadTime {
+    /// on CPU inside send syscalls
+    pub send: f64,
+    /// off CPU of its own accord inside send syscalls
+    pub blocked: f64,
+    /// off CPU of its own accord elsewhere
+    pub sleep: f64,
+    /// runnable, waiting for a CPU
+    pub preempted: f64,
+    /// on CPU outside send syscalls
+    pub other: f64,
+    /// sender threads summed
+    pub senders: usize,
+    /// thread time counted / (senders x interval)
+    pub coverage: f64,
+}
+
+impl ThreadTime {
+    pub fn total(&self) -> f64 {
+        self.send + self.blocked + self.sleep + self.preempted + self.other
+    }
+
+    fn add(&mut self, b: &TimeBudget) {
+        self.send += b.send_ns as f64;
+        self.blocked += b.blocked_send_ns as f64;
+        self.sleep += b.sleep_ns as f64;
+        self.preempted += b.preempted_ns as f64;
+        self.other += b.other_ns as f64;
+    }
+}
+
+/// A drop row with its count over the interval.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dropped<'a> {
+    pub row: &'a DropRow,
+    pub count: u64,
+}
+
+/// What the rules read.
+#[derive(Debug, Clone)]
+pub(super) struct Facts<'a> {
+    /// a tick (true) or the whole run
+    pub live: bool,
+    /// packets per second asked for
+    pub requested: Option<f64>,
+    pub requested_view: Option<&'a RequestedView>,
+    /// packets per second through the send syscalls over the interval
+    pub achieved: f64,
+    /// length of the interval the rates are over, s
+    pub window_s: f64,
+    /// seconds since attach at the end of the interval (live only)
+    pub end_s: Option<f64>,
+    /// packets the send syscalls accepted in the interval
+    pub packets: u64,
+    /// send calls in the interval, failed ones included
+    pub calls: u64,
+    pub failed_calls: u64,
+    /// failed sends by errno name, in the interval
+    pub errors: BTreeMap<String, u64>,
+    pub time: ThreadTime,
+    pub gap: &'a GapView,
+    pub block_sites: &'a [BlockSiteView],
+    pub drops: Vec<Dropped<'a>>,
+    pub devices: &'a [DeviceView],
+    pub scanner: Option<&'a ScannerView>,
+    pub baseline: Option<&'a Baseline>,
+    /// packets since attach (uprobe figures are since attach too)
+    pub packets_total: u64,
+    /// packets per second the drivers accepted (what left the machine), when measured
+    pub left_pps: Option<f64>,
+    /// send syscall duration, median, ns
+    pub latency_p50_ns: Option<f64>,
+    /// why every verdict over this interval is weak
+    pub caveats: Vec<String>,
+}
+
+impl<'a> Facts<'a> {
+    pub fn of_snapshot(s: &'a Snapshot) -> Facts<'a> {
+        let stage = |name: &str| s.stages.iter().find(|st| st.name == name);
+        let thread_packets: u64 = s.threads.iter().map(|t| t.packets).sum();
+        let packets = stage("syscall_packets").map_or(thread_packets, |st| st.count);
+        let calls =
+            stage("send_calls").map_or_else(|| s.threads.iter().map(|t| t.calls).sum(), |st| st.count);
+        let interval_ns = s.interval_s * 1e9;
+
+        let min_packets = ((packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
+        let mut time = ThreadTime::default();
+        for t in &s.threads {
+            // A sender blocked in send for most of the tick sends nothing in it, yet it is the
+            // sender whose time matters; in a tick without any packet, every listed thread (a
+            // live one that sent before) is a sender that stopped.
+            let blocked_all_tick = t.packets == 0 && t.budget.blocked_send_ns as f64 >= 0.5 * interval_ns;
+            if t.packets >= min_packets || blocked_all_tick || packets == 0 {
+                time.add(&t.budget);
+                time.senders += 1;
+            }
+        }
+        time.coverage = coverage(&time, interval_ns);
+
+        let mut caveats = Vec::new();
+        if s.tick <= 1 {
+            caveats.push("first tick: it includes the start-up".to_string());
+        }
+        if s.interval_s < MIN_TICK_S {
+            caveats.push(format!("a tick of only {}", secs(s.interval_s)));
+        }
+        if packets < MIN_PACKETS {
+            caveats.push(format!("only {packets} packets in this tick"));
+        }
+        common_caveats(
+            &mut caveats,
+            &time,
+            s.health.threads_untracked,
+            s.scanner.as_ref(),
+        );
+
+        let busiest: Option<&ThreadView> = s.threads.iter().max_by_key(|t| t.packets);
+        Facts {
+            live: true,
+            requested: requested(s.requested_pps, s.scanner.as_ref()),
+            requested_view: s.scanner.as_ref().map(|v| &v.requested),
+            achieved: s.achieved_pps,
+            window_s: s.interval_s,
+            end_s: Some(s.t_s),
+            packets,
+            calls,
+            failed_calls: s.threads.iter().map(|t| t.failed_calls).sum(),
+            errors: merged_errors(&s.threads),
+            time,
+            gap: &s.gap,
+            block_sites: &s.block_sites,
+            drops: s
+                .drops
+                .iter()
+                .map(|row| Dropped {
+                    row,
+                    count: (row.rate * s.interval_s).round().max(0.0) as u64,
+                })
+                .collect(),
+            devices: &s.devices,
+            scanner: s.scanner.as_ref(),
+            baseline: None,
+            packets_total: stage("syscall_packets").map_or(packets, |st| st.total),
+            left_pps: stage("dev_xmit").map(|st| st.pps).filter(|p| *p > 0.0),
+            latency_p50_ns: busiest.and_then(|t| t.latency_p50_ns),
+            caveats,
+        }
+    }
+
+    pub fn of_summary(s: &'a Summary) -> Facts<'a> {
+        let window_s = if s.send_window_s > 0.0 {
+            s.send_window_s
+        } else {
+            s.duration_s
+        };
+        let window_ns = window_s * 1e9;
+        let min_packets = ((s.packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
+        let mut time = ThreadTime::default();
+        let senders: Vec<&ThreadView> = s.threads.iter().filter(|t| t.packets >= min_packets).collect();
+        if senders.is_empty() {
+            if s.budget.total_ns() > 0 {
+                time.add(&within(&s.budget, window_ns));
+                time.senders = 1;
+            }
+        } else {
+            for t in senders {
+                time.add(&within(&t.budget, window_ns));
+                time.senders += 1;
+            }
+        }
+        time.coverage = coverage(&time, window_ns);
+
+        let mut caveats = Vec::new();
+        if s.send_window_s < MIN_WINDOW_S {
+            caveats.push(format!("a send window of only {}", secs(s.send_window_s)));
+        }
+        if s.packets < MIN_PACKETS {
+            caveats.push(format!("only {} packets in the run", s.packets));
+        }
+        common_caveats(
+            &mut caveats,
+            &time,
+            s.health.threads_untracked,
+            s.scanner.as_ref(),
+        );
+
+        Facts {
+            live: false,
+            requested: requested(s.requested_pps, s.scanner.as_ref()),
+            requested_view: s.scanner.as_ref().map(|v| &v.requested),
+            achieved: s.achieved_pps,
+            window_s,
+            end_s: None,
+            packets: s.packets,
+            calls: s.send_calls,
+            failed_calls: s.failed_calls,
+            errors: s.errors.clone(),
+            time,
+            gap: &s.gap,
+            block_sites: &s.block_sites,
+            drops: s
+                .drops
+                .iter()
+                .map(|row| Dropped {
+                    row,
+                    count: row.count,
+                })
+                .collect(),
+            devices: &s.devices,
+            scanner: s.scanner.as_ref(),
+            baseline: s.baseline.as_ref(),
+            packets_total: s.packets,
+            left_pps: s.stages.get("dev_xmit").copied().filter(|p| *p > 0.0),
+            latency_p50_ns: s.latency_p50_ns,
+            caveats,
+        }
+    }
+
+    /// Whether anything makes every verdict over this interval weak.
+    pub fn thin(&self) -> bool {
+        !self.caveats.is_empty()
+    }
+
+    /// "in this tick" or "over the run", for sentences.
+    pub fn over(&self) -> &'static str {
+        if self.live {
+            "in this tick"
+        } else {
+            "over the run"
+        }
+    }
+}
+
+/// `--requested` (or what the Analyzer was given), else the rate the scanner's profile read.
+fn requested(given: Option<f64>, scanner: Option<&ScannerView>) -> Option<f64> {
+    given
+        .or_else(|| scanner.and_then(|v| v.requested.pps))
+        .filter(|r| r.is_finite() && *r > 0.0)
+}
+
+fn coverage(time: &ThreadTime, interval_ns: f64) -> f64 {
+    if time.senders == 0 || interval_ns <= 0.0 {
+        return 0.0;
+    }
+    time.total() / (time.senders as f64 * interval_ns)
+}
+
+fn common_caveats(
+    caveats: &mut Vec<String>,
+    time: &ThreadTime,
+    untracked: u64,
+    scanner: Option<&ScannerView>,
+) {
+    if untracked > 0 {
+        caveats.push(format!(
+            "{untracked} threads of the family were not tracked (thread map full)"
+        ));
+    }
+    if time.senders > 0 && time.coverage < MIN_COVERAGE {
+        caveats.push(format!(
+            "the sender threads' time covers only {} of the interval",
+            pct(time.coverage)
+        ));
+    }
+    if let Some(c) = scanner.and_then(|v| v.requested.conflict.as_ref()) {
+        caveats.push(format!("the requested rate is uncertain: {c}"));
+    }
+}
+
+fn merged_errors(threads: &[ThreadView]) -> BTreeMap<String, u64> {
+    let mut errors = BTreeMap::new();
+    for t in threads {
+        for (k, v) in &t.errors {
+            *errors.entry(k.clone()).or_default() += v;
+        }
+    }
+    errors
+}
+
+/// A whole-run thread budget cut to the send window: a thread's time beyond the window's length
+/// lies outside it (waiting to start, waiting for replies at the end) and is taken from sleep
+/// first, then from its on-CPU time outside send, then the rest.
+fn within(b: &TimeBudget, window_ns: f64) -> TimeBudget {
+    let mut excess = (b.total_ns() as f64 - window_ns).max(0.0) as u64;
+    let mut out = *b;
+    for field in [
+        &mut out.sleep_ns,
+        &mut out.other_ns,
+        &mut out.preempted_ns,
+        &mut out.blocked_send_ns,
+        &mut out.send_ns,
+    ] {
+        let take = excess.min(*field);
+        *field -= take;
+        excess -= take;
+    }
+    out
+}
+
+/// Adds the interval's caveats to a verdict's evidence.
+pub(super) fn caveat_lines(f: &Facts, evidence: &mut Vec<String>) {
+    for c in &f.caveats {
+        evidence.push(format!("caveat: {c}"));
+    }
+}
+
+/// The time a figure in ns takes per packet, for evidence.
+pub(super) fn per_packet(ns: f64, packets: u64) -> String {
+    dur(ns / packets.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_budget_beyond_the_send_window_comes_out_of_sleep_first() {
+        let b = TimeBudget {
+            send_ns: 100,
+            blocked_send_ns: 50,
+            sleep_ns: 300,
+            preempted_ns: 20,
+            other_ns: 530,
+        };
+        // 1000 ns of thread time over a 600 ns window: 400 ns outside, 300 from sleep, 100 other.
+        let w = within(&b, 600.0);
+        assert_eq!(
+            (w.sleep_ns, w.other_ns, w.send_ns, w.blocked_send_ns),
+            (0, 430, 100, 50)
+        );
+        assert_eq!(w.total_ns(), 600);
+        assert_eq!(within(&b, 2000.0), b);
+    }
+}

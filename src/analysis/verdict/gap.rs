@@ -1,0 +1,779 @@
+//! Causes of the gap between requested and achieved send rate: the overall judgement (no gap,
+//! no requested rate, above it) and one verdict per cause the time model (`split`) finds, with
+//! its sentence, evidence and next step.
+
+use super::claims::{claim_mismatch, retried, send_errors_as_loss, send_errors_text, top_errno};
+use super::facts::{caveat_lines, Facts};
+use super::split::{Calibration, Split, MIN_GAPS};
+use super::units::{dur, pct, pps, secs, signed_pct};
+use super::{
+    verdict, Verdict, CALIBRATION_TOLERANCE_PCT, GAP, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE, WEAK_SHARE,
+};
+use crate::collect::DropClass;
+
+/// What the gap rules found, and whether there is a gap at all (which puts gap verdicts first).
+pub(super) struct GapVerdicts {
+    pub verdicts: Vec<Verdict>,
+    pub has_gap: bool,
+}
+
+pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
+    let mut out = Vec::new();
+    let Some(r) = f.requested else {
+        out.push(gap_unknown(f));
+        out.extend(send_errors_as_loss(f));
+        out.extend(claim_mismatch(f));
+        return GapVerdicts {
+            verdicts: out,
+            has_gap: false,
+        };
+    };
+    let ratio = f.achieved / r;
+    let calibration = Calibration::of(f);
+    let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
+    if has_gap {
+        let split = Split::of(f, r, calibration.as_ref());
+        out.extend(split.verdicts(f, r, calibration.as_ref()));
+    } else {
+        let floor = f.requested_view.is_some_and(|v| v.kind == "floor");
+        if ratio > 1.0 + NO_GAP_TOLERANCE && !floor {
+            out.push(above_requested(f, r, calibration.as_ref()));
+        } else if !has_target_losses(f) {
+            out.push(no_gap(f, r, calibration.as_ref()));
+        }
+        out.extend(send_errors_as_loss(f));
+    }
+    out.extend(claim_mismatch(f));
+    GapVerdicts {
+        verdicts: out,
+        has_gap,
+    }
+}
+
+fn has_target_losses(f: &Facts) -> bool {
+    f.drops
+        .iter()
+        .any(|d| d.row.class == DropClass::TargetLoss && d.count > 0)
+}
+
+/// The first evidence line of every gap verdict.
+fn rate_line(f: &Facts, r: f64) -> String {
+    format!(
+        "requested {}, achieved {} {} ({} of requested)",
+        pps(r),
+        pps(f.achieved),
+        f.over(),
+        pct(f.achieved / r)
+    )
+}
+
+fn baseline_line(f: &Facts) -> Option<String> {
+    let b = f.baseline?;
+    Some(match b.accuracy {
+        Some(a) => format!(
+            "the reference sender ({} pacer) reached {} at this rate on this machine ({} of requested)",
+            b.pacer,
+            pps(b.achieved_pps),
+            pct(a)
+        ),
+        None => format!(
+            "the reference sender reached {} on this machine",
+            pps(b.achieved_pps)
+        ),
+    })
+}
+
+/// The requested rate is a cap: going slower may be the scanner's own choice.
+fn is_cap(f: &Facts) -> bool {
+    f.requested_view.is_some_and(|v| v.kind == "cap")
+}
+
+fn gap_unknown(f: &Facts) -> Verdict {
+    let unlimited = f.requested_view.is_some_and(|v| v.kind == "unlimited");
+    let sentence = if unlimited {
+        format!(
+            "The scanner was asked to send as fast as it can, so there is no requested rate to fall short of; it reached {}.",
+            pps(f.achieved)
+        )
+    } else {
+        format!(
+            "No requested rate is known, so the gap between requested and achieved cannot be judged; the scanner reached {}.",
+            pps(f.achieved)
+        )
+    };
+    let mut evidence = vec![format!("achieved {} {}", pps(f.achieved), f.over())];
+    if let Some(v) = f.requested_view {
+        evidence.push(format!(
+            "the scanner's profile reads the requested rate as `{}`",
+            v.kind
+        ));
+        for s in v.sources.iter().take(3) {
+            evidence.push(format!("rate source: {}", s.source));
+        }
+    }
+    let next_step = if unlimited {
+        "To find where it tops out, compare with the reference sender unpaced: `scanprof send --rate 0`."
+            .to_string()
+    } else {
+        "Pass the rate the scanner was asked for with `--requested PPS` to judge the gap.".to_string()
+    };
+    verdict("gap_unknown", GAP, sentence, 0.0, evidence, next_step, true)
+}
+
+fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
+    let sentence = format!(
+        "No significant gap: the scanner reached {} of the {} it was asked for ({}) and lost no packets after sending them.",
+        pps(f.achieved),
+        pps(r),
+        pct(f.achieved / r)
+    );
+    let mut evidence = vec![
+        rate_line(f, r),
+        format!("{} packets sent {}", f.packets, f.over()),
+    ];
+    evidence.extend(baseline_line(f));
+    if let Some(c) = calibration.filter(|c| c.error_pct.abs() > CALIBRATION_TOLERANCE_PCT) {
+        evidence.push(format!(
+            "its calibration is off by {} yet the rate holds: the slot may be corrected elsewhere",
+            signed_pct(c.error_pct)
+        ));
+    }
+    caveat_lines(f, &mut evidence);
+    verdict(
+        "no_gap",
+        GAP,
+        sentence,
+        0.0,
+        evidence,
+        "Nothing to fix at this rate; raise the requested rate to find where the gap opens.".to_string(),
+        f.thin(),
+    )
+}
+
+fn above_requested(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
+    let over = f.achieved / r - 1.0;
+    let sentence = if is_cap(f) {
+        format!(
+            "The scanner sends {} above its cap: {} against a cap of {}.",
+            pct(over),
+            pps(f.achieved),
+            pps(r)
+        )
+    } else {
+        format!(
+            "The scanner sends faster than asked: {} against {} requested ({} above).",
+            pps(f.achieved),
+            pps(r),
+            pct(over)
+        )
+    };
+    let mut evidence = vec![rate_line(f, r)];
+    if let Some(c) = calibration.filter(|c| c.error_pct < -CALIBRATION_TOLERANCE_PCT) {
+        evidence.push(format!(
+            "{}: its slot is {} against the {} a rate of {} needs ({}): slots too short",
+            c.probe,
+            c.delay_ns.map_or("?".to_string(), dur),
+            c.slot_ns.map_or("?".to_string(), dur),
+            pps(r),
+            signed_pct(c.error_pct)
+        ));
+    }
+    caveat_lines(f, &mut evidence);
+    verdict(
+        "above_requested",
+        GAP,
+        sentence,
+        0.0,
+        evidence,
+        "Check that --requested (or the rate read from the scanner's command line) is the rate it was given; \
+         if it is, its pacing runs fast: check its clock calibration against the kernel's TSC frequency \
+         (`dmesg | grep -i tsc`)."
+            .to_string(),
+        f.thin(),
+    )
+}
+
+impl Split {
+    /// Preempted time that made no gap longer, when there was some.
+    fn absorbed_line(&self) -> Option<String> {
+        (self.f_absorbed >= 0.005).then(|| {
+            format!(
+                "a further {} of its time preempted inside waits, at no cost to the rate (no gap longer for it)",
+                pct(self.f_absorbed)
+            )
+        })
+    }
+
+    fn verdicts(&self, f: &Facts, r: f64, calibration: Option<&Calibration>) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        let mut push = |cause: &str,
+                        share: f64,
+                        sentence: String,
+                        mut evidence: Vec<String>,
+                        next: String,
+                        weak: bool| {
+            if share < MIN_SHARE {
+                return;
+            }
+            evidence.insert(0, rate_line(f, r));
+            evidence.insert(
+                1,
+                format!(
+                    "costs {} of the requested rate, of a {} gap",
+                    pct(share),
+                    pct(self.gap)
+                ),
+            );
+            if is_cap(f) {
+                evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
+            }
+            caveat_lines(f, &mut evidence);
+            let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
+            out.push(verdict(cause, GAP, sentence, share, evidence, next, weak));
+        };
+        let slot = 1e9 / r * f.time.senders.max(1) as f64;
+
+        if self.send_errors > 0.0 {
+            let (sentence, evidence, next) = send_errors_text(f);
+            let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
+            push("send_errors", self.send_errors, sentence, evidence, next, weak);
+        }
+
+        if self.cpu > 0.0 {
+            let on_cpu = self.f_send + self.f_other - self.f_spin.unwrap_or(0.0);
+            let on_cpu_ns = on_cpu * self.thread_ns / self.attempts.max(1) as f64;
+            let mut evidence = vec![
+                format!(
+                    "on CPU {} per packet: {} inside send syscalls, {} outside",
+                    dur(on_cpu_ns),
+                    self.per_packet(self.f_send),
+                    self.per_packet(self.f_other - self.f_spin.unwrap_or(0.0))
+                ),
+                format!(
+                    "slot {} per packet and sender thread ({} over {} thread(s))",
+                    dur(slot),
+                    pps(r),
+                    f.time.senders.max(1)
+                ),
+                format!("asleep {} of its time", pct(self.f_sleep)),
+            ];
+            if let Some(spin) = self.f_spin {
+                evidence.push(format!(
+                    "pacing loop (pace_wait probe) {} per packet, not counted as work",
+                    self.per_packet(spin)
+                ));
+            }
+            if let Some(l) = f.latency_p50_ns {
+                evidence.push(format!("median send syscall {}", dur(l)));
+            }
+            evidence.extend(baseline_line(f));
+            // Without a probe on its pacing loop, with no calibration figure and no sleep, a busy
+            // waiting pacer with too long a slot would look the same.
+            let ambiguous = self.f_spin.is_none()
+                && calibration.is_none()
+                && self.f_sleep < WEAK_SHARE
+                && self.f_send < self.sigma;
+            if ambiguous {
+                evidence.push(
+                    "no probe on its pacing loop: if it busy-waits to pace, a slot longer than 1/requested looks the same"
+                        .to_string(),
+                );
+            }
+            let max_pps = 1e9 * f.time.senders.max(1) as f64 / on_cpu_ns.max(1.0);
+            push(
+                "cpu_bound",
+                self.cpu,
+                format!(
+                    "The sender is CPU-bound: it needs {} of CPU per packet against a slot of {}, so it cannot keep up with {}.",
+                    dur(on_cpu_ns),
+                    dur(slot),
+                    pps(r)
+                ),
+                evidence,
+                format!(
+                    "Cut the per-packet work: batch the sends (sendmmsg, an AF_PACKET TX ring), spread the scan \
+                     over more sender threads, or request at most {} (what its CPU time per packet allows); \
+                     `scanprof send --rate {:.0} --pacer tsc` shows what this machine does at this rate.",
+                    pps(max_pps),
+                    r
+                ),
+                ambiguous,
+            );
+        }
+
+        if self.blocked > 0.0 {
+            let (sentence, evidence, next) = blocked_text(f, self);
+            push("blocked_send", self.blocked, sentence, evidence, next, false);
+        }
+
+        if self.preempted > 0.0 {
+            let mut evidence = vec![
+                format!(
+                    "runnable but waiting for a CPU {} of its time, {} per packet",
+                    pct(self.f_preempted),
+                    self.per_packet(self.f_preempted)
+                ),
+                format!(
+                    "on CPU {} of its time",
+                    pct(self.f_send + self.f_other - self.f_absorbed)
+                ),
+            ];
+            evidence.extend(self.absorbed_line());
+            evidence.extend(baseline_line(f));
+            push(
+                "preempted",
+                self.preempted,
+                format!(
+                    "Other tasks take the sender's CPU: it waits {} per packet to run again, time its pacing never makes up.",
+                    self.per_packet(self.f_preempted)
+                ),
+                evidence,
+                "Give the sender a CPU of its own: pin it to an idle CPU (`taskset -cp N PID`) or raise its \
+                 priority (`chrt -f -p 10 PID`, `renice -n -10 -p PID`); `perf sched timehist -p PID` shows \
+                 what runs instead. A pacer with deadline slots would catch the time up."
+                    .to_string(),
+                false,
+            );
+        }
+
+        if self.miscalibrated > 0.0 {
+            let (sentence, evidence, next, weak) = match calibration {
+                Some(c) => {
+                    let mut evidence = vec![format!(
+                        "{}: slot {} where {} needs {} ({})",
+                        c.probe,
+                        c.delay_ns.map_or("?".to_string(), dur),
+                        pps(r),
+                        c.slot_ns.map_or("?".to_string(), dur),
+                        signed_pct(c.error_pct)
+                    )];
+                    if c.count > 1 {
+                        evidence.push(format!(
+                            "{} calibrations, median error {}, {} spent calibrating",
+                            c.count,
+                            signed_pct(c.error_pct),
+                            dur(c.duration_ms * 1e6)
+                        ));
+                    }
+                    (
+                        format!(
+                            "The scanner's pacing slot is {} too long: its calibration ({}) derived a slot that does not match {}.",
+                            signed_pct(c.error_pct),
+                            c.probe,
+                            pps(r)
+                        ),
+                        evidence,
+                        calibration_next(f, r),
+                        false,
+                    )
+                }
+                None => {
+                    let mean = self.mean_gap_ns.unwrap_or(0.0);
+                    let mut evidence = vec![format!(
+                        "mean gap {} against {} expected ({:.3}x), p50 {}, p99 {}",
+                        dur(mean),
+                        dur(self.expected_gap_ns),
+                        mean / self.expected_gap_ns,
+                        f.gap.p50_ns.map_or("?".to_string(), dur),
+                        f.gap.p99_ns.map_or("?".to_string(), dur)
+                    )];
+                    let spinning = self.busy_wait_inferred;
+                    evidence.push(if spinning {
+                        format!(
+                            "on the CPU outside its send calls {} per packet ({} in them), asleep {}: a busy-waiting pacer",
+                            self.per_packet(self.f_other),
+                            self.per_packet(self.f_send),
+                            pct(self.f_sleep)
+                        )
+                    } else {
+                        format!(
+                            "the sender works {} and waits {} of its time",
+                            pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
+                            pct(self.f_sleep + self.f_spin.unwrap_or(0.0))
+                        )
+                    });
+                    evidence
+                        .push("no calibration figure from the scanner: inferred from the gaps".to_string());
+                    evidence.extend(self.absorbed_line());
+                    let how = if spinning {
+                        "while the sender spins on the CPU between packets"
+                    } else {
+                        "while the sender mostly waits"
+                    };
+                    (
+                        format!(
+                            "The pacing slot looks mis-derived: the gaps are a steady {:.2}x the {} slot {how}.",
+                            mean / self.expected_gap_ns,
+                            dur(self.expected_gap_ns)
+                        ),
+                        evidence,
+                        calibration_next(f, r),
+                        true,
+                    )
+                }
+            };
+            push(
+                "miscalibrated",
+                self.miscalibrated,
+                sentence,
+                evidence,
+                next,
+                weak,
+            );
+        }
+
+        if self.pacing > 0.0 {
+            let sleeps = self.f_sleep >= self.f_spin.unwrap_or(0.0);
+            let mut evidence = vec![format!(
+                "median gap {} against {} expected per send call (mean {})",
+                f.gap.p50_ns.map_or("?".to_string(), dur),
+                dur(self.expected_gap_ns),
+                self.mean_gap_ns.map_or("?".to_string(), dur)
+            )];
+            evidence.push(match self.f_spin {
+                Some(spin) => format!(
+                    "asleep {}, in its pacing loop {} of its time",
+                    pct(self.f_sleep),
+                    pct(spin)
+                ),
+                None => format!("asleep {} of its time", pct(self.f_sleep)),
+            });
+            evidence.extend(self.absorbed_line());
+            if self.f_wakeup > 0.0 {
+                evidence.push(format!(
+                    "woken but waiting for a CPU {} per packet after its sleeps: part of each wake-up's lateness",
+                    self.per_packet(self.f_wakeup)
+                ));
+            }
+            let no_gaps = f.gap.count < MIN_GAPS || f.gap.p50_ns.is_none();
+            if no_gaps {
+                evidence.push(format!("only {} gaps measured", f.gap.count));
+            }
+            let how = if sleeps {
+                "its sleeps end late"
+            } else {
+                "its waits end late"
+            };
+            push(
+                "pacing_coarse",
+                self.pacing,
+                format!(
+                    "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {}.",
+                    f.gap.p50_ns.map_or("longer".to_string(), dur),
+                    dur(self.expected_gap_ns)
+                ),
+                evidence,
+                pacing_next(f, r, sleeps),
+                no_gaps,
+            );
+        }
+
+        if self.stalls > 0.0 {
+            let mut evidence = vec![format!(
+                "gaps: median {}, mean {}, p99 {}, against {} expected",
+                f.gap.p50_ns.map_or("?".to_string(), dur),
+                self.mean_gap_ns.map_or("?".to_string(), dur),
+                f.gap.p99_ns.map_or("?".to_string(), dur),
+                dur(self.expected_gap_ns)
+            )];
+            evidence.push(format!("asleep {} of its time", pct(self.f_sleep)));
+            let ipc = ipc_messages(f);
+            if ipc > 0 {
+                evidence.push(format!("{ipc} messages between the scanner's processes"));
+            }
+            let sentence = if self.attempts == 0 {
+                format!(
+                    "The sender sent nothing {}: it waited (asleep {} of its time) rather than send.",
+                    f.over(),
+                    pct(self.f_sleep)
+                )
+            } else {
+                format!(
+                    "The sender stops to wait outside its pacing: most gaps are near the slot, but some stall (p99 {}).",
+                    f.gap.p99_ns.map_or("?".to_string(), dur)
+                )
+            };
+            push(
+                "idle_waits",
+                self.stalls,
+                sentence,
+                evidence,
+                "Find what the sender waits for between sends (`offcputime -p PID` from bcc, `perf trace -s -p PID`); \
+                 if it waits for another of the scanner's processes, that process is the bottleneck."
+                    .to_string(),
+                f.gap.count < MIN_GAPS,
+            );
+        }
+
+        if self.unit_idle > 0.0 {
+            let (n, idle_ms, _) = unit_sums(f);
+            let mut evidence = vec![
+                format!(
+                    "{} idle between work units {} ({} hand-overs), of {} sender time",
+                    dur(self.units.idle_seen_ns),
+                    f.over(),
+                    self.units.spans,
+                    dur(self.thread_ns)
+                ),
+                format!("{n} work units, {} idle before them in all", dur(idle_ms * 1e6)),
+            ];
+            let ipc = ipc_messages(f);
+            if ipc > 0 {
+                evidence.push(format!("{ipc} messages between the scanner's processes"));
+            }
+            push(
+                "unit_idle",
+                self.unit_idle,
+                format!(
+                    "The sender sits idle between work units: {} passed {} between one unit's last packet and the next unit's hand-over.",
+                    dur(self.units.idle_seen_ns),
+                    f.over()
+                ),
+                evidence,
+                "Give the sender fewer, larger work units (fewer separate targets or modes), or look at what the \
+                 master does before it hands over the next one (the IPC table)."
+                    .to_string(),
+                false,
+            );
+        }
+
+        if self.unit_setup > 0.0 {
+            let (n, _, setup_ms) = unit_sums(f);
+            let mut evidence = vec![
+                format!(
+                    "{} of set-up inside the interval over {} hand-overs, {} each",
+                    dur(self.units.setup_seen_ns),
+                    self.units.spans,
+                    dur(self.units.setup_seen_ns / self.units.spans.max(1) as f64)
+                ),
+                format!(
+                    "{n} work units, {} of set-up (hand-over to first packet) in all",
+                    dur(setup_ms * 1e6)
+                ),
+            ];
+            if let Some(c) = calibration.filter(|c| c.duration_ms > 0.0) {
+                evidence.push(format!(
+                    "{} spent in {} calibration(s)",
+                    dur(c.duration_ms * 1e6),
+                    c.count
+                ));
+            }
+            push(
+                "unit_setup",
+                self.unit_setup,
+                format!(
+                    "Every work unit pays a set-up before its first packet (IPC, rate set-up, calibration): {} each.",
+                    dur(self.units.setup_seen_ns / self.units.spans.max(1) as f64)
+                ),
+                evidence,
+                "Fewer, larger work units amortise the set-up; a clock calibration per unit could be done once."
+                    .to_string(),
+                false,
+            );
+        }
+
+        if self.unexplained >= MIN_SHARE {
+            let mut evidence = vec![rate_line(f, r)];
+            if self.thread_ns <= 0.0 {
+                evidence
+                    .push("no time budget for the sender threads (is the sched probe attached?)".to_string());
+            }
+            caveat_lines(f, &mut evidence);
+            out.push(verdict(
+                "unexplained",
+                GAP,
+                format!(
+                    "{} of the requested rate is missing for a reason scanprof cannot see {}.",
+                    pct(self.unexplained),
+                    f.over()
+                ),
+                self.unexplained,
+                evidence,
+                "Check the run's warnings and `scanprof doctor` for probes this kernel lacks, then run again.".to_string(),
+                true,
+            ));
+        }
+        out
+    }
+}
+
+fn ipc_messages(f: &Facts) -> u64 {
+    f.scanner.map_or(0, |v| {
+        v.ipc
+            .iter()
+            .filter(|i| i.direction == "send")
+            .map(|i| i.messages)
+            .sum()
+    })
+}
+
+/// (work units, idle before them in ms, set-up in ms), over all units.
+fn unit_sums(f: &Facts) -> (usize, f64, f64) {
+    let Some(v) = f.scanner else { return (0, 0.0, 0.0) };
+    let idle = v.work_units.iter().filter_map(|u| u.idle_before_ms).sum();
+    let setup = v.work_units.iter().filter_map(|u| u.setup_ms).sum();
+    (v.work_units.len(), idle, setup)
+}
+
+fn blocked_text(f: &Facts, s: &Split) -> (String, Vec<String>, String) {
+    // One line per wait site (a site can come with several stacks).
+    let mut sites: Vec<(&str, f64, f64, u64)> = Vec::new();
+    for b in f.block_sites {
+        match sites.iter_mut().find(|x| x.0 == b.wait_site) {
+            Some(x) => {
+                x.1 += b.blocked_s;
+                x.2 += b.share;
+                x.3 += b.episodes;
+            }
+            None => sites.push((&b.wait_site, b.blocked_s, b.share, b.episodes)),
+        }
+    }
+    sites.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut evidence = vec![format!(
+        "blocked inside send syscalls {} of its time, {} per packet",
+        pct(s.f_blocked),
+        s.per_packet(s.f_blocked)
+    )];
+    for (site, blocked_s, share, episodes) in sites.iter().take(3) {
+        evidence.push(format!(
+            "{site}: {} blocked ({} of the blocked time, {episodes} episode(s))",
+            secs(*blocked_s),
+            pct(*share)
+        ));
+    }
+    let deepest = f
+        .devices
+        .iter()
+        .filter(|d| d.qlen_max.unwrap_or(0) > 0)
+        .max_by_key(|d| d.qlen_max.unwrap_or(0));
+    if let Some(d) = deepest {
+        evidence.push(format!(
+            "deepest qdisc queue on {}: {} packets, {} bytes",
+            d.device,
+            d.qlen_max.unwrap_or(0),
+            d.backlog_max_bytes.unwrap_or(0)
+        ));
+    }
+    // Packets parked while their next hop's address resolves still count against the socket's
+    // send buffer: an unanswered resolution fills it as surely as a slow queue.
+    let unresolved = f
+        .devices
+        .iter()
+        .filter(|d| d.neigh_queued > 0 && d.neigh_failed + d.neigh_started > d.neigh_resolved)
+        .max_by_key(|d| d.neigh_queued);
+    if let Some(d) = unresolved {
+        evidence.push(format!(
+            "{}: {} packets queued waiting for address resolution, {} resolutions failed",
+            d.device, d.neigh_queued, d.neigh_failed
+        ));
+    }
+    let dev = deepest
+        .or(unresolved)
+        .or_else(|| f.devices.first())
+        .map_or("DEV".to_string(), |d| d.device.clone());
+    let site = sites.first().map(|b| b.0).unwrap_or("");
+    let (what, mut next) = wait_site_meaning(site, &dev, f.requested.unwrap_or(0.0));
+    if let Some(d) = unresolved.filter(|_| site.contains("sock_alloc_send") || site.contains("wmem")) {
+        next = format!(
+            "The buffer fills with packets waiting for their next hop's address on {}: check that it answers \
+             (`ip neigh show dev {}`, `ip route get ADDR`); see the neighbour loss verdict.",
+            d.device, d.device
+        );
+    }
+    let sentence = if site.is_empty() {
+        format!(
+            "The sender blocks inside its send calls, {} per packet, and its pacing never makes that time up.",
+            s.per_packet(s.f_blocked)
+        )
+    } else {
+        format!(
+            "The sender blocks inside its send calls, {} per packet, mostly in {site} ({what}); its pacing never makes that time up.",
+            s.per_packet(s.f_blocked)
+        )
+    };
+    (sentence, evidence, next)
+}
+
+/// What a kernel wait site inside a send means, and what to do about it.
+fn wait_site_meaning(site: &str, dev: &str, r: f64) -> (String, String) {
+    let has = |names: &[&str]| names.iter().any(|n| site.contains(n));
+    if has(&[
+        "sock_alloc_send",
+        "sock_wait_for_wmem",
+        "sk_stream_wait_memory",
+        "wait_for_wmem",
+    ]) {
+        (
+            "waiting for socket send-buffer space: the packets already sent sit in a queue below that drains slower than it sends".to_string(),
+            format!(
+                "Look at the queue the packets wait in: `tc -s qdisc show dev {dev}` and the link's speed; if that path \
+                 is narrower than {}, request no more than it carries. A larger send buffer (SO_SNDBUF, sysctl \
+                 net.core.wmem_max and net.core.wmem_default) only absorbs bursts.",
+                pps(r)
+            ),
+        )
+    } else if has(&["lock_sock", "__lock_sock"]) {
+        (
+            "waiting for the socket's lock, held by another thread".to_string(),
+            "Give each sending thread a socket of its own.".to_string(),
+        )
+    } else if has(&["tpacket", "packet_snd", "wait_for_completion"]) {
+        (
+            "waiting for the packet socket's TX ring frames to be sent".to_string(),
+            format!("Use a larger TX ring, and check the device's queue (`tc -s qdisc show dev {dev}`)."),
+        )
+    } else if has(&["mutex", "rtnl", "rwsem", "down_"]) {
+        (
+            "waiting for a kernel lock".to_string(),
+            "Look at the block site's kernel stack to see which lock, and who else takes it.".to_string(),
+        )
+    } else if has(&["alloc_pages", "reclaim", "compact"]) {
+        (
+            "waiting for memory".to_string(),
+            "Check the machine's free memory and reclaim activity (`vmstat 1`).".to_string(),
+        )
+    } else if site.is_empty() {
+        (
+            String::new(),
+            "The block site table (kernel stacks) names what the send waits for; check that the sched probe's stacks are attached."
+                .to_string(),
+        )
+    } else {
+        (
+            format!("waiting in {site}"),
+            format!("Read the kernel stack of the `{site}` block site to see what the send waits for."),
+        )
+    }
+}
+
+fn calibration_next(f: &Facts, r: f64) -> String {
+    let mut next =
+        "Check the scanner's clock calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`), \
+                    or use a pacer that reads a clock rather than a calibrated count"
+            .to_string();
+    if f.scanner.is_some_and(|v| v.profile == "unicornscan") {
+        next.push_str(" (unicornscan: `-d 2`, gettimeofday pacing)");
+    }
+    next.push_str(&format!(
+        "; `scanprof send --rate {r:.0} --pacer tsc --tsc-source kernel` paces with the kernel's frequency for comparison."
+    ));
+    next
+}
+
+fn pacing_next(f: &Facts, r: f64, sleeps: bool) -> String {
+    let mut next = if sleeps {
+        "Pace with a finer wait: a busy-wait pacer, or sleeps to absolute deadlines (clock_nanosleep with \
+         TIMER_ABSTIME) that make late wake-ups up"
+            .to_string()
+    } else {
+        "Pace to absolute deadlines so that a late slot is caught up, rather than one slot after the last packet"
+            .to_string()
+    };
+    if f.scanner.is_some_and(|v| v.profile == "unicornscan") && sleeps {
+        next.push_str(" (unicornscan: `-d 1` or `-d 2` instead of sleep pacing)");
+    }
+    next.push_str(&format!(
+        "; `scanprof send --rate {r:.0} --pacer sleep --slot per-packet` reproduces the effect, `--slot deadline` removes it."
+    ));
+    next
+}

@@ -1,0 +1,425 @@
+//! Causes of packets lost after they were sent: the family's own packets dropped in the kernel
+//! (class `target_loss`) by where and why, drivers refusing packets, neighbour resolutions that
+//! failed, and replies lost on their way in (class `reply_loss`). Each share is dropped / sent.
+
+use super::facts::{caveat_lines, Dropped, Facts};
+use super::units::{pct, pps};
+use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
+use crate::collect::DropClass;
+
+/// A refused packet share of the device's traffic above which the family is its main sender.
+const MAIN_SENDER: f64 = 0.9;
+
+pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let groups = [
+        Group::Qdisc,
+        Group::Neighbour,
+        Group::Route,
+        Group::Filter,
+        Group::Device,
+        Group::TargetOther,
+        Group::ReplySocket,
+        Group::ReplyBacklog,
+        Group::ReplyCapture,
+        Group::ReplyOther,
+    ];
+    for g in groups {
+        let mut rows: Vec<&Dropped> = f
+            .drops
+            .iter()
+            .filter(|d| d.count > 0 && Group::of(d) == Some(g))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        rows.sort_by_key(|d| std::cmp::Reverse(d.count));
+        out.push(g.verdict(f, &rows));
+    }
+    if !out.iter().any(|v| v.cause == "device_drop") {
+        out.extend(device_refused(f));
+    }
+    if !out.iter().any(|v| v.cause == "neigh_failed") {
+        out.extend(neighbour_failed_unseen(f));
+    }
+    out
+}
+
+/// Whether a loss verdict is about the scanner's own outgoing packets, certainly lost.
+pub(super) fn is_outgoing(v: &Verdict) -> bool {
+    let maybe_requeued = v.cause == "device_refused" && v.confidence != super::STRONG;
+    v.share > 0.0 && !v.cause.starts_with("reply_") && v.cause != "send_errors" && !maybe_requeued
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    Qdisc,
+    Neighbour,
+    Route,
+    Filter,
+    Device,
+    TargetOther,
+    ReplySocket,
+    ReplyBacklog,
+    ReplyCapture,
+    ReplyOther,
+}
+
+impl Group {
+    /// Where a drop row belongs; None for drops that are no loss (expected, unrelated).
+    fn of(d: &Dropped) -> Option<Group> {
+        let (reason, loc) = (d.row.reason.as_str(), d.row.location.as_str());
+        let at = |names: &[&str]| names.iter().any(|n| loc.contains(n));
+        match d.row.class {
+            DropClass::TargetLoss => Some(
+                if reason.starts_with("QDISC")
+                    || reason.starts_with("FQ_")
+                    || reason.starts_with("CAKE_")
+                    || (reason == "NOT_SPECIFIED"
+                        && at(&[
+                            "__dev_queue_xmit",
+                            "qdisc",
+                            "tbf_",
+                            "pfifo",
+                            "sch_",
+                            "htb_",
+                            "netem_",
+                            "fq_",
+                        ]))
+                {
+                    Group::Qdisc
+                } else if reason.starts_with("NEIGH_") || at(&["neigh_"]) {
+                    Group::Neighbour
+                } else if reason.contains("NOROUTES") || reason == "IP_OUTNOROUTES" {
+                    Group::Route
+                } else if matches!(
+                    reason,
+                    "NETFILTER_DROP"
+                        | "TC_EGRESS"
+                        | "TC_INGRESS"
+                        | "BPF_CGROUP_EGRESS"
+                        | "XDP"
+                        | "SECURITY_HOOK"
+                ) {
+                    Group::Filter
+                } else if matches!(
+                    reason,
+                    "DEV_READY" | "DEV_HDR" | "FULL_RING" | "TAP_TXFILTER" | "TAP_FILTER"
+                ) || (reason == "NOT_SPECIFIED" && loc.contains("xmit"))
+                {
+                    Group::Device
+                } else {
+                    Group::TargetOther
+                },
+            ),
+            DropClass::ReplyLoss => Some(
+                if matches!(
+                    reason,
+                    "SOCKET_RCVBUFF" | "PROTO_MEM" | "SOCKET_BACKLOG" | "SOCKET_RCV_SHUTDOWN"
+                ) {
+                    Group::ReplySocket
+                } else if reason == "CPU_BACKLOG" {
+                    Group::ReplyBacklog
+                } else if at(&["packet_rcv", "tpacket_rcv"])
+                    || reason.starts_with("PACKET_")
+                    || reason == "FULL_RING"
+                {
+                    Group::ReplyCapture
+                } else {
+                    Group::ReplyOther
+                },
+            ),
+            DropClass::Expected | DropClass::Unrelated => None,
+        }
+    }
+
+    fn verdict(self, f: &Facts, rows: &[&Dropped]) -> Verdict {
+        let count: u64 = rows.iter().map(|d| d.count).sum();
+        let sent = handed(f);
+        let share = count as f64 / sent.max(count).max(1) as f64;
+        let top = rows[0].row;
+        let dev = top.device.clone().unwrap_or_else(|| "DEV".to_string());
+        let where_ = format!(
+            "{} at {}{}",
+            top.reason,
+            top.location,
+            top.device.as_ref().map_or(String::new(), |d| format!(" on {d}"))
+        );
+        let reply = matches!(
+            self,
+            Group::ReplySocket | Group::ReplyBacklog | Group::ReplyCapture | Group::ReplyOther
+        );
+        let mut evidence = vec![if reply {
+            format!(
+                "{count} replies dropped {}, against {sent} packets sent ({})",
+                f.over(),
+                pct(share)
+            )
+        } else {
+            format!(
+                "{count} of {sent} packets handed to the kernel dropped {} ({}){}",
+                f.over(),
+                pct(share),
+                if f.failed_calls > 0 {
+                    format!(
+                        "; {} of them failed sends, counted as handed over",
+                        f.failed_calls
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        }];
+        for d in rows.iter().take(3) {
+            evidence.push(format!(
+                "{} at {}{}: {}",
+                d.row.reason,
+                d.row.location,
+                d.row
+                    .device
+                    .as_ref()
+                    .map_or(String::new(), |x| format!(" on {x}")),
+                d.count
+            ));
+        }
+        let (cause, sentence, next) = match self {
+            Group::Qdisc => {
+                if let Some(d) = f.devices.iter().find(|d| Some(&d.device) == top.device.as_ref()) {
+                    if let Some(q) = d.qlen_max {
+                        evidence.push(format!(
+                            "deepest queue on {}: {q} packets, {} bytes",
+                            d.device,
+                            d.backlog_max_bytes.unwrap_or(0)
+                        ));
+                    }
+                }
+                if let Some(l) = f.left_pps {
+                    evidence.push(format!("{} left the machine (driver accepted) {}", pps(l), f.over()));
+                }
+                let carry = f.left_pps.map_or(String::new(), |l| format!(" (about {} went through)", pps(l)));
+                (
+                    "qdisc_drop",
+                    format!(
+                        "{} of the sent packets ({count}) were dropped by the queueing discipline ({where_}): the path is narrower than the rate the scanner sends at.",
+                        pct(share)
+                    ),
+                    format!(
+                        "`tc -s qdisc show dev {dev}`: its rate or limit is below what the scanner sends; raise them \
+                         (or the device's txqueuelen), or request no more than the path carries{carry}."
+                    ),
+                )
+            }
+            Group::Neighbour => {
+                for d in f.devices.iter().filter(|d| d.neigh_started + d.neigh_failed + d.neigh_queued > 0) {
+                    evidence.push(neighbour_line(d));
+                }
+                let (why, next) = match top.reason.as_str() {
+                    "NEIGH_QUEUEFULL" => (
+                        "more packets waited for address resolution than the neighbour queue holds",
+                        format!(
+                            "Raise the queue of packets waiting for resolution: sysctl net.ipv4.neigh.{dev}.unres_qlen_bytes \
+                             (net.ipv6.neigh.{dev}.unres_qlen_bytes for IPv6)."
+                        ),
+                    ),
+                    "NEIGH_CREATEFAIL" | "NEIGH_DEAD" => (
+                        "no neighbour entry could be made for them (neighbour table full?)",
+                        "Raise the neighbour table's size: sysctl net.ipv4.neigh.default.gc_thresh3 (and gc_thresh2)."
+                            .to_string(),
+                    ),
+                    _ => (
+                        "address resolution failed: the next hop never answered ARP or neighbour discovery",
+                        format!(
+                            "`ip neigh show dev {dev}` and `ip route get ADDR`: check that the next hop (the target on \
+                             a local network, else its gateway) answers; scanning unused local addresses loses these by design."
+                        ),
+                    ),
+                };
+                (
+                    "neigh_failed",
+                    format!(
+                        "{} of the sent packets ({count}) died waiting for their next hop's address on {dev}: {why}.",
+                        pct(share)
+                    ),
+                    next,
+                )
+            }
+            Group::Route => (
+                "no_route",
+                format!("{} of the sent packets ({count}) had no route ({where_}).", pct(share)),
+                "`ip route get ADDR` for a target: add the missing route or fix the source address.".to_string(),
+            ),
+            Group::Filter => (
+                "filtered",
+                format!(
+                    "{} of the sent packets ({count}) were dropped by a filter on the way out ({where_}).",
+                    pct(share)
+                ),
+                format!(
+                    "Look at the rules that match the scan's packets: `nft list ruleset`, `iptables -S OUTPUT`, \
+                     `tc filter show dev {dev} egress`."
+                ),
+            ),
+            Group::Device => (
+                "device_drop",
+                format!(
+                    "{} of the sent packets ({count}) were dropped at the device ({where_}).",
+                    pct(share)
+                ),
+                format!(
+                    "`ip -s link show dev {dev}` and `ethtool -S {dev}`: if its TX ring is full, enlarge it \
+                     (`ethtool -G {dev} tx N`) or send slower."
+                ),
+            ),
+            Group::TargetOther => (
+                "target_drop",
+                format!(
+                    "{} of the sent packets ({count}) were dropped after sending ({where_}).",
+                    pct(share)
+                ),
+                format!(
+                    "Look up SKB_DROP_REASON_{} in the kernel's include/net/dropreason-core.h and the code at {}.",
+                    top.reason, top.location
+                ),
+            ),
+            Group::ReplySocket => (
+                "reply_socket_buffer",
+                format!(
+                    "Replies were lost at the scanner's own socket ({where_}): {count} of them, its receive buffer was full."
+                ),
+                "Raise the scanner's receive buffer (SO_RCVBUF; sysctl net.core.rmem_max and net.core.rmem_default), \
+                 or have it read replies faster."
+                    .to_string(),
+            ),
+            Group::ReplyBacklog => (
+                "reply_backlog",
+                format!(
+                    "Replies were lost in the CPU's input backlog before any socket saw them ({count}, {where_})."
+                ),
+                "Raise sysctl net.core.netdev_max_backlog, and spread receive processing over CPUs (RPS).".to_string(),
+            ),
+            Group::ReplyCapture => (
+                "reply_capture",
+                format!("Replies were lost at the scanner's capture ring ({count}, {where_}): it was full."),
+                "Give the capture a larger buffer (libpcap's buffer size, the TPACKET ring) or a tighter capture filter."
+                    .to_string(),
+            ),
+            Group::ReplyOther => (
+                "reply_drop",
+                format!("Replies to the scanner were dropped on their way in ({count}, {where_})."),
+                format!(
+                    "Look up SKB_DROP_REASON_{} in the kernel's include/net/dropreason-core.h and the code at {}.",
+                    top.reason, top.location
+                ),
+            ),
+        };
+        let weak = count < MIN_DROPS || f.thin() || share < WEAK_SHARE;
+        finish(f, cause, sentence, share, evidence, next, weak)
+    }
+}
+
+/// Packets the scanner handed to the kernel: those sent, and those of failed sends (a packet
+/// socket's ENOBUFS is a qdisc drop of a packet the syscall did not count).
+fn handed(f: &Facts) -> u64 {
+    f.packets + f.failed_calls
+}
+
+fn neighbour_line(d: &crate::analysis::snapshot::DeviceView) -> String {
+    format!(
+        "{}: {} resolutions started, {} packets queued waiting, {} resolved, {} failed",
+        d.device, d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
+    )
+}
+
+fn finish(
+    f: &Facts,
+    cause: &str,
+    sentence: String,
+    share: f64,
+    mut evidence: Vec<String>,
+    next: String,
+    weak: bool,
+) -> Verdict {
+    caveat_lines(f, &mut evidence);
+    verdict(cause, LOSS, sentence, share, evidence, next, weak)
+}
+
+/// Drivers that refused packets (busy or error) when no drop at the device was seen: a qdisc
+/// requeues what its driver refuses, so they are a loss only where there is no qdisc.
+fn device_refused(f: &Facts) -> Vec<Verdict> {
+    f.devices
+        .iter()
+        .filter(|d| d.xmit_refused > 0)
+        .filter_map(|d| {
+            let sent = handed(f);
+            let share = d.xmit_refused as f64 / sent.max(d.xmit_refused).max(1) as f64;
+            let no_qdisc = d.qlen_max.is_none();
+            let mostly_ours = d.all_xmit_pps > 0.0 && d.target_xmit_pps >= MAIN_SENDER * d.all_xmit_pps;
+            if share < MIN_SHARE && d.xmit_refused < MIN_DROPS {
+                return None;
+            }
+            let mut evidence = vec![
+                format!(
+                    "{} refusals by the driver of {} {}, against {} packets sent",
+                    d.xmit_refused,
+                    d.device,
+                    f.over(),
+                    f.packets
+                ),
+                format!(
+                    "the family's packets are {} of what the driver accepted",
+                    pct(d.target_xmit_pps / d.all_xmit_pps.max(f64::MIN_POSITIVE))
+                ),
+            ];
+            evidence.push(if no_qdisc {
+                "no qdisc seen on the device: a refused packet is dropped".to_string()
+            } else {
+                "the device has a qdisc, which requeues refused packets: they may have left later".to_string()
+            });
+            let weak = !(no_qdisc && mostly_ours) || d.xmit_refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
+            Some(finish(
+                f,
+                "device_refused",
+                format!(
+                    "The driver of {} refused {} packets (busy or error){}.",
+                    d.device,
+                    d.xmit_refused,
+                    if no_qdisc { ", and with no qdisc to requeue them they were lost" } else { "" }
+                ),
+                share,
+                evidence,
+                format!(
+                    "`ip -s link show dev {0}` and `ethtool -S {0}`: enlarge the TX ring (`ethtool -G {0} tx N`), or \
+                     for a veth, make the far side read faster.",
+                    d.device
+                ),
+                weak,
+            ))
+        })
+        .collect()
+}
+
+/// Neighbour resolutions that failed with no neighbour drop seen: evidence without a count.
+fn neighbour_failed_unseen(f: &Facts) -> Vec<Verdict> {
+    f.devices
+        .iter()
+        .filter(|d| d.neigh_failed > 0)
+        .map(|d| {
+            finish(
+                f,
+                "neigh_failed",
+                format!(
+                    "Address resolution failed {} times on {} for the scanner's packets; the packets queued behind it \
+                     were probably lost, though no drop was seen.",
+                    d.neigh_failed, d.device
+                ),
+                0.0,
+                vec![neighbour_line(d)],
+                format!(
+                    "`ip neigh show dev {}`: check that the next hop answers ARP or neighbour discovery.",
+                    d.device
+                ),
+                true,
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,144 @@
+//! The diagnosis: from a tick's Snapshot (live) or the run's Summary, the ranked causes of the
+//! gap between requested and achieved send rate (kind `gap`) and of packets lost after they were
+//! sent (kind `loss`). Pure: figures in, verdicts out. `facts` reads either input into one shape,
+//! `split` divides the gap among its causes, `gap`, `claims` and `loss` write the verdicts;
+//! docs/diagnosis.md states every rule and threshold.
+
+mod claims;
+mod facts;
+mod gap;
+mod loss;
+mod split;
+mod units;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use super::snapshot::{Snapshot, Summary};
+use facts::Facts;
+
+/// One cause, with the share it explains, the numbers behind it and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// stable identifier, e.g. `cpu_bound`, `qdisc_drop`, `no_gap` (see docs/diagnosis.md)
+    pub cause: String,
+    /// `gap` (requested vs achieved send rate) or `loss` (packets lost after sending)
+    pub kind: String,
+    /// one sentence a user understands
+    pub sentence: String,
+    /// 0..1. For `gap`: the part of the requested rate this cause cost, so that the time-based
+    /// shares add up to the gap, 1 - achieved/requested (0.45 of a 0.75 gap: 45 of the 75
+    /// missing percent); 0 for findings that explain none of it (`no_gap`, `claim_mismatch`...).
+    /// For `loss`: the dropped packets as a share of the packets sent.
+    pub share: f64,
+    /// the numbers behind it, each with its unit
+    pub evidence: Vec<String>,
+    /// the next thing to try: a sysctl, a scanner option, an experiment
+    pub next_step: String,
+    /// `strong` or `weak` (short run, few packets, a small share, or an inferred cause)
+    pub confidence: String,
+}
+
+/// `Verdict::kind` of a cause of the gap between requested and achieved send rate.
+pub const GAP: &str = "gap";
+/// `Verdict::kind` of a cause of packets lost after they were sent.
+pub const LOSS: &str = "loss";
+/// `Verdict::confidence` when the evidence is direct and large enough.
+pub const STRONG: &str = "strong";
+/// `Verdict::confidence` when the evidence is thin, small or inferred.
+pub const WEAK: &str = "weak";
+
+/// Achieved within this fraction of requested (either way) is no significant gap.
+pub const NO_GAP_TOLERANCE: f64 = 0.02;
+/// A time-based cause with a smaller share is not named at all.
+pub const MIN_SHARE: f64 = 0.01;
+/// A cause with a smaller share is named with `weak` confidence.
+pub const WEAK_SHARE: f64 = 0.05;
+/// Fewer packets than this (in the tick or the run) make every verdict `weak`.
+pub const MIN_PACKETS: u64 = 200;
+/// Fewer drops than this make a loss verdict `weak`.
+pub const MIN_DROPS: u64 = 10;
+/// A run whose send window is shorter than this, in seconds, gives `weak` verdicts.
+pub const MIN_WINDOW_S: f64 = 1.0;
+/// A tick shorter than this, in seconds, gives `weak` verdicts.
+pub const MIN_TICK_S: f64 = 0.5;
+/// A scanner calibration whose slot is off by more than this, in percent, is mis-calibrated.
+pub const CALIBRATION_TOLERANCE_PCT: f64 = 2.0;
+/// A scanner's own figure further than this from the measurement, in percent, disagrees.
+pub const CLAIM_TOLERANCE_PCT: f64 = 5.0;
+
+/// The causes over one tick, for the live view.
+pub fn for_snapshot(s: &Snapshot) -> Vec<Verdict> {
+    diagnose(&Facts::of_snapshot(s))
+}
+
+/// The causes over the whole run.
+pub fn for_summary(s: &Summary) -> Vec<Verdict> {
+    diagnose(&Facts::of_summary(s))
+}
+
+fn diagnose(f: &Facts) -> Vec<Verdict> {
+    let mut gap = gap::verdicts(f);
+    let loss = loss::verdicts(f);
+    // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
+    // rule out "no significant gap" as surely as drops do.
+    if loss.iter().any(loss::is_outgoing) {
+        gap.verdicts.retain(|v| v.cause != "no_gap");
+    }
+    rank(gap.verdicts, loss, gap.has_gap)
+}
+
+/// Gap verdicts then loss verdicts when there is a gap, loss first otherwise; by share within
+/// each kind, larger first, then strong before weak, then a fixed order of causes.
+fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
+    let order = |v: &Verdict| -> u8 {
+        match (v.kind == GAP) == has_gap {
+            true => 0,
+            false => 1,
+        }
+    };
+    let mut all: Vec<Verdict> = gap.into_iter().chain(loss).collect();
+    all.sort_by(|a, b| {
+        order(a)
+            .cmp(&order(b))
+            .then(b.share.total_cmp(&a.share))
+            .then((a.confidence != STRONG).cmp(&(b.confidence != STRONG)))
+            .then(tie_rank(&a.cause).cmp(&tie_rank(&b.cause)))
+            .then(a.cause.cmp(&b.cause))
+    });
+    all
+}
+
+/// Among verdicts of equal share (share-0 findings mostly): the overall judgement first.
+fn tie_rank(cause: &str) -> u8 {
+    match cause {
+        "no_gap" | "gap_unknown" | "unexplained" => 0,
+        "above_requested" => 1,
+        "miscalibrated" => 2,
+        "claim_mismatch" => 3,
+        _ => 4,
+    }
+}
+
+/// Builds a verdict; `weak` decides the confidence together with the share threshold.
+fn verdict(
+    cause: &str,
+    kind: &str,
+    sentence: String,
+    share: f64,
+    evidence: Vec<String>,
+    next_step: String,
+    weak: bool,
+) -> Verdict {
+    Verdict {
+        cause: cause.to_string(),
+        kind: kind.to_string(),
+        sentence,
+        share: share.clamp(0.0, 1.0),
+        evidence,
+        next_step,
+        confidence: if weak { WEAK } else { STRONG }.to_string(),
+    }
+}

@@ -1,0 +1,442 @@
+//! The time model: the gap split among its causes. The gap is g = 1 - achieved/requested, which
+//! is also the share of each packet's time spent beyond its slot (250 of 1000 pps: 4 ms per
+//! packet for a 1 ms slot, 3 ms or 75% beyond it). Failed sends take their part first (each used
+//! a slot and sent nothing). The rest is split by the sender threads' time budget: a packet at
+//! the requested rate would use no blocked and no preempted time, its on-CPU work up to the slot,
+//! and a pacing wait filling the slot's rest; each category's time beyond that is its excess.
+//! The excesses add up to at least the rest of the gap (equality when the pacer waits no less
+//! than the slot leaves), and are scaled down together to add up to it exactly. Before that, the
+//! gap histogram corrects the budget: a sleeping pacer's wait for a CPU after each wake-up is
+//! pacing, and preemption that made no gap longer than the typical one fell inside a wait.
+//! docs/diagnosis.md gives the steps in order.
+
+use super::facts::{per_packet, Facts};
+use super::CALIBRATION_TOLERANCE_PCT;
+use crate::analysis::snapshot::WorkUnitView;
+
+/// Gaps up to this much above the expected one are within the gap histogram's resolution
+/// (log-linear buckets of 12.5%): the pacer is on time.
+const GAP_RESOLUTION: f64 = 0.07;
+/// A wake-up's latency stays below this, ns (tens of us here): a pacing excess per gap above it
+/// is more than one, and a sleeping pacer's runnable time per packet below it is one.
+const WAKEUP_LATENCY_NS: f64 = 200_000.0;
+/// Gaps whose mean is within this share of their median are steady: the typical gap carries
+/// the mean (the median comes from buckets of 12.5%).
+const STEADY_MEAN_OVER_P50: f64 = 0.12;
+/// Gaps with a p99 below this many medians have no stalls: their spread is the pacer's jitter.
+const STALL_P99_OVER_P50: f64 = 3.0;
+/// A sender asleep this share of its time or more paces by sleeping.
+const SLEEP_PACER: f64 = 0.3;
+/// On-CPU time per packet outside the send calls from which it is a wait, not a packet's work, ns.
+const BUSY_WAIT_MIN_NS: f64 = 50_000.0;
+/// Gaps measured below this count give no pacing figure worth a strong verdict.
+pub(super) const MIN_GAPS: u64 = 50;
+
+/// The scanner's clock calibrations, summed up by their median error.
+pub(super) struct Calibration {
+    /// median of (delay / slot - 1) x 100
+    pub(super) error_pct: f64,
+    pub(super) count: usize,
+    /// the calibration closest to the median
+    pub(super) probe: String,
+    pub(super) delay_ns: Option<f64>,
+    pub(super) slot_ns: Option<f64>,
+    pub(super) duration_ms: f64,
+}
+
+impl Calibration {
+    pub(super) fn of(f: &Facts) -> Option<Calibration> {
+        let cals = &f.scanner?.calibrations;
+        let mut errors: Vec<f64> = cals
+            .iter()
+            .filter_map(|c| c.error_pct)
+            .filter(|e| e.is_finite())
+            .collect();
+        if errors.is_empty() {
+            return None;
+        }
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        let median = if n % 2 == 1 {
+            errors[n / 2]
+        } else {
+            (errors[n / 2 - 1] + errors[n / 2]) / 2.0
+        };
+        let closest = cals
+            .iter()
+            .filter(|c| c.error_pct.is_some_and(f64::is_finite))
+            .min_by(|a, b| {
+                let da = (a.error_pct.unwrap_or(0.0) - median).abs();
+                let db = (b.error_pct.unwrap_or(0.0) - median).abs();
+                da.total_cmp(&db)
+            })?;
+        Some(Calibration {
+            error_pct: median,
+            count: n,
+            probe: closest.probe.clone(),
+            delay_ns: closest.delay_ns,
+            slot_ns: closest.slot_ns,
+            duration_ms: cals.iter().filter_map(|c| c.duration_ms).sum(),
+        })
+    }
+}
+
+/// Idle time between work units inside the interval, from the scanner's work units.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct UnitTime {
+    /// previous unit's last packet to this unit's hand-over, and what of the set-up is not
+    /// set-up; ns beyond one ordinary gap
+    pub(super) idle_ns: f64,
+    /// hand-over to first packet (IPC, rate set-up, calibration), ns
+    pub(super) setup_ns: f64,
+    /// the same two inside the interval as measured, with the ordinary gap left in, ns
+    pub(super) idle_seen_ns: f64,
+    pub(super) setup_seen_ns: f64,
+    /// hand-overs inside the interval
+    pub(super) spans: usize,
+    /// the spans measured between packets, ns (for the mean gap without them)
+    pub(super) between_sends_ns: f64,
+    pub(super) between_sends: u64,
+}
+
+impl UnitTime {
+    fn of(f: &Facts, expected_gap_ns: f64) -> UnitTime {
+        let mut t = UnitTime::default();
+        let Some(sv) = f.scanner else { return t };
+        let mut pids: Vec<Option<u32>> = sv.work_units.iter().map(|u| u.sender_pid).collect();
+        pids.sort();
+        pids.dedup();
+        for pid in pids {
+            let mut units: Vec<&WorkUnitView> =
+                sv.work_units.iter().filter(|u| u.sender_pid == pid).collect();
+            units.sort_by(|a, b| {
+                let key = |u: &WorkUnitView| u.first_send_s.or(u.handed_s).unwrap_or(u.index as f64);
+                key(a).total_cmp(&key(b))
+            });
+            for pair in units.windows(2) {
+                t.add(f, pair[0], pair[1], expected_gap_ns);
+            }
+        }
+        t
+    }
+
+    fn add(&mut self, f: &Facts, prev: &WorkUnitView, next: &WorkUnitView, expected_gap_ns: f64) {
+        let setup_s = next.setup_ms.unwrap_or(0.0).max(0.0) / 1e3;
+        // The span with no packet of these units: from the last packet before to the first
+        // after; or, without those, the idle time and the set-up the scanner model measured.
+        let (start, end, from_sends) = match (prev.last_send_s, next.first_send_s) {
+            (Some(l), Some(first)) if first > l => (l, first, true),
+            _ => {
+                let idle = next.idle_before_ms.unwrap_or(0.0).max(0.0) / 1e3;
+                let Some(end) = next
+                    .first_send_s
+                    .or(next.calibrated_s)
+                    .or(next.handed_s.map(|h| h + setup_s))
+                else {
+                    return;
+                };
+                (end - idle - setup_s, end, false)
+            }
+        };
+        let (mut lo, mut hi) = (start, end);
+        if let Some(tick_end) = f.end_s {
+            lo = lo.max(tick_end - f.window_s);
+            hi = hi.min(tick_end);
+        }
+        let span = hi - lo;
+        if span <= 0.0 {
+            return;
+        }
+        let setup = (hi - (end - setup_s).max(lo)).clamp(0.0, span);
+        let beyond_gap = (span * 1e9 - expected_gap_ns).max(0.0) / (span * 1e9);
+        self.setup_ns += setup * 1e9 * beyond_gap;
+        self.idle_ns += (span - setup) * 1e9 * beyond_gap;
+        self.setup_seen_ns += setup * 1e9;
+        self.idle_seen_ns += (span - setup) * 1e9;
+        self.spans += 1;
+        if from_sends && lo == start && hi == end {
+            self.between_sends_ns += span * 1e9;
+            self.between_sends += 1;
+        }
+    }
+}
+
+/// The gap split among its causes, each as a share of the requested rate.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Split {
+    pub(super) gap: f64,
+    pub(super) send_errors: f64,
+    pub(super) blocked: f64,
+    pub(super) preempted: f64,
+    pub(super) cpu: f64,
+    pub(super) miscalibrated: f64,
+    /// the pacing part of the wait excess when it looks like a mis-derived slot (no calibration)
+    pub(super) miscalibrated_inferred: bool,
+    /// the on-CPU excess taken for a busy-waiting pacer's too-long slot (no probe, no calibration)
+    pub(super) busy_wait_inferred: bool,
+    pub(super) pacing: f64,
+    pub(super) stalls: f64,
+    pub(super) unit_idle: f64,
+    pub(super) unit_setup: f64,
+    pub(super) unexplained: f64,
+    // Context for the sentences: fractions of the sender threads' time in the interval, after
+    // the time between work units was taken out of sleep and other.
+    pub(super) f_send: f64,
+    pub(super) f_other: f64,
+    pub(super) f_sleep: f64,
+    pub(super) f_blocked: f64,
+    pub(super) f_preempted: f64,
+    /// on-CPU time inside the pacing function (pace_wait probe), None without that probe
+    pub(super) f_spin: Option<f64>,
+    /// runnable time of a sleeping pacer after its wake-ups, counted as pacing
+    pub(super) f_wakeup: f64,
+    /// preempted time inside waits (beyond the gaps' tail), counted as waiting
+    pub(super) f_absorbed: f64,
+    /// the slot's share of a packet's time: achieved (with failed attempts) / requested
+    pub(super) sigma: f64,
+    /// expected gap between one thread's send calls at the requested rate, ns
+    pub(super) expected_gap_ns: f64,
+    /// mean gap without the spans between work units, ns
+    pub(super) mean_gap_ns: Option<f64>,
+    pub(super) units: UnitTime,
+    pub(super) thread_ns: f64,
+    pub(super) attempts: u64,
+}
+
+impl Split {
+    pub(super) fn of(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Split {
+        let mut s = Split {
+            gap: (1.0 - f.achieved / r).clamp(0.0, 1.0),
+            attempts: f.packets + f.failed_calls,
+            ..Default::default()
+        };
+        if f.window_s > 0.0 {
+            s.send_errors = (f.failed_calls as f64 / (f.window_s * r)).min(s.gap);
+        }
+        let rest = s.gap - s.send_errors;
+        s.sigma = 1.0 - rest;
+
+        let senders = f.time.senders.max(1) as f64;
+        let per_call = if f.calls > 0 {
+            (f.packets as f64 / f.calls as f64).max(1.0)
+        } else {
+            1.0
+        };
+        s.expected_gap_ns = 1e9 / r * senders * per_call;
+
+        let total = f.time.total();
+        s.thread_ns = total;
+        if total <= 0.0 {
+            s.unexplained = rest;
+            return s;
+        }
+        let t = &f.time;
+        let (send, mut other, mut sleep) = (t.send / total, t.other / total, t.sleep / total);
+        let (blocked, mut preempted) = (t.blocked / total, t.preempted / total);
+
+        s.units = UnitTime::of(f, s.expected_gap_ns);
+        let idle = take(&mut [&mut sleep, &mut other], s.units.idle_ns / total);
+        let setup = take(&mut [&mut sleep, &mut other], s.units.setup_ns / total);
+        s.mean_gap_ns = s.mean_gap_without_units(f);
+
+        // A pacer that sleeps wakes up and then waits for a CPU: that wait, tens of us per
+        // packet, is its wake-up latency, not preemption by other work (which takes ms).
+        let sleeps_to_pace = sleep >= SLEEP_PACER && s.attempts > 0;
+        let preempted_per_packet = preempted * total / s.attempts.max(1) as f64;
+        if sleeps_to_pace && preempted_per_packet <= WAKEUP_LATENCY_NS {
+            s.f_wakeup = preempted;
+            preempted = 0.0;
+        }
+        // Preemption only costs rate where it makes gaps longer than the typical one: beyond the
+        // gaps' tail it fell inside a wait (a busy-wait or sleep that would have lasted anyway, or
+        // a deadline pacer catching up), and counts as that wait.
+        if let Some(tail) = s.gap_tail(f) {
+            if preempted > tail {
+                s.f_absorbed = preempted - tail;
+                preempted = tail;
+                if sleeps_to_pace {
+                    sleep += s.f_absorbed;
+                } else {
+                    other += s.f_absorbed;
+                }
+            }
+        }
+
+        let pace = pace_fraction(f, total);
+        let spin = pace.map(|p| (p - sleep).clamp(0.0, other));
+        let work = send + other - spin.unwrap_or(0.0);
+        let wait = sleep + spin.unwrap_or(0.0) + s.f_wakeup;
+        let mut cpu = (work - s.sigma).max(0.0);
+        let mut wait_excess = (wait - (s.sigma - work).max(0.0)).max(0.0);
+        if s.attempts == 0 {
+            // Nothing sent: no per-packet work to speak of; the time on CPU was not sending either.
+            wait_excess += cpu;
+            cpu = 0.0;
+        }
+
+        let mut miscalibrated = 0.0;
+        if let Some(c) = calibration.filter(|c| c.error_pct > CALIBRATION_TOLERANCE_PCT) {
+            // A delay of slot x (1 + e) adds e slots per packet: e x sigma of its time. It is
+            // spent waiting, or on the CPU when the pacer busy-waits and no probe told us so.
+            let m = c.error_pct / 100.0 * s.sigma;
+            let from_wait = m.min(wait_excess);
+            wait_excess -= from_wait;
+            let from_cpu = if pace.is_none() {
+                (m - from_wait).min(cpu)
+            } else {
+                0.0
+            };
+            cpu -= from_cpu;
+            miscalibrated = from_wait + from_cpu;
+        }
+
+        s.f_send = send;
+        s.f_other = other;
+        s.f_sleep = sleep;
+        s.f_blocked = blocked;
+        s.f_preempted = preempted;
+        s.f_spin = spin;
+
+        let part = s.pacing_part(f);
+        let mut pacing = wait_excess * part;
+        let stalls = wait_excess - pacing;
+        if calibration.is_none() && pace.is_none() && cpu > 0.0 && s.spins_unseen(f) {
+            // A busy-waiting pacer no probe watches: its on-CPU excess and its late waits are
+            // one slot too long.
+            s.busy_wait_inferred = true;
+            miscalibrated += cpu + pacing;
+            cpu = 0.0;
+            pacing = 0.0;
+        } else if calibration.is_none() && pacing > 0.0 && s.looks_miscalibrated(f, work, wait) {
+            s.miscalibrated_inferred = true;
+            miscalibrated = pacing;
+            pacing = 0.0;
+        }
+
+        let sum = blocked + preempted + cpu + miscalibrated + pacing + stalls + idle + setup;
+        let k = if sum > rest && sum > 0.0 { rest / sum } else { 1.0 };
+        s.blocked = blocked * k;
+        s.preempted = preempted * k;
+        s.cpu = cpu * k;
+        s.miscalibrated = miscalibrated * k;
+        s.pacing = pacing * k;
+        s.stalls = stalls * k;
+        s.unit_idle = idle * k;
+        s.unit_setup = setup * k;
+        s.unexplained = (rest - sum * k).max(0.0);
+        s
+    }
+
+    /// The share of the sender's time in gaps beyond the typical (median) one: (mean - p50) /
+    /// mean; None without enough gaps.
+    fn gap_tail(&self, f: &Facts) -> Option<f64> {
+        let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
+            return None;
+        };
+        (f.gap.count >= MIN_GAPS && mean > 0.0).then(|| ((mean - p50) / mean).max(0.0))
+    }
+
+    /// Mean gap with the spans between work units left out, ns.
+    fn mean_gap_without_units(&self, f: &Facts) -> Option<f64> {
+        let mean = f.gap.mean_ns?;
+        let n = f.gap.count;
+        let u = &self.units;
+        if u.between_sends > 0 && n > u.between_sends {
+            let rest = mean * n as f64 - u.between_sends_ns;
+            if rest > 0.0 {
+                return Some(rest / (n - u.between_sends) as f64);
+            }
+        }
+        Some(mean)
+    }
+
+    /// Of the time the sender waits beyond its slots, the part that every gap shows (the pacer
+    /// itself is late) rather than a few long ones (stalls outside the pacing): (p50 - slot) /
+    /// (mean - slot).
+    fn pacing_part(&self, f: &Facts) -> f64 {
+        if self.attempts == 0 {
+            // Nothing sent: the waiting is not pacing.
+            return 0.0;
+        }
+        let exp = self.expected_gap_ns;
+        let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
+            return 1.0;
+        };
+        let heavy_tail = f.gap.p99_ns.is_some_and(|p99| p99 >= STALL_P99_OVER_P50 * p50);
+        if mean <= exp * (1.0 + GAP_RESOLUTION) || !heavy_tail {
+            return 1.0;
+        }
+        ((p50 - exp) / (mean - exp)).clamp(0.0, 1.0)
+    }
+
+    /// Gaps a steady ratio above the slot, no calibration figure and no probe on the pacing loop.
+    fn steady_above_slot(&self, f: &Facts) -> bool {
+        let exp = self.expected_gap_ns;
+        let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
+            return false;
+        };
+        f.gap.count >= MIN_GAPS
+            && mean >= exp * (1.0 + CALIBRATION_TOLERANCE_PCT / 100.0)
+            && (mean - p50).abs() <= STEADY_MEAN_OVER_P50 * p50
+    }
+
+    /// A busy-waiting pacer no probe watches: far more on-CPU time per packet outside the send
+    /// calls than any packet's work takes, hardly any sleep, and steady gaps a ratio above the
+    /// slot. Its on-CPU excess is then a slot too long, not work.
+    fn spins_unseen(&self, f: &Facts) -> bool {
+        let other_per_packet = self.f_other * self.thread_ns / self.attempts.max(1) as f64;
+        other_per_packet >= BUSY_WAIT_MIN_NS
+            && self.f_other >= 4.0 * self.f_send
+            && self.f_sleep < super::WEAK_SHARE
+            && self.steady_above_slot(f)
+    }
+
+    /// Steady gaps a fixed ratio above the slot while the sender mostly waits, and (for a pacer
+    /// that sleeps) beyond a wake-up's latency and not on a whole number of milliseconds (timer
+    /// granularity): a slot derived wrong.
+    fn looks_miscalibrated(&self, f: &Facts, work: f64, wait: f64) -> bool {
+        let exp = self.expected_gap_ns;
+        let Some(mean) = self.mean_gap_ns else {
+            return false;
+        };
+        let whole_ms = |ns: f64| ns >= 1e6 && (ns - (ns / 1e6).round() * 1e6).abs() <= 0.03 * ns;
+        // A busy-waiting pacer has no wake-up latency and no timer granularity to blame.
+        let spins = self.f_spin.unwrap_or(0.0) > self.f_sleep;
+        work < 0.5
+            && wait >= SLEEP_PACER
+            && self.steady_above_slot(f)
+            && (spins || (mean - exp >= WAKEUP_LATENCY_NS && !whole_ms(mean)))
+    }
+
+    pub(super) fn per_packet(&self, fraction: f64) -> String {
+        per_packet(fraction * self.thread_ns, self.attempts)
+    }
+}
+
+/// Takes `want` out of the fields in order; returns what it could take.
+fn take(fields: &mut [&mut f64], want: f64) -> f64 {
+    let mut left = want.max(0.0);
+    for field in fields.iter_mut() {
+        let t = left.min(**field);
+        **field -= t;
+        left -= t;
+    }
+    want.max(0.0) - left
+}
+
+/// Share of the sender threads' time inside the scanner's pacing function (pace_wait probes),
+/// from their time inside per packet since attach.
+fn pace_fraction(f: &Facts, total_ns: f64) -> Option<f64> {
+    let probes: Vec<_> = f
+        .scanner?
+        .probes
+        .iter()
+        .filter(|p| p.role == "pace_wait" && p.attached && p.hits > 0 && p.inside_ns > 0)
+        .collect();
+    if probes.is_empty() || f.packets_total == 0 {
+        return None;
+    }
+    let inside: u64 = probes.iter().map(|p| p.inside_ns).sum();
+    let per_packet = inside as f64 / f.packets_total as f64;
+    Some((per_packet * f.packets as f64 / total_ns).clamp(0.0, 1.0))
+}

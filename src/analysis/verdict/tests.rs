@@ -1,0 +1,1452 @@
+//! Unit tests of the verdict rules on crafted Summaries and Snapshots. Each crafted run states
+//! its figures as fractions of the sender's time; the expected shares are worked out by hand in
+//! the comments, with the time model of `gap.rs`: gap g = 1 - achieved/requested, slot share
+//! sigma = 1 - g, on-CPU excess = max(0, work - sigma), wait excess = wait - max(0, sigma - work),
+//! blocked and preempted time in full, all scaled together to add up to g.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::analysis::snapshot::*;
+use crate::collect::{DropClass, Health, TimeBudget};
+
+const MS: f64 = 1e6;
+const US: f64 = 1e3;
+
+fn close(actual: f64, expected: f64) -> bool {
+    (actual - expected).abs() <= 1e-6
+}
+
+fn assert_share(v: &[Verdict], cause: &str, expected: f64) {
+    let got = find(v, cause).share;
+    assert!(
+        close(got, expected),
+        "{cause}: share {got}, expected {expected}\n{v:#?}"
+    );
+}
+
+fn find<'a>(v: &'a [Verdict], cause: &str) -> &'a Verdict {
+    v.iter()
+        .find(|x| x.cause == cause)
+        .unwrap_or_else(|| panic!("no {cause} verdict in {:#?}", causes(v)))
+}
+
+fn causes(v: &[Verdict]) -> Vec<&str> {
+    v.iter().map(|x| x.cause.as_str()).collect()
+}
+
+fn gap_sum(v: &[Verdict]) -> f64 {
+    v.iter().filter(|x| x.kind == GAP).map(|x| x.share).sum()
+}
+
+fn budget(window_s: f64, send: f64, blocked: f64, sleep: f64, preempted: f64, other: f64) -> TimeBudget {
+    let ns = |x: f64| (x * window_s * 1e9).round() as u64;
+    TimeBudget {
+        send_ns: ns(send),
+        blocked_send_ns: ns(blocked),
+        sleep_ns: ns(sleep),
+        preempted_ns: ns(preempted),
+        other_ns: ns(other),
+    }
+}
+
+fn sender(packets: u64, budget: TimeBudget, window_s: f64) -> ThreadView {
+    ThreadView {
+        tid: 7,
+        pid: 7,
+        comm: "sender".into(),
+        calls: packets,
+        packets,
+        pps: packets as f64 / window_s,
+        failed_calls: 0,
+        errors: BTreeMap::new(),
+        shares: BudgetShares::of(&budget, (window_s * 1e9) as u64),
+        budget,
+        latency_p50_ns: Some(2.0 * US),
+        latency_p99_ns: Some(5.0 * US),
+    }
+}
+
+fn drop_row(class: DropClass, reason: &str, location: &str, device: &str, count: u64) -> DropRow {
+    DropRow {
+        reason: reason.into(),
+        location: location.into(),
+        device: Some(device.into()),
+        netns: 1,
+        class,
+        pid: Some(7),
+        count,
+        rate: 0.0,
+    }
+}
+
+fn device(name: &str) -> DeviceView {
+    DeviceView {
+        device: name.into(),
+        netns: 1,
+        target_queued_pps: 0.0,
+        target_xmit_pps: 0.0,
+        all_xmit_pps: 0.0,
+        xmit_refused: 0,
+        qlen_max: None,
+        backlog_max_bytes: None,
+        neigh_started: 0,
+        neigh_queued: 0,
+        neigh_resolved: 0,
+        neigh_failed: 0,
+    }
+}
+
+/// A crafted run: one sender thread over a send window, and what the tests add.
+struct Run(Summary);
+
+fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
+    let packets = (achieved * window_s).round() as u64;
+    Run(Summary {
+        schema_version: SCHEMA_VERSION,
+        end_reason: EndReason::Duration,
+        duration_s: window_s,
+        send_window_s: window_s,
+        requested_pps: requested,
+        achieved_pps: achieved,
+        baseline_pps: None,
+        baseline: None,
+        ratio: requested.map(|r| achieved / r),
+        packets,
+        bytes: packets * 64,
+        send_calls: packets,
+        failed_calls: 0,
+        errors: BTreeMap::new(),
+        stages: BTreeMap::new(),
+        stage_counts: BTreeMap::new(),
+        rate_stats: None,
+        drops: Vec::new(),
+        processes: Vec::new(),
+        threads: Vec::new(),
+        budget: TimeBudget::default(),
+        block_sites: Vec::new(),
+        gap: GapView {
+            slot_ns: requested.map(|r| 1e9 / r),
+            ..Default::default()
+        },
+        latency_p50_ns: Some(2.0 * US),
+        latency_p99_ns: Some(5.0 * US),
+        devices: Vec::new(),
+        queues: Vec::new(),
+        lost_events: 0,
+        health: Health::default(),
+        cost: Cost::default(),
+        probes: Vec::new(),
+        scanner: None,
+        verdicts: Vec::new(),
+        warnings: Vec::new(),
+    })
+}
+
+impl Run {
+    /// The sender thread's time as fractions of the send window.
+    fn time(mut self, send: f64, blocked: f64, sleep: f64, preempted: f64, other: f64) -> Run {
+        let w = self.0.send_window_s;
+        let b = budget(w, send, blocked, sleep, preempted, other);
+        self.0.threads = vec![sender(self.0.packets, b, w)];
+        self.0.budget = b;
+        self
+    }
+
+    fn gaps(mut self, p50_ns: f64, mean_ns: f64, p99_ns: f64) -> Run {
+        self.0.gap.count = self.0.packets.saturating_sub(1);
+        self.0.gap.p50_ns = Some(p50_ns);
+        self.0.gap.mean_ns = Some(mean_ns);
+        self.0.gap.p99_ns = Some(p99_ns);
+        self
+    }
+
+    fn failed(mut self, n: u64, errno: &str) -> Run {
+        self.0.failed_calls += n;
+        self.0.send_calls += n;
+        *self.0.errors.entry(errno.to_string()).or_default() += n;
+        self
+    }
+
+    fn drop(mut self, class: DropClass, reason: &str, location: &str, count: u64) -> Run {
+        self.0
+            .drops
+            .push(drop_row(class, reason, location, "eth0", count));
+        self
+    }
+
+    fn device(mut self, d: DeviceView) -> Run {
+        self.0.devices.push(d);
+        self
+    }
+
+    fn site(mut self, wait_site: &str, blocked_s: f64, share: f64) -> Run {
+        self.0.block_sites.push(BlockSiteView {
+            pid: 7,
+            wait_site: wait_site.into(),
+            stack: vec![format!("{wait_site}+0x1c")],
+            blocked_s,
+            episodes: 40,
+            share,
+        });
+        self
+    }
+
+    fn scanner(mut self, v: ScannerView) -> Run {
+        self.0.scanner = Some(v);
+        self
+    }
+
+    fn verdicts(&self) -> Vec<Verdict> {
+        for_summary(&self.0)
+    }
+}
+
+fn calibration(error_pct: f64, r: f64) -> CalibrationView {
+    let slot = 1e9 / r;
+    CalibrationView {
+        pid: 7,
+        tid: 7,
+        probe: "tsc_init_tslot".into(),
+        start_s: 0.1,
+        duration_ms: Some(100.0),
+        pps: Some(r),
+        delay: Some(slot * (1.0 + error_pct / 100.0) * 2.4),
+        delay_unit: Some("tsc_cycles".into()),
+        delay_ns: Some(slot * (1.0 + error_pct / 100.0)),
+        slot_ns: Some(slot),
+        error_pct: Some(error_pct),
+    }
+}
+
+fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
+    ClaimView {
+        what: what.into(),
+        claimed,
+        measured: Some(measured),
+        diff_pct: Some((claimed / measured - 1.0) * 100.0),
+    }
+}
+
+fn pace_probe(inside_ns: u64, hits: u64) -> UprobeView {
+    UprobeView {
+        name: "wait_slot".into(),
+        role: "pace_wait".into(),
+        symbol: "scanprof_sender_wait_slot".into(),
+        binary: None,
+        per_packet: true,
+        attached: true,
+        pids: vec![7],
+        hits,
+        inside_ns,
+        note: None,
+    }
+}
+
+// --- no gap, no rate ---------------------------------------------------------------------------
+
+#[test]
+fn a_healthy_run_has_no_significant_gap() {
+    // 995 of 1000 pps (within 2%), 10 s, no drops: one verdict, strong, share 0.
+    let v = run(Some(1000.0), 995.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .verdicts();
+    assert_eq!(causes(&v), ["no_gap"]);
+    assert_eq!(v[0].kind, GAP);
+    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(v[0].share, 0.0);
+    assert!(v[0].sentence.contains("No significant gap"), "{}", v[0].sentence);
+    assert!(
+        v[0].evidence[0].contains("99.5% of requested"),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+#[test]
+fn target_losses_rule_out_no_gap_and_come_first() {
+    // Rate met, but 2000 of 10000 packets dropped at the qdisc: no "no gap", the loss leads.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            2000,
+        )
+        .verdicts();
+    assert_eq!(causes(&v), ["qdisc_drop"]);
+    assert_eq!(v[0].kind, LOSS);
+    assert_share(&v, "qdisc_drop", 0.2);
+    assert_eq!(v[0].confidence, STRONG);
+    assert!(
+        v[0].next_step.contains("tc -s qdisc show dev eth0"),
+        "{}",
+        v[0].next_step
+    );
+}
+
+#[test]
+fn without_a_requested_rate_only_losses_and_a_weak_note() {
+    let v = run(None, 800.0, 10.0)
+        .time(0.5, 0.0, 0.0, 0.0, 0.5)
+        .drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 800)
+        .verdicts();
+    // No gap to judge: the loss first, then the note; nothing about CPU or pacing.
+    assert_eq!(causes(&v), ["qdisc_drop", "gap_unknown"]);
+    let note = find(&v, "gap_unknown");
+    assert_eq!(
+        (note.kind.as_str(), note.confidence.as_str(), note.share),
+        (GAP, WEAK, 0.0)
+    );
+    assert!(note.next_step.contains("--requested"), "{}", note.next_step);
+}
+
+#[test]
+fn an_unlimited_request_says_there_is_nothing_to_fall_short_of() {
+    let v = run(None, 50_000.0, 10.0)
+        .time(0.5, 0.0, 0.0, 0.0, 0.5)
+        .scanner(ScannerView {
+            profile: "zmap".into(),
+            requested: RequestedView {
+                pps: None,
+                kind: "unlimited".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["gap_unknown"]);
+    assert!(v[0].sentence.contains("as fast as it can"), "{}", v[0].sentence);
+}
+
+#[test]
+fn the_scanners_rate_stands_in_for_requested() {
+    // No --requested, but the profile read 1000 pps: the gap is judged against it.
+    let v = run(None, 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(ScannerView {
+            requested: RequestedView {
+                pps: Some(1000.0),
+                kind: "exact".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound"]);
+}
+
+#[test]
+fn sending_faster_than_asked_is_named() {
+    // 1100 of 1000: 10% above, with a calibration 9% short to show why.
+    let v = run(Some(1000.0), 1100.0, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .scanner(ScannerView {
+            calibrations: vec![calibration(-9.0, 1000.0)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["above_requested"]);
+    assert!(v[0].sentence.contains("10.0% above"), "{}", v[0].sentence);
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("-9.0%")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+// --- CPU-bound ---------------------------------------------------------------------------------
+
+#[test]
+fn cpu_bound_when_the_work_per_packet_exceeds_the_slot() {
+    // 500 of 1000 pps, on CPU all the time (send 70%, other 30%), no sleep: g = 0.5,
+    // sigma = 0.5, work = 1.0, excess 0.5: the whole gap. The syscalls alone (0.7) fill
+    // more than the slot (0.5), so no pacing loop can be mistaken for work: strong.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound"]);
+    assert_share(&v, "cpu_bound", 0.5);
+    assert_eq!(v[0].confidence, STRONG);
+    // 2 ms on CPU per packet (1 s / 500), slot 1 ms; one thread can do 500 pps.
+    assert!(
+        v[0].sentence
+            .contains("2.000 ms of CPU per packet against a slot of 1.000 ms"),
+        "{}",
+        v[0].sentence
+    );
+    assert!(v[0].next_step.contains("at most 500 pps"), "{}", v[0].next_step);
+}
+
+#[test]
+fn cpu_bound_is_weak_when_a_busy_wait_pacer_would_look_the_same() {
+    // Same gap, but 90% of the CPU time is outside send and nothing tells a pacing loop apart.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound"]);
+    assert_eq!(v[0].confidence, WEAK);
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("busy-waits")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+#[test]
+fn a_probe_on_the_pacing_loop_moves_its_time_from_work_to_pacing() {
+    // 500 of 1000 pps, send 10%, other 90%, of which the pace_wait probe says 50% of the time
+    // (5 s of 10 s inside the pacing function over the 5000 packets since attach).
+    // work = 0.5 = sigma: not CPU-bound; wait = 0.5, wait excess 0.5: the pacing is late.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .gaps(2.0 * MS, 2.0 * MS, 2.2 * MS)
+        .scanner(ScannerView {
+            probes: vec![pace_probe(5_000_000_000, 5000)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_share(&v, "pacing_coarse", 0.5);
+    assert!(v[0].sentence.contains("its waits end late"), "{}", v[0].sentence);
+}
+
+// --- time lost inside slots: blocking and preemption -------------------------------------------
+
+#[test]
+fn blocking_sixty_percent_beats_preemption_ten_percent() {
+    // 250 of 1000 pps: g = 0.75, sigma = 0.25. Blocked 60%, preempted 10%, on CPU 30%
+    // (send 10%, other 20%), no wait. Excesses: blocked 0.60, preempted 0.10, CPU 0.30 - 0.25
+    // = 0.05; they add up to 0.75 = g, so no scaling.
+    let v = run(Some(1000.0), 250.0, 10.0)
+        .time(0.1, 0.6, 0.0, 0.1, 0.2)
+        .site("sock_alloc_send_pskb", 6.0, 1.0)
+        .device(DeviceView {
+            qlen_max: Some(1000),
+            backlog_max_bytes: Some(64_000),
+            ..device("eth0")
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["blocked_send", "preempted", "cpu_bound"]);
+    assert_share(&v, "blocked_send", 0.6);
+    assert_share(&v, "preempted", 0.1);
+    assert_share(&v, "cpu_bound", 0.05);
+    assert!(close(gap_sum(&v), 0.75));
+    let b = &v[0];
+    assert_eq!(b.confidence, STRONG);
+    assert!(b.sentence.contains("sock_alloc_send_pskb"), "{}", b.sentence);
+    assert!(b.sentence.contains("send-buffer space"), "{}", b.sentence);
+    // 60% of 4 ms per packet.
+    assert!(b.sentence.contains("2.400 ms per packet"), "{}", b.sentence);
+    assert!(
+        b.next_step.contains("tc -s qdisc show dev eth0"),
+        "{}",
+        b.next_step
+    );
+    assert!(b.next_step.contains("net.core.wmem_max"), "{}", b.next_step);
+    assert!(b
+        .evidence
+        .iter()
+        .any(|e| e.contains("deepest qdisc queue on eth0: 1000 packets")));
+}
+
+#[test]
+fn a_send_buffer_full_of_unresolved_packets_points_at_the_neighbour() {
+    // The lab's unresolved neighbour: the socket's buffer fills with packets parked on a
+    // resolution nobody answers, so the sender blocks, and the parked packets die.
+    let v = run(Some(200.0), 167.0, 3.0)
+        .time(0.003, 0.99, 0.0, 0.004, 0.003)
+        .site("sock_alloc_send_pskb", 1.8, 0.6)
+        .site("sock_alloc_send_pskb", 1.2, 0.4)
+        .drop(
+            DropClass::TargetLoss,
+            "NEIGH_FAILED",
+            "neigh_invalidate+0x7e",
+            500,
+        )
+        .device(DeviceView {
+            neigh_started: 3,
+            neigh_queued: 501,
+            neigh_failed: 2,
+            ..device("eth0")
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["blocked_send", "neigh_failed"]);
+    let b = &v[0];
+    assert!(b.next_step.contains("ip neigh show dev eth0"), "{}", b.next_step);
+    // The two stacks of one site make one line.
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e.starts_with("sock_alloc_send_pskb: 3.000 s blocked (100.0%")),
+        "{:?}",
+        b.evidence
+    );
+    assert!(b
+        .evidence
+        .iter()
+        .any(|e| e.contains("501 packets queued waiting")));
+}
+
+#[test]
+fn preemption_sixty_percent_beats_blocking_ten_percent() {
+    let v = run(Some(1000.0), 250.0, 10.0)
+        .time(0.1, 0.1, 0.0, 0.6, 0.2)
+        .site("__lock_sock", 1.0, 1.0)
+        .verdicts();
+    assert_eq!(causes(&v), ["preempted", "blocked_send", "cpu_bound"]);
+    assert_share(&v, "preempted", 0.6);
+    assert!(v[0].next_step.contains("taskset"), "{}", v[0].next_step);
+    assert!(find(&v, "blocked_send").next_step.contains("socket of its own"));
+}
+
+#[test]
+fn lost_time_a_pacer_partly_absorbs_is_scaled_to_the_gap() {
+    // 800 of 1000 pps: g = 0.2. Blocked 30%, work 50%, waiting 20%: without the blocking the
+    // wait would fill the slot (sigma 0.8 - work 0.5 = 0.3 > 0.2), so the wait has no excess,
+    // and blocking alone (0.3) is more than the gap: it explains all of it, 0.2.
+    let v = run(Some(1000.0), 800.0, 10.0)
+        .time(0.2, 0.3, 0.2, 0.0, 0.3)
+        .verdicts();
+    assert_eq!(causes(&v), ["blocked_send"]);
+    assert_share(&v, "blocked_send", 0.2);
+    // Without block sites the sentence says so rather than guessing a site.
+    assert!(v[0].next_step.contains("block site table"), "{}", v[0].next_step);
+}
+
+// --- pacing ------------------------------------------------------------------------------------
+
+#[test]
+fn late_sleep_wake_ups_are_coarse_pacing() {
+    // 10000 pps asked (slot 100 us), 6250 reached (160 us per packet): send 10 us (6.25%),
+    // other 6 us (3.75%), asleep 144 us (90%). sigma = 0.625, work 0.1, wait 0.9:
+    // wait excess = 0.9 - (0.625 - 0.1) = 0.375 = g. Every gap is 160 us: all pacing, and
+    // 60 us late is a wake-up's latency, not a mis-derived slot.
+    let v = run(Some(10_000.0), 6250.0, 10.0)
+        .time(0.0625, 0.0, 0.9, 0.0, 0.0375)
+        .gaps(160.0 * US, 160.0 * US, 190.0 * US)
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_share(&v, "pacing_coarse", 0.375);
+    assert_eq!(v[0].confidence, STRONG);
+    assert!(v[0].sentence.contains("its sleeps end late"), "{}", v[0].sentence);
+    assert!(
+        v[0].sentence.contains("160.0 us instead of 100.0 us"),
+        "{}",
+        v[0].sentence
+    );
+}
+
+#[test]
+fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
+    // 1500 pps asked (666.7 us); every gap is 1 ms: timer granularity.
+    let v = run(Some(1500.0), 1000.0, 10.0)
+        .time(0.01, 0.0, 0.98, 0.0, 0.01)
+        .gaps(1.0 * MS, 1.0 * MS, 1.05 * MS)
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    // sigma = 2/3, work 0.02, wait 0.98: excess 0.98 - 0.6467 = 0.3333 = g.
+    assert_share(&v, "pacing_coarse", 1.0 / 3.0);
+}
+
+#[test]
+fn a_calibration_off_by_a_quarter_is_miscalibrated() {
+    // A busy-wait pacer (on CPU 100%, no sleep) at 800 of 1000 pps: sigma 0.8, on-CPU excess
+    // 0.2. Its calibration derived slots 25% too long: 0.25 x 0.8 = 0.2 of its time, taken
+    // from the on-CPU excess (no probe on the pacing loop): all of the gap, nothing CPU-bound.
+    let v = run(Some(1000.0), 800.0, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(25.0, 1000.0)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"]);
+    assert_share(&v, "miscalibrated", 0.2);
+    assert_eq!(v[0].confidence, STRONG);
+    assert!(v[0].sentence.contains("+25.0%"), "{}", v[0].sentence);
+    assert!(v[0]
+        .evidence
+        .iter()
+        .any(|e| e.contains("slot 1.250 ms where 1000 pps needs 1.000 ms")));
+    assert!(
+        v[0].next_step.contains("unicornscan: `-d 2`"),
+        "{}",
+        v[0].next_step
+    );
+}
+
+#[test]
+fn a_small_miscalibration_under_a_cpu_bound_sender_ranks_second() {
+    // 500 of 1000: sigma 0.5, on CPU 100% (send 20%): excess 0.5. Calibration +10%: 0.1 x 0.5
+    // = 0.05 is the slot's; the remaining 0.45 is work. The larger cause leads.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.2, 0.0, 0.0, 0.0, 0.8)
+        .scanner(ScannerView {
+            calibrations: vec![
+                calibration(10.0, 1000.0),
+                calibration(10.5, 1000.0),
+                calibration(9.5, 1000.0),
+            ],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound", "miscalibrated"]);
+    assert_share(&v, "cpu_bound", 0.45);
+    assert_share(&v, "miscalibrated", 0.05);
+    // A known calibration makes the remaining on-CPU time work: strong.
+    assert_eq!(v[0].confidence, STRONG);
+}
+
+#[test]
+fn a_calibration_within_two_percent_is_not_a_cause() {
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(ScannerView {
+            calibrations: vec![calibration(1.5, 1000.0)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound"]);
+}
+
+#[test]
+fn steady_gaps_a_ratio_above_the_slot_while_idle_look_miscalibrated() {
+    // 100 pps asked (10 ms slot), 80 reached: every gap 12.5 ms (steady, 2.5 ms late: far more
+    // than a wake-up, not whole milliseconds), the sender asleep 98%. No calibration figure:
+    // inferred, so weak. sigma 0.8, work 0.02, wait excess 0.98 - 0.78 = 0.2 = g.
+    let v = run(Some(100.0), 80.0, 10.0)
+        .time(0.01, 0.0, 0.98, 0.0, 0.01)
+        .gaps(12.5 * MS, 12.5 * MS, 13.0 * MS)
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"]);
+    assert_share(&v, "miscalibrated", 0.2);
+    assert_eq!(v[0].confidence, WEAK);
+    assert!(v[0].sentence.contains("1.25x"), "{}", v[0].sentence);
+}
+
+#[test]
+fn a_busy_wait_pacer_with_steady_long_gaps_looks_miscalibrated() {
+    // 10000 pps asked (100 us slot), every gap 110 us: 9091 pps. The pace_wait probe says 85%
+    // of the time is spent in the pacing loop (8.5 s over the 90910 packets), so work is 15%.
+    // sigma 0.9091, wait excess 0.85 - (0.9091 - 0.15) = 0.0909 = g. A busy wait has no wake-up
+    // latency to blame, so a steady 1.1x is a slot derived wrong, even only 10 us late.
+    let v = run(Some(10_000.0), 10_000.0 / 1.1, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .gaps(110.0 * US, 110.0 * US, 115.0 * US)
+        .scanner(ScannerView {
+            probes: vec![pace_probe(8_500_000_000, 90_910)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"]);
+    assert_share(&v, "miscalibrated", 1.0 - 1.0 / 1.1);
+    assert_eq!(v[0].confidence, WEAK);
+}
+
+#[test]
+fn a_busy_wait_pacer_no_probe_watches_is_told_from_a_cpu_bound_one_by_its_gaps() {
+    // 1000 pps asked, 667 reached: every gap a steady 1.5 ms, the sender on the CPU 98% of the
+    // time, 1.4 ms per packet outside its send calls: far more than a packet's work. The 2%
+    // preempted time makes no gap longer than the median (no tail): it fell inside the spin.
+    // So the whole on-CPU excess, 1 - 2/3, is a slot too long (inferred: weak).
+    let base = || run(Some(1000.0), 1000.0 / 1.5, 10.0).time(0.05, 0.0, 0.0, 0.02, 0.93);
+    let v = base().gaps(1.5 * MS, 1.5 * MS, 1.6 * MS).verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"]);
+    assert_share(&v, "miscalibrated", 1.0 / 3.0);
+    assert_eq!(v[0].confidence, WEAK);
+    assert!(v[0].sentence.contains("steady 1.50x"), "{}", v[0].sentence);
+    assert!(v[0].sentence.contains("spins on the CPU"), "{}", v[0].sentence);
+    // The same time budget with gaps all over the place stays a (weak) CPU-bound verdict.
+    let v = base().gaps(1.2 * MS, 1.5 * MS, 6.0 * MS).verdicts();
+    assert_eq!(v[0].cause, "cpu_bound");
+    assert_eq!(v[0].confidence, WEAK);
+}
+
+// The next three are shaped on `scanprof lab` runs of the reference sender (4 s each): their
+// budgets, gaps and rates as measured, and the gap the lab's own counters gave as the truth.
+
+#[test]
+fn lab_coarse_pacing_counts_wake_up_latency_as_pacing() {
+    // --pacer sleep --slot per-packet at 10k pps: 4862.5 pps (truth: gap 0.514). The 13.3%
+    // runnable time is 27 us per packet after each wake-up: the sleep's latency, not a hog.
+    // wait = 0.641 + 0.133, work 0.226, sigma 0.486: excess 0.774 - 0.260 = 0.514, all of it
+    // in every gap (p99 under 3 medians: jitter, not stalls).
+    let v = run(Some(10_000.0), 4862.5, 4.0)
+        .time(0.126, 0.0, 0.641, 0.133, 0.100)
+        .gaps(190.9 * US, 205.7 * US, 300.1 * US)
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_share(&v, "pacing_coarse", 1.0 - 0.48625);
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("waiting for a CPU")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+#[test]
+fn lab_miscalibrated_tsc_pacer_absorbs_its_preemption() {
+    // --pacer tsc --calibration-skew 1.5 at 1000 pps, deadline slots: 666.7 pps (truth 1/3).
+    // 27.4% preempted, yet the median gap carries the mean (1.498 vs 1.500 ms): the deadline
+    // pacer caught every preemption up. No probe, no calibration figure: inferred, weak.
+    let v = run(Some(1000.0), 666.7, 4.0)
+        .time(0.017, 0.0, 0.025, 0.274, 0.684)
+        .gaps(1.498 * MS, 1.5 * MS, 5.6 * MS)
+        .verdicts();
+    assert_eq!(v[0].cause, "miscalibrated");
+    assert!((v[0].share - 1.0 / 3.0).abs() < 0.01, "{v:#?}");
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("preempted inside waits")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+#[test]
+fn lab_preemption_with_per_packet_slots_is_lost_for_good() {
+    // --pacer clock --slot per-packet at 10k pps beside a CPU hog: 2820.3 pps (truth 0.718).
+    // The gaps' tail, (354.6 - 102.4) / 354.6 = 0.711 of the time, caps preemption at 0.711;
+    // the rest (0.005) fell inside spins and joins the on-CPU time, whose excess is 0.007.
+    let v = run(Some(10_000.0), 2820.3, 4.0)
+        .time(0.058, 0.0, 0.0, 0.716, 0.226)
+        .gaps(102.4 * US, 354.6 * US, 8417.0 * US)
+        .verdicts();
+    assert_eq!(v[0].cause, "preempted");
+    assert!((v[0].share - 0.711).abs() < 0.001, "{v:#?}");
+    // The 0.007 on-CPU excess is under 1%: not named.
+    assert_eq!(causes(&v), ["preempted"]);
+}
+
+#[test]
+fn a_floor_is_met_by_sending_faster() {
+    let v = run(Some(1000.0), 1200.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .scanner(ScannerView {
+            requested: RequestedView {
+                pps: Some(1000.0),
+                kind: "floor".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["no_gap"]);
+}
+
+#[test]
+fn stalls_outside_the_pacing_are_idle_waits() {
+    // 500 of 1000, asleep 90%: wait excess 0.9 - (0.5 - 0.1) = 0.5. The median gap is on the
+    // slot (1 ms) while the mean is 2 ms: (p50 - slot) / (mean - slot) = 0: all stalls.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .gaps(1.0 * MS, 2.0 * MS, 50.0 * MS)
+        .verdicts();
+    assert_eq!(causes(&v), ["idle_waits"]);
+    assert_share(&v, "idle_waits", 0.5);
+    assert!(v[0].sentence.contains("p99 50.000 ms"), "{}", v[0].sentence);
+}
+
+#[test]
+fn late_pacing_and_stalls_split_the_wait_by_the_gaps() {
+    // Same wait excess 0.5; median gap 1.5 ms, mean 2 ms: (1.5 - 1) / (2 - 1) = half is every
+    // gap being late (pacing), half is stalls.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .gaps(1.5 * MS, 2.0 * MS, 5.0 * MS)
+        .verdicts();
+    assert_share(&v, "pacing_coarse", 0.25);
+    assert_share(&v, "idle_waits", 0.25);
+    assert!(close(gap_sum(&v), 0.5));
+}
+
+// --- work units --------------------------------------------------------------------------------
+
+fn unit(
+    index: u32,
+    handed: f64,
+    setup_ms: f64,
+    first: f64,
+    last: f64,
+    idle_before_ms: Option<f64>,
+) -> WorkUnitView {
+    WorkUnitView {
+        index,
+        sender_pid: Some(7),
+        pps: Some(1000.0),
+        handed_s: Some(handed),
+        calibrated_s: Some(first),
+        first_send_s: Some(first),
+        last_send_s: Some(last),
+        done_s: Some(last),
+        packets: Some(((last - first) * 1000.0) as u64),
+        achieved_pps: Some(1000.0),
+        setup_ms: Some(setup_ms),
+        idle_before_ms,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn idle_between_work_units_and_their_setup_take_their_share() {
+    // Three units of 3 s at 1000 pps each; between them 1 s idle and 0.5 s of set-up:
+    // window 0.5..12.5 s = 12 s, 9000 packets, 750 pps: g = 0.25.
+    // Idle 2 s and set-up 1 s of 12 s: 0.1667 and 0.0833, out of sleep (3 s). What is left is
+    // 9 s on CPU (tsc busy wait): work 0.75 = sigma, no excess. Shares: 1/6 and 1/12.
+    let v = run(Some(1000.0), 750.0, 12.0)
+        .time(1.0 / 12.0, 0.0, 0.25, 0.0, 8.0 / 12.0)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            work_units: vec![
+                unit(1, 0.2, 300.0, 0.5, 3.5, None),
+                unit(2, 4.5, 500.0, 5.0, 8.0, Some(1000.0)),
+                unit(3, 9.0, 500.0, 9.5, 12.5, Some(1000.0)),
+            ],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["unit_idle", "unit_setup"]);
+    // One ordinary gap (1 ms) of each 1.5 s span is not idle: (1.5 - 0.001) / 1.5 of it counts.
+    let k = 1.499 / 1.5;
+    assert_share(&v, "unit_idle", 2.0 / 12.0 * k);
+    assert_share(&v, "unit_setup", 1.0 / 12.0 * k);
+    assert!(gap_sum(&v) <= 0.25 + 1e-9);
+    assert!(
+        find(&v, "unit_setup").sentence.contains("500.000 ms each"),
+        "{}",
+        find(&v, "unit_setup").sentence
+    );
+}
+
+// --- failed sends and claims -------------------------------------------------------------------
+
+#[test]
+fn send_errors_the_scanner_counts_as_sent() {
+    // 10 s at 1000 pps attempted: 8000 sent, 2000 failed with ENOBUFS; the scanner claims
+    // 10000 packets. The failures cost 2000 / (10 s x 1000) = 0.2 = the whole gap.
+    let v = run(Some(1000.0), 800.0, 10.0)
+        .time(0.3, 0.0, 0.0, 0.0, 0.7)
+        .failed(2000, "ENOBUFS")
+        .scanner(ScannerView {
+            claims: vec![claim(
+                "packets unisend reported for work unit 1",
+                10_000.0,
+                8000.0,
+            )],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["send_errors", "claim_mismatch"]);
+    assert_share(&v, "send_errors", 0.2);
+    let e = &v[0];
+    assert_eq!(e.confidence, STRONG);
+    assert!(e.sentence.contains("ENOBUFS x2000"), "{}", e.sentence);
+    assert!(e.sentence.contains("counts them as sent"), "{}", e.sentence);
+    assert!(e.next_step.contains("txqueuelen"), "{}", e.next_step);
+    let c = find(&v, "claim_mismatch");
+    assert_eq!(c.share, 0.0);
+    assert!(c.sentence.contains("+25.0%"), "{}", c.sentence);
+}
+
+#[test]
+fn a_packet_sockets_enobufs_are_the_gap_and_the_qdisc_drops_the_loss() {
+    // AF_PACKET into a narrow tbf: 5000 pps asked, 1200 accepted, 3800 a second refused with
+    // ENOBUFS, each a QDISC_DROP of a packet the syscall did not count. Gap: 38000 failures /
+    // (10 s x 5000) = 0.76, all of it. Loss: 38000 of the 50000 handed to the kernel.
+    let v = run(Some(5000.0), 1200.0, 10.0)
+        .time(0.2, 0.0, 0.0, 0.0, 0.8)
+        .failed(38_000, "ENOBUFS")
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            38_000,
+        )
+        .verdicts();
+    assert_eq!(causes(&v), ["send_errors", "qdisc_drop"]);
+    assert_share(&v, "send_errors", 0.76);
+    assert_share(&v, "qdisc_drop", 0.76);
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.contains("ENOBUFS is the qdisc refusing")),
+        "{:?}",
+        v[0].evidence
+    );
+    assert!(
+        v[1].evidence[0].contains("38000 of them failed sends"),
+        "{:?}",
+        v[1].evidence
+    );
+}
+
+#[test]
+fn failed_sends_without_a_gap_are_a_loss() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .failed(500, "EAGAIN")
+        .verdicts();
+    assert_eq!(causes(&v), ["send_errors", "no_gap"]);
+    assert_eq!(v[0].kind, LOSS);
+    // 500 of 10500 attempts.
+    assert_share(&v, "send_errors", 500.0 / 10_500.0);
+    assert!(!v[0].sentence.contains("counts them"), "{}", v[0].sentence);
+    // EAGAIN is usually retried: the packet may have left on a later call.
+    assert!(
+        v[0].sentence.contains("unless the scanner sends them again"),
+        "{}",
+        v[0].sentence
+    );
+    assert_eq!(v[0].confidence, WEAK);
+}
+
+#[test]
+fn a_claim_within_five_percent_is_no_finding() {
+    let base = run(Some(1000.0), 1000.0, 10.0).time(0.3, 0.0, 0.6, 0.0, 0.1);
+    let ok = base.scanner(ScannerView {
+        claims: vec![claim("pps unisend reported for work unit 1", 1040.0, 1000.0)],
+        ..Default::default()
+    });
+    assert_eq!(causes(&ok.verdicts()), ["no_gap"]);
+}
+
+#[test]
+fn a_rate_claim_above_what_left_the_machine_disagrees() {
+    // The scanner says 1000 pps, the syscalls agree, but only 300 pps left through the driver
+    // (a tbf qdisc dropped the rest).
+    let mut r = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            7000,
+        )
+        .scanner(ScannerView {
+            claims: vec![claim("pps unisend reported for work unit 1", 1000.0, 1000.0)],
+            ..Default::default()
+        });
+    r.0.stages.insert("dev_xmit".into(), 300.0);
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["qdisc_drop", "claim_mismatch"]);
+    assert_share(&v, "qdisc_drop", 0.7);
+    let c = find(&v, "claim_mismatch");
+    assert!(
+        c.sentence.contains("more than what left the machine"),
+        "{}",
+        c.sentence
+    );
+    assert!(
+        c.evidence.iter().any(|e| e.contains("300 pps left the machine")),
+        "{:?}",
+        c.evidence
+    );
+    assert!(find(&v, "qdisc_drop")
+        .next_step
+        .contains("about 300 pps went through"));
+}
+
+// --- losses ------------------------------------------------------------------------------------
+
+#[test]
+fn qdisc_drops_beat_neighbour_failures() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .drop(
+            DropClass::TargetLoss,
+            "NEIGH_FAILED",
+            "neigh_invalidate+0x8b",
+            1000,
+        )
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            3000,
+        )
+        .drop(DropClass::Expected, "NO_SOCKET", "__udp4_lib_rcv+0x9f", 5000)
+        .drop(DropClass::Unrelated, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 9000)
+        .device(DeviceView {
+            neigh_started: 12,
+            neigh_queued: 1000,
+            neigh_failed: 12,
+            ..device("eth0")
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["qdisc_drop", "neigh_failed"]);
+    assert_share(&v, "qdisc_drop", 0.3);
+    assert_share(&v, "neigh_failed", 0.1);
+    let n = find(&v, "neigh_failed");
+    assert!(n.sentence.contains("never answered"), "{}", n.sentence);
+    assert!(
+        n.evidence.iter().any(|e| e.contains("12 failed")),
+        "{:?}",
+        n.evidence
+    );
+    assert!(n.next_step.contains("ip neigh show dev eth0"), "{}", n.next_step);
+}
+
+#[test]
+fn a_full_neighbour_queue_points_at_its_sysctl() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .drop(
+            DropClass::TargetLoss,
+            "NEIGH_QUEUEFULL",
+            "__neigh_event_send+0x1f0",
+            4000,
+        )
+        .verdicts();
+    assert_eq!(causes(&v), ["neigh_failed"]);
+    assert!(
+        v[0].next_step.contains("net.ipv4.neigh.eth0.unres_qlen_bytes"),
+        "{}",
+        v[0].next_step
+    );
+}
+
+#[test]
+fn gap_verdicts_come_before_larger_losses() {
+    // A 10% gap (CPU) and 50% of the packets dropped: the gap leads because there is one.
+    let v = run(Some(1000.0), 900.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            4500,
+        )
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound", "qdisc_drop"]);
+    assert_share(&v, "cpu_bound", 0.1);
+    assert_share(&v, "qdisc_drop", 0.5);
+}
+
+#[test]
+fn driver_refusals_are_a_loss_only_without_a_qdisc() {
+    let refusing = |qlen: Option<u64>| DeviceView {
+        xmit_refused: 2000,
+        target_xmit_pps: 800.0,
+        all_xmit_pps: 800.0,
+        qlen_max: qlen,
+        ..device("veth0")
+    };
+    let v = run(Some(1000.0), 1000.0, 10.0).device(refusing(None)).verdicts();
+    assert_eq!(causes(&v), ["device_refused"]);
+    assert_share(&v, "device_refused", 0.2);
+    assert_eq!(v[0].confidence, STRONG);
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .device(refusing(Some(100)))
+        .verdicts();
+    assert_eq!(v[0].confidence, WEAK);
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("requeues")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
+#[test]
+fn replies_lost_at_the_socket_buffer_and_the_backlog() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .drop(
+            DropClass::ReplyLoss,
+            "SOCKET_RCVBUFF",
+            "__udp_queue_rcv_skb+0x1a0",
+            2500,
+        )
+        .drop(
+            DropClass::ReplyLoss,
+            "CPU_BACKLOG",
+            "enqueue_to_backlog+0x9a",
+            600,
+        )
+        .drop(DropClass::ReplyLoss, "NOT_SPECIFIED", "tpacket_rcv+0x5c", 100)
+        .verdicts();
+    // No target loss, so no_gap stands; the losses lead since there is no gap.
+    assert_eq!(
+        causes(&v),
+        ["reply_socket_buffer", "reply_backlog", "reply_capture", "no_gap"]
+    );
+    assert_share(&v, "reply_socket_buffer", 0.25);
+    assert!(v[0].next_step.contains("net.core.rmem_max"), "{}", v[0].next_step);
+    assert!(find(&v, "reply_backlog").next_step.contains("netdev_max_backlog"));
+    assert!(find(&v, "reply_capture").sentence.contains("capture ring"));
+    // 100 of 10000 (1%): named but weak.
+    assert_eq!(find(&v, "reply_capture").confidence, WEAK);
+}
+
+#[test]
+fn other_outgoing_drops_name_their_reason_and_place() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .drop(DropClass::TargetLoss, "NETFILTER_DROP", "nf_hook_slow+0xa1", 1000)
+        .drop(
+            DropClass::TargetLoss,
+            "IP_OUTNOROUTES",
+            "ip_route_output_flow+0x1",
+            900,
+        )
+        .drop(DropClass::TargetLoss, "PKT_TOO_BIG", "ip_fragment+0x3", 800)
+        .drop(DropClass::TargetLoss, "DEV_READY", "__dev_queue_xmit+0x77", 700)
+        .verdicts();
+    assert_eq!(causes(&v), ["filtered", "no_route", "target_drop", "device_drop"]);
+    assert!(find(&v, "target_drop")
+        .sentence
+        .contains("PKT_TOO_BIG at ip_fragment+0x3"));
+}
+
+// --- evidence strength -------------------------------------------------------------------------
+
+#[test]
+fn tiny_evidence_is_weak() {
+    // 40 packets over 0.5 s at 80 of 100 pps: everything weak, with the reasons listed.
+    let v = run(Some(100.0), 80.0, 0.5)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 5)
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound", "qdisc_drop"]);
+    assert!(v.iter().all(|x| x.confidence == WEAK), "{v:#?}");
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.contains("only 40 packets in the run")),
+        "{:?}",
+        v[0].evidence
+    );
+    assert!(v[0]
+        .evidence
+        .iter()
+        .any(|e| e.contains("a send window of only 500.000 ms")));
+    let ok = run(Some(100.0), 100.0, 0.5).verdicts();
+    assert_eq!(ok[0].cause, "no_gap");
+    assert_eq!(ok[0].confidence, WEAK);
+}
+
+#[test]
+fn a_small_share_is_weak_and_a_tiny_one_unnamed() {
+    // 500 of 1000: preempted 3% (share 0.03: weak), blocked 0.5% (under 1%: not named).
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.765, 0.005, 0.0, 0.03, 0.2)
+        .verdicts();
+    assert_eq!(causes(&v), ["cpu_bound", "preempted"]);
+    assert_eq!(find(&v, "cpu_bound").confidence, STRONG);
+    assert_eq!(find(&v, "preempted").confidence, WEAK);
+    assert!(gap_sum(&v) <= 0.5 + 1e-9);
+}
+
+#[test]
+fn an_uncertain_or_capped_request_weakens_the_gap() {
+    let conflict = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(ScannerView {
+            requested: RequestedView {
+                pps: Some(1000.0),
+                kind: "exact".into(),
+                conflict: Some("argv: -r 1000 says 1000 pps but config: pps: 300; says 300".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(conflict[0].confidence, WEAK);
+    assert!(conflict[0]
+        .evidence
+        .iter()
+        .any(|e| e.contains("requested rate is uncertain")));
+    let cap = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(ScannerView {
+            requested: RequestedView {
+                pps: Some(1000.0),
+                kind: "cap".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(cap[0].confidence, WEAK);
+    assert!(cap[0].evidence.iter().any(|e| e.contains("is a cap")));
+}
+
+#[test]
+fn a_gap_without_a_time_budget_is_unexplained() {
+    let v = run(Some(1000.0), 500.0, 10.0).verdicts();
+    assert_eq!(causes(&v), ["unexplained"]);
+    assert_share(&v, "unexplained", 0.5);
+    assert_eq!(v[0].confidence, WEAK);
+}
+
+#[test]
+fn time_outside_the_send_window_is_not_pacing() {
+    // A 20 s run whose sender sent for 10 s (500 of 1000 pps, on CPU the whole 10 s) and slept
+    // 10 s before and after. Over the run the thread is half asleep; cut to the window, it is
+    // CPU-bound, not waiting.
+    let mut r = run(Some(1000.0), 500.0, 10.0);
+    r.0.duration_s = 20.0;
+    let b = budget(10.0, 0.7, 0.0, 1.0, 0.0, 0.3);
+    r.0.threads = vec![sender(r.0.packets, b, 20.0)];
+    r.0.budget = b;
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["cpu_bound"]);
+    assert_share(&v, "cpu_bound", 0.5);
+}
+
+#[test]
+fn shares_never_exceed_the_gap() {
+    // A deterministic spread of budgets, failures and calibrations: the gap shares are each in
+    // 0..=1 and never add up to more than the gap.
+    let mut seed: u64 = 0x5eed;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for _ in 0..500 {
+        let ratio = 0.05 + 0.9 * next();
+        let parts: Vec<f64> = (0..5).map(|_| next().powi(2)).collect();
+        let sum: f64 = parts.iter().sum::<f64>().max(1e-9);
+        let p: Vec<f64> = parts.iter().map(|x| x / sum).collect();
+        let mut r = run(Some(1000.0), 1000.0 * ratio, 10.0).time(p[0], p[1], p[2], p[3], p[4]);
+        let gap_ms = 1.0 / ratio;
+        r = r.gaps(gap_ms * (0.5 + next()) * MS, gap_ms * MS, gap_ms * 3.0 * MS);
+        if next() < 0.3 {
+            r = r.failed((next() * 3000.0) as u64, "ENOBUFS");
+        }
+        if next() < 0.3 {
+            r = r.scanner(ScannerView {
+                calibrations: vec![calibration(next() * 60.0 - 10.0, 1000.0)],
+                probes: if next() < 0.5 {
+                    vec![pace_probe((next() * 8e9) as u64, 100)]
+                } else {
+                    vec![]
+                },
+                ..Default::default()
+            });
+        }
+        let v = r.verdicts();
+        let g = 1.0 - ratio;
+        assert!(v.iter().all(|x| (0.0..=1.0).contains(&x.share)), "{v:#?}");
+        assert!(
+            gap_sum(&v) <= g + 1e-9,
+            "gap {g}, shares {} in {v:#?}",
+            gap_sum(&v)
+        );
+        // The time model explains the whole gap whenever there is a budget.
+        assert!(
+            gap_sum(&v) >= g - 0.05 - 1e-9,
+            "gap {g}, shares {} in {v:#?}",
+            gap_sum(&v)
+        );
+        // Gap first, by share within each kind.
+        let gaps: Vec<f64> = v.iter().filter(|x| x.kind == GAP).map(|x| x.share).collect();
+        assert!(gaps.windows(2).all(|w| w[0] >= w[1]), "{v:#?}");
+        assert_eq!(v[0].kind, GAP);
+    }
+}
+
+// --- the live view -----------------------------------------------------------------------------
+
+fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
+    let packets = (achieved * interval_s).round() as u64;
+    let stage = |name: &str, count: u64| Stage {
+        name: name.into(),
+        count,
+        pps: count as f64 / interval_s,
+        total: count * n,
+        ratio: Some(count as f64 / interval_s / requested),
+    };
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        tick: n,
+        t_s: n as f64 * interval_s,
+        interval_s,
+        requested_pps: Some(requested),
+        achieved_pps: achieved,
+        ratio: Some(achieved / requested),
+        stages: vec![stage("send_calls", packets), stage("syscall_packets", packets)],
+        processes: Vec::new(),
+        threads: Vec::new(),
+        drops: Vec::new(),
+        devices: Vec::new(),
+        block_sites: Vec::new(),
+        gap: GapView {
+            slot_ns: Some(1e9 / requested),
+            ..Default::default()
+        },
+        episodes: Vec::new(),
+        rate_stats: None,
+        health: Health::default(),
+        cost: Cost::default(),
+        scanner: None,
+        verdicts: Vec::new(),
+        warnings: Vec::new(),
+    }
+}
+
+#[test]
+fn a_tick_is_judged_like_a_run_and_its_first_one_is_weak() {
+    let make = |n: u64| {
+        let mut s = tick(n, 1000.0, 250.0, 1.0);
+        let b = budget(1.0, 0.1, 0.6, 0.0, 0.1, 0.2);
+        s.threads = vec![sender(250, b, 1.0)];
+        s.block_sites = vec![BlockSiteView {
+            pid: 7,
+            wait_site: "sock_alloc_send_pskb".into(),
+            stack: Vec::new(),
+            blocked_s: 0.6,
+            episodes: 250,
+            share: 1.0,
+        }];
+        // 25 target drops this tick: the row's rate over the 1 s tick (its count is cumulative).
+        let mut d = drop_row(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            "eth0",
+            25 * n,
+        );
+        d.rate = 25.0;
+        s.drops = vec![d];
+        s
+    };
+    let v = for_snapshot(&make(3));
+    assert_eq!(
+        causes(&v),
+        ["blocked_send", "preempted", "cpu_bound", "qdisc_drop"]
+    );
+    assert_share(&v, "blocked_send", 0.6);
+    assert_share(&v, "qdisc_drop", 0.1);
+    assert_eq!(v[0].confidence, STRONG);
+    assert!(v[0].evidence[0].contains("in this tick"), "{:?}", v[0].evidence);
+    let first = for_snapshot(&make(1));
+    assert!(first.iter().all(|x| x.confidence == WEAK));
+}
+
+#[test]
+fn a_sender_blocked_the_whole_tick_still_counts() {
+    // Nothing sent in this tick: the thread sat in send all of it.
+    let mut s = tick(4, 1000.0, 0.0, 1.0);
+    s.threads = vec![sender(0, budget(1.0, 0.0, 1.0, 0.0, 0.0, 0.0), 1.0)];
+    let v = for_snapshot(&s);
+    assert_eq!(v[0].cause, "blocked_send");
+    assert_share(&v, "blocked_send", 1.0);
+}
+
+#[test]
+fn a_tick_without_packets_is_idle_not_pacing() {
+    // The sender finished a unit and sleeps, waiting for the next: listed with 0 packets.
+    let mut s = tick(6, 1000.0, 0.0, 1.0);
+    s.threads = vec![sender(0, budget(1.0, 0.0, 0.0, 0.98, 0.0, 0.02), 1.0)];
+    let v = for_snapshot(&s);
+    assert_eq!(causes(&v), ["idle_waits"]);
+    assert_share(&v, "idle_waits", 1.0);
+    assert!(
+        v[0].sentence.contains("sent nothing in this tick"),
+        "{}",
+        v[0].sentence
+    );
+    assert_eq!(v[0].confidence, WEAK);
+}
+
+#[test]
+fn unit_idle_in_a_tick_counts_only_inside_it() {
+    // Tick 5 covers 4..5 s; units: last packet at 3.5 s, next first packet at 4.5 s (set-up
+    // 200 ms from 4.3 s). Inside the tick: 4.0..4.5, of which 4.3..4.5 is set-up.
+    let mut s = tick(5, 1000.0, 500.0, 1.0);
+    s.threads = vec![sender(500, budget(1.0, 0.05, 0.0, 0.5, 0.0, 0.45), 1.0)];
+    s.scanner = Some(ScannerView {
+        work_units: vec![
+            unit(1, 0.0, 100.0, 0.1, 3.5, None),
+            unit(2, 4.3, 200.0, 4.5, 6.0, Some(800.0)),
+        ],
+        ..Default::default()
+    });
+    let v = for_snapshot(&s);
+    // 0.5 s span minus one 1 ms gap: (0.5 - 0.001) / 0.5 of 0.3 s idle and 0.2 s set-up.
+    let k = 0.499 / 0.5;
+    assert_share(&v, "unit_idle", 0.3 * k);
+    assert_share(&v, "unit_setup", 0.2 * k);
+}
+
+// --- wiring ------------------------------------------------------------------------------------
+
+#[test]
+fn the_analyzer_fills_verdicts_into_the_summary() {
+    use crate::analysis::Analyzer;
+    use crate::collect::{BlockSite, CounterSample, ThreadCounters};
+    const SEC: u64 = 1_000_000_000;
+    // One thread, 2500 packets over 10 s at 1000 pps requested; 60% of its time blocked in send.
+    let th = ThreadCounters {
+        tid: 7,
+        pid: 7,
+        calls: 2500,
+        packets: 2500,
+        bytes: 2500 * 64,
+        first_send_ns: 1,
+        last_send_ns: 10 * SEC,
+        budget: budget(10.0, 0.1, 0.6, 0.0, 0.1, 0.2),
+        ..Default::default()
+    };
+    let last = CounterSample {
+        t_ns: 10 * SEC,
+        threads: vec![th],
+        block_sites: vec![BlockSite {
+            pid: 7,
+            wait_site: "sock_alloc_send_pskb".into(),
+            stack: vec!["sock_alloc_send_pskb+0x1".into()],
+            blocked_ns: 6 * SEC,
+            episodes: 2500,
+        }],
+        ..Default::default()
+    };
+    let mut a = Analyzer::new(Some(1000.0), 0);
+    a.baseline(CounterSample::default());
+    let s = a.summary(&last, EndReason::Duration, Vec::new(), Vec::new());
+    assert_eq!(
+        s.verdicts.first().map(|v| v.cause.as_str()),
+        Some("blocked_send"),
+        "{:#?}",
+        s.verdicts
+    );
+    // The window is stretched by one interval between calls: 2500 / 10.004 s, a gap of 0.7501.
+    let g = 1.0 - s.achieved_pps / 1000.0;
+    assert!(
+        s.verdicts
+            .iter()
+            .filter(|v| v.kind == GAP)
+            .map(|v| v.share)
+            .sum::<f64>()
+            <= g + 1e-9
+    );
+}
+
+#[test]
+fn verdicts_serialize_with_their_documented_fields() {
+    let v = run(Some(1000.0), 995.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .verdicts();
+    let json = serde_json::to_value(&v[0]).expect("serializes");
+    let keys: Vec<&str> = json
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "cause",
+            "kind",
+            "sentence",
+            "share",
+            "evidence",
+            "next_step",
+            "confidence"
+        ]
+    );
+    let back: Verdict = serde_json::from_value(json).expect("deserializes");
+    assert_eq!(back, v[0]);
+}
