@@ -79,7 +79,12 @@ fn roles(sc: &Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["comm"].as_str().unwrap().to_string(), r["role"].as_str().unwrap().to_string()))
+        .map(|r| {
+            (
+                r["comm"].as_str().unwrap().to_string(),
+                r["role"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     r.sort();
     r.dedup();
@@ -100,7 +105,10 @@ fn assert_sources_agree(sc: &Value, pps: f64, units: usize) {
     };
     let argv = text("argv");
     assert_eq!(argv.len(), 1, "{sources:?}");
-    assert!(argv[0]["source"].as_str().unwrap().contains(&format!("-r {pps}")), "{argv:?}");
+    assert!(
+        argv[0]["source"].as_str().unwrap().contains(&format!("-r {pps}")),
+        "{argv:?}"
+    );
     let wu = text("work unit");
     let init = text("init_tslot(");
     assert_eq!((wu.len(), init.len()), (units, units), "{sources:?}");
@@ -122,7 +130,9 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
     let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
     let argv = unishape::argv(bins, 2000, &["--repeats=2000"], &[&to(PORT_A), &to(PORT_B)]);
-    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--duration", "40", "--"].map(String::from).to_vec();
+    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--duration", "40", "--"]
+        .map(String::from)
+        .to_vec();
     args.extend(in_lab(&lab, &argv));
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     let (rx_a, rx_b) = (stop_sink(sink_a), stop_sink(sink_b));
@@ -134,14 +144,28 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     assert_eq!(sc["profile"], "unicornscan");
     assert_eq!(
         roles(sc),
-        [("unicornscan", "master"), ("unilisten", "listener"), ("unisend", "sender")]
-            .map(|(a, b)| (a.to_string(), b.to_string()))
+        [
+            ("unicornscan", "master"),
+            ("unilisten", "listener"),
+            ("unisend", "sender")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
     );
-    assert_eq!(f(&summary["requested_pps"]), 2000.0, "requested found without --requested");
+    assert_eq!(
+        f(&summary["requested_pps"]),
+        2000.0,
+        "requested found without --requested"
+    );
     assert_sources_agree(sc, 2000.0, 2);
     assert_probes_fired(
         sc,
-        &["init_tslot", "tsc_init_tslot", "master_send_message", "sender_send_message", "get_message"],
+        &[
+            "init_tslot",
+            "tsc_init_tslot",
+            "master_send_message",
+            "sender_send_message",
+            "get_message",
+        ],
     );
 
     // Calibration: ~100 ms each, the slot it derived within 1% of 1/2000 s.
@@ -162,13 +186,24 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
         assert_eq!(u["packets"].as_u64(), Some(2000), "{u}");
         assert_eq!(rx.packets, 2000, "receiver {rx:?}");
         let rx_pps = rx.pps().expect("receiver rate");
-        assert_within(&format!("unit {} achieved vs receiver", u["index"]), f(&u["achieved_pps"]), rx_pps, 0.01);
-        assert!(f(&u["setup_ms"]) >= 95.0, "set-up includes the ~100 ms calibration: {u}");
+        assert_within(
+            &format!("unit {} achieved vs receiver", u["index"]),
+            f(&u["achieved_pps"]),
+            rx_pps,
+            0.01,
+        );
+        assert!(
+            f(&u["setup_ms"]) >= 95.0,
+            "set-up includes the ~100 ms calibration: {u}"
+        );
         assert_eq!(f(&u["pps"]), 2000.0);
         assert!(u["claimed_pps"].is_number(), "WORKDONE decoded: {u}");
     }
     let idle = f(&units[1]["idle_before_ms"]);
-    assert!((45.0..150.0).contains(&idle), "the master's 50 ms pause between units: {idle} ms");
+    assert!(
+        (45.0..150.0).contains(&idle),
+        "the master's 50 ms pause between units: {idle} ms"
+    );
     // The sender's claims match what was measured (it reports the truth unless told not to).
     for c in sc["claims"].as_array().unwrap() {
         assert!(f(&c["diff_pct"]).abs() < 2.0, "{c}");
@@ -186,7 +221,8 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     // Packets: scanprof's count is the receivers'.
     assert_eq!(summary["packets"].as_u64(), Some(rx_a.packets + rx_b.packets));
 
-    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    lab.destroy()
+        .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }
 
@@ -199,11 +235,24 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     let to = format!("{}:{PORT_A}", lab.target_addr);
     let sink_a = sink(&lab, PORT_A);
     // Slots 25% too long, and a sender that reports the rate it was asked for.
-    let extra = ["--calibration-skew=1.25", "--claim", "requested", "--repeats=2000"];
+    let extra = [
+        "--calibration-skew=1.25",
+        "--claim",
+        "requested",
+        "--repeats=2000",
+    ];
     let argv = unishape::argv(bins, 2000, &extra, &[&to]);
-    let mut args: Vec<String> = ["run", "--json", "--profile", "unicornscan", "--duration", "40", "--"]
-        .map(String::from)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--profile",
+        "unicornscan",
+        "--duration",
+        "40",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
     args.extend(in_lab(&lab, &argv));
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     let rx = stop_sink(sink_a);
@@ -234,7 +283,8 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
         "claims 2000 while the receiver saw {rx_pps:.1} ({truth:+.1}%): {claim}"
     );
 
-    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    lab.destroy()
+        .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }
 
@@ -247,7 +297,12 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
     let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
     // Three units of 1.5 s: scanprof attaches during the first.
-    let argv = unishape::argv(bins, 2000, &["--repeats=3000"], &[&to(PORT_A), &to(PORT_B), &to(PORT_A)]);
+    let argv = unishape::argv(
+        bins,
+        2000,
+        &["--repeats=3000"],
+        &[&to(PORT_A), &to(PORT_B), &to(PORT_A)],
+    );
     let cmd = lab.command_in_sender(&argv[0], &argv[1..]);
     let fixture = Proc::spawn("unicornscan (unishape)", cmd, false);
     std::thread::sleep(Duration::from_millis(600));
@@ -267,7 +322,10 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     let summary = run.summary_json();
     let sc = scanner(&summary);
     eprintln!("scanner: {sc:#}");
-    assert_eq!(sc["profile"], "unicornscan", "recognised from /proc/PID/exe and cmdline");
+    assert_eq!(
+        sc["profile"], "unicornscan",
+        "recognised from /proc/PID/exe and cmdline"
+    );
     assert_eq!(f(&sc["requested"]["pps"]), 2000.0);
     assert!(sc["requested"]["conflict"].is_null(), "{}", sc["requested"]);
     let units = sc["work_units"].as_array().unwrap();
@@ -280,12 +338,24 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     // The second unit went to port B alone: its rate is the receiver's there.
     let rx_pps = rx_b.pps().expect("receiver rate");
     assert_eq!(rx_b.packets, 3000);
-    assert_within("unit 2 achieved vs receiver", f(&whole[0]["achieved_pps"]), rx_pps, 0.01);
+    assert_within(
+        "unit 2 achieved vs receiver",
+        f(&whole[0]["achieved_pps"]),
+        rx_pps,
+        0.01,
+    );
     assert!(rx_a.packets >= 3000, "{rx_a:?}");
     let roles = roles(sc);
-    assert!(roles.contains(&("unisend".to_string(), "sender".to_string())), "{roles:?}");
-    assert!(roles.contains(&("unicornscan".to_string(), "master".to_string())), "{roles:?}");
+    assert!(
+        roles.contains(&("unisend".to_string(), "sender".to_string())),
+        "{roles:?}"
+    );
+    assert!(
+        roles.contains(&("unicornscan".to_string(), "master".to_string())),
+        "{roles:?}"
+    );
 
-    lab.destroy().unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    lab.destroy()
+        .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }

@@ -184,6 +184,11 @@ pub struct ArgvRate {
     pub conflicts: Vec<String>,
 }
 
+/// Messages of one kind from one process: (pid, direction, kind).
+type IpcKey = (u32, String, String);
+/// (messages, bytes, first ns, last ns)
+type IpcCount = (u64, u64, u64, u64);
+
 /// What a run's probe calls add up to. Fed in time order, one tick's calls at a time.
 #[derive(Debug, Clone)]
 pub struct ScannerModel {
@@ -202,8 +207,7 @@ pub struct ScannerModel {
     /// open calibrations by (tid, probe): index into `calibrations`
     open: BTreeMap<(u32, String), usize>,
     units: Vec<Unit>,
-    /// (pid, direction, kind) -> (messages, bytes, first ns, last ns)
-    ipc: BTreeMap<(u32, String, String), (u64, u64, u64, u64)>,
+    ipc: BTreeMap<IpcKey, IpcCount>,
     /// what each of the profile's output claims is
     output_claims: Vec<String>,
     /// (claim, pps, ns) read from the scanner's output
@@ -268,10 +272,16 @@ impl ScannerModel {
         let packets: u64 = senders.iter().map(|t| t.packets).sum();
         let first = senders.iter().map(|t| t.first_send_ns).min().unwrap_or(0);
         let last = senders.iter().map(|t| t.last_send_ns).max().unwrap_or(0);
-        let measured = (packets > 1 && last > first).then(|| (packets - 1) as f64 * 1e9 / (last - first) as f64);
+        let measured =
+            (packets > 1 && last > first).then(|| (packets - 1) as f64 * 1e9 / (last - first) as f64);
         (0..self.output_claims.len())
             .filter_map(|i| {
-                let mine: Vec<(f64, u64)> = self.readings.iter().filter(|r| r.0 == i).map(|r| (r.1, r.2)).collect();
+                let mine: Vec<(f64, u64)> = self
+                    .readings
+                    .iter()
+                    .filter(|r| r.0 == i)
+                    .map(|r| (r.1, r.2))
+                    .collect();
                 if mine.is_empty() {
                     return None;
                 }
@@ -292,7 +302,11 @@ impl ScannerModel {
                 let which = if whole {
                     format!("median of all {} readings", mine.len())
                 } else {
-                    format!("median of {} readings in the second half of sending, of {}", late.len(), mine.len())
+                    format!(
+                        "median of {} readings in the second half of sending, of {}",
+                        late.len(),
+                        mine.len()
+                    )
                 };
                 Some(ClaimView {
                     what: format!("{} ({which})", self.output_claims[i]),
@@ -356,7 +370,12 @@ impl ScannerModel {
             }
             None => c.probe.clone(),
         };
-        let bytes = c.values.get("len").or(c.values.get("bytes")).copied().unwrap_or(0.0) as u64;
+        let bytes = c
+            .values
+            .get("len")
+            .or(c.values.get("bytes"))
+            .copied()
+            .unwrap_or(0.0) as u64;
         let e = self
             .ipc
             .entry((c.pid, direction.to_string(), kind.clone()))
@@ -379,7 +398,11 @@ impl ScannerModel {
                 ..Default::default()
             });
             self.runtime.push((
-                format!("work unit {index} ({kind}) from pid {}: pps={}", c.pid, fmt_num(pps)),
+                format!(
+                    "work unit {index} ({kind}) from pid {}: pps={}",
+                    c.pid,
+                    fmt_num(pps)
+                ),
                 Some(pps),
                 c.ts_ns,
                 Some(self.units.len() - 1),
@@ -519,15 +542,22 @@ impl ScannerModel {
             slot_ns: pps.filter(|p| *p > 0.0).map(|p| 1e9 / p),
             error_pct: None,
         });
-        self.open.insert((c.tid, c.probe.clone()), self.calibrations.len() - 1);
+        self.open
+            .insert((c.tid, c.probe.clone()), self.calibrations.len() - 1);
     }
 
     fn calibration_end(&mut self, c: &ProbeCall) {
-        let Some(i) = self.open.remove(&(c.tid, c.probe.clone())) else { return };
+        let Some(i) = self.open.remove(&(c.tid, c.probe.clone())) else {
+            return;
+        };
         let tsc_hz = self.tsc_hz;
         let cal = &mut self.calibrations[i];
         cal.duration_ms = Some(c.inside_ns as f64 / 1e6);
-        let delay = c.values.get("delay").copied().or(c.ret.filter(|_| !c.values.contains_key("delay")));
+        let delay = c
+            .values
+            .get("delay")
+            .copied()
+            .or(c.ret.filter(|_| !c.values.contains_key("delay")));
         let unit = ["tsc_cycles", "ns", "us", "s"]
             .into_iter()
             .find(|u| c.values.contains_key(&format!("delay_unit_{u}")));
@@ -547,7 +577,12 @@ impl ScannerModel {
     }
 
     /// The view as of `threads` (the sample's thread counters) and `processes`.
-    pub fn view(&self, states: &[UprobeState], processes: &[ProcessInfo], threads: &[ThreadCounters]) -> ScannerView {
+    pub fn view(
+        &self,
+        states: &[UprobeState],
+        processes: &[ProcessInfo],
+        threads: &[ThreadCounters],
+    ) -> ScannerView {
         let comm = |pid: u32| {
             processes
                 .iter()
@@ -592,7 +627,10 @@ impl ScannerModel {
             } else if u.last_pkt_ns > 0 {
                 v.last_send_s = Some(self.secs(u.last_pkt_ns));
             }
-            v.first_send_s = v.calibrated_s.or(v.setup_s).filter(|_| v.packets.unwrap_or(0) > 0);
+            v.first_send_s = v
+                .calibrated_s
+                .or(v.setup_s)
+                .filter(|_| v.packets.unwrap_or(0) > 0);
             let began = v.handed_s.or(v.setup_s);
             v.setup_ms = match (began, v.calibrated_s) {
                 (Some(b), Some(c)) => Some((c - b) * 1e3),
@@ -608,7 +646,7 @@ impl ScannerModel {
 
         let mut claims = Vec::new();
         for v in &units {
-            let who = v.sender_pid.map(|p| comm(p)).unwrap_or_else(|| "the sender".into());
+            let who = v.sender_pid.map(&comm).unwrap_or_else(|| "the sender".into());
             if let Some(c) = v.claimed_pps {
                 claims.push(ClaimView {
                     what: format!("pps {who} reported for work unit {}", v.index),
@@ -711,7 +749,11 @@ impl ScannerModel {
         let argv_text = self.argv.provenance.join("; ");
         if !argv_text.is_empty() || self.argv.pps.is_some() {
             sources.push(RateSource {
-                source: if argv_text.is_empty() { "argv".into() } else { argv_text },
+                source: if argv_text.is_empty() {
+                    "argv".into()
+                } else {
+                    argv_text
+                },
                 pps: self.argv.pps,
                 at_s: None,
             });
@@ -753,7 +795,10 @@ impl ScannerModel {
     fn conflict(&self, sources: &[RateSource]) -> Option<String> {
         let differ = |a: f64, b: f64| (a - b).abs() > 0.01 * a.abs().max(b.abs());
         let mut said: Vec<String> = self.argv.conflicts.clone();
-        let fixed: Vec<&RateSource> = sources.iter().filter(|s| s.at_s.is_none() && s.pps.is_some()).collect();
+        let fixed: Vec<&RateSource> = sources
+            .iter()
+            .filter(|s| s.at_s.is_none() && s.pps.is_some())
+            .collect();
         for (i, a) in fixed.iter().enumerate() {
             for b in &fixed[i + 1..] {
                 if differ(a.pps.unwrap(), b.pps.unwrap()) {
@@ -767,7 +812,10 @@ impl ScannerModel {
                 }
             }
         }
-        let argv_exact = self.argv.pps.filter(|_| self.argv.kind == "exact" || self.argv.kind == "cap");
+        let argv_exact = self
+            .argv
+            .pps
+            .filter(|_| self.argv.kind == "exact" || self.argv.kind == "cap");
         for (text, pps, _, unit) in &self.runtime {
             let Some(p) = pps else { continue };
             if let Some(a) = argv_exact {

@@ -54,19 +54,62 @@ fn process(pid: u32, comm: &str, role: &str) -> ProcessInfo {
 
 /// One work unit at `pps` from master 10 to sender 20: sends `packets` packets in `send_ms`,
 /// calibrated with `delay_cycles` at 1 GHz, and reports `claimed` pps.
-fn unit(m: &mut ScannerModel, at: u64, pps: f64, packets: u64, send_ms: u64, delay_cycles: f64, claimed: f64, sent_before: u64) {
-    m.ingest(&[call("master_send_message", "ipc_send", 10, at, true, &[("type", 4.0), ("len", 700.0), ("pps", pps)])]);
-    m.ingest(&[call("init_tslot", "rate_setup", 20, at + 1, true, &[("pps", pps), ("delay_type", 1.0)])]);
+#[allow(clippy::too_many_arguments)]
+fn unit(
+    m: &mut ScannerModel,
+    at: u64,
+    pps: f64,
+    packets: u64,
+    send_ms: u64,
+    delay_cycles: f64,
+    claimed: f64,
+    sent_before: u64,
+) {
+    m.ingest(&[call(
+        "master_send_message",
+        "ipc_send",
+        10,
+        at,
+        true,
+        &[("type", 4.0), ("len", 700.0), ("pps", pps)],
+    )]);
+    m.ingest(&[call(
+        "init_tslot",
+        "rate_setup",
+        20,
+        at + 1,
+        true,
+        &[("pps", pps), ("delay_type", 1.0)],
+    )]);
     let mut c = call("tsc_init_tslot", "calibration", 20, at + 1, true, &[("pps", pps)]);
     c.packets = sent_before;
     m.ingest(&[c]);
-    let mut r = call("tsc_init_tslot", "calibration", 20, at + 101, false, &[("delay", delay_cycles), ("delay_unit_tsc_cycles", 1.0)]);
+    let mut r = call(
+        "tsc_init_tslot",
+        "calibration",
+        20,
+        at + 101,
+        false,
+        &[("delay", delay_cycles), ("delay_unit_tsc_cycles", 1.0)],
+    );
     r.inside_ns = 100 * MS;
     r.packets = sent_before;
     let mut r2 = call("init_tslot", "rate_setup", 20, at + 101, false, &[]);
     r2.packets = sent_before;
     m.ingest(&[r, r2]);
-    let mut done = call("sender_send_message", "ipc_send", 20, at + 101 + send_ms, true, &[("type", 5.0), ("len", 16.0), ("reported_pps", claimed), ("packets_sent", packets as f64)]);
+    let mut done = call(
+        "sender_send_message",
+        "ipc_send",
+        20,
+        at + 101 + send_ms,
+        true,
+        &[
+            ("type", 5.0),
+            ("len", 16.0),
+            ("reported_pps", claimed),
+            ("packets_sent", packets as f64),
+        ],
+    );
     done.packets = sent_before + packets;
     done.last_pkt_ns = done.ts_ns - MS;
     m.ingest(&[done]);
@@ -81,13 +124,19 @@ fn a_work_unit_from_hand_over_to_done() {
     let mut m = model(None, 1000.0);
     assert_eq!(m.requested_pps(), Some(1000.0), "argv before anything runs");
     unit(&mut m, 10, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
-    let procs = [process(10, "unicornscan", "master"), process(20, "unisend", "sender")];
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+    ];
     let v = m.view(&[], &procs, &[]);
     assert_eq!(v.requested.pps, Some(1000.0));
     assert_eq!(v.requested.conflict, None);
     let sources: Vec<&str> = v.requested.sources.iter().map(|s| s.source.as_str()).collect();
     assert_eq!(sources[0], "argv: -r 1000");
-    assert!(sources[1].starts_with("work unit 1 (WORKUNIT) from pid 10: pps=1000, to unisend (pid 20)"), "{sources:?}");
+    assert!(
+        sources[1].starts_with("work unit 1 (WORKUNIT) from pid 10: pps=1000, to unisend (pid 20)"),
+        "{sources:?}"
+    );
     assert_eq!(sources[2], "init_tslot(delay_type=1, pps=1000) in pid 20");
 
     let c = &v.calibrations[0];
@@ -106,8 +155,15 @@ fn a_work_unit_from_hand_over_to_done() {
     assert!((u.setup_ms.unwrap() - 101.0).abs() < 1e-9);
     assert_eq!(v.claims[0].claimed, 1000.0);
     assert!(v.claims[0].diff_pct.unwrap().abs() < 1e-9);
-    let kinds: Vec<(&str, &str, u64)> = v.ipc.iter().map(|i| (i.comm.as_str(), i.kind.as_str(), i.bytes)).collect();
-    assert_eq!(kinds, [("unicornscan", "WORKUNIT", 700), ("unisend", "WORKDONE", 16)]);
+    let kinds: Vec<(&str, &str, u64)> = v
+        .ipc
+        .iter()
+        .map(|i| (i.comm.as_str(), i.kind.as_str(), i.bytes))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("unicornscan", "WORKUNIT", 700), ("unisend", "WORKDONE", 16)]
+    );
 }
 
 #[test]
@@ -119,7 +175,11 @@ fn several_units_show_idle_time_between_them() {
     assert_eq!(v.work_units.len(), 2);
     let second = &v.work_units[1];
     assert_eq!(second.index, 2);
-    assert_eq!(second.packets, Some(500), "counted from the sender's packets at set-up");
+    assert_eq!(
+        second.packets,
+        Some(500),
+        "counted from the sender's packets at set-up"
+    );
     assert!((second.idle_before_ms.unwrap() - 50.0).abs() < 1e-6, "{second:?}");
     assert_eq!(v.calibrations.len(), 2);
 }
@@ -139,7 +199,10 @@ fn disagreeing_sources_are_flagged_and_the_scanners_own_setup_wins() {
     let v = m.view(&[], &[], &[]);
     assert_eq!(v.requested.pps, Some(250.0), "what the scanner set up");
     let c = v.requested.conflict.unwrap();
-    assert!(c.contains("the command line asks for 1000 pps but work unit 1"), "{c}");
+    assert!(
+        c.contains("the command line asks for 1000 pps but work unit 1"),
+        "{c}"
+    );
 
     // --requested wins over everything, and is itself a source.
     let mut m = model(Some(1000.0), 1000.0);
@@ -165,7 +228,14 @@ fn a_claim_that_differs_from_the_measurement() {
 fn a_unit_without_a_done_message_is_counted_from_the_threads() {
     // scanprof send: init_slot only, no IPC.
     let mut m = ScannerModel::new("scanprof-send", BTreeMap::new(), None, argv(2000.0), None, START);
-    let mut c = call("init_slot", "rate_setup", 30, 0, true, &[("pps", 2000.0), ("pacer", 1.0)]);
+    let mut c = call(
+        "init_slot",
+        "rate_setup",
+        30,
+        0,
+        true,
+        &[("pps", 2000.0), ("pacer", 1.0)],
+    );
     c.packets = 0;
     m.ingest(&[c]);
     let mut r = call("init_slot", "rate_setup", 30, 1, false, &[]);
@@ -190,7 +260,10 @@ fn a_unit_without_a_done_message_is_counted_from_the_threads() {
 fn a_printed_status_rate_is_set_beside_the_measured_rate() {
     let mut m = model(None, 20_000.0).with_output_claims(vec!["masscan's status rate".into()]);
     // Ramps up from zero, then says 20k while 3.2k were sent.
-    for (i, pps) in [0.0, 5_000.0, 15_000.0, 19_800.0, 20_000.0, 20_100.0].iter().enumerate() {
+    for (i, pps) in [0.0, 5_000.0, 15_000.0, 19_800.0, 20_000.0, 20_100.0]
+        .iter()
+        .enumerate()
+    {
         m.output_reading(0, *pps, START + i as u64 * 1_000 * MS);
     }
     let threads = [ThreadCounters {

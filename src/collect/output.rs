@@ -45,7 +45,9 @@ impl Matcher {
         let mut out = Vec::new();
         for (i, claim, re) in &self.rules {
             for caps in re.captures_iter(line) {
-                let Some(v) = caps.get(1).and_then(|m| m.as_str().parse::<f64>().ok()) else { continue };
+                let Some(v) = caps.get(1).and_then(|m| m.as_str().parse::<f64>().ok()) else {
+                    continue;
+                };
                 let scale = match caps.get(2) {
                     Some(unit) => match claim.units.get(unit.as_str()) {
                         Some(m) => *m,
@@ -67,30 +69,36 @@ pub fn tee(
     matcher: Matcher,
     tx: Sender<OutputReading>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("scanprof-output".into()).spawn(move || {
-        let mut buf = [0u8; 8192];
-        let mut line: Vec<u8> = Vec::new();
-        loop {
-            let n = match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            let _ = to.write_all(&buf[..n]);
-            let _ = to.flush();
-            for &b in &buf[..n] {
-                if b == b'\n' || b == b'\r' {
-                    let text = String::from_utf8_lossy(&line);
-                    let now = monotonic_ns();
-                    for (claim, pps) in matcher.scan(&text) {
-                        let _ = tx.send(OutputReading { claim, pps, ts_ns: now });
+    std::thread::Builder::new()
+        .name("scanprof-output".into())
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            let mut line: Vec<u8> = Vec::new();
+            loop {
+                let n = match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let _ = to.write_all(&buf[..n]);
+                let _ = to.flush();
+                for &b in &buf[..n] {
+                    if b == b'\n' || b == b'\r' {
+                        let text = String::from_utf8_lossy(&line);
+                        let now = monotonic_ns();
+                        for (claim, pps) in matcher.scan(&text) {
+                            let _ = tx.send(OutputReading {
+                                claim,
+                                pps,
+                                ts_ns: now,
+                            });
+                        }
+                        line.clear();
+                    } else if line.len() < 4096 {
+                        line.push(b);
                     }
-                    line.clear();
-                } else if line.len() < 4096 {
-                    line.push(b);
                 }
             }
-        }
-    })
+        })
 }
 
 #[cfg(test)]
@@ -116,11 +124,18 @@ mod tests {
             [(0, 980.0)]
         );
         let z = Matcher::for_stream(
-            &[claim(r"send: \d+ ([0-9.]+) ([KMG]?p/s)", 1.0, &[("p/s", 1.0), ("Kp/s", 1e3), ("Mp/s", 1e6)])],
+            &[claim(
+                r"send: \d+ ([0-9.]+) ([KMG]?p/s)",
+                1.0,
+                &[("p/s", 1.0), ("Kp/s", 1e3), ("Mp/s", 1e6)],
+            )],
             "stderr",
         )
         .unwrap();
-        assert_eq!(z.scan(" 0:02 40%; send: 2001 1.00 Kp/s (998 p/s avg); recv: 0"), [(0, 1000.0)]);
+        assert_eq!(
+            z.scan(" 0:02 40%; send: 2001 1.00 Kp/s (998 p/s avg); recv: 0"),
+            [(0, 1000.0)]
+        );
         assert!(z.scan("send: 5 3 furlongs").is_empty());
         assert!(Matcher::for_stream(&[claim("x(1)", 1.0, &[])], "stdout").is_none());
     }
@@ -156,7 +171,10 @@ mod tests {
             }
         }
         let input: &'static [u8] = b"rate: 10\rrate: 20\rdone\n";
-        tee(input, Box::new(Sink(out.clone())), m, tx).unwrap().join().unwrap();
+        tee(input, Box::new(Sink(out.clone())), m, tx)
+            .unwrap()
+            .join()
+            .unwrap();
         let got: Vec<f64> = rx.try_iter().map(|r| r.pps).collect();
         assert_eq!(got, [10.0, 20.0]);
         assert_eq!(&*out.lock().unwrap(), input);

@@ -131,7 +131,10 @@ impl ScannerProbes {
                 for (i, p) in me.profile.probes.iter().enumerate() {
                     let capture = UprobeCapture {
                         record: !p.per_packet,
-                        buffer: p.buffer.as_ref().map(|b| (b.ptr_arg, b.len_arg, b.max_bytes as u16)),
+                        buffer: p
+                            .buffer
+                            .as_ref()
+                            .map(|b| (b.ptr_arg, b.len_arg, b.max_bytes as u16)),
                     };
                     if let Err(e) = u.configure(i as u32, capture) {
                         me.states[i].note = Some(e.to_string());
@@ -181,7 +184,11 @@ impl ScannerProbes {
         for (role, paths) in rules {
             for p in paths {
                 let is_anchor = p == anchor;
-                let path = if p.starts_with('/') { PathBuf::from(&p) } else { dir.join(&p) };
+                let path = if p.starts_with('/') {
+                    PathBuf::from(&p)
+                } else {
+                    dir.join(&p)
+                };
                 let Ok(path) = path.canonicalize() else { continue };
                 let indices: Vec<usize> = (0..self.profile.probes.len())
                     .filter(|&i| {
@@ -207,9 +214,16 @@ impl ScannerProbes {
             .iter()
             .find(|r| {
                 r.exe.iter().any(|e| e == exe || e == base)
-                    || r.comm.iter().any(|c| !comm.is_empty() && c.as_bytes()[..c.len().min(15)] == *comm.as_bytes())
+                    || r.comm
+                        .iter()
+                        .any(|c| !comm.is_empty() && c.as_bytes()[..c.len().min(15)] == *comm.as_bytes())
             })
-            .or_else(|| self.profile.fallback.then(|| self.profile.processes.first()).flatten())
+            .or_else(|| {
+                self.profile
+                    .fallback
+                    .then(|| self.profile.processes.first())
+                    .flatten()
+            })
             .map(|r| r.role.clone())?;
         self.roles.insert(pid, role.clone());
         let exe_path = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -425,7 +439,12 @@ fn field_value(buf: &[u8], offset: usize, ty: ArgType) -> Option<f64> {
 /// (file offset, virtual address) of a function or variable in an ELF file: `.symtab` and
 /// `.dynsym`. With `demangled`, `symbol` is a C++ name without parameters (`A::b`, `f`) and the
 /// mangled symbol that starts with its Itanium encoding is taken.
-fn find_symbol(inspector: &Inspector, file: &Path, symbol: &str, demangled: bool) -> Result<Option<(u64, u64)>, String> {
+fn find_symbol(
+    inspector: &Inspector,
+    file: &Path,
+    symbol: &str,
+    demangled: bool,
+) -> Result<Option<(u64, u64)>, String> {
     let mut elf = Elf::new(file);
     // .symtab and .dynsym name what a uprobe needs; DWARF would only cost time.
     elf.debug_syms = false;
@@ -469,7 +488,10 @@ pub fn itanium_prefix(name: &str) -> String {
 /// of a position-independent file; a fixed-position executable is loaded where it says.
 fn runtime_address(pid: u32, file: &Path, id: FileId, vaddr: u64) -> Option<u64> {
     let mut header = [0u8; 18];
-    std::fs::File::open(file).ok()?.read_exact_at(&mut header, 0).ok()?;
+    std::fs::File::open(file)
+        .ok()?
+        .read_exact_at(&mut header, 0)
+        .ok()?;
     let e_type = u16::from_le_bytes([header[16], header[17]]);
     if e_type == 2 {
         return Some(vaddr); // ET_EXEC
@@ -513,7 +535,9 @@ fn find_library(pid: u32, lib: &str) -> Option<PathBuf> {
         "/usr/local/lib",
     ];
     for d in dirs {
-        let Ok(entries) = std::fs::read_dir(d) else { continue };
+        let Ok(entries) = std::fs::read_dir(d) else {
+            continue;
+        };
         let mut found: Vec<PathBuf> = entries
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_str().is_some_and(matches))
@@ -534,7 +558,10 @@ mod tests {
     #[test]
     fn itanium_prefixes() {
         assert_eq!(itanium_prefix("sendIPScanProbe"), "_Z15sendIPScanProbe");
-        assert_eq!(itanium_prefix("PacketRateMeter::update"), "_ZN15PacketRateMeter6updateE");
+        assert_eq!(
+            itanium_prefix("PacketRateMeter::update"),
+            "_ZN15PacketRateMeter6updateE"
+        );
     }
 
     #[test]
@@ -547,7 +574,11 @@ mod tests {
         buf[4..8].copy_from_slice(&249.5f32.to_le_bytes());
         assert_eq!(field_value(&buf, 10, ArgType::U32), Some(1000.0));
         assert_eq!(field_value(&buf, 4, ArgType::F32), Some(249.5));
-        assert_eq!(field_value(&buf, 14, ArgType::U32), None, "beyond the captured bytes");
+        assert_eq!(
+            field_value(&buf, 14, ArgType::U32),
+            None,
+            "beyond the captured bytes"
+        );
     }
 
     #[test]

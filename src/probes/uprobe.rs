@@ -126,10 +126,7 @@ impl Uprobes {
     pub fn stats(&self) -> Vec<(u32, sp_uprobe_stats)> {
         (0..UPROBE_MAX as u32)
             .filter_map(|i| {
-                let per_cpu = self
-                    .stats
-                    .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-                    .ok()??;
+                let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).ok()??;
                 let mut sum = sp_uprobe_stats::default();
                 for b in &per_cpu {
                     if let Some(s) = read_pod::<sp_uprobe_stats>(b) {
