@@ -4,7 +4,7 @@
 //! asks to read when a function returns. A symbol missing from a stripped binary leaves a note
 //! naming the symbol and the file; the run carries on at syscall level.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -78,8 +78,8 @@ type FileId = (u64, u64);
 pub struct ScannerProbes {
     profile: ScannerProfile,
     states: Vec<UprobeState>,
-    /// (probe index, file, pid or None for every process) already attached
-    attached: HashSet<(usize, FileId, Option<u32>)>,
+    /// (probe index, file, pid or None for every process) attached, and their links
+    attached: HashMap<(usize, FileId, Option<u32>), Vec<usize>>,
     /// (file, symbol) -> (file offset, virtual address), or why not
     symbols: HashMap<(FileId, String), Result<(u64, u64), String>>,
     inspector: Inspector,
@@ -116,7 +116,7 @@ impl ScannerProbes {
         let mut me = ScannerProbes {
             profile,
             states,
-            attached: HashSet::new(),
+            attached: HashMap::new(),
             symbols: HashMap::new(),
             inspector: Inspector::new(),
             roles: BTreeMap::new(),
@@ -259,7 +259,13 @@ impl ScannerProbes {
     fn attach_one(&mut self, probes: &mut ProbeSet, i: usize, file: &Path, pid: Option<u32>) {
         let Ok(meta) = std::fs::metadata(file) else { return };
         let id: FileId = (meta.dev(), meta.ino());
-        let already = self.attached.contains(&(i, id, pid)) || self.attached.contains(&(i, id, None));
+        // A per-packet probe attached ahead for every process running the file is swapped for one
+        // filtered to the process once it is known: others running the same file (scanprof's own
+        // binary, another scan) then stop paying for its hits.
+        let per_packet = self.profile.probes[i].per_packet;
+        let swap = per_packet && pid.is_some() && self.attached.contains_key(&(i, id, None));
+        let already =
+            self.attached.contains_key(&(i, id, pid)) || (!swap && self.attached.contains_key(&(i, id, None)));
         if already {
             if let Some(pid) = pid {
                 if !self.states[i].pids.contains(&pid) {
@@ -280,8 +286,13 @@ impl ScannerProbes {
         let Some(u) = probes.uprobes_mut() else { return };
         let ret = !probe.per_packet || probe.ret.is_some() || probe.role == ProbeRole::PaceWait;
         match u.attach(i as u32, file, offset, pid, ret) {
-            Ok(()) => {
-                self.attached.insert((i, id, pid));
+            Ok(keys) => {
+                self.attached.insert((i, id, pid), keys);
+                if swap {
+                    if let Some(global) = self.attached.remove(&(i, id, None)) {
+                        u.detach(&global);
+                    }
+                }
                 let st = &mut self.states[i];
                 st.attached = true;
                 st.note = None;

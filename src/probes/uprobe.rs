@@ -38,8 +38,9 @@ pub struct UprobeCapture {
 
 /// The loaded uprobe programs and the links attached so far.
 pub struct Uprobes {
-    // Field order is drop order: links detach first.
-    links: Vec<Link>,
+    // Field order is drop order: links detach first. A detached link leaves None in its place,
+    // so the indices `attach` hands out stay valid.
+    links: Vec<Option<Link>>,
     cfg: MapHandle,
     stats: MapHandle,
     obj: Object,
@@ -82,7 +83,7 @@ impl Uprobes {
 
     /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
     /// when `ret`. `pid` None attaches for every process that maps the file (the programs still
-    /// count only the family).
+    /// count only the family). Returns the links' keys, for `detach`.
     pub fn attach(
         &mut self,
         index: u32,
@@ -90,7 +91,7 @@ impl Uprobes {
         offset: u64,
         pid: Option<u32>,
         ret: bool,
-    ) -> Result<(), ProbeError> {
+    ) -> Result<Vec<usize>, ProbeError> {
         let pid = pid.map_or(-1, |p| p as i32);
         let mut new = Vec::new();
         for (prog_name, retprobe) in [("sp_uprobe_entry", false), ("sp_uprobe_return", true)] {
@@ -118,8 +119,18 @@ impl Uprobes {
                 )))?;
             new.push(link);
         }
-        self.links.extend(new);
-        Ok(())
+        let first = self.links.len();
+        self.links.extend(new.into_iter().map(Some));
+        Ok((first..self.links.len()).collect())
+    }
+
+    /// Detaches the links `attach` returned.
+    pub fn detach(&mut self, keys: &[usize]) {
+        for k in keys {
+            if let Some(slot) = self.links.get_mut(*k) {
+                *slot = None;
+            }
+        }
     }
 
     /// Calls and time inside, per probe index, summed over CPUs.
@@ -142,7 +153,7 @@ impl Uprobes {
 
     /// Links attached so far (an entry and a return count as two).
     pub fn links(&self) -> usize {
-        self.links.len()
+        self.links.iter().flatten().count()
     }
 
     pub(super) fn calls_map(&self) -> Result<MapHandle, ProbeError> {
