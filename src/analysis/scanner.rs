@@ -703,6 +703,7 @@ impl ScannerModel {
             });
         }
 
+        let packets: u64 = threads.iter().map(|t| t.packets).sum();
         let probes: Vec<UprobeView> = states
             .iter()
             .map(|s| UprobeView {
@@ -715,7 +716,10 @@ impl ScannerModel {
                 pids: s.pids.clone(),
                 hits: s.hits,
                 inside_ns: s.inside_ns,
-                note: s.note.clone(),
+                note: match (&s.note, s.per_packet && s.attached) {
+                    (None, true) => Some(per_packet_cost(s.hits, packets)),
+                    (note, _) => note.clone(),
+                },
             })
             .collect();
         let notes = states
@@ -842,6 +846,26 @@ impl ScannerModel {
         (!said.is_empty()).then(|| said.join("; "))
     }
 }
+
+/// What a per-packet probe costs the scanner: its hits per packet times the cost of a hit
+/// measured by benches/profile_probes.rs (docs/benchmarks.md).
+fn per_packet_cost(hits: u64, packets: u64) -> String {
+    let per_packet = if packets > 0 { hits as f64 / packets as f64 } else { 0.0 };
+    format!(
+        "per-packet probe: {hits} hits ({per_packet:.2} per packet); a hit with its return costs the \
+         scanner about {:.1}-{:.1} us of CPU on the machines measured (docs/benchmarks.md), so about \
+         {:.1}-{:.1} us per packet",
+        UPROBE_HIT_NS.0 / 1e3,
+        UPROBE_HIT_NS.1 / 1e3,
+        per_packet * UPROBE_HIT_NS.0 / 1e3,
+        per_packet * UPROBE_HIT_NS.1 / 1e3
+    )
+}
+
+/// CPU cost of one uprobe hit with its return, ns: the range benches/profile_probes.rs measured
+/// on the reference sender (2026-11-21). Functions whose first instruction the kernel cannot
+/// emulate cost more (PLATFORM.md's ~14 us).
+pub const UPROBE_HIT_NS: (f64, f64) = (2_600.0, 3_900.0);
 
 /// A number as people write it: no trailing `.0`.
 fn fmt_num(v: f64) -> String {
