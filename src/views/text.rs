@@ -314,6 +314,11 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     if !fired.is_empty() {
         let _ = writeln!(o, "  probe hits: {}", fired.join(", "));
     }
+    for p in sc.probes.iter().filter(|p| p.per_packet && p.attached) {
+        if let Some(n) = &p.note {
+            let _ = writeln!(o, "  {}: {n}", p.name);
+        }
+    }
     for n in &sc.notes {
         let _ = writeln!(o, "  note: {n}");
     }
