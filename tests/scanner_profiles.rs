@@ -74,6 +74,28 @@ fn assert_probes_fired(sc: &Value, names: &[&str]) {
     }
 }
 
+/// The first `gap` verdict's cause.
+fn top_gap_cause(summary: &Value) -> String {
+    eprintln!("verdicts: {:#}", summary["verdicts"]);
+    summary["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .find(|v| v["kind"] == "gap")
+        .and_then(|v| v["cause"].as_str())
+        .unwrap_or("none")
+        .to_string()
+}
+
+fn verdict<'a>(summary: &'a Value, cause: &str) -> &'a Value {
+    summary["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .find(|v| v["cause"] == cause)
+        .unwrap_or(&Value::Null)
+}
+
 fn roles(sc: &Value) -> Vec<(String, String)> {
     let mut r: Vec<(String, String)> = sc["roles"]
         .as_array()
@@ -220,6 +242,14 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     assert_eq!(count("unisend", "WORKDONE"), 2, "{ipc:?}");
     // Packets: scanprof's count is the receivers'.
     assert_eq!(summary["packets"].as_u64(), Some(rx_a.packets + rx_b.packets));
+    // The diagnosis: what the run lost to the rate is the time between units (the master's
+    // pause, the next unit's IPC and its 100 ms calibration), not the pacing.
+    let top = top_gap_cause(&summary);
+    assert!(
+        matches!(top.as_str(), "unit_setup" | "unit_idle"),
+        "top gap verdict: {top}: {}",
+        summary["verdicts"]
+    );
 
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
@@ -277,6 +307,12 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
         .expect("a pps claim")
         .clone();
     assert_eq!(f(&claim["claimed"]), 2000.0, "{claim}");
+    // The diagnosis names the calibration, with the scanner's own error figure, and calls out
+    // the claim.
+    assert_eq!(top_gap_cause(&summary), "miscalibrated", "{}", summary["verdicts"]);
+    let mis = verdict(&summary, "miscalibrated");
+    assert_eq!(mis["confidence"], "strong", "{mis}");
+    assert!(verdict(&summary, "claim_mismatch").is_object(), "{}", summary["verdicts"]);
     let truth = (2000.0 / rx_pps - 1.0) * 100.0;
     assert!(
         (f(&claim["diff_pct"]) - truth).abs() < 1.5,

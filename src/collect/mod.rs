@@ -356,10 +356,20 @@ impl Collector {
             match e {
                 FamilyEvent::Forked { pid, ppid, comm } => {
                     self.family.forked(*pid, *ppid, comm);
-                    // A forked child runs its parent's image: its pid needs the same probes.
+                    // A forked child runs its parent's image: its pid needs the same probes. By
+                    // the time this record is read it may have exec'd already, so its role comes
+                    // from what it runs now (its exec record follows and changes nothing then).
                     if let Some(s) = self.scanner.as_mut() {
-                        let exe = self.family.live(*pid).map(|m| m.exe.clone()).unwrap_or_default();
-                        s.on_member(&mut self.probes, *pid, &exe, comm);
+                        let now = std::fs::read_link(format!("/proc/{pid}/exe"))
+                            .map(|p| p.display().to_string())
+                            .ok();
+                        let exe = now
+                            .or_else(|| self.family.live(*pid).map(|m| m.exe.clone()))
+                            .unwrap_or_default();
+                        let comm_now = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                            .map(|c| c.trim_end().to_string())
+                            .unwrap_or_else(|_| comm.clone());
+                        s.on_member(&mut self.probes, *pid, &exe, &comm_now);
                     }
                 }
                 FamilyEvent::Execed { pid, comm, path } => {

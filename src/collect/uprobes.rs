@@ -207,6 +207,13 @@ impl ScannerProbes {
     /// A family process appeared (at attach, fork or exec): recognises its role and attaches
     /// the probes the profile names for it. Returns its role.
     pub fn on_member(&mut self, probes: &mut ProbeSet, pid: u32, exe: &str, comm: &str) -> Option<String> {
+        // What the process runs now, read once: its role and the file its probes go on must
+        // agree even if it execs meanwhile (a fork record read after the child's exec).
+        let resolved = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .filter(|p| !p.to_string_lossy().ends_with(" (deleted)"));
+        let resolved_text = resolved.as_ref().map(|p| p.display().to_string());
+        let exe = resolved_text.as_deref().unwrap_or(exe);
         let base = exe.rsplit('/').next().unwrap_or(exe);
         let role = self
             .profile
@@ -226,7 +233,11 @@ impl ScannerProbes {
             })
             .map(|r| r.role.clone())?;
         self.roles.insert(pid, role.clone());
-        let exe_path = PathBuf::from(format!("/proc/{pid}/exe"));
+        // The file as the process sees it (its mount namespace), not whatever it runs later.
+        let exe_path = match &resolved {
+            Some(p) => PathBuf::from(format!("/proc/{pid}/root{}", p.display())),
+            None => PathBuf::from(format!("/proc/{pid}/exe")),
+        };
         for i in 0..self.profile.probes.len() {
             let p = &self.profile.probes[i];
             if !self.states[i].enabled {
