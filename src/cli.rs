@@ -220,6 +220,10 @@ pub struct SendOptions {
     /// Source port to bind (0: any).
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
+    /// Fault injection for the tsc pacer: take F times the calibrated TSC frequency, so that
+    /// every slot lasts F times 1/rate (a mis-calibrated pacer; 0.25..=4, default 1: none).
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    pub calibration_skew: f64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -238,6 +242,22 @@ pub enum Scenario {
     /// Packets to a lab address nobody answers ARP for: they wait for resolution, then
     /// NEIGH_FAILED drops.
     UnresolvedNeighbour,
+    /// A rate far above what the machine can send (sendto at 1M pps): the sender is CPU-bound.
+    CpuBound,
+    /// The sleep pacer with per-packet slots at 10k pps: every wake-up is late, never made up.
+    CoarsePacing,
+    /// A CPU hog pinned to the sender's CPU, per-packet slots: the time it takes is lost.
+    Preemption,
+    /// AF_PACKET sends into a tbf with a tiny queue: ENOBUFS for every packet over its rate.
+    SendErrors,
+    /// The tsc pacer with its calibrated frequency skewed 1.5x: slots 50% too long.
+    Miscalibrated,
+    /// The target echoes every packet back to a sender that never reads: the replies overflow
+    /// its socket's receive buffer (SOCKET_RCVBUFF).
+    ReplyDrop,
+    /// The sender is stopped (SIGSTOP) for 20 ms of every 100 ms, per-packet slots: it waits
+    /// outside its pacing, and the time is lost.
+    Stalls,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -245,6 +265,11 @@ pub struct LabOptions {
     /// What to stage in the lab.
     #[arg(value_enum, default_value_t = Scenario::Healthy)]
     pub scenario: Scenario,
+    /// Run every scenario in turn (each as `scanprof lab SCENARIO --json`) and print a table of
+    /// the expected cause against the top verdict; exit 1 if a verdict names the wrong cause or
+    /// its share is more than 10 points off the measured truth.
+    #[arg(long, conflicts_with_all = ["scenario", "export", "rate"])]
+    pub suite: bool,
     /// Seconds the reference sender runs.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     pub duration: f64,
@@ -254,7 +279,8 @@ pub struct LabOptions {
     /// Length of a tick in seconds.
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
-    /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last).
+    /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last; with
+    /// --suite, one `suite` object).
     #[arg(long)]
     pub json: bool,
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
@@ -263,6 +289,9 @@ pub struct LabOptions {
     /// Also write a trace bundle of the run here (and where the view's `e` key writes).
     #[arg(long, value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
+    /// Scanner profile to profile the reference sender with (a name or a .toml file).
+    #[arg(long, default_value = "scanprof-send", value_name = "NAME|FILE")]
+    pub profile: String,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,
@@ -372,7 +401,27 @@ mod tests {
     #[test]
     fn lab_defaults_to_the_healthy_scenario() {
         match parse(&["lab"]).unwrap().command {
-            Command::Lab(o) => assert_eq!(o.scenario, Scenario::Healthy),
+            Command::Lab(o) => {
+                assert_eq!(o.scenario, Scenario::Healthy);
+                assert!(!o.suite);
+                assert_eq!(o.profile, "scanprof-send");
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lab_suite_takes_no_scenario() {
+        match parse(&["lab", "--suite", "--duration", "4", "--json"])
+            .unwrap()
+            .command
+        {
+            Command::Lab(o) => assert!(o.suite && o.json && o.duration == 4.0),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(parse(&["lab", "--suite", "blocking"]).is_err());
+        match parse(&["lab", "send-errors"]).unwrap().command {
+            Command::Lab(o) => assert_eq!(o.scenario, Scenario::SendErrors),
             other => panic!("parsed as {other:?}"),
         }
     }

@@ -1,26 +1,47 @@
 //! `scanprof lab [SCENARIO]`: builds a private two-namespace lab, stages a known situation with the
 //! reference sender, profiles it under `run`, prints what scanprof saw beside independent counts
-//! (the receiver, tc), and removes the lab. The built-in default of the README's first command.
+//! (the receiver, tc, the namespaces' SNMP counters) and whether the diagnosis named the staged
+//! cause, and removes the lab. `--suite` runs every scenario in turn as a child process and
+//! tabulates the verdicts against the known causes (docs/diagnosis.md, "Scenario suite results").
 
-use std::process::ExitCode;
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use serde::Serialize;
+use anyhow::{bail, Context};
+use clap::ValueEnum;
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{fork, ForkResult, Pid};
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::Summary;
 use crate::cli::{LabOptions, RunOptions, Scenario};
 use crate::collect::session::Target;
 use crate::collect::DropClass;
 use crate::lab::{Lab, LabConfig, SinkReport, TbfConfig};
-use crate::system::netstat::QdiscStats;
+use crate::system::monotonic_ns;
+use crate::system::netstat::{self, QdiscStats};
 use crate::views::json;
 
 /// UDP port of the lab receiver; the closed-port scenario aims at a port nobody listens on.
 const SINK_PORT: u16 = 9000;
 const CLOSED_PORT: u16 = 9;
+/// A verdict's share must be this close to the measured truth (a fraction: 10 points).
+pub const SHARE_TOLERANCE: f64 = 0.10;
+/// Seconds the run may outlast the sender's --duration before the session ends it.
+const RUN_GRACE_S: f64 = 30.0;
+/// Niceness of the sender and of its scheduling group (except against the hog): with autogroup
+/// scheduling, a session's tasks share one weight, so the sender gets a session of its own
+/// (`setsid`) whose group weighs ~87x a normal one; builds and tests on a shared machine then
+/// take little of the sender's CPU.
+const SENDER_NICE: &str = "-20";
 
-/// A scenario's staging: the link, the sender's flags, and its default rate.
+/// A scenario's staging: the link, the sender's flags, its default rate, and what the
+/// diagnosis must find.
 pub struct Staging {
     pub tbf: Option<TbfConfig>,
     /// aim at an unused address of the lab subnet instead of the target
@@ -30,6 +51,72 @@ pub struct Staging {
     pub sndbuf: Option<usize>,
     pub port: u16,
     pub sink: bool,
+    /// further `scanprof send` flags: pacer, slot model, send method, fault injection
+    pub flags: &'static [&'static str],
+    /// a CPU-bound hog process pinned to the sender's CPU for the run
+    pub hog: bool,
+    /// neighbour resolution in the sender namespace gives up after ~100 ms instead of ~3 s, so
+    /// that the packets waiting for it die within the run (a per-namespace setting)
+    pub fast_neighbour_failure: bool,
+    /// the target sends every packet back to the sender (instead of the counting receiver)
+    pub echo: bool,
+    /// the sender is stopped (SIGSTOP) for `pause` out of every `every` (then SIGCONT)
+    pub stall: Option<Stall>,
+    pub expect: Expectation,
+}
+
+/// Stops of the sender: `pause` out of every `every`.
+#[derive(Debug, Clone, Copy)]
+pub struct Stall {
+    pub every: Duration,
+    pub pause: Duration,
+}
+
+/// The cause a scenario stages: the top verdict of `kind` must name `cause`.
+#[derive(Debug, Clone, Copy)]
+pub struct Expectation {
+    /// `gap` or `loss`
+    pub kind: &'static str,
+    /// a `Verdict::cause` id
+    pub cause: &'static str,
+    /// how the share the verdict should explain is measured without scanprof
+    pub truth: Truth,
+}
+
+/// The share a scenario's verdict should explain, from counters scanprof does not use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Truth {
+    /// The gap, 1 - delivered / (requested x duration): delivered is the IP packets the target
+    /// namespace received (its `Ip: InReceives`). The staged fault is the only cause of it.
+    Gap,
+    /// tc's drops / (sent + drops) at the sender's root qdisc: the share of the packets handed
+    /// to the qdisc that it dropped (or refused, for a packet socket's ENOBUFS).
+    QdiscDrops,
+    /// 1 - delivered / sent: delivered as for `Gap`, sent the UDP datagrams the sender
+    /// namespace sent (its `Udp: OutDatagrams` and `SndbufErrors`).
+    Undelivered,
+    /// The gap as for `Gap`, less the time the sender waited for a CPU behind other tasks (its
+    /// run-queue delay in /proc/PID/schedstat, over the duration): on a shared machine other
+    /// tasks take a part of the gap that the staged fault did not.
+    GapLessRunDelay,
+    /// Replies the sender namespace's UDP sockets dropped for a full receive buffer (its
+    /// `Udp: RcvbufErrors`) / the datagrams it sent (`Udp: OutDatagrams` and `SndbufErrors`).
+    ReplyDrops,
+}
+
+impl Truth {
+    fn basis(self) -> &'static str {
+        match self {
+            Truth::Gap => "1 - delivered/(requested x duration), target namespace Ip InReceives",
+            Truth::QdiscDrops => "tc drops/(sent + drops) at the sender's root qdisc",
+            Truth::Undelivered => "1 - delivered/sent, target Ip InReceives over sender Udp OutDatagrams + SndbufErrors",
+            Truth::ReplyDrops => "sender namespace Udp RcvbufErrors/(OutDatagrams + SndbufErrors)",
+            Truth::GapLessRunDelay => {
+                "1 - delivered/(requested x duration) - run-queue delay/duration, target Ip InReceives and the sender's /proc/PID/schedstat"
+            }
+        }
+    }
 }
 
 pub fn staging(s: Scenario) -> Staging {
@@ -40,56 +127,121 @@ pub fn staging(s: Scenario) -> Staging {
             limit: limit.into(),
         })
     };
+    let expect = |kind, cause, truth| Expectation { kind, cause, truth };
+    let base = Staging {
+        tbf: None,
+        unanswered: false,
+        rate: 10_000.0,
+        size: 64,
+        sndbuf: None,
+        port: SINK_PORT,
+        sink: true,
+        flags: &[],
+        hog: false,
+        fast_neighbour_failure: false,
+        echo: false,
+        stall: None,
+        expect: expect("gap", "no_gap", Truth::Gap),
+    };
     match s {
-        Scenario::Healthy => Staging {
-            tbf: None,
-            unanswered: false,
-            rate: 10_000.0,
-            size: 64,
-            sndbuf: None,
-            port: SINK_PORT,
-            sink: true,
-        },
+        Scenario::Healthy => base,
         // 5000 pps x 512 B = 20 Mbit/s into a 2 Mbit/s bucket with a 10 kB queue.
         Scenario::QdiscDrop => Staging {
             tbf: tbf("2mbit", "10kb"),
-            unanswered: false,
             rate: 5_000.0,
             size: 512,
-            sndbuf: None,
-            port: SINK_PORT,
-            sink: true,
+            expect: expect("loss", "qdisc_drop", Truth::QdiscDrops),
+            ..base
         },
+        // NO_SOCKET drops at the target are what probes to a closed port produce: no loss.
         Scenario::ClosedPort => Staging {
-            tbf: None,
-            unanswered: false,
             rate: 2_000.0,
-            size: 64,
-            sndbuf: None,
             port: CLOSED_PORT,
             sink: false,
+            ..base
         },
         // 2000 pps x 1000 B into 2 Mbit/s with a deep queue: the small send buffer fills and sendto blocks.
         Scenario::Blocking => Staging {
             tbf: tbf("2mbit", "2mb"),
-            unanswered: false,
             rate: 2_000.0,
             size: 1000,
             sndbuf: Some(16_384),
-            port: SINK_PORT,
-            sink: true,
+            expect: expect("gap", "blocked_send", Truth::GapLessRunDelay),
+            ..base
         },
-        // ARP for it gets no answer inside the lab: each resolution fails after ~3 s.
+        // ARP for it gets no answer inside the lab: each resolution fails after ~100 ms and the
+        // packets queued behind it die.
         Scenario::UnresolvedNeighbour => Staging {
-            tbf: None,
             unanswered: true,
             rate: 200.0,
-            size: 64,
-            sndbuf: None,
-            port: SINK_PORT,
             sink: false,
+            fast_neighbour_failure: true,
+            expect: expect("loss", "neigh_failed", Truth::Undelivered),
+            ..base
+        },
+        // sendto tops out near 220k pps on the project's machines (docs/senders.md).
+        Scenario::CpuBound => Staging {
+            rate: 1_000_000.0,
+            expect: expect("gap", "cpu_bound", Truth::GapLessRunDelay),
+            ..base
+        },
+        // A sleep wakes ~90 us late (50 us of timer slack, then the wake-up); with per-packet
+        // slots of 100 us every late wake-up is lost: about half of the rate.
+        Scenario::CoarsePacing => Staging {
+            flags: &["--pacer", "sleep", "--slot", "per-packet"],
+            expect: expect("gap", "pacing_coarse", Truth::GapLessRunDelay),
+            ..base
+        },
+        // The hog takes about half of the CPU both are pinned to; per-packet slots never make
+        // the time up.
+        Scenario::Preemption => Staging {
+            flags: &["--pacer", "clock", "--slot", "per-packet"],
+            hog: true,
+            expect: expect("gap", "preempted", Truth::Gap),
+            ..base
+        },
+        // 5000 pps x 106 B frames = 4.2 Mbit/s into 1 Mbit/s with a queue of ~2 frames: the
+        // packet socket gets ENOBUFS for every frame the qdisc cannot take.
+        Scenario::SendErrors => Staging {
+            tbf: tbf("1mbit", "256"),
+            rate: 5_000.0,
+            flags: &["--method", "packet"],
+            expect: expect("gap", "send_errors", Truth::QdiscDrops),
+            ..base
+        },
+        // Slots 1.5x too long: a third of the requested rate is missing.
+        Scenario::Miscalibrated => Staging {
+            rate: 1_000.0,
+            flags: &["--pacer", "tsc", "--calibration-skew", "1.5"],
+            expect: expect("gap", "miscalibrated", Truth::GapLessRunDelay),
+            ..base
+        },
+        // The sender's socket holds ~200 kB of replies, then drops every further one.
+        Scenario::ReplyDrop => Staging {
+            rate: 2_000.0,
+            sink: false,
+            echo: true,
+            expect: expect("loss", "reply_socket_buffer", Truth::ReplyDrops),
+            ..base
+        },
+        // 20 ms stopped in every 100 ms: a fifth of the time, lost with per-packet slots.
+        Scenario::Stalls => Staging {
+            rate: 2_000.0,
+            flags: &["--pacer", "clock", "--slot", "per-packet"],
+            stall: Some(Stall {
+                every: Duration::from_millis(100),
+                pause: Duration::from_millis(20),
+            }),
+            expect: expect("gap", "idle_waits", Truth::GapLessRunDelay),
+            ..base
         },
     }
+}
+
+/// The name a scenario has on the command line (`qdisc-drop`).
+pub fn scenario_name(s: Scenario) -> String {
+    s.to_possible_value()
+        .map_or_else(|| format!("{s:?}"), |v| v.get_name().to_string())
 }
 
 /// An address of the lab subnet that no host has (the lab pins its two hosts' neighbours).
@@ -103,31 +255,584 @@ fn unanswered_address(lab: &Lab) -> std::net::Ipv4Addr {
 pub struct LabReport {
     pub scenario: String,
     pub requested_pps: f64,
+    /// seconds the sender was asked to send for
+    pub duration_s: f64,
     /// the receiver in the target namespace
     pub receiver: Option<SinkReport>,
     pub receiver_pps: Option<f64>,
     /// tc's view of the sender's qdisc after the run
     pub qdisc: Vec<QdiscStats>,
+    /// IP packets the target namespace received (`Ip: InReceives`)
+    pub target_ip_in: Option<u64>,
+    /// UDP datagrams the sender namespace sent (`Udp: OutDatagrams` + `SndbufErrors`, which
+    /// counts those a qdisc dropped; not raw or packet sockets)
+    pub sender_udp_out: Option<u64>,
+    /// UDP datagrams the sender namespace dropped for a full receive buffer (`Udp: RcvbufErrors`)
+    pub sender_rcvbuf_errors: Option<u64>,
+    /// replies the target's echo sent back
+    pub echoed: Option<u64>,
+    /// times the sender was stopped
+    pub stalls: Option<u64>,
+    /// the CPU hog of the preemption scenario
+    pub hog: Option<HogReport>,
+    /// the sender's last /proc/PID/schedstat reading: s on CPU, s runnable waiting for a CPU
+    pub sender_cpu_s: Option<f64>,
+    pub sender_run_delay_s: Option<f64>,
     /// scanprof's figures, for comparison
     pub scanprof_packets: u64,
     pub scanprof_achieved_pps: f64,
     pub scanprof_target_drops: u64,
+    /// how `check.truth` was measured
+    pub truth_kind: Truth,
+    /// whether the diagnosis named the staged cause
+    pub check: DiagnosisCheck,
 }
 
-pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
-    let stage = staging(o.scenario);
-    let rate = o.rate.unwrap_or(stage.rate);
-    let exe = match &o.sender_exe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().context("finding the scanprof binary")?,
+/// The CPU hog: where it ran and what it took.
+#[derive(Debug, Clone, Serialize)]
+pub struct HogReport {
+    pub pid: u32,
+    /// the CPU it and the sender were pinned to
+    pub cpu: usize,
+    /// CPU time it used, s
+    pub cpu_s: f64,
+}
+
+/// The top verdict of the expected kind against the staged cause and the measured truth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiagnosisCheck {
+    pub expected_kind: String,
+    pub expected_cause: String,
+    /// the first verdict of the expected kind (the verdicts come ranked)
+    pub top_cause: Option<String>,
+    /// its share: of the requested rate (gap) or of the packets sent (loss)
+    pub top_share: Option<f64>,
+    pub top_confidence: Option<String>,
+    /// the top verdict overall, whatever its kind
+    pub first_cause: Option<String>,
+    pub cause_matches: bool,
+    /// the share the verdict should explain, measured without scanprof
+    pub truth: Option<f64>,
+    pub truth_basis: String,
+    /// |top_share - truth| <= 0.10 (None when there is no truth or no verdict)
+    pub share_within: Option<bool>,
+    /// the cause matches and the share is within 10 points of a measured truth
+    pub ok: bool,
+}
+
+/// Compares the summary's verdicts with what the scenario staged.
+pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> DiagnosisCheck {
+    let top = s.verdicts.iter().find(|v| v.kind == expect.kind);
+    let cause_matches = top.is_some_and(|v| v.cause == expect.cause);
+    let share_within = match (top, truth) {
+        (Some(v), Some(t)) => Some((v.share - t).abs() <= SHARE_TOLERANCE + 1e-9),
+        _ => None,
     };
-    let lab = Lab::create(&LabConfig { tbf: stage.tbf })?;
-    let sink = if stage.sink {
-        Some(lab.udp_sink(stage.port)?)
-    } else {
-        None
+    DiagnosisCheck {
+        expected_kind: expect.kind.to_string(),
+        expected_cause: expect.cause.to_string(),
+        top_cause: top.map(|v| v.cause.clone()),
+        top_share: top.map(|v| v.share),
+        top_confidence: top.map(|v| v.confidence.clone()),
+        first_cause: s.verdicts.first().map(|v| v.cause.clone()),
+        cause_matches,
+        truth,
+        truth_basis: expect.truth.basis().to_string(),
+        share_within,
+        ok: cause_matches && share_within == Some(true),
+    }
+}
+
+/// Independent counts taken around the run.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    target_ip_in: Option<u64>,
+    sender_udp_out: Option<u64>,
+    /// UDP datagrams the sender namespace dropped for a full receive buffer
+    sender_rcvbuf_errors: Option<u64>,
+    /// the sender's run-queue delay over the run, s
+    run_delay_s: Option<f64>,
+}
+
+impl Counts {
+    fn read(lab: &Lab) -> Counts {
+        let sender = snmp(&lab.sender_ns);
+        Counts {
+            target_ip_in: snmp(&lab.target_ns).and_then(|t| snmp_counter(&t, "Ip", "InReceives")),
+            // A datagram a qdisc dropped counts as a send-buffer error, not as sent.
+            sender_udp_out: sender.as_deref().and_then(|t| {
+                Some(snmp_counter(t, "Udp", "OutDatagrams")? + snmp_counter(t, "Udp", "SndbufErrors")?)
+            }),
+            sender_rcvbuf_errors: sender
+                .as_deref()
+                .and_then(|t| snmp_counter(t, "Udp", "RcvbufErrors")),
+            run_delay_s: None,
+        }
+    }
+
+    fn since(self, before: Counts) -> Counts {
+        let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b.unwrap_or(0)));
+        Counts {
+            target_ip_in: d(self.target_ip_in, before.target_ip_in),
+            sender_udp_out: d(self.sender_udp_out, before.sender_udp_out),
+            sender_rcvbuf_errors: d(self.sender_rcvbuf_errors, before.sender_rcvbuf_errors),
+            run_delay_s: self.run_delay_s,
+        }
+    }
+}
+
+/// /proc/net/snmp as seen inside namespace `ns`.
+fn snmp(ns: &str) -> Option<String> {
+    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/snmp"]).ok()
+}
+
+/// One counter of /proc/net/snmp, whose lines come in pairs: `Proto: Name...`, `Proto: value...`.
+pub fn snmp_counter(text: &str, proto: &str, field: &str) -> Option<u64> {
+    let prefix = format!("{proto}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let at = names.split_whitespace().position(|n| n == field)?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// The truth a scenario's verdict is held to, from the counts the lab took.
+fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &[QdiscStats]) -> Option<f64> {
+    let share = |part: f64, whole: f64| (whole > 0.0).then(|| (part / whole).clamp(0.0, 1.0));
+    match t {
+        Truth::Gap => {
+            let delivered = counts.target_ip_in? as f64;
+            share(delivered, rate * duration_s).map(|d| 1.0 - d)
+        }
+        Truth::QdiscDrops => {
+            let root = qdisc.iter().find(|q| q.parent.is_none())?;
+            share(root.drops as f64, (root.sent_packets + root.drops) as f64)
+        }
+        Truth::Undelivered => {
+            let delivered = counts.target_ip_in? as f64;
+            share(delivered, counts.sender_udp_out? as f64).map(|d| 1.0 - d)
+        }
+        Truth::ReplyDrops => share(counts.sender_rcvbuf_errors? as f64, counts.sender_udp_out? as f64),
+        Truth::GapLessRunDelay => {
+            let gap = 1.0 - share(counts.target_ip_in? as f64, rate * duration_s)?;
+            let waited = share(counts.run_delay_s?, duration_s)?;
+            Some((gap - waited).max(0.0))
+        }
+    }
+}
+
+/// Sends every datagram that reaches the target's `port` back to the lab sender it came from,
+/// on its own thread, until stopped; counts the replies.
+struct Echo {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Echo {
+    fn start(lab: &Lab, port: u16) -> anyhow::Result<Echo> {
+        let addr = SocketAddrV4::new(lab.target_addr, port);
+        let sender = lab.sender_addr;
+        let socket = lab.in_target(move || -> anyhow::Result<UdpSocket> {
+            let socket = UdpSocket::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+            socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+            Ok(socket)
+        })??;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("lab-echo".into())
+            .spawn(move || {
+                let (mut buf, mut sent) = (vec![0u8; 65_536], 0u64);
+                while !flag.load(Ordering::Relaxed) {
+                    // Replies go back into the lab only: to the sender's address, nowhere else.
+                    if let Ok((n, SocketAddr::V4(from))) = socket.recv_from(&mut buf) {
+                        if *from.ip() == sender && socket.send_to(&buf[..n], from).is_ok() {
+                            sent += 1;
+                        }
+                    }
+                }
+                sent
+            })
+            .context("cannot start the echo thread")?;
+        Ok(Echo {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the echo and returns the replies it sent.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Stops and continues the sender (SIGSTOP, SIGCONT) on a schedule, through a pidfd so that
+/// no other process can ever be signalled; always leaves it continued.
+struct Staller {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Staller {
+    fn start(stall: Stall, sender: SenderId) -> anyhow::Result<Staller> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("lab-staller".into())
+            .spawn(move || {
+                let Some(pidfd) = wait_for_sender(&flag, &sender) else {
+                    return 0;
+                };
+                let mut stops = 0;
+                let run = stall.every.saturating_sub(stall.pause);
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(run);
+                    if flag.load(Ordering::Relaxed) || !pidfd.signal(libc::SIGSTOP) {
+                        break;
+                    }
+                    stops += 1;
+                    std::thread::sleep(stall.pause);
+                    if !pidfd.signal(libc::SIGCONT) {
+                        break;
+                    }
+                }
+                pidfd.signal(libc::SIGCONT);
+                stops
+            })
+            .context("cannot start the staller thread")?;
+        Ok(Staller {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops stalling (the sender is left continued) and returns how often it was stopped.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for Staller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A pidfd: a handle on one process that a reused pid can never redirect.
+struct PidFd(std::os::fd::OwnedFd);
+
+impl PidFd {
+    fn open(pid: u32) -> Option<PidFd> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nothing else.
+        Some(PidFd(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Sends `sig`; false once the process is gone.
+    fn signal(&self, sig: libc::c_int) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is a valid pidfd; no siginfo is passed.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+}
+
+/// How to tell the sender among this process's children: the command name of the scanprof
+/// binary it runs (after `ip netns exec`, `setsid`, `nice` and `taskset` have exec'd it), and
+/// not the hog (a fork of this process, with the same name).
+#[derive(Debug, Clone)]
+struct SenderId {
+    comm: String,
+    hog: Option<u32>,
+}
+
+impl SenderId {
+    fn new(exe: &std::path::Path, hog: Option<u32>) -> SenderId {
+        let name = exe
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        // The kernel keeps the first 15 bytes of the file name (TASK_COMM_LEN - 1).
+        let comm = name.bytes().take(15).map(char::from).collect();
+        SenderId { comm, hog }
+    }
+
+    fn is(&self, pid: u32) -> bool {
+        Some(pid) != self.hog
+            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == self.comm)
+    }
+}
+
+/// The sender once it runs, held by a pidfd and checked to be our child after opening it.
+fn wait_for_sender(stop: &AtomicBool, sender: &SenderId) -> Option<PidFd> {
+    while !stop.load(Ordering::Relaxed) {
+        for pid in children_of_self() {
+            if !sender.is(pid) {
+                continue;
+            }
+            let Some(fd) = PidFd::open(pid) else { continue };
+            // Opened after the check: still our child running the sender, so the pidfd is its.
+            if sender.is(pid) && children_of_self().contains(&pid) {
+                return Some(fd);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// Follows the sender's scheduler statistics while the run goes on: every 20 ms, the
+/// /proc/PID/schedstat of the sender (see [`SenderId`]). Keeps the last reading.
+struct SchedWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Option<SchedStat>>>,
+}
+
+/// One reading of /proc/PID/schedstat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SchedStat {
+    /// ns on CPU
+    cpu_ns: u64,
+    /// ns runnable, waiting for a CPU
+    run_delay_ns: u64,
+}
+
+impl SchedWatch {
+    const POLL: Duration = Duration::from_millis(20);
+
+    fn start(sender: SenderId) -> anyhow::Result<SchedWatch> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("lab-schedstat".into())
+            .spawn(move || {
+                let mut last = None;
+                while !flag.load(Ordering::Relaxed) {
+                    for pid in children_of_self() {
+                        if !sender.is(pid) {
+                            continue;
+                        }
+                        if let Some(s) = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+                            .ok()
+                            .and_then(|t| parse_schedstat(&t))
+                        {
+                            last = Some(s);
+                        }
+                    }
+                    std::thread::sleep(Self::POLL);
+                }
+                last
+            })
+            .context("cannot start the schedstat watcher")?;
+        Ok(SchedWatch {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The last reading (None if the sender was never seen).
+    fn finish(mut self) -> Option<SchedStat> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take()?.join().ok().flatten()
+    }
+}
+
+impl Drop for SchedWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Pids of this process's children, from every thread's /proc/self/task/TID/children.
+fn children_of_self() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
     };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// `cpu_ns run_delay_ns timeslices`
+fn parse_schedstat(text: &str) -> Option<SchedStat> {
+    let mut f = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some(SchedStat {
+        cpu_ns: f.next()??,
+        run_delay_ns: f.next()??,
+    })
+}
+
+/// A CPU-bound process pinned to one CPU, for at most a bounded time; ended by its pid.
+struct Hog {
+    pid: Pid,
+    cpu: usize,
+}
+
+impl Hog {
+    /// Forks a child that pins itself to `cpu` and spins until `for_s` seconds have passed.
+    fn start(cpu: usize, for_s: f64) -> anyhow::Result<Hog> {
+        let end_ns = monotonic_ns().saturating_add((for_s * 1e9) as u64);
+        // SAFETY: the child only makes system calls (sched_setaffinity, clock_gettime) and
+        // _exit: it takes no lock and allocates nothing, so the parent's other threads, absent
+        // from the child, cannot leave it stuck.
+        match unsafe { fork() }.context("cannot fork the CPU hog")? {
+            ForkResult::Child => {
+                let mut set = CpuSet::new();
+                if set.set(cpu).is_ok() {
+                    let _ = sched_setaffinity(Pid::from_raw(0), &set);
+                }
+                while monotonic_ns() < end_ns {
+                    std::hint::spin_loop();
+                }
+                // SAFETY: ends the child at once, running no destructor or atexit handler of
+                // the parent's state.
+                unsafe { libc::_exit(0) }
+            }
+            ForkResult::Parent { child } => Ok(Hog { pid: child, cpu }),
+        }
+    }
+
+    /// CPU time the hog used so far, s (utime + stime from /proc/PID/stat).
+    fn cpu_s(&self) -> f64 {
+        let ticks = || -> Option<u64> {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+            let mut f = stat[stat.rfind(')')? + 2..].split_whitespace();
+            let utime: u64 = f.nth(11)?.parse().ok()?;
+            let stime: u64 = f.next()?.parse().ok()?;
+            Some(utime + stime)
+        };
+        // SAFETY: sysconf has no memory effects.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        ticks().map_or(0.0, |t| t as f64 / hz)
+    }
+
+    fn stop(self) -> HogReport {
+        let report = HogReport {
+            pid: self.pid.as_raw() as u32,
+            cpu: self.cpu,
+            cpu_s: self.cpu_s(),
+        };
+        drop(self);
+        report
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = kill(self.pid, Signal::SIGKILL);
+        let _ = waitpid(self.pid, None);
+    }
+}
+
+/// Where the run's tasks go: the sender on a CPU of its own (the last this process may use),
+/// the lab's own threads (receiver, profiler) on the others, so that the scenario's fault is
+/// the only thing slowing the sender. Undone on drop.
+struct Placement {
+    sender_cpu: usize,
+    /// this thread's affinity before, restored on drop (None: nothing was changed)
+    saved: Option<CpuSet>,
+}
+
+impl Placement {
+    /// Moves the calling thread (and so the threads and children it starts later) off the
+    /// sender's CPU, when there is another CPU to go to.
+    fn choose() -> anyhow::Result<Placement> {
+        let allowed =
+            sched_getaffinity(Pid::from_raw(0)).context("cannot read this process's CPU affinity")?;
+        let cpus: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| allowed.is_set(c).unwrap_or(false))
+            .collect();
+        let sender_cpu = *cpus.last().context("no CPU in this process's affinity mask")?;
+        if cpus.len() < 2 {
+            return Ok(Placement {
+                sender_cpu,
+                saved: None,
+            });
+        }
+        let mut others = allowed;
+        others.unset(sender_cpu).context("cannot build a CPU mask")?;
+        sched_setaffinity(Pid::from_raw(0), &others)
+            .context("cannot move the lab's threads off the sender's CPU")?;
+        Ok(Placement {
+            sender_cpu,
+            saved: Some(allowed),
+        })
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        if let Some(set) = &self.saved {
+            let _ = sched_setaffinity(Pid::from_raw(0), set);
+        }
+    }
+}
+
+/// The sender's command line: `ip netns exec` into the sender namespace, its own session and
+/// scheduling group at nice -20 (unless the hog is the fault), pinned to `cpu`, then
+/// `scanprof send` with the scenario's flags.
+fn sender_argv(
+    lab: &Lab,
+    stage: &Staging,
+    cpu: usize,
+    exe: &std::path::Path,
+    rate: f64,
+    duration_s: f64,
+) -> Vec<String> {
     let mut argv: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into(), lab.sender_ns.clone()];
+    // Only the staged fault should slow the sender: unless the hog is that fault, the sender
+    // outweighs other work on the machine for its CPU.
+    if !stage.hog {
+        let lift = format!("echo {SENDER_NICE} > /proc/self/autogroup 2>/dev/null; exec \"$@\"");
+        argv.extend(
+            [
+                "setsid",
+                "sh",
+                "-c",
+                &lift,
+                "scanprof-lab",
+                "nice",
+                "-n",
+                SENDER_NICE,
+            ]
+            .map(String::from),
+        );
+    }
+    argv.extend(["taskset".to_string(), "-c".to_string(), cpu.to_string()]);
     argv.push(exe.display().to_string());
     argv.extend(
         [
@@ -136,7 +841,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             &format!(
                 "{}:{}",
                 if stage.unanswered {
-                    unanswered_address(&lab)
+                    unanswered_address(lab)
                 } else {
                     lab.target_addr
                 },
@@ -145,7 +850,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             "--rate",
             &rate.to_string(),
             "--duration",
-            &o.duration.to_string(),
+            &duration_s.to_string(),
             "--size",
             &stage.size.to_string(),
         ]
@@ -154,12 +859,61 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     if let Some(b) = stage.sndbuf {
         argv.extend(["--sndbuf".to_string(), b.to_string()]);
     }
+    argv.extend(stage.flags.iter().map(|f| f.to_string()));
+    argv
+}
+
+pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
+    if o.suite {
+        return suite(o);
+    }
+    if !(o.duration.is_finite() && o.duration > 0.0) {
+        bail!("--duration must be a positive number of seconds");
+    }
+    let mut stage = staging(o.scenario);
+    let rate = o.rate.unwrap_or(stage.rate);
+    let exe = match &o.sender_exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("finding the scanprof binary")?,
+    };
+    let lab = Lab::create(&LabConfig {
+        tbf: stage.tbf.take(),
+    })?;
+    if stage.fast_neighbour_failure {
+        let dev = &lab.sender_dev;
+        #[rustfmt::skip]
+        netstat::run_in_netns(Some(&lab.sender_ns), "sysctl", &[
+            "-qw",
+            &format!("net.ipv4.neigh.{dev}.mcast_solicit=1"),
+            &format!("net.ipv4.neigh.{dev}.ucast_solicit=0"),
+            &format!("net.ipv4.neigh.{dev}.retrans_time_ms=100"),
+        ])?;
+    }
+    let placement = Placement::choose()?;
+    // Started before any thread of ours (the sink, the session), and bounded like the run.
+    let hog = if stage.hog {
+        Some(Hog::start(placement.sender_cpu, o.duration + RUN_GRACE_S)?)
+    } else {
+        None
+    };
+    let sink = if stage.sink {
+        Some(lab.udp_sink(stage.port)?)
+    } else {
+        None
+    };
+    let echo = if stage.echo {
+        Some(Echo::start(&lab, stage.port)?)
+    } else {
+        None
+    };
+    let before = Counts::read(&lab);
+    let argv = sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration);
     let run_opts = RunOptions {
         interval: o.interval,
         // The sender ends itself; this bounds the run if it hangs.
-        duration: Some(o.duration + 30.0),
+        duration: Some(o.duration + RUN_GRACE_S),
         requested: Some(rate),
-        profile: Some("scanprof-send".into()),
+        profile: Some(o.profile.clone()),
         per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
@@ -169,6 +923,10 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         export: o.export.clone(),
         redact: false,
     };
+    let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
+    let sender = SenderId::new(&exe, hog_pid);
+    let watch = SchedWatch::start(sender.clone())?;
+    let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     let export_to = o.export.as_ref().map(|dir| super::profile::ExportTarget {
@@ -177,11 +935,44 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     });
     let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?;
     let summary = rec.summary.context("the run ended without a summary")?;
+    let sched = watch.finish();
+    let stalls = staller.map(Staller::finish);
+    let hog = hog.map(Hog::stop);
+    drop(placement);
     // Let the last packets drain through the lab before reading the independent counters.
     std::thread::sleep(Duration::from_millis(300));
     let receiver = sink.map(|s| s.stop());
+    let echoed = echo.map(Echo::finish);
     let qdisc = lab.sender_qdisc().unwrap_or_default();
-    let report = lab_report(o.scenario, rate, receiver, qdisc, &summary);
+    let mut counts = Counts::read(&lab).since(before);
+    counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
+    let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
+    let report = LabReport {
+        scenario: scenario_name(o.scenario),
+        requested_pps: rate,
+        duration_s: o.duration,
+        receiver_pps: receiver.as_ref().and_then(|r| r.pps()),
+        receiver,
+        qdisc,
+        target_ip_in: counts.target_ip_in,
+        sender_udp_out: counts.sender_udp_out,
+        sender_rcvbuf_errors: counts.sender_rcvbuf_errors,
+        echoed,
+        stalls,
+        hog,
+        sender_cpu_s: sched.map(|s| s.cpu_ns as f64 / 1e9),
+        sender_run_delay_s: counts.run_delay_s,
+        scanprof_packets: summary.packets,
+        scanprof_achieved_pps: summary.achieved_pps,
+        scanprof_target_drops: summary
+            .drops
+            .iter()
+            .filter(|d| d.class == DropClass::TargetLoss)
+            .map(|d| d.count)
+            .sum(),
+        truth_kind: stage.expect.truth,
+        check: check(&stage.expect, &summary, truth),
+    };
     lab.destroy()?;
     if o.json {
         println!("{}", json::line("lab", &report));
@@ -191,32 +982,12 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn lab_report(
-    scenario: Scenario,
-    rate: f64,
-    receiver: Option<SinkReport>,
-    qdisc: Vec<QdiscStats>,
-    s: &Summary,
-) -> LabReport {
-    LabReport {
-        scenario: format!("{scenario:?}"),
-        requested_pps: rate,
-        receiver_pps: receiver.as_ref().and_then(|r| r.pps()),
-        receiver,
-        qdisc,
-        scanprof_packets: s.packets,
-        scanprof_achieved_pps: s.achieved_pps,
-        scanprof_target_drops: s
-            .drops
-            .iter()
-            .filter(|d| d.class == DropClass::TargetLoss)
-            .map(|d| d.count)
-            .sum(),
-    }
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
 }
 
 fn lab_text(r: &LabReport) -> String {
-    let mut o = format!("\nlab ({}): independent counts beside scanprof's\n", r.scenario);
+    let mut o = format!("lab ({}): independent counts beside scanprof's\n", r.scenario);
     if let Some(rx) = &r.receiver {
         o += &format!(
             "  receiver in the target namespace: {} packets, {:.1} pps | scanprof: {} packets, {:.1} pps\n",
@@ -232,5 +1003,328 @@ fn lab_text(r: &LabReport) -> String {
             q.kind, q.sent_packets, q.drops, r.scanprof_target_drops
         );
     }
+    let uses = |t: &[Truth]| t.contains(&r.truth_kind);
+    if let (true, Some(out), Some(inn)) = (
+        uses(&[Truth::Gap, Truth::Undelivered, Truth::GapLessRunDelay]),
+        r.sender_udp_out,
+        r.target_ip_in,
+    ) {
+        o += &format!("  SNMP: the sender namespace sent {out} UDP datagrams, the target namespace received {inn} IP packets\n");
+    }
+    if let (Some(echoed), Some(dropped)) = (r.echoed, r.sender_rcvbuf_errors) {
+        o += &format!("  echo: {echoed} replies sent back; the sender namespace dropped {dropped} for a full receive buffer\n");
+    }
+    if let Some(n) = r.stalls {
+        o += &format!("  the sender was stopped {n} times\n");
+    }
+    if let (true, Some(cpu), Some(delay)) = (
+        uses(&[Truth::GapLessRunDelay]),
+        r.sender_cpu_s,
+        r.sender_run_delay_s,
+    ) {
+        o += &format!(
+            "  /proc/PID/schedstat of the sender: {cpu:.3} s on CPU, {delay:.3} s waiting for a CPU\n"
+        );
+    }
+    if let Some(h) = &r.hog {
+        o += &format!(
+            "  CPU hog (pid {}) pinned with the sender to CPU {}: {:.2} s of CPU\n",
+            h.pid, h.cpu, h.cpu_s
+        );
+    }
+    let c = &r.check;
+    o += &format!(
+        "  diagnosis: top {} verdict `{}`{}, staged `{}`{}: {}\n",
+        c.expected_kind,
+        c.top_cause.as_deref().unwrap_or("none"),
+        match (c.top_share, &c.top_confidence) {
+            (Some(s), Some(conf)) => format!(" ({}, {conf})", pct(s)),
+            _ => String::new(),
+        },
+        c.expected_cause,
+        c.truth.map_or(String::new(), |t| format!("; truth {}", pct(t))),
+        if c.ok {
+            "right"
+        } else if !c.cause_matches {
+            "WRONG CAUSE"
+        } else if c.truth.is_none() {
+            "TRUTH NOT MEASURED"
+        } else {
+            "SHARE OFF BY MORE THAN 10 POINTS"
+        }
+    );
     o
+}
+
+/// One scenario of the suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteRow {
+    pub scenario: String,
+    pub check: Option<DiagnosisCheck>,
+    /// why the scenario produced no check (the child failed)
+    pub error: Option<String>,
+}
+
+impl SuiteRow {
+    fn ok(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.ok)
+    }
+}
+
+/// Every scenario in turn, each as `scanprof lab SCENARIO --json` (its own process, BPF set
+/// and lab), then the table.
+fn suite(o: &LabOptions) -> anyhow::Result<ExitCode> {
+    let exe = match &o.sender_exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("finding the scanprof binary")?,
+    };
+    let scenarios = Scenario::value_variants();
+    let mut rows = Vec::new();
+    for (i, s) in scenarios.iter().enumerate() {
+        let name = scenario_name(*s);
+        eprintln!("scanprof lab --suite: {name} ({} of {})", i + 1, scenarios.len());
+        let mut cmd = Command::new(&exe);
+        cmd.args(["lab", &name, "--json", "--duration", &o.duration.to_string()])
+            .args(["--interval", &o.interval.to_string(), "--profile", &o.profile])
+            .stdin(Stdio::null());
+        if let Some(p) = &o.sender_exe {
+            cmd.arg("--sender-exe").arg(p);
+        }
+        let out = cmd
+            .output()
+            .with_context(|| format!("cannot run {}", exe.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lab_line = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v.get("type").and_then(|t| t.as_str()) == Some("lab"));
+        let check = lab_line
+            .and_then(|v| v.get("check").cloned())
+            .and_then(|c| serde_json::from_value::<DiagnosisCheck>(c).ok());
+        let error = match (&check, out.status.success()) {
+            (Some(_), true) => None,
+            _ => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+                Some(format!(
+                    "`scanprof lab {name}` exited with {}: {}",
+                    out.status,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ))
+            }
+        };
+        rows.push(SuiteRow {
+            scenario: name,
+            check,
+            error,
+        });
+    }
+    let all_ok = rows.iter().all(SuiteRow::ok);
+    if o.json {
+        let value = serde_json::json!({ "ok": all_ok, "duration_s": o.duration, "rows": rows });
+        println!("{}", json::line("suite", &value));
+    } else {
+        print!("{}", suite_table(&rows));
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The suite's result as a markdown table (the form docs/diagnosis.md keeps).
+pub fn suite_table(rows: &[SuiteRow]) -> String {
+    let mut o = String::from(
+        "| scenario | expected cause | top verdict of that kind | share | truth | match |\n\
+         |---|---|---|---:|---:|---|\n",
+    );
+    for r in rows {
+        let Some(c) = &r.check else {
+            o += &format!(
+                "| {} | | error: {} | | | no |\n",
+                r.scenario,
+                r.error.as_deref().unwrap_or("no result")
+            );
+            continue;
+        };
+        let verdict = match (&c.top_cause, &c.top_confidence) {
+            (Some(cause), Some(conf)) => format!("`{cause}` ({conf})"),
+            _ => "none".to_string(),
+        };
+        let verdict = match &c.first_cause {
+            Some(first) if Some(first) != c.top_cause.as_ref() => {
+                format!("{verdict}; first overall `{first}`")
+            }
+            _ => verdict,
+        };
+        let ok = match (c.cause_matches, c.share_within) {
+            (true, Some(true)) => "yes",
+            (true, Some(false)) => "cause yes, share no",
+            (true, None) => "cause yes, truth not measured",
+            (false, _) => "no",
+        };
+        o += &format!(
+            "| {} | {} `{}` | {} | {} | {} | {} |\n",
+            r.scenario,
+            c.expected_kind,
+            c.expected_cause,
+            verdict,
+            c.top_share.map_or("-".to_string(), pct),
+            c.truth.map_or("-".to_string(), pct),
+            ok
+        );
+    }
+    let failed = rows.iter().filter(|r| !r.ok()).count();
+    o += &format!(
+        "\n{} of {} scenarios diagnosed right (cause named, share within {:.0} points of the truth)\n",
+        rows.len() - failed,
+        rows.len(),
+        SHARE_TOLERANCE * 100.0
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNMP: &str = "Ip: Forwarding DefaultTTL InReceives InHdrErrors\n\
+                        Ip: 1 64 29977 0\n\
+                        Icmp: InMsgs InErrors\n\
+                        Icmp: 0 0\n\
+                        Udp: InDatagrams NoPorts InErrors OutDatagrams\n\
+                        Udp: 0 0 0 513\n";
+
+    #[test]
+    fn snmp_counters_are_read_by_protocol_and_name() {
+        assert_eq!(snmp_counter(SNMP, "Ip", "InReceives"), Some(29977));
+        assert_eq!(snmp_counter(SNMP, "Udp", "OutDatagrams"), Some(513));
+        assert_eq!(snmp_counter(SNMP, "Udp", "Nope"), None);
+        assert_eq!(snmp_counter(SNMP, "Tcp", "InSegs"), None);
+    }
+
+    #[test]
+    fn the_sender_is_known_by_its_binarys_command_name() {
+        let id = SenderId::new(std::path::Path::new("/tmp/scanprof-release-build"), Some(7));
+        assert_eq!(id.comm, "scanprof-releas");
+        assert_eq!(
+            SenderId::new(std::path::Path::new("target/debug/scanprof"), None).comm,
+            "scanprof"
+        );
+        assert!(!id.is(7), "the hog is never the sender");
+    }
+
+    #[test]
+    fn schedstat_gives_cpu_and_run_delay() {
+        assert_eq!(
+            parse_schedstat("561238 1377409 1\n"),
+            Some(SchedStat {
+                cpu_ns: 561238,
+                run_delay_ns: 1377409
+            })
+        );
+        assert_eq!(parse_schedstat("12\n"), None);
+    }
+
+    #[test]
+    fn truths_come_from_the_independent_counts() {
+        let counts = Counts {
+            target_ip_in: Some(2500),
+            sender_udp_out: Some(10_000),
+            sender_rcvbuf_errors: Some(9_000),
+            run_delay_s: Some(0.5),
+        };
+        let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((gap - 0.5).abs() < 1e-9, "{gap}");
+        let rest = measured_truth(Truth::GapLessRunDelay, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((rest - 0.4).abs() < 1e-9, "{rest}");
+        let undelivered = measured_truth(Truth::Undelivered, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((undelivered - 0.75).abs() < 1e-9, "{undelivered}");
+        let replies = measured_truth(Truth::ReplyDrops, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((replies - 0.9).abs() < 1e-9, "{replies}");
+        let tbf = QdiscStats {
+            kind: "tbf".into(),
+            sent_packets: 300,
+            drops: 700,
+            ..QdiscStats::default()
+        };
+        let drops = measured_truth(Truth::QdiscDrops, 1000.0, 5.0, counts, &[tbf]).unwrap();
+        assert!((drops - 0.7).abs() < 1e-9, "{drops}");
+        assert_eq!(measured_truth(Truth::QdiscDrops, 1000.0, 5.0, counts, &[]), None);
+    }
+
+    #[test]
+    fn every_scenario_stages_a_distinct_cause_or_a_healthy_run() {
+        let mut causes: Vec<&str> = Scenario::value_variants()
+            .iter()
+            .map(|s| staging(*s).expect.cause)
+            .filter(|c| *c != "no_gap")
+            .collect();
+        let n = causes.len();
+        causes.sort();
+        causes.dedup();
+        assert_eq!(causes.len(), n, "two scenarios stage the same cause: {causes:?}");
+        assert!(n >= 8, "{causes:?}");
+        assert_eq!(staging(Scenario::Healthy).expect.cause, "no_gap");
+        assert_eq!(
+            scenario_name(Scenario::UnresolvedNeighbour),
+            "unresolved-neighbour"
+        );
+    }
+
+    #[test]
+    fn the_suite_table_says_what_matched() {
+        let c = DiagnosisCheck {
+            expected_kind: "gap".into(),
+            expected_cause: "preempted".into(),
+            top_cause: Some("preempted".into()),
+            top_share: Some(0.45),
+            top_confidence: Some("strong".into()),
+            first_cause: Some("preempted".into()),
+            cause_matches: true,
+            truth: Some(0.5),
+            truth_basis: Truth::Gap.basis().into(),
+            share_within: Some(true),
+            ok: true,
+        };
+        let wrong = DiagnosisCheck {
+            top_cause: Some("cpu_bound".into()),
+            first_cause: Some("cpu_bound".into()),
+            cause_matches: false,
+            ok: false,
+            ..c.clone()
+        };
+        let rows = [
+            SuiteRow {
+                scenario: "preemption".into(),
+                check: Some(c),
+                error: None,
+            },
+            SuiteRow {
+                scenario: "cpu-bound".into(),
+                check: Some(wrong),
+                error: None,
+            },
+            SuiteRow {
+                scenario: "blocking".into(),
+                check: None,
+                error: Some("exited with 1".into()),
+            },
+        ];
+        let t = suite_table(&rows);
+        assert!(
+            t.contains("| preemption | gap `preempted` | `preempted` (strong) | 45.0% | 50.0% | yes |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| cpu-bound | gap `preempted` | `cpu_bound` (strong) | 45.0% | 50.0% | no |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| blocking | | error: exited with 1 | | | no |"),
+            "{t}"
+        );
+        assert!(t.contains("1 of 3 scenarios diagnosed right"), "{t}");
+    }
 }

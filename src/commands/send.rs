@@ -38,6 +38,7 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
     cfg.size = o.size;
     cfg.sndbuf = o.sndbuf;
     cfg.src_port = o.src_port;
+    cfg.calibration_skew = o.calibration_skew;
     cfg.pacer = match o.pacer {
         PacerArg::Tsc => PacerKind::Tsc,
         PacerArg::Clock => PacerKind::Clock,
@@ -172,8 +173,11 @@ mod tests {
             }
         );
         assert_eq!((cfg.size, cfg.src_port, cfg.sndbuf), (100, 5000, Some(65536)));
+        assert_eq!(cfg.calibration_skew, 1.0);
         assert_eq!(cfg.duration, Some(Duration::from_secs(2)));
         assert!(o.json);
+        let skewed = options(&["--count", "1", "--pacer", "tsc", "--calibration-skew", "1.5"]);
+        assert_eq!(config(&skewed).expect("valid").calibration_skew, 1.5);
         let cfg = config(&options(&["--count", "1", "--method", "raw"])).expect("valid");
         assert_eq!(cfg.method, Method::Raw);
     }
@@ -186,6 +190,8 @@ mod tests {
             &["--count", "1", "--ring"],
             &["--count", "1", "--duration", "0"],
             &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
+            &["--count", "1", "--calibration-skew", "1.5"],
+            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
         ] {
             assert!(config(&options(args)).is_err(), "{args:?} accepted");
         }

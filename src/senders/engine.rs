@@ -22,6 +22,8 @@ use std::net::SocketAddrV4;
 pub const MAX_PAYLOAD: usize = 65_507;
 /// Most packets per sendmmsg call (UIO_MAXIOV) or per TX ring flush.
 pub const MAX_BATCH: u32 = 1024;
+/// Range of `--calibration-skew`: slots at most this many times too long or too short.
+pub const MAX_CALIBRATION_SKEW: f64 = 4.0;
 
 /// Everything `scanprof send` can be asked for.
 #[derive(Debug, Clone)]
@@ -43,6 +45,9 @@ pub struct SendConfig {
     pub method: Method,
     /// source port (0: any for UDP sockets, 40000 for raw and packet frames)
     pub src_port: u16,
+    /// fault injection for the tsc pacer: the calibrated TSC frequency is taken this many times
+    /// too high, so each slot lasts this many times 1/rate (1.0: no fault)
+    pub calibration_skew: f64,
 }
 
 impl SendConfig {
@@ -65,6 +70,7 @@ impl SendConfig {
             slot: SlotModel::Deadline,
             method: Method::Sendto,
             src_port: 0,
+            calibration_skew: 1.0,
         }
     }
 
@@ -93,6 +99,16 @@ impl SendConfig {
             "payload size must be {SEQ_BYTES}..={MAX_PAYLOAD} bytes, not {}",
             self.size
         );
+        let skew = self.calibration_skew;
+        ensure!(
+            skew.is_finite() && (1.0 / MAX_CALIBRATION_SKEW..=MAX_CALIBRATION_SKEW).contains(&skew),
+            "the calibration skew must be {}..={MAX_CALIBRATION_SKEW}, not {skew}",
+            1.0 / MAX_CALIBRATION_SKEW
+        );
+        ensure!(
+            skew == 1.0 || self.effective_pacer() == PacerKind::Tsc,
+            "a calibration skew needs the tsc pacer (--pacer tsc) and a rate"
+        );
         if let Method::Sendmmsg { batch } | Method::Packet { batch, .. } = self.method {
             ensure!(
                 (1..=MAX_BATCH).contains(&batch),
@@ -118,7 +134,9 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     let pacer = cfg.effective_pacer();
     let batch = cfg.method.batch();
     let calibration = if pacer == PacerKind::Tsc {
+        symbols::skew_calibration(cfg.calibration_skew);
         symbols::scanprof_sender_calibrate(cfg.tsc_source as u8);
+        symbols::skew_calibration(1.0);
         let result = symbols::last_calibration().ok_or_else(|| anyhow!("the TSC was not calibrated"))?;
         Some(result.map_err(|e| anyhow!(e))?)
     } else {
@@ -146,6 +164,8 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
         .map(|d| start.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)));
     // Unpaced, the next slot's start is when the previous send returned: no extra clock read.
     let unpaced = pacer == PacerKind::None;
+    // A skewed TSC clock runs slow (or fast): the duration is kept on CLOCK_MONOTONIC as well.
+    let skewed = cfg.calibration_skew != 1.0;
     let mut unrecorded = 0u64;
     let mut seq = 0u64;
     loop {
@@ -165,7 +185,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
         if unrecorded > 0 {
             rec.sent(std::mem::take(&mut unrecorded), slot.start_ns);
         }
-        if end.is_some_and(|end| slot.start_ns.max(slot.due_ns) >= end) {
+        if end.is_some_and(|end| slot.start_ns.max(slot.due_ns) >= end || (skewed && monotonic_ns() >= end)) {
             break;
         }
         rec.slot_started(slot.due_ns, slot.start_ns);
@@ -271,6 +291,51 @@ mod tests {
         assert!(cal.took_ns >= 100_000_000 && cal.tsc_hz > 1e8, "{cal:?}");
         assert_eq!(report.sent, 20);
         Ok(())
+    }
+
+    #[test]
+    fn a_calibration_skew_makes_the_tsc_slots_that_much_too_long() -> Result<()> {
+        let (_sink, to) = sink();
+        let mut cfg = SendConfig::new(to, 2000, Some(41), None);
+        (cfg.pacer, cfg.calibration_skew) = (PacerKind::Tsc, 2.0);
+        let report = run(&cfg, &AtomicBool::new(false))?;
+        let cal = report
+            .calibration
+            .clone()
+            .expect("tsc runs report their calibration");
+        // Slots of 1 ms instead of 0.5 ms: about 1000 pps (less if the machine is busy).
+        assert!(
+            report.achieved_pps > 800.0 && report.achieved_pps < 1050.0,
+            "{report:?}"
+        );
+        // The delay the profile reads: twice the cycles of a 0.5 ms slot.
+        let delay = symbols::scanprof_sender_tsc_delay.load(Ordering::Relaxed) as f64;
+        assert!(
+            (delay / (cal.tsc_hz / 2000.0) - 1.0).abs() < 1e-6,
+            "{delay} {cal:?}"
+        );
+        if let (Some(k), Some(ppm)) = (cal.kernel_tsc_hz, cal.error_ppm) {
+            assert!((cal.tsc_hz / k - 2.0).abs() < 0.01, "{cal:?}");
+            assert!((ppm - 1e6).abs() < 1e4, "{cal:?}");
+        }
+        // The next run on this thread is not skewed: half the frequency of the skewed one.
+        cfg.calibration_skew = 1.0;
+        let plain = run(&cfg, &AtomicBool::new(false))?.calibration.expect("calibration");
+        assert!((cal.tsc_hz / plain.tsc_hz - 2.0).abs() < 0.01, "{cal:?} {plain:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_calibration_skew_needs_the_tsc_pacer_and_a_sane_factor() {
+        let mut cfg = SendConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), 10, Some(1), None);
+        cfg.calibration_skew = 1.5;
+        assert!(cfg.validate().is_err(), "skew with the clock pacer accepted");
+        cfg.pacer = PacerKind::Tsc;
+        assert!(cfg.validate().is_ok());
+        for bad in [0.0, 0.2, 5.0, f64::NAN] {
+            cfg.calibration_skew = bad;
+            assert!(cfg.validate().is_err(), "skew {bad} accepted");
+        }
     }
 
     #[test]

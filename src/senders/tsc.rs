@@ -94,13 +94,17 @@ pub fn calibrate(sleep: Duration) -> (f64, u64) {
 }
 
 /// Calibrates and reads the kernel's frequency; the pacer uses the one `source` names.
+/// `skew` is fault injection (`scanprof send --calibration-skew`): the calibration's result is
+/// taken as `skew` times what it measured (1.0: as measured), so that with `source` `Calibrate`
+/// the pacer's slots come out `skew` times too long, and `error_ppm` shows the error.
 /// Fails if `source` is `Kernel` and the kernel's frequency is unknown, or there is no TSC.
-pub fn calibration(source: TscSource) -> anyhow::Result<Calibration> {
+pub fn calibration(source: TscSource, skew: f64) -> anyhow::Result<Calibration> {
     anyhow::ensure!(
         available(),
         "the tsc pacer needs an x86-64 TSC: use --pacer clock"
     );
-    let (calibrated, took_ns) = calibrate(CALIBRATION_SLEEP);
+    let (measured, took_ns) = calibrate(CALIBRATION_SLEEP);
+    let calibrated = measured * skew;
     let kernel = kernel_tsc_hz();
     let tsc_hz = match (source, kernel) {
         (TscSource::Calibrate, _) => calibrated,

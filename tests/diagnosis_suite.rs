@@ -1,0 +1,324 @@
+//! The diagnosis scenario suite (issue 5): each test stages one known fault with
+//! `scanprof lab SCENARIO --json` (the reference sender in a namespace lab the command creates
+//! and removes), and checks that the top verdict of the relevant kind names the staged cause
+//! and, where the truth is measurable, that its share is within 10 points of it. The truth is
+//! computed here from the counters the lab line reports and scanprof does not use: the
+//! namespaces' SNMP counters, tc's qdisc counters and the sender's /proc/PID/schedstat.
+//!
+//! They need root (BPF, namespaces) and fail, never skip, without it; they run one at a time.
+//! Each sends for 4 s, bounded in count and time, into its own lab only.
+//!
+//! Run: `cargo test --test diagnosis_suite`
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::*;
+use scanprof::analysis::Summary;
+use scanprof::collect::DropClass;
+
+/// Seconds each scenario's sender runs.
+const SEND_S: f64 = 4.0;
+/// Longest one `scanprof lab` may take (set-up, the run, the drain, tear-down).
+const LAB_TIMEOUT: Duration = Duration::from_secs(40);
+/// How close a verdict's share must be to the measured truth (10 points).
+const TOLERANCE: f64 = 0.10;
+
+/// One `scanprof lab SCENARIO --json` run: its summary and its `lab` line.
+struct LabRun {
+    summary: Summary,
+    lab: Value,
+    context: String,
+}
+
+fn run_lab(scenario: &str) -> LabRun {
+    let bpf = BpfBaseline::take();
+    let args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
+        .map(String::from)
+        .to_vec();
+    let done = Proc::scanprof(&args).finish(LAB_TIMEOUT);
+    done.assert_success();
+    bpf.assert_released(&format!("scanprof lab {scenario}"));
+    // The lab's namespaces are named after the lab process: none may be left.
+    let prefix = format!("sp{}-", done.pid);
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "lab namespaces left behind: {left:?}");
+    let mut labs = done.of_type("lab");
+    assert_eq!(labs.len(), 1, "expected one lab line\n{}", done.context());
+    LabRun {
+        summary: done.summary(),
+        lab: labs.pop().unwrap(),
+        context: done.context(),
+    }
+}
+
+impl LabRun {
+    fn f64(&self, key: &str) -> f64 {
+        self.lab[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("lab line without {key}: {}", self.lab))
+    }
+
+    /// 1 - delivered / (requested x duration): the gap, delivered being the IP packets the
+    /// target namespace received.
+    fn gap_truth(&self) -> f64 {
+        let delivered = self.f64("target_ip_in");
+        let asked = self.f64("requested_pps") * self.f64("duration_s");
+        (1.0 - delivered / asked).clamp(0.0, 1.0)
+    }
+
+    /// The gap less the sender's own run-queue delay (other tasks' part of it).
+    fn gap_less_run_delay(&self) -> f64 {
+        (self.gap_truth() - self.f64("sender_run_delay_s") / self.f64("duration_s")).max(0.0)
+    }
+
+    /// tc's drops / (sent + drops) at the sender's root qdisc.
+    fn qdisc_drop_truth(&self) -> f64 {
+        let root = self.root_qdisc();
+        let (sent, drops) = (
+            root["sent_packets"].as_f64().unwrap(),
+            root["drops"].as_f64().unwrap(),
+        );
+        drops / (sent + drops).max(1.0)
+    }
+
+    fn root_qdisc(&self) -> &Value {
+        self.lab["qdisc"]
+            .as_array()
+            .and_then(|q| q.iter().find(|q| q["parent"].is_null()))
+            .unwrap_or_else(|| panic!("no root qdisc in {}", self.lab))
+    }
+
+    /// The top verdict of `kind` (verdicts come ranked).
+    fn top(&self, kind: &str) -> &scanprof::analysis::verdict::Verdict {
+        self.summary
+            .verdicts
+            .iter()
+            .find(|v| v.kind == kind)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {kind} verdict: {:#?}\n{}",
+                    self.summary.verdicts, self.context
+                )
+            })
+    }
+
+    /// The top verdict of `kind` names `cause`, and its share is within 10 points of `truth`.
+    #[track_caller]
+    fn assert_diagnosis(&self, kind: &str, cause: &str, truth: Option<f64>) {
+        let top = self.top(kind);
+        let all: Vec<String> = self
+            .summary
+            .verdicts
+            .iter()
+            .map(|v| format!("{} {} {:.3} {}", v.kind, v.cause, v.share, v.confidence))
+            .collect();
+        assert_eq!(
+            top.cause, cause,
+            "the top {kind} verdict names {} instead of {cause}: {all:?}\n{}",
+            top.sentence, self.lab
+        );
+        if let Some(t) = truth {
+            assert!(
+                (top.share - t).abs() <= TOLERANCE,
+                "{cause} explains {:.3}, the measured truth is {t:.3}: more than 10 points apart; {all:?}\n{}",
+                top.share,
+                self.lab
+            );
+        }
+        // The lab's own check says the same.
+        assert_eq!(self.lab["check"]["top_cause"], cause, "{}", self.lab);
+    }
+
+    fn loss_verdicts(&self) -> Vec<&str> {
+        self.summary
+            .verdicts
+            .iter()
+            .filter(|v| v.kind == "loss" && v.share > 0.0)
+            .map(|v| v.cause.as_str())
+            .collect()
+    }
+}
+
+#[test]
+fn healthy_run_has_no_significant_gap() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("healthy");
+    let truth = run.gap_truth();
+    assert!(
+        truth < 0.02,
+        "the healthy sender fell short by {truth:.3}: {}",
+        run.lab
+    );
+    run.assert_diagnosis("gap", "no_gap", Some(truth));
+    assert_eq!(run.summary.verdicts[0].cause, "no_gap");
+    assert!(run.loss_verdicts().is_empty(), "{:?}", run.summary.verdicts);
+}
+
+#[test]
+fn qdisc_drops_are_the_loss_and_their_share_matches_tc() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("qdisc-drop");
+    let truth = run.qdisc_drop_truth();
+    assert!(truth > 0.5, "the tbf dropped too little to test: {}", run.lab);
+    run.assert_diagnosis("loss", "qdisc_drop", Some(truth));
+}
+
+#[test]
+fn closed_port_drops_are_expected_not_loss() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("closed-port");
+    let expected: u64 = run
+        .summary
+        .drops
+        .iter()
+        .filter(|d| d.class == DropClass::Expected && d.reason == "NO_SOCKET")
+        .map(|d| d.count)
+        .sum();
+    assert!(
+        expected >= run.summary.packets * 9 / 10,
+        "{:?}",
+        run.summary.drops
+    );
+    run.assert_diagnosis("gap", "no_gap", Some(run.gap_truth()));
+    assert!(run.loss_verdicts().is_empty(), "{:?}", run.summary.verdicts);
+}
+
+#[test]
+fn blocking_in_send_is_named_with_its_wait_site() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("blocking");
+    let truth = run.gap_less_run_delay();
+    assert!(truth > 0.5, "the sender was not held back: {}", run.lab);
+    run.assert_diagnosis("gap", "blocked_send", Some(truth));
+    assert!(
+        run.top("gap").sentence.contains("sock_alloc_send_pskb"),
+        "{}",
+        run.top("gap").sentence
+    );
+}
+
+#[test]
+fn unresolved_neighbour_losses_are_named_neigh_failed() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("unresolved-neighbour");
+    // No host has the address: not one packet reached the target namespace.
+    let sent = run.f64("sender_udp_out");
+    assert!(sent > 500.0, "{}", run.lab);
+    assert_eq!(run.f64("target_ip_in"), 0.0, "{}", run.lab);
+    run.assert_diagnosis("loss", "neigh_failed", Some(1.0));
+}
+
+#[test]
+fn a_rate_beyond_the_machine_is_cpu_bound() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("cpu-bound");
+    let truth = run.gap_less_run_delay();
+    assert!(
+        run.gap_truth() > 0.5,
+        "the sender kept up with 1M pps?: {}",
+        run.lab
+    );
+    run.assert_diagnosis("gap", "cpu_bound", Some(truth));
+}
+
+#[test]
+fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("coarse-pacing");
+    let truth = run.gap_less_run_delay();
+    assert!(
+        run.gap_truth() > 0.15,
+        "the sleep pacer kept its rate: {}",
+        run.lab
+    );
+    run.assert_diagnosis("gap", "pacing_coarse", Some(truth));
+}
+
+#[test]
+fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("preemption");
+    let hog = &run.lab["hog"];
+    assert!(
+        hog["cpu_s"].as_f64().unwrap_or(0.0) > 1.0,
+        "the hog did not run: {hog}"
+    );
+    // The hog was ended by its pid: no process with its pid runs the lab's command line.
+    let pid = hog["pid"].as_u64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains("preemption"),
+        "the hog {pid} outlived the lab"
+    );
+    let truth = run.gap_truth();
+    assert!(truth > 0.2, "the hog took too little: {}", run.lab);
+    run.assert_diagnosis("gap", "preempted", Some(truth));
+}
+
+#[test]
+fn enobufs_from_a_packet_socket_are_send_errors() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("send-errors");
+    // Every ENOBUFS is a frame the tbf refused: tc's drops are the failed sends.
+    let enobufs = run.summary.errors.get("ENOBUFS").copied().unwrap_or(0);
+    let drops = run.root_qdisc()["drops"].as_u64().unwrap();
+    assert!(enobufs > 1000, "{:?}", run.summary.errors);
+    assert_eq!(enobufs, drops, "{}", run.lab);
+    run.assert_diagnosis("gap", "send_errors", Some(run.qdisc_drop_truth()));
+}
+
+#[test]
+fn a_skewed_tsc_calibration_is_miscalibration() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("miscalibrated");
+    // Slots 1.5x too long: two thirds of the requested rate.
+    assert_within(
+        "achieved",
+        run.summary.achieved_pps,
+        run.f64("requested_pps") / 1.5,
+        0.03,
+    );
+    run.assert_diagnosis("gap", "miscalibrated", Some(run.gap_less_run_delay()));
+}
+
+#[test]
+fn replies_overflowing_the_senders_socket_are_reply_losses() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("reply-drop");
+    let (dropped, sent) = (run.f64("sender_rcvbuf_errors"), run.f64("sender_udp_out"));
+    assert!(dropped > sent / 2.0, "{}", run.lab);
+    run.assert_diagnosis("loss", "reply_socket_buffer", Some(dropped / sent));
+}
+
+#[test]
+fn a_sender_stopped_outside_its_pacing_idles() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("stalls");
+    assert!(run.f64("stalls") >= 30.0, "{}", run.lab);
+    let truth = run.gap_less_run_delay();
+    assert!(truth > 0.1, "the stops cost too little: {}", run.lab);
+    run.assert_diagnosis("gap", "idle_waits", Some(truth));
+}
