@@ -226,6 +226,7 @@ fn the_sender_symbols_are_exported() {
         "scanprof_sender_calibrate",
         "scanprof_sender_wait_slot",
         "scanprof_sender_send",
+        "scanprof_sender_tsc_slot",
     ] {
         assert!(
             symbols.lines().any(|l| l.ends_with(&format!(" T {name}"))),
@@ -233,4 +234,13 @@ fn the_sender_symbols_are_exported() {
             scanprof_bin()
         );
     }
+    // The delay scanprof_sender_tsc_slot derives, read by the profile at its return.
+    let global = "scanprof_sender_tsc_delay";
+    assert!(
+        symbols
+            .lines()
+            .any(|l| l.ends_with(&format!(" B {global}")) || l.ends_with(&format!(" D {global}"))),
+        "{global} is not a global data symbol of {}",
+        scanprof_bin()
+    );
 }

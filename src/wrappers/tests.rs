@@ -228,7 +228,8 @@ fn scanners_without_symbols_have_no_probes() {
             ("scanprof_sender_init_slot", false),
             ("scanprof_sender_calibrate", false),
             ("scanprof_sender_wait_slot", true),
-            ("scanprof_sender_send", true)
+            ("scanprof_sender_send", true),
+            ("scanprof_sender_tsc_slot", false)
         ]
     );
 }

@@ -351,8 +351,10 @@ impl Split {
     }
 
     /// Of the time the sender waits beyond its slots, the part that every gap shows (the pacer
-    /// itself is late) rather than a few long ones (stalls outside the pacing): (p50 - slot) /
-    /// (mean - slot).
+    /// itself is late) rather than a few long ones (stalls outside the pacing). The stalls are
+    /// the gaps of at least STALL_P99_OVER_P50 x p50, each counted for its excess over p50, read
+    /// from the gap histogram: they can be too few to reach the p99 (40 stops of 20 ms among
+    /// 6,400 gaps). Without a histogram, the p99 against p50 decides as before.
     fn pacing_part(&self, f: &Facts) -> f64 {
         if self.attempts == 0 {
             // Nothing sent: the waiting is not pacing.
@@ -362,8 +364,21 @@ impl Split {
         let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
             return 1.0;
         };
-        let heavy_tail = f.gap.p99_ns.is_some_and(|p99| p99 >= STALL_P99_OVER_P50 * p50);
-        if mean <= exp * (1.0 + GAP_RESOLUTION) || !heavy_tail {
+        if mean <= exp * (1.0 + GAP_RESOLUTION) {
+            return 1.0;
+        }
+        let threshold = STALL_P99_OVER_P50 * p50;
+        let (stall_ns, gaps) = f.gap.histogram.iter().fold((0.0, 0u64), |(ns, n), &(lo, hi, count)| {
+            let mid = (lo as f64 + hi as f64) / 2.0;
+            let stall = if lo as f64 >= threshold { (mid - p50).max(0.0) * count as f64 } else { 0.0 };
+            (ns + stall, n + count)
+        });
+        if gaps > 0 {
+            let excess = (mean - exp) * gaps as f64;
+            return (1.0 - stall_ns / excess).clamp(0.0, 1.0);
+        }
+        let heavy_tail = f.gap.p99_ns.is_some_and(|p99| p99 >= threshold);
+        if !heavy_tail {
             return 1.0;
         }
         ((p50 - exp) / (mean - exp)).clamp(0.0, 1.0)

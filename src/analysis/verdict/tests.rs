@@ -762,6 +762,23 @@ fn late_pacing_and_stalls_split_the_wait_by_the_gaps() {
     assert!(close(gap_sum(&v), 0.5));
 }
 
+#[test]
+fn a_few_long_stalls_below_the_p99_are_idle_waits_not_pacing() {
+    // The `stalls` lab scenario: 2000 pps, the sender stopped 20 ms of every 100 ms. 6,400 gaps:
+    // 6,360 at the slot (~508 us), 40 of ~20.5 ms, too few to move the p99. Mean 633 us.
+    // g = 1 - 500/633 = 0.21; nearly all of the wait beyond the slots is the 40 stalls.
+    let mut r = run(Some(2000.0), 2000.0 * 500.0 / 633.0, 4.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .gaps(508_000.0, 633_000.0, 524_000.0);
+    r.0.gap.count = 6_400;
+    r.0.gap.histogram = vec![(507_904, 508_928, 6_360), (20_447_232, 20_709_376, 40)];
+    let v = r.verdicts();
+    let top = v.iter().find(|x| x.kind == GAP).expect("a gap verdict");
+    assert_eq!(top.cause, "idle_waits", "{v:#?}");
+    let pacing = v.iter().find(|x| x.cause == "pacing_coarse").map_or(0.0, |x| x.share);
+    assert!(pacing < 0.03, "the pacer is on time in almost every slot: {v:#?}");
+}
+
 // --- work units --------------------------------------------------------------------------------
 
 fn unit(
