@@ -286,7 +286,7 @@ impl ScannerProbes {
             return;
         }
         let probe = self.profile.probes[i].clone();
-        let shown = std::fs::read_link(file).unwrap_or_else(|_| file.to_path_buf());
+        let shown = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
         let offset = match self.symbol(file, id, &probe) {
             Ok((offset, _)) => offset,
             Err(why) => {
@@ -322,7 +322,7 @@ impl ScannerProbes {
         if let Some(r) = self.symbols.get(&key) {
             return r.clone();
         }
-        let shown = std::fs::read_link(file).unwrap_or_else(|_| file.to_path_buf());
+        let shown = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
         let r = find_symbol(&self.inspector, file, &probe.symbol, probe.demangled).and_then(|found| {
             found.ok_or_else(|| {
                 format!(
@@ -471,7 +471,7 @@ fn find_symbol(
     // .symtab and .dynsym name what a uprobe needs; DWARF would only cost time.
     elf.debug_syms = false;
     let src = Source::Elf(elf);
-    let shown = std::fs::read_link(file).unwrap_or_else(|_| file.to_path_buf());
+    let shown = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
     let err = |e: blazesym::Error| format!("reading the symbols of {}: {e}", shown.display());
     if !demangled {
         let found = inspector.lookup(&src, &[symbol]).map_err(err)?;
