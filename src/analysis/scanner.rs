@@ -589,7 +589,7 @@ impl ScannerModel {
                 .rev()
                 .find(|p| p.pid == pid)
                 .map(|p| p.comm.clone())
-                .unwrap_or_else(|| format!("pid {pid}"))
+                .unwrap_or_else(|| "?".to_string())
         };
         let roles = processes
             .iter()

@@ -526,3 +526,22 @@ fn baseline_is_set_beside_the_targets_figure() {
     s.baseline = None;
     assert!(!summary(&s).contains("baseline on this machine"));
 }
+
+#[test]
+fn report_shows_the_scanners_own_view_and_the_diagnosis() {
+    let (_, s) = crate::views::fixtures::rich_run();
+    let r = summary(&s);
+    for want in [
+        "scanner (profile unicornscan): requested rate 100 pps (exact)",
+        "  from --requested 100",
+        "  from argv: -r 100",
+        "  from work unit 1 (WORKUNIT) from pid 6: pps=100, to sender (pid 7)",
+        "  calibration tsc_init_tslot in pid 7 at 0.011 s took 100.0 ms, derived delay 10100000 tsc_cycles = 10.100 ms per packet against a slot of 10.000 ms: error +1.00%",
+        "  ipc: sender (pid 7) send type 5 x1 (16 bytes)",
+        "  ipc: ? (pid 6) send WORKUNIT x1 (700 bytes)",
+        "\ndiagnosis:\n  1. [",
+    ] {
+        assert!(r.contains(want), "missing {want:?} in\n{r}");
+    }
+    assert!(r.contains("    #1   pid 7"), "work-unit line:\n{r}");
+}
