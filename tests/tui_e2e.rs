@@ -41,6 +41,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The screen with the scrollback above it (the summary after the view is longer than a
+    /// screen; the view itself was on the alternate screen, which leaves no history).
+    fn history(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-S", "-2000", "-t", &self.0])
+            .output()
+            .expect("capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn alternate_screen(&self) -> bool {
         let out = Command::new("tmux")
             .args(["display", "-p", "-t", &self.0, "#{alternate_on}"])
@@ -150,9 +160,10 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         !after.contains("┌ scanprof:"),
         "view still drawn after exit:\n{after}"
     );
+    let scrollback = tmux.history();
     assert!(
-        after.contains("funnel (per second over the send window)"),
-        "summary printed after the view:\n{after}"
+        scrollback.contains("funnel (per second over the send window)"),
+        "summary printed after the view:\n{scrollback}"
     );
     assert!(
         !std::path::Path::new("/run/netns").join(&lab_ns).exists(),
