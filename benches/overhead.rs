@@ -14,16 +14,18 @@
 //! The machine is small and shared: every comparison is against a baseline measured in the same
 //! run, interleaved, and reported as the median of the repeats.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+use common::*;
 use scanprof::analysis::Summary;
 use scanprof::lab::{self, Lab, LabConfig, TbfConfig};
 use serde_json::Value;
@@ -80,94 +82,6 @@ tracepoint:qdisc:qdisc_enqueue { @qdisc_enqueue[args->ifindex] = count(); }
 tracepoint:qdisc:qdisc_dequeue { @qdisc_dequeue[args->ifindex] = count(); }
 "#;
 
-/// Set by SIGINT/SIGTERM: the bench stops at the next step and unwinds, deleting its labs.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-fn check_interrupted() {
-    if INTERRUPTED.load(Ordering::Relaxed) {
-        panic!("interrupted: stopping (labs are deleted on the way out)");
-    }
-}
-
-/// A child this bench started. Dropping it while it still runs signals it (by its own pid),
-/// waits up to 3 s, then SIGKILLs it, and reaps it.
-struct Proc {
-    child: Child,
-    name: String,
-    /// signal that asks it to finish cleanly
-    polite: Signal,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command, name: &str, polite: Signal) -> Proc {
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc {
-            child,
-            name: name.to_string(),
-            polite,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: Signal) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
-    }
-
-    /// Waits for it to exit by itself within `limit`; panics (and the drop kills it) otherwise.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return status,
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Ok(None) => panic!("{} (pid {}) still runs after {limit:?}", self.name, self.pid()),
-                Err(e) => panic!("waiting for {}: {e}", self.name),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        self.signal(self.polite);
-        for _ in 0..150 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.signal(Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-/// Reads a pipe to its end on a thread.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    })
-}
-
-/// Runs `cmd` to its end (killing it after `limit`) and returns its exit status, stdout and stderr.
-fn run_capture(mut cmd: Command, name: &str, limit: Duration) -> (std::process::ExitStatus, String, String) {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut p = Proc::spawn(cmd, name, Signal::SIGTERM);
-    let out = drain(p.child.stdout.take().unwrap());
-    let err = drain(p.child.stderr.take().unwrap());
-    let status = p.wait(limit);
-    (status, out.join().unwrap(), err.join().unwrap())
-}
-
 /// The sender's own `--json` report: the JSON line that has `achieved_pps` and no `type`.
 fn sender_reports(stdout: &str) -> Vec<Value> {
     stdout
@@ -194,33 +108,6 @@ fn summary_of(stdout: &str) -> Summary {
     serde_json::from_str(line).expect("parsing scanprof's summary")
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// 1234567.8 -> "1,234,568"
-fn thousands(x: f64) -> String {
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if x < 0.0 {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
 
 /// `scanprof send` arguments aimed at the lab target.
 fn send_args(lab: &Lab, rate: f64, seconds: f64, extra: &[&str]) -> Vec<String> {
@@ -243,7 +130,7 @@ fn send_args(lab: &Lab, rate: f64, seconds: f64, extra: &[&str]) -> Vec<String> 
 /// (a) The sender alone in the lab.
 fn send_alone(lab: &Lab, args: &[String], seconds: f64) -> Value {
     let cmd = lab.command_in_sender(BIN, args);
-    let (status, out, err) = run_capture(cmd, "sender", Duration::from_secs_f64(seconds) + GRACE);
+    let (status, out, err) = run_capture(cmd, "sender", Signal::SIGTERM, Duration::from_secs_f64(seconds) + GRACE);
     assert!(status.success(), "sender failed: {status}\n{out}\n{err}");
     sender_reports(&out)
         .pop()
@@ -279,7 +166,7 @@ fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summ
     let argv = scanprof_run(lab, &command, seconds);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
-    let (status, out, err) = run_capture(cmd, "scanprof run", Duration::from_secs_f64(seconds) + GRACE * 2);
+    let (status, out, err) = run_capture(cmd, "scanprof run", Signal::SIGTERM, Duration::from_secs_f64(seconds) + GRACE * 2);
     assert!(status.success(), "scanprof run failed: {status}\n{err}");
     // Under `run --json` the command's stdout goes to scanprof's stderr (stdout is NDJSON only).
     let report = sender_reports(&err)
@@ -534,7 +421,7 @@ fn perf_stat(inner: &[String], name: &str, limit: Duration) -> (u64, f64, String
     cmd.args(["stat", "-e", "skb:kfree_skb", "-a", "-x,", "--"])
         .args(inner);
     let t0 = Instant::now();
-    let (status, out, err) = run_capture(cmd, name, limit);
+    let (status, out, err) = run_capture(cmd, name, Signal::SIGTERM, limit);
     let wall = t0.elapsed().as_secs_f64();
     assert!(status.success(), "{name} failed: {status}\n{err}");
     let count = err

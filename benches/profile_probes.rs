@@ -26,16 +26,16 @@
 //! path in every mode). Every send is bounded by `--duration`; every child is ended by its own
 //! pid if it outlives its bound, on panic or on Ctrl-C; the bench creates no namespace.
 
-use std::io::Read;
+mod common;
+
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+use common::*;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
@@ -55,99 +55,6 @@ const P3_SECONDS: f64 = 2.5;
 const PROBE: &str = "send";
 /// How much longer than its own bound any child may run before the bench kills it.
 const GRACE: Duration = Duration::from_secs(30);
-
-/// Set by SIGINT/SIGTERM: the bench stops at the next step and unwinds, ending its children.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-fn check_interrupted() {
-    if INTERRUPTED.load(Ordering::Relaxed) {
-        panic!("interrupted: stopping (children are ended on the way out)");
-    }
-}
-
-/// A child this bench started. Dropping it while it still runs signals it (by its own pid),
-/// waits up to 3 s, then SIGKILLs it, and reaps it.
-struct Proc {
-    child: Child,
-    name: String,
-    /// signal that asks it to finish cleanly
-    polite: Signal,
-}
-
-impl Proc {
-    fn spawn(mut cmd: Command, name: &str, polite: Signal) -> Proc {
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc {
-            child,
-            name: name.to_string(),
-            polite,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: Signal) {
-        let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
-    }
-
-    /// Waits for it to exit by itself within `limit`; panics (and the drop ends it) otherwise,
-    /// or at once when the bench is interrupted.
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return status,
-                Ok(None) if Instant::now() < deadline => {
-                    check_interrupted();
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Ok(None) => panic!("{} (pid {}) still runs after {limit:?}", self.name, self.pid()),
-                Err(e) => panic!("waiting for {}: {e}", self.name),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        self.signal(self.polite);
-        for _ in 0..150 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.signal(Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-/// Reads a pipe to its end on a thread.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    })
-}
-
-/// Runs `cmd` to its end (ending it after `limit`) and returns its exit status, stdout and stderr.
-fn run_capture(mut cmd: Command, name: &str, limit: Duration) -> (std::process::ExitStatus, String, String) {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SIGINT: `scanprof run` ends cleanly on it (detaches, writes its summary).
-    let mut p = Proc::spawn(cmd, name, Signal::SIGINT);
-    let out = drain(p.child.stdout.take().unwrap());
-    let err = drain(p.child.stderr.take().unwrap());
-    let status = p.wait(limit);
-    (status, out.join().unwrap(), err.join().unwrap())
-}
 
 /// The sender's own `--json` report: the JSON line that has `achieved_pps` and no `type`.
 fn sender_report(text: &str) -> Option<Value> {
@@ -222,33 +129,6 @@ fn hits_line(probes: &[ProbeFig]) -> String {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// 1234567.8 -> "1,234,568"
-fn thousands(x: f64) -> String {
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if x < 0.0 && out.chars().any(|c| c != '0' && c != ',') {
-        format!("-{out}")
-    } else {
-        out
-    }
-}
 
 /// `scanprof send` arguments aimed at the bench's receiver.
 fn send_args(port: u16, rate: u32, pacer: Option<&str>, seconds: f64) -> Vec<String> {
@@ -272,7 +152,7 @@ fn send_args(port: u16, rate: u32, pacer: Option<&str>, seconds: f64) -> Vec<Str
 fn send_alone(args: &[String], seconds: f64) -> Value {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    let (status, out, err) = run_capture(cmd, "sender", Duration::from_secs_f64(seconds) + GRACE);
+    let (status, out, err) = run_capture(cmd, "sender", Signal::SIGINT, Duration::from_secs_f64(seconds) + GRACE);
     assert!(status.success(), "sender failed: {status}\n{out}\n{err}");
     sender_report(&out).unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"))
 }
@@ -287,7 +167,7 @@ fn send_under_scanprof(run_opts: &[&str], args: &[String], seconds: f64) -> (Val
         .arg("--")
         .arg(BIN)
         .args(args);
-    let (status, out, err) = run_capture(cmd, "scanprof run", Duration::from_secs_f64(seconds) + GRACE * 2);
+    let (status, out, err) = run_capture(cmd, "scanprof run", Signal::SIGINT, Duration::from_secs_f64(seconds) + GRACE * 2);
     assert!(
         status.success(),
         "scanprof run {run_opts:?} failed: {status}\n{err}"

@@ -67,24 +67,35 @@ static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u
 	return c;
 }
 
+/* The probe a hit is for, and its configuration and counters; false for calls from outside the
+ * family (or a probe index user space never configured). */
+static __always_inline bool family_probe(struct pt_regs *ctx, __u64 id, __u32 *probe,
+					 struct sp_uprobe_cfg **cfg, struct sp_uprobe_stats **st)
+{
+	__u32 tgid = id >> 32;
+
+	if (!bpf_map_lookup_elem(&family, &tgid))
+		return false;
+	*probe = (__u32)bpf_get_attach_cookie(ctx);
+	*cfg = bpf_map_lookup_elem(&uprobe_cfg, probe);
+	*st = bpf_map_lookup_elem(&uprobe_stats, probe);
+	return *cfg && *st;
+}
+
 SEC("uprobe")
 int sp_uprobe_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u32 probe = (__u32)bpf_get_attach_cookie(ctx);
 	__u64 now = bpf_ktime_get_ns();
-	__u64 key = (id << 32) | probe;
 	struct sp_uprobe_cfg *cfg;
 	struct sp_uprobe_stats *st;
 	struct sp_call *c;
+	__u32 probe;
+	__u64 key;
 
-	if (!bpf_map_lookup_elem(&family, &tgid))
+	if (!family_probe(ctx, id, &probe, &cfg, &st))
 		return 0;
-	cfg = bpf_map_lookup_elem(&uprobe_cfg, &probe);
-	st = bpf_map_lookup_elem(&uprobe_stats, &probe);
-	if (!cfg || !st)
-		return 0;
+	key = (id << 32) | probe;
 	st->hits++;
 	bpf_map_update_elem(&uprobe_entry, &key, &now, BPF_ANY);
 	if (!(cfg->flags & SP_UP_RECORD))
@@ -121,21 +132,17 @@ SEC("uretprobe")
 int sp_uprobe_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	__u32 probe = (__u32)bpf_get_attach_cookie(ctx);
 	__u64 now = bpf_ktime_get_ns();
-	__u64 key = (id << 32) | probe;
 	__u64 inside = 0, *entered;
 	struct sp_uprobe_cfg *cfg;
 	struct sp_uprobe_stats *st;
 	struct sp_call *c;
+	__u32 probe;
+	__u64 key;
 
-	if (!bpf_map_lookup_elem(&family, &tgid))
+	if (!family_probe(ctx, id, &probe, &cfg, &st))
 		return 0;
-	cfg = bpf_map_lookup_elem(&uprobe_cfg, &probe);
-	st = bpf_map_lookup_elem(&uprobe_stats, &probe);
-	if (!cfg || !st)
-		return 0;
+	key = (id << 32) | probe;
 	entered = bpf_map_lookup_elem(&uprobe_entry, &key);
 	if (entered) {
 		inside = now - *entered;

@@ -130,11 +130,6 @@ fn launched_in(lab: &TestLab, argv: &[String]) -> Vec<String> {
     in_netns(&lab.lab.sender_ns, &v)
 }
 
-/// Stops the sink once the lab has had a moment to deliver what is in flight.
-fn stop_sink(sink: UdpSink) -> SinkReport {
-    std::thread::sleep(Duration::from_millis(100));
-    sink.stop()
-}
 
 fn receiver_pps(rx: &SinkReport) -> f64 {
     rx.pps()

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::unishape;
 use common::*;
-use scanprof::lab::{Lab, LabConfig, SinkReport, UdpSink};
+use scanprof::lab::{Lab, LabConfig};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -29,15 +29,7 @@ fn lab() -> (Lab, Vec<String>) {
     (lab, names)
 }
 
-fn sink(lab: &Lab, port: u16) -> UdpSink {
-    lab.udp_sink(port)
-        .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
-}
 
-fn stop_sink(sink: UdpSink) -> SinkReport {
-    std::thread::sleep(Duration::from_millis(100));
-    sink.stop()
-}
 
 /// `ip netns exec NS sh -c 'exec "$@" 1>&2' sh argv...`: the fixture in the lab's sender
 /// namespace, its stdout on stderr (scanprof's stdout carries NDJSON).
@@ -150,7 +142,7 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
-    let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
+    let (sink_a, sink_b) = (lab_sink(&lab, PORT_A), lab_sink(&lab, PORT_B));
     let argv = unishape::argv(bins, 2000, &["--repeats=2000"], &[&to(PORT_A), &to(PORT_B)]);
     let mut args: Vec<String> = ["run", "--json", "--no-tui", "--duration", "40", "--"]
         .map(String::from)
@@ -263,7 +255,7 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = format!("{}:{PORT_A}", lab.target_addr);
-    let sink_a = sink(&lab, PORT_A);
+    let sink_a = lab_sink(&lab, PORT_A);
     // Slots 25% too long, and a sender that reports the rate it was asked for.
     let extra = [
         "--calibration-skew=1.25",
@@ -332,7 +324,7 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
-    let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
+    let (sink_a, sink_b) = (lab_sink(&lab, PORT_A), lab_sink(&lab, PORT_B));
     // Three units of 1.5 s: scanprof attaches during the first.
     let argv = unishape::argv(
         bins,

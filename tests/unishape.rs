@@ -16,23 +16,14 @@ use std::time::Duration;
 
 use common::unishape::{self, UnitLine};
 use common::*;
-use scanprof::lab::{Lab, LabConfig, Side, SinkReport, UdpSink};
+use scanprof::lab::{Lab, LabConfig, Side, SinkReport};
 
 /// Longest one fixture run may take here (each is about a second).
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 const PORT_A: u16 = 9000;
 const PORT_B: u16 = 9001;
 
-fn sink(lab: &Lab, port: u16) -> UdpSink {
-    lab.udp_sink(port)
-        .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
-}
 
-/// Stops the sink once what is in flight has arrived.
-fn stop_sink(sink: UdpSink) -> SinkReport {
-    std::thread::sleep(Duration::from_millis(100));
-    sink.stop()
-}
 
 fn target_rx(lab: &Lab) -> u64 {
     lab.link(Side::Target)
@@ -106,7 +97,7 @@ fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
 
     // 1. Two work units of 1000 packets each (one port, 1000 rounds) at 2000 pps.
-    let (sink_a, sink_b) = (sink(&lab, PORT_A), sink(&lab, PORT_B));
+    let (sink_a, sink_b) = (lab_sink(&lab, PORT_A), lab_sink(&lab, PORT_B));
     let rx_before = target_rx(&lab);
     let argv = unishape::argv(bins, 2000, &["--repeats=1000"], &[&to(PORT_A), &to(PORT_B)]);
     let (run, units) = run_in_lab(&lab, &argv);
@@ -164,7 +155,7 @@ fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
 
     // 3. A sender that claims what it was asked (2000, from -mU2000 over -r 250) while its slots
     //    are 25% long: the receiver sees ~1600.
-    let sink_a = sink(&lab, PORT_A);
+    let sink_a = lab_sink(&lab, PORT_A);
     let extra = [
         "-mU2000",
         "--calibration-skew=1.25",

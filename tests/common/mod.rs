@@ -767,3 +767,15 @@ pub fn kallsyms_resolve(addr: u64) -> Option<String> {
 pub fn function_of(location: &str) -> &str {
     location.split('+').next().unwrap_or(location)
 }
+
+/// A UDP receiver on `port` in the lab's target namespace.
+pub fn lab_sink(lab: &scanprof::lab::Lab, port: u16) -> scanprof::lab::UdpSink {
+    lab.udp_sink(port)
+        .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
+}
+
+/// Stops a lab receiver once what is in flight has arrived.
+pub fn stop_sink(sink: scanprof::lab::UdpSink) -> scanprof::lab::SinkReport {
+    std::thread::sleep(Duration::from_millis(100));
+    sink.stop()
+}

@@ -1,0 +1,138 @@
+//! What the benches share: their children, ended by pid however the bench ends; reading a
+//! command's output; medians and figures for people.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Set by SIGINT/SIGTERM: the bench stops at the next step and unwinds, ending its children (and
+/// deleting its labs).
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+pub fn check_interrupted() {
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        panic!("interrupted: stopping (children are ended and labs deleted on the way out)");
+    }
+}
+
+/// A child the bench started. Dropping it while it still runs signals it (by its own pid),
+/// waits up to 3 s, then SIGKILLs it, and reaps it.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+    /// signal that asks it to finish cleanly
+    pub polite: Signal,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command, name: &str, polite: Signal) -> Proc {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child,
+            name: name.to_string(),
+            polite,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), sig);
+    }
+
+    /// Waits for it to exit by itself within `limit`; panics (and the drop ends it) otherwise,
+    /// or at once when the bench is interrupted.
+    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) if Instant::now() < deadline => {
+                    check_interrupted();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(None) => panic!("{} (pid {}) still runs after {limit:?}", self.name, self.pid()),
+                Err(e) => panic!("waiting for {}: {e}", self.name),
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        self.signal(self.polite);
+        for _ in 0..150 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a pipe to its end on a thread.
+pub fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Runs `cmd` to its end (asking it to end with `polite`, then killing it, after `limit`) and
+/// returns its exit status, stdout and stderr.
+pub fn run_capture(
+    mut cmd: Command,
+    name: &str,
+    polite: Signal,
+    limit: Duration,
+) -> (std::process::ExitStatus, String, String) {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut p = Proc::spawn(cmd, name, polite);
+    let out = drain(p.child.stdout.take().unwrap());
+    let err = drain(p.child.stderr.take().unwrap());
+    let status = p.wait(limit);
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// 1234567.8 -> "1,234,568"
+pub fn thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 && out.chars().any(|c| c != '0' && c != ',') {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
