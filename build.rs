@@ -39,7 +39,13 @@ fn main() {
             .expect("probe file named <concern>.bpf.c");
         SkeletonBuilder::new()
             .source(&source)
-            .clang_args(["-I", "probes/include", "-Wall", "-Wno-unused-function", &arch_define])
+            .clang_args([
+                "-I",
+                "probes/include",
+                "-Wall",
+                "-Wno-unused-function",
+                &arch_define,
+            ])
             .obj(out.join(format!("{name}.bpf.o")))
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use common::*;
+use nix::sys::signal::Signal;
 use scanprof::analysis::Summary;
 use scanprof::lab::{self, Lab, LabConfig, TbfConfig};
 use serde_json::Value;
@@ -108,7 +108,6 @@ fn summary_of(stdout: &str) -> Summary {
     serde_json::from_str(line).expect("parsing scanprof's summary")
 }
 
-
 /// `scanprof send` arguments aimed at the lab target.
 fn send_args(lab: &Lab, rate: f64, seconds: f64, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -130,7 +129,12 @@ fn send_args(lab: &Lab, rate: f64, seconds: f64, extra: &[&str]) -> Vec<String> 
 /// (a) The sender alone in the lab.
 fn send_alone(lab: &Lab, args: &[String], seconds: f64) -> Value {
     let cmd = lab.command_in_sender(BIN, args);
-    let (status, out, err) = run_capture(cmd, "sender", Signal::SIGTERM, Duration::from_secs_f64(seconds) + GRACE);
+    let (status, out, err) = run_capture(
+        cmd,
+        "sender",
+        Signal::SIGTERM,
+        Duration::from_secs_f64(seconds) + GRACE,
+    );
     assert!(status.success(), "sender failed: {status}\n{out}\n{err}");
     sender_reports(&out)
         .pop()
@@ -166,7 +170,12 @@ fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summ
     let argv = scanprof_run(lab, &command, seconds);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
-    let (status, out, err) = run_capture(cmd, "scanprof run", Signal::SIGTERM, Duration::from_secs_f64(seconds) + GRACE * 2);
+    let (status, out, err) = run_capture(
+        cmd,
+        "scanprof run",
+        Signal::SIGTERM,
+        Duration::from_secs_f64(seconds) + GRACE * 2,
+    );
     assert!(status.success(), "scanprof run failed: {status}\n{err}");
     // Under `run --json` the command's stdout goes to scanprof's stderr (stdout is NDJSON only).
     let report = sender_reports(&err)

@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use common::*;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
@@ -129,7 +129,6 @@ fn hits_line(probes: &[ProbeFig]) -> String {
     }
 }
 
-
 /// `scanprof send` arguments aimed at the bench's receiver.
 fn send_args(port: u16, rate: u32, pacer: Option<&str>, seconds: f64) -> Vec<String> {
     let mut a: Vec<String> = vec![
@@ -152,7 +151,12 @@ fn send_args(port: u16, rate: u32, pacer: Option<&str>, seconds: f64) -> Vec<Str
 fn send_alone(args: &[String], seconds: f64) -> Value {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    let (status, out, err) = run_capture(cmd, "sender", Signal::SIGINT, Duration::from_secs_f64(seconds) + GRACE);
+    let (status, out, err) = run_capture(
+        cmd,
+        "sender",
+        Signal::SIGINT,
+        Duration::from_secs_f64(seconds) + GRACE,
+    );
     assert!(status.success(), "sender failed: {status}\n{out}\n{err}");
     sender_report(&out).unwrap_or_else(|| panic!("no sender report:\n{out}\n{err}"))
 }
@@ -167,7 +171,12 @@ fn send_under_scanprof(run_opts: &[&str], args: &[String], seconds: f64) -> (Val
         .arg("--")
         .arg(BIN)
         .args(args);
-    let (status, out, err) = run_capture(cmd, "scanprof run", Signal::SIGINT, Duration::from_secs_f64(seconds) + GRACE * 2);
+    let (status, out, err) = run_capture(
+        cmd,
+        "scanprof run",
+        Signal::SIGINT,
+        Duration::from_secs_f64(seconds) + GRACE * 2,
+    );
     assert!(
         status.success(),
         "scanprof run {run_opts:?} failed: {status}\n{err}"

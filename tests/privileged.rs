@@ -130,7 +130,6 @@ fn launched_in(lab: &TestLab, argv: &[String]) -> Vec<String> {
     in_netns(&lab.lab.sender_ns, &v)
 }
 
-
 fn receiver_pps(rx: &SinkReport) -> f64 {
     rx.pps()
         .unwrap_or_else(|| panic!("the receiver got too few packets: {rx:?}"))

@@ -29,8 +29,6 @@ fn lab() -> (Lab, Vec<String>) {
     (lab, names)
 }
 
-
-
 /// `ip netns exec NS sh -c 'exec "$@" 1>&2' sh argv...`: the fixture in the lab's sender
 /// namespace, its stdout on stderr (scanprof's stdout carries NDJSON).
 fn in_lab(lab: &Lab, argv: &[String]) -> Vec<String> {
@@ -303,9 +301,16 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     // out the claim.
     eprintln!("top gap verdict: {}", top_gap_cause(&summary));
     let mis = verdict(&summary, "miscalibrated");
-    assert!(f(&mis["share"]) > 0.1, "the 25% longer slots cost a fifth of the rate: {mis}");
+    assert!(
+        f(&mis["share"]) > 0.1,
+        "the 25% longer slots cost a fifth of the rate: {mis}"
+    );
     assert_eq!(mis["confidence"], "strong", "{mis}");
-    assert!(verdict(&summary, "claim_mismatch").is_object(), "{}", summary["verdicts"]);
+    assert!(
+        verdict(&summary, "claim_mismatch").is_object(),
+        "{}",
+        summary["verdicts"]
+    );
     let truth = (2000.0 / rx_pps - 1.0) * 100.0;
     assert!(
         (f(&claim["diff_pct"]) - truth).abs() < 1.5,

@@ -77,8 +77,7 @@ impl ScanLab {
     }
 
     fn with(config: LabConfig) -> ScanLab {
-        let lab = Lab::create(&config)
-            .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+        let lab = Lab::create(&config).unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
         let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
         let sender_netns = netns_inode(&lab.sender_ns) as u64;
         let out = lab
@@ -830,11 +829,18 @@ fn check_scanprof(run: &Finished, scan: &Scan, independent_pps: f64) {
                 "{name} is not attached and says not why: {p}"
             );
         }
-        let library = scan.in_library.iter().find(|(n, _)| *n == name).map(|(_, lib)| *lib);
+        let library = scan
+            .in_library
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, lib)| *lib);
         if let (Some(lib), true) = (library, scan.per_packet || !per_packet) {
             assert!(attached, "{name} (in {lib}) is not attached: {p}");
             let on = p["binary"].as_str().unwrap_or("");
-            assert!(on.contains(&format!("/{lib}")), "{name} is attached to {on}, not {lib}: {p}");
+            assert!(
+                on.contains(&format!("/{lib}")),
+                "{name} is attached to {on}, not {lib}: {p}"
+            );
         }
         if scan.present.contains(&name) && (!per_packet || scan.per_packet) {
             assert!(attached, "{name} is in {binary}'s .dynsym but not attached: {p}");
@@ -973,7 +979,8 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
     args.extend(in_sender(&lab, &scan.argv));
     // The scan takes ports / rate seconds plus masscan's --wait; then it needs a nudge to exit.
     let over_after = Duration::from_secs_f64(ports as f64 / rate as f64 + 1.5);
-    let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || nudger.poll(started.elapsed() >= over_after));
+    let run =
+        Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || nudger.poll(started.elapsed() >= over_after));
     let cap = capture.stop();
     drop(nudger);
     run.assert_success();
@@ -985,15 +992,25 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
 
     // What left the machine: the capture on the veth, after the tbf.
     let wire = cap.pps();
-    assert!(wire < 6_000.0, "the token bucket should hold the wire rate near 4k: {wire:.0}");
+    assert!(
+        wire < 6_000.0,
+        "the token bucket should hold the wire rate near 4k: {wire:.0}"
+    );
     // masscan's own figure: the rate of its send calls, near the 20k it was asked for.
     let claims = s["scanner"]["claims"].as_array().expect("claims");
     let status = claims
         .iter()
-        .find(|c| c["what"].as_str().is_some_and(|w| w.starts_with("masscan's status rate")))
+        .find(|c| {
+            c["what"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("masscan's status rate"))
+        })
         .unwrap_or_else(|| panic!("masscan's status line was not read: {claims:?}"));
     let claimed = f64_at(&status["claimed"], "claimed");
-    assert!(claimed > 3.0 * wire, "masscan claims {claimed:.0} pps while {wire:.0} left");
+    assert!(
+        claimed > 3.0 * wire,
+        "masscan claims {claimed:.0} pps while {wire:.0} left"
+    );
     let measured = f64_at(&status["measured"], "measured");
     assert_within("the claim's measured side vs the capture", measured, wire, 0.05);
 
@@ -1004,7 +1021,10 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
         matches!(causes.first(), Some(&"qdisc_drop") | Some(&"send_errors")),
         "top verdict should be the narrow path: {causes:?}"
     );
-    assert!(causes.contains(&"claim_mismatch"), "masscan's figure disagrees: {causes:?}");
+    assert!(
+        causes.contains(&"claim_mismatch"),
+        "masscan's figure disagrees: {causes:?}"
+    );
     drop(run);
     bpf.assert_released("scanprof run");
     lab.destroy();

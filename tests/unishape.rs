@@ -23,8 +23,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 const PORT_A: u16 = 9000;
 const PORT_B: u16 = 9001;
 
-
-
 fn target_rx(lab: &Lab) -> u64 {
     lab.link(Side::Target)
         .unwrap_or_else(|e| panic!("ip -s link failed: {e:#}"))

@@ -101,7 +101,9 @@ pub fn run_capture(
     polite: Signal,
     limit: Duration,
 ) -> (std::process::ExitStatus, String, String) {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut p = Proc::spawn(cmd, name, polite);
     let out = drain(p.child.stdout.take().unwrap());
     let err = drain(p.child.stderr.take().unwrap());

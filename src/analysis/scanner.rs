@@ -850,7 +850,11 @@ impl ScannerModel {
 /// What a per-packet probe costs the scanner: its hits per packet times the cost of a hit
 /// measured by benches/profile_probes.rs (docs/benchmarks.md).
 fn per_packet_cost(hits: u64, packets: u64) -> String {
-    let per_packet = if packets > 0 { hits as f64 / packets as f64 } else { 0.0 };
+    let per_packet = if packets > 0 {
+        hits as f64 / packets as f64
+    } else {
+        0.0
+    };
     format!(
         "per-packet probe: {hits} hits ({per_packet:.2} per packet); a hit with its return costs the \
          scanner about {:.1}-{:.1} us of CPU on the machines measured (docs/benchmarks.md), so about \

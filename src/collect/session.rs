@@ -183,7 +183,10 @@ impl Launched {
         }
         // A stream the profile reads rate figures from goes through scanprof on its way.
         use super::output::{tee, Matcher};
-        let (out_m, err_m) = (Matcher::for_stream(claims, "stdout"), Matcher::for_stream(claims, "stderr"));
+        let (out_m, err_m) = (
+            Matcher::for_stream(claims, "stdout"),
+            Matcher::for_stream(claims, "stderr"),
+        );
         if out_m.is_some() {
             cmd.stdout(std::process::Stdio::piped());
         }
@@ -261,7 +264,11 @@ fn collect(
         let roots = match &cfg.target {
             Target::Pids(pids) => pids.clone(),
             Target::Command(argv) => {
-                let claims = cfg.scanner.as_ref().map(|s| s.profile.claims.clone()).unwrap_or_default();
+                let claims = cfg
+                    .scanner
+                    .as_ref()
+                    .map(|s| s.profile.claims.clone())
+                    .unwrap_or_default();
                 let l = Launched::spawn(argv, &cfg.command_output, &claims, &readings_tx)?;
                 let pid = l.child.id();
                 launched = Some(l);
@@ -275,7 +282,12 @@ fn collect(
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
         if let Some(sc) = &cfg.scanner {
             let launched = matches!(cfg.target, Target::Command(_));
-            collector.set_scanner(sc.profile.clone(), &sc.per_packet, sc.anchor_exe.as_deref(), launched);
+            collector.set_scanner(
+                sc.profile.clone(),
+                &sc.per_packet,
+                sc.anchor_exe.as_deref(),
+                launched,
+            );
         }
         Ok((collector, start_ns))
     };
@@ -321,15 +333,17 @@ fn collect(
     analyzer.set_baseline(cfg.baseline.clone());
     if let Some(sc) = &cfg.scanner {
         let tsc_hz = crate::senders::tsc::kernel_tsc_hz().or_else(crate::senders::tsc::perf_page_tsc_hz);
-        analyzer.set_scanner(crate::analysis::ScannerModel::new(
-            &sc.profile.name,
-            sc.profile.message_types.clone(),
-            cfg.requested_pps,
-            sc.argv_rate.clone(),
-            tsc_hz,
-            start_ns,
-        )
-        .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect()));
+        analyzer.set_scanner(
+            crate::analysis::ScannerModel::new(
+                &sc.profile.name,
+                sc.profile.message_types.clone(),
+                cfg.requested_pps,
+                sc.argv_rate.clone(),
+                tsc_hz,
+                start_ns,
+            )
+            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect()),
+        );
     }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;

@@ -275,8 +275,8 @@ impl ScannerProbes {
         // binary, another scan) then stop paying for its hits.
         let per_packet = self.profile.probes[i].per_packet;
         let swap = per_packet && pid.is_some() && self.attached.contains_key(&(i, id, None));
-        let already =
-            self.attached.contains_key(&(i, id, pid)) || (!swap && self.attached.contains_key(&(i, id, None)));
+        let already = self.attached.contains_key(&(i, id, pid))
+            || (!swap && self.attached.contains_key(&(i, id, None)));
         if already {
             if let Some(pid) = pid {
                 if !self.states[i].pids.contains(&pid) {

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::cli::RunOptions;
 use crate::analysis::ArgvRate;
+use crate::cli::RunOptions;
 use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
 use crate::collect::uprobes::PerPacket;
-use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use crate::probes::ProbeOptions;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::{json, text};
+use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use std::path::{Path, PathBuf};
 
 /// Raised by SIGINT or SIGTERM: the session ends and still writes its summary.
@@ -91,14 +91,19 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
         Some(name) => {
             let p = set.get(name).with_context(|| {
                 let names: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
-                format!("no profile called {name}: use one of {} or a .toml file", names.join(", "))
+                format!(
+                    "no profile called {name}: use one of {} or a .toml file",
+                    names.join(", ")
+                )
             })?;
             // The scanner's words start at the first one this profile recognises.
             let at = argv
                 .iter()
                 .position(|w| {
                     let base = w.rsplit('/').next().unwrap_or(w);
-                    p.processes.iter().any(|r| r.exe.iter().any(|e| e == base || e == w))
+                    p.processes
+                        .iter()
+                        .any(|r| r.exe.iter().any(|e| e == base || e == w))
                 })
                 .unwrap_or(0);
             (p, at)
@@ -133,7 +138,11 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
                     bail!(
                         "--per-packet {n}: profile {} has no per-packet probe of that name (it has: {})",
                         profile.name,
-                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
                     );
                 }
             }

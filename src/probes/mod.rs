@@ -14,7 +14,9 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenO
 use thiserror::Error;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
-pub use uprobe::{sp_call, sp_ucall_kind, sp_uprobe_stats, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF, UPROBE_MAX};
+pub use uprobe::{
+    sp_call, sp_ucall_kind, sp_uprobe_stats, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF, UPROBE_MAX,
+};
 
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod family_skel {

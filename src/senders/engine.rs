@@ -320,8 +320,13 @@ mod tests {
         }
         // The next run on this thread is not skewed: half the frequency of the skewed one.
         cfg.calibration_skew = 1.0;
-        let plain = run(&cfg, &AtomicBool::new(false))?.calibration.expect("calibration");
-        assert!((cal.tsc_hz / plain.tsc_hz - 2.0).abs() < 0.01, "{cal:?} {plain:?}");
+        let plain = run(&cfg, &AtomicBool::new(false))?
+            .calibration
+            .expect("calibration");
+        assert!(
+            (cal.tsc_hz / plain.tsc_hz - 2.0).abs() < 0.01,
+            "{cal:?} {plain:?}"
+        );
         Ok(())
     }
 

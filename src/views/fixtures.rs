@@ -96,7 +96,11 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             duration_ns: 2_000_000,
             wait_site: "sock_alloc_send_pskb".into(),
         }],
-        calls: if t == 1_000_000_000 { scanner_calls() } else { Vec::new() },
+        calls: if t == 1_000_000_000 {
+            scanner_calls()
+        } else {
+            Vec::new()
+        },
         uprobes: vec![crate::collect::uprobes::UprobeState {
             name: "init_tslot".into(),
             role: "rate_setup".into(),
@@ -168,12 +172,45 @@ fn scanner_calls() -> Vec<crate::collect::uprobes::ProbeCall> {
         }
     };
     vec![
-        call("send_message", "ipc_send", 6, 10, true, &[("type", 4.0), ("len", 700.0), ("pps", 100.0)]),
-        call("init_tslot", "rate_setup", 7, 11, true, &[("pps", 100.0), ("delay_type", 1.0)]),
+        call(
+            "send_message",
+            "ipc_send",
+            6,
+            10,
+            true,
+            &[("type", 4.0), ("len", 700.0), ("pps", 100.0)],
+        ),
+        call(
+            "init_tslot",
+            "rate_setup",
+            7,
+            11,
+            true,
+            &[("pps", 100.0), ("delay_type", 1.0)],
+        ),
         call("tsc_init_tslot", "calibration", 7, 11, true, &[("pps", 100.0)]),
-        call("tsc_init_tslot", "calibration", 7, 111, false, &[("delay", 1.01e7), ("delay_unit_tsc_cycles", 1.0)]),
+        call(
+            "tsc_init_tslot",
+            "calibration",
+            7,
+            111,
+            false,
+            &[("delay", 1.01e7), ("delay_unit_tsc_cycles", 1.0)],
+        ),
         call("init_tslot", "rate_setup", 7, 111, false, &[]),
-        call("send_message", "ipc_send", 7, 999, true, &[("type", 5.0), ("len", 16.0), ("reported_pps", 100.0), ("packets_sent", 90.0)]),
+        call(
+            "send_message",
+            "ipc_send",
+            7,
+            999,
+            true,
+            &[
+                ("type", 5.0),
+                ("len", 16.0),
+                ("reported_pps", 100.0),
+                ("packets_sent", 90.0),
+            ],
+        ),
     ]
 }
 

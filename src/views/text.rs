@@ -236,10 +236,15 @@ pub fn summary(s: &Summary) -> String {
 /// work units, IPC and the scanner's claims.
 fn scanner_section(o: &mut String, sc: &ScannerView) {
     let r = &sc.requested;
-    let _ = writeln!(o, "\nscanner (profile {}): requested rate {}", sc.profile, match r.pps {
-        Some(p) => format!("{p:.0} pps ({})", r.kind),
-        None => format!("not known ({})", r.kind),
-    });
+    let _ = writeln!(
+        o,
+        "\nscanner (profile {}): requested rate {}",
+        sc.profile,
+        match r.pps {
+            Some(p) => format!("{p:.0} pps ({})", r.kind),
+            None => format!("not known ({})", r.kind),
+        }
+    );
     for src in r.sources.iter().take(8) {
         let at = src.at_s.map(|t| format!(" at {t:.3} s")).unwrap_or_default();
         let _ = writeln!(o, "  from {}{at}", src.source);
@@ -301,7 +306,9 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
             "  claim: {}: {:.1}, measured {}{}",
             c.what,
             c.claimed,
-            c.measured.map(|m| format!("{m:.1}")).unwrap_or_else(|| "-".into()),
+            c.measured
+                .map(|m| format!("{m:.1}"))
+                .unwrap_or_else(|| "-".into()),
             c.diff_pct.map(|d| format!(" ({d:+.1}%)")).unwrap_or_default()
         );
     }
@@ -331,8 +338,19 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
     }
     let _ = writeln!(o, "\ndiagnosis:");
     for (i, v) in verdicts.iter().take(5).enumerate() {
-        let weak = if v.confidence == "weak" { " (weak evidence)" } else { "" };
-        let _ = writeln!(o, "  {}. [{} {}] {}{weak}", i + 1, v.kind, pct(v.share), v.sentence);
+        let weak = if v.confidence == "weak" {
+            " (weak evidence)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "  {}. [{} {}] {}{weak}",
+            i + 1,
+            v.kind,
+            pct(v.share),
+            v.sentence
+        );
         for e in v.evidence.iter().take(4) {
             let _ = writeln!(o, "       - {e}");
         }

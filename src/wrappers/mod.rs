@@ -7,9 +7,9 @@ mod profile;
 mod rate;
 
 pub use profile::{
-    ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole, ProcessRule, ProfileError,
-    RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit, ScannerProfile, ThreadPick,
-    ThreadRule, ValueForm, SCHEMA_VERSION,
+    ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole,
+    ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit,
+    ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
 
@@ -112,7 +112,11 @@ impl ProfileSet {
             self.profiles
                 .iter()
                 .filter(|p| !p.fallback)
-                .find(|p| p.processes.iter().any(|r| r.exe.iter().any(|e| e == base || e == word)))
+                .find(|p| {
+                    p.processes
+                        .iter()
+                        .any(|r| r.exe.iter().any(|e| e == base || e == word))
+                })
                 .map(|p| (p, i))
         })
     }

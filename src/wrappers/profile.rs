@@ -661,7 +661,12 @@ impl ScannerProfile {
             }
             match regex::Regex::new(&c.pattern) {
                 Ok(re) if re.captures_len() >= 2 => {}
-                Ok(_) => return Err(bad(format!("claim[{i}].pattern"), "needs a capture group for the number".into())),
+                Ok(_) => {
+                    return Err(bad(
+                        format!("claim[{i}].pattern"),
+                        "needs a capture group for the number".into(),
+                    ))
+                }
                 Err(e) => return Err(bad(format!("claim[{i}].pattern"), e.to_string())),
             }
         }

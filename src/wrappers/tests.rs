@@ -627,9 +627,13 @@ fn finds_the_scanner_behind_wrappers_in_a_command_line() {
         .find_in_argv(&argv("ip netns exec sp1-1s /usr/bin/zmap -r 100 10.99.0.2"))
         .unwrap();
     assert_eq!((p.name.as_str(), i), ("zmap", 4));
-    let (p, i) = set.find_in_argv(&argv("sudo unicornscan -r 1000 10.99.0.2:53")).unwrap();
+    let (p, i) = set
+        .find_in_argv(&argv("sudo unicornscan -r 1000 10.99.0.2:53"))
+        .unwrap();
     assert_eq!((p.name.as_str(), i), ("unicornscan", 1));
-    assert!(set.find_in_argv(&argv("ip netns exec ns mysender --pps 5")).is_none());
+    assert!(set
+        .find_in_argv(&argv("ip netns exec ns mysender --pps 5"))
+        .is_none());
     assert_eq!(set.fallback().unwrap().name, "generic");
 }
 

@@ -368,11 +368,19 @@ impl Split {
             return 1.0;
         }
         let threshold = STALL_P99_OVER_P50 * p50;
-        let (stall_ns, gaps) = f.gap.histogram.iter().fold((0.0, 0u64), |(ns, n), &(lo, hi, count)| {
-            let mid = (lo as f64 + hi as f64) / 2.0;
-            let stall = if lo as f64 >= threshold { (mid - p50).max(0.0) * count as f64 } else { 0.0 };
-            (ns + stall, n + count)
-        });
+        let (stall_ns, gaps) = f
+            .gap
+            .histogram
+            .iter()
+            .fold((0.0, 0u64), |(ns, n), &(lo, hi, count)| {
+                let mid = (lo as f64 + hi as f64) / 2.0;
+                let stall = if lo as f64 >= threshold {
+                    (mid - p50).max(0.0) * count as f64
+                } else {
+                    0.0
+                };
+                (ns + stall, n + count)
+            });
         if gaps > 0 {
             let excess = (mean - exp) * gaps as f64;
             return (1.0 - stall_ns / excess).clamp(0.0, 1.0);

@@ -775,7 +775,10 @@ fn a_few_long_stalls_below_the_p99_are_idle_waits_not_pacing() {
     let v = r.verdicts();
     let top = v.iter().find(|x| x.kind == GAP).expect("a gap verdict");
     assert_eq!(top.cause, "idle_waits", "{v:#?}");
-    let pacing = v.iter().find(|x| x.cause == "pacing_coarse").map_or(0.0, |x| x.share);
+    let pacing = v
+        .iter()
+        .find(|x| x.cause == "pacing_coarse")
+        .map_or(0.0, |x| x.share);
     assert!(pacing < 0.03, "the pacer is on time in almost every slot: {v:#?}");
 }
 

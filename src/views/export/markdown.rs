@@ -514,7 +514,11 @@ fn verdicts(o: &mut String, s: &Summary) {
             ]
         })
         .collect();
-    table(o, &["Kind", "Share", "Cause", "Evidence", "Next step", "Confidence"], &rows);
+    table(
+        o,
+        &["Kind", "Share", "Cause", "Evidence", "Next step", "Confidence"],
+        &rows,
+    );
 }
 
 /// What the scanner's own functions said (its profile's uprobes).
@@ -525,7 +529,9 @@ fn scanner(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
         "- requested rate: {} ({})",
-        r.pps.map(|p| format!("{p:.0} pps")).unwrap_or_else(|| "unknown".into()),
+        r.pps
+            .map(|p| format!("{p:.0} pps"))
+            .unwrap_or_else(|| "unknown".into()),
         escape_inline(&r.kind)
     );
     for src in &r.sources {
@@ -558,7 +564,16 @@ fn scanner(o: &mut String, s: &Summary) {
             .collect();
         table(
             o,
-            &["Calibration", "Pid", "At (s)", "Took (ms)", "For (pps)", "Delay (ns)", "Slot (ns)", "Error (%)"],
+            &[
+                "Calibration",
+                "Pid",
+                "At (s)",
+                "Took (ms)",
+                "For (pps)",
+                "Delay (ns)",
+                "Slot (ns)",
+                "Error (%)",
+            ],
             &rows,
         );
     }
@@ -585,8 +600,17 @@ fn scanner(o: &mut String, s: &Summary) {
         table(
             o,
             &[
-                "Unit", "Sender", "Asked (pps)", "Handed (s)", "Sending (s)", "Done (s)", "Packets",
-                "Achieved (pps)", "Set-up (ms)", "Idle before (ms)", "Claimed (pps)",
+                "Unit",
+                "Sender",
+                "Asked (pps)",
+                "Handed (s)",
+                "Sending (s)",
+                "Done (s)",
+                "Packets",
+                "Achieved (pps)",
+                "Set-up (ms)",
+                "Idle before (ms)",
+                "Claimed (pps)",
             ],
             &rows,
         );
@@ -595,9 +619,20 @@ fn scanner(o: &mut String, s: &Summary) {
         let rows: Vec<Vec<String>> = sc
             .claims
             .iter()
-            .map(|c| vec![escape_inline(&c.what), format!("{:.1}", c.claimed), opt(c.measured, 1), opt(c.diff_pct, 1)])
+            .map(|c| {
+                vec![
+                    escape_inline(&c.what),
+                    format!("{:.1}", c.claimed),
+                    opt(c.measured, 1),
+                    opt(c.diff_pct, 1),
+                ]
+            })
             .collect();
-        table(o, &["Scanner's claim", "Claimed", "Measured", "Difference (%)"], &rows);
+        table(
+            o,
+            &["Scanner's claim", "Claimed", "Measured", "Difference (%)"],
+            &rows,
+        );
     }
 }
 

@@ -44,7 +44,8 @@ pub fn draw(f: &mut Frame, app: &App) {
             // in the drops' place.
             if bottom.width >= 120 {
                 let [drops, diagnosis] =
-                    Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(bottom);
+                    Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
+                        .areas(bottom);
                 draw_panel(f, app, Panel::Drops, drops);
                 draw_panel(f, app, Panel::Diagnosis, diagnosis);
             } else if app.focus == Some(Panel::Diagnosis) {
@@ -84,7 +85,11 @@ fn draw_panel(f: &mut Frame, app: &App, panel: Panel, area: Rect) {
 fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
     let block = panel_block(app, Panel::Diagnosis, " diagnosis ".into());
     let s = app.shown.as_ref();
-    let verdicts = app.summary.as_ref().map(|x| &x.verdicts).or(s.map(|s| &s.verdicts));
+    let verdicts = app
+        .summary
+        .as_ref()
+        .map(|x| &x.verdicts)
+        .or(s.map(|s| &s.verdicts));
     let scanner = app
         .summary
         .as_ref()
@@ -92,27 +97,49 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
         .or(s.and_then(|s| s.scanner.as_ref()));
     let mut lines: Vec<Line> = Vec::new();
     for v in verdicts.into_iter().flatten().take(6) {
-        let colour = if v.kind == "loss" { Color::Red } else { Color::Magenta };
+        let colour = if v.kind == "loss" {
+            Color::Red
+        } else {
+            Color::Magenta
+        };
         let weak = if v.confidence == "weak" { " (weak)" } else { "" };
         lines.push(Line::from(vec![
-            Span::styled(format!("{} {} ", v.kind, pct(v.share)), Style::new().fg(colour).bold()),
+            Span::styled(
+                format!("{} {} ", v.kind, pct(v.share)),
+                Style::new().fg(colour).bold(),
+            ),
             Span::raw(format!("{}{weak}", v.sentence)),
         ]));
         if !v.next_step.is_empty() {
-            lines.push(Line::styled(format!("  next: {}", v.next_step), Style::new().fg(Color::DarkGray)));
+            lines.push(Line::styled(
+                format!("  next: {}", v.next_step),
+                Style::new().fg(Color::DarkGray),
+            ));
         }
     }
     if let Some(sc) = scanner {
-        lines.push(Line::styled(format!("scanner: {}", sc.profile), Style::new().bold()));
+        lines.push(Line::styled(
+            format!("scanner: {}", sc.profile),
+            Style::new().bold(),
+        ));
         for r in sc.requested.sources.iter().rev().take(3) {
             lines.push(Line::from(format!("  rate from {}", r.source)));
         }
         if let Some(c) = &sc.requested.conflict {
-            lines.push(Line::styled(format!("  disagree: {c}"), Style::new().fg(Color::Red)));
+            lines.push(Line::styled(
+                format!("  disagree: {c}"),
+                Style::new().fg(Color::Red),
+            ));
         }
         for c in sc.calibrations.iter().rev().take(2) {
-            let err = c.error_pct.map(|e| format!(", error {e:+.2}%")).unwrap_or_default();
-            let took = c.duration_ms.map(|d| format!(" took {d:.0} ms")).unwrap_or_default();
+            let err = c
+                .error_pct
+                .map(|e| format!(", error {e:+.2}%"))
+                .unwrap_or_default();
+            let took = c
+                .duration_ms
+                .map(|d| format!(" took {d:.0} ms"))
+                .unwrap_or_default();
             lines.push(Line::from(format!("  calibration {}{took}{err}", c.probe)));
         }
         for u in sc.work_units.iter().rev().take(4) {
@@ -121,25 +148,38 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
                 u.index,
                 u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
                 u.achieved_pps.map(rate).unwrap_or_else(|| "-".into()),
-                u.setup_ms.map(|m| format!(", set-up {m:.0} ms")).unwrap_or_default(),
-                u.idle_before_ms.map(|m| format!(", idle {m:.0} ms")).unwrap_or_default(),
+                u.setup_ms
+                    .map(|m| format!(", set-up {m:.0} ms"))
+                    .unwrap_or_default(),
+                u.idle_before_ms
+                    .map(|m| format!(", idle {m:.0} ms"))
+                    .unwrap_or_default(),
             )));
         }
         for m in sc.ipc.iter().take(4) {
-            lines.push(Line::from(format!("  ipc {} {} {} x{}", m.comm, m.direction, m.kind, m.messages)));
+            lines.push(Line::from(format!(
+                "  ipc {} {} {} x{}",
+                m.comm, m.direction, m.kind, m.messages
+            )));
         }
         for c in &sc.claims {
             let diff = c.diff_pct.map(|d| format!(" ({d:+.1}%)")).unwrap_or_default();
             lines.push(Line::from(format!("  claim {}: {:.1}{diff}", c.what, c.claimed)));
         }
         for n in &sc.notes {
-            lines.push(Line::styled(format!("  note: {n}"), Style::new().fg(Color::Yellow)));
+            lines.push(Line::styled(
+                format!("  note: {n}"),
+                Style::new().fg(Color::Yellow),
+            ));
         }
     }
     if lines.is_empty() {
         lines.push(Line::from("no verdict yet"));
     }
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).block(block), area);
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(block),
+        area,
+    );
 }
 
 fn pct(x: f64) -> String {
@@ -211,7 +251,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         None => line1.push(Span::raw("requested: unknown ".to_string())),
     }
     if scanner.is_some_and(|sc| sc.requested.conflict.is_some()) {
-        line1.push(Span::styled("SOURCES DISAGREE ", Style::new().fg(Color::Red).bold()));
+        line1.push(Span::styled(
+            "SOURCES DISAGREE ",
+            Style::new().fg(Color::Red).bold(),
+        ));
     }
     if let Some(s) = s {
         let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
@@ -232,7 +275,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         .iter()
         .map(|p| {
             let role = p.role.as_ref().map(|r| format!("[{r}]")).unwrap_or_default();
-            format!("{} {}{role}{}", p.pid, p.comm, if p.alive { "" } else { " (exited)" })
+            format!(
+                "{} {}{role}{}",
+                p.pid,
+                p.comm,
+                if p.alive { "" } else { " (exited)" }
+            )
         })
         .collect();
     let mut line2 = vec![Span::raw(format!("family: {}", family.join(", ")))];
@@ -250,10 +298,17 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         ));
     }
     // The diagnosis: the top cause so far, with its share; else what the scanner's probes saw.
-    let verdicts = app.summary.as_ref().map(|x| &x.verdicts).or(s.map(|s| &s.verdicts));
+    let verdicts = app
+        .summary
+        .as_ref()
+        .map(|x| &x.verdicts)
+        .or(s.map(|s| &s.verdicts));
     let line3 = match verdicts.and_then(|v| v.first()) {
         Some(v) => Line::from(vec![
-            Span::styled(format!("why: [{} {}] ", v.kind, pct(v.share)), Style::new().fg(Color::Magenta).bold()),
+            Span::styled(
+                format!("why: [{} {}] ", v.kind, pct(v.share)),
+                Style::new().fg(Color::Magenta).bold(),
+            ),
             Span::raw(v.sentence.clone()),
         ]),
         None => match scanner {
