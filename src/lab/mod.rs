@@ -4,8 +4,9 @@
 //! nothing in the root namespace is touched, and everything is deleted again on drop.
 
 use std::fs::File;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IoSliceMut};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
@@ -16,7 +17,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use nix::sched::{setns, CloneFlags};
-use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags};
+use nix::sys::time::TimeSpec;
+use nix::time::{clock_gettime, ClockId};
 use serde::Serialize;
 
 use crate::system::monotonic_ns;
@@ -100,9 +103,9 @@ pub struct SinkReport {
     pub packets: u64,
     /// UDP payload bytes
     pub bytes: u64,
-    /// CLOCK_MONOTONIC ns of the first datagram (0 if none)
+    /// CLOCK_MONOTONIC ns at which the kernel received the first datagram (0 if none)
     pub first_ns: u64,
-    /// CLOCK_MONOTONIC ns of the last datagram (0 if none)
+    /// CLOCK_MONOTONIC ns at which the kernel received the last datagram (0 if none)
     pub last_ns: u64,
 }
 
@@ -185,6 +188,10 @@ impl Lab {
     /// Starts a UDP receiver on target_addr:`port`. The socket is created on a thread that joined
     /// the target namespace and gets an 8 MiB receive buffer (SO_RCVBUFFORCE, else SO_RCVBUF as
     /// far as rmem_max allows); a separate thread counts datagrams until [`UdpSink::stop`].
+    ///
+    /// Each datagram is timed by the kernel as it arrives (SO_TIMESTAMPNS), not when the
+    /// counting thread gets to it, so a receiver that is scheduled late on a busy machine still
+    /// measures the rate at which the packets came.
     pub fn udp_sink(&self, port: u16) -> Result<UdpSink> {
         let addr = SocketAddrV4::new(self.target_addr, port);
         let socket = self.in_target(move || -> Result<UdpSocket> {
@@ -192,6 +199,8 @@ impl Lab {
             setsockopt(&socket, sockopt::RcvBufForce, &SINK_RCVBUF)
                 .or_else(|_| setsockopt(&socket, sockopt::RcvBuf, &SINK_RCVBUF))
                 .context("cannot size the sink's receive buffer")?;
+            setsockopt(&socket, sockopt::ReceiveTimestampns, &true)
+                .context("cannot ask for receive timestamps (SO_TIMESTAMPNS)")?;
             socket.set_read_timeout(Some(SINK_POLL))?;
             Ok(socket)
         })??;
@@ -376,14 +385,26 @@ fn run_in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 
 fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64) -> SinkReport {
     let mut report = SinkReport::default();
     let mut buf = vec![0u8; 65_536];
+    let mut cmsg = nix::cmsg_space!(TimeSpec);
+    let clocks = RealtimeToMonotonic::now();
     loop {
-        match socket.recv(&mut buf) {
-            Ok(len) => {
-                let now = monotonic_ns();
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let received =
+            recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()).map(|msg| {
+                let kernel_ns = msg.cmsgs().ok().into_iter().flatten().find_map(|c| match c {
+                    ControlMessageOwned::ScmTimestampns(ts) => Some(clocks.convert(ts)),
+                    _ => None,
+                });
+                (msg.bytes, kernel_ns)
+            });
+        match received {
+            Ok((len, kernel_ns)) => {
+                // Without a timestamp (never seen on Linux) the moment of reading stands in.
+                let at = kernel_ns.unwrap_or_else(monotonic_ns);
                 if report.packets == 0 {
-                    report.first_ns = now;
+                    report.first_ns = at;
                 }
-                report.last_ns = now;
+                report.last_ns = report.last_ns.max(at);
                 report.packets += 1;
                 report.bytes += len as u64;
                 packets.store(report.packets, Ordering::Relaxed);
@@ -393,6 +414,30 @@ fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64) -
             Err(_) => {}
         }
     }
+}
+
+/// Converts the kernel's CLOCK_REALTIME receive timestamps to CLOCK_MONOTONIC, with the offset
+/// between the two clocks read once, when the sink starts (a sink lives seconds, in which the
+/// offset moves by microseconds at most).
+struct RealtimeToMonotonic {
+    offset_ns: i128,
+}
+
+impl RealtimeToMonotonic {
+    fn now() -> Self {
+        let realtime = clock_gettime(ClockId::CLOCK_REALTIME).map_or(0, |t| timespec_ns(&t));
+        RealtimeToMonotonic {
+            offset_ns: realtime - i128::from(monotonic_ns()),
+        }
+    }
+
+    fn convert(&self, realtime: TimeSpec) -> u64 {
+        u64::try_from(timespec_ns(&realtime) - self.offset_ns).unwrap_or(0)
+    }
+}
+
+fn timespec_ns(t: &TimeSpec) -> i128 {
+    i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec())
 }
 
 /// These need root (CI runs them as root). A lab that cannot be created fails the test.
