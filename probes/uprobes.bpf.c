@@ -2,7 +2,9 @@
 /*
  * Scanner uprobes: one entry and one return program serve every function a scanner profile names
  * (wrappers/*.toml). The attach cookie is the probe's index into `uprobe_cfg`. Calls from outside
- * the target family are ignored. Every call is counted per probe (hits, time inside); rare probes
+ * the target family are ignored. A probe may be attached twice for a while, ahead (for every
+ * process running the file) and pinned (to one process); `uprobe_pinned` says which of the two
+ * counts a process's calls, so a call is never counted by both. Every call is counted per probe (hits, time inside); rare probes
  * also stream a record per entry and return with the argument registers, the return value, up to
  * SP_UPROBE_BUF bytes behind a pointer argument, and the thread's packet count at that moment.
  */
@@ -24,6 +26,19 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sp_uprobe_stats);
 } uprobe_stats SEC(".maps");
+
+/*
+ * (probe << 32 | tgid) present: the probe's link pinned to that process counts its calls, and a
+ * link attached ahead ignores them; absent: the other way round. User space attaches the pinned
+ * link, then adds the entry (one update switches every later call over), then detaches the ahead
+ * link, so a call in between is counted once.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, __u8);
+} uprobe_pinned SEC(".maps");
 
 /* Entry time of the call in progress, by (tid << 32 | probe): pairs a return with its entry. */
 struct {
@@ -68,15 +83,24 @@ static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u
 }
 
 /* The probe a hit is for, and its configuration and counters; false for calls from outside the
- * family (or a probe index user space never configured). */
+ * family, calls the other link of the probe counts (uprobe_pinned), or a probe index user space
+ * never configured. */
 static __always_inline bool family_probe(struct pt_regs *ctx, __u64 id, __u32 *probe,
 					 struct sp_uprobe_cfg **cfg, struct sp_uprobe_stats **st)
 {
 	__u32 tgid = id >> 32;
+	__u64 cookie, pinned_key;
+	bool ahead, pinned;
 
 	if (!bpf_map_lookup_elem(&family, &tgid))
 		return false;
-	*probe = (__u32)bpf_get_attach_cookie(ctx);
+	cookie = bpf_get_attach_cookie(ctx);
+	*probe = (__u32)cookie;
+	ahead = cookie & SP_UP_COOKIE_AHEAD;
+	pinned_key = ((__u64)*probe << 32) | tgid;
+	pinned = bpf_map_lookup_elem(&uprobe_pinned, &pinned_key) != 0;
+	if (ahead == pinned)
+		return false;
 	*cfg = bpf_map_lookup_elem(&uprobe_cfg, probe);
 	*st = bpf_map_lookup_elem(&uprobe_stats, probe);
 	return *cfg && *st;

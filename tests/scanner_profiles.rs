@@ -393,3 +393,59 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }
+
+/// A per-packet probe of a launched scanner is attached ahead to its file, then handed over to a
+/// link pinned to the process once it appears, while the process may already be sending. The
+/// hand-over must neither lose nor double a call: the reference sender, sending from its first
+/// millisecond (clock pacer, no calibration), has `send` and `wait_slot` counted exactly once per
+/// packet. (Before the hand-over map, a call between attaching the pinned link and detaching
+/// the ahead one was counted twice: nmap's `PacketRateMeter::update` read 1001 for 1000.)
+#[test]
+fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
+    require_root();
+    let _serial = serial();
+    let (lab, names) = lab();
+    let count = 20_000u64;
+    let sink = lab_sink(&lab, PORT_A);
+    let to = format!("{}:{PORT_A}", lab.target_addr);
+    let sender = sender_argv(&to, 20_000.0, count, 10.0, &["--pacer", "clock"]);
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--profile",
+        "scanprof-send",
+        "--per-packet",
+        "send,wait_slot",
+        "--duration",
+        "30",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(in_lab(&lab, &sender));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let rx = stop_sink(sink);
+    run.assert_success();
+    let summary = run.summary_json();
+    let sc = scanner(&summary);
+    assert_eq!(rx.packets, count, "the receiver's count: {rx:?}");
+    assert_eq!(summary["packets"].as_u64(), Some(count), "scanprof's packets");
+    let probes = sc["probes"].as_array().unwrap();
+    for name in ["send", "wait_slot"] {
+        let p = probes
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no probe {name}: {probes:?}"));
+        eprintln!("{p}");
+        assert_eq!(p["attached"], true, "{p}");
+        assert_eq!(p["per_packet"], true, "{p}");
+        assert_eq!(
+            p["pids"].as_array().map(Vec::len),
+            Some(1),
+            "pinned to the sender: {p}"
+        );
+        assert_eq!(p["hits"].as_u64(), Some(count), "{name}: one hit per packet: {p}");
+    }
+    lab.destroy().expect("lab teardown");
+    assert_namespaces_gone(&names);
+}

@@ -206,9 +206,11 @@ enum sp_health {
 
 /*
  * Scanner uprobes (uprobes.bpf.c): one program pair serves every probe a profile names. The attach
- * cookie is the probe's index into `uprobe_cfg`, set by user space before attaching.
+ * cookie's low 32 bits are the probe's index into `uprobe_cfg`, set by user space before
+ * attaching; SP_UP_COOKIE_AHEAD marks a link for every process that runs the file.
  */
 #define SP_UPROBE_MAX 64
+#define SP_UP_COOKIE_AHEAD (1ULL << 32)
 #define SP_UPROBE_ARGS 6
 #define SP_UPROBE_BUF 256
 #define SP_UPROBE_NO_ARG 0xff

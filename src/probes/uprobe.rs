@@ -1,7 +1,8 @@
 //! The scanner uprobes (probes/uprobes.bpf.c): one entry and one return program for every function
 //! a profile names, told apart by the attach cookie (the probe's index). User space configures a
 //! probe's capture in `uprobe_cfg`, then attaches the programs to a file offset in a binary, for
-//! one process or for every process that maps the file.
+//! one process or for every process that maps the file. When a probe is attached both ways for a
+//! process, `uprobe_pinned` makes exactly one of the two links count its calls.
 
 use std::path::Path;
 
@@ -23,6 +24,8 @@ pub const NO_ARG: u8 = 0xff;
 pub const UP_RECORD: u32 = 1;
 /// `sp_uprobe_cfg.flags`: copy bytes behind a pointer argument.
 pub const UP_BUFFER: u32 = 2;
+/// Attach cookie bit: the link serves every process running the file (SP_UP_COOKIE_AHEAD).
+const COOKIE_AHEAD: u64 = 1 << 32;
 
 const _: () = assert!(std::mem::size_of::<sp_call>() == 8 + 16 + 8 * UPROBE_ARGS + 32 + 8 + UPROBE_BUF);
 const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 8);
@@ -43,6 +46,7 @@ pub struct Uprobes {
     links: Vec<Option<Link>>,
     cfg: MapHandle,
     stats: MapHandle,
+    pinned: MapHandle,
     obj: Object,
 }
 
@@ -52,6 +56,7 @@ impl Uprobes {
             links: Vec::new(),
             cfg: map_handle(&obj, "uprobe_cfg")?,
             stats: map_handle(&obj, "uprobe_stats")?,
+            pinned: map_handle(&obj, "uprobe_pinned")?,
             obj,
         })
     }
@@ -84,6 +89,10 @@ impl Uprobes {
     /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
     /// when `ret`. `pid` None attaches for every process that maps the file (the programs still
     /// count only the family). Returns the links' keys, for `detach`.
+    ///
+    /// Once links pinned to `pid` are attached, they take that process's calls over from any
+    /// link of the same probe attached for every process, in one map update: detaching the
+    /// latter afterwards neither loses nor doubles a call.
     pub fn attach(
         &mut self,
         index: u32,
@@ -92,7 +101,10 @@ impl Uprobes {
         pid: Option<u32>,
         ret: bool,
     ) -> Result<Vec<usize>, ProbeError> {
-        let pid = pid.map_or(-1, |p| p as i32);
+        let cookie = match pid {
+            Some(_) => u64::from(index),
+            None => u64::from(index) | COOKIE_AHEAD,
+        };
         let mut new = Vec::new();
         for (prog_name, retprobe) in [("sp_uprobe_entry", false), ("sp_uprobe_return", true)] {
             if retprobe && !ret {
@@ -107,17 +119,23 @@ impl Uprobes {
                     source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
                 })?;
             let opts = UprobeOpts {
-                cookie: index as u64,
+                cookie,
                 retprobe,
                 ..Default::default()
             };
             let link = prog
-                .attach_uprobe_with_opts(pid, binary, offset as usize, opts)
+                .attach_uprobe_with_opts(pid.map_or(-1, |p| p as i32), binary, offset as usize, opts)
                 .map_err(bpf_err(format!(
                     "attaching a uprobe at {}+{offset:#x}",
                     binary.display()
                 )))?;
             new.push(link);
+        }
+        if let Some(pid) = pid {
+            let key = (u64::from(index) << 32) | u64::from(pid);
+            self.pinned
+                .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                .map_err(bpf_err(format!("handing uprobe {index} over to pid {pid}")))?;
         }
         let first = self.links.len();
         self.links.extend(new.into_iter().map(Some));
