@@ -4,7 +4,8 @@
 //! `scanprof run` and attached to by `scanprof attach`. What the profile's uprobes read must be
 //! right: the family's roles, the requested rate from argv, from the work unit and from
 //! `init_tslot`, agreeing; the calibrations and their error; the work-unit timeline; the
-//! sender's own claims; and the achieved rate against the lab receiver's count.
+//! sender's own claims; and the achieved rate against the lab receiver's count. Also the hand-over
+//! of per-packet probes, on the reference sender.
 //!
 //! Root only (BPF, namespaces); they fail, never skip, without it. Traffic goes only into labs
 //! these tests create; every run is bounded by its packet count and by a timeout.
