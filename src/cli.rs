@@ -108,9 +108,10 @@ pub struct RunOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
-    /// Before attaching, measure what a reference sender reaches at the --requested rate on this
-    /// machine (in a private lab), and show it beside the target's figure.
-    #[arg(long, requires = "requested")]
+    /// Before attaching, measure what a reference sender reaches at the requested rate on this
+    /// machine (in a private lab), and show it beside the target's figure. The rate is
+    /// --requested, else the one the scanner's profile reads from its command line.
+    #[arg(long)]
     pub baseline: bool,
     /// Pacer of the --baseline sender: tsc, clock, sleep (match the scanner's pacing class).
     #[arg(long, default_value = "tsc", value_name = "PACER")]

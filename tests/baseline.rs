@@ -188,7 +188,7 @@ fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
         nix::unistd::geteuid().is_root(),
         "needs root (BPF, namespaces); CI runs as root"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
         .args([
             "run",
             "--requested",
@@ -198,8 +198,12 @@ fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
             "clock",
         ])
         .args(["--baseline-seconds", "1", "--json", "--", "sleep", "0.3"])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let child_pid = child.id();
+    let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -224,13 +228,63 @@ fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
                 .collect()
         })
         .unwrap_or_default();
-    // The baseline lab was made by the scanprof child: whatever its pid, none of its names remain
-    // unless another test's lab is alive right now, which would carry that test's own pid.
+    // The baseline lab was made by the scanprof child, so its names carry the child's pid.
+    let ours = format!("sp{child_pid}-");
     assert!(
-        leftovers
-            .iter()
-            .all(|n| !n.starts_with("sp") || n.starts_with(&format!("sp{}-", std::process::id()))),
-        "a lab namespace was left behind: {leftovers:?}"
+        leftovers.iter().all(|n| !n.starts_with(&ours)),
+        "a lab namespace of scanprof (pid {child_pid}) was left behind: {leftovers:?}"
+    );
+}
+
+/// `run --baseline` without --requested measures at the rate the scanner's profile reads from its
+/// command line (here the reference sender's `--rate 1000`, to a closed port on loopback).
+#[test]
+fn run_with_baseline_takes_the_rate_from_the_scanners_command_line() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root (BPF, namespaces); CI runs as root"
+    );
+    let exe = env!("CARGO_BIN_EXE_scanprof");
+    let out = std::process::Command::new(exe)
+        .args([
+            "run",
+            "--baseline",
+            "--baseline-pacer",
+            "clock",
+            "--baseline-seconds",
+            "1",
+        ])
+        .args([
+            "--json",
+            "--",
+            exe,
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1000",
+        ])
+        .args(["--count", "300", "--duration", "5", "--pacer", "clock"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line");
+    let b = &summary["baseline"];
+    assert_eq!(b["rate"], 1000.0, "{b}");
+    assert_eq!(summary["requested_pps"], 1000.0, "{summary}");
+    assert!(
+        stderr.contains("argv: --rate 1000"),
+        "the baseline names where its rate came from: {stderr}"
+    );
+    let achieved = b["achieved_pps"].as_f64().unwrap();
+    assert!(
+        (achieved - 1000.0).abs() <= 10.0,
+        "baseline {achieved} pps at 1000 requested"
     );
 }
 

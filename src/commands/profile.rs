@@ -198,11 +198,29 @@ impl Output {
 }
 
 /// The machine's own figure at the requested rate, measured before attaching (or launching):
-/// loopback and lab traffic only, never toward the scanner's targets.
-fn measure_baseline(opts: &RunOptions) -> anyhow::Result<crate::analysis::Baseline> {
-    let rate = opts
-        .requested
-        .context("--baseline needs --requested PPS: the rate to measure at")?;
+/// loopback and lab traffic only, never toward the scanner's targets. The rate is --requested,
+/// else the scanner's own from its command line (an exact rate or a cap).
+fn measure_baseline(
+    opts: &RunOptions,
+    scanner: Option<&ScannerSetup>,
+) -> anyhow::Result<crate::analysis::Baseline> {
+    let argv_rate = scanner
+        .map(|s| &s.argv_rate)
+        .filter(|r| r.pps.is_some() && matches!(r.kind.as_str(), "exact" | "cap"));
+    let (rate, source) = match (opts.requested, argv_rate) {
+        (Some(rate), _) => (rate, "--requested".to_string()),
+        (None, Some(r)) => (
+            r.pps.unwrap_or_default(),
+            r.provenance
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "the command line".into()),
+        ),
+        (None, None) => bail!(
+            "--baseline needs a rate to measure at: give --requested PPS (the scanner's command line \
+             names no rate its profile can read)"
+        ),
+    };
     if !matches!(opts.baseline_pacer.as_str(), "tsc" | "clock" | "sleep") {
         bail!(
             "--baseline-pacer must be tsc, clock or sleep, not {:?}",
@@ -210,7 +228,7 @@ fn measure_baseline(opts: &RunOptions) -> anyhow::Result<crate::analysis::Baseli
         );
     }
     eprintln!(
-        "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps for {} s in a private lab",
+        "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps ({source}) for {} s in a private lab",
         opts.baseline_pacer, opts.baseline_seconds
     );
     crate::commands::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
@@ -399,7 +417,7 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     let output = Output::choose(opts.json, opts.no_tui);
     let mut cfg = session_config(target, opts, output)?;
     if opts.baseline {
-        cfg.baseline = Some(measure_baseline(opts)?);
+        cfg.baseline = Some(measure_baseline(opts, cfg.scanner.as_ref())?);
     }
     let export_to = opts.export.as_ref().map(|dir| ExportTarget {
         dir: dir.clone(),
