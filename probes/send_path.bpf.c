@@ -65,6 +65,16 @@ static __always_inline __u32 sock_kind(struct sock *sk)
 }
 
 /* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far. */
+/* Copies the thread's time budget, accounted up to the current moment by the caller. */
+static __always_inline void budget_at(const struct sp_thread *t, struct sp_budget *b)
+{
+	b->send_ns = t->oncpu_send_ns;
+	b->other_ns = t->oncpu_other_ns;
+	b->blocked_send_ns = t->blocked_send_ns;
+	b->sleep_ns = t->sleep_ns;
+	b->runq_ns = t->runq_ns;
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
@@ -109,6 +119,10 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 			if (gen)
 				__sync_fetch_and_add(gen, 1);
 		}
+		/* Until a call has sent a packet, each attempt may be the first: its entry is where
+		 * the thread's send window begins. The budget is accounted up to `now` here. */
+		if (!t->packets)
+			budget_at(t, &t->at_first_send);
 		if (t->last_send_ns) {
 			__u64 gap = now - t->last_send_ns;
 
@@ -187,5 +201,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		t->first_send_ns = t->send_enter_ns;
 	t->packets += packets;
 	t->last_pkt_ns = t->send_enter_ns;
+	/* On CPU since the entry or the switch back in: accounted up to `now` above. */
+	budget_at(t, &t->at_last_send);
 	return 0;
 }

@@ -187,7 +187,8 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
     const RATE: f64 = 2000.0;
     const COUNT: u64 = 4000;
 
-    let sender = sender_argv(&lab.to(PORT), RATE, COUNT, 5.0, &[]);
+    // The tsc pacer: it calibrates (sleeping 100 ms) before its first packet.
+    let sender = sender_argv(&lab.to(PORT), RATE, COUNT, 5.0, &["--pacer", "tsc"]);
     let args = run_args(&["--requested", "2000"], &launched_in(&lab, &sender));
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     let rx = stop_sink(sink);
@@ -227,6 +228,26 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
     assert!(p.root && !p.alive, "{p:?}");
     assert_eq!(p.exit_code, Some(0), "{p:?}");
     assert_eq!(sending_pids(&s), vec![root]);
+
+    // The sender's budget over its own send window: as long as the window, and without the
+    // 100 ms the tsc pacer sleeps calibrating before its first packet, which the whole-run
+    // budget has.
+    assert_eq!(sent["pacer"], "tsc", "{sent}");
+    let t = &s.threads[0];
+    let window = t.send_window_budget.expect("a send-window budget");
+    let window_ns = s.send_window_s * 1e9;
+    eprintln!("whole-run budget {:?}\nsend-window budget {window:?}", t.budget);
+    assert_within(
+        "send-window budget vs the send window",
+        window.total_ns() as f64,
+        window_ns,
+        0.01,
+    );
+    let calibration_sleep = t.budget.sleep_ns.saturating_sub(window.sleep_ns);
+    assert!(
+        calibration_sleep >= 95_000_000,
+        "the calibration's sleep should lie outside the window: {calibration_sleep} ns"
+    );
 
     drop(run);
     bpf.assert_released("scanprof run");

@@ -56,6 +56,15 @@ enum sp_sock_kind {
  * fields belong to the kernel side; user space reads the counters (all cumulative since the
  * thread was first seen) and `sched_state` + `state_since_ns` to account the open interval.
  */
+/* A thread's time budget at one moment, ns (the five budget fields of sp_thread). */
+struct sp_budget {
+	__u64 send_ns;
+	__u64 other_ns;
+	__u64 blocked_send_ns;
+	__u64 sleep_ns;
+	__u64 runq_ns;
+};
+
 struct sp_thread {
 	__u32 tgid;
 	__u32 tid;
@@ -78,6 +87,10 @@ struct sp_thread {
 	__u64 blocked_send_ns;	/* off CPU of its own accord inside send syscalls */
 	__u64 sleep_ns;		/* off CPU of its own accord elsewhere */
 	__u64 runq_ns;		/* runnable but not running: preempted or waiting after wake-up */
+	/* the time budget above at the entry of the first call that sent packets, and at the exit
+	 * of the latest one: their difference is the thread's budget over its own send window */
+	struct sp_budget at_first_send;
+	struct sp_budget at_last_send;
 	/* send syscalls on network sockets */
 	__u64 calls;
 	__u64 packets;		/* datagrams/frames accepted by the kernel */

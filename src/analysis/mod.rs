@@ -447,6 +447,7 @@ fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u6
                 errors,
                 shares: BudgetShares::of(&budget, interval_ns),
                 budget,
+                send_window_budget: th.window_budget.filter(|_| prev.is_none()),
                 latency_p50_ns: latency.quantile(0.5),
                 latency_p99_ns: latency.quantile(0.99),
             })

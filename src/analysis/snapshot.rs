@@ -78,6 +78,10 @@ pub struct ThreadView {
     /// time spent in each state over the interval, ns
     pub budget: TimeBudget,
     pub shares: BudgetShares,
+    /// in the run's summary only: the budget over the thread's own send window (its first
+    /// packet to its last), without the time before (start-up, calibration) and after
+    #[serde(default)]
+    pub send_window_budget: Option<TimeBudget>,
     /// send syscall duration quantiles, ns
     pub latency_p50_ns: Option<f64>,
     pub latency_p99_ns: Option<f64>,

@@ -121,6 +121,10 @@ pub struct ThreadCounters {
     pub ipc_calls: u64,
     pub ipc_bytes: u64,
     pub budget: TimeBudget,
+    /// the budget over the thread's own send window, from the entry of its first call that sent
+    /// packets to the exit of its latest; None before it sent (and in bundles older than it)
+    #[serde(default)]
+    pub window_budget: Option<TimeBudget>,
 }
 
 /// Drops counted at one (reason, location, device, class, process).
@@ -605,6 +609,16 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         ipc_calls: t.ipc_calls,
         ipc_bytes: t.ipc_bytes,
         budget,
+        window_budget: (t.packets > 0).then(|| {
+            let at = |b: &crate::probes::sp_budget| TimeBudget {
+                send_ns: b.send_ns,
+                blocked_send_ns: b.blocked_send_ns,
+                sleep_ns: b.sleep_ns,
+                preempted_ns: b.runq_ns,
+                other_ns: b.other_ns,
+            };
+            at(&t.at_last_send).saturating_sub(&at(&t.at_first_send))
+        }),
     }
 }
 

@@ -186,7 +186,13 @@ impl<'a> Facts<'a> {
             }
         } else {
             for t in senders {
-                time.add(&within(&t.budget, window_ns));
+                // The thread's own send window when the probes measured it; else its whole-run
+                // budget cut to the family's window.
+                let budget = t
+                    .send_window_budget
+                    .filter(|b| b.total_ns() > 0)
+                    .unwrap_or_else(|| within(&t.budget, window_ns));
+                time.add(&budget);
                 time.senders += 1;
             }
         }
@@ -299,9 +305,10 @@ fn merged_errors(threads: &[ThreadView]) -> BTreeMap<String, u64> {
     errors
 }
 
-/// A whole-run thread budget cut to the send window: a thread's time beyond the window's length
-/// lies outside it (waiting to start, waiting for replies at the end) and is taken from sleep
-/// first, then from its on-CPU time outside send, then the rest.
+/// A whole-run thread budget cut to the send window, for a thread without its own send-window
+/// budget (a bundle recorded before it existed): a thread's time beyond the window's length lies
+/// outside it (waiting to start, waiting for replies at the end) and is taken from sleep first,
+/// then from its on-CPU time outside send, then the rest.
 fn within(b: &TimeBudget, window_ns: f64) -> TimeBudget {
     let mut excess = (b.total_ns() as f64 - window_ns).max(0.0) as u64;
     let mut out = *b;

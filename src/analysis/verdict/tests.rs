@@ -62,6 +62,7 @@ fn sender(packets: u64, budget: TimeBudget, window_s: f64) -> ThreadView {
         errors: BTreeMap::new(),
         shares: BudgetShares::of(&budget, (window_s * 1e9) as u64),
         budget,
+        send_window_budget: None,
         latency_p50_ns: Some(2.0 * US),
         latency_p99_ns: Some(5.0 * US),
     }
@@ -1469,4 +1470,28 @@ fn verdicts_serialize_with_their_documented_fields() {
     );
     let back: Verdict = serde_json::from_value(json).expect("deserializes");
     assert_eq!(back, v[0]);
+}
+
+// --- the send window -----------------------------------------------------------------------------
+
+#[test]
+fn time_on_cpu_before_the_first_packet_is_outside_the_split() {
+    // The sleeping pacer of late_sleep_wake_ups_are_coarse_pacing (6250 of 10000 pps over 10 s,
+    // asleep 90% of its window), which first spent 8 s on the CPU calibrating. Its own
+    // send-window budget leaves that out: coarse pacing, as without the calibration.
+    let window = budget(10.0, 0.0625, 0.0, 0.9, 0.0, 0.0375);
+    let mut r = run(Some(10_000.0), 6250.0, 10.0)
+        .time(0.0625, 0.0, 0.9, 0.0, 0.0375)
+        .gaps(160.0 * US, 160.0 * US, 190.0 * US);
+    r.0.threads[0].budget.other_ns += 8_000_000_000;
+    r.0.threads[0].send_window_budget = Some(window);
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_share(&v, "pacing_coarse", 0.375);
+
+    // Without it (a bundle recorded before it existed), the whole-run budget is cut to the
+    // window by taking sleep first: the calibration then looks like work inside the window.
+    r.0.threads[0].send_window_budget = None;
+    let old = r.verdicts();
+    assert_eq!(old[0].cause, "cpu_bound", "{old:#?}");
 }

@@ -718,6 +718,7 @@ mod tests {
                 send: 0.5,
                 ..Default::default()
             },
+            send_window_budget: None,
             latency_p50_ns: None,
             latency_p99_ns: None,
         };
