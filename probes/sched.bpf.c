@@ -56,6 +56,10 @@ static __always_inline void end_off_cpu(struct sp_thread *t, __u64 now)
 	case SP_ST_RUNNABLE:
 		t->runq_ns += d;
 		break;
+	case SP_ST_WOKEN:
+		t->runq_ns += d;
+		t->wakeup_ns += d;
+		break;
 	case SP_ST_SLEEPING:
 		t->sleep_ns += d;
 		break;
@@ -128,7 +132,7 @@ static __always_inline void woken(struct task_struct *p)
 		return;
 	now = bpf_ktime_get_ns();
 	end_off_cpu(t, now);
-	t->sched_state = SP_ST_RUNNABLE;
+	t->sched_state = SP_ST_WOKEN;
 	t->state_since_ns = now;
 }
 

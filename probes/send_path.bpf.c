@@ -73,6 +73,7 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
 	b->blocked_send_ns = t->blocked_send_ns;
 	b->sleep_ns = t->sleep_ns;
 	b->runq_ns = t->runq_ns;
+	b->wakeup_ns = t->wakeup_ns;
 }
 
 SEC("tp_btf/sys_enter")

@@ -140,6 +140,18 @@ impl LabRun {
         assert_eq!(self.lab["check"]["top_cause"], cause, "{}", self.lab);
     }
 
+    /// The busiest sender thread's time over its own send window.
+    fn sender_budget(&self) -> scanprof::collect::TimeBudget {
+        let t = self
+            .summary
+            .threads
+            .iter()
+            .max_by_key(|t| t.packets)
+            .unwrap_or_else(|| panic!("no sender thread\n{}", self.context));
+        t.send_window_budget
+            .unwrap_or_else(|| panic!("no send-window budget: {t:?}"))
+    }
+
     fn loss_verdicts(&self) -> Vec<&str> {
         self.summary
             .verdicts
@@ -250,6 +262,15 @@ fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
         run.lab
     );
     run.assert_diagnosis("gap", "pacing_coarse", Some(truth));
+    // The sleeping pacer waits for a CPU after its wake-ups, not after preemption: nearly all
+    // of its runnable time follows a wake-up.
+    let b = run.sender_budget();
+    assert!(
+        b.wakeup_wait_ns as f64 >= 0.9 * b.preempted_ns as f64 && b.preempted_ns > 0,
+        "runnable after wake-ups {} of {} ns",
+        b.wakeup_wait_ns,
+        b.preempted_ns
+    );
 }
 
 #[test]
@@ -272,6 +293,15 @@ fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
     let truth = run.gap_truth();
     assert!(truth > 0.2, "the hog took too little: {}", run.lab);
     run.assert_diagnosis("gap", "preempted", Some(truth));
+    // The spinning pacer never sleeps: its runnable time is preemption by the hog, none of it
+    // after a wake-up.
+    let b = run.sender_budget();
+    assert!(
+        (b.wakeup_wait_ns as f64) <= 0.05 * b.preempted_ns as f64,
+        "runnable after wake-ups {} of {} ns",
+        b.wakeup_wait_ns,
+        b.preempted_ns
+    );
 }
 
 #[test]

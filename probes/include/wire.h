@@ -28,10 +28,11 @@
 enum sp_sched_state {
 	SP_ST_UNKNOWN = 0,	/* seen at attach, no switch yet */
 	SP_ST_RUNNING = 1,	/* on a CPU */
-	SP_ST_RUNNABLE = 2,	/* preempted, or woken and waiting for a CPU */
+	SP_ST_RUNNABLE = 2,	/* preempted (or new), waiting for a CPU */
 	SP_ST_SLEEPING = 3,	/* off CPU of its own accord, outside a send syscall */
 	SP_ST_BLOCKED_SEND = 4, /* off CPU of its own accord inside a send syscall */
 	SP_ST_EXITED = 5,	/* gone: user space folds its counters in, then deletes it */
+	SP_ST_WOKEN = 6,	/* woken from SLEEPING or BLOCKED_SEND, waiting for a CPU */
 };
 
 /* Which send syscall a thread is inside, when it is inside one. */
@@ -56,13 +57,14 @@ enum sp_sock_kind {
  * fields belong to the kernel side; user space reads the counters (all cumulative since the
  * thread was first seen) and `sched_state` + `state_since_ns` to account the open interval.
  */
-/* A thread's time budget at one moment, ns (the five budget fields of sp_thread). */
+/* A thread's time budget at one moment, ns (the budget fields of sp_thread). */
 struct sp_budget {
 	__u64 send_ns;
 	__u64 other_ns;
 	__u64 blocked_send_ns;
 	__u64 sleep_ns;
 	__u64 runq_ns;
+	__u64 wakeup_ns;
 };
 
 struct sp_thread {
@@ -87,6 +89,7 @@ struct sp_thread {
 	__u64 blocked_send_ns;	/* off CPU of its own accord inside send syscalls */
 	__u64 sleep_ns;		/* off CPU of its own accord elsewhere */
 	__u64 runq_ns;		/* runnable but not running: preempted or waiting after wake-up */
+	__u64 wakeup_ns;	/* the part of runq_ns that followed a wake-up (SP_ST_WOKEN) */
 	/* the time budget above at the entry of the first call that sent packets, and at the exit
 	 * of the latest one: their difference is the thread's budget over its own send window */
 	struct sp_budget at_first_send;

@@ -21,6 +21,7 @@ const CLOSED: TimeBudget = TimeBudget {
     sleep_ns: 3_000,
     preempted_ns: 4_000,
     other_ns: 5_000,
+    wakeup_wait_ns: 1_500,
 };
 
 fn raw(state: sp_sched_state, send_call: u32) -> sp_thread {
@@ -35,6 +36,7 @@ fn raw(state: sp_sched_state, send_call: u32) -> sp_thread {
         blocked_send_ns: CLOSED.blocked_send_ns,
         sleep_ns: CLOSED.sleep_ns,
         runq_ns: CLOSED.preempted_ns,
+        wakeup_ns: CLOSED.wakeup_wait_ns,
         oncpu_other_ns: CLOSED.other_ns,
         ..Default::default()
     }
@@ -76,6 +78,21 @@ fn runnable_adds_the_open_state_to_preempted() {
             ..CLOSED
         }
     );
+}
+
+#[test]
+fn woken_adds_the_open_state_to_preempted_and_to_its_wake_up_part() {
+    let c = thread_counters(&raw(sp_sched_state::SP_ST_WOKEN, 0), NOW);
+    assert_eq!(
+        c.budget,
+        TimeBudget {
+            preempted_ns: 4_000 + 3_000_000,
+            wakeup_wait_ns: 1_500 + 3_000_000,
+            ..CLOSED
+        }
+    );
+    // The wake-up part is inside preempted_ns, not added to the total again.
+    assert_eq!(c.budget.total_ns(), CLOSED.total_ns() + 3_000_000);
 }
 
 #[test]

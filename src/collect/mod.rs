@@ -68,6 +68,10 @@ pub struct TimeBudget {
     pub preempted_ns: u64,
     /// on CPU outside send syscalls: user code, pacing loops, other syscalls
     pub other_ns: u64,
+    /// the part of `preempted_ns` spent waiting for a CPU right after a wake-up (from a sleep or
+    /// a blocked send), not after being preempted; not added again in `total_ns`
+    #[serde(default)]
+    pub wakeup_wait_ns: u64,
 }
 
 impl TimeBudget {
@@ -82,6 +86,7 @@ impl TimeBudget {
             sleep_ns: self.sleep_ns.saturating_sub(o.sleep_ns),
             preempted_ns: self.preempted_ns.saturating_sub(o.preempted_ns),
             other_ns: self.other_ns.saturating_sub(o.other_ns),
+            wakeup_wait_ns: self.wakeup_wait_ns.saturating_sub(o.wakeup_wait_ns),
         }
     }
 
@@ -91,6 +96,7 @@ impl TimeBudget {
         self.sleep_ns += o.sleep_ns;
         self.preempted_ns += o.preempted_ns;
         self.other_ns += o.other_ns;
+        self.wakeup_wait_ns += o.wakeup_wait_ns;
     }
 }
 
@@ -573,6 +579,7 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         sleep_ns: t.sleep_ns,
         preempted_ns: t.runq_ns,
         other_ns: t.oncpu_other_ns,
+        wakeup_wait_ns: t.wakeup_ns,
     };
     let state = sp_sched_state(t.sched_state);
     let open = |since: u64| now_ns.saturating_sub(since);
@@ -580,6 +587,10 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         sp_sched_state::SP_ST_RUNNING if t.send_call != 0 => budget.send_ns += open(t.oncpu_since_ns),
         sp_sched_state::SP_ST_RUNNING => budget.other_ns += open(t.oncpu_since_ns),
         sp_sched_state::SP_ST_RUNNABLE => budget.preempted_ns += open(t.state_since_ns),
+        sp_sched_state::SP_ST_WOKEN => {
+            budget.preempted_ns += open(t.state_since_ns);
+            budget.wakeup_wait_ns += open(t.state_since_ns);
+        }
         sp_sched_state::SP_ST_SLEEPING => budget.sleep_ns += open(t.state_since_ns),
         sp_sched_state::SP_ST_BLOCKED_SEND => budget.blocked_send_ns += open(t.state_since_ns),
         _ => {}
@@ -616,6 +627,7 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
                 sleep_ns: b.sleep_ns,
                 preempted_ns: b.runq_ns,
                 other_ns: b.other_ns,
+                wakeup_wait_ns: b.wakeup_ns,
             };
             at(&t.at_last_send).saturating_sub(&at(&t.at_first_send))
         }),

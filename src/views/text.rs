@@ -140,11 +140,12 @@ pub fn summary(s: &Summary) -> String {
         let b = &s.budget;
         let _ = writeln!(
             o,
-            "\nsender threads' time: sending {} | blocked in send {} | sleeping {} | preempted/waiting for CPU {} | other (user code, pacing) {}",
+            "\nsender threads' time: sending {} | blocked in send {} | sleeping {} | waiting for a CPU {} ({} after wake-ups) | other (user code, pacing) {}",
             pct(b.send_ns as f64 / total),
             pct(b.blocked_send_ns as f64 / total),
             pct(b.sleep_ns as f64 / total),
             pct(b.preempted_ns as f64 / total),
+            pct(b.wakeup_wait_ns as f64 / total),
             pct(b.other_ns as f64 / total)
         );
     }

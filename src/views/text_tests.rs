@@ -108,6 +108,7 @@ fn fixed_summary() -> Summary {
             sleep_ns: 900 * MS,
             preempted_ns: 50 * MS,
             other_ns: 200 * MS,
+            wakeup_wait_ns: 0,
         },
         block_sites: vec![
             BlockSiteView {
@@ -356,7 +357,7 @@ fn only_unrelated_drops_means_none_of_the_targets() {
 fn report_shows_time_budget_wait_sites_gaps_and_latency() {
     let r = summary(&fixed_summary());
     assert!(
-        r.contains("sender threads' time: sending 30.0% | blocked in send 12.5% | sleeping 45.0% | preempted/waiting for CPU 2.5% | other (user code, pacing) 10.0%"),
+        r.contains("sender threads' time: sending 30.0% | blocked in send 12.5% | sleeping 45.0% | waiting for a CPU 2.5% (0.0% after wake-ups) | other (user code, pacing) 10.0%"),
         "{r}"
     );
     assert!(

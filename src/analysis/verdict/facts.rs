@@ -29,6 +29,8 @@ pub(super) struct ThreadTime {
     pub sleep: f64,
     /// runnable, waiting for a CPU
     pub preempted: f64,
+    /// the part of `preempted` right after wake-ups (not added to the total again)
+    pub wakeup: f64,
     /// on CPU outside send syscalls
     pub other: f64,
     /// sender threads summed
@@ -47,6 +49,7 @@ impl ThreadTime {
         self.blocked += b.blocked_send_ns as f64;
         self.sleep += b.sleep_ns as f64;
         self.preempted += b.preempted_ns as f64;
+        self.wakeup += b.wakeup_wait_ns.min(b.preempted_ns) as f64;
         self.other += b.other_ns as f64;
     }
 }
@@ -323,6 +326,7 @@ fn within(b: &TimeBudget, window_ns: f64) -> TimeBudget {
         *field -= take;
         excess -= take;
     }
+    out.wakeup_wait_ns = out.wakeup_wait_ns.min(out.preempted_ns);
     out
 }
 
@@ -350,6 +354,7 @@ mod tests {
             sleep_ns: 300,
             preempted_ns: 20,
             other_ns: 530,
+            wakeup_wait_ns: 0,
         };
         // 1000 ns of thread time over a 600 ns window: 400 ns outside, 300 from sleep, 100 other.
         let w = within(&b, 600.0);

@@ -240,10 +240,18 @@ impl Split {
         s.mean_gap_ns = s.mean_gap_without_units(f);
 
         // A pacer that sleeps wakes up and then waits for a CPU: that wait, tens of us per
-        // packet, is its wake-up latency, not preemption by other work (which takes ms).
+        // packet, is its wake-up latency, not preemption by other work (which takes ms). The
+        // probes measure the wait after wake-ups apart from preemption; up to a wake-up's
+        // latency per packet it is the pacing's lateness, beyond that other work held the CPU.
+        // Without that figure (a bundle recorded before it), all runnable time counts as
+        // wake-up latency when it is no more than that per packet.
         let sleeps_to_pace = sleep >= SLEEP_PACER && s.attempts > 0;
-        let preempted_per_packet = preempted * total / s.attempts.max(1) as f64;
-        if sleeps_to_pace && preempted_per_packet <= WAKEUP_LATENCY_NS {
+        let attempts = s.attempts.max(1) as f64;
+        let measured_wakeup = (t.wakeup / total).min(preempted);
+        if sleeps_to_pace && measured_wakeup > 0.0 {
+            s.f_wakeup = measured_wakeup.min(WAKEUP_LATENCY_NS * attempts / total);
+            preempted -= s.f_wakeup;
+        } else if sleeps_to_pace && preempted * total / attempts <= WAKEUP_LATENCY_NS {
             s.f_wakeup = preempted;
             preempted = 0.0;
         }

@@ -47,6 +47,7 @@ fn budget(window_s: f64, send: f64, blocked: f64, sleep: f64, preempted: f64, ot
         sleep_ns: ns(sleep),
         preempted_ns: ns(preempted),
         other_ns: ns(other),
+        wakeup_wait_ns: 0,
     }
 }
 
@@ -1494,4 +1495,26 @@ fn time_on_cpu_before_the_first_packet_is_outside_the_split() {
     r.0.threads[0].send_window_budget = None;
     let old = r.verdicts();
     assert_eq!(old[0].cause, "cpu_bound", "{old:#?}");
+}
+
+// --- waiting for a CPU after a wake-up ---------------------------------------------------------
+
+#[test]
+fn a_sleeping_pacer_preempted_by_other_work_is_told_from_its_wake_up_latency() {
+    // 800 of 1000 pps over 10 s; asleep 70%, runnable 15% (187.5 us per packet). The probes say
+    // only 2% of the window followed wake-ups (25 us per packet): the other 13% is preemption.
+    // sigma 0.8, work 0.15, wait 0.70 + 0.02: excess 0.07 to pacing; preemption 0.13.
+    let mut r = run(Some(1000.0), 800.0, 10.0)
+        .time(0.05, 0.0, 0.70, 0.15, 0.10)
+        .gaps(1000.0 * US, 1250.0 * US, 8000.0 * US);
+    r.0.threads[0].budget.wakeup_wait_ns = 200_000_000;
+    let v = r.verdicts();
+    assert_eq!(v[0].cause, "preempted", "{v:#?}");
+    assert_share(&v, "preempted", 0.13);
+
+    // Without the wake-up figure (a bundle recorded before it), 187.5 us of runnable time per
+    // packet is within a wake-up's latency: all of it is taken for the pacing's lateness.
+    r.0.threads[0].budget.wakeup_wait_ns = 0;
+    let old = r.verdicts();
+    assert!(old.iter().all(|v| v.cause != "preempted"), "{old:#?}");
 }

@@ -401,6 +401,7 @@ fn time_budget(o: &mut String, s: &Summary) {
             ("blocked in send", b.blocked_send_ns),
             ("sleeping", b.sleep_ns),
             ("preempted/waiting for CPU", b.preempted_ns),
+            ("of that, right after wake-ups", b.wakeup_wait_ns),
             ("other (user code, pacing)", b.other_ns),
         ]
         .iter()
