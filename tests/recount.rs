@@ -1,6 +1,8 @@
-//! Privileged test of the bundle's bpftrace script (src/views/export/recount.rs): generated from
-//! a real run's summary, run by bpftrace beside a second run of the same kind, it must count what
-//! scanprof counts: the family's packets and the target's QDISC_DROP drops at the qdisc.
+//! Privileged tests against bpftrace as the independent counter. The bundle's bpftrace script
+//! (src/views/export/recount.rs): generated from a real run's summary, run by bpftrace beside a
+//! second run of the same kind, it must count what scanprof counts: the family's packets and the
+//! target's QDISC_DROP drops at the qdisc. And the time budget's wait for a CPU after wake-ups,
+//! against a bpftrace script that times each wake-up to its switch-in.
 //!
 //! Needs root (BPF, namespaces) and fails, never skips, without it. Traffic goes only into the
 //! namespace lab the test creates (removed on drop), every send is bounded in time and count,
@@ -250,6 +252,115 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
         "machine-wide {bt_all_drops} < family {bt_family_drops}"
     );
     assert_eq!(bt_errors, second.failed_calls, "failed send calls");
+
+    drop(file);
+    let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+    lab.destroy()
+        .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    assert_namespaces_gone(&names);
+}
+
+/// From each `sched_wakeup` of a `scanprof` thread to its next switch-in, summed per tid; a wake-up
+/// of a thread still on its CPU (it never slept) is forgotten at its switch-out.
+const WAKEUP_WAIT_BT: &str = r#"
+tracepoint:sched:sched_wakeup /args->comm == "scanprof"/ { @woken[args->pid] = nsecs; }
+tracepoint:sched:sched_switch {
+  delete(@woken[args->prev_pid]);
+  if (@woken[args->next_pid] != 0) {
+    @wait_ns[args->next_pid] = @wait_ns[args->next_pid] + (nsecs - @woken[args->next_pid]);
+    @wakeups[args->next_pid] = @wakeups[args->next_pid] + 1;
+    delete(@woken[args->next_pid]);
+  }
+}
+END { clear(@woken); }
+"#;
+
+/// A sleeping pacer (per-packet slots, 5000 pps) waits for a CPU after each of its wake-ups:
+/// scanprof's `wakeup_wait_ns` for the sender thread equals bpftrace's sum (within 5%, or 2 us
+/// per wake-up).
+#[test]
+fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
+    require_root();
+    let _serial = serial();
+    let lab = Lab::create(&LabConfig::default())
+        .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+    let sink = lab
+        .udp_sink(PORT)
+        .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"));
+    let file = TempFile(std::env::temp_dir().join(format!("scanprof-wakeup-{}.bt", std::process::id())));
+    std::fs::write(&file.0, WAKEUP_WAIT_BT).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
+    let mut bpftrace = Proc::spawn(
+        "bpftrace",
+        {
+            let mut c = Command::new("bpftrace");
+            c.arg("-f").arg("json").arg(&file.0);
+            c
+        },
+        false,
+    );
+    bpftrace.wait_for_line("attached_probes line", Duration::from_secs(30), |l| {
+        l.contains("\"attached_probes\"")
+    });
+    assert!(bpftrace.running(), "bpftrace ended early");
+
+    let to = format!("{}:{PORT}", lab.target_addr);
+    let count = 10_000u64;
+    #[rustfmt::skip]
+    let args: Vec<String> = [
+        "run", "--json", "--no-tui", "--duration", "30", "--",
+        "ip", "netns", "exec", &lab.sender_ns,
+        scanprof_bin(), "send", "--to", &to, "--rate", "5000", "--count", &count.to_string(),
+        "--duration", "5", "--pacer", "sleep", "--slot", "per-packet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(200));
+    bpftrace.signal(Signal::SIGINT);
+    let bpftrace = bpftrace.finish(Duration::from_secs(20));
+    let received = sink.stop();
+    run.assert_success();
+    assert!(bpftrace.status.success(), "{}", bpftrace.context());
+    let summary = run.summary();
+    let maps = bpftrace_maps(&bpftrace.lines);
+
+    assert_eq!(summary.packets, count, "the sender's packets");
+    assert_eq!(received.packets, count, "the receiver's count");
+    let sender = summary
+        .threads
+        .iter()
+        .max_by_key(|t| t.packets)
+        .expect("a sender thread");
+    let tid = sender.tid.to_string();
+    let bt_wait = maps
+        .get("@wait_ns")
+        .and_then(|m| m.get(&tid))
+        .copied()
+        .unwrap_or(0);
+    let bt_wakeups = maps
+        .get("@wakeups")
+        .and_then(|m| m.get(&tid))
+        .copied()
+        .unwrap_or(0);
+    let b = &sender.budget;
+    eprintln!(
+        "wake-up wait of tid {tid}: scanprof {} ns of {} ns runnable; bpftrace {bt_wait} ns over {bt_wakeups} wake-ups",
+        b.wakeup_wait_ns, b.preempted_ns
+    );
+    // A sleep per packet: about one wake-up per packet.
+    assert!(bt_wakeups >= count * 9 / 10, "bpftrace saw {bt_wakeups} wake-ups");
+    assert!(b.wakeup_wait_ns <= b.preempted_ns, "{b:?}");
+    // Both programs run on the same tracepoints, one after the other: each wake-up's two
+    // timestamps differ by up to the other program's run time at each end (about 1 us under
+    // load). So the two sums agree within 5%, or within 2 us per wake-up.
+    let diff = (b.wakeup_wait_ns as f64 - bt_wait as f64).abs();
+    assert!(
+        diff <= 0.05 * bt_wait as f64 || diff <= 2_000.0 * bt_wakeups as f64,
+        "scanprof's wake-up wait {} ns vs bpftrace's {bt_wait} ns: {:.0} ns per wake-up apart",
+        b.wakeup_wait_ns,
+        diff / bt_wakeups.max(1) as f64
+    );
 
     drop(file);
     let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
