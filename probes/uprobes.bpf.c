@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Scanner uprobes: one entry and one return program serve every function a scanner profile names
- * (wrappers/*.toml). The attach cookie is the probe's index into `uprobe_cfg`. Calls from outside
- * the target family are ignored. A probe may be attached twice for a while, ahead (for every
- * process running the file) and pinned (to one process); `uprobe_pinned` says which of the two
- * counts a process's calls, so a call is never counted by both. Every call is counted per probe (hits, time inside); rare probes
- * also stream a record per entry and return with the argument registers, the return value, up to
- * SP_UPROBE_BUF bytes behind a pointer argument, and the thread's packet count at that moment.
+ * (wrappers/*.toml). The attach cookie's low 32 bits are the probe's index into `uprobe_cfg`.
+ * Calls from outside the target family are ignored. Every call is counted per probe (hits, time
+ * inside); rare probes also stream a record per entry and return with the argument registers, the
+ * return value, up to SP_UPROBE_BUF bytes behind a pointer argument, and the thread's packet count
+ * at that moment. A per-packet probe is attached twice for a while, ahead (for every process
+ * running the file) and pinned (to one process); `uprobe_pinned` says which of the two counts a
+ * process's calls, so that no call is lost or counted twice.
  */
 #include "shared.h"
 
@@ -28,10 +29,11 @@ struct {
 } uprobe_stats SEC(".maps");
 
 /*
- * (probe << 32 | tgid) present: the probe's link pinned to that process counts its calls, and a
- * link attached ahead ignores them; absent: the other way round. User space attaches the pinned
- * link, then adds the entry (one update switches every later call over), then detaches the ahead
- * link, so a call in between is counted once.
+ * (probe << 32 | tgid) present: the probe's hand-over link pinned to that process counts its
+ * calls, and the link attached ahead ignores them; absent: the other way round. User space
+ * attaches the hand-over link, then adds the entry (one update switches every later call over),
+ * then detaches the ahead link, so a call in between is counted once. Pinned links that replace
+ * no ahead link do not look here.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -82,25 +84,32 @@ static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u
 	return c;
 }
 
+/* Whether this link counts the calls of process `tgid` to `probe`: a link attached ahead counts
+ * them until a hand-over link pinned to the process takes over (an entry in uprobe_pinned); the
+ * hand-over link counts them from then on; any other pinned link always does. */
+static __always_inline bool link_counts(__u64 cookie, __u32 probe, __u32 tgid)
+{
+	__u64 key = ((__u64)probe << 32) | tgid;
+	bool handed = bpf_map_lookup_elem(&uprobe_pinned, &key) != 0;
+
+	if (cookie & SP_UP_COOKIE_AHEAD)
+		return !handed;
+	if (cookie & SP_UP_COOKIE_HANDOVER)
+		return handed;
+	return true;
+}
+
 /* The probe a hit is for, and its configuration and counters; false for calls from outside the
- * family, calls the other link of the probe counts (uprobe_pinned), or a probe index user space
- * never configured. */
-static __always_inline bool family_probe(struct pt_regs *ctx, __u64 id, __u32 *probe,
+ * family or a probe index user space never configured. */
+static __always_inline bool family_probe(struct pt_regs *ctx, __u64 id, __u64 *cookie, __u32 *probe,
 					 struct sp_uprobe_cfg **cfg, struct sp_uprobe_stats **st)
 {
 	__u32 tgid = id >> 32;
-	__u64 cookie, pinned_key;
-	bool ahead, pinned;
 
 	if (!bpf_map_lookup_elem(&family, &tgid))
 		return false;
-	cookie = bpf_get_attach_cookie(ctx);
-	*probe = (__u32)cookie;
-	ahead = cookie & SP_UP_COOKIE_AHEAD;
-	pinned_key = ((__u64)*probe << 32) | tgid;
-	pinned = bpf_map_lookup_elem(&uprobe_pinned, &pinned_key) != 0;
-	if (ahead == pinned)
-		return false;
+	*cookie = bpf_get_attach_cookie(ctx);
+	*probe = (__u32)*cookie;
 	*cfg = bpf_map_lookup_elem(&uprobe_cfg, probe);
 	*st = bpf_map_lookup_elem(&uprobe_stats, probe);
 	return *cfg && *st;
@@ -114,10 +123,10 @@ int sp_uprobe_entry(struct pt_regs *ctx)
 	struct sp_uprobe_cfg *cfg;
 	struct sp_uprobe_stats *st;
 	struct sp_call *c;
+	__u64 key, cookie;
 	__u32 probe;
-	__u64 key;
 
-	if (!family_probe(ctx, id, &probe, &cfg, &st))
+	if (!family_probe(ctx, id, &cookie, &probe, &cfg, &st) || !link_counts(cookie, probe, id >> 32))
 		return 0;
 	key = (id << 32) | probe;
 	st->hits++;
@@ -161,18 +170,25 @@ int sp_uprobe_return(struct pt_regs *ctx)
 	struct sp_uprobe_cfg *cfg;
 	struct sp_uprobe_stats *st;
 	struct sp_call *c;
+	__u64 key, cookie;
 	__u32 probe;
-	__u64 key;
 
-	if (!family_probe(ctx, id, &probe, &cfg, &st))
+	if (!family_probe(ctx, id, &cookie, &probe, &cfg, &st))
 		return 0;
 	key = (id << 32) | probe;
 	entered = bpf_map_lookup_elem(&uprobe_entry, &key);
 	if (entered) {
+		/* The return of a counted entry, whichever link's return probe sees it first: a call
+		 * that entered before a hand-over returns through the ahead link only, and one that
+		 * entered after it through both. */
 		inside = now - *entered;
-		bpf_map_delete_elem(&uprobe_entry, &key);
+		if (bpf_map_delete_elem(&uprobe_entry, &key))
+			return 0;
 		st->returns++;
 		st->inside_ns += inside;
+	} else if (!link_counts(cookie, probe, id >> 32)) {
+		/* a return whose entry came before the probes (attached mid-call) */
+		return 0;
 	}
 	if (!(cfg->flags & SP_UP_RECORD))
 		return 0;

@@ -331,11 +331,13 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     let (lab, names) = lab();
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
     let (sink_a, sink_b) = (lab_sink(&lab, PORT_A), lab_sink(&lab, PORT_B));
-    // Three units of 1.5 s: scanprof attaches during the first.
+    // Three units of 2.5 s: scanprof attaches during the first, with about 2 s to spare for its
+    // start-up before the second is handed over (about 0.5 s on a quiet machine).
+    const PER_UNIT: u64 = 5000;
     let argv = unishape::argv(
         bins,
         2000,
-        &["--repeats=3000"],
+        &[&format!("--repeats={PER_UNIT}")],
         &[&to(PORT_A), &to(PORT_B), &to(PORT_A)],
     );
     let cmd = lab.command_in_sender(&argv[0], &argv[1..]);
@@ -368,18 +370,18 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     let whole: Vec<&Value> = units.iter().filter(|u| u["handed_s"].is_number()).collect();
     assert_eq!(whole.len(), 2, "{units:?}");
     for u in &whole {
-        assert_eq!(u["packets"].as_u64(), Some(3000), "{u}");
+        assert_eq!(u["packets"].as_u64(), Some(PER_UNIT), "{u}");
     }
     // The second unit went to port B alone: its rate is the receiver's there.
     let rx_pps = rx_b.pps().expect("receiver rate");
-    assert_eq!(rx_b.packets, 3000);
+    assert_eq!(rx_b.packets, PER_UNIT);
     assert_within(
         "unit 2 achieved vs receiver",
         f(&whole[0]["achieved_pps"]),
         rx_pps,
         0.01,
     );
-    assert!(rx_a.packets >= 3000, "{rx_a:?}");
+    assert!(rx_a.packets >= PER_UNIT, "{rx_a:?}");
     let roles = roles(sc);
     assert!(
         roles.contains(&("unisend".to_string(), "sender".to_string())),
@@ -397,9 +399,9 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
 
 /// A per-packet probe of a launched scanner is attached ahead to its file, then handed over to a
 /// link pinned to the process once it appears, while the process may already be sending. The
-/// hand-over must neither lose nor double a call: the reference sender, sending from its first
-/// millisecond (clock pacer, no calibration), has `send` and `wait_slot` counted exactly once per
-/// packet. (Before the hand-over map, a call between attaching the pinned link and detaching
+/// hand-over must neither lose nor double a call or its return: the reference sender, sending from
+/// its first millisecond (clock pacer, no calibration), has `send` and `wait_slot` counted exactly
+/// once per packet, entries and returns. (Before the hand-over map, a call between attaching the pinned link and detaching
 /// the ahead one was counted twice: nmap's `PacketRateMeter::update` read 1001 for 1000.)
 #[test]
 fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
@@ -446,6 +448,12 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
             "pinned to the sender: {p}"
         );
         assert_eq!(p["hits"].as_u64(), Some(count), "{name}: one hit per packet: {p}");
+        // A call that entered before the hand-over returns through the ahead link: none is lost.
+        assert_eq!(
+            p["returns"].as_u64(),
+            Some(count),
+            "{name}: every call returned: {p}"
+        );
     }
     lab.destroy().expect("lab teardown");
     assert_namespaces_gone(&names);

@@ -52,11 +52,6 @@ enum sp_sock_kind {
 	SP_SOCK_IPC = 2,	/* AF_UNIX: messages between processes */
 };
 
-/*
- * One per thread of the target family, keyed by tid in the shared `threads` map. The in-flight
- * fields belong to the kernel side; user space reads the counters (all cumulative since the
- * thread was first seen) and `sched_state` + `state_since_ns` to account the open interval.
- */
 /* A thread's time budget at one moment, ns (the budget fields of sp_thread). */
 struct sp_budget {
 	__u64 send_ns;
@@ -67,6 +62,11 @@ struct sp_budget {
 	__u64 wakeup_ns;
 };
 
+/*
+ * One per thread of the target family, keyed by tid in the shared `threads` map. The in-flight
+ * fields belong to the kernel side; user space reads the counters (all cumulative since the
+ * thread was first seen) and `sched_state` + `state_since_ns` to account the open interval.
+ */
 struct sp_thread {
 	__u32 tgid;
 	__u32 tid;
@@ -223,10 +223,11 @@ enum sp_health {
 /*
  * Scanner uprobes (uprobes.bpf.c): one program pair serves every probe a profile names. The attach
  * cookie's low 32 bits are the probe's index into `uprobe_cfg`, set by user space before
- * attaching; SP_UP_COOKIE_AHEAD marks a link for every process that runs the file.
+ * attaching; the bits above say what kind of link it is.
  */
 #define SP_UPROBE_MAX 64
-#define SP_UP_COOKIE_AHEAD (1ULL << 32)
+#define SP_UP_COOKIE_AHEAD (1ULL << 32)	/* a link for every process running the file */
+#define SP_UP_COOKIE_HANDOVER (1ULL << 33)	/* a pinned link taking over from an ahead link */
 #define SP_UPROBE_ARGS 6
 #define SP_UPROBE_BUF 256
 #define SP_UPROBE_NO_ARG 0xff

@@ -76,6 +76,10 @@ pub struct UprobeView {
     pub pids: Vec<u32>,
     /// calls seen from the family
     pub hits: u64,
+    /// returns of those calls (a call in progress, or a probe attached without its return, has
+    /// none yet)
+    #[serde(default)]
+    pub returns: u64,
     /// time from entry to return, summed over the calls that returned, ns
     pub inside_ns: u64,
     /// why it is not attached, or what it costs
@@ -715,6 +719,7 @@ impl ScannerModel {
                 attached: s.attached,
                 pids: s.pids.clone(),
                 hits: s.hits,
+                returns: s.returns,
                 inside_ns: s.inside_ns,
                 note: match (&s.note, s.per_packet && s.attached) {
                     (None, true) => Some(per_packet_cost(s.hits, packets)),

@@ -12,7 +12,7 @@ use blazesym::inspect::source::{Elf, Source};
 use blazesym::inspect::Inspector;
 use serde::{Deserialize, Serialize};
 
-use crate::probes::{sp_call, sp_ucall_kind, ProbeSet, UprobeCapture};
+use crate::probes::{sp_call, sp_ucall_kind, LinkFor, ProbeSet, UprobeCapture};
 use crate::wrappers::{ArgType, Probe, ProbeRole, ScannerProfile};
 
 /// Which per-packet probes to switch on (they cost a uprobe hit per packet).
@@ -296,7 +296,12 @@ impl ScannerProbes {
         };
         let Some(u) = probes.uprobes_mut() else { return };
         let ret = !probe.per_packet || probe.ret.is_some() || probe.role == ProbeRole::PaceWait;
-        match u.attach(i as u32, file, offset, pid, ret) {
+        let to = match pid {
+            None => LinkFor::Ahead,
+            Some(pid) if swap => LinkFor::HandOver(pid),
+            Some(pid) => LinkFor::Pid(pid),
+        };
+        match u.attach(i as u32, file, offset, to, ret) {
             Ok(keys) => {
                 self.attached.insert((i, id, pid), keys);
                 if swap {

@@ -15,7 +15,8 @@ use thiserror::Error;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
 pub use uprobe::{
-    sp_call, sp_ucall_kind, sp_uprobe_stats, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF, UPROBE_MAX,
+    sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
+    UPROBE_MAX,
 };
 
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]

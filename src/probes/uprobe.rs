@@ -1,8 +1,8 @@
 //! The scanner uprobes (probes/uprobes.bpf.c): one entry and one return program for every function
 //! a profile names, told apart by the attach cookie (the probe's index). User space configures a
 //! probe's capture in `uprobe_cfg`, then attaches the programs to a file offset in a binary, for
-//! one process or for every process that maps the file. When a probe is attached both ways for a
-//! process, `uprobe_pinned` makes exactly one of the two links count its calls.
+//! one process or for every process that maps the file. When a pinned link takes over from an
+//! ahead one, `uprobe_pinned` makes exactly one of the two count each call.
 
 use std::path::Path;
 
@@ -26,6 +26,19 @@ pub const UP_RECORD: u32 = 1;
 pub const UP_BUFFER: u32 = 2;
 /// Attach cookie bit: the link serves every process running the file (SP_UP_COOKIE_AHEAD).
 const COOKIE_AHEAD: u64 = 1 << 32;
+/// Attach cookie bit: a pinned link taking over from an ahead link (SP_UP_COOKIE_HANDOVER).
+const COOKIE_HANDOVER: u64 = 1 << 33;
+
+/// Which processes a probe's links serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkFor {
+    /// every process that maps the file (the programs still count only the family)
+    Ahead,
+    /// one process
+    Pid(u32),
+    /// one process, taking over from the probe's ahead link for it
+    HandOver(u32),
+}
 
 const _: () = assert!(std::mem::size_of::<sp_call>() == 8 + 16 + 8 * UPROBE_ARGS + 32 + 8 + UPROBE_BUF);
 const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 8);
@@ -87,23 +100,23 @@ impl Uprobes {
     }
 
     /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
-    /// when `ret`. `pid` None attaches for every process that maps the file (the programs still
-    /// count only the family). Returns the links' keys, for `detach`.
+    /// when `ret`, for the processes `to` names. Returns the links' keys, for `detach`.
     ///
-    /// Once links pinned to `pid` are attached, they take that process's calls over from any
-    /// link of the same probe attached for every process, in one map update: detaching the
-    /// latter afterwards neither loses nor doubles a call.
+    /// A hand-over's links take the process's calls over from the probe's ahead link in one map
+    /// update once they are attached: detaching the ahead link afterwards neither loses nor
+    /// doubles a call.
     pub fn attach(
         &mut self,
         index: u32,
         binary: &Path,
         offset: u64,
-        pid: Option<u32>,
+        to: LinkFor,
         ret: bool,
     ) -> Result<Vec<usize>, ProbeError> {
-        let cookie = match pid {
-            Some(_) => u64::from(index),
-            None => u64::from(index) | COOKIE_AHEAD,
+        let (cookie, pid) = match to {
+            LinkFor::Ahead => (u64::from(index) | COOKIE_AHEAD, -1),
+            LinkFor::Pid(pid) => (u64::from(index), pid as i32),
+            LinkFor::HandOver(pid) => (u64::from(index) | COOKIE_HANDOVER, pid as i32),
         };
         let mut new = Vec::new();
         for (prog_name, retprobe) in [("sp_uprobe_entry", false), ("sp_uprobe_return", true)] {
@@ -124,14 +137,14 @@ impl Uprobes {
                 ..Default::default()
             };
             let link = prog
-                .attach_uprobe_with_opts(pid.map_or(-1, |p| p as i32), binary, offset as usize, opts)
+                .attach_uprobe_with_opts(pid, binary, offset as usize, opts)
                 .map_err(bpf_err(format!(
                     "attaching a uprobe at {}+{offset:#x}",
                     binary.display()
                 )))?;
             new.push(link);
         }
-        if let Some(pid) = pid {
+        if let LinkFor::HandOver(pid) = to {
             let key = (u64::from(index) << 32) | u64::from(pid);
             self.pinned
                 .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
