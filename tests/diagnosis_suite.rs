@@ -265,10 +265,10 @@ fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
     // The sleeping pacer waits for a CPU after its wake-ups, not after preemption: nearly all
     // of its runnable time follows a wake-up.
     let b = run.sender_budget();
+    let woken = b.wakeup_wait_ns.expect("the wake-up wait is measured");
     assert!(
-        b.wakeup_wait_ns as f64 >= 0.9 * b.preempted_ns as f64 && b.preempted_ns > 0,
-        "runnable after wake-ups {} of {} ns",
-        b.wakeup_wait_ns,
+        woken as f64 >= 0.9 * b.preempted_ns as f64 && b.preempted_ns > 0,
+        "runnable after wake-ups {woken} of {} ns",
         b.preempted_ns
     );
 }
@@ -296,10 +296,10 @@ fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
     // The spinning pacer never sleeps: its runnable time is preemption by the hog, none of it
     // after a wake-up.
     let b = run.sender_budget();
+    let woken = b.wakeup_wait_ns.expect("the wake-up wait is measured");
     assert!(
-        (b.wakeup_wait_ns as f64) <= 0.05 * b.preempted_ns as f64,
-        "runnable after wake-ups {} of {} ns",
-        b.wakeup_wait_ns,
+        (woken as f64) <= 0.05 * b.preempted_ns as f64,
+        "runnable after wake-ups {woken} of {} ns",
         b.preempted_ns
     );
 }

@@ -344,21 +344,20 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
         .copied()
         .unwrap_or(0);
     let b = &sender.budget;
+    let woken = b.wakeup_wait_ns.expect("the wake-up wait is measured");
     eprintln!(
-        "wake-up wait of tid {tid}: scanprof {} ns of {} ns runnable; bpftrace {bt_wait} ns over {bt_wakeups} wake-ups",
-        b.wakeup_wait_ns, b.preempted_ns
+        "wake-up wait of tid {tid}: scanprof {woken} ns of {} ns runnable; bpftrace {bt_wait} ns over {bt_wakeups} wake-ups",
+        b.preempted_ns
     );
     // A sleep per packet: about one wake-up per packet.
     assert!(bt_wakeups >= count * 9 / 10, "bpftrace saw {bt_wakeups} wake-ups");
-    assert!(b.wakeup_wait_ns <= b.preempted_ns, "{b:?}");
     // Both programs run on the same tracepoints, one after the other: each wake-up's two
     // timestamps differ by up to the other program's run time at each end (about 1 us under
     // load). So the two sums agree within 5%, or within 2 us per wake-up.
-    let diff = (b.wakeup_wait_ns as f64 - bt_wait as f64).abs();
+    let diff = (woken as f64 - bt_wait as f64).abs();
     assert!(
         diff <= 0.05 * bt_wait as f64 || diff <= 2_000.0 * bt_wakeups as f64,
-        "scanprof's wake-up wait {} ns vs bpftrace's {bt_wait} ns: {:.0} ns per wake-up apart",
-        b.wakeup_wait_ns,
+        "scanprof's wake-up wait {woken} ns vs bpftrace's {bt_wait} ns: {:.0} ns per wake-up apart",
         diff / bt_wakeups.max(1) as f64
     );
 

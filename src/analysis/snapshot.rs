@@ -287,3 +287,17 @@ pub struct Summary {
     pub verdicts: Vec<Verdict>,
     pub warnings: Vec<String>,
 }
+
+impl Summary {
+    /// The sending threads' budgets over their own send windows, summed; None when a sending
+    /// thread has none (a bundle recorded before they existed).
+    pub fn send_window_budget(&self) -> Option<TimeBudget> {
+        let mut sum = TimeBudget::default();
+        let mut any = false;
+        for t in self.threads.iter().filter(|t| t.packets > 0) {
+            sum.add(&t.send_window_budget?);
+            any = true;
+        }
+        any.then_some(sum)
+    }
+}

@@ -562,7 +562,7 @@ fn tick_budget_is_the_delta_and_shares_are_of_the_interval() {
         sleep_ns: sleep * MS,
         preempted_ns: preempted * MS,
         other_ns: other * MS,
-        wakeup_wait_ns: 0,
+        wakeup_wait_ns: None,
     };
     let mut a = Analyzer::new(Some(1000.0), START);
     let s1 = sample(START + SEC)

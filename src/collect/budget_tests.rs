@@ -21,7 +21,7 @@ const CLOSED: TimeBudget = TimeBudget {
     sleep_ns: 3_000,
     preempted_ns: 4_000,
     other_ns: 5_000,
-    wakeup_wait_ns: 1_500,
+    wakeup_wait_ns: Some(1_500),
 };
 
 fn raw(state: sp_sched_state, send_call: u32) -> sp_thread {
@@ -36,7 +36,7 @@ fn raw(state: sp_sched_state, send_call: u32) -> sp_thread {
         blocked_send_ns: CLOSED.blocked_send_ns,
         sleep_ns: CLOSED.sleep_ns,
         runq_ns: CLOSED.preempted_ns,
-        wakeup_ns: CLOSED.wakeup_wait_ns,
+        wakeup_ns: 1_500,
         oncpu_other_ns: CLOSED.other_ns,
         ..Default::default()
     }
@@ -87,7 +87,7 @@ fn woken_adds_the_open_state_to_preempted_and_to_its_wake_up_part() {
         c.budget,
         TimeBudget {
             preempted_ns: 4_000 + 3_000_000,
-            wakeup_wait_ns: 1_500 + 3_000_000,
+            wakeup_wait_ns: Some(1_500 + 3_000_000),
             ..CLOSED
         }
     );
@@ -211,4 +211,39 @@ fn drop_class_names_are_the_json_names() {
     ] {
         assert_eq!(serde_json::to_value(c).unwrap(), c.name());
     }
+}
+
+#[test]
+fn the_send_window_budget_is_the_difference_of_the_two_snapshots() {
+    let snapshot = |base: u64| sp_budget {
+        send_ns: base + 1,
+        other_ns: base + 2,
+        blocked_send_ns: base + 3,
+        sleep_ns: base + 4,
+        runq_ns: base + 5,
+        wakeup_ns: base + 6,
+    };
+    let mut t = raw(sp_sched_state::SP_ST_SLEEPING, 0);
+    t.at_first_send = snapshot(100);
+    t.at_last_send = snapshot(100);
+    t.at_last_send.send_ns += 10;
+    t.at_last_send.other_ns += 20;
+    t.at_last_send.blocked_send_ns += 30;
+    t.at_last_send.sleep_ns += 40;
+    t.at_last_send.runq_ns += 50;
+    t.at_last_send.wakeup_ns += 45;
+    // Before its first packet a thread has no send window.
+    assert_eq!(thread_counters(&t, NOW).window_budget, None);
+    t.packets = 7;
+    assert_eq!(
+        thread_counters(&t, NOW).window_budget,
+        Some(TimeBudget {
+            send_ns: 10,
+            other_ns: 20,
+            blocked_send_ns: 30,
+            sleep_ns: 40,
+            preempted_ns: 50,
+            wakeup_wait_ns: Some(45),
+        })
+    );
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::hist::Histogram;
 use crate::probes::{
-    self, sp_drop_class, sp_event, sp_event_kind, sp_health, sp_sched_state, sp_thread, ProbeSet,
+    self, sp_budget, sp_drop_class, sp_event, sp_event_kind, sp_health, sp_sched_state, sp_thread, ProbeSet,
 };
 use family::{ProcessInfo, ProcessTable};
 use symbols::{wait_site, KernelSymbols};
@@ -69,9 +69,10 @@ pub struct TimeBudget {
     /// on CPU outside send syscalls: user code, pacing loops, other syscalls
     pub other_ns: u64,
     /// the part of `preempted_ns` spent waiting for a CPU right after a wake-up (from a sleep or
-    /// a blocked send), not after being preempted; not added again in `total_ns`
+    /// a blocked send), not after being preempted; not added again in `total_ns`. None where it
+    /// was not measured (bundles recorded before it existed)
     #[serde(default)]
-    pub wakeup_wait_ns: u64,
+    pub wakeup_wait_ns: Option<u64>,
 }
 
 impl TimeBudget {
@@ -86,7 +87,10 @@ impl TimeBudget {
             sleep_ns: self.sleep_ns.saturating_sub(o.sleep_ns),
             preempted_ns: self.preempted_ns.saturating_sub(o.preempted_ns),
             other_ns: self.other_ns.saturating_sub(o.other_ns),
-            wakeup_wait_ns: self.wakeup_wait_ns.saturating_sub(o.wakeup_wait_ns),
+            wakeup_wait_ns: match (self.wakeup_wait_ns, o.wakeup_wait_ns) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+                (a, _) => a,
+            },
         }
     }
 
@@ -96,7 +100,10 @@ impl TimeBudget {
         self.sleep_ns += o.sleep_ns;
         self.preempted_ns += o.preempted_ns;
         self.other_ns += o.other_ns;
-        self.wakeup_wait_ns += o.wakeup_wait_ns;
+        self.wakeup_wait_ns = match (self.wakeup_wait_ns, o.wakeup_wait_ns) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -579,7 +586,7 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         sleep_ns: t.sleep_ns,
         preempted_ns: t.runq_ns,
         other_ns: t.oncpu_other_ns,
-        wakeup_wait_ns: t.wakeup_ns,
+        wakeup_wait_ns: Some(t.wakeup_ns),
     };
     let state = sp_sched_state(t.sched_state);
     let open = |since: u64| now_ns.saturating_sub(since);
@@ -589,7 +596,7 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         sp_sched_state::SP_ST_RUNNABLE => budget.preempted_ns += open(t.state_since_ns),
         sp_sched_state::SP_ST_WOKEN => {
             budget.preempted_ns += open(t.state_since_ns);
-            budget.wakeup_wait_ns += open(t.state_since_ns);
+            budget.wakeup_wait_ns = Some(t.wakeup_ns + open(t.state_since_ns));
         }
         sp_sched_state::SP_ST_SLEEPING => budget.sleep_ns += open(t.state_since_ns),
         sp_sched_state::SP_ST_BLOCKED_SEND => budget.blocked_send_ns += open(t.state_since_ns),
@@ -621,13 +628,13 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         ipc_bytes: t.ipc_bytes,
         budget,
         window_budget: (t.packets > 0).then(|| {
-            let at = |b: &crate::probes::sp_budget| TimeBudget {
+            let at = |b: &sp_budget| TimeBudget {
                 send_ns: b.send_ns,
                 blocked_send_ns: b.blocked_send_ns,
                 sleep_ns: b.sleep_ns,
                 preempted_ns: b.runq_ns,
                 other_ns: b.other_ns,
-                wakeup_wait_ns: b.wakeup_ns,
+                wakeup_wait_ns: Some(b.wakeup_ns),
             };
             at(&t.at_last_send).saturating_sub(&at(&t.at_first_send))
         }),

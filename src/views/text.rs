@@ -135,17 +135,24 @@ pub fn summary(s: &Summary) -> String {
         let list: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "send errors: {}", list.join(", "));
     }
-    let total = s.budget.total_ns().max(1) as f64;
-    if s.budget.total_ns() > 0 {
-        let b = &s.budget;
+    // The budget the diagnosis uses: over the threads' own send windows where measured.
+    let (b, over) = match s.send_window_budget() {
+        Some(w) => (w, "over their send windows"),
+        None => (s.budget, "since attach"),
+    };
+    if b.total_ns() > 0 {
+        let total = b.total_ns() as f64;
+        let woken = b
+            .wakeup_wait_ns
+            .map(|w| format!(" ({} after wake-ups)", pct(w as f64 / total)))
+            .unwrap_or_default();
         let _ = writeln!(
             o,
-            "\nsender threads' time: sending {} | blocked in send {} | sleeping {} | waiting for a CPU {} ({} after wake-ups) | other (user code, pacing) {}",
+            "\nsender threads' time {over}: sending {} | blocked in send {} | sleeping {} | waiting for a CPU {}{woken} | other (user code, pacing) {}",
             pct(b.send_ns as f64 / total),
             pct(b.blocked_send_ns as f64 / total),
             pct(b.sleep_ns as f64 / total),
             pct(b.preempted_ns as f64 / total),
-            pct(b.wakeup_wait_ns as f64 / total),
             pct(b.other_ns as f64 / total)
         );
     }

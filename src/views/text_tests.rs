@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::analysis::stats::RunStats;
-use crate::analysis::{BlockSiteView, DeviceView, DropRow, GapView, Snapshot, Summary, SCHEMA_VERSION};
+use crate::analysis::{
+    BlockSiteView, BudgetShares, DeviceView, DropRow, GapView, Snapshot, Summary, ThreadView, SCHEMA_VERSION,
+};
 use crate::collect::family::ProcessInfo;
 use crate::collect::{Health, QueueDepth, TimeBudget};
 use crate::probes::ProbeStatus;
@@ -108,7 +110,7 @@ fn fixed_summary() -> Summary {
             sleep_ns: 900 * MS,
             preempted_ns: 50 * MS,
             other_ns: 200 * MS,
-            wakeup_wait_ns: 0,
+            wakeup_wait_ns: None,
         },
         block_sites: vec![
             BlockSiteView {
@@ -354,10 +356,45 @@ fn only_unrelated_drops_means_none_of_the_targets() {
 }
 
 #[test]
+fn the_time_budget_shown_is_the_send_windows_when_measured() {
+    // The whole-run budget is the fixture's; the one sending thread's own send window is 1 s:
+    // 50% sending, 20% sleeping, 20% waiting for a CPU (15% after wake-ups), 10% other.
+    let mut s = fixed_summary();
+    let window = TimeBudget {
+        send_ns: 500 * MS,
+        blocked_send_ns: 0,
+        sleep_ns: 200 * MS,
+        preempted_ns: 200 * MS,
+        other_ns: 100 * MS,
+        wakeup_wait_ns: Some(150 * MS),
+    };
+    s.threads = vec![ThreadView {
+        tid: 4242,
+        pid: 4242,
+        comm: "sender".into(),
+        calls: 1000,
+        packets: 1000,
+        pps: 1000.0,
+        failed_calls: 0,
+        errors: BTreeMap::new(),
+        budget: s.budget,
+        shares: BudgetShares::default(),
+        send_window_budget: Some(window),
+        latency_p50_ns: None,
+        latency_p99_ns: None,
+    }];
+    let r = summary(&s);
+    assert!(
+        r.contains("sender threads' time over their send windows: sending 50.0% | blocked in send 0.0% | sleeping 20.0% | waiting for a CPU 20.0% (15.0% after wake-ups) | other (user code, pacing) 10.0%"),
+        "{r}"
+    );
+}
+
+#[test]
 fn report_shows_time_budget_wait_sites_gaps_and_latency() {
     let r = summary(&fixed_summary());
     assert!(
-        r.contains("sender threads' time: sending 30.0% | blocked in send 12.5% | sleeping 45.0% | waiting for a CPU 2.5% (0.0% after wake-ups) | other (user code, pacing) 10.0%"),
+        r.contains("sender threads' time since attach: sending 30.0% | blocked in send 12.5% | sleeping 45.0% | waiting for a CPU 2.5% | other (user code, pacing) 10.0%"),
         "{r}"
     );
     assert!(

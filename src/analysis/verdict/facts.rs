@@ -29,8 +29,9 @@ pub(super) struct ThreadTime {
     pub sleep: f64,
     /// runnable, waiting for a CPU
     pub preempted: f64,
-    /// the part of `preempted` right after wake-ups (not added to the total again)
-    pub wakeup: f64,
+    /// the part of `preempted` right after wake-ups (not added to the total again); None when
+    /// not measured
+    pub wakeup: Option<f64>,
     /// on CPU outside send syscalls
     pub other: f64,
     /// sender threads summed
@@ -49,7 +50,9 @@ impl ThreadTime {
         self.blocked += b.blocked_send_ns as f64;
         self.sleep += b.sleep_ns as f64;
         self.preempted += b.preempted_ns as f64;
-        self.wakeup += b.wakeup_wait_ns.min(b.preempted_ns) as f64;
+        if let Some(w) = b.wakeup_wait_ns {
+            *self.wakeup.get_or_insert(0.0) += w.min(b.preempted_ns) as f64;
+        }
         self.other += b.other_ns as f64;
     }
 }
@@ -187,19 +190,32 @@ impl<'a> Facts<'a> {
                 time.add(&within(&s.budget, window_ns));
                 time.senders = 1;
             }
+            time.coverage = coverage(&time, window_ns);
         } else {
+            // The time the budgets should cover: each thread's own send window, or the family's.
+            let mut windows_ns = 0.0;
             for t in senders {
-                // The thread's own send window when the probes measured it; else its whole-run
-                // budget cut to the family's window.
-                let budget = t
-                    .send_window_budget
-                    .filter(|b| b.total_ns() > 0)
-                    .unwrap_or_else(|| within(&t.budget, window_ns));
+                // The thread's own send window when the probes measured it (its length is that
+                // budget's total); else its whole-run budget cut to the family's window.
+                let budget = match t.send_window_budget.filter(|b| b.total_ns() > 0) {
+                    Some(b) => {
+                        windows_ns += b.total_ns() as f64;
+                        b
+                    }
+                    None => {
+                        windows_ns += window_ns;
+                        within(&t.budget, window_ns)
+                    }
+                };
                 time.add(&budget);
                 time.senders += 1;
             }
+            time.coverage = if windows_ns > 0.0 {
+                time.total() / windows_ns
+            } else {
+                0.0
+            };
         }
-        time.coverage = coverage(&time, window_ns);
 
         let mut caveats = Vec::new();
         if s.send_window_s < MIN_WINDOW_S {
@@ -326,7 +342,7 @@ fn within(b: &TimeBudget, window_ns: f64) -> TimeBudget {
         *field -= take;
         excess -= take;
     }
-    out.wakeup_wait_ns = out.wakeup_wait_ns.min(out.preempted_ns);
+    out.wakeup_wait_ns = out.wakeup_wait_ns.map(|w| w.min(out.preempted_ns));
     out
 }
 
@@ -354,7 +370,7 @@ mod tests {
             sleep_ns: 300,
             preempted_ns: 20,
             other_ns: 530,
-            wakeup_wait_ns: 0,
+            wakeup_wait_ns: None,
         };
         // 1000 ns of thread time over a 600 ns window: 400 ns outside, 300 from sleep, 100 other.
         let w = within(&b, 600.0);

@@ -247,13 +247,17 @@ impl Split {
         // wake-up latency when it is no more than that per packet.
         let sleeps_to_pace = sleep >= SLEEP_PACER && s.attempts > 0;
         let attempts = s.attempts.max(1) as f64;
-        let measured_wakeup = (t.wakeup / total).min(preempted);
-        if sleeps_to_pace && measured_wakeup > 0.0 {
-            s.f_wakeup = measured_wakeup.min(WAKEUP_LATENCY_NS * attempts / total);
-            preempted -= s.f_wakeup;
-        } else if sleeps_to_pace && preempted * total / attempts <= WAKEUP_LATENCY_NS {
-            s.f_wakeup = preempted;
-            preempted = 0.0;
+        match t.wakeup.map(|w| (w / total).min(preempted)) {
+            _ if !sleeps_to_pace => {}
+            Some(woken) => {
+                s.f_wakeup = woken.min(WAKEUP_LATENCY_NS * attempts / total);
+                preempted -= s.f_wakeup;
+            }
+            None if preempted * total / attempts <= WAKEUP_LATENCY_NS => {
+                s.f_wakeup = preempted;
+                preempted = 0.0;
+            }
+            None => {}
         }
         // Preemption only costs rate where it makes gaps longer than the typical one: beyond the
         // gaps' tail it fell inside a wait (a busy-wait or sleep that would have lasted anyway, or

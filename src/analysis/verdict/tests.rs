@@ -47,7 +47,7 @@ fn budget(window_s: f64, send: f64, blocked: f64, sleep: f64, preempted: f64, ot
         sleep_ns: ns(sleep),
         preempted_ns: ns(preempted),
         other_ns: ns(other),
-        wakeup_wait_ns: 0,
+        wakeup_wait_ns: None,
     }
 }
 
@@ -240,6 +240,7 @@ fn pace_probe(inside_ns: u64, hits: u64) -> UprobeView {
         attached: true,
         pids: vec![7],
         hits,
+        returns: hits,
         inside_ns,
         note: None,
     }
@@ -1507,14 +1508,36 @@ fn a_sleeping_pacer_preempted_by_other_work_is_told_from_its_wake_up_latency() {
     let mut r = run(Some(1000.0), 800.0, 10.0)
         .time(0.05, 0.0, 0.70, 0.15, 0.10)
         .gaps(1000.0 * US, 1250.0 * US, 8000.0 * US);
-    r.0.threads[0].budget.wakeup_wait_ns = 200_000_000;
+    r.0.threads[0].budget.wakeup_wait_ns = Some(200_000_000);
     let v = r.verdicts();
     assert_eq!(v[0].cause, "preempted", "{v:#?}");
     assert_share(&v, "preempted", 0.13);
 
     // Without the wake-up figure (a bundle recorded before it), 187.5 us of runnable time per
     // packet is within a wake-up's latency: all of it is taken for the pacing's lateness.
-    r.0.threads[0].budget.wakeup_wait_ns = 0;
+    r.0.threads[0].budget.wakeup_wait_ns = None;
     let old = r.verdicts();
     assert!(old.iter().all(|v| v.cause != "preempted"), "{old:#?}");
+}
+
+#[test]
+fn threads_that_send_in_turn_are_covered_by_their_own_windows() {
+    // cpu_bound_when_the_work_per_packet_exceeds_the_slot, sent by two threads in turn, 5 s
+    // each: each thread's budget covers its own window, all of it, so the verdict stays strong
+    // (measured against the family's 10 s window per thread, they would cover half).
+    let mut r = run(Some(1000.0), 500.0, 10.0).time(0.7, 0.0, 0.0, 0.0, 0.3);
+    let half = budget(5.0, 0.7, 0.0, 0.0, 0.0, 0.3);
+    let mut first = sender(2500, half, 5.0);
+    first.send_window_budget = Some(half);
+    let mut second = first.clone();
+    second.tid = 8;
+    r.0.threads = vec![first, second];
+    let v = r.verdicts();
+    assert_eq!(v[0].cause, "cpu_bound", "{v:#?}");
+    assert_eq!(v[0].confidence, STRONG, "{v:#?}");
+    assert!(
+        !v[0].evidence.iter().any(|e| e.contains("covers only")),
+        "{:?}",
+        v[0].evidence
+    );
 }

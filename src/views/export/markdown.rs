@@ -389,30 +389,38 @@ fn rate_statistics(o: &mut String, s: &Summary) {
 }
 
 fn time_budget(o: &mut String, s: &Summary) {
-    let b = &s.budget;
+    // The budget the diagnosis uses: over the threads' own send windows where measured.
+    let (b, over) = match s.send_window_budget() {
+        Some(w) => (w, "over their send windows"),
+        None => (s.budget, "since attach"),
+    };
     if b.total_ns() == 0 && s.block_sites.is_empty() {
         return;
     }
     let _ = writeln!(o, "## Time budget of the sender threads\n");
     if b.total_ns() > 0 {
+        let _ = writeln!(o, "Their time {over}.\n");
         let total = b.total_ns() as f64;
-        let rows: Vec<Vec<String>> = [
+        let mut states = vec![
             ("sending", b.send_ns),
             ("blocked in send", b.blocked_send_ns),
             ("sleeping", b.sleep_ns),
             ("preempted/waiting for CPU", b.preempted_ns),
-            ("of that, right after wake-ups", b.wakeup_wait_ns),
-            ("other (user code, pacing)", b.other_ns),
-        ]
-        .iter()
-        .map(|(what, v)| {
-            vec![
-                what.to_string(),
-                format!("{:.3}", *v as f64 / 1e9),
-                pct(*v as f64 / total),
-            ]
-        })
-        .collect();
+        ];
+        if let Some(w) = b.wakeup_wait_ns {
+            states.push(("of that, right after wake-ups", w));
+        }
+        states.push(("other (user code, pacing)", b.other_ns));
+        let rows: Vec<Vec<String>> = states
+            .iter()
+            .map(|(what, v)| {
+                vec![
+                    what.to_string(),
+                    format!("{:.3}", *v as f64 / 1e9),
+                    pct(*v as f64 / total),
+                ]
+            })
+            .collect();
         table(o, &["State", "Seconds", "Share"], &rows);
     }
     if !s.block_sites.is_empty() {
