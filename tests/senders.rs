@@ -47,6 +47,10 @@ impl SenderLab {
         let done = Proc::spawn("scanprof send", cmd, false).finish(TIMEOUT);
         done.assert_success();
         let received = sink.stop();
+        assert_eq!(
+            received.untimed, 0,
+            "datagrams without a kernel timestamp: {received:?}"
+        );
         let objects = done.objects();
         assert_eq!(objects.len(), 1, "one JSON object expected\n{}", done.context());
         (objects[0].clone(), received)

@@ -107,6 +107,8 @@ pub struct SinkReport {
     pub first_ns: u64,
     /// CLOCK_MONOTONIC ns at which the kernel received the last datagram (0 if none)
     pub last_ns: u64,
+    /// datagrams that came without a kernel timestamp, timed when read instead (none expected)
+    pub untimed: u64,
 }
 
 impl Lab {
@@ -399,11 +401,16 @@ fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64) -
             });
         match received {
             Ok((len, kernel_ns)) => {
-                // Without a timestamp (never seen on Linux) the moment of reading stands in.
-                let at = kernel_ns.unwrap_or_else(monotonic_ns);
-                if report.packets == 0 {
-                    report.first_ns = at;
-                }
+                // Without a timestamp (not seen on Linux) the moment of reading stands in.
+                let at = kernel_ns.unwrap_or_else(|| {
+                    report.untimed += 1;
+                    monotonic_ns()
+                });
+                report.first_ns = if report.packets == 0 {
+                    at
+                } else {
+                    report.first_ns.min(at)
+                };
                 report.last_ns = report.last_ns.max(at);
                 report.packets += 1;
                 report.bytes += len as u64;
@@ -490,6 +497,12 @@ mod tests {
 
         assert_eq!((sent.sent, sent.failed), (2000, 0), "{sent:?}");
         assert_eq!(received.packets, 2000, "{received:?}");
+        // Every datagram was timed by the kernel as it arrived.
+        assert_eq!(received.untimed, 0, "{received:?}");
+        assert!(
+            received.first_ns > 0 && received.last_ns > received.first_ns,
+            "{received:?}"
+        );
         assert_within_1_percent("sender", sent.achieved_pps, 2000.0);
         assert_within_1_percent("sink", received.pps().unwrap_or(0.0), 2000.0);
         // The lab is quiet (no ARP, no IPv6): the target's veth saw exactly our packets.

@@ -774,8 +774,14 @@ pub fn lab_sink(lab: &scanprof::lab::Lab, port: u16) -> scanprof::lab::UdpSink {
         .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
 }
 
-/// Stops a lab receiver once what is in flight has arrived.
+/// Stops a lab receiver once what is in flight has arrived. Every datagram carried the kernel's
+/// receive timestamp, so the receiver's rate does not depend on when its thread ran.
 pub fn stop_sink(sink: scanprof::lab::UdpSink) -> scanprof::lab::SinkReport {
     std::thread::sleep(Duration::from_millis(100));
-    sink.stop()
+    let report = sink.stop();
+    assert_eq!(
+        report.untimed, 0,
+        "datagrams without a kernel timestamp: {report:?}"
+    );
+    report
 }
