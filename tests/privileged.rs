@@ -268,8 +268,9 @@ fn attach_to_a_running_sender_measures_the_receivers_rate() {
     let sink = lab.sink(PORT);
     const RATE: f64 = 2000.0;
 
-    // 4.5 s of sending; scanprof attaches after ~0.5 s for 2 s, and ends well before the sender.
-    let argv = sender_argv(&lab.to(PORT), RATE, 9000, 4.5, &[]);
+    // 8 s of sending; scanprof attaches after ~0.5 s for 2 s (about 3 s with its start-up and
+    // teardown on a quiet machine, more on a loaded one), and ends well before the sender.
+    let argv = sender_argv(&lab.to(PORT), RATE, 16_000, 8.0, &[]);
     let mut sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
     let deadline = Instant::now() + Duration::from_secs(5);
     while sink.packets_so_far() == 0 {
@@ -292,8 +293,12 @@ fn attach_to_a_running_sender_measures_the_receivers_rate() {
     ]));
     let run = attach.finish(RUN_TIMEOUT);
     let (t_after, after) = (monotonic_ns(), sink.packets_so_far());
-    assert!(sender.running(), "the sender ended before scanprof did");
-    let sender = sender.finish(Duration::from_secs(10));
+    assert!(
+        sender.running(),
+        "the sender ended before scanprof did: scanprof took {:.1} s",
+        (monotonic_ns() - t_before) as f64 / 1e9
+    );
+    let sender = sender.finish(Duration::from_secs(15));
     let rx = stop_sink(sink);
 
     run.assert_success();
