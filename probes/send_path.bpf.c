@@ -64,7 +64,6 @@ static __always_inline __u32 sock_kind(struct sock *sk)
 	}
 }
 
-/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far. */
 /* Copies the thread's time budget, accounted up to the current moment by the caller. */
 static __always_inline void budget_at(const struct sp_thread *t, struct sp_budget *b)
 {
@@ -76,6 +75,7 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
 	b->wakeup_ns = t->wakeup_ns;
 }
 
+/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far. */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {

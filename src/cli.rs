@@ -110,7 +110,8 @@ pub struct RunOptions {
     pub no_tui: bool,
     /// Before attaching, measure what a reference sender reaches at the requested rate on this
     /// machine (in a private lab), and show it beside the target's figure. The rate is
-    /// --requested, else the one the scanner's profile reads from its command line.
+    /// --requested, else the exact rate or cap the scanner's profile finds for it (its command
+    /// line, its config file, or the scanner's default); stderr names which.
     #[arg(long)]
     pub baseline: bool,
     /// Pacer of the --baseline sender: tsc, clock, sleep (match the scanner's pacing class).

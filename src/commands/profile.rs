@@ -199,7 +199,7 @@ impl Output {
 
 /// The machine's own figure at the requested rate, measured before attaching (or launching):
 /// loopback and lab traffic only, never toward the scanner's targets. The rate is --requested,
-/// else the scanner's own from its command line (an exact rate or a cap).
+/// else the scanner's own as its profile finds it (an exact rate or a cap).
 fn measure_baseline(
     opts: &RunOptions,
     scanner: Option<&ScannerSetup>,
@@ -217,8 +217,8 @@ fn measure_baseline(
                 .unwrap_or_else(|| "the command line".into()),
         ),
         (None, None) => bail!(
-            "--baseline needs a rate to measure at: give --requested PPS (the scanner's command line \
-             names no rate its profile can read)"
+            "--baseline needs a rate to measure at: give --requested PPS (the scanner's profile \
+             finds no exact rate or cap for it)"
         ),
     };
     if !matches!(opts.baseline_pacer.as_str(), "tsc" | "clock" | "sleep") {
