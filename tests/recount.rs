@@ -68,6 +68,18 @@ fn run_scanprof(lab: &Lab) -> Summary {
     run.summary()
 }
 
+/// `bpftrace -f json SCRIPT`, once its probes are attached.
+fn bpftrace_attached(script: &std::path::Path) -> Proc {
+    let mut command = Command::new("bpftrace");
+    command.arg("-f").arg("json").arg(script);
+    let mut bpftrace = Proc::spawn("bpftrace", command, false);
+    bpftrace.wait_for_line("attached_probes line", Duration::from_secs(30), |l| {
+        l.contains("\"attached_probes\"")
+    });
+    assert!(bpftrace.running(), "bpftrace ended early");
+    bpftrace
+}
+
 /// The maps bpftrace printed with `-f json` at exit, by name; multi-key maps have their keys
 /// joined with commas.
 fn bpftrace_maps(lines: &[String]) -> BTreeMap<String, BTreeMap<String, u64>> {
@@ -158,19 +170,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     std::fs::write(&file.0, &script).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
 
     // 2. bpftrace runs the script alone; once attached, a second run of the same kind.
-    let mut bpftrace = Proc::spawn(
-        "bpftrace",
-        {
-            let mut c = Command::new("bpftrace");
-            c.arg("-f").arg("json").arg(&file.0);
-            c
-        },
-        false,
-    );
-    bpftrace.wait_for_line("attached_probes line", Duration::from_secs(30), |l| {
-        l.contains("\"attached_probes\"")
-    });
-    assert!(bpftrace.running(), "bpftrace ended early");
+    let mut bpftrace = bpftrace_attached(&file.0);
     let second = run_scanprof(&lab);
     // Let the last drops and sends land, then stop bpftrace (our pid only): it prints its maps.
     std::thread::sleep(Duration::from_millis(300));
@@ -289,19 +289,7 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
         .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"));
     let file = TempFile(std::env::temp_dir().join(format!("scanprof-wakeup-{}.bt", std::process::id())));
     std::fs::write(&file.0, WAKEUP_WAIT_BT).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
-    let mut bpftrace = Proc::spawn(
-        "bpftrace",
-        {
-            let mut c = Command::new("bpftrace");
-            c.arg("-f").arg("json").arg(&file.0);
-            c
-        },
-        false,
-    );
-    bpftrace.wait_for_line("attached_probes line", Duration::from_secs(30), |l| {
-        l.contains("\"attached_probes\"")
-    });
-    assert!(bpftrace.running(), "bpftrace ended early");
+    let mut bpftrace = bpftrace_attached(&file.0);
 
     let to = format!("{}:{PORT}", lab.target_addr);
     let count = 10_000u64;

@@ -38,6 +38,15 @@ fn in_lab(lab: &Lab, argv: &[String]) -> Vec<String> {
     in_netns(&lab.sender_ns, &v)
 }
 
+/// `scanprof run --json OPTIONS -- ARGV` with ARGV in the lab's sender namespace, to its end.
+fn run_in_lab(lab: &Lab, options: &[&str], argv: &[String]) -> Finished {
+    let mut args: Vec<String> = vec!["run".into(), "--json".into()];
+    args.extend(options.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(in_lab(lab, argv));
+    Proc::scanprof(&args).finish(RUN_TIMEOUT)
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -143,11 +152,7 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
     let (sink_a, sink_b) = (lab_sink(&lab, PORT_A), lab_sink(&lab, PORT_B));
     let argv = unishape::argv(bins, 2000, &["--repeats=2000"], &[&to(PORT_A), &to(PORT_B)]);
-    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--duration", "40", "--"]
-        .map(String::from)
-        .to_vec();
-    args.extend(in_lab(&lab, &argv));
-    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let run = run_in_lab(&lab, &["--no-tui", "--duration", "40"], &argv);
     let (rx_a, rx_b) = (stop_sink(sink_a), stop_sink(sink_b));
     run.assert_success();
     let summary = run.summary_json();
@@ -263,19 +268,7 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
         "--repeats=2000",
     ];
     let argv = unishape::argv(bins, 2000, &extra, &[&to]);
-    let mut args: Vec<String> = [
-        "run",
-        "--json",
-        "--profile",
-        "unicornscan",
-        "--duration",
-        "40",
-        "--",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(in_lab(&lab, &argv));
-    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let run = run_in_lab(&lab, &["--profile", "unicornscan", "--duration", "40"], &argv);
     let rx = stop_sink(sink_a);
     run.assert_success();
     let summary = run.summary_json();
@@ -412,21 +405,9 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
     let sink = lab_sink(&lab, PORT_A);
     let to = format!("{}:{PORT_A}", lab.target_addr);
     let sender = sender_argv(&to, 20_000.0, count, 10.0, &["--pacer", "clock"]);
-    let mut args: Vec<String> = [
-        "run",
-        "--json",
-        "--profile",
-        "scanprof-send",
-        "--per-packet",
-        "send,wait_slot",
-        "--duration",
-        "30",
-        "--",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(in_lab(&lab, &sender));
-    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    #[rustfmt::skip]
+    let options = ["--profile", "scanprof-send", "--per-packet", "send,wait_slot", "--duration", "30"];
+    let run = run_in_lab(&lab, &options, &sender);
     let rx = stop_sink(sink);
     run.assert_success();
     let summary = run.summary_json();
