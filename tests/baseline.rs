@@ -180,6 +180,15 @@ fn sigint_stops_baseline_and_removes_its_lab() {
     assert_eq!(v["method_rows"].as_array().map(Vec::len), Some(0), "{v}");
 }
 
+/// The `summary` object of a `scanprof run --json` output.
+fn summary_line(stdout: &[u8]) -> serde_json::Value {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line")
+}
+
 /// `run --baseline`: the machine's own figure at the requested rate, measured in a lab that is
 /// gone afterwards, set beside the target's in the summary.
 #[test]
@@ -205,11 +214,7 @@ fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
     let child_pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
+    let summary = summary_line(&out.stdout);
     let b = &summary["baseline"];
     assert_eq!(b["pacer"], "clock", "{b}");
     assert_eq!(b["rate"], 1000.0, "{b}");
@@ -269,11 +274,7 @@ fn run_with_baseline_takes_the_rate_from_the_scanners_command_line() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let summary: serde_json::Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
+    let summary = summary_line(&out.stdout);
     let b = &summary["baseline"];
     assert_eq!(b["rate"], 1000.0, "{b}");
     assert_eq!(summary["requested_pps"], 1000.0, "{summary}");
