@@ -182,21 +182,24 @@ int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_devi
 	return 0;
 }
 
-/* net_dev_xmit: the driver's verdict on one packet. */
+/* net_dev_xmit: the driver's verdict on one packet. The owner is the one noted at
+ * net_dev_start_xmit: a driver may orphan the skb before it returns (loopback does), so its
+ * socket no longer says whose it was. */
 SEC("tp_btf/net_dev_xmit")
 int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
 {
-	__u32 tgid = skb_target(skb);
+	__u32 zero = 0, tgid;
+	struct in_xmit *x;
 
 	if (!dev)
 		return 0;
-	if (tgid) {
-		__u32 zero = 0;
-		struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
-
+	x = bpf_map_lookup_elem(&in_flight, &zero);
+	if (x && x->skb == (__u64)skb) {
+		tgid = x->tgid;
 		/* The driver has returned: whatever arrived on the far side already did. */
-		if (x && x->skb == (__u64)skb)
-			x->skb = 0;
+		x->skb = 0;
+	} else {
+		tgid = skb_target(skb);
 	}
 	if (rc == 0)
 		FOR_ROWS(dev, tgid, s, { s->xmit_ok += 1; s->xmit_bytes += len; });
@@ -217,8 +220,8 @@ int BPF_PROG(on_netif_rx, struct sk_buff *skb)
 
 	if (!x || x->skb != (__u64)skb)
 		return 0;
+	/* The slot stays set: net_dev_xmit, after the driver returns, still needs the owner. */
 	who = x->tgid;
-	x->skb = 0;
 	ns = dev_netns(BPF_CORE_READ(skb, dev));
 	if (ns && !bpf_map_lookup_elem(&target_netns, &ns))
 		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);

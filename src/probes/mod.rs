@@ -67,15 +67,12 @@ const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o
 const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
 const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
 
-/// Maps declared by probes/include/shared.h: created by the family object, reused by the rest.
-const SHARED_MAPS: [&str; 7] = [
-    "family",
-    "threads",
-    "target_socks",
-    "flows",
-    "target_netns",
-    "events",
-    "health",
+/// Objects that load after the family object, in load order, and share its maps.
+const STAGE_OBJECTS: [(&str, &[u8]); 4] = [
+    ("send_path", SEND_PATH_OBJ),
+    ("sched", SCHED_OBJ),
+    ("netdev", NETDEV_OBJ),
+    ("drops", DROPS_OBJ),
 ];
 
 /// Why the probes could not be set up.
@@ -165,20 +162,18 @@ impl ProbeSet {
         let family_obj = open("family", FAMILY_OBJ)?
             .load()
             .map_err(bpf_err("loading the family probes"))?;
-        let shared: Vec<(&str, MapHandle)> = SHARED_MAPS
-            .iter()
-            .map(|name| Ok((*name, map_handle(&family_obj, name)?)))
+        let shared: Vec<(String, MapHandle)> = shared_map_names()?
+            .into_iter()
+            .map(|name| {
+                let handle = map_handle(&family_obj, &name)?;
+                Ok((name, handle))
+            })
             .collect::<Result<_, ProbeError>>()?;
 
         let no_socket = features.drop_reason_no_socket;
         let block_min = opts.block_event_min_ns;
         let mut objects = vec![family_obj];
-        for (name, bytes) in [
-            ("send_path", SEND_PATH_OBJ),
-            ("sched", SCHED_OBJ),
-            ("netdev", NETDEV_OBJ),
-            ("drops", DROPS_OBJ),
-        ] {
+        for (name, bytes) in STAGE_OBJECTS {
             let skip: Vec<&str> = match name {
                 "drops" if features.kfree_skb_rx_sk => vec!["on_kfree_skb_norx"],
                 "drops" => vec!["on_kfree_skb"],
@@ -200,6 +195,24 @@ impl ProbeSet {
             objects.push(obj);
         }
 
+        let uprobes_obj = match open("uprobes", UPROBES_OBJ).and_then(|mut obj| {
+            reuse_shared(&mut obj, &shared)?;
+            obj.load().map_err(bpf_err("loading the scanner uprobes"))
+        }) {
+            Ok(obj) => Some(obj),
+            Err(e) => {
+                status.push(ProbeStatus {
+                    name: "uprobes.sp_uprobe_entry".into(),
+                    attached: false,
+                    error: Some(e.to_string()),
+                });
+                None
+            }
+        };
+        check_shared(objects.iter().chain(uprobes_obj.iter()))?;
+
+        // Attached only now that every object is loaded and its maps checked: a program that
+        // runs has the one family, thread table and socket cache every other program sees.
         let mut links = Vec::new();
         for obj in &objects {
             let obj_name = obj.name().map(|n| n.to_string_lossy().into_owned());
@@ -235,20 +248,7 @@ impl ProbeSet {
         }
 
         // The scanner uprobes are attached later, per binary, as the profile says.
-        let uprobes = match open("uprobes", UPROBES_OBJ).and_then(|mut obj| {
-            reuse_shared(&mut obj, &shared)?;
-            obj.load().map_err(bpf_err("loading the scanner uprobes"))
-        }) {
-            Ok(obj) => Some(Uprobes::new(obj)?),
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: "uprobes.sp_uprobe_entry".into(),
-                    attached: false,
-                    error: Some(e.to_string()),
-                });
-                None
-            }
-        };
+        let uprobes = uprobes_obj.map(Uprobes::new).transpose()?;
 
         let by_name = |name: &str| -> Result<MapHandle, ProbeError> {
             for obj in &objects {
@@ -550,7 +550,69 @@ fn load_degrading(
     }
 }
 
-fn reuse_shared(obj: &mut OpenObject, shared: &[(&str, MapHandle)]) -> Result<(), ProbeError> {
+/// The maps of probes/include/shared.h, derived from the objects rather than listed by hand:
+/// every map the family object declares that another object declares too. (A map that only the
+/// family object declares, like `thread_zero`, is its own.) libbpf's internal maps (`.rodata`,
+/// `.bss`) are per object by nature.
+fn shared_map_names() -> Result<Vec<String>, ProbeError> {
+    let names = |obj: &OpenObject| -> Vec<String> {
+        obj.maps()
+            .map(|m| m.name().to_string_lossy().into_owned())
+            .filter(|n| !n.contains('.'))
+            .collect()
+    };
+    let family = names(&open("family", FAMILY_OBJ)?);
+    let mut others = Vec::new();
+    for (name, bytes) in STAGE_OBJECTS.iter().chain([("uprobes", UPROBES_OBJ)].iter()) {
+        others.extend(names(&open(name, bytes)?));
+    }
+    Ok(family.into_iter().filter(|n| others.contains(n)).collect())
+}
+
+/// Checks that every map name declared by more than one object is one map (one kernel id)
+/// across all of them: a per-object copy of a map meant to be shared is a silent attribution
+/// bug (a socket cache that is never invalidated), so it stops the load instead.
+fn check_shared<'a>(objects: impl Iterator<Item = &'a Object>) -> Result<(), ProbeError> {
+    let mut ids: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
+    for obj in objects {
+        let obj_name = obj
+            .name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for map in obj.maps() {
+            let name = map.name().to_string_lossy().into_owned();
+            if name.contains('.') {
+                continue;
+            }
+            let id = map
+                .info()
+                .map_err(bpf_err(format!("reading map {name}")))?
+                .info
+                .id;
+            ids.entry(name).or_default().push((obj_name.clone(), id));
+        }
+    }
+    for (name, seen) in &ids {
+        let mut distinct: Vec<u32> = seen.iter().map(|(_, id)| *id).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if seen.len() > 1 && distinct.len() > 1 {
+            let objs: Vec<String> = seen.iter().map(|(o, id)| format!("{o}:{id}")).collect();
+            return Err(ProbeError::Bpf {
+                what: format!(
+                    "map {name} is declared by several probe objects but loaded {} times ({}): \
+                     a map of probes/include/shared.h was not shared",
+                    distinct.len(),
+                    objs.join(", ")
+                ),
+                source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn reuse_shared(obj: &mut OpenObject, shared: &[(String, MapHandle)]) -> Result<(), ProbeError> {
     for mut map in obj.maps_mut() {
         let name = map.name().to_string_lossy().into_owned();
         if let Some((_, handle)) = shared.iter().find(|(n, _)| *n == name) {
