@@ -57,6 +57,33 @@ impl ThreadTime {
     }
 }
 
+/// Share of the packets sent that may go unseen after the send syscalls before the funnel is
+/// called impossible (sends on stream sockets are not one packet each, for one).
+const UNSEEN_SHARE: f64 = 0.1;
+/// Fewer unseen packets than this are never called a fault.
+const UNSEEN_MIN: u64 = 50;
+
+/// The family's packets the stages after the send syscalls saw, in the interval: every packet a
+/// send syscall accepted reaches one of them (a device, a neighbour's queue, or a drop).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct AfterSend {
+    pub dev_queue: u64,
+    pub dev_xmit: u64,
+    /// the family's own packets dropped (class target_loss)
+    pub target_drops: u64,
+    /// packets queued waiting for a neighbour entry
+    pub neigh_queued: u64,
+}
+
+impl AfterSend {
+    /// Packets accepted by the send syscalls that no later stage saw: a device that bypasses
+    /// the queue still transmits, so the larger of the two device counts is taken.
+    pub fn unseen(&self, packets: u64) -> u64 {
+        let seen = self.dev_queue.max(self.dev_xmit) + self.target_drops + self.neigh_queued;
+        packets.saturating_sub(seen)
+    }
+}
+
 /// A drop row with its count over the interval.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dropped<'a> {
@@ -98,6 +125,9 @@ pub(super) struct Facts<'a> {
     pub left_pps: Option<f64>,
     /// send syscall duration, median, ns
     pub latency_p50_ns: Option<f64>,
+    /// the family's packets at the stages after the send syscalls, in the interval; None when
+    /// the device stages were not measured
+    pub after_send: Option<AfterSend>,
     /// why every verdict over this interval is weak
     pub caveats: Vec<String>,
 }
@@ -171,6 +201,12 @@ impl<'a> Facts<'a> {
             packets_total: stage("syscall_packets").map_or(packets, |st| st.total),
             left_pps: stage("dev_xmit").map(|st| st.pps).filter(|p| *p > 0.0),
             latency_p50_ns: busiest.and_then(|t| t.latency_p50_ns),
+            after_send: stage("dev_queue").map(|dev_queue| AfterSend {
+                dev_queue: dev_queue.count,
+                dev_xmit: stage("dev_xmit").map_or(0, |st| st.count),
+                target_drops: stage("target_drops").map_or(0, |st| st.count),
+                neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
+            }),
             caveats,
         }
     }
@@ -259,6 +295,12 @@ impl<'a> Facts<'a> {
             packets_total: s.packets,
             left_pps: s.stages.get("dev_xmit").copied().filter(|p| *p > 0.0),
             latency_p50_ns: s.latency_p50_ns,
+            after_send: s.stage_counts.get("dev_queue").map(|dev_queue| AfterSend {
+                dev_queue: *dev_queue,
+                dev_xmit: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
+                target_drops: s.stage_counts.get("target_drops").copied().unwrap_or(0),
+                neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
+            }),
             caveats,
         }
     }
@@ -266,6 +308,15 @@ impl<'a> Facts<'a> {
     /// Whether anything makes every verdict over this interval weak.
     pub fn thin(&self) -> bool {
         !self.caveats.is_empty()
+    }
+
+    /// Packets the send syscalls accepted that no stage after them saw, when they are too many
+    /// to be packets in flight at the interval's edges: every accepted packet reaches a device,
+    /// a neighbour's queue or a drop, so such a funnel is scanprof's fault, not the scanner's.
+    pub fn unseen_after_send(&self) -> Option<u64> {
+        let unseen = self.after_send?.unseen(self.packets);
+        let floor = (self.packets as f64 * UNSEEN_SHARE).max(UNSEEN_MIN as f64);
+        (unseen as f64 >= floor).then_some(unseen)
     }
 
     /// "in this tick" or "over the run", for sentences.

@@ -121,8 +121,13 @@ fn gap_unknown(f: &Facts) -> Verdict {
 }
 
 fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
+    let after = if f.unseen_after_send().is_some() {
+        "; what became of its packets after sending is not known (see measurement_fault)"
+    } else {
+        " and lost no packets after sending them"
+    };
     let sentence = format!(
-        "No significant gap: the scanner reached {} of the {} it was asked for ({}) and lost no packets after sending them.",
+        "No significant gap: the scanner reached {} of the {} it was asked for ({}){after}.",
         pps(f.achieved),
         pps(r),
         pct(f.achieved / r)

@@ -42,13 +42,54 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
     if !out.iter().any(|v| v.cause == "neigh_failed") {
         out.extend(neighbour_failed_unseen(f));
     }
+    out.extend(unseen_after_send(f));
     out
+}
+
+/// Packets the send syscalls accepted that no later stage saw, no drop explains and no qdisc
+/// holds: the kernel does not lose packets silently, so this is a fault of the measurement
+/// (packets not attributed to the family after the syscall, or the device probes missing), said
+/// as such rather than read as "nothing was lost".
+fn unseen_after_send(f: &Facts) -> Option<Verdict> {
+    let unseen = f.unseen_after_send()?;
+    let a = f.after_send?;
+    let evidence = vec![
+        format!("{} packets accepted by the family's send syscalls {}", f.packets, f.over()),
+        format!(
+            "after them: {} through dev_queue_xmit, {} transmitted by a driver, {} dropped, {} queued for a neighbour",
+            a.dev_queue, a.dev_xmit, a.target_drops, a.neigh_queued
+        ),
+        format!(
+            "{unseen} packets ({}) were seen by no stage after the syscall",
+            pct(unseen as f64 / f.packets.max(1) as f64)
+        ),
+    ];
+    Some(verdict(
+        "measurement_fault",
+        LOSS,
+        format!(
+            "scanprof cannot follow {unseen} of the family's packets past the send syscall: what \
+             happened to them after sending (sent, queued or dropped) is not known, so no loss \
+             figure {} can be trusted.",
+            f.over()
+        ),
+        unseen as f64 / f.packets.max(1) as f64,
+        evidence,
+        "Check the run's warnings and `scanprof doctor` for device probes that did not attach; \
+         if they are attached, this is a scanprof bug: report it with the bundle (`--export DIR`)."
+            .to_string(),
+        false,
+    ))
 }
 
 /// Whether a loss verdict is about the scanner's own outgoing packets, certainly lost.
 pub(super) fn is_outgoing(v: &Verdict) -> bool {
     let maybe_requeued = v.cause == "device_refused" && v.confidence != super::STRONG;
-    v.share > 0.0 && !v.cause.starts_with("reply_") && v.cause != "send_errors" && !maybe_requeued
+    v.share > 0.0
+        && !v.cause.starts_with("reply_")
+        && v.cause != "send_errors"
+        && v.cause != "measurement_fault"
+        && !maybe_requeued
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

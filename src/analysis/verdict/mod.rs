@@ -90,13 +90,17 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     rank(gap.verdicts, loss, gap.has_gap)
 }
 
-/// Gap verdicts then loss verdicts when there is a gap, loss first otherwise; by share within
-/// each kind, larger first, then strong before weak, then a fixed order of causes.
+/// A measurement fault first (it says which figures not to trust), then gap verdicts then loss
+/// verdicts when there is a gap, loss first otherwise; by share within each kind, larger first,
+/// then strong before weak, then a fixed order of causes.
 fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
     let order = |v: &Verdict| -> u8 {
-        match (v.kind == GAP) == has_gap {
-            true => 0,
-            false => 1,
+        if v.cause == "measurement_fault" {
+            0
+        } else if (v.kind == GAP) == has_gap {
+            1
+        } else {
+            2
         }
     };
     let mut all: Vec<Verdict> = gap.into_iter().chain(loss).collect();
@@ -114,11 +118,12 @@ fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
 /// Among verdicts of equal share (share-0 findings mostly): the overall judgement first.
 fn tie_rank(cause: &str) -> u8 {
     match cause {
-        "no_gap" | "gap_unknown" | "unexplained" => 0,
-        "above_requested" => 1,
-        "miscalibrated" => 2,
-        "claim_mismatch" => 3,
-        _ => 4,
+        "measurement_fault" => 0,
+        "no_gap" | "gap_unknown" | "unexplained" => 1,
+        "above_requested" => 2,
+        "miscalibrated" => 3,
+        "claim_mismatch" => 4,
+        _ => 5,
     }
 }
 

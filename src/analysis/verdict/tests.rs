@@ -199,6 +199,16 @@ impl Run {
         self
     }
 
+    /// The funnel after the send syscalls, over the run.
+    fn after_send(mut self, dev_queue: u64, dev_xmit: u64, target_drops: u64) -> Run {
+        let counts = &mut self.0.stage_counts;
+        counts.insert("syscall_packets".into(), self.0.packets);
+        counts.insert("dev_queue".into(), dev_queue);
+        counts.insert("dev_xmit".into(), dev_xmit);
+        counts.insert("target_drops".into(), target_drops);
+        self
+    }
+
     fn verdicts(&self) -> Vec<Verdict> {
         for_summary(&self.0)
     }
@@ -264,6 +274,63 @@ fn a_healthy_run_has_no_significant_gap() {
         "{:?}",
         v[0].evidence
     );
+}
+
+#[test]
+fn packets_no_stage_saw_after_the_syscall_are_a_measurement_fault_not_no_loss() {
+    // 10,000 packets through the send syscalls, none at any device and no drop: the attach-mid-
+    // send bug of issue 21 (every packet judged "not the family's"). The rate is met, yet the
+    // diagnosis must not say that nothing was lost.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .after_send(0, 0, 0)
+        .verdicts();
+    assert_eq!(causes(&v), ["measurement_fault", "no_gap"]);
+    assert_share(&v, "measurement_fault", 1.0);
+    assert!(
+        v[0].sentence.contains("10000 of the family's packets"),
+        "{}",
+        v[0].sentence
+    );
+    assert!(!v[1].sentence.contains("lost no packets"), "{}", v[1].sentence);
+    assert!(v[1].sentence.contains("not known"), "{}", v[1].sentence);
+
+    // A quarter unseen (dev_queue read 75% in one run): still a fault, share 0.25.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .after_send(7500, 7500, 0)
+        .verdicts();
+    assert_eq!(v[0].cause, "measurement_fault");
+    assert_share(&v, "measurement_fault", 0.25);
+}
+
+#[test]
+fn a_funnel_that_accounts_for_every_packet_is_no_fault() {
+    // Every packet reached a device, or was dropped at the qdisc, or went straight to the driver
+    // (a packet socket bypassing the qdisc: dev_xmit without dev_queue): no fault.
+    for (queued, xmit, dropped) in [
+        (10_000, 10_000, 0),
+        (10_000, 4_000, 6_000),
+        (0, 10_000, 0),
+        (6_000, 6_000, 4_000),
+    ] {
+        let v = run(Some(1000.0), 1000.0, 10.0)
+            .time(0.05, 0.0, 0.9, 0.0, 0.05)
+            .after_send(queued, xmit, dropped)
+            .verdicts();
+        assert!(
+            !causes(&v).contains(&"measurement_fault"),
+            "{queued}/{xmit}/{dropped}: {:?}",
+            causes(&v)
+        );
+    }
+    // A handful in flight at the edges of the interval is no fault either (under 10% and 50).
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .after_send(9_960, 9_960, 0)
+        .verdicts();
+    assert_eq!(causes(&v), ["no_gap"]);
+    assert!(v[0].sentence.contains("lost no packets"), "{}", v[0].sentence);
 }
 
 #[test]
@@ -1399,7 +1466,7 @@ fn unit_idle_in_a_tick_counts_only_inside_it() {
 #[test]
 fn the_analyzer_fills_verdicts_into_the_summary() {
     use crate::analysis::Analyzer;
-    use crate::collect::{BlockSite, CounterSample, ThreadCounters};
+    use crate::collect::{BlockSite, CounterSample, DeviceCounters, ThreadCounters};
     const SEC: u64 = 1_000_000_000;
     // One thread, 2500 packets over 10 s at 1000 pps requested; 60% of its time blocked in send.
     let th = ThreadCounters {
@@ -1422,6 +1489,15 @@ fn the_analyzer_fills_verdicts_into_the_summary() {
             stack: vec!["sock_alloc_send_pskb+0x1".into()],
             blocked_ns: 6 * SEC,
             episodes: 2500,
+        }],
+        // Every packet went through the device (the funnel after the syscall is whole).
+        devices: vec![DeviceCounters {
+            device: "eth0".into(),
+            ifindex: 2,
+            pid: Some(7),
+            queued: 2500,
+            xmit_ok: 2500,
+            ..Default::default()
         }],
         ..Default::default()
     };
