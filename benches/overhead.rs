@@ -4,7 +4,9 @@
 //! private network-namespace labs that the bench creates and deletes (also on panic or Ctrl-C):
 //!
 //! 1. The reference sender at full speed (`send --rate 0`), (a) alone, (b) under `scanprof run`,
-//!    (c) while bpftrace counts the equivalent tracepoints; interleaved rounds, medians, b/a, c/a.
+//!    (c) while bpftrace counts the equivalent tracepoints, (d) under `scanprof attach` made 1 s
+//!    after the sender started (its packets at dev_queue checked against its send syscalls);
+//!    interleaved rounds, medians, b/a, c/a, d/a.
 //! 2. The paced sender at about half its maximum rate, alone and under scanprof: the achieved rate
 //!    must not move (target: medians within 1%).
 //! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
@@ -48,21 +50,25 @@ const P3_BACKGROUND_S: f64 = 2.0;
 /// How much longer than its own bound any child may run before the bench kills it.
 const GRACE: Duration = Duration::from_secs(30);
 
-/// bpftrace's version of what scanprof counts for a sender: send syscalls (count, errors by
-/// errno, bytes, latency histogram), the thread's switches out (by state) and in (off-CPU time
-/// histogram), its wakeups, every drop by reason and location, device queue/xmit per device and
-/// qdisc enqueue/dequeue per ifindex. $1 is the sender's pid (single-threaded: pid == tid).
+/// bpftrace's version of what scanprof counts for a sender, in its cheapest equivalent form:
+/// the send syscalls on their own tracepoints (count, errors by errno, bytes, latency histogram;
+/// per-syscall tracepoints fire for those calls only, unlike raw_syscalls), the thread's switches
+/// out (by state) and in (off-CPU time histogram), its wakeups, every drop by reason and
+/// location, device queue/xmit per device and qdisc enqueue/dequeue per ifindex. $1 is the
+/// sender's pid (single-threaded: pid == tid).
 const BPFTRACE_SCRIPT: &str = r#"
 BEGIN { printf("ready\n"); }
-tracepoint:raw_syscalls:sys_enter /pid == $1/ {
-  if (args->id == 44 || args->id == 46 || args->id == 307 || args->id == 1 || args->id == 20) {
-    @calls[args->id] = count();
-    @start[tid] = nsecs;
-  }
+tracepoint:syscalls:sys_enter_sendto, tracepoint:syscalls:sys_enter_sendmsg,
+tracepoint:syscalls:sys_enter_sendmmsg, tracepoint:syscalls:sys_enter_write,
+tracepoint:syscalls:sys_enter_writev /pid == $1/ {
+  @calls[probe] = count();
+  @start[tid] = nsecs;
 }
-tracepoint:raw_syscalls:sys_exit /pid == $1 && @start[tid]/ {
-  if (args->ret < 0) { @errors[args->id, -args->ret] = count(); }
-  else { @bytes[args->id] = sum(args->ret); }
+tracepoint:syscalls:sys_exit_sendto, tracepoint:syscalls:sys_exit_sendmsg,
+tracepoint:syscalls:sys_exit_sendmmsg, tracepoint:syscalls:sys_exit_write,
+tracepoint:syscalls:sys_exit_writev /pid == $1 && @start[tid]/ {
+  if (args->ret < 0) { @errors[probe, -args->ret] = count(); }
+  else { @bytes[probe] = sum(args->ret); }
   @send_latency_ns = hist(nsecs - @start[tid]);
   delete(@start[tid]);
 }
@@ -184,6 +190,61 @@ fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summ
     (report, summary_of(&out))
 }
 
+/// Seconds a sender sends before (d) attaches to it.
+const ATTACH_AFTER_S: f64 = 1.0;
+
+/// (d) `scanprof attach` to a sender that has been sending for ATTACH_AFTER_S: the headline use,
+/// where the probes meet a socket that already carries packets. The sender sends for
+/// `seconds + 2 * ATTACH_AFTER_S + 1` s and scanprof stays attached for `seconds`; the rate under
+/// scanprof is what its send syscalls did while it was attached (its `achieved_pps`).
+fn send_under_attach(lab: &Lab, args_for: impl Fn(f64) -> Vec<String>, seconds: f64) -> (Value, Summary) {
+    let sender_s = seconds + 2.0 * ATTACH_AFTER_S + 1.0;
+    let mut cmd = lab.command_in_sender(BIN, &args_for(sender_s));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut sender = Proc::spawn(cmd, "sender", Signal::SIGTERM);
+    let sender_out = drain(sender.child.stdout.take().unwrap());
+    let sender_err = drain(sender.child.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_secs_f64(ATTACH_AFTER_S));
+    let mut attach = Command::new(BIN);
+    attach.args([
+        "attach",
+        "-p",
+        &sender.pid().to_string(),
+        "--json",
+        "--duration",
+        &seconds.to_string(),
+    ]);
+    let (status, out, err) = run_capture(
+        attach,
+        "scanprof attach",
+        Signal::SIGTERM,
+        Duration::from_secs_f64(seconds) + GRACE,
+    );
+    assert!(status.success(), "scanprof attach failed: {status}\n{err}");
+    let sender_status = sender.wait(Duration::from_secs_f64(sender_s) + GRACE);
+    let (sout, serr) = (join(sender_out), join(sender_err));
+    assert!(
+        sender_status.success(),
+        "sender failed: {sender_status}\n{sout}\n{serr}"
+    );
+    let report = sender_reports(&sout)
+        .pop()
+        .unwrap_or_else(|| panic!("no sender report:\n{sout}\n{serr}"));
+    (report, summary_of(&out))
+}
+
+/// "dev_queue D / syscall S": every packet sent while attached should reach the device stage.
+fn funnel_note(s: &Summary) -> String {
+    let at = |k: &str| s.stage_counts.get(k).copied().unwrap_or(0);
+    format!(
+        "attached: dev_queue {} / syscall {}",
+        at("dev_queue"),
+        at("syscall_packets")
+    )
+}
+
 /// What bpftrace printed at exit, reduced to the figures the bench shows.
 struct BpftraceCounts {
     send_calls: u64,
@@ -294,16 +355,26 @@ fn part1(lab: &Lab) -> f64 {
          {P1_ROUNDS} interleaved rounds)"
     );
     let args = send_args(lab, 0.0, P1_SECONDS, &[]);
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
+    let mut funnel_whole = 0;
     let mut scanprof_wins = 0;
     for round in 0..P1_ROUNDS {
-        let (mut ra, mut rb, mut rc) = (0.0, 0.0, 0.0);
+        let (mut ra, mut rb, mut rc, mut rd) = (0.0, 0.0, 0.0, 0.0);
         let mut notes = Vec::new();
         // Rotate the order so that no mode always runs first or last in a round.
-        for k in 0..3 {
-            match (round + k) % 3 {
+        for k in 0..4 {
+            match (round + k) % 4 {
                 0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
+                3 => {
+                    let (_, s) = send_under_attach(lab, |secs| send_args(lab, 0.0, secs, &[]), P1_SECONDS);
+                    rd = s.achieved_pps;
+                    let at = |k: &str| s.stage_counts.get(k).copied().unwrap_or(0);
+                    if at("dev_queue").abs_diff(at("syscall_packets")) <= 2 + at("syscall_packets") / 2000 {
+                        funnel_whole += 1;
+                    }
+                    notes.push(funnel_note(&s));
+                }
                 1 => {
                     let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS);
                     rb = pps(&r);
@@ -326,18 +397,22 @@ fn part1(lab: &Lab) -> f64 {
             scanprof_wins += 1;
         }
         println!(
-            "  round {}: (a) alone {:>9} pps | (b) scanprof {:>9} pps ({:.3}) | (c) bpftrace {:>9} pps ({:.3})   [{}]",
+            "  round {}: (a) alone {:>9} pps | (b) scanprof {:>9} pps ({:.3}) | (c) bpftrace {:>9} pps ({:.3}) \
+             | (d) attached {:>9} pps ({:.3})   [{}]",
             round + 1,
             thousands(ra),
             thousands(rb),
             rb / ra,
             thousands(rc),
             rc / ra,
+            thousands(rd),
+            rd / ra,
             notes.join("; ")
         );
         a.push(ra);
         b.push(rb);
         c.push(rc);
+        d.push(rd);
         rbs.push(rb / ra);
         rcs.push(rc / ra);
     }
@@ -359,6 +434,14 @@ fn part1(lab: &Lab) -> f64 {
         "  median of the per-round ratios: b/a = {:.3} | c/a = {:.3}",
         median(&rbs),
         median(&rcs)
+    );
+    let md = median(&d);
+    println!(
+        "  (d) attached {ATTACH_AFTER_S} s into the send: median {} pps, d/a = {:.3}; every packet sent while \
+         attached reached dev_queue in {funnel_whole} of {P1_ROUNDS} rounds{}",
+        thousands(md),
+        md / ma,
+        if funnel_whole == P1_ROUNDS { "" } else { " (ATTRIBUTION BROKEN)" }
     );
     // Two views of the same runs: the ratio of the medians, and the median of the per-round
     // ratios (each against the baseline of its own round). Only when both agree is it a verdict.

@@ -80,6 +80,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Drops per second the probes must see in every run for its figures to count.
+const MIN_DROPS_PER_S: f64 = 10_000.0;
+
 fn main() {
     assert!(nix::unistd::geteuid().is_root(), "the view benchmark needs root");
     // 1 Mbit/s with a 2 kB queue: nearly every packet is a QDISC_DROP.
@@ -120,6 +123,14 @@ fn main() {
     for i in 0..REPEATS {
         for with_view in [true, false] {
             let m = measure(sender.id(), with_view);
+            // The load this bench is about: attached to a sender already flooding the tbf, the
+            // probes must see its drops (a run that saw none measured an idle view).
+            assert!(
+                m.drops_per_s >= MIN_DROPS_PER_S,
+                "run {i}: scanprof saw {:.0} drops/s, under {MIN_DROPS_PER_S}: the drop scenario did not \
+                 happen (or attribution after attach is broken), so the view's cost was not measured under load",
+                m.drops_per_s
+            );
             println!(
                 "run {i} {:>7}: scanprof CPU {:5.2}% of a core, peak RSS {:5.1} MiB, drops seen {:>9.0}/s",
                 if with_view { "view" } else { "no-tui" },
