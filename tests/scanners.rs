@@ -915,6 +915,91 @@ fn masscan_at_10000_pps() {
     run_scan(|lab| masscan(lab, 10_000, 20_000));
 }
 
+/// masscan already scanning when scanprof attaches (its AF_PACKET socket carries packets before
+/// the probes exist): every packet its send syscalls accepted while attached reaches dev_queue
+/// and a driver, and no more of them than the capture saw meanwhile.
+#[test]
+fn masscan_attached_mid_scan_counts_every_stage() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let scan = masscan(&lab, 2000, 14_000);
+    require_scanner(scan.profile);
+
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let launched = in_sender(&lab, &scan.argv);
+    let mut cmd = std::process::Command::new(&launched[0]);
+    cmd.args(&launched[1..]);
+    let masscan = Proc::spawn("masscan", cmd, false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while capture.packets_so_far() == 0 {
+        assert!(Instant::now() < deadline, "masscan sent nothing within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let before = capture.packets_so_far();
+    let attach = Proc::scanprof(&strings(&[
+        "attach",
+        "-p",
+        &masscan.pid().to_string(),
+        "--json",
+        "--profile",
+        "masscan",
+        "--duration",
+        "3",
+    ]));
+    let run = attach.finish(RUN_TIMEOUT);
+    let during = capture.packets_so_far() - before;
+    let masscan = masscan.finish_polling(RUN_TIMEOUT, || {
+        nudger.poll(capture.packets_so_far() >= scan.packets)
+    });
+    let cap = capture.stop();
+    run.assert_success();
+    masscan.assert_success();
+
+    let s = run.summary_json();
+    let at = |k: &str| {
+        s["stage_counts"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k} in {s}"))
+    };
+    let packets = at("syscall_packets");
+    eprintln!(
+        "masscan attached mid-scan: stages {}; capture {during} frames while scanprof ran, {} in all",
+        s["stage_counts"], cap.packets
+    );
+    assert_eq!(
+        cap.packets, scan.packets,
+        "the scan sent another number of packets"
+    );
+    assert!(packets > 3000, "too few packets while attached: {packets}");
+    assert!(
+        packets <= during,
+        "{packets} packets counted, the capture saw {during} meanwhile"
+    );
+    let slack = 2 + packets / 2000;
+    for stage in ["dev_queue", "dev_xmit"] {
+        assert!(
+            at(stage).abs_diff(packets) <= slack,
+            "{stage} {} vs {packets} packets through masscan's send syscalls: {}",
+            at(stage),
+            s["stage_counts"]
+        );
+    }
+    let causes: Vec<&str> = s["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["cause"].as_str())
+        .collect();
+    assert!(!causes.contains(&"measurement_fault"), "{causes:?}");
+    drop(run);
+    bpf.assert_released("scanprof attach");
+    lab.destroy();
+}
+
 // ---- zmap: -r targets per second times -P probes ------------------------------------------------
 
 #[test]
