@@ -206,6 +206,29 @@ fn dur(ns: f64) -> String {
     }
 }
 
+/// A duration for a bar label (5 columns, unit included): `1.1ms`, `2us`, `15ms`, `109ms`; each
+/// number formatted from its value, never edited as text.
+fn dur_label(ns: f64) -> String {
+    let (v, unit) = if ns >= 1e6 {
+        (ns / 1e6, "ms")
+    } else if ns >= 1e3 {
+        (ns / 1e3, "us")
+    } else {
+        (ns, "ns")
+    };
+    // Two digits or more: whole units (the bar's lower bound, so not rounded up), which keeps
+    // every label within the bar's five columns with its unit.
+    if v >= 10.0 {
+        return format!("{:.0}{unit}", v.floor());
+    }
+    let tenths = (v * 10.0).round();
+    if tenths % 10.0 == 0.0 {
+        format!("{:.0}{unit}", tenths / 10.0)
+    } else {
+        format!("{:.1}{unit}", tenths / 10.0)
+    }
+}
+
 /// A requested-rate source in a word or two: `--requested`, `argv`, `work unit 2`, `init_tslot`.
 fn short_source(source: &str) -> String {
     if source.starts_with("--requested") {
@@ -566,7 +589,7 @@ pub fn gap_bins(s: &Snapshot, n: usize) -> Vec<(String, u64, bool)> {
                 .gap
                 .slot_ns
                 .is_some_and(|slot| slot >= lo as f64 && slot < hi as f64);
-            (dur(lo as f64).replace(".0", ""), count, at_slot)
+            (dur_label(lo as f64), count, at_slot)
         })
         .collect()
 }

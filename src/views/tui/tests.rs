@@ -329,3 +329,24 @@ fn history_is_bounded() {
     }
     assert_eq!(app.history.len(), 600);
 }
+
+#[test]
+fn gap_labels_are_formatted_from_their_values() {
+    // A single bar at 1.05 ms read `15ms` when ".0" was cut out of its text (issue 20).
+    let mut s = rich_ticks().0.pop().expect("a tick");
+    for (lo, want) in [
+        (1_050_000u64, "1.1ms"),
+        (109_050_000, "109ms"),
+        (15_000_000, "15ms"),
+        (2_000, "2us"),
+        (31_460, "31us"),
+        (11_300, "11us"),
+        (999_600, "999us"),
+        (900, "900ns"),
+    ] {
+        s.gap.histogram = vec![(lo, lo + 1, 5)];
+        let bins = super::draw::gap_bins(&s, 1);
+        assert_eq!(bins[0].0, want, "bar starting at {lo} ns");
+        assert!(bins[0].0.chars().count() <= 5, "{want} does not fit its bar");
+    }
+}
