@@ -17,7 +17,8 @@ pub struct RunStats {
     pub median: f64,
     /// mean of the samples within 3 MAD of the median; of all samples when MAD is 0
     pub mean: f64,
-    /// samples left out of `mean` as outliers: |x - median| > 3 MAD (none when MAD is 0)
+    /// samples left out of `mean` as outliers: |x - median| > 3 MAD and > 1% of the median (none
+    /// when MAD is 0)
     pub outliers: usize,
     /// uncertainty of the median: MAD / sqrt(n)
     pub uncertainty: f64,
@@ -31,6 +32,9 @@ pub struct RunStats {
     pub max: f64,
 }
 
+/// A sample closer to the median than this fraction of it is never an outlier.
+const OUTLIER_MIN_REL: f64 = 0.01;
+
 impl RunStats {
     /// Summarises `samples`, ignoring NaN samples; `None` when no sample is left.
     pub fn from_samples(samples: &[f64]) -> Option<RunStats> {
@@ -42,10 +46,13 @@ impl RunStats {
         deviations.sort_by(f64::total_cmp);
         let mad = percentile(&deviations, 0.5)?;
 
+        // Beyond 3 MAD, and beyond OUTLIER_MIN_REL of the median: on flat data the MAD is tiny,
+        // and a tick 0.1 pps from a 10,000 pps median is no outlier.
+        let limit = (3.0 * mad).max(OUTLIER_MIN_REL * median.abs());
         let inliers: Vec<f64> = sorted
             .iter()
             .copied()
-            .filter(|x| mad == 0.0 || (x - median).abs() <= 3.0 * mad)
+            .filter(|x| mad == 0.0 || (x - median).abs() <= limit)
             .collect();
         let n = sorted.len();
         Some(RunStats {
@@ -141,6 +148,23 @@ mod tests {
         assert_close(stats.p99, 4657.14);
         assert_close(stats.min, 98.0);
         assert_close(stats.max, 5000.0);
+    }
+
+    #[test]
+    fn flat_data_has_no_outliers_a_tenth_of_a_packet_off() {
+        // deviations 0 0 0 0.05 0.1 0.1 0.1 -> MAD 0.05: 0.1 is beyond 3 MAD yet 0.001% of the
+        // median, which the text report called "1 outliers left out"
+        let stats = RunStats::from_samples(&[
+            10_000.0, 10_000.0, 10_000.1, 9_999.9, 10_000.0, 10_000.05, 10_000.1,
+        ])
+        .unwrap();
+        assert_eq!(stats.outliers, 0);
+        // ...while a tick at half the rate still is one
+        let stats = RunStats::from_samples(&[
+            10_000.0, 10_000.0, 10_000.1, 9_999.9, 10_000.0, 10_000.05, 5_000.0,
+        ])
+        .unwrap();
+        assert_eq!(stats.outliers, 1);
     }
 
     #[test]

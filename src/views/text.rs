@@ -109,8 +109,19 @@ pub fn summary(s: &Summary) -> String {
     if let Some(st) = &s.rate_stats {
         let _ = writeln!(
             o,
-            "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} outliers left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
-            st.n, st.median, st.uncertainty, st.mean, st.outliers, st.p95, st.p99, st.min, st.max
+            "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
+            st.n,
+            st.median,
+            st.uncertainty,
+            st.mean,
+            match st.outliers {
+                1 => "1 outlier".to_string(),
+                n => format!("{n} outliers"),
+            },
+            st.p95,
+            st.p99,
+            st.min,
+            st.max
         );
     }
     if let Some(sc) = &s.scanner {
@@ -193,7 +204,7 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(
             o,
             "  {:<12} {:<22} {:>10}  at {}  dev {}  pid {}",
-            format!("{:?}", d.class),
+            d.class.name(),
             d.reason,
             d.count,
             d.location,
@@ -283,10 +294,11 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
         let _ = writeln!(o, "  work units:");
     }
     for u in sc.work_units.iter().take(20) {
-        let t = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+        // Seconds since attach, or "-" (no unit) where the moment was not seen.
+        let t = |v: Option<f64>| v.map(|x| format!("{x:.3} s")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             o,
-            "    #{:<3} pid {:<7} {:>8} pps asked, handed {} s, set up {} s, sending {} s, done {} s: {} packets, {} pps{}{}{}",
+            "    #{:<3} pid {:<7} {:>8} pps asked, handed {}, set up {}, sending {}, done {}: {} packets, {} pps{}{}{}",
             u.index,
             u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             u.pps.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into()),

@@ -294,12 +294,13 @@ fn no_qdisc_note_only_when_nothing_was_enqueued() {
 #[test]
 fn drop_rows_name_class_reason_location_device_and_pid() {
     let r = summary(&fixed_summary());
-    let line = line_of(&r, "TargetLoss");
+    // The class as every other view names it (it read `TargetLoss`, Rust's name, before).
+    let line = line_of(&r, "target_loss");
     let fields: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(
         fields,
         [
-            "TargetLoss",
+            "target_loss",
             "QDISC_DROP",
             "48",
             "at",
@@ -310,7 +311,8 @@ fn drop_rows_name_class_reason_location_device_and_pid() {
             "4242"
         ]
     );
-    assert!(line_of(&r, "Expected").contains("NO_SOCKET"), "{r}");
+    assert!(line_of(&r, "expected").contains("NO_SOCKET"), "{r}");
+    assert!(!r.contains("TargetLoss"), "{r}");
     // somebody else's drops are one sum, not rows
     assert!(!r.contains("Unrelated"), "{r}");
     assert!(!r.contains("nf_hook_slow"), "{r}");
@@ -337,7 +339,7 @@ fn drop_rows_without_device_or_pid_show_dashes() {
     }];
     let r = summary(&s);
     assert!(
-        line_of(&r, "ReplyLoss").ends_with("at udp_queue_rcv_one_skb+0x3a  dev -  pid -"),
+        line_of(&r, "reply_loss").ends_with("at udp_queue_rcv_one_skb+0x3a  dev -  pid -"),
         "{r}"
     );
     assert!(!r.contains("drops of other processes"), "{r}");
@@ -582,4 +584,23 @@ fn report_shows_the_scanners_own_view_and_the_diagnosis() {
         assert!(r.contains(want), "missing {want:?} in\n{r}");
     }
     assert!(r.contains("    #1   pid 7"), "work-unit line:\n{r}");
+}
+
+#[test]
+fn work_unit_moments_not_seen_are_a_dash_without_a_unit() {
+    // It read "handed - s ... done - s".
+    let (_, mut s) = crate::views::fixtures::rich_run();
+    let sc = s.scanner.as_mut().expect("the rich run has a scanner");
+    sc.work_units = vec![crate::analysis::scanner::WorkUnitView {
+        index: 1,
+        handed_s: Some(0.25),
+        ..Default::default()
+    }];
+    let r = summary(&s);
+    let line = line_of(&r, "#1");
+    assert!(
+        line.contains("handed 0.250 s, set up -, sending -, done -:"),
+        "{line}"
+    );
+    assert!(!line.contains("- s"), "{line}");
 }
