@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use ratatui::crossterm::event::{KeyCode, KeyEvent};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::keys::{action_of, Action};
 use crate::analysis::{DropRow, Snapshot, Summary};
@@ -192,8 +192,19 @@ impl App {
             return Outcome::Continue;
         }
         let Some(action) = action_of(key) else {
+            if self.help && key.code == KeyCode::Esc {
+                self.help = false;
+            }
             return Outcome::Continue;
         };
+        // With the help open, `q` and `?` close it (the run goes on); Ctrl-C still quits.
+        let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+        if self.help && !ctrl_c {
+            if matches!(action, Action::Quit | Action::Help) {
+                self.help = false;
+            }
+            return Outcome::Continue;
+        }
         match action {
             Action::Quit => {
                 self.quitting = true;

@@ -15,8 +15,19 @@ use super::keys::{footer, BINDINGS, HELP};
 use crate::analysis::{EndReason, Snapshot};
 use crate::collect::DropClass;
 
+/// The smallest terminal the live view lays out its panels in; below it, it says so.
+pub const MIN_SIZE: (u16, u16) = (80, 24);
+
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
+    if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
+        let text = format!(
+            "terminal too small ({}x{}): the live view needs at least {}x{}. The run goes on; q ends it.",
+            area.width, area.height, MIN_SIZE.0, MIN_SIZE.1
+        );
+        f.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
+        return;
+    }
     let [header, body, foot] =
         Layout::vertical([Constraint::Length(5), Constraint::Min(0), Constraint::Length(1)]).areas(area);
     draw_header(f, app, header);
@@ -641,13 +652,40 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     f.render_widget(table, area);
 }
 
+/// Rows `text` takes when wrapped at word boundaries into `width` columns (as `Wrap` does; a
+/// word longer than the width is cut across rows).
+fn wrapped_rows(text: &str, width: usize) -> usize {
+    let (mut rows, mut used) = (1, 0);
+    for word in text.split(' ') {
+        let len = word.chars().count();
+        let need = if used == 0 { len } else { used + 1 + len };
+        if need <= width {
+            used = need;
+        } else if used == 0 {
+            rows += (len - 1) / width;
+            used = (len - 1) % width + 1;
+        } else {
+            rows += 1 + len.saturating_sub(1) / width;
+            used = if len == 0 { 0 } else { (len - 1) % width + 1 };
+        }
+    }
+    rows
+}
+
 fn draw_help(f: &mut Frame, area: Rect) {
-    let lines: Vec<Line> = std::iter::once(&HELP)
+    let mut lines: Vec<Line> = std::iter::once(&HELP)
         .chain(BINDINGS.iter())
         .map(|b| Line::from(format!("{:>6}  {}", b.label, b.help)))
         .collect();
-    let h = (lines.len() as u16 + 2).min(area.height);
+    lines.push(Line::from(format!(
+        "{:>6}  close this help (so do ? and q)",
+        "Esc"
+    )));
     let w = 72.min(area.width);
+    // Every wrapped row counts, so that the last line is not cut.
+    let inner = w.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines.iter().map(|l| wrapped_rows(&l.to_string(), inner)).sum();
+    let h = (rows as u16 + 2).min(area.height);
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,

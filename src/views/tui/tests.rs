@@ -350,3 +350,41 @@ fn gap_labels_are_formatted_from_their_values() {
         assert!(bins[0].0.chars().count() <= 5, "{want} does not fit its bar");
     }
 }
+
+#[test]
+fn help_shows_every_key_and_closes_with_esc_q_or_question_mark() {
+    for (w, h) in [(80, 24), (120, 40)] {
+        let mut app = live_app(false);
+        app.on_key(key(KeyCode::Char('?')));
+        assert!(app.help);
+        let s = screen(&app, w, h);
+        // The last binding and the closing line are on screen, not cut.
+        for want in [
+            "show / hide this help",
+            "export a trace bundle",
+            "close this help",
+        ] {
+            assert!(s.contains(want), "{w}x{h}: missing {want:?} in\n{s}");
+        }
+        assert_snapshot(&format!("tui_help_{w}x{h}"), &s);
+        // `q` in the help closes it and the run goes on.
+        assert_eq!(app.on_key(key(KeyCode::Char('q'))), Outcome::Continue);
+        assert!(!app.help && !app.quitting);
+        app.on_key(key(KeyCode::Char('?')));
+        app.on_key(key(KeyCode::Esc));
+        assert!(!app.help);
+        app.on_key(key(KeyCode::Char('?')));
+        app.on_key(key(KeyCode::Char('?')));
+        assert!(!app.help);
+        // Outside the help, q still ends the run.
+        assert_eq!(app.on_key(key(KeyCode::Char('q'))), Outcome::Stop);
+    }
+}
+
+#[test]
+fn below_the_minimum_size_the_view_says_so() {
+    let s = screen(&live_app(false), 79, 23);
+    assert!(s.contains("terminal too small (79x23)"), "{s}");
+    assert!(s.contains("at least 80x24"), "{s}");
+    assert!(!screen(&live_app(false), 80, 24).contains("too small"));
+}
