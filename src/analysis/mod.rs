@@ -299,7 +299,14 @@ impl Analyzer {
                 *errors.entry(name.clone()).or_default() += n;
             }
         }
-        let mut drops = drop_rows(&last.drops, &[], duration_ns.max(1) as f64 / 1e9);
+        // Drop rates over the same window as the funnel's stage rates (the send window), so that
+        // one report gives one rate for the same drops; over the run when nothing was sent.
+        let drops_over_s = if window_s > 0.0 {
+            window_s
+        } else {
+            duration_ns.max(1) as f64 / 1e9
+        };
+        let mut drops = drop_rows(&last.drops, &[], drops_over_s);
         drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);

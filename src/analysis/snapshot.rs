@@ -98,7 +98,8 @@ pub struct DropRow {
     pub pid: Option<u32>,
     /// drops since attach
     pub count: u64,
-    /// drops per second over the interval (over the run, in the summary)
+    /// drops per second over the interval (in the summary: over the send window, the funnel's
+    /// window, or over the run when nothing was sent)
     pub rate: f64,
 }
 

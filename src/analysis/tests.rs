@@ -292,6 +292,11 @@ fn summary_rate_uses_the_stretched_send_window() {
         assert_eq!(sum.stage_counts[name], count, "{name}");
         assert_close(sum.stages[name], pps);
     }
+    // The drop table's rate is over the same window as the funnel's target_drops: 100 drops in
+    // the 2 s send window are 50/s in both (the drop row read 33.3/s, over the 3 s run).
+    let row = &sum.drops[0];
+    assert_eq!(row.count, 100);
+    assert_close(row.rate, sum.stages["target_drops"]);
 }
 
 #[test]

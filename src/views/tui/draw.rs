@@ -413,7 +413,7 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
             Constraint::Length(6),
         ],
     )
-    .header(Row::new(vec!["stage", "pps", "total", "ratio"]).style(Style::new().bold()))
+    .header(Row::new(vec!["stage", "/s tick", "total", "ratio"]).style(Style::new().bold()))
     .block(block);
     f.render_widget(table, area);
 }
@@ -619,6 +619,14 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     let block = panel_block(app, Panel::Drops, title);
     // Below 100 columns the device and pid give way to the location.
     let wide = area.width >= 100;
+    // The location gets what the fixed columns leave (borders, and one space between columns);
+    // a longer one is elided visibly, keeping its offset, never cut into another valid-looking one.
+    let fixed: u16 = if wide {
+        11 + 14 + 14 + 7 + 9 + 8 + 6
+    } else {
+        11 + 14 + 9 + 8 + 4
+    };
+    let loc_width = area.width.saturating_sub(2 + fixed).max(8) as usize;
     let table_rows = rows.iter().skip(app.scroll).map(|d| {
         let style = match d.class {
             DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
@@ -626,7 +634,11 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
             DropClass::Expected => Style::new().fg(Color::Gray),
             DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
         };
-        let mut cells = vec![d.class.name().to_string(), d.reason.clone(), d.location.clone()];
+        let mut cells = vec![
+            d.class.name().to_string(),
+            d.reason.clone(),
+            elide_location(&d.location, loc_width),
+        ];
         if wide {
             cells.push(d.device.clone().unwrap_or("-".into()));
             cells.push(d.pid.map(|p| p.to_string()).unwrap_or("-".into()));
@@ -637,7 +649,7 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     let mut widths = vec![
         Constraint::Length(11),
         Constraint::Length(14),
-        Constraint::Min(20),
+        Constraint::Min(loc_width as u16),
     ];
     let mut header = vec!["class", "reason", "location"];
     if wide {
@@ -645,11 +657,33 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
         header.extend(["device", "pid"]);
     }
     widths.extend([Constraint::Length(9), Constraint::Length(8)]);
-    header.extend(["count", "/s"]);
+    header.extend(["total", "/s tick"]);
     let table = Table::new(table_rows, widths)
         .header(Row::new(header).style(Style::new().bold()))
         .block(block);
     f.render_widget(table, area);
+}
+
+/// A drop location (`function+0xoffset`) in at most `width` columns: whole if it fits, else the
+/// function's name cut with `…` before its offset (`__dev_que…+0xd01`), so that a shortened
+/// location never reads as another valid one.
+pub fn elide_location(loc: &str, width: usize) -> String {
+    let len = loc.chars().count();
+    if len <= width {
+        return loc.to_string();
+    }
+    let (func, offset) = match loc.rfind('+') {
+        Some(i) => (&loc[..i], &loc[i..]),
+        None => (loc, ""),
+    };
+    let keep = width.saturating_sub(offset.chars().count() + 1);
+    if keep == 0 {
+        // Not even the offset fits beside an ellipsis: the start of the name, marked cut.
+        let head: String = loc.chars().take(width.saturating_sub(1)).collect();
+        return format!("{head}…");
+    }
+    let head: String = func.chars().take(keep).collect();
+    format!("{head}…{offset}")
 }
 
 /// Rows `text` takes when wrapped at word boundaries into `width` columns (as `Wrap` does; a

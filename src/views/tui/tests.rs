@@ -388,3 +388,28 @@ fn below_the_minimum_size_the_view_says_so() {
     assert!(s.contains("at least 80x24"), "{s}");
     assert!(!screen(&live_app(false), 80, 24).contains("too small"));
 }
+
+#[test]
+fn long_drop_locations_are_elided_visibly_keeping_their_offset() {
+    use super::draw::elide_location;
+    assert_eq!(
+        elide_location("__dev_queue_xmit+0xd01", 40),
+        "__dev_queue_xmit+0xd01"
+    );
+    assert_eq!(elide_location("__dev_queue_xmit+0xd01", 16), "__dev_que…+0xd01");
+    assert_eq!(elide_location("__dev_queue_xmit+0xd01", 16).chars().count(), 16);
+    assert_eq!(elide_location("no_offset_function_name", 10), "no_offset…");
+    // On screen, at each size: the location is whole or elided, never cut to `+0xd`.
+    for (w, h) in [(80, 24), (120, 40)] {
+        let mut app = live_app(false);
+        if let Some(s) = app.shown.as_mut() {
+            s.drops[0].location = "__dev_queue_xmit_nit_with_a_long_name+0xd01".into();
+        }
+        let screen = screen(&app, w, h);
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with("│target_loss") && l.contains("QDISC_DROP"))
+            .unwrap_or_else(|| panic!("{w}x{h}: no drop row in\n{screen}"));
+        assert!(row.contains("…+0xd01"), "{w}x{h}: {row}");
+    }
+}
