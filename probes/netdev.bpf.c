@@ -106,9 +106,16 @@ int BPF_PROG(on_dev_queue, struct sk_buff *skb)
 	if (tgid) {
 		struct sp_flow_key fk;
 		__u32 ns = dev_netns(dev);
+		__u32 *owner;
 
-		if (!skb_addr(skb, 1, &fk) && !bpf_map_lookup_elem(&flows, &fk))
-			bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+		/* The address belongs to the latest family process that sent to it: drops recognised
+		 * by address (at a far namespace, no socket left) go to that process, not to an
+		 * earlier one that has since exited. Written only when the owner changes. */
+		if (!skb_addr(skb, 1, &fk)) {
+			owner = bpf_map_lookup_elem(&flows, &fk);
+			if (!owner || *owner != tgid)
+				bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+		}
 		if (!bpf_map_lookup_elem(&target_netns, &ns))
 			bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
 	}
