@@ -496,45 +496,41 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
         app.history.back().map_or(1.0, |p| p.t_s).max(1.0),
     );
     let req_line: Vec<(f64, f64)> = requested.map(|r| vec![(t0, r), (t1, r)]).unwrap_or_default();
-    let ymax = app
+    let data_max = app
         .history
         .iter()
         .flat_map(|p| [p.achieved, p.dev_xmit, p.target_drops])
-        .chain(requested)
         .fold(1.0f64, f64::max)
         * 1.1;
-    let mut sets = vec![
+    // With a requested rate the axis runs to twice it when the data allow, so that its middle
+    // label is the requested rate itself; the legend names it in any case.
+    let ymax = match requested {
+        Some(r) if data_max <= 2.0 * r => 2.0 * r,
+        _ => data_max,
+    };
+    fn line(name: String, color: Color, data: &[(f64, f64)]) -> Dataset<'_> {
         Dataset::default()
-            .name("achieved")
+            .name(name)
             .marker(Marker::Braille)
             .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Green))
-            .data(&achieved),
-        Dataset::default()
-            .name("dev_xmit")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Cyan))
-            .data(&xmit),
-        Dataset::default()
-            .name("dropped")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Red))
-            .data(&drops),
-    ];
-    if !req_line.is_empty() {
-        sets.push(
-            Dataset::default()
-                .name("requested")
-                .marker(Marker::Dot)
-                .graph_type(GraphType::Line)
-                .style(Style::new().fg(Color::Yellow))
-                .data(&req_line),
-        );
+            .style(Style::new().fg(color))
+            .data(data)
     }
+    // Drawn in order, each over the ones before: the requested line first, the dropped packets
+    // last (they were hidden under the requested line).
+    let mut sets = Vec::new();
+    if let Some(r) = requested {
+        sets.push(line(format!("requested {}", rate(r)), Color::Yellow, &req_line).marker(Marker::Dot));
+    }
+    sets.extend([
+        line("achieved".into(), Color::Green, &achieved),
+        line("dev_xmit".into(), Color::Cyan, &xmit),
+        line("dropped".into(), Color::Red, &drops),
+    ]);
     let chart = Chart::new(sets)
         .block(block)
+        // The legend at every size (ratatui hides it below a quarter of the chart by default).
+        .hidden_legend_constraints((Constraint::Min(0), Constraint::Min(0)))
         .x_axis(
             Axis::default()
                 .bounds([t0, t1])
@@ -543,7 +539,7 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
         .y_axis(
             Axis::default()
                 .bounds([0.0, ymax])
-                .labels(["0".to_string(), rate(ymax)]),
+                .labels(["0".to_string(), rate(ymax / 2.0), rate(ymax)]),
         );
     f.render_widget(chart, area);
 }
