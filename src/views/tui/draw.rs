@@ -217,6 +217,15 @@ fn dur(ns: f64) -> String {
     }
 }
 
+/// A count in a bar's five columns: 1234, 12.3k, 1.2M.
+fn count_label(n: u64) -> String {
+    match n {
+        0..=99_999 => n.to_string(),
+        100_000..=999_999 => format!("{}k", n / 1000),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
 /// A duration for a bar label (5 columns, unit included): `1.1ms`, `2us`, `15ms`, `109ms`; each
 /// number formatted from its value, never edited as text.
 fn dur_label(ns: f64) -> String {
@@ -562,7 +571,7 @@ fn draw_gaps(f: &mut Frame, app: &App, area: Rect) {
         .map(|(label, n, at_slot)| {
             Bar::default()
                 .value(n)
-                .text_value(String::new())
+                .text_value(if n > 0 { count_label(n) } else { String::new() })
                 .label(Line::from(label))
                 .style(if at_slot {
                     Style::new().fg(Color::Yellow)
@@ -581,23 +590,43 @@ fn draw_gaps(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
-/// The gap histogram merged into at most `n` bars: (label, count, bar holds the slot).
+/// The gap histogram on a log axis of `n` bars of equal ratio, from the shortest gap (or the
+/// slot) to the longest (or the slot): each bar holds the buckets that start in its range, an
+/// empty range stays an empty bar in its place, and the slot always has its bar.
+/// Returns (label: the bar's lower bound, count, bar holds the slot).
 pub fn gap_bins(s: &Snapshot, n: usize) -> Vec<(String, u64, bool)> {
     let h = &s.gap.histogram;
-    if h.is_empty() {
+    if h.is_empty() || n == 0 {
         return Vec::new();
     }
-    let per = h.len().div_ceil(n);
-    h.chunks(per)
-        .map(|c| {
-            let (lo, hi) = (c[0].0, c[c.len() - 1].1);
-            let count = c.iter().map(|b| b.2).sum();
-            let at_slot = s
-                .gap
-                .slot_ns
-                .is_some_and(|slot| slot >= lo as f64 && slot < hi as f64);
-            (dur_label(lo as f64), count, at_slot)
-        })
+    let slot = s.gap.slot_ns.filter(|v| v.is_finite() && *v >= 1.0);
+    let lo = slot.map_or(h[0].0 as f64, |v| v.min(h[0].0 as f64)).max(1.0);
+    let hi = slot
+        .map_or(h[h.len() - 1].1 as f64, |v| v.max(h[h.len() - 1].1 as f64))
+        .max(lo * 1.01);
+    let step = (hi.ln() - lo.ln()) / n as f64;
+    // The first edge is the shortest gap itself, not exp(ln(x)) of it, which can land below.
+    let edge = |i: usize| {
+        if i == 0 {
+            lo
+        } else {
+            (lo.ln() + i as f64 * step).exp()
+        }
+    };
+    let bar_of = |v: f64| {
+        (((v.max(lo)).ln() - lo.ln()) / step)
+            .floor()
+            .clamp(0.0, (n - 1) as f64) as usize
+    };
+    let mut counts = vec![0u64; n];
+    for (low, _, count) in h {
+        counts[bar_of(*low as f64)] += count;
+    }
+    let slot_bar = slot.map(bar_of);
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(i, count)| (dur_label(edge(i)), count, slot_bar == Some(i)))
         .collect()
 }
 

@@ -345,6 +345,7 @@ fn gap_labels_are_formatted_from_their_values() {
         (900, "900ns"),
     ] {
         s.gap.histogram = vec![(lo, lo + 1, 5)];
+        s.gap.slot_ns = None;
         let bins = super::draw::gap_bins(&s, 1);
         assert_eq!(bins[0].0, want, "bar starting at {lo} ns");
         assert!(bins[0].0.chars().count() <= 5, "{want} does not fit its bar");
@@ -412,4 +413,34 @@ fn long_drop_locations_are_elided_visibly_keeping_their_offset() {
             .unwrap_or_else(|| panic!("{w}x{h}: no drop row in\n{screen}"));
         assert!(row.contains("…+0xd01"), "{w}x{h}: {row}");
     }
+}
+
+#[test]
+fn the_gap_histogram_keeps_empty_ranges_in_place_and_always_shows_the_slot() {
+    let mut s = rich_ticks().0.pop().expect("a tick");
+    // Gaps at 7 us and 31 ms only, slot 1 ms (no gap there): a log axis from 7 us to 31 ms.
+    s.gap.histogram = vec![(7_000, 7_900, 40), (31_000_000, 33_000_000, 13)];
+    s.gap.slot_ns = Some(1_000_000.0);
+    let bins = super::draw::gap_bins(&s, 10);
+    assert_eq!(bins.len(), 10);
+    assert_eq!(bins[0].1, 40, "{bins:?}");
+    assert_eq!(bins[9].1, 13, "{bins:?}");
+    // Between them the empty decades keep their bars (they were merged side by side before).
+    assert!(bins[1..9].iter().all(|b| b.1 == 0), "{bins:?}");
+    // The slot's bar is marked although it holds no gap; labels rise along the axis.
+    let slot: Vec<_> = bins.iter().filter(|b| b.2).collect();
+    assert_eq!(slot.len(), 1, "{bins:?}");
+    assert_eq!(slot[0].1, 0);
+    assert_eq!(bins[0].0, "7us");
+    assert!(bins.iter().all(|b| b.0.chars().count() <= 5), "{bins:?}");
+    let screen = screen(
+        &{
+            let mut app = live_app(false);
+            app.shown = Some(s.clone());
+            app
+        },
+        120,
+        40,
+    );
+    assert!(screen.contains("40"), "the counts are drawn:\n{screen}");
 }
