@@ -20,7 +20,9 @@ const FLOW_CAT: &str = "flow";
 const ANCHOR_US: f64 = 1.0;
 
 const REQUESTED: &str = "requested pps";
-const STAGES: &str = "achieved pps per stage";
+/// Prefix of the per-stage rate tracks, one track a stage: Chrome's viewer stacks the series of
+/// one counter, and seven stage rates summed mean nothing.
+const STAGES: &str = "pps at";
 const DROPS: &str = "target drops per second by reason";
 const CPU: &str = "scanprof CPU %";
 
@@ -319,8 +321,16 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
             if let Some(r) = t.requested_pps {
                 c(out, REQUESTED, ts, series([("value", r)]));
             }
-            // Every series in every sample: a series left out would keep its old value.
-            c(out, STAGES, ts, series(stage_names.iter().map(|s| (*s, pps(s)))));
+            for stage in &stage_names {
+                c(
+                    out,
+                    &format!("{STAGES} {stage}"),
+                    ts,
+                    series([("value", pps(stage))]),
+                );
+            }
+            // Drops by reason stack into the total drop rate, so they share one counter; every
+            // series in every sample (a series left out would keep its old value).
             if !reasons.is_empty() {
                 let rate = |r: &String| rates.get(r).copied().unwrap_or(0.0);
                 c(
@@ -624,26 +634,35 @@ mod tests {
     }
 
     #[test]
-    fn stage_counter_has_one_series_per_stage_with_each_stages_pps() {
+    fn each_stage_has_its_own_counter_track_so_that_viewers_do_not_stack_them() {
         let rec = rich_recording();
         let v = chrome_trace(&rec);
-        let stages = find(&v, |e| e["ph"] == "C" && e["name"] == STAGES);
-        assert_eq!(
-            stages.len(),
-            rec.ticks.len() + 1,
-            "one per tick, and the closing sample"
-        );
-        for (e, t) in stages.iter().zip(&rec.ticks) {
-            let args = e["args"].as_object().expect("args");
-            assert_eq!(args.len(), t.stages.len());
-            for s in &t.stages {
-                assert_eq!(args[&s.name].as_f64(), num(s.pps).as_f64(), "stage {}", s.name);
+        for s in &rec.ticks[0].stages {
+            let name = format!("{STAGES} {}", s.name);
+            let track = find(&v, |e| e["ph"] == "C" && e["name"] == name.as_str());
+            assert_eq!(
+                track.len(),
+                rec.ticks.len() + 1,
+                "{name}: one per tick, and the closing sample"
+            );
+            for (e, t) in track.iter().zip(&rec.ticks) {
+                let args = e["args"].as_object().expect("args");
+                assert_eq!(args.len(), 1, "{name}: a single series");
+                let want = t.stages.iter().find(|x| x.name == s.name).map_or(0.0, |x| x.pps);
+                assert_eq!(args["value"].as_f64(), num(want).as_f64(), "{name}");
             }
+            // The closing sample repeats the last tick's value at its end.
+            assert_eq!(track[3]["args"], track[2]["args"]);
         }
-        // The closing sample repeats the last tick's values at its end.
-        assert_eq!(stages[3]["args"], stages[2]["args"]);
         // The fixture sends 100 more packets each tick, a second apart.
-        assert_eq!(stages[1]["args"]["syscall_packets"], 100.0);
+        let packets = find(&v, |e| {
+            e["ph"] == "C" && e["name"] == format!("{STAGES} syscall_packets").as_str()
+        });
+        assert_eq!(packets[1]["args"]["value"], 100.0);
+        // No counter carries several stage rates any more.
+        assert!(find(&v, |e| e["ph"] == "C"
+            && e["args"].get("syscall_packets").is_some())
+        .is_empty());
     }
 
     #[test]
