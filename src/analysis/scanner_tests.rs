@@ -49,6 +49,8 @@ fn process(pid: u32, comm: &str, role: &str) -> ProcessInfo {
         alive: true,
         exit_code: None,
         role: Some(role.into()),
+        start_s: None,
+        exit_s: None,
     }
 }
 

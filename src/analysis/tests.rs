@@ -65,6 +65,8 @@ impl SampleBuilder {
             alive: true,
             exit_code: None,
             role: None,
+            start_s: None,
+            exit_s: None,
         });
         self
     }

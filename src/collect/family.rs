@@ -23,6 +23,12 @@ pub struct ProcessInfo {
     /// role the scanner profile gives it (`master`, `sender`...), if a profile recognised it
     #[serde(default)]
     pub role: Option<String>,
+    /// seconds since attach when it was forked, from the fork record (None: it existed at attach)
+    #[serde(default)]
+    pub start_s: Option<f64>,
+    /// seconds since attach when its last thread exited, from the exit record
+    #[serde(default)]
+    pub exit_s: Option<f64>,
 }
 
 /// A thread of a family process that exists at attach time.
@@ -102,8 +108,8 @@ impl ProcessTable {
         }
     }
 
-    /// A member forked a new process.
-    pub fn forked(&mut self, pid: u32, ppid: u32, comm: &str) {
+    /// A member forked a new process, `at_s` seconds after attach.
+    pub fn forked(&mut self, pid: u32, ppid: u32, comm: &str, at_s: f64) {
         let parent_exe = self.live(ppid).map(|m| m.exe.clone()).unwrap_or_default();
         let exe = Process::new(pid as i32)
             .and_then(|p| p.exe())
@@ -118,6 +124,8 @@ impl ProcessTable {
             alive: true,
             exit_code: None,
             role: None,
+            start_s: Some(at_s),
+            exit_s: None,
         });
     }
 
@@ -132,11 +140,12 @@ impl ProcessTable {
         }
     }
 
-    /// A member's last thread exited.
-    pub fn exited(&mut self, pid: u32, exit_code: i32) {
+    /// A member's last thread exited, `at_s` seconds after attach.
+    pub fn exited(&mut self, pid: u32, exit_code: i32, at_s: f64) {
         if let Some(m) = self.live_mut(pid) {
             m.alive = false;
             m.exit_code = Some(exit_code);
+            m.exit_s = Some(at_s);
         }
     }
 
@@ -186,5 +195,7 @@ fn info_of(p: &Process, root: bool) -> anyhow::Result<ProcessInfo> {
         alive: true,
         exit_code: None,
         role: None,
+        start_s: None,
+        exit_s: None,
     })
 }

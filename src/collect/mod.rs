@@ -266,6 +266,8 @@ pub enum FamilyEvent {
         pid: u32,
         ppid: u32,
         comm: String,
+        /// CLOCK_MONOTONIC of the fork
+        ts_ns: u64,
     },
     Execed {
         pid: u32,
@@ -275,6 +277,8 @@ pub enum FamilyEvent {
     Exited {
         pid: u32,
         exit_code: i32,
+        /// CLOCK_MONOTONIC of the exit
+        ts_ns: u64,
     },
     /// a thread blocked inside send for at least the threshold
     Blocked {
@@ -298,6 +302,8 @@ pub struct Collector {
     episodes: Vec<BlockEpisode>,
     /// the scanner profile's uprobes, when a profile with probes applies
     scanner: Option<uprobes::ScannerProbes>,
+    /// CLOCK_MONOTONIC at attach: where the run's seconds count from
+    start_ns: u64,
 }
 
 impl Collector {
@@ -317,6 +323,7 @@ impl Collector {
             retired: Vec::new(),
             episodes: Vec::new(),
             scanner: None,
+            start_ns: now_ns,
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -361,6 +368,11 @@ impl Collector {
         self.probes.wait(timeout);
     }
 
+    /// Seconds since attach of a CLOCK_MONOTONIC time from a record.
+    fn since_attach_s(&self, ts_ns: u64) -> f64 {
+        ts_ns.saturating_sub(self.start_ns) as f64 / 1e9
+    }
+
     /// Applies the records streamed since the last call to the process table and returns them.
     pub fn poll_events(&mut self) -> Vec<FamilyEvent> {
         let events: Vec<FamilyEvent> = self
@@ -371,8 +383,13 @@ impl Collector {
             .collect();
         for e in &events {
             match e {
-                FamilyEvent::Forked { pid, ppid, comm } => {
-                    self.family.forked(*pid, *ppid, comm);
+                FamilyEvent::Forked {
+                    pid,
+                    ppid,
+                    comm,
+                    ts_ns,
+                } => {
+                    self.family.forked(*pid, *ppid, comm, self.since_attach_s(*ts_ns));
                     // A forked child runs its parent's image: its pid needs the same probes. By
                     // the time this record is read it may have exec'd already, so its role comes
                     // from what it runs now (its exec record follows and changes nothing then).
@@ -395,7 +412,11 @@ impl Collector {
                         s.on_member(&mut self.probes, *pid, path, comm);
                     }
                 }
-                FamilyEvent::Exited { pid, exit_code } => self.family.exited(*pid, *exit_code),
+                FamilyEvent::Exited {
+                    pid,
+                    exit_code,
+                    ts_ns,
+                } => self.family.exited(*pid, *exit_code, self.since_attach_s(*ts_ns)),
                 FamilyEvent::Blocked {
                     pid,
                     tid,
@@ -557,6 +578,7 @@ fn decode_event(e: &sp_event) -> Option<FamilyEvent> {
             pid: e.tgid,
             ppid: e.ppid,
             comm: probes::c_chars(&e.comm),
+            ts_ns: e.ts_ns,
         },
         sp_event_kind::SP_EV_EXEC => FamilyEvent::Execed {
             pid: e.tgid,
@@ -566,6 +588,7 @@ fn decode_event(e: &sp_event) -> Option<FamilyEvent> {
         sp_event_kind::SP_EV_EXIT => FamilyEvent::Exited {
             pid: e.tgid,
             exit_code: e.exit_code,
+            ts_ns: e.ts_ns,
         },
         sp_event_kind::SP_EV_BLOCK => FamilyEvent::Blocked {
             pid: e.tgid,

@@ -54,6 +54,8 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             alive: true,
             exit_code: None,
             role: Some("sender".into()),
+            start_s: None,
+            exit_s: None,
         }],
         threads: vec![thread(packets, t)],
         drops: vec![DropCount {

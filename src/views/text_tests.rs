@@ -90,6 +90,8 @@ fn fixed_summary() -> Summary {
                 alive: false,
                 exit_code: Some(256), // exit(1)
                 role: None,
+                start_s: None,
+                exit_s: None,
             },
             ProcessInfo {
                 pid: 4250,
@@ -100,6 +102,8 @@ fn fixed_summary() -> Summary {
                 alive: false,
                 exit_code: Some(9), // SIGKILL
                 role: None,
+                start_s: None,
+                exit_s: None,
             },
         ],
         threads: Vec::new(),

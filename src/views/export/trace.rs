@@ -413,8 +413,9 @@ fn episode_slices(rec: &Recording, out: &mut Timed) {
     }
 }
 
-/// Process starts and exits as seen tick by tick, placed at the end of the tick that first
-/// showed them; a started child gets a flow arrow from its parent's main thread.
+/// Process starts and exits at the times their fork and exit records give (older bundles
+/// without them: at the end of the tick that first showed them); a started child gets a flow
+/// arrow from its parent's main thread.
 fn lifecycle(rec: &Recording, out: &mut Timed) {
     // The family at attach did not start during the run. A recording without a `started`
     // update takes the first tick's family as the one at attach.
@@ -427,10 +428,11 @@ fn lifecycle(rec: &Recording, out: &mut Timed) {
     let mut exited: BTreeSet<u32> = BTreeSet::new();
     let mut next_flow = 1;
     for t in &rec.ticks {
-        let ts = us(t.t_s);
+        let tick_end = us(t.t_s);
         let new: Vec<_> = t.processes.iter().filter(|p| !known.contains(&p.pid)).collect();
         known.extend(new.iter().map(|p| p.pid));
         for p in new {
+            let ts = p.start_s.map_or(tick_end, us);
             let instant = json!({
                 "ph": "i", "s": "p", "name": format!("started {}", p.comm), "cat": "process",
                 "pid": p.pid, "tid": p.pid, "ts": num(ts),
@@ -458,6 +460,7 @@ fn lifecycle(rec: &Recording, out: &mut Timed) {
             if (p.alive && p.exit_code.is_none()) || !exited.insert(p.pid) {
                 continue;
             }
+            let ts = p.exit_s.map_or(tick_end, us);
             let (how, args) = match p.exit_code {
                 Some(c) if c & 0x7f != 0 => (
                     format!(" (signal {})", c & 0x7f),
@@ -549,6 +552,8 @@ mod tests {
             alive: exit_code.is_none(),
             exit_code,
             role: None,
+            start_s: None,
+            exit_s: None,
         }
     }
 
@@ -840,6 +845,32 @@ mod tests {
         assert!(find(&v, |e| e["name"] == "process_name" && e["pid"] == 10).len() == 1);
         assert_eq!(v["otherData"]["hostname"], "h");
         check_trace(&chrome_trace(&Recording::default())).expect("empty recording is valid too");
+    }
+
+    #[test]
+    fn starts_and_exits_are_placed_at_their_recorded_times_not_at_tick_ends() {
+        // The worker forked at 1.25 s and exited at 2.4 s, in ticks that end at 2 s and 3 s.
+        let mut rec = two_processes();
+        for t in &mut rec.ticks {
+            for p in t.processes.iter_mut().filter(|p| p.pid == 11) {
+                p.start_s = Some(1.25);
+                if p.exit_code.is_some() {
+                    p.exit_s = Some(2.4);
+                }
+            }
+        }
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        let at = |prefix: &str| {
+            find(&v, |e| {
+                e["ph"] == "i" && e["name"].as_str().is_some_and(|n| n.starts_with(prefix))
+            })[0]["ts"]
+                .clone()
+        };
+        assert_eq!(at("started"), 1_250_000.0);
+        assert_eq!(at("exited"), 2_400_000.0);
+        let s = find(&v, |e| e["ph"] == "s");
+        assert_eq!(s[0]["ts"], 1_250_000.0, "the spawn arrow starts at the fork");
     }
 
     #[test]
