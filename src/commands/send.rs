@@ -188,12 +188,18 @@ mod tests {
             &["--rate", "10"][..],
             &["--count", "1", "--rate", "2.5"],
             &["--count", "1", "--ring"],
-            &["--count", "1", "--duration", "0"],
-            &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
             &["--count", "1", "--calibration-skew", "1.5"],
-            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
         ] {
             assert!(config(&options(args)).is_err(), "{args:?} accepted");
+        }
+        // Out-of-range numbers are refused by the parser itself (cli's value parsers).
+        for args in [
+            &["--count", "1", "--duration", "0"][..],
+            &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
+            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
+        ] {
+            let argv = ["scanprof", "send", "--to", "127.0.0.1:9"].iter().chain(args);
+            assert!(Cli::try_parse_from(argv).is_err(), "{args:?} parsed");
         }
     }
 }
