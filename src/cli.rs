@@ -115,7 +115,7 @@ pub enum Command {
     },
     /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o.
     Record {
-        /// Directory to write the bundle into (created if missing).
+        /// Directory to write the bundle into: created if missing; must be empty unless --force.
         #[arg(short, long, value_name = "DIR")]
         output: std::path::PathBuf,
         /// Process to profile, with its threads and children (repeatable); or give a command.
@@ -367,9 +367,14 @@ pub struct LabOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
-    /// Also write a trace bundle of the run here (and where the view's `e` key writes).
+    /// Also write a trace bundle of the run here (and where the view's `e` key writes). The
+    /// directory must be new or empty, unless --force.
     #[arg(long, value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
+    /// Write the --export bundle into a directory that is not empty (an earlier bundle's files
+    /// in it are removed first; other files are left alone).
+    #[arg(long, requires = "export")]
+    pub force: bool,
     /// Scanner profile to profile the reference sender with (a name or a .toml file).
     #[arg(long, default_value = "scanprof-send", value_name = "NAME|FILE")]
     pub profile: String,

@@ -870,6 +870,12 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     if !(o.duration.is_finite() && o.duration > 0.0) {
         bail!("--duration must be a positive number of seconds");
     }
+    // Before the lab exists: a bundle directory that cannot take the bundle is refused first.
+    let export_to = o
+        .export
+        .as_ref()
+        .map(|dir| super::profile::ExportTarget::open(dir, false, o.force))
+        .transpose()?;
     let mut stage = staging(o.scenario);
     let rate = o.rate.unwrap_or(stage.rate);
     let exe = match &o.sender_exe {
@@ -921,6 +927,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,
         export: o.export.clone(),
+        force: o.force,
         redact: false,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
@@ -929,11 +936,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
-    let export_to = o.export.as_ref().map(|dir| super::profile::ExportTarget {
-        dir: dir.clone(),
-        redact: false,
-    });
-    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?;
+    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);
