@@ -101,6 +101,10 @@ pub enum Command {
             allow_negative_numbers = true
         )]
         pids: Vec<u32>,
+        /// Allow pid 1 (its family is the whole system) and kernel threads as targets; they
+        /// are refused otherwise. scanprof's own process is never followed.
+        #[arg(long)]
+        allow_system: bool,
         #[command(flatten)]
         run: RunOptions,
     },
@@ -121,6 +125,9 @@ pub enum Command {
         /// Process to profile, with its threads and children (repeatable); or give a command.
         #[arg(short, long = "pid", value_name = "PID", allow_negative_numbers = true)]
         pids: Vec<u32>,
+        /// Allow pid 1 and kernel threads as targets (see attach).
+        #[arg(long)]
+        allow_system: bool,
         #[command(flatten)]
         run: RunOptions,
         /// The command to start and profile, after `--` (instead of -p).
@@ -453,7 +460,7 @@ mod tests {
         ])
         .unwrap();
         match cli.command {
-            Command::Attach { pids, run } => {
+            Command::Attach { pids, run, .. } => {
                 assert_eq!(pids, vec![10, 20]);
                 assert_eq!(run.requested, Some(1000.0));
                 assert!(run.json);

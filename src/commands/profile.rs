@@ -481,13 +481,65 @@ fn finish_export(rec: &Recording, export_to: Option<&ExportTarget>) -> anyhow::R
     Ok(())
 }
 
+/// Why `pid` is not a target to attach to: scanprof itself, pid 1 (whose family is every
+/// process) or a kernel thread, unless `allow_system`; None when it is fine (or gone: the
+/// session then says it does not exist).
+pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
+    if pid == std::process::id() {
+        return Some(format!("pid {pid} is scanprof itself: give the scanner's pid"));
+    }
+    if allow_system {
+        return None;
+    }
+    if pid == 1 {
+        return Some(
+            "pid 1 is init: its family is every process on the machine (scanprof included). \
+             Give the scanner's pid, or --allow-system to follow the whole system"
+                .to_string(),
+        );
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    if is_kernel_thread(&stat) {
+        return Some(format!(
+            "pid {pid} is a kernel thread: it sends no packets of a scanner (and pid 2 is the \
+             parent of every kernel thread). Give the scanner's pid, or --allow-system"
+        ));
+    }
+    None
+}
+
+/// Whether a /proc/PID/stat line is a kernel thread's: PF_KTHREAD in its flags (field 9).
+pub fn is_kernel_thread(stat: &str) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().nth(6))
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// `scanprof attach -p PID...`.
+pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Result<ExitCode> {
+    for &pid in pids {
+        if let Some(why) = refused_target(pid, allow_system) {
+            bail!("{why}");
+        }
+    }
+    run(Target::Pids(pids.to_vec()), opts)
+}
+
 /// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
 pub fn record(
     output: &Path,
     pids: &[u32],
+    allow_system: bool,
     command: &[String],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
+    for &pid in pids {
+        if let Some(why) = refused_target(pid, allow_system) {
+            bail!("{why}");
+        }
+    }
     let target = match (pids.is_empty(), command.is_empty()) {
         (false, true) => Target::Pids(pids.to_vec()),
         (true, false) => Target::Command(command.to_vec()),
@@ -511,4 +563,36 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let rendered = render(cfg, output, stop_flag()?, export_to.as_ref())?;
     Ok(exit_code_of(rendered.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_kernel_threads_and_scanprof_itself_are_refused_as_targets() {
+        let init = refused_target(1, false).expect("pid 1 accepted");
+        assert!(init.contains("--allow-system"), "{init}");
+        assert!(refused_target(1, true).is_none());
+        // kthreadd (pid 2) is a kernel thread on every Linux.
+        let kthreadd = refused_target(2, false).expect("pid 2 accepted");
+        assert!(kthreadd.contains("kernel thread"), "{kthreadd}");
+        let own = refused_target(std::process::id(), true).expect("scanprof itself accepted");
+        assert!(own.contains("scanprof itself"), "{own}");
+        // An ordinary process is fine.
+        let child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(refused_target(child.id(), false), None);
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn the_kernel_thread_flag_is_read_after_the_command_name() {
+        // comm may hold spaces and parentheses; flags is the 9th field.
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0";
+        let user = "42 (a) b (c) S 1 42 42 0 -1 4194560 0 0";
+        assert!(is_kernel_thread(kthread));
+        assert!(!is_kernel_thread(user));
+    }
 }
