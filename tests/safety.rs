@@ -217,3 +217,335 @@ fn a_meta_only_bundle_fails_alike_in_every_format() {
         assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
     }
 }
+
+// ---- privileged: the real binary with BPF ----------------------------------------------------
+
+use common::{require_root, root_pid, serial, Proc};
+use nix::sys::signal::Signal;
+
+fn scanprof(args: &[&str]) -> Command {
+    let mut cmd = Command::new(common::scanprof_bin());
+    cmd.args(args);
+    cmd
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie still has /proc/PID; its state is Z.
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// 1. `record -o DIR` into a directory where events.ndjson and report.md link to a victim
+/// file: refused (not empty) without --force; with --force the links are replaced, the victim
+/// keeps its contents.
+#[test]
+fn record_never_writes_through_planted_symlinks() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("planted-record");
+    let dir = t.path().join("bundle");
+    fs::create_dir_all(&dir).unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    for name in ["events.ndjson", "report.md", "gaps.svg", ".events.ndjson.partial"] {
+        std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+    }
+    let d = dir.to_str().unwrap();
+    let r = run_bounded(
+        scanprof(&["record", "-o", d, "--json", "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("is not empty") && r.stderr.contains("--force"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("\"started\""),
+        "the run started before the refusal"
+    );
+    let r = run_bounded(
+        scanprof(&["record", "-o", d, "--force", "--json", "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "the victim was written"
+    );
+    for name in ["events.ndjson", "report.md"] {
+        assert!(
+            fs::symlink_metadata(dir.join(name))
+                .unwrap()
+                .file_type()
+                .is_file(),
+            "{name}"
+        );
+    }
+    assert!(!dir.join(".events.ndjson.partial").exists());
+}
+
+/// 7. `run -- cmd` exits with the command's status, 128 + the signal when a signal ended it.
+#[test]
+fn run_passes_the_commands_exit_status_on() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("status");
+    for (script, want) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("kill -KILL $$", 137),
+        ("kill -SEGV $$", 139),
+    ] {
+        let r = run_bounded(
+            scanprof(&["run", "--json", "--", "sh", "-c", script]),
+            Duration::from_secs(60),
+            t.path(),
+        );
+        assert_eq!(r.status.code(), Some(want), "{script}: {}", r.stderr);
+        assert!(r.stdout.contains("\"summary\""), "{script}: no summary");
+    }
+}
+
+/// 5. SIGHUP (a closed terminal) ends scanprof like SIGTERM: the summary and the bundle are
+/// written and the launched command is ended (exit status: the command's, 143 for SIGTERM).
+#[test]
+fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("sighup");
+    let dir = t.path().join("bundle");
+    let d = dir.to_str().unwrap().to_string();
+    let args: Vec<String> = ["run", "--json", "--export", &d, "--", "sleep", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sleeper = root_pid(&started);
+    assert!(pid_alive(sleeper));
+    p.signal(Signal::SIGHUP);
+    let f = p.finish(Duration::from_secs(15));
+    assert_eq!(f.status.code(), Some(143), "{}", f.context());
+    let summary = f.summary_json();
+    assert_eq!(summary["end_reason"], "interrupted", "{summary}");
+    assert!(dir.join("events.ndjson").is_file(), "no bundle\n{}", f.context());
+    assert!(!pid_alive(sleeper), "the launched command outlived scanprof");
+}
+
+/// 6. SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG).
+#[test]
+fn sigkill_of_scanprof_leaves_no_orphan() {
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["run", "--json", "--", "sleep", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sleeper = root_pid(&started);
+    assert!(pid_alive(sleeper));
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pid_alive(sleeper) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let orphan = pid_alive(sleeper);
+    if orphan {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleeper as i32), Signal::SIGKILL);
+    }
+    assert!(
+        !orphan,
+        "the launched command {sleeper} outlived a SIGKILLed scanprof"
+    );
+}
+
+/// Deletes the named namespaces if they still exist (a test's own, also on failure).
+struct NetnsGuard(Vec<String>);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            if Path::new("/run/netns").join(ns).exists() {
+                let _ = Command::new("ip").args(["netns", "delete", ns]).status();
+            }
+        }
+    }
+}
+
+/// 6. A lab killed with SIGKILL: its sender dies with it; its namespaces stay (nothing could
+/// remove them), and the next `lab` removes them, and only them: a namespace of a live pid and
+/// one that merely looks alike stay.
+#[test]
+fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["lab", "healthy", "--json", "--duration", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let lab_pid = p.pid();
+    let (s, tns) = (format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t"));
+    // A live process's namespace (this test's) and a look-alike of a dead pid's: both stay.
+    let live = format!("sp{}-97s", std::process::id());
+    let look_alike = format!("sp{lab_pid}-0x");
+    let _guard = NetnsGuard(vec![s.clone(), tns.clone(), live.clone(), look_alike.clone()]);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sender = root_pid(&started);
+    assert!(Path::new("/run/netns").join(&s).exists(), "no lab namespace {s}");
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pid_alive(sender) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !pid_alive(sender),
+        "the lab's sender {sender} outlived a SIGKILLed lab"
+    );
+    assert!(
+        Path::new("/run/netns").join(&s).exists(),
+        "expected the killed lab's namespace"
+    );
+    for ns in [&live, &look_alike] {
+        let st = Command::new("ip").args(["netns", "add", ns]).status().unwrap();
+        assert!(st.success(), "ip netns add {ns}");
+    }
+    let t = TempDir::new("next-lab");
+    let r = run_bounded(
+        scanprof(&["lab", "healthy", "--json", "--duration", "0.5"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    for ns in [&s, &tns] {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
+        assert!(
+            r.stderr.contains(&format!("removed namespace {ns}")),
+            "{}",
+            r.stderr
+        );
+    }
+    for ns in [&live, &look_alike] {
+        assert!(Path::new("/run/netns").join(ns).exists(), "{ns} was removed");
+    }
+}
+
+/// 10. Pid 1, kernel threads and scanprof itself are refused as targets, with what to do.
+#[test]
+fn attach_refuses_init_kernel_threads_and_itself() {
+    let t = TempDir::new("targets");
+    for (pid, says) in [("1", "--allow-system"), ("2", "kernel thread")] {
+        for sub in ["attach", "record"] {
+            let mut args = vec![sub, "-p", pid, "--json", "--duration", "1"];
+            let o = t.path().join("b");
+            let o = o.to_str().unwrap();
+            if sub == "record" {
+                args.extend(["-o", o]);
+            }
+            let r = run_bounded(scanprof(&args), Duration::from_secs(20), t.path());
+            assert_eq!(r.status.code(), Some(2), "{sub} -p {pid}: {}", r.stderr);
+            assert!(r.stderr.contains(says), "{sub} -p {pid}: {}", r.stderr);
+            assert!(r.stdout.is_empty(), "{sub} -p {pid} started: {}", r.stdout);
+        }
+    }
+}
+
+/// Unmounts a tmpfs this test mounted, also on failure.
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// 11. A full disk: the bundle write fails with a message naming the file, and no partial
+/// events.ndjson is left for `report` to call "cut short".
+#[test]
+fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("full-disk");
+    let mnt = t.path().join("small");
+    fs::create_dir_all(&mnt).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &mnt,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=8k"),
+    )
+    .expect("mounting a small tmpfs");
+    let _m = MountGuard(mnt.clone());
+    let dir = mnt.join("bundle");
+    let d = dir.to_str().unwrap();
+    let r = run_bounded(
+        scanprof(&[
+            "run",
+            "--json",
+            "--interval",
+            "0.05",
+            "--export",
+            d,
+            "--",
+            "sleep",
+            "1",
+        ]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("events.ndjson failed") && r.stderr.contains("no partial file"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("No space left"), "{}", r.stderr);
+    let left: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in the bundle directory: {left:?}");
+}
+
+/// 11. Without root, `lab` says it needs root and `send --method packet` names CAP_NET_RAW.
+#[test]
+fn unprivileged_commands_say_which_privilege_they_need() {
+    require_root(); // to become nobody
+    let t = TempDir::new("nobody");
+    let nobody = |args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(common::scanprof_bin())
+            .args(args)
+            .current_dir("/");
+        run_bounded(cmd, Duration::from_secs(20), t.path())
+    };
+    let r = nobody(&["lab", "healthy", "--duration", "1"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("needs root"), "{}", r.stderr);
+    assert!(!r.stderr.contains("make-shared"), "{}", r.stderr);
+    for method in ["packet", "raw"] {
+        let r = nobody(&["send", "--to", "127.0.0.1:9", "--count", "1", "--method", method]);
+        assert_eq!(r.status.code(), Some(2), "{method}: {}", r.stderr);
+        assert!(r.stderr.contains("CAP_NET_RAW"), "{method}: {}", r.stderr);
+        assert!(!r.stderr.contains("route_localnet"), "{method}: {}", r.stderr);
+    }
+    let r = nobody(&["lab", "--rate", "0"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--rate") && !r.stderr.contains("--requested"),
+        "{}",
+        r.stderr
+    );
+}

@@ -171,6 +171,9 @@ impl Launched {
                 Ok(())
             });
         }
+        // SIGKILL of scanprof must not leave the command running orphaned. This thread (the
+        // collection thread) outlives the command: it ends and reaps it in finish().
+        crate::system::child::die_with_parent(&mut cmd);
         let mut log = None;
         match output {
             CommandOutput::Inherit => {}

@@ -522,6 +522,7 @@ fn run_sender(mut cmd: Command, limit: Duration, stop: &AtomicBool) -> Result<Se
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let cpu_before = children_cpu_ns();
+    crate::system::child::die_with_parent(&mut cmd);
     let mut child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
     let pid = Pid::from_raw(i32::try_from(child.id()).context("pid out of range")?);
     let stdout = read_on_thread(child.stdout.take());

@@ -706,11 +706,16 @@ impl Hog {
     /// Forks a child that pins itself to `cpu` and spins until `for_s` seconds have passed.
     fn start(cpu: usize, for_s: f64) -> anyhow::Result<Hog> {
         let end_ns = monotonic_ns().saturating_add((for_s * 1e9) as u64);
+        let parent = std::process::id() as libc::pid_t;
         // SAFETY: the child only makes system calls (sched_setaffinity, clock_gettime) and
         // _exit: it takes no lock and allocates nothing, so the parent's other threads, absent
         // from the child, cannot leave it stuck.
         match unsafe { fork() }.context("cannot fork the CPU hog")? {
             ForkResult::Child => {
+                if !crate::system::child::set_parent_death_signal(parent) {
+                    // SAFETY: as below: scanprof is gone, so the hog ends at once.
+                    unsafe { libc::_exit(0) }
+                }
                 let mut set = CpuSet::new();
                 if set.set(cpu).is_ok() {
                     let _ = sched_setaffinity(Pid::from_raw(0), &set);
@@ -869,6 +874,21 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     }
     if !(o.duration.is_finite() && o.duration > 0.0) {
         bail!("--duration must be a positive number of seconds");
+    }
+    {
+        use crate::system::caps::{self, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN};
+        let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON]);
+        if !missing.is_empty() {
+            bail!(
+                "scanprof lab needs root: it creates network namespaces, veths and qdiscs and \
+                 loads BPF programs (missing {}). Run it with sudo",
+                caps::names(&missing)
+            );
+        }
+    }
+    // Labs of scanprof processes that were killed (SIGKILL leaves no chance to clean up).
+    for ns in crate::lab::remove_dead_labs() {
+        eprintln!("scanprof: removed namespace {ns}, left by a lab whose scanprof is gone");
     }
     // Before the lab exists: a bundle directory that cannot take the bundle is refused first.
     let export_to = o
@@ -1087,6 +1107,7 @@ fn suite(o: &LabOptions) -> anyhow::Result<ExitCode> {
         let name = scenario_name(*s);
         eprintln!("scanprof lab --suite: {name} ({} of {})", i + 1, scenarios.len());
         let mut cmd = Command::new(&exe);
+        crate::system::child::die_with_parent(&mut cmd);
         cmd.args(["lab", &name, "--json", "--duration", &o.duration.to_string()])
             .args(["--interval", &o.interval.to_string(), "--profile", &o.profile])
             .stdin(Stdio::null());

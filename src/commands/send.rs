@@ -69,6 +69,19 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
 
 pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
     let cfg = config(o)?;
+    if matches!(o.method, SendMethodArg::Raw | SendMethodArg::Packet) {
+        let missing = crate::system::caps::missing(&[crate::system::caps::CAP_NET_RAW]);
+        ensure!(
+            missing.is_empty(),
+            "--method {} opens a raw socket and needs CAP_NET_RAW: run as root (or give the \
+             binary cap_net_raw), or use --method sendto or sendmmsg",
+            if o.method == SendMethodArg::Raw {
+                "raw"
+            } else {
+                "packet"
+            }
+        );
+    }
     let stop = super::profile::stop_flag()?;
     let report = engine::run(&cfg, &stop)?;
     if o.json {

@@ -1,6 +1,8 @@
 //! Facts about the host gathered without BPF: independent counters (tc, ip) that tests and the
 //! lab compare scanprof's figures with, the machine's facts, and the clock every part shares.
 
+pub mod caps;
+pub mod child;
 pub mod machine;
 pub mod netstat;
 
