@@ -109,7 +109,9 @@ pub enum Command {
         run: RunOptions,
     },
     /// Start a command once every probe is attached and profile it and its children.
-    /// If the run ends first (--duration, Ctrl-C), the command is sent SIGTERM.
+    /// If the run ends first (--duration, Ctrl-C, SIGTERM, SIGHUP), the command is sent SIGTERM;
+    /// if scanprof is killed, the command gets SIGKILL. Exit status: the command's, or 128+N
+    /// when signal N ended it (as `time` and `strace` do).
     Run {
         #[command(flatten)]
         run: RunOptions,
@@ -118,6 +120,7 @@ pub enum Command {
         command: Vec<String>,
     },
     /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o.
+    /// With a command, the exit status is the command's (128+N for signal N), as for run.
     Record {
         /// Directory to write the bundle into: created if missing; must be empty unless --force.
         #[arg(short, long, value_name = "DIR")]
