@@ -379,8 +379,15 @@ pub fn render(
     // A failed write (a closed pipe or terminal) ends the run like a signal: the session still
     // ends the command, detaches and writes the bundle; the error is reported after that.
     let mut write_error: Option<std::io::Error> = None;
+    // Only a bundle needs every tick (trace.json, rates.svg); without one, keep the latest,
+    // so that memory does not grow with the length of the run.
+    let keep_ticks = export_to.is_some();
     for update in session.updates.iter() {
-        rec.apply(&update);
+        if keep_ticks {
+            rec.apply(&update);
+        } else {
+            rec.apply_latest(&update);
+        }
         let (out, err): (Option<String>, Option<String>) = match update {
             Update::Started { processes, probes } => {
                 if json_out {
