@@ -549,3 +549,70 @@ fn unprivileged_commands_say_which_privilege_they_need() {
         r.stderr
     );
 }
+
+/// 3. During an attach, every thread of scanprof holds at most the kept capabilities (CapEff,
+/// CapPrm and CapBnd from /proc/PID/task/*/status) with no_new_privs; the run still completes
+/// with a summary. A command scanprof launches keeps the capabilities it was given.
+#[test]
+fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
+    use scanprof::system::caps::parse_set;
+    use scanprof::system::privileges::{mask, KEPT};
+    require_root();
+    let _g = serial();
+    let full = parse_set(&fs::read_to_string("/proc/self/status").unwrap(), "CapEff").unwrap();
+    let kept = mask(&KEPT);
+    assert_ne!(
+        full & !kept,
+        0,
+        "this test needs more capabilities than the kept set"
+    );
+
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let spid = sleeper.id().to_string();
+    let args: Vec<String> = ["attach", "-p", &spid, "--json", "--duration", "4"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let _ = p.wait_for_json("started", Duration::from_secs(30));
+    let pid = p.pid();
+    let main = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mut threads = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        threads += 1;
+        for key in ["CapEff", "CapPrm", "CapBnd"] {
+            let set = parse_set(&status, key).unwrap();
+            assert_eq!(
+                set & !kept,
+                0,
+                "a thread holds {key} {set:x} beyond {kept:x}\n{status}"
+            );
+        }
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    assert!(threads >= 2, "expected the main and the collection thread");
+    assert_eq!(parse_set(&main, "CapEff").unwrap(), kept & full, "{main}");
+    let f = p.finish(Duration::from_secs(30));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(f.status.code(), Some(0), "{}", f.context());
+    let summary = f.summary_json();
+    assert_eq!(summary["end_reason"], "duration", "{summary}");
+
+    // A launched command keeps what the user gave it (it starts before the drop).
+    let args: Vec<String> = ["run", "--json", "--", "sleep", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let child = root_pid(&started);
+    let status = fs::read_to_string(format!("/proc/{child}/status")).unwrap();
+    assert_eq!(parse_set(&status, "CapEff").unwrap(), full, "{status}");
+    let own = fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    assert_eq!(parse_set(&own, "CapEff").unwrap() & !kept, 0, "{own}");
+    p.signal(Signal::SIGTERM);
+    let f = p.finish(Duration::from_secs(15));
+    assert_eq!(f.status.code(), Some(143), "{}", f.context());
+}

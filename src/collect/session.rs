@@ -58,6 +58,9 @@ pub struct SessionConfig {
     pub probe_options: ProbeOptions,
     /// the scanner's profile, and what its command line says
     pub scanner: Option<ScannerSetup>,
+    /// after setup, keep only the capabilities the rest of the run needs
+    /// (src/system/privileges.rs); off for `lab`, which tears its namespaces down at the end
+    pub drop_privileges: bool,
 }
 
 /// The scanner profile a session applies.
@@ -330,7 +333,14 @@ fn collect(
         }
     }
     let probes = collector.probes().status().to_vec();
-    let warnings: Vec<String> = probes
+    // Set-up is done (probes loaded, the command launched with the privileges it was given):
+    // this thread, which attaches uprobes to later members, keeps only what that needs.
+    let dropped = if cfg.drop_privileges {
+        crate::system::privileges::drop_to(&crate::system::privileges::KEPT).err()
+    } else {
+        None
+    };
+    let mut warnings: Vec<String> = probes
         .iter()
         .filter(|p| !p.attached)
         .map(|p| {
@@ -341,6 +351,11 @@ fn collect(
             )
         })
         .collect();
+    if let Some(e) = dropped {
+        warnings.push(format!(
+            "could not drop privileges after setup ({e}): the run goes on with every capability"
+        ));
+    }
     let _ = tx.send(Update::Started {
         processes: collector.family.members().to_vec(),
         probes: probes.clone(),

@@ -955,7 +955,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
-    let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
+    let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
+    // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
+    cfg.drop_privileges = false;
     let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();

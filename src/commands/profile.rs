@@ -63,6 +63,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         baseline: None,
         probe_options: ProbeOptions::default(),
         scanner,
+        drop_privileges: true,
     })
 }
 
@@ -326,7 +327,20 @@ pub fn render(
         Target::Command(argv) => format!("run {}", argv.join(" ")),
     };
     let mut rec = Recording::new(meta_now());
+    let drop_privileges = cfg.drop_privileges;
     let session = session::start(cfg, Arc::clone(&stop))?;
+    if drop_privileges {
+        // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
+        // into a directory someone else owns (or the view's `e` key may make one here).
+        use crate::system::privileges::{drop_to, FOR_BUNDLE, KEPT};
+        let mut keep = KEPT.to_vec();
+        if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
+            keep.push(FOR_BUNDLE);
+        }
+        if let Err(e) = drop_to(&keep) {
+            eprintln!("scanprof: warning: could not drop privileges after setup ({e})");
+        }
+    }
     if output == Output::Tui {
         // Without --export, the `e` key's directory is made (new) at the first press.
         let key_target = std::cell::RefCell::new(export_to.cloned());

@@ -5,11 +5,14 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cap(pub u32, pub &'static str);
 
+pub const CAP_DAC_OVERRIDE: Cap = Cap(1, "CAP_DAC_OVERRIDE");
 pub const CAP_DAC_READ_SEARCH: Cap = Cap(2, "CAP_DAC_READ_SEARCH");
+pub const CAP_SETPCAP: Cap = Cap(8, "CAP_SETPCAP");
 pub const CAP_NET_ADMIN: Cap = Cap(12, "CAP_NET_ADMIN");
 pub const CAP_NET_RAW: Cap = Cap(13, "CAP_NET_RAW");
 pub const CAP_SYS_ADMIN: Cap = Cap(21, "CAP_SYS_ADMIN");
 pub const CAP_SYS_PTRACE: Cap = Cap(19, "CAP_SYS_PTRACE");
+pub const CAP_SYSLOG: Cap = Cap(34, "CAP_SYSLOG");
 pub const CAP_PERFMON: Cap = Cap(38, "CAP_PERFMON");
 pub const CAP_BPF: Cap = Cap(39, "CAP_BPF");
 
@@ -21,9 +24,15 @@ pub fn parse_set(status: &str, key: &str) -> Option<u64> {
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
 }
 
-/// This process's effective capabilities (0 if they cannot be read).
+/// The calling thread's effective capabilities (0 if they cannot be read). Capabilities are
+/// per thread; before any drop every thread of scanprof holds the same.
 pub fn effective() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    thread_effective()
+}
+
+/// The calling thread's effective capabilities, from /proc/thread-self/status.
+pub fn thread_effective() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
         .ok()
         .and_then(|s| parse_set(&s, "CapEff"))
         .unwrap_or(0)

@@ -109,6 +109,12 @@ impl BundleDir {
         Ok(dir)
     }
 
+    /// Whether this process's effective uid owns the directory (so writing into it needs no
+    /// CAP_DAC_OVERRIDE).
+    pub fn owned_by_me(&self) -> bool {
+        nix::sys::stat::fstat(&*self.fd).is_ok_and(|st| st.st_uid == nix::unistd::geteuid().as_raw())
+    }
+
     /// The directory through its open handle (for listing it).
     fn proc_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
