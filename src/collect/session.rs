@@ -336,7 +336,12 @@ fn collect(
     // Set-up is done (probes loaded, the command launched with the privileges it was given):
     // this thread, which attaches uprobes to later members, keeps only what that needs.
     let dropped = if cfg.drop_privileges {
-        crate::system::privileges::drop_to(&crate::system::privileges::KEPT).err()
+        use crate::system::privileges::{drop_to, FOR_UPROBES, KEPT};
+        let mut keep = KEPT.to_vec();
+        if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
+            keep.push(FOR_UPROBES);
+        }
+        drop_to(&keep).err()
     } else {
         None
     };

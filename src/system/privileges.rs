@@ -18,6 +18,12 @@ pub const KEPT: [Cap; 5] = [
     caps::CAP_SYSLOG,
 ];
 
+/// Kept as well by the collection thread when the scanner's profile has uprobes: attaching a
+/// uprobe to one process (perf_event_open with its pid, as a member appears or execs) fails
+/// with EACCES on kernel 6.18 without it, CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE
+/// notwithstanding (measured: tests/scanner_profiles.rs's hand-over test).
+pub const FOR_UPROBES: Cap = caps::CAP_SYS_ADMIN;
+
 /// Kept as well by the thread that writes a bundle into a directory it does not own (or the
 /// live view's `e` key, which makes its directory in the current one).
 pub const FOR_BUNDLE: Cap = caps::CAP_DAC_OVERRIDE;
