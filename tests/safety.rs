@@ -616,3 +616,46 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     let f = p.finish(Duration::from_secs(15));
     assert_eq!(f.status.code(), Some(143), "{}", f.context());
 }
+
+/// A reader that goes away (stdout closed: `scanprof run --json ... | head -1`): the run ends
+/// as on a signal, the launched command is ended, the bundle is still written, and scanprof
+/// exits 2 saying the output write failed.
+#[test]
+fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("closed-stdout");
+    let dir = t.path().join("bundle");
+    let mut child = scanprof(&["run", "--json", "--interval", "0.2", "--export"])
+        .arg(&dir)
+        .args(["--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(t.path().join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    let started: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(started["type"], "started", "{first}");
+    let sleeper = root_pid(&started);
+    drop(out); // the reader goes away
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("scanprof still ran 15 s after its stdout closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = fs::read_to_string(t.path().join("stderr")).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("writing the output"), "{stderr}");
+    assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
+    assert!(!pid_alive(sleeper), "the launched command outlived the run");
+}
