@@ -541,6 +541,38 @@ fn unprivileged_commands_say_which_privilege_they_need() {
         assert!(r.stderr.contains("CAP_NET_RAW"), "{method}: {}", r.stderr);
         assert!(!r.stderr.contains("route_localnet"), "{method}: {}", r.stderr);
     }
+    // Everything that makes a lab (baseline's lab cells, run --baseline) says so too.
+    let r = nobody(&["run", "--baseline", "--requested", "100", "--", "true"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("needs root") && !r.stderr.contains("make-shared"),
+        "{}",
+        r.stderr
+    );
+    let r = nobody(&[
+        "baseline",
+        "--targets",
+        "lab",
+        "--seconds",
+        "1",
+        "--pacers",
+        "clock",
+        "--rates",
+        "100",
+        "--methods",
+        "sendto",
+    ]);
+    assert!(
+        r.stdout.contains("needs root") || r.stderr.contains("needs root"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("make-shared") && !r.stderr.contains("make-shared"),
+        "{}",
+        r.stdout
+    );
     let r = nobody(&["lab", "--rate", "0"]);
     assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
     assert!(

@@ -116,6 +116,14 @@ impl Lab {
     /// adds the tbf if asked. On failure whatever was made is deleted again, and the error names
     /// the failing command and its stderr.
     pub fn create(cfg: &LabConfig) -> Result<Lab> {
+        use crate::system::caps::{self, CAP_NET_ADMIN, CAP_SYS_ADMIN};
+        let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN]);
+        ensure!(
+            missing.is_empty(),
+            "a private lab needs root: it creates network namespaces, a veth pair and qdiscs \
+             (missing {}). Run scanprof with sudo",
+            caps::names(&missing)
+        );
         let pid = std::process::id();
         let n = LABS_CREATED.fetch_add(1, Ordering::Relaxed);
         let mut lab = Lab {
