@@ -6,6 +6,76 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Longest run, send or lab that a `--duration` may ask for: 30 days, in seconds.
+pub const MAX_DURATION_S: f64 = 30.0 * 86_400.0;
+/// Longest tick: an hour.
+pub const MAX_INTERVAL_S: f64 = 3_600.0;
+/// Shortest tick the session keeps up with.
+pub const MIN_INTERVAL_S: f64 = 0.01;
+/// Highest packet rate a flag may name: 1e9 packets per second (no host sends that).
+pub const MAX_PPS: f64 = 1e9;
+/// Largest UDP payload over IPv4.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// A number from the command line: finite, and within `lo..=hi` (or above `lo` when `lo_open`).
+/// Every numeric flag goes through one of these at parse time, so no value reaches
+/// `Duration::from_secs_f64` or an allocation that could panic.
+fn number_in(s: &str, lo: f64, lo_open: bool, hi: f64, unit: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number ({unit})"))?;
+    let low_ok = if lo_open { v > lo } else { v >= lo };
+    if !v.is_finite() || !low_ok || v > hi {
+        let low = if lo_open {
+            format!("more than {lo}")
+        } else {
+            format!("at least {lo}")
+        };
+        return Err(format!(
+            "{s} is out of range: give {low} and at most {hi} ({unit})"
+        ));
+    }
+    // "-0" is 0, not a negative zero carried on.
+    Ok(if v == 0.0 { 0.0 } else { v })
+}
+
+/// `--duration`, `--seconds`, `--baseline-seconds`: more than 0, at most 30 days.
+pub fn parse_duration_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, true, MAX_DURATION_S, "seconds")
+}
+
+/// `--interval`: 0.01 to 3600 seconds.
+pub fn parse_interval_s(s: &str) -> Result<f64, String> {
+    number_in(s, MIN_INTERVAL_S, false, MAX_INTERVAL_S, "seconds")
+}
+
+/// `--seconds` and `--baseline-seconds` of a baseline cell: more than 0, at most 60.
+pub fn parse_baseline_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, true, 60.0, "seconds")
+}
+
+/// `--requested`, `lab --rate`: more than 0 packets per second.
+pub fn parse_positive_pps(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, true, MAX_PPS, "packets per second")
+}
+
+/// `send --rate`, `baseline --rates`: packets per second, 0 for as fast as possible.
+pub fn parse_pps_or_unlimited(s: &str) -> Result<f64, String> {
+    number_in(
+        s,
+        0.0,
+        false,
+        MAX_PPS,
+        "packets per second; 0 = as fast as possible",
+    )
+}
+
+/// `--calibration-skew`: 0.25 to 4.
+pub fn parse_skew(s: &str) -> Result<f64, String> {
+    number_in(s, 0.25, false, 4.0, "a factor")
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "scanprof",
@@ -31,11 +101,17 @@ pub enum Command {
             allow_negative_numbers = true
         )]
         pids: Vec<u32>,
+        /// Allow pid 1 (its family is the whole system) and kernel threads as targets; they
+        /// are refused otherwise. scanprof's own process is never followed.
+        #[arg(long)]
+        allow_system: bool,
         #[command(flatten)]
         run: RunOptions,
     },
     /// Start a command once every probe is attached and profile it and its children.
-    /// If the run ends first (--duration, Ctrl-C), the command is sent SIGTERM.
+    /// If the run ends first (--duration, Ctrl-C, SIGTERM, SIGHUP), the command is sent SIGTERM;
+    /// if scanprof is killed, the command gets SIGKILL. Exit status: the command's, or 128+N
+    /// when signal N ended it (as `time` and `strace` do).
     Run {
         #[command(flatten)]
         run: RunOptions,
@@ -44,13 +120,17 @@ pub enum Command {
         command: Vec<String>,
     },
     /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o.
+    /// With a command, the exit status is the command's (128+N for signal N), as for run.
     Record {
-        /// Directory to write the bundle into (created if missing).
+        /// Directory to write the bundle into: created if missing; must be empty unless --force.
         #[arg(short, long, value_name = "DIR")]
         output: std::path::PathBuf,
         /// Process to profile, with its threads and children (repeatable); or give a command.
         #[arg(short, long = "pid", value_name = "PID", allow_negative_numbers = true)]
         pids: Vec<u32>,
+        /// Allow pid 1 and kernel threads as targets (see attach).
+        #[arg(long)]
+        allow_system: bool,
         #[command(flatten)]
         run: RunOptions,
         /// The command to start and profile, after `--` (instead of -p).
@@ -84,15 +164,16 @@ pub enum Command {
 /// Options shared by `attach` and `run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
-    /// Length of a tick in seconds: rates and views update this often.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    /// Length of a tick in seconds (0.01 to 3600): rates and views update this often.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
     pub interval: f64,
-    /// End the run after this many seconds (default: when the target's family exits, or Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    /// End the run after this many seconds, at most 30 days (default: when the target's family
+    /// exits, or Ctrl-C).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// The packets per second the scanner was asked for (default: read from the scanner's
     /// command line and its own rate-setup functions, as its profile says).
-    #[arg(long, value_name = "PPS")]
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub requested: Option<f64>,
     /// Scanner profile: unicornscan, masscan, zmap, nmap, hping3, scanprof-send, generic, or a
     /// profile file (.toml). Default: recognised from the target's command line and executable.
@@ -117,12 +198,17 @@ pub struct RunOptions {
     /// Pacer of the --baseline sender: tsc, clock, sleep (match the scanner's pacing class).
     #[arg(long, default_value = "tsc", value_name = "PACER")]
     pub baseline_pacer: String,
-    /// Seconds the --baseline sender runs.
-    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    /// Seconds the --baseline sender runs (at most 60).
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS", value_parser = parse_baseline_s, allow_negative_numbers = true)]
     pub baseline_seconds: f64,
     /// Also write a trace bundle (events, Perfetto trace, report.md, plots, bpftrace script) here.
+    /// The directory must be new or empty (checked before the run starts), unless --force.
     #[arg(long, value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
+    /// Write the bundle (-o, --export) into a directory that is not empty: the files of an
+    /// earlier bundle in it are removed first; other files are left alone.
+    #[arg(long)]
+    pub force: bool,
     /// In bundles, replace IP addresses and the host name with consistent stand-ins.
     #[arg(long)]
     pub redact: bool,
@@ -184,19 +270,21 @@ pub struct SendOptions {
     #[arg(long, value_name = "ADDR:PORT")]
     pub to: SocketAddrV4,
     /// Packets per second, a whole number; 0 sends as fast as possible (pacer none).
-    #[arg(long, default_value_t = 1000.0, value_name = "PPS")]
+    #[arg(long, default_value_t = 1000.0, value_name = "PPS", value_parser = parse_pps_or_unlimited, allow_negative_numbers = true)]
     pub rate: f64,
     /// Number of packets to send.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
-    /// Seconds to send for.
-    #[arg(long, value_name = "SECONDS")]
+    /// Seconds to send for (at most 30 days).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// UDP payload size in bytes.
-    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    /// UDP payload size in bytes (0 to 65507).
+    #[arg(long, default_value_t = 64, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_UDP_PAYLOAD as u64))]
     pub size: usize,
-    /// Socket send buffer to request, bytes (default: the kernel's).
-    #[arg(long, value_name = "BYTES")]
+    /// Socket send buffer to request, bytes, up to 1 GiB (default: the kernel's).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     pub sndbuf: Option<usize>,
     /// How to wait for each packet's due time (--rate 0 forces none).
     #[arg(long, value_enum, default_value_t = PacerArg::Clock)]
@@ -210,8 +298,8 @@ pub struct SendOptions {
     /// Send syscall to use.
     #[arg(long, value_enum, default_value_t = SendMethodArg::Sendto)]
     pub method: SendMethodArg,
-    /// Packets per sendmmsg call (or per TX ring flush with --method packet --ring).
-    #[arg(long, default_value_t = 32)]
+    /// Packets per sendmmsg call (or per TX ring flush with --method packet --ring), 1 to 1024.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub batch: u32,
     /// With --method packet: send through a PACKET_TX_RING, --batch frames per flush.
     #[arg(long)]
@@ -224,7 +312,7 @@ pub struct SendOptions {
     pub src_port: u16,
     /// Fault injection for the tsc pacer: take F times the calibrated TSC frequency, so that
     /// every slot lasts F times 1/rate (a mis-calibrated pacer; 0.25..=4, default 1: none).
-    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = parse_skew, allow_negative_numbers = true)]
     pub calibration_skew: f64,
     /// Print the report as JSON.
     #[arg(long)]
@@ -272,14 +360,15 @@ pub struct LabOptions {
     /// its share is more than 10 points off the measured truth.
     #[arg(long, conflicts_with_all = ["scenario", "export", "rate"])]
     pub suite: bool,
-    /// Seconds the reference sender runs.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    /// Seconds the reference sender runs (at most 30 days).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: f64,
-    /// Packets per second the reference sender is asked for (default depends on the scenario).
-    #[arg(long, value_name = "PPS")]
+    /// Packets per second the reference sender is asked for, more than 0 (default depends on
+    /// the scenario).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub rate: Option<f64>,
-    /// Length of a tick in seconds.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    /// Length of a tick in seconds (0.01 to 3600).
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
     pub interval: f64,
     /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last; with
     /// --suite, one `suite` object).
@@ -288,9 +377,14 @@ pub struct LabOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
-    /// Also write a trace bundle of the run here (and where the view's `e` key writes).
+    /// Also write a trace bundle of the run here (and where the view's `e` key writes). The
+    /// directory must be new or empty, unless --force.
     #[arg(long, value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
+    /// Write the --export bundle into a directory that is not empty (an earlier bundle's files
+    /// in it are removed first; other files are left alone).
+    #[arg(long, requires = "export")]
+    pub force: bool,
     /// Scanner profile to profile the reference sender with (a name or a .toml file).
     #[arg(long, default_value = "scanprof-send", value_name = "NAME|FILE")]
     pub profile: String,
@@ -307,7 +401,9 @@ pub struct BaselineOptions {
         long,
         value_delimiter = ',',
         default_value = "100,1000,10000,100000,0",
-        value_name = "LIST"
+        value_name = "LIST",
+        value_parser = parse_pps_or_unlimited,
+        allow_negative_numbers = true
     )]
     pub rates: Vec<f64>,
     /// Pacers of the reference sender to measure, comma-separated.
@@ -328,8 +424,8 @@ pub struct BaselineOptions {
         value_parser = ["sendto", "raw", "sendmmsg", "packet"]
     )]
     pub methods: Vec<String>,
-    /// Seconds each cell sends for.
-    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    /// Seconds each cell sends for (at most 60).
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS", value_parser = parse_baseline_s, allow_negative_numbers = true)]
     pub seconds: f64,
     /// Where to send: 127.0.0.1 and/or a private namespace lab, comma-separated.
     #[arg(
@@ -367,7 +463,7 @@ mod tests {
         ])
         .unwrap();
         match cli.command {
-            Command::Attach { pids, run } => {
+            Command::Attach { pids, run, .. } => {
                 assert_eq!(pids, vec![10, 20]);
                 assert_eq!(run.requested, Some(1000.0));
                 assert!(run.json);
@@ -424,6 +520,198 @@ mod tests {
         assert!(parse(&["lab", "--suite", "blocking"]).is_err());
         match parse(&["lab", "send-errors"]).unwrap().command {
             Command::Lab(o) => assert_eq!(o.scenario, Scenario::SendErrors),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// Property-style: every flag of every subcommand that takes a value, fed many numeric
+    /// strings (huge, tiny, NaN, inf, negative, 1e308, "-0", overflowing integers...) through
+    /// the clap parser: nothing panics, a refusal names the flag, and every seconds or rate
+    /// value that is accepted converts to a Duration without panic.
+    #[test]
+    fn no_numeric_input_to_any_flag_panics() {
+        use clap::CommandFactory;
+        let mut inputs: Vec<String> = [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0",
+            "1",
+            "-1",
+            "0.001",
+            "0.01",
+            "1e-300",
+            "5e-324",
+            "1e20",
+            "1e308",
+            "1.8e308",
+            "-1e308",
+            "1e309",
+            "inf",
+            "-inf",
+            "+inf",
+            "infinity",
+            "NaN",
+            "nan",
+            "-nan",
+            "18446744073709551615",
+            "18446744073709551616",
+            "4294967296",
+            "-9223372036854775808",
+            "99999999999999999999999999",
+            "3600",
+            "3600.0001",
+            "2592000",
+            "2592001",
+            "1000000000",
+            "1000000001",
+            "65507",
+            "65508",
+            "0x10",
+            "1_000",
+            " 5",
+            "5 ",
+            "",
+            ".",
+            "-",
+            "e",
+            "1e",
+            "--",
+            "2.5",
+            "0.25",
+            "4",
+            "4.5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // A deterministic spread of magnitudes and signs on top.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mant = (x % 10_000) as f64 / 100.0;
+            let exp = (x >> 20) % 640;
+            let sign = if x & 1 == 0 { "" } else { "-" };
+            inputs.push(format!("{sign}{mant}e{}", exp as i64 - 320));
+        }
+        let required: &[(&str, &[&str])] = &[
+            ("attach", &["-p", "4242"]),
+            ("run", &["--", "true"]),
+            ("record", &["-o", "/nonexistent/b", "--", "true"]),
+            ("report", &["/nonexistent/b"]),
+            ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
+            ("lab", &[]),
+            ("baseline", &[]),
+            ("doctor", &[]),
+        ];
+        let root = Cli::command();
+        let mut flags_tried = 0;
+        for sub in root.get_subcommands() {
+            let name = sub.get_name();
+            let base = required
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, a)| *a)
+                .unwrap_or_else(|| panic!("no required arguments listed for subcommand {name}"));
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !arg.get_action().takes_values() || long == "help" {
+                    continue;
+                }
+                flags_tried += 1;
+                for v in &inputs {
+                    let flag = format!("--{long}={v}");
+                    let mut argv = vec!["scanprof", name, flag.as_str()];
+                    // Flags that need a partner (e.g. --force with --export) get it.
+                    argv.extend(base.iter().copied());
+                    let parsed = std::panic::catch_unwind(|| Cli::try_parse_from(&argv));
+                    let parsed = parsed.unwrap_or_else(|_| panic!("{argv:?} panicked in the parser"));
+                    match parsed {
+                        Ok(cli) => durations_of(&cli),
+                        Err(e) => {
+                            let msg = e.to_string();
+                            if e.kind() == clap::error::ErrorKind::ValueValidation {
+                                assert!(msg.contains(&format!("--{long}")), "{argv:?}: {msg}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(flags_tried >= 30, "only {flags_tried} flags found");
+    }
+
+    /// Converts every seconds value of a parsed command line as the commands do.
+    fn durations_of(cli: &Cli) {
+        use std::time::Duration;
+        let run = |r: &RunOptions| {
+            let _ = Duration::from_secs_f64(r.interval);
+            let _ = r.duration.map(Duration::from_secs_f64);
+            let _ = Duration::from_secs_f64(r.baseline_seconds);
+            if let Some(rq) = r.requested {
+                assert!(rq.is_finite() && rq > 0.0);
+            }
+        };
+        match &cli.command {
+            Command::Attach { run: r, .. } | Command::Run { run: r, .. } | Command::Record { run: r, .. } => {
+                run(r)
+            }
+            Command::Send(o) => {
+                let _ = o.duration.map(Duration::from_secs_f64);
+                assert!(o.rate.is_finite() && o.rate >= 0.0);
+                assert!(o.size <= MAX_UDP_PAYLOAD);
+            }
+            Command::Lab(o) => {
+                let _ = Duration::from_secs_f64(o.duration + 10.0);
+                let _ = Duration::from_secs_f64(o.interval);
+                assert!(o.rate.is_none_or(|r| r.is_finite() && r > 0.0));
+            }
+            Command::Baseline(o) => {
+                let _ = Duration::from_secs_f64(o.seconds * 2.0 + 10.0);
+                assert!(o.rates.iter().all(|r| r.is_finite() && *r >= 0.0));
+            }
+            Command::Report { .. } | Command::Doctor { .. } => {}
+        }
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_refused_naming_the_flag_and_the_range() {
+        for (args, flag, says) in [
+            (
+                &["run", "--duration", "1e20", "--", "true"][..],
+                "--duration",
+                "at most 2592000",
+            ),
+            (
+                &["run", "--interval", "NaN", "--", "true"],
+                "--interval",
+                "out of range",
+            ),
+            (&["lab", "--rate", "0"], "--rate", "more than 0"),
+            (&["lab", "--interval", "1e20"], "--interval", "at most 3600"),
+            (
+                &["send", "--to", "127.0.0.1:9", "--duration=-1"],
+                "--duration",
+                "more than 0",
+            ),
+            (
+                &["send", "--to", "127.0.0.1:9", "--size", "100000"],
+                "--size",
+                "65507",
+            ),
+            (&["baseline", "--seconds", "inf"], "--seconds", "out of range"),
+            (&["baseline", "--rates", "100,-5"], "--rates", "at least 0"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(flag) && err.contains(says), "{args:?}: {err}");
+        }
+        match parse(&["send", "--to", "127.0.0.1:9", "--rate", "-0", "--count", "1"])
+            .unwrap()
+            .command
+        {
+            Command::Send(o) => assert!(o.rate == 0.0 && o.rate.is_sign_positive()),
             other => panic!("parsed as {other:?}"),
         }
     }

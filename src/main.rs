@@ -10,14 +10,19 @@ use scanprof::commands;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Attach { pids, run } => commands::profile::run(Target::Pids(pids.clone()), run),
+        Command::Attach {
+            pids,
+            allow_system,
+            run,
+        } => commands::profile::attach(pids, *allow_system, run),
         Command::Run { run, command } => commands::profile::run(Target::Command(command.clone()), run),
         Command::Record {
             output,
             pids,
+            allow_system,
             run,
             command,
-        } => commands::profile::record(output, pids, command, run),
+        } => commands::profile::record(output, pids, *allow_system, command, run),
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Send(o) => commands::send::run(o),

@@ -291,10 +291,15 @@ fn run_with_baseline_takes_the_rate_from_the_scanners_command_line() {
 
 #[test]
 fn baseline_without_a_requested_rate_is_refused() {
+    // A process of this test's own with no rate on its command line (pid 1 is refused as a
+    // target before --baseline is looked at).
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
-        .args(["attach", "-p", "1", "--baseline"])
+        .args(["attach", "-p", &sleeper.id().to_string(), "--baseline"])
         .output()
         .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--requested"),

@@ -184,5 +184,9 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         .map(str::trim);
     if let Some(path) = log.filter(|p| p.starts_with("/tmp/scanprof-")) {
         let _ = std::fs::remove_file(path);
+        // The log sits alone in a private directory scanprof made for it.
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }

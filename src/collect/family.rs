@@ -62,9 +62,12 @@ impl ProcessTable {
             .collect();
         let mut known: BTreeSet<u32> = roots.iter().copied().collect();
         loop {
+            // scanprof itself (a descendant of pid 1) is never a member, nor, through it,
+            // anything it started that is not a root.
+            let own = std::process::id();
             let found: Vec<u32> = all
                 .iter()
-                .filter(|(pid, ppid)| known.contains(ppid) && !known.contains(pid))
+                .filter(|(pid, ppid)| known.contains(ppid) && !known.contains(pid) && *pid != own)
                 .map(|(pid, _)| *pid)
                 .collect();
             if found.is_empty() {

@@ -72,6 +72,8 @@ pub fn tee(
     std::thread::Builder::new()
         .name("scanprof-output".into())
         .spawn(move || {
+            // Copying a pipe needs no privilege at all (capabilities are per thread).
+            let _ = crate::system::privileges::drop_to(&[]);
             let mut buf = [0u8; 8192];
             let mut line: Vec<u8> = Vec::new();
             loop {

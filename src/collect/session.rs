@@ -58,6 +58,9 @@ pub struct SessionConfig {
     pub probe_options: ProbeOptions,
     /// the scanner's profile, and what its command line says
     pub scanner: Option<ScannerSetup>,
+    /// after setup, keep only the capabilities the rest of the run needs
+    /// (src/system/privileges.rs); off for `lab`, which tears its namespaces down at the end
+    pub drop_privileges: bool,
 }
 
 /// The scanner profile a session applies.
@@ -86,12 +89,13 @@ pub enum Update {
 /// A running session: the updates, and the thread that produces them.
 pub struct Session {
     pub updates: Receiver<Update>,
-    thread: JoinHandle<anyhow::Result<()>>,
+    thread: JoinHandle<anyhow::Result<Option<std::process::ExitStatus>>>,
 }
 
 impl Session {
-    /// Waits for the collection thread; its error, if it failed after start-up.
-    pub fn join(self) -> anyhow::Result<()> {
+    /// Waits for the collection thread: how a launched command ended (None when attached), or
+    /// the thread's error if it failed after start-up.
+    pub fn join(self) -> anyhow::Result<Option<std::process::ExitStatus>> {
         match self.thread.join() {
             Ok(r) => r,
             Err(_) => bail!("the collection thread panicked"),
@@ -125,6 +129,8 @@ pub fn start(cfg: SessionConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Sessio
 struct Launched {
     child: Child,
     release: Option<OwnedFd>,
+    /// how it ended, once reaped
+    status: Option<std::process::ExitStatus>,
 }
 
 impl Launched {
@@ -168,6 +174,9 @@ impl Launched {
                 Ok(())
             });
         }
+        // SIGKILL of scanprof must not leave the command running orphaned. This thread (the
+        // collection thread) outlives the command: it ends and reaps it in finish().
+        crate::system::child::die_with_parent(&mut cmd);
         let mut log = None;
         match output {
             CommandOutput::Inherit => {}
@@ -175,7 +184,14 @@ impl Launched {
                 cmd.stdout(std::io::stderr());
             }
             CommandOutput::File(path) => {
-                let file = std::fs::File::create(path)
+                use std::os::unix::fs::OpenOptionsExt;
+                // A new file only (O_EXCL), never through a symlink, readable by its owner only.
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(path)
                     .with_context(|| format!("creating {} for the command's output", path.display()))?;
                 cmd.stdout(file.try_clone()?).stderr(file.try_clone()?);
                 log = Some(file);
@@ -211,6 +227,7 @@ impl Launched {
         Ok(Launched {
             child,
             release: Some(gate_wr),
+            status: None,
         })
     }
 
@@ -224,18 +241,22 @@ impl Launched {
     /// Ends the command if it outlived the run: SIGTERM, then SIGKILL after 2 s. Reaps it.
     fn finish(&mut self) {
         self.release = None;
+        if self.status.is_some() {
+            return;
+        }
         if matches!(self.child.try_wait(), Ok(None)) {
             let pid = Pid::from_raw(self.child.id() as i32);
             let _ = kill(pid, Signal::SIGTERM);
             for _ in 0..40 {
-                if !matches!(self.child.try_wait(), Ok(None)) {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    self.status = Some(status);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = kill(pid, Signal::SIGKILL);
         }
-        let _ = self.child.wait();
+        self.status = self.child.wait().ok();
     }
 }
 
@@ -257,7 +278,7 @@ fn collect(
     stop: Arc<AtomicBool>,
     tx: Sender<Update>,
     ready: Sender<anyhow::Result<()>>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let mut launched = None;
     let (readings_tx, readings) = mpsc::channel();
     let mut setup = || -> anyhow::Result<(Collector, u64)> {
@@ -312,7 +333,19 @@ fn collect(
         }
     }
     let probes = collector.probes().status().to_vec();
-    let warnings: Vec<String> = probes
+    // Set-up is done (probes loaded, the command launched with the privileges it was given):
+    // this thread, which attaches uprobes to later members, keeps only what that needs.
+    let dropped = if cfg.drop_privileges {
+        use crate::system::privileges::{drop_to, FOR_UPROBES, KEPT};
+        let mut keep = KEPT.to_vec();
+        if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
+            keep.push(FOR_UPROBES);
+        }
+        drop_to(&keep).err()
+    } else {
+        None
+    };
+    let mut warnings: Vec<String> = probes
         .iter()
         .filter(|p| !p.attached)
         .map(|p| {
@@ -323,6 +356,11 @@ fn collect(
             )
         })
         .collect();
+    if let Some(e) = dropped {
+        warnings.push(format!(
+            "could not drop privileges after setup ({e}): the run goes on with every capability"
+        ));
+    }
     let _ = tx.send(Update::Started {
         processes: collector.family.members().to_vec(),
         probes: probes.clone(),
@@ -415,5 +453,44 @@ fn collect(
     let _ = tx.send(Update::Done(Box::new(summary)));
     // The probes detach here, when the collector (and its ProbeSet) is dropped.
     drop(collector);
-    Ok(())
+    Ok(launched.and_then(|l| l.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The live view's command log: a fresh private directory each time (0700), and the file
+    /// is created new: a symlink planted at its name is refused, never followed.
+    #[test]
+    fn the_command_log_is_private_and_never_follows_a_planted_symlink() {
+        let log = crate::commands::profile::command_log().unwrap();
+        let dir = log.parent().unwrap().to_path_buf();
+        let other = crate::commands::profile::command_log().unwrap();
+        assert_ne!(log, other, "two runs share a log path");
+        let _ = std::fs::remove_dir(other.parent().unwrap());
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+        assert!(!log
+            .to_string_lossy()
+            .contains(&format!("scanprof-{}-command.log", std::process::id())));
+
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        let (tx, _rx) = mpsc::channel();
+        let err = Launched::spawn(&["true".into()], &CommandOutput::File(log.clone()), &[], &tx)
+            .err()
+            .expect("a planted symlink was followed");
+        assert!(format!("{err:#}").contains("command's output"), "{err:#}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+
+        std::fs::remove_file(&log).unwrap();
+        let mut l = Launched::spawn(&["true".into()], &CommandOutput::File(log.clone()), &[], &tx).unwrap();
+        l.finish();
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

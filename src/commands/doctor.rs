@@ -72,6 +72,28 @@ fn checks(load_probes: bool) -> Vec<Check> {
             Some("run scanprof as root (sudo), or grant it cap_bpf,cap_perfmon+ep"),
         )
     });
+    {
+        use crate::system::privileges::{mask, names, FOR_BUNDLE, FOR_UPROBES, KEPT};
+        out.push(check(
+            "privilege drop",
+            Status::Info,
+            format!(
+                "after setup, attach/run/record keep only {} (+ {} in the thread that attaches a \
+                 profile's uprobes to later members, + {} in the thread writing a bundle into a \
+                 directory it does not own) and drop the rest from the effective, permitted and \
+                 bounding sets, with no_new_privs; a launched command keeps what it was given. \
+                 Held now: {}",
+                names(mask(&KEPT)),
+                FOR_UPROBES.1,
+                FOR_BUNDLE.1,
+                match names(caps) {
+                    n if n.is_empty() => "none of these".to_string(),
+                    n => n,
+                }
+            ),
+            None,
+        ));
+    }
     let features = KernelFeatures::detect();
     out.push(if features.btf {
         check("btf", Status::Ok, "/sys/kernel/btf/vmlinux present", None)

@@ -706,11 +706,16 @@ impl Hog {
     /// Forks a child that pins itself to `cpu` and spins until `for_s` seconds have passed.
     fn start(cpu: usize, for_s: f64) -> anyhow::Result<Hog> {
         let end_ns = monotonic_ns().saturating_add((for_s * 1e9) as u64);
+        let parent = std::process::id() as libc::pid_t;
         // SAFETY: the child only makes system calls (sched_setaffinity, clock_gettime) and
         // _exit: it takes no lock and allocates nothing, so the parent's other threads, absent
         // from the child, cannot leave it stuck.
         match unsafe { fork() }.context("cannot fork the CPU hog")? {
             ForkResult::Child => {
+                if !crate::system::child::set_parent_death_signal(parent) {
+                    // SAFETY: as below: scanprof is gone, so the hog ends at once.
+                    unsafe { libc::_exit(0) }
+                }
                 let mut set = CpuSet::new();
                 if set.set(cpu).is_ok() {
                     let _ = sched_setaffinity(Pid::from_raw(0), &set);
@@ -870,6 +875,27 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     if !(o.duration.is_finite() && o.duration > 0.0) {
         bail!("--duration must be a positive number of seconds");
     }
+    {
+        use crate::system::caps::{self, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN};
+        let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON]);
+        if !missing.is_empty() {
+            bail!(
+                "scanprof lab needs root: it creates network namespaces, veths and qdiscs and \
+                 loads BPF programs (missing {}). Run it with sudo",
+                caps::names(&missing)
+            );
+        }
+    }
+    // Labs of scanprof processes that were killed (SIGKILL leaves no chance to clean up).
+    for ns in crate::lab::remove_dead_labs() {
+        eprintln!("scanprof: removed namespace {ns}, left by a lab whose scanprof is gone");
+    }
+    // Before the lab exists: a bundle directory that cannot take the bundle is refused first.
+    let export_to = o
+        .export
+        .as_ref()
+        .map(|dir| super::profile::ExportTarget::open(dir, false, o.force))
+        .transpose()?;
     let mut stage = staging(o.scenario);
     let rate = o.rate.unwrap_or(stage.rate);
     let exe = match &o.sender_exe {
@@ -921,6 +947,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,
         export: o.export.clone(),
+        force: o.force,
         redact: false,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
@@ -928,12 +955,10 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
-    let cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
-    let export_to = o.export.as_ref().map(|dir| super::profile::ExportTarget {
-        dir: dir.clone(),
-        redact: false,
-    });
-    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?;
+    let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
+    // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
+    cfg.drop_privileges = false;
+    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);
@@ -1084,6 +1109,7 @@ fn suite(o: &LabOptions) -> anyhow::Result<ExitCode> {
         let name = scenario_name(*s);
         eprintln!("scanprof lab --suite: {name} ({} of {})", i + 1, scenarios.len());
         let mut cmd = Command::new(&exe);
+        crate::system::child::die_with_parent(&mut cmd);
         cmd.args(["lab", &name, "--json", "--duration", &o.duration.to_string()])
             .args(["--interval", &o.interval.to_string(), "--profile", &o.profile])
             .stdin(Stdio::null());

@@ -18,10 +18,15 @@ use crate::views::{json, text};
 use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use std::path::{Path, PathBuf};
 
-/// Raised by SIGINT or SIGTERM: the session ends and still writes its summary.
+/// Raised by SIGINT, SIGTERM or SIGHUP (a closed terminal or SSH session): the session ends,
+/// ends a launched command, detaches the probes and still writes its summary and bundle.
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
     }
     Ok(stop)
@@ -46,7 +51,10 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         command_output: match output {
             Output::Text => CommandOutput::Inherit,
             Output::Json => CommandOutput::StdoutToStderr,
-            Output::Tui => CommandOutput::File(command_log()),
+            Output::Tui => match &target {
+                Target::Command(_) => CommandOutput::File(command_log()?),
+                Target::Pids(_) => CommandOutput::Inherit,
+            },
         },
         target,
         interval: Duration::from_secs_f64(opts.interval),
@@ -55,6 +63,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         baseline: None,
         probe_options: ProbeOptions::default(),
         scanner,
+        drop_privileges: true,
     })
 }
 
@@ -235,16 +244,37 @@ fn measure_baseline(
         .context("measuring the baseline (--baseline)")
 }
 
-/// Where a launched command's output goes while the terminal view owns the screen.
-pub fn command_log() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("scanprof-{}-command.log", std::process::id()))
+/// Where a launched command's output goes while the terminal view owns the screen: `command.log`
+/// in a new private directory (mkdtemp, mode 0700), so no name in the shared temporary directory
+/// can be planted in advance. The file itself is created by the launch with O_EXCL|O_NOFOLLOW.
+pub fn command_log() -> anyhow::Result<PathBuf> {
+    let template = std::env::temp_dir().join("scanprof-XXXXXX");
+    let dir = nix::unistd::mkdtemp(&template).with_context(|| {
+        format!(
+            "creating a private directory for the command's output ({})",
+            template.display()
+        )
+    })?;
+    Ok(dir.join("command.log"))
 }
 
 /// Where and how to write a bundle.
 #[derive(Debug, Clone)]
 pub struct ExportTarget {
-    pub dir: PathBuf,
+    /// opened (and checked empty, or cleared with --force) before the run starts
+    pub dir: bundle::BundleDir,
     pub redact: bool,
+}
+
+impl ExportTarget {
+    /// Opens `dir` for a bundle before anything runs, so that a directory that cannot take it
+    /// is refused at once, not after the run.
+    pub fn open(dir: &Path, redact: bool, force: bool) -> anyhow::Result<ExportTarget> {
+        Ok(ExportTarget {
+            dir: bundle::BundleDir::open(dir, force)?,
+            redact,
+        })
+    }
 }
 
 /// Where and when this recording is being made.
@@ -287,60 +317,100 @@ pub fn render(
     output: Output,
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
-) -> anyhow::Result<Recording> {
-    let target_kind = cfg.target.clone();
+) -> anyhow::Result<Rendered> {
+    let command_log = match &cfg.command_output {
+        CommandOutput::File(path) => Some(path.clone()),
+        _ => None,
+    };
     let title = match &cfg.target {
         Target::Pids(pids) => format!("attach {pids:?}"),
         Target::Command(argv) => format!("run {}", argv.join(" ")),
     };
     let mut rec = Recording::new(meta_now());
+    let drop_privileges = cfg.drop_privileges;
     let session = session::start(cfg, Arc::clone(&stop))?;
+    if drop_privileges {
+        // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
+        // into a directory someone else owns (or the view's `e` key may make one here).
+        use crate::system::privileges::{drop_to, FOR_BUNDLE, KEPT};
+        let mut keep = KEPT.to_vec();
+        if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
+            keep.push(FOR_BUNDLE);
+        }
+        if let Err(e) = drop_to(&keep) {
+            eprintln!("scanprof: warning: could not drop privileges after setup ({e})");
+        }
+    }
     if output == Output::Tui {
-        let key_target = export_to.cloned().unwrap_or_else(|| ExportTarget {
-            dir: default_export_dir(),
-            redact: false,
-        });
+        // Without --export, the `e` key's directory is made (new) at the first press.
+        let key_target = std::cell::RefCell::new(export_to.cloned());
         let on_export = |r: &Recording| -> String {
-            match export(r, &key_target) {
+            let mut slot = key_target.borrow_mut();
+            if slot.is_none() {
+                match ExportTarget::open(&default_export_dir(), false, false) {
+                    Ok(t) => *slot = Some(t),
+                    Err(e) => return format!("export failed: {e:#}"),
+                }
+            }
+            let Some(target) = slot.as_ref() else {
+                return "export failed: no bundle directory".to_string();
+            };
+            match export(r, target) {
                 Ok(files) => format!(
                     "bundle written to {} ({} files)",
-                    key_target.dir.display(),
+                    target.dir.path.display(),
                     files.len()
                 ),
                 Err(e) => format!("export failed: {e:#}"),
             }
         };
-        crate::views::tui::run(&session.updates, title, &stop, &mut rec, &on_export)?;
+        // A view that fails (its terminal closed) still ends the session with a summary and
+        // a bundle; its error is reported after them.
+        let view = crate::views::tui::run(&session.updates, title, &stop, &mut rec, &on_export);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // Whatever the view did not take, the summary included, is still in the channel.
         for u in session.updates.iter() {
             rec.apply(&u);
         }
-        session.join()?;
+        let status = session.join()?;
         let summary = rec
             .summary
             .as_ref()
             .context("the session ended without a summary")?;
-        print!("{}", text::summary(summary));
-        if let Target::Command(_) = &target_kind {
-            println!("the command's own output is in {}", command_log().display());
+        // The terminal may be gone (SIGHUP): a failed print must not stop the bundle.
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "{}", text::summary(summary));
+        if let Some(log) = &command_log {
+            let _ = writeln!(stdout, "the command's own output is in {}", log.display());
         }
+        drop(stdout);
         finish_export(&rec, export_to)?;
-        return Ok(rec);
+        view?;
+        return Ok(Rendered { rec, status });
     }
     let json_out = output == Output::Json;
     let mut stdout = std::io::stdout().lock();
+    // A failed write (a closed pipe or terminal) ends the run like a signal: the session still
+    // ends the command, detaches and writes the bundle; the error is reported after that.
+    let mut write_error: Option<std::io::Error> = None;
+    // Only a bundle needs every tick (trace.json, rates.svg); without one, keep the latest,
+    // so that memory does not grow with the length of the run.
+    let keep_ticks = export_to.is_some();
     for update in session.updates.iter() {
-        rec.apply(&update);
-        match update {
+        if keep_ticks {
+            rec.apply(&update);
+        } else {
+            rec.apply_latest(&update);
+        }
+        let (out, err): (Option<String>, Option<String>) = match update {
             Update::Started { processes, probes } => {
                 if json_out {
                     let started = serde_json::json!({ "processes": processes, "probes": probes });
-                    writeln!(stdout, "{}", json::line("started", &started))?;
+                    (Some(json::line("started", &started) + "\n"), None)
                 } else {
                     let attached = probes.iter().filter(|p| p.attached).count();
-                    eprintln!(
-                        "scanprof: {attached} of {} probes attached; following {} process(es): {}",
+                    let mut e = format!(
+                        "scanprof: {attached} of {} probes attached; following {} process(es): {}\n",
                         probes.len(),
                         processes.len(),
                         processes
@@ -350,59 +420,147 @@ pub fn render(
                             .join(", ")
                     );
                     for p in probes.iter().filter(|p| !p.attached) {
-                        eprintln!(
-                            "scanprof: warning: probe {} unavailable: {}",
+                        e += &format!(
+                            "scanprof: warning: probe {} unavailable: {}\n",
                             p.name,
                             p.error.as_deref().unwrap_or("?")
                         );
                     }
+                    (None, Some(e))
                 }
             }
             Update::Tick(s) => {
                 if json_out {
-                    writeln!(stdout, "{}", json::line("sample", &*s))?;
+                    (Some(json::line("sample", &*s) + "\n"), None)
                 } else {
-                    eprintln!("{}", text::tick_line(&s));
+                    (None, Some(text::tick_line(&s) + "\n"))
                 }
             }
             Update::Done(s) => {
                 if json_out {
-                    writeln!(stdout, "{}", json::line("summary", &*s))?;
+                    (Some(json::line("summary", &*s) + "\n"), None)
                 } else {
-                    write!(stdout, "{}", text::summary(&s))?;
+                    (Some(text::summary(&s)), None)
                 }
             }
+        };
+        if let Some(e) = err {
+            let _ = std::io::stderr().write_all(e.as_bytes());
         }
-        stdout.flush()?;
+        if let (Some(o), None) = (out, &write_error) {
+            if let Err(e) = stdout.write_all(o.as_bytes()).and_then(|()| stdout.flush()) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                write_error = Some(e);
+            }
+        }
     }
-    session.join()?;
+    let status = session.join()?;
     rec.summary
         .as_ref()
         .context("the session ended without a summary")?;
     finish_export(&rec, export_to)?;
-    Ok(rec)
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e)
+            .context("writing the output (the run was ended; the bundle, if asked, was written)"));
+    }
+    Ok(Rendered { rec, status })
+}
+
+/// What a rendered session produced.
+pub struct Rendered {
+    /// everything the views received
+    pub rec: Recording,
+    /// how a launched command ended (None when attached to running processes)
+    pub status: Option<std::process::ExitStatus>,
+}
+
+/// scanprof's exit code for a launched command's status, as `time` and `strace` pass it on:
+/// its exit code, or 128 + the signal that killed it. Attached runs (no command) exit 0.
+pub fn exit_code_of(status: Option<std::process::ExitStatus>) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        None => ExitCode::SUCCESS,
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+            (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+            (None, None) => ExitCode::FAILURE,
+        },
+    }
 }
 
 fn finish_export(rec: &Recording, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {
     if let Some(t) = export_to {
-        let files = export(rec, t).with_context(|| format!("writing the bundle to {}", t.dir.display()))?;
+        let files =
+            export(rec, t).with_context(|| format!("writing the bundle to {}", t.dir.path.display()))?;
         eprintln!(
             "scanprof: bundle written to {} ({} files); `scanprof report {}` re-renders it",
-            t.dir.display(),
+            t.dir.path.display(),
             files.len(),
-            t.dir.display()
+            t.dir.path.display()
         );
     }
     Ok(())
+}
+
+/// Why `pid` is not a target to attach to: scanprof itself, pid 1 (whose family is every
+/// process) or a kernel thread, unless `allow_system`; None when it is fine (or gone: the
+/// session then says it does not exist).
+pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
+    if pid == std::process::id() {
+        return Some(format!("pid {pid} is scanprof itself: give the scanner's pid"));
+    }
+    if allow_system {
+        return None;
+    }
+    if pid == 1 {
+        return Some(
+            "pid 1 is init: its family is every process on the machine (scanprof included). \
+             Give the scanner's pid, or --allow-system to follow the whole system"
+                .to_string(),
+        );
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    if is_kernel_thread(&stat) {
+        return Some(format!(
+            "pid {pid} is a kernel thread: it sends no packets of a scanner (and pid 2 is the \
+             parent of every kernel thread). Give the scanner's pid, or --allow-system"
+        ));
+    }
+    None
+}
+
+/// Whether a /proc/PID/stat line is a kernel thread's: PF_KTHREAD in its flags (field 9).
+pub fn is_kernel_thread(stat: &str) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().nth(6))
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// `scanprof attach -p PID...`.
+pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Result<ExitCode> {
+    for &pid in pids {
+        if let Some(why) = refused_target(pid, allow_system) {
+            bail!("{why}");
+        }
+    }
+    run(Target::Pids(pids.to_vec()), opts)
 }
 
 /// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
 pub fn record(
     output: &Path,
     pids: &[u32],
+    allow_system: bool,
     command: &[String],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
+    for &pid in pids {
+        if let Some(why) = refused_target(pid, allow_system) {
+            bail!("{why}");
+        }
+    }
     let target = match (pids.is_empty(), command.is_empty()) {
         (false, true) => Target::Pids(pids.to_vec()),
         (true, false) => Target::Command(command.to_vec()),
@@ -419,10 +577,43 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     if opts.baseline {
         cfg.baseline = Some(measure_baseline(opts, cfg.scanner.as_ref())?);
     }
-    let export_to = opts.export.as_ref().map(|dir| ExportTarget {
-        dir: dir.clone(),
-        redact: opts.redact,
-    });
-    render(cfg, output, stop_flag()?, export_to.as_ref())?;
-    Ok(ExitCode::SUCCESS)
+    let export_to = opts
+        .export
+        .as_ref()
+        .map(|dir| ExportTarget::open(dir, opts.redact, opts.force))
+        .transpose()?;
+    let rendered = render(cfg, output, stop_flag()?, export_to.as_ref())?;
+    Ok(exit_code_of(rendered.status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_kernel_threads_and_scanprof_itself_are_refused_as_targets() {
+        let init = refused_target(1, false).expect("pid 1 accepted");
+        assert!(init.contains("--allow-system"), "{init}");
+        assert!(refused_target(1, true).is_none());
+        // kthreadd (pid 2) is a kernel thread on every Linux.
+        let kthreadd = refused_target(2, false).expect("pid 2 accepted");
+        assert!(kthreadd.contains("kernel thread"), "{kthreadd}");
+        let own = refused_target(std::process::id(), true).expect("scanprof itself accepted");
+        assert!(own.contains("scanprof itself"), "{own}");
+        // An ordinary process is fine.
+        let child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(refused_target(child.id(), false), None);
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn the_kernel_thread_flag_is_read_after_the_command_name() {
+        // comm may hold spaces and parentheses; flags is the 9th field.
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0";
+        let user = "42 (a) b (c) S 1 42 42 0 -1 4194560 0 0";
+        assert!(is_kernel_thread(kthread));
+        assert!(!is_kernel_thread(user));
+    }
 }

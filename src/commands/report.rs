@@ -13,13 +13,22 @@ use crate::views::{json, text};
 
 pub fn run(path: &Path, format: ReportFormat) -> anyhow::Result<ExitCode> {
     let (rec, issues) = bundle::read(path)?;
+    // Checked before anything is printed: every format fails alike on a bundle with nothing
+    // to report.
+    if rec.summary.is_none() && rec.ticks.is_empty() {
+        anyhow::bail!(
+            "{} holds neither a summary nor a tick (the run ended before its first tick, or the \
+             file is not a whole recording): nothing to report",
+            path.display()
+        );
+    }
     for i in &issues {
         eprintln!("scanprof: {i}");
     }
     if !issues.is_empty() {
         eprintln!(
             "scanprof: {} line(s) skipped; the report covers what could be read",
-            issues.len()
+            issues.iter().map(|i| i.lines).sum::<usize>()
         );
     }
     print!("{}", render(&rec, path, format)?);
@@ -57,9 +66,7 @@ pub fn render(rec: &Recording, path: &Path, format: ReportFormat) -> anyhow::Res
             }
         },
         ReportFormat::Md => {
-            let system: Option<serde_json::Value> = std::fs::read_to_string(dir.join(bundle::SYSTEM))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok());
+            let system = bundle::read_system(dir);
             let part = |k: &str| {
                 system
                     .as_ref()
@@ -75,8 +82,12 @@ pub fn render(rec: &Recording, path: &Path, format: ReportFormat) -> anyhow::Res
                 ),
             ]
             .into_iter()
-            .filter(|(f, _)| dir.join(f).exists())
+            // Only plots that are regular files of this bundle (not links out of it).
+            .filter(|(f, _)| std::fs::symlink_metadata(dir.join(f)).is_ok_and(|m| m.is_file()))
             .collect();
+            if rec.summary.is_none() && rec.ticks.is_empty() {
+                anyhow::bail!("the bundle holds neither a summary nor a tick");
+            }
             markdown::report_md(rec, part("machine").as_ref(), part("checks").as_ref(), &plots)
         }
     })

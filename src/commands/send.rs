@@ -69,6 +69,19 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
 
 pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
     let cfg = config(o)?;
+    if matches!(o.method, SendMethodArg::Raw | SendMethodArg::Packet) {
+        let missing = crate::system::caps::missing(&[crate::system::caps::CAP_NET_RAW]);
+        ensure!(
+            missing.is_empty(),
+            "--method {} opens a raw socket and needs CAP_NET_RAW: run as root (or give the \
+             binary cap_net_raw), or use --method sendto or sendmmsg",
+            if o.method == SendMethodArg::Raw {
+                "raw"
+            } else {
+                "packet"
+            }
+        );
+    }
     let stop = super::profile::stop_flag()?;
     let report = engine::run(&cfg, &stop)?;
     if o.json {
@@ -188,12 +201,18 @@ mod tests {
             &["--rate", "10"][..],
             &["--count", "1", "--rate", "2.5"],
             &["--count", "1", "--ring"],
-            &["--count", "1", "--duration", "0"],
-            &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
             &["--count", "1", "--calibration-skew", "1.5"],
-            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
         ] {
             assert!(config(&options(args)).is_err(), "{args:?} accepted");
+        }
+        // Out-of-range numbers are refused by the parser itself (cli's value parsers).
+        for args in [
+            &["--count", "1", "--duration", "0"][..],
+            &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
+            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
+        ] {
+            let argv = ["scanprof", "send", "--to", "127.0.0.1:9"].iter().chain(args);
+            assert!(Cli::try_parse_from(argv).is_err(), "{args:?} parsed");
         }
     }
 }

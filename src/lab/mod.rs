@@ -116,6 +116,14 @@ impl Lab {
     /// adds the tbf if asked. On failure whatever was made is deleted again, and the error names
     /// the failing command and its stderr.
     pub fn create(cfg: &LabConfig) -> Result<Lab> {
+        use crate::system::caps::{self, CAP_NET_ADMIN, CAP_SYS_ADMIN};
+        let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN]);
+        ensure!(
+            missing.is_empty(),
+            "a private lab needs root: it creates network namespaces, a veth pair and qdiscs \
+             (missing {}). Run scanprof with sudo",
+            caps::names(&missing)
+        );
         let pid = std::process::id();
         let n = LABS_CREATED.fetch_add(1, Ordering::Relaxed);
         let mut lab = Lab {
@@ -337,6 +345,35 @@ pub fn thread_in_lab_namespace() -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// The pid in a lab namespace name of exactly the form `sp{pid}-{n}s` or `sp{pid}-{n}t`
+/// (nothing else a user or another tool might have named alike).
+fn lab_name_pid(name: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_prefix("sp")?.split_once('-')?;
+    let n = rest.strip_suffix('s').or_else(|| rest.strip_suffix('t'))?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n)).then(|| pid.parse().ok()).flatten()
+}
+
+/// Deletes the namespaces (and with them their veths) that labs of scanprof processes that
+/// no longer exist left behind, e.g. a lab killed with SIGKILL. Only names of scanprof's own
+/// pattern `sp{pid}-{n}{s|t}`, and only when no process `pid` exists (a live process, even an
+/// unrelated one that reused the pid, keeps its namespaces). Returns the names deleted.
+pub fn remove_dead_labs() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            lab_name_pid(name)
+                .is_some_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect();
+    names.sort();
+    names.retain(|ns| netstat::run_in_netns(None, "ip", &["netns", "delete", ns]).is_ok());
+    names
 }
 
 /// Whether `name` has the form of a lab namespace name, `sp{pid}-{n}{s|t}`.
@@ -595,5 +632,24 @@ mod tests {
         lab.destroy()?;
         assert_eq!(leftover_namespaces(), Vec::<String>::new());
         Ok(())
+    }
+
+    #[test]
+    fn only_scanprofs_own_lab_names_are_taken_for_leftovers() {
+        assert_eq!(lab_name_pid("sp1234-0s"), Some(1234));
+        assert_eq!(lab_name_pid("sp1234-12t"), Some(1234));
+        for other in [
+            "sp1234-0",
+            "sp-0s",
+            "spx-0s",
+            "sp1234-0x",
+            "spv1234-0s",
+            "sp12a-0s",
+            "sp1234-s",
+            "myns",
+            "sp1234-0s-extra",
+        ] {
+            assert_eq!(lab_name_pid(other), None, "{other}");
+        }
     }
 }

@@ -1,8 +1,11 @@
 //! Facts about the host gathered without BPF: independent counters (tc, ip) that tests and the
 //! lab compare scanprof's figures with, the machine's facts, and the clock every part shares.
 
+pub mod caps;
+pub mod child;
 pub mod machine;
 pub mod netstat;
+pub mod privileges;
 
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns()` reads, so the probes' timestamps,
 /// the collector's ticks, the pacers and the lab receiver all compare directly.

@@ -5,10 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use regex::Regex;
 use serde_json::Value;
 
@@ -37,9 +41,147 @@ pub struct Extras {
     pub redact: bool,
 }
 
-/// Writes the bundle into `dir` (created if missing) and returns the files written.
-pub fn write(dir: &Path, rec: &Recording, extras: &Extras) -> anyhow::Result<Vec<PathBuf>> {
-    fs::create_dir_all(dir).with_context(|| format!("creating the bundle directory {}", dir.display()))?;
+/// Every file name a bundle may hold: what `--force` removes from an earlier bundle, and what a
+/// write replaces (a name this write does not produce, such as an old gaps.svg, is removed so
+/// that `report` cannot take it for this run's).
+pub const FILES: [&str; 7] = [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM];
+
+/// A bundle directory, opened once: every file is created relative to this handle, so a
+/// directory swapped for a symlink after the check cannot redirect the writes.
+#[derive(Debug, Clone)]
+pub struct BundleDir {
+    pub path: PathBuf,
+    fd: std::sync::Arc<OwnedFd>,
+}
+
+impl BundleDir {
+    /// Creates `path` if missing (mode 0755, parents too) and opens it without following a
+    /// symlink at its last component. An existing directory that holds anything is refused
+    /// unless `force`; with `force`, the files of an earlier bundle in it are removed (other
+    /// files are left alone).
+    pub fn open(path: &Path, force: bool) -> anyhow::Result<BundleDir> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("creating {} for the bundle", parent.display()))?;
+        }
+        match fs::create_dir(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating the bundle directory {}", path.display()))
+            }
+        }
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP | Errno::ENOTDIR => anyhow::anyhow!(
+                "{} is a symbolic link or not a directory: give a real directory for the bundle",
+                path.display()
+            ),
+            e => anyhow::anyhow!("opening the bundle directory {}: {e}", path.display()),
+        })?;
+        let dir = BundleDir {
+            path: path.to_path_buf(),
+            fd: std::sync::Arc::new(fd),
+        };
+        let entries: Vec<String> = fs::read_dir(dir.proc_path())
+            .with_context(|| format!("listing {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        if !entries.is_empty() && !force {
+            anyhow::bail!(
+                "{} is not empty ({} entries, e.g. {}): give a new or empty directory, or --force \
+                 to replace the bundle files in it",
+                path.display(),
+                entries.len(),
+                entries[0]
+            );
+        }
+        if force {
+            for name in FILES {
+                dir.remove(name)?;
+                dir.remove(&partial_name(name))?;
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Whether this process's effective uid owns the directory (so writing into it needs no
+    /// CAP_DAC_OVERRIDE).
+    pub fn owned_by_me(&self) -> bool {
+        nix::sys::stat::fstat(&*self.fd).is_ok_and(|st| st.st_uid == nix::unistd::geteuid().as_raw())
+    }
+
+    /// The directory through its open handle (for listing it).
+    fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// Removes `name` from the directory if it is there; a symlink is removed, never followed.
+    fn remove(&self, name: &str) -> anyhow::Result<()> {
+        match nix::unistd::unlinkat(&*self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(anyhow::anyhow!(
+                "removing {} from {}: {e}",
+                name,
+                self.path.display()
+            )),
+        }
+    }
+
+    /// Writes `name` whole or not at all: into a new `.NAME.partial` (O_CREAT|O_EXCL|O_NOFOLLOW,
+    /// so nothing planted there is followed or reused), synced, then renamed over `name` (which
+    /// replaces whatever entry was there, a symlink included, without following it). On failure
+    /// the partial file is removed and the error says the write failed.
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        use std::io::Write;
+        let partial = partial_name(name);
+        self.remove(&partial)?;
+        let path = self.path.join(name);
+        let fd = nix::fcntl::openat(
+            &*self.fd,
+            partial.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .with_context(|| {
+            format!(
+                "creating {} (O_EXCL, no symlink followed)",
+                self.path.join(&partial).display()
+            )
+        })?;
+        let mut file = fs::File::from(fd);
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                nix::fcntl::renameat(&*self.fd, partial.as_str(), &*self.fd, name)
+                    .map_err(anyhow::Error::from)
+            });
+        if let Err(e) = written {
+            let _ = self.remove(&partial);
+            return Err(e.context(format!(
+                "writing {} failed ({} bytes); no partial file was kept",
+                path.display(),
+                bytes.len()
+            )));
+        }
+        Ok(path)
+    }
+}
+
+/// The temporary name a bundle file is written under before it is renamed into place.
+fn partial_name(name: &str) -> String {
+    format!(".{name}.partial")
+}
+
+/// Writes the bundle into `dir` and returns the files written. Each file is written whole or
+/// not at all; a bundle file of an earlier write that this one does not produce is removed.
+pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Result<Vec<PathBuf>> {
     let mut redactor = Redactor::new(extras.redact, &rec.meta.hostname);
     let mut files: Vec<(&str, String)> = vec![(EVENTS, events_ndjson(rec))];
     files.push((TRACE, trace::chrome_trace(rec).to_string()));
@@ -56,11 +198,12 @@ pub fn write(dir: &Path, rec: &Recording, extras: &Extras) -> anyhow::Result<Vec
     files.push((RECOUNT, recount::bpftrace_script(rec)));
     let system = serde_json::json!({ "machine": extras.machine, "checks": extras.checks });
     files.push((SYSTEM, serde_json::to_string_pretty(&system)?));
+    for stale in FILES.iter().filter(|n| !files.iter().any(|(f, _)| f == *n)) {
+        dir.remove(stale)?;
+    }
     let mut written = Vec::new();
     for (name, text) in files {
-        let path = dir.join(name);
-        fs::write(&path, redactor.apply(&text)).with_context(|| format!("writing {}", path.display()))?;
-        written.push(path);
+        written.push(dir.write_file(name, redactor.apply(&text).as_bytes())?);
     }
     Ok(written)
 }
@@ -86,6 +229,14 @@ pub fn events_ndjson(rec: &Recording) -> String {
     out
 }
 
+/// The most bytes of events.ndjson that `report` reads: a longer file is refused (a day at
+/// 1 s ticks is ~100 MB), so that a hostile or runaway file cannot exhaust memory.
+pub const MAX_EVENTS_BYTES: u64 = 256 << 20;
+/// The longest line taken; a longer one is skipped without being held in memory.
+pub const MAX_LINE_BYTES: usize = 4 << 20;
+/// Unreadable lines listed one by one; beyond these they are only counted.
+pub const MAX_LISTED_ISSUES: usize = 100;
+
 /// A line of the event stream that could not be taken.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadIssue {
@@ -93,12 +244,73 @@ pub struct ReadIssue {
     /// 1-based
     pub line: usize,
     pub problem: String,
+    /// lines this entry stands for: 1, or more for the closing "and N more" entry
+    pub lines: usize,
 }
 
 impl std::fmt::Display for ReadIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} line {}: {}", self.file.display(), self.line, self.problem)
     }
+}
+
+/// The most bytes of system.json that `report` reads.
+pub const MAX_SYSTEM_BYTES: u64 = 16 << 20;
+
+/// Opens a bundle file for reading: a regular file only. It is opened with O_NOFOLLOW (a
+/// symlink in the bundle is refused, not followed out of it) and O_NONBLOCK (a FIFO cannot
+/// hang the open), then checked with fstat: a device, FIFO or socket is refused, and so is a
+/// file over `cap` bytes. Reads through the result stop at `cap` even if the file grows.
+pub fn open_regular(file: &Path, cap: u64) -> anyhow::Result<std::io::Take<fs::File>> {
+    let fd = nix::fcntl::open(
+        file,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::ELOOP => anyhow::anyhow!(
+            "{} is a symbolic link: report reads only regular files in the bundle (copy the file \
+             it points to there instead)",
+            file.display()
+        ),
+        e => anyhow::anyhow!("opening {}: {e}", file.display()),
+    })?;
+    let st = nix::sys::stat::fstat(&fd).with_context(|| format!("examining {}", file.display()))?;
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFIFO => Some("a FIFO"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFBLK => Some("a block device"),
+        libc::S_IFSOCK => Some("a socket"),
+        libc::S_IFDIR => Some("a directory"),
+        _ => Some("not a regular file"),
+    };
+    if let Some(kind) = kind {
+        anyhow::bail!("{} is {kind}: report reads only regular files", file.display());
+    }
+    if st.st_size as u64 > cap {
+        anyhow::bail!(
+            "{} is {} MiB, over the {} MiB that report reads: not a scanprof recording, or cut \
+             it down (e.g. `head -n 100000`)",
+            file.display(),
+            st.st_size as u64 >> 20,
+            cap >> 20
+        );
+    }
+    let file = fs::File::from(fd);
+    // Back to blocking reads (a regular file never blocks; this only undoes O_NONBLOCK).
+    let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_RDONLY));
+    Ok(file.take(cap))
+}
+
+/// A bundle's system.json, if it is there as a regular file of sane size and valid JSON.
+pub fn read_system(dir: &Path) -> Option<Value> {
+    let mut text = String::new();
+    open_regular(&dir.join(SYSTEM), MAX_SYSTEM_BYTES)
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// Reads a bundle directory (or an events.ndjson file). Lines that cannot be read are skipped
@@ -109,36 +321,93 @@ pub fn read(path: &Path) -> anyhow::Result<(Recording, Vec<ReadIssue>)> {
     } else {
         path.to_path_buf()
     };
-    let f = fs::File::open(&file).with_context(|| {
-        if path.is_dir() {
-            format!("{} has no {EVENTS}: is it a scanprof bundle?", path.display())
-        } else {
-            format!("opening {}", file.display())
+    let f = match open_regular(&file, MAX_EVENTS_BYTES) {
+        Ok(f) => f,
+        Err(e) if path.is_dir() && !file.exists() && fs::symlink_metadata(&file).is_err() => {
+            return Err(e.context(format!(
+                "{} has no {EVENTS}: is it a scanprof bundle?",
+                path.display()
+            )))
         }
-    })?;
+        Err(e) => return Err(e),
+    };
     parse(BufReader::new(f), &file)
 }
 
-/// Reads an event stream from `reader`; `file` names it in the issues and errors.
-pub fn parse(reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording, Vec<ReadIssue>)> {
+/// Reads one line of at most `max` bytes into `buf` (without the newline). Returns None at the
+/// end; Some(false) when the line was longer (the rest of it is read and dropped, not held).
+fn next_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    let mut fits = true;
+    let mut any = false;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(any.then_some(fits));
+        }
+        any = true;
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        if fits && buf.len() + take <= max {
+            buf.extend_from_slice(&chunk[..take]);
+        } else {
+            fits = false;
+            buf.clear();
+        }
+        reader.consume(if done { take + 1 } else { take });
+        if done {
+            return Ok(Some(fits));
+        }
+    }
+}
+
+/// Reads an event stream from `reader`; `file` names it in the issues and errors. At most
+/// [`MAX_LISTED_ISSUES`] unreadable lines are listed; the rest are counted in a closing entry.
+pub fn parse(mut reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording, Vec<ReadIssue>)> {
     let mut rec = Recording::default();
     let mut issues = Vec::new();
+    let mut unlisted = 0usize;
+    let mut last_unlisted = 0usize;
     let mut known = 0usize;
-    let issue = |line: usize, problem: String| ReadIssue {
-        file: file.to_path_buf(),
-        line,
-        problem,
+    let mut buf = Vec::new();
+    let mut n = 0usize;
+    let mut push = |issues: &mut Vec<ReadIssue>, line: usize, problem: String| {
+        if issues.len() < MAX_LISTED_ISSUES {
+            issues.push(ReadIssue {
+                file: file.to_path_buf(),
+                line,
+                problem,
+                lines: 1,
+            });
+        } else {
+            unlisted += 1;
+            last_unlisted = line;
+        }
     };
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let n = i + 1;
-        let bytes = match line {
-            Ok(b) => b,
+    loop {
+        let fits = match next_line(&mut reader, &mut buf, MAX_LINE_BYTES) {
+            Ok(Some(fits)) => fits,
+            Ok(None) => break,
             Err(e) => {
-                issues.push(issue(n, format!("read error: {e}")));
+                push(&mut issues, n + 1, format!("read error: {e}"));
                 break;
             }
         };
-        let text = String::from_utf8_lossy(&bytes);
+        n += 1;
+        if !fits {
+            push(
+                &mut issues,
+                n,
+                format!(
+                    "a line over {} MiB (skipped): not a scanprof event",
+                    MAX_LINE_BYTES >> 20
+                ),
+            );
+            continue;
+        }
+        let text = String::from_utf8_lossy(&buf);
         let text = text.trim();
         if text.is_empty() {
             continue;
@@ -146,10 +415,11 @@ pub fn parse(reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording, Ve
         let value: Value = match serde_json::from_str(text) {
             Ok(v) => v,
             Err(e) => {
-                issues.push(issue(
+                push(
+                    &mut issues,
                     n,
                     format!("not JSON ({e}); the file may be truncated or corrupt"),
-                ));
+                );
                 continue;
             }
         };
@@ -167,21 +437,36 @@ pub fn parse(reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording, Ve
             "sample" => serde_json::from_value::<Snapshot>(value).map(|s| rec.ticks.push(s)),
             "summary" => serde_json::from_value::<Summary>(value).map(|s| rec.summary = Some(s)),
             "" => {
-                issues.push(issue(
+                push(
+                    &mut issues,
                     n,
                     "a JSON object without a \"type\": not a scanprof event".into(),
-                ));
+                );
                 continue;
             }
             other => {
-                issues.push(issue(n, format!("unknown event type {other:?} (skipped)")));
+                push(&mut issues, n, format!("unknown event type {other:?} (skipped)"));
                 continue;
             }
         };
         match taken {
             Ok(()) => known += 1,
-            Err(e) => issues.push(issue(n, format!("a {kind:?} line scanprof cannot read: {e}"))),
+            Err(e) => push(
+                &mut issues,
+                n,
+                format!("a {kind:?} line scanprof cannot read: {e}"),
+            ),
         }
+    }
+    if unlisted > 0 {
+        issues.push(ReadIssue {
+            file: file.to_path_buf(),
+            line: last_unlisted,
+            problem: format!(
+                "and {unlisted} more unreadable lines up to this one (only the first {MAX_LISTED_ISSUES} are listed)"
+            ),
+            lines: unlisted,
+        });
     }
     if known == 0 {
         let first = issues.first().map(|i| format!(" ({i})")).unwrap_or_default();
@@ -291,7 +576,7 @@ mod tests {
     fn a_written_bundle_reads_back_as_the_same_recording() {
         let rec = rich_recording();
         let dir = tempdir("roundtrip");
-        let files = write(&dir, &rec, &Extras::default()).unwrap();
+        let files = write(&BundleDir::open(&dir, false).unwrap(), &rec, &Extras::default()).unwrap();
         for name in [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM] {
             assert!(files.contains(&dir.join(name)), "{name} not written");
         }
@@ -299,6 +584,99 @@ mod tests {
         assert!(issues.is_empty(), "{issues:?}");
         assert_eq!(back, rec);
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A symlink planted under a bundle file's name (or its partial name) is replaced, never
+    /// followed: the file it points to keeps its contents.
+    #[test]
+    fn planted_symlinks_in_the_bundle_directory_are_not_followed() {
+        let dir = tempdir("planted");
+        let victim = tempdir("planted-victim");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(&victim, "precious\n").unwrap();
+        for name in [EVENTS, REPORT, GAPS_SVG] {
+            std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+            std::os::unix::fs::symlink(&victim, dir.join(partial_name(name))).unwrap();
+        }
+        let err = BundleDir::open(&dir, false).unwrap_err().to_string();
+        assert!(err.contains("is not empty") && err.contains("--force"), "{err}");
+        let bundle = BundleDir::open(&dir, true).unwrap();
+        write(&bundle, &rich_recording(), &Extras::default()).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        for name in [EVENTS, REPORT, GAPS_SVG] {
+            let meta = fs::symlink_metadata(dir.join(name)).unwrap();
+            assert!(meta.file_type().is_file(), "{name} is not a regular file");
+            assert!(!dir.join(partial_name(name)).exists());
+        }
+        // A symlink planted between the check and the write is replaced too.
+        fs::remove_file(dir.join(EVENTS)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(EVENTS)).unwrap();
+        write(&bundle, &rich_recording(), &Extras::default()).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        let _ = fs::remove_dir_all(&dir);
+        let _ = fs::remove_file(&victim);
+    }
+
+    #[test]
+    fn the_bundle_directory_itself_may_not_be_a_symlink() {
+        let real = tempdir("real-dir");
+        let link = tempdir("link-dir");
+        fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = BundleDir::open(&link, false).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        let _ = fs::remove_file(&link);
+        let _ = fs::remove_dir_all(&real);
+    }
+
+    /// With --force, an earlier bundle's files go: an old gaps.svg must not be shown as this
+    /// run's plot. Files that are not a bundle's stay.
+    #[test]
+    fn force_removes_an_earlier_bundles_files_and_keeps_the_rest() {
+        let dir = tempdir("stale");
+        let first = BundleDir::open(&dir, false).unwrap();
+        write(&first, &rich_recording(), &Extras::default()).unwrap();
+        assert!(dir.join(GAPS_SVG).exists());
+        fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let mut plain = rich_recording();
+        if let Some(s) = plain.summary.as_mut() {
+            s.gap.histogram.clear();
+        }
+        assert!(plots::gap_cdf_svg(&plain).is_none(), "the fixture still has gaps");
+        let again = BundleDir::open(&dir, true).unwrap();
+        assert!(!dir.join(GAPS_SVG).exists() && !dir.join(EVENTS).exists());
+        write(&again, &plain, &Extras::default()).unwrap();
+        assert!(!dir.join(GAPS_SVG).exists(), "a stale gaps.svg survived");
+        assert_eq!(fs::read_to_string(dir.join("notes.txt")).unwrap(), "mine");
+        // The same handle writing again (the view's `e` key, then the run's end) drops the
+        // plot its own earlier write left.
+        write(&again, &rich_recording(), &Extras::default()).unwrap();
+        write(&again, &plain, &Extras::default()).unwrap();
+        assert!(
+            !dir.join(GAPS_SVG).exists(),
+            "gaps.svg of the earlier write survived"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Half a million unreadable lines and one over-long line: the first 100 problems are
+    /// listed, the rest counted in one closing entry; the over-long line is never held whole.
+    #[test]
+    fn the_list_of_unreadable_lines_is_bounded() {
+        let mut data = vec![b'x'; MAX_LINE_BYTES + 10];
+        data.push(b'\n');
+        for i in 0..500_000u32 {
+            data.extend_from_slice(format!("garbage {i} {{\n").as_bytes());
+        }
+        data.extend_from_slice(events_ndjson(&rich_recording()).as_bytes());
+        let (rec, issues) = parse(&data[..], Path::new("events.ndjson")).unwrap();
+        assert!(rec.summary.is_some());
+        assert_eq!(issues.len(), MAX_LISTED_ISSUES + 1);
+        assert!(issues[0].problem.contains("over 4 MiB"), "{}", issues[0]);
+        let last = issues.last().unwrap();
+        assert_eq!(last.lines, 500_001 - MAX_LISTED_ISSUES, "{last}");
+        assert!(last.problem.contains("more unreadable lines"), "{last}");
+        assert_eq!(issues.iter().map(|i| i.lines).sum::<usize>(), 500_001);
     }
 
     #[test]
@@ -425,7 +803,7 @@ mod tests {
         let rec = rich_recording();
         let dir = tempdir("redacted");
         write(
-            &dir,
+            &BundleDir::open(&dir, false).unwrap(),
             &rec,
             &Extras {
                 redact: true,

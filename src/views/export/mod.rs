@@ -49,6 +49,16 @@ impl Recording {
         }
     }
 
+    /// Takes one update like [`Recording::apply`], but keeps only the latest tick: for runs
+    /// where no output needs the whole series (no bundle, no live view), so that a long run's
+    /// memory stays flat. The summary carries the run's figures either way.
+    pub fn apply_latest(&mut self, update: &Update) {
+        if let Update::Tick(_) = update {
+            self.ticks.clear();
+        }
+        self.apply(update);
+    }
+
     /// Takes one update, in the order the session sends them.
     pub fn apply(&mut self, update: &Update) {
         match update {
@@ -59,5 +69,34 @@ impl Recording {
             Update::Tick(s) => self.ticks.push((**s).clone()),
             Update::Done(s) => self.summary = Some((**s).clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::rich_recording;
+
+    /// Without a bundle, a run keeps one tick however long it runs; with one, every tick.
+    #[test]
+    fn apply_latest_keeps_one_tick_and_the_summary() {
+        let full = rich_recording();
+        assert!(full.ticks.len() > 1);
+        let mut all = Recording::default();
+        let mut latest = Recording::default();
+        for round in 0..50 {
+            for t in &full.ticks {
+                let u = Update::Tick(Box::new(t.clone()));
+                all.apply(&u);
+                latest.apply_latest(&u);
+            }
+            assert_eq!(latest.ticks.len(), 1, "round {round}");
+        }
+        let done = Update::Done(Box::new(full.summary.clone().unwrap()));
+        latest.apply_latest(&done);
+        all.apply(&done);
+        assert_eq!(all.ticks.len(), 50 * full.ticks.len());
+        assert_eq!(latest.ticks.last(), full.ticks.last());
+        assert_eq!(latest.summary, full.summary);
     }
 }

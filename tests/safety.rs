@@ -1,0 +1,693 @@
+//! Safe to run as root, and nothing lost or left behind whatever happens (issue 14): planted
+//! symlinks, hostile bundles, signals, exit statuses, orphans and leftover namespaces. Tests that
+//! load BPF or create namespaces need root and fail (never skip) without it; the hostile-bundle
+//! tests need no privilege.
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A directory of this test's own under /tmp, removed when dropped (also on failure).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("scanprof-safety-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a finished child did: exit status, its stderr, its peak resident memory.
+struct Outcome {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// peak RSS of the child, KiB (getrusage via wait4, for this child alone)
+    max_rss_kib: i64,
+}
+
+/// Runs `cmd` with stdout and stderr in files, waits at most `timeout` (then SIGKILL to its
+/// pid, and a panic), and reaps it with wait4 to read its own peak RSS.
+fn run_bounded(mut cmd: Command, timeout: Duration, out_dir: &Path) -> Outcome {
+    let (o, e) = (out_dir.join("stdout"), out_dir.join("stderr"));
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&o).unwrap())
+        .stderr(fs::File::create(&e).unwrap());
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let deadline = Instant::now() + timeout;
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; zeroed is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child's pid with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if Instant::now() > deadline {
+            // SAFETY: kill and waitpid on the pid of the child this function started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!(
+                "{cmd:?} still ran after {timeout:?} (killed)\nstderr: {}",
+                fs::read_to_string(&e).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Outcome {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: fs::read_to_string(&o).unwrap_or_default(),
+        stderr: fs::read_to_string(&e).unwrap_or_default(),
+        max_rss_kib: usage.ru_maxrss,
+    }
+}
+
+fn report(path: &Path, format: &str, out: &Path) -> Outcome {
+    let mut cmd = Command::new(common::scanprof_bin());
+    cmd.args(["report", "--format", format]).arg(path);
+    run_bounded(cmd, Duration::from_secs(20), out)
+}
+
+// ---- 4. hostile bundles for `scanprof report` ------------------------------------------------
+
+/// events.ndjson linking to an endless device, or a FIFO nobody writes: a clear error at once
+/// (exit 2), no hang, no growth.
+#[test]
+fn report_refuses_links_devices_and_fifos_quickly() {
+    let t = TempDir::new("hostile");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let cases: [(&str, &str); 4] = [
+        ("zero", "symbolic link"),
+        ("urandom", "symbolic link"),
+        ("fifo", "a FIFO"),
+        ("device", "a character device"),
+    ];
+    for (case, says) in cases {
+        let bundle = t.path().join(case);
+        fs::create_dir_all(&bundle).unwrap();
+        let events = bundle.join("events.ndjson");
+        let arg = match case {
+            "zero" => {
+                std::os::unix::fs::symlink("/dev/zero", &events).unwrap();
+                bundle.clone()
+            }
+            "urandom" => {
+                std::os::unix::fs::symlink("/dev/urandom", &events).unwrap();
+                bundle.clone()
+            }
+            "fifo" => {
+                nix::unistd::mkfifo(&events, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+                bundle.clone()
+            }
+            _ => PathBuf::from("/dev/zero"),
+        };
+        for format in ["text", "md", "json"] {
+            let started = Instant::now();
+            let r = report(&arg, format, &out);
+            assert_eq!(r.status.code(), Some(2), "{case} {format}: {}", r.stderr);
+            assert!(r.stderr.contains(says), "{case} {format}: {}", r.stderr);
+            assert!(r.stderr.contains("regular file"), "{case} {format}: {}", r.stderr);
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{case}: {:?}",
+                started.elapsed()
+            );
+            assert!(r.max_rss_kib < 64 << 10, "{case}: peak RSS {} KiB", r.max_rss_kib);
+        }
+    }
+}
+
+/// A file over the size cap is refused with the cap named; a large garbage file under it (one
+/// 48 MiB line, then half a million short garbage lines) is read with bounded memory and a
+/// bounded list of problems.
+#[test]
+fn report_memory_stays_bounded_on_large_garbage() {
+    let t = TempDir::new("garbage");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+
+    let huge = t.path().join("huge");
+    fs::create_dir_all(&huge).unwrap();
+    let f = fs::File::create(huge.join("events.ndjson")).unwrap();
+    f.set_len(300 << 20).unwrap(); // sparse: no disk used
+    drop(f);
+    let r = report(&huge, "text", &out);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("over the 256 MiB"), "{}", r.stderr);
+    assert!(r.max_rss_kib < 64 << 10, "peak RSS {} KiB", r.max_rss_kib);
+
+    let garbage = t.path().join("garbage");
+    fs::create_dir_all(&garbage).unwrap();
+    {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(fs::File::create(garbage.join("events.ndjson")).unwrap());
+        let block = vec![b'x'; 1 << 20];
+        for _ in 0..48 {
+            w.write_all(&block).unwrap();
+        }
+        w.write_all(b"\n").unwrap();
+        // One real event, so the report goes on (exit 3: lines skipped).
+        w.write_all(
+            b"{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n",
+        )
+        .unwrap();
+        for i in 0..500_000u32 {
+            writeln!(w, "garbage line {i} {{not json").unwrap();
+        }
+    }
+    for format in ["text", "md", "json"] {
+        let r = report(&garbage, format, &out);
+        // Nothing but a meta line is readable: every format says so alike (exit 2).
+        assert_eq!(r.status.code(), Some(2), "{format}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("neither a summary nor a tick"),
+            "{format}: {}",
+            r.stderr
+        );
+        assert!(
+            r.max_rss_kib < 64 << 10,
+            "{format}: peak RSS {} KiB",
+            r.max_rss_kib
+        );
+    }
+}
+
+/// A bundle with only a meta line: the same exit status (2) and message in every format.
+#[test]
+fn a_meta_only_bundle_fails_alike_in_every_format() {
+    let t = TempDir::new("meta-only");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let b = t.path().join("b");
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("events.ndjson"),
+        "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n",
+    )
+    .unwrap();
+    for format in ["text", "md", "json"] {
+        let r = report(&b, format, &out);
+        assert_eq!(r.status.code(), Some(2), "{format}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("neither a summary nor a tick"),
+            "{format}: {}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
+    }
+}
+
+// ---- privileged: the real binary with BPF ----------------------------------------------------
+
+use common::{require_root, root_pid, serial, Proc};
+use nix::sys::signal::Signal;
+
+fn scanprof(args: &[&str]) -> Command {
+    let mut cmd = Command::new(common::scanprof_bin());
+    cmd.args(args);
+    cmd
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie still has /proc/PID; its state is Z.
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// 1. `record -o DIR` into a directory where events.ndjson and report.md link to a victim
+/// file: refused (not empty) without --force; with --force the links are replaced, the victim
+/// keeps its contents.
+#[test]
+fn record_never_writes_through_planted_symlinks() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("planted-record");
+    let dir = t.path().join("bundle");
+    fs::create_dir_all(&dir).unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    for name in ["events.ndjson", "report.md", "gaps.svg", ".events.ndjson.partial"] {
+        std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+    }
+    let d = dir.to_str().unwrap();
+    let r = run_bounded(
+        scanprof(&["record", "-o", d, "--json", "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("is not empty") && r.stderr.contains("--force"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("\"started\""),
+        "the run started before the refusal"
+    );
+    let r = run_bounded(
+        scanprof(&["record", "-o", d, "--force", "--json", "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    assert_eq!(
+        fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "the victim was written"
+    );
+    for name in ["events.ndjson", "report.md"] {
+        assert!(
+            fs::symlink_metadata(dir.join(name))
+                .unwrap()
+                .file_type()
+                .is_file(),
+            "{name}"
+        );
+    }
+    assert!(!dir.join(".events.ndjson.partial").exists());
+}
+
+/// 7. `run -- cmd` exits with the command's status, 128 + the signal when a signal ended it.
+#[test]
+fn run_passes_the_commands_exit_status_on() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("status");
+    for (script, want) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("kill -KILL $$", 137),
+        ("kill -SEGV $$", 139),
+    ] {
+        let r = run_bounded(
+            scanprof(&["run", "--json", "--", "sh", "-c", script]),
+            Duration::from_secs(60),
+            t.path(),
+        );
+        assert_eq!(r.status.code(), Some(want), "{script}: {}", r.stderr);
+        assert!(r.stdout.contains("\"summary\""), "{script}: no summary");
+    }
+}
+
+/// 5. SIGHUP (a closed terminal) ends scanprof like SIGTERM: the summary and the bundle are
+/// written and the launched command is ended (exit status: the command's, 143 for SIGTERM).
+#[test]
+fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("sighup");
+    let dir = t.path().join("bundle");
+    let d = dir.to_str().unwrap().to_string();
+    let args: Vec<String> = ["run", "--json", "--export", &d, "--", "sleep", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sleeper = root_pid(&started);
+    assert!(pid_alive(sleeper));
+    p.signal(Signal::SIGHUP);
+    let f = p.finish(Duration::from_secs(15));
+    assert_eq!(f.status.code(), Some(143), "{}", f.context());
+    let summary = f.summary_json();
+    assert_eq!(summary["end_reason"], "interrupted", "{summary}");
+    assert!(dir.join("events.ndjson").is_file(), "no bundle\n{}", f.context());
+    assert!(!pid_alive(sleeper), "the launched command outlived scanprof");
+}
+
+/// 6. SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG).
+#[test]
+fn sigkill_of_scanprof_leaves_no_orphan() {
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["run", "--json", "--", "sleep", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sleeper = root_pid(&started);
+    assert!(pid_alive(sleeper));
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pid_alive(sleeper) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let orphan = pid_alive(sleeper);
+    if orphan {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleeper as i32), Signal::SIGKILL);
+    }
+    assert!(
+        !orphan,
+        "the launched command {sleeper} outlived a SIGKILLed scanprof"
+    );
+}
+
+/// Deletes the named namespaces if they still exist (a test's own, also on failure).
+struct NetnsGuard(Vec<String>);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            if Path::new("/run/netns").join(ns).exists() {
+                let _ = Command::new("ip").args(["netns", "delete", ns]).status();
+            }
+        }
+    }
+}
+
+/// 6. A lab killed with SIGKILL: its sender dies with it; its namespaces stay (nothing could
+/// remove them), and the next `lab` removes them, and only them: a namespace of a live pid and
+/// one that merely looks alike stay.
+#[test]
+fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["lab", "healthy", "--json", "--duration", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let lab_pid = p.pid();
+    let (s, tns) = (format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t"));
+    // A live process's namespace (this test's) and a look-alike of a dead pid's: both stay.
+    let live = format!("sp{}-97s", std::process::id());
+    let look_alike = format!("sp{lab_pid}-0x");
+    let _guard = NetnsGuard(vec![s.clone(), tns.clone(), live.clone(), look_alike.clone()]);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sender = root_pid(&started);
+    assert!(Path::new("/run/netns").join(&s).exists(), "no lab namespace {s}");
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pid_alive(sender) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !pid_alive(sender),
+        "the lab's sender {sender} outlived a SIGKILLed lab"
+    );
+    assert!(
+        Path::new("/run/netns").join(&s).exists(),
+        "expected the killed lab's namespace"
+    );
+    for ns in [&live, &look_alike] {
+        let st = Command::new("ip").args(["netns", "add", ns]).status().unwrap();
+        assert!(st.success(), "ip netns add {ns}");
+    }
+    let t = TempDir::new("next-lab");
+    let r = run_bounded(
+        scanprof(&["lab", "healthy", "--json", "--duration", "0.5"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    for ns in [&s, &tns] {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
+        assert!(
+            r.stderr.contains(&format!("removed namespace {ns}")),
+            "{}",
+            r.stderr
+        );
+    }
+    for ns in [&live, &look_alike] {
+        assert!(Path::new("/run/netns").join(ns).exists(), "{ns} was removed");
+    }
+}
+
+/// 10. Pid 1, kernel threads and scanprof itself are refused as targets, with what to do.
+#[test]
+fn attach_refuses_init_kernel_threads_and_itself() {
+    let t = TempDir::new("targets");
+    for (pid, says) in [("1", "--allow-system"), ("2", "kernel thread")] {
+        for sub in ["attach", "record"] {
+            let mut args = vec![sub, "-p", pid, "--json", "--duration", "1"];
+            let o = t.path().join("b");
+            let o = o.to_str().unwrap();
+            if sub == "record" {
+                args.extend(["-o", o]);
+            }
+            let r = run_bounded(scanprof(&args), Duration::from_secs(20), t.path());
+            assert_eq!(r.status.code(), Some(2), "{sub} -p {pid}: {}", r.stderr);
+            assert!(r.stderr.contains(says), "{sub} -p {pid}: {}", r.stderr);
+            assert!(r.stdout.is_empty(), "{sub} -p {pid} started: {}", r.stdout);
+        }
+    }
+}
+
+/// Unmounts a tmpfs this test mounted, also on failure.
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// 11. A full disk: the bundle write fails with a message naming the file, and no partial
+/// events.ndjson is left for `report` to call "cut short".
+#[test]
+fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("full-disk");
+    let mnt = t.path().join("small");
+    fs::create_dir_all(&mnt).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &mnt,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=8k"),
+    )
+    .expect("mounting a small tmpfs");
+    let _m = MountGuard(mnt.clone());
+    let dir = mnt.join("bundle");
+    let d = dir.to_str().unwrap();
+    let r = run_bounded(
+        scanprof(&[
+            "run",
+            "--json",
+            "--interval",
+            "0.05",
+            "--export",
+            d,
+            "--",
+            "sleep",
+            "1",
+        ]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("events.ndjson failed") && r.stderr.contains("no partial file"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("No space left"), "{}", r.stderr);
+    let left: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in the bundle directory: {left:?}");
+}
+
+/// 11. Without root, `lab` says it needs root and `send --method packet` names CAP_NET_RAW.
+#[test]
+fn unprivileged_commands_say_which_privilege_they_need() {
+    require_root(); // to become nobody
+    let t = TempDir::new("nobody");
+    let nobody = |args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(common::scanprof_bin())
+            .args(args)
+            .current_dir("/");
+        run_bounded(cmd, Duration::from_secs(20), t.path())
+    };
+    let r = nobody(&["lab", "healthy", "--duration", "1"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("needs root"), "{}", r.stderr);
+    assert!(!r.stderr.contains("make-shared"), "{}", r.stderr);
+    for method in ["packet", "raw"] {
+        let r = nobody(&["send", "--to", "127.0.0.1:9", "--count", "1", "--method", method]);
+        assert_eq!(r.status.code(), Some(2), "{method}: {}", r.stderr);
+        assert!(r.stderr.contains("CAP_NET_RAW"), "{method}: {}", r.stderr);
+        assert!(!r.stderr.contains("route_localnet"), "{method}: {}", r.stderr);
+    }
+    // Everything that makes a lab (baseline's lab cells, run --baseline) says so too.
+    let r = nobody(&["run", "--baseline", "--requested", "100", "--", "true"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("needs root") && !r.stderr.contains("make-shared"),
+        "{}",
+        r.stderr
+    );
+    let r = nobody(&[
+        "baseline",
+        "--targets",
+        "lab",
+        "--seconds",
+        "1",
+        "--pacers",
+        "clock",
+        "--rates",
+        "100",
+        "--methods",
+        "sendto",
+    ]);
+    assert!(
+        r.stdout.contains("needs root") || r.stderr.contains("needs root"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("make-shared") && !r.stderr.contains("make-shared"),
+        "{}",
+        r.stdout
+    );
+    let r = nobody(&["lab", "--rate", "0"]);
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--rate") && !r.stderr.contains("--requested"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// 3. During an attach, every thread of scanprof holds at most the kept capabilities (CapEff,
+/// CapPrm and CapBnd from /proc/PID/task/*/status) with no_new_privs; the run still completes
+/// with a summary. A command scanprof launches keeps the capabilities it was given.
+#[test]
+fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
+    use scanprof::system::caps::parse_set;
+    use scanprof::system::privileges::{mask, KEPT};
+    require_root();
+    let _g = serial();
+    let full = parse_set(&fs::read_to_string("/proc/self/status").unwrap(), "CapEff").unwrap();
+    let kept = mask(&KEPT);
+    assert_ne!(
+        full & !kept,
+        0,
+        "this test needs more capabilities than the kept set"
+    );
+
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let spid = sleeper.id().to_string();
+    let args: Vec<String> = ["attach", "-p", &spid, "--json", "--duration", "4"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let _ = p.wait_for_json("started", Duration::from_secs(30));
+    let pid = p.pid();
+    let main = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mut threads = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        threads += 1;
+        for key in ["CapEff", "CapPrm", "CapBnd"] {
+            let set = parse_set(&status, key).unwrap();
+            assert_eq!(
+                set & !kept,
+                0,
+                "a thread holds {key} {set:x} beyond {kept:x}\n{status}"
+            );
+        }
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    assert!(threads >= 2, "expected the main and the collection thread");
+    assert_eq!(parse_set(&main, "CapEff").unwrap(), kept & full, "{main}");
+    let f = p.finish(Duration::from_secs(30));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(f.status.code(), Some(0), "{}", f.context());
+    let summary = f.summary_json();
+    assert_eq!(summary["end_reason"], "duration", "{summary}");
+
+    // A launched command keeps what the user gave it (it starts before the drop).
+    let args: Vec<String> = ["run", "--json", "--", "sleep", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let child = root_pid(&started);
+    let status = fs::read_to_string(format!("/proc/{child}/status")).unwrap();
+    assert_eq!(parse_set(&status, "CapEff").unwrap(), full, "{status}");
+    let own = fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    assert_eq!(parse_set(&own, "CapEff").unwrap() & !kept, 0, "{own}");
+    p.signal(Signal::SIGTERM);
+    let f = p.finish(Duration::from_secs(15));
+    assert_eq!(f.status.code(), Some(143), "{}", f.context());
+}
+
+/// A reader that goes away (stdout closed: `scanprof run --json ... | head -1`): the run ends
+/// as on a signal, the launched command is ended, the bundle is still written, and scanprof
+/// exits 2 saying the output write failed.
+#[test]
+fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("closed-stdout");
+    let dir = t.path().join("bundle");
+    let mut child = scanprof(&["run", "--json", "--interval", "0.2", "--export"])
+        .arg(&dir)
+        .args(["--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(t.path().join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    let started: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(started["type"], "started", "{first}");
+    let sleeper = root_pid(&started);
+    drop(out); // the reader goes away
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("scanprof still ran 15 s after its stdout closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = fs::read_to_string(t.path().join("stderr")).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("writing the output"), "{stderr}");
+    assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
+    assert!(!pid_alive(sleeper), "the launched command outlived the run");
+}
