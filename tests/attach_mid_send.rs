@@ -159,15 +159,17 @@ fn count(s: &Summary, stage: &str) -> u64 {
 /// packets the send syscalls accepted, and so do the packets a driver transmitted plus the
 /// family's drops, give or take the sends in flight when the family was registered (a call that
 /// entered before it is not counted at the syscall, yet its packet may be at the device when
-/// another thread's call has registered the socket).
-fn assert_whole_funnel(s: &Summary, what: &str) {
+/// another thread's call has registered the socket) and, at the driver, the packets a qdisc held
+/// at attach (`queued_at_attach`: they leave it while scanprof watches).
+fn assert_whole_funnel(s: &Summary, what: &str, queued_at_attach: u64) {
     let packets = count(s, "syscall_packets");
-    let slack = 2 + packets / 2000;
-    for (stage, n) in [
-        ("dev_queue", count(s, "dev_queue")),
+    let slack = in_flight_slack(packets);
+    for (stage, n, slack) in [
+        ("dev_queue", count(s, "dev_queue"), slack),
         (
             "dev_xmit + target_drops",
             count(s, "dev_xmit") + count(s, "target_drops"),
+            slack + queued_at_attach,
         ),
     ] {
         assert!(
@@ -182,6 +184,12 @@ fn assert_whole_funnel(s: &Summary, what: &str) {
         .filter(|v| v.cause == "measurement_fault")
         .collect();
     assert!(fault.is_empty(), "{what}: {fault:#?}");
+}
+
+/// Packets whose send entered before the family was registered and that a stage after the
+/// syscall may still see (or see as another process's): a handful at the boundary.
+fn in_flight_slack(packets: u64) -> u64 {
+    2 + packets / 2000
 }
 
 #[test]
@@ -214,7 +222,7 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
         s.stage_counts
     );
     assert!(count(&s, "syscall_packets") <= rx.packets);
-    assert_whole_funnel(&s, "no qdisc");
+    assert_whole_funnel(&s, "no qdisc", 0);
     let lab_loss: Vec<_> = s
         .drops
         .iter()
@@ -281,12 +289,16 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
         tc_window > 5_000,
         "the tbf dropped too little to test with: {tc_window}"
     );
-    // Every QDISC_DROP on the lab's veth is the sender's own loss, none another process's.
+    // Every QDISC_DROP on the lab's veth is the sender's own loss, but for the handful whose
+    // send entered before the sender was registered (they are nobody's at any stage).
+    let not_ours: u64 = qdisc
+        .iter()
+        .filter(|d| !(d.class == DropClass::TargetLoss && d.pid == Some(pid)))
+        .map(|d| d.count)
+        .sum();
     assert!(
-        qdisc
-            .iter()
-            .all(|d| d.class == DropClass::TargetLoss && d.pid == Some(pid)),
-        "QDISC_DROP rows not the sender's loss: {qdisc:?}"
+        not_ours <= in_flight_slack(ours),
+        "{not_ours} QDISC_DROP not the sender's loss: {qdisc:?}"
     );
     assert_within(
         "QDISC_DROP vs tc over the attached window",
@@ -294,7 +306,8 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
         tc_window as f64,
         0.01,
     );
-    assert_whole_funnel(&s, "tbf");
+    // The tbf's 10 kB queue holds at most 20 of these 512-byte datagrams at attach.
+    assert_whole_funnel(&s, "tbf", 20);
     let top = s.verdicts.first().map(|v| v.cause.as_str());
     assert!(
         s.verdicts.iter().any(|v| v.cause == "qdisc_drop"),
@@ -330,23 +343,28 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
         .iter()
         .filter(|d| lab.at(Side::Target, d) && d.reason == "NO_SOCKET")
         .collect();
-    let expected: u64 = no_socket.iter().map(|d| d.count).sum();
+    let expected: u64 = no_socket
+        .iter()
+        .filter(|d| d.class == DropClass::Expected && d.pid == Some(pid))
+        .map(|d| d.count)
+        .sum();
+    let others: u64 = no_socket.iter().map(|d| d.count).sum::<u64>() - expected;
     eprintln!("closed port: {expected} NO_SOCKET at the target for {packets} packets; rows {no_socket:?}");
+    // The sender's expected drops, but for the handful whose send entered before the sender was
+    // registered (nobody's at any stage: unrelated).
     assert!(
-        no_socket
-            .iter()
-            .all(|d| d.class == DropClass::Expected && d.pid == Some(pid)),
-        "NO_SOCKET at the target not the sender's expected drops: {no_socket:?}"
+        others <= in_flight_slack(packets),
+        "{others} NO_SOCKET at the target not the sender's expected drops: {no_socket:?}"
     );
     assert!(
-        expected.abs_diff(packets) <= 2 + packets / 2000,
+        expected.abs_diff(packets) <= in_flight_slack(packets),
         "{expected} NO_SOCKET drops vs {packets} packets sent after attach"
     );
-    assert_whole_funnel(&s, "closed port");
+    assert_whole_funnel(&s, "closed port", 0);
     let loss: Vec<_> = s
         .drops
         .iter()
-        .filter(|d| lab.inside(d) && d.class != DropClass::Expected)
+        .filter(|d| lab.inside(d) && matches!(d.class, DropClass::TargetLoss | DropClass::ReplyLoss))
         .collect();
     assert!(loss.is_empty(), "closed-port probes counted as loss: {loss:?}");
 
@@ -430,7 +448,7 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
         "too few packets after attach: {packets}"
     );
     assert!(packets <= rx.packets + late_rx.packets);
-    assert_whole_funnel(&s, "two sockets and a late one");
+    assert_whole_funnel(&s, "two sockets and a late one", 0);
 
     drop(run);
     bpf.assert_released("scanprof attach");
