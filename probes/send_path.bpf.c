@@ -111,7 +111,11 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	t->send_arg = BPF_CORE_READ(regs, si);
 	skp = (__u64)sk;
 	if (kind == SP_SOCK_NET) {
-		if (t->send_sk != skp && !bpf_map_lookup_elem(&target_socks, &skp)) {
+		/* A new socket for this thread: register it, or take it over from an entry that
+		 * outlived its socket (a freed struct sock is soon reused, by the next sender too). */
+		__u32 *owner = t->send_sk != skp ? bpf_map_lookup_elem(&target_socks, &skp) : 0;
+
+		if (t->send_sk != skp && (!owner || *owner != t->tgid)) {
 			__u32 zero = 0;
 			__u64 *gen = bpf_map_lookup_elem(&sock_gen, &zero);
 

@@ -67,6 +67,21 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
     assert_eq!(a, 3000, "the first sender's drops: {:?}", s.drops);
     assert_eq!(b, 5000, "the second sender's drops: {:?}", s.drops);
 
+    // Roles: the fallback profile guesses `sender` for a process only once it has sent; the
+    // shell that started the two senders sent nothing and is no sender (issue 20).
+    let role = |pid: u32| {
+        s.processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .unwrap_or_else(|| panic!("pid {pid} not in {:?}", s.processes))
+            .role
+            .clone()
+    };
+    let shell = root_pid(&run.started());
+    assert_eq!(role(shell), None, "{:?}", s.processes);
+    assert_eq!(role(first_pid).as_deref(), Some("sender"), "{:?}", s.processes);
+    assert_eq!(role(second_pid).as_deref(), Some("sender"), "{:?}", s.processes);
+
     drop(run);
     bpf.assert_released("scanprof run");
     lab.destroy()

@@ -546,7 +546,7 @@ impl Collector {
         };
         CounterSample {
             t_ns: now_ns,
-            processes: self.processes(),
+            processes: self.processes(&threads),
             threads,
             drops,
             devices,
@@ -561,11 +561,19 @@ impl Collector {
     }
 
     /// The family, with the roles the scanner profile gives its members.
-    pub fn processes(&self) -> Vec<ProcessInfo> {
+    /// The family with the roles the scanner's profile gives its members. The fallback profile
+    /// knows nothing of a process but that it may send: its role is shown only for a member
+    /// whose threads sent packets (a shell that started the sender is no `sender`).
+    pub fn processes(&self, threads: &[ThreadCounters]) -> Vec<ProcessInfo> {
         let mut members = self.family.members().to_vec();
         if let Some(s) = &self.scanner {
+            let sent = |pid: u32| threads.iter().any(|t| t.pid == pid && t.packets > 0);
             for m in &mut members {
-                m.role = s.roles().get(&m.pid).cloned();
+                m.role = s
+                    .roles()
+                    .get(&m.pid)
+                    .filter(|_| !s.guesses_roles() || sent(m.pid))
+                    .cloned();
             }
         }
         members

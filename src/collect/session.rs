@@ -448,7 +448,7 @@ fn collect(
             last.health.lost_events
         ));
     }
-    last.processes = collector.processes();
+    last.processes = collector.processes(&last.threads);
     let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
     let _ = tx.send(Update::Done(Box::new(summary)));
     // The probes detach here, when the collector (and its ProbeSet) is dropped.

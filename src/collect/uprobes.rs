@@ -153,6 +153,11 @@ impl ScannerProbes {
     }
 
     /// Roles of the family processes recognised so far.
+    /// Whether the roles are guesses of a fallback profile (one that recognises no process).
+    pub fn guesses_roles(&self) -> bool {
+        self.profile.fallback
+    }
+
     pub fn roles(&self) -> &BTreeMap<u32, String> {
         &self.roles
     }
