@@ -940,6 +940,8 @@ fn masscan_attached_mid_scan_counts_every_stage() {
     }
     std::thread::sleep(Duration::from_secs(1));
     let before = capture.packets_so_far();
+    // Attached until masscan exits (woken by the nudger once its scan is over), so that the last
+    // sample reads quiet counters.
     let attach = Proc::scanprof(&strings(&[
         "attach",
         "-p",
@@ -948,13 +950,13 @@ fn masscan_attached_mid_scan_counts_every_stage() {
         "--profile",
         "masscan",
         "--duration",
-        "3",
+        "20",
     ]));
-    let run = attach.finish(RUN_TIMEOUT);
-    let during = capture.packets_so_far() - before;
-    let masscan = masscan.finish_polling(RUN_TIMEOUT, || {
+    let run = attach.finish_polling(RUN_TIMEOUT, || {
         nudger.poll(capture.packets_so_far() >= scan.packets)
     });
+    let during = capture.packets_so_far() - before;
+    let masscan = masscan.finish(RUN_TIMEOUT);
     let cap = capture.stop();
     run.assert_success();
     masscan.assert_success();
