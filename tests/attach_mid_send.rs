@@ -17,7 +17,7 @@ use serde_json::Value;
 use common::*;
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
-use scanprof::lab::{Lab, LabConfig, Side, TbfConfig, UdpSink};
+use scanprof::lab::{Side, TbfConfig, UdpSink};
 
 const PORT: u16 = 9000;
 const PORT_LATE: u16 = 9001;
@@ -26,56 +26,9 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(40);
 /// How long the sender has been sending when scanprof attaches.
 const SENDING_BEFORE_ATTACH: Duration = Duration::from_secs(1);
 
-/// A lab of this test, removed (and checked gone) at the end.
-struct AttachLab {
-    lab: Lab,
-    names: Vec<String>,
-    sender_netns: u32,
-    target_netns: u32,
-}
-
-impl AttachLab {
-    fn new(tbf: Option<TbfConfig>) -> AttachLab {
-        let lab = Lab::create(&LabConfig { tbf })
-            .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
-        let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
-        let (sender_netns, target_netns) = (netns_inode(&lab.sender_ns), netns_inode(&lab.target_ns));
-        AttachLab {
-            lab,
-            names,
-            sender_netns,
-            target_netns,
-        }
-    }
-
-    fn to(&self, port: u16) -> String {
-        format!("{}:{port}", self.lab.target_addr)
-    }
-
-    fn at(&self, side: Side, d: &scanprof::analysis::DropRow) -> bool {
-        let (dev, netns) = match side {
-            Side::Sender => (&self.lab.sender_dev, self.sender_netns),
-            Side::Target => (&self.lab.target_dev, self.target_netns),
-        };
-        d.device.as_deref() == Some(dev.as_str()) && d.netns == netns
-    }
-
-    fn inside(&self, d: &scanprof::analysis::DropRow) -> bool {
-        d.netns == self.sender_netns || d.netns == self.target_netns
-    }
-
-    fn destroy(self) {
-        let names = self.names.clone();
-        self.lab
-            .destroy()
-            .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
-        assert_namespaces_gone(&names);
-    }
-}
-
 /// Starts `argv` in the lab's sender namespace and returns once it has sent for about
 /// SENDING_BEFORE_ATTACH, as `watch` (a receiver, or None for a closed port) or the clock says.
-fn sending(lab: &AttachLab, argv: &[String], watch: Option<&UdpSink>) -> Proc {
+fn sending(lab: &TestLab, argv: &[String], watch: Option<&UdpSink>) -> Proc {
     let mut sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
     if let Some(sink) = watch {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -97,7 +50,7 @@ struct TcSampler {
 }
 
 impl TcSampler {
-    fn start(lab: &AttachLab) -> TcSampler {
+    fn start(lab: &TestLab) -> TcSampler {
         let (ns, dev) = (lab.lab.sender_ns.clone(), lab.lab.sender_dev.clone());
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -187,9 +140,17 @@ fn assert_whole_funnel(s: &Summary, what: &str, queued_at_attach: u64) {
 }
 
 /// Packets whose send entered before the family was registered and that a stage after the
-/// syscall may still see (or see as another process's): a handful at the boundary.
+/// syscall may still see: a handful at the boundary.
 fn in_flight_slack(packets: u64) -> u64 {
     2 + packets / 2000
+}
+
+/// The sender's packets sent between attaching the programs and registering the family: nobody's
+/// at every stage (not counted at the syscall either), so a drop of one is an `unrelated` row.
+/// A few milliseconds of sending, more on a loaded machine (57 of 10,123 drops seen under CI's
+/// load); attribution broken as in issue 21 makes it all of them.
+fn before_registration(packets: u64) -> u64 {
+    in_flight_slack(packets).max(packets / 50)
 }
 
 #[test]
@@ -197,8 +158,8 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     require_root();
     let _serial = serial();
     let bpf = BpfBaseline::take();
-    let lab = AttachLab::new(None);
-    let sink = lab_sink(&lab.lab, PORT);
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
 
     // scanprof stays attached until the sender exits: its last sample then reads quiet counters
     // (a sample reads the thread table and the device table one after the other, and under
@@ -243,12 +204,12 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
     require_root();
     let _serial = serial();
     let bpf = BpfBaseline::take();
-    let lab = AttachLab::new(Some(TbfConfig {
+    let lab = TestLab::new(Some(TbfConfig {
         rate: "2mbit".into(),
         burst: "4kb".into(),
         limit: "10kb".into(),
     }));
-    let sink = lab_sink(&lab.lab, PORT);
+    let sink = lab.sink(PORT);
 
     // 5000 pps x 512 B = 20 Mbit/s into a 2 Mbit/s bucket: ~90% dropped, for 5 s. scanprof
     // attaches after 1 s and ends when the sender exits, so the attached window holds the
@@ -292,15 +253,15 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
         tc_window > 5_000,
         "the tbf dropped too little to test with: {tc_window}"
     );
-    // Every QDISC_DROP on the lab's veth is the sender's own loss, but for the handful whose
-    // send entered before the sender was registered (they are nobody's at any stage).
+    // Every QDISC_DROP on the lab's veth is the sender's own loss, but for those sent before the
+    // sender was registered (they are nobody's at any stage).
     let not_ours: u64 = qdisc
         .iter()
         .filter(|d| !(d.class == DropClass::TargetLoss && d.pid == Some(pid)))
         .map(|d| d.count)
         .sum();
     assert!(
-        not_ours <= in_flight_slack(ours),
+        not_ours <= before_registration(ours),
         "{not_ours} QDISC_DROP not the sender's loss: {qdisc:?}"
     );
     assert_within(
@@ -328,7 +289,7 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
     require_root();
     let _serial = serial();
     let bpf = BpfBaseline::take();
-    let lab = AttachLab::new(None);
+    let lab = TestLab::new(None);
 
     // Attached until the sender exits, as above.
     let argv = sender_argv(&lab.to(CLOSED_PORT), 5000.0, 20_000, 4.0, &[]);
@@ -354,10 +315,10 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
         .sum();
     let others: u64 = no_socket.iter().map(|d| d.count).sum::<u64>() - expected;
     eprintln!("closed port: {expected} NO_SOCKET at the target for {packets} packets; rows {no_socket:?}");
-    // The sender's expected drops, but for the handful whose send entered before the sender was
-    // registered (nobody's at any stage: unrelated).
+    // The sender's expected drops, but for those sent before the sender was registered
+    // (nobody's at any stage: unrelated).
     assert!(
-        others <= in_flight_slack(packets),
+        others <= before_registration(packets),
         "{others} NO_SOCKET at the target not the sender's expected drops: {no_socket:?}"
     );
     assert!(
@@ -407,9 +368,9 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
     require_root();
     let _serial = serial();
     let bpf = BpfBaseline::take();
-    let lab = AttachLab::new(None);
-    let sink = lab_sink(&lab.lab, PORT);
-    let late_sink = lab_sink(&lab.lab, PORT_LATE);
+    let lab = TestLab::new(None);
+    let sink = lab.sink(PORT);
+    let late_sink = lab.sink(PORT_LATE);
 
     let addr = lab.lab.target_addr.to_string();
     let argv: Vec<String> = [

@@ -7,7 +7,12 @@
 
 #![allow(dead_code)]
 
+pub mod test_lab;
 pub mod unishape;
+
+// Not every test binary uses the lab.
+#[allow(unused_imports)]
+pub use test_lab::TestLab;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
