@@ -186,9 +186,10 @@ pub fn kernel_release() -> String {
 
 /// From libbpf's messages during a failed load: the program it names and the verifier's
 /// complaint. libbpf prints the verifier log of a rejected program in one message, between
-/// `prog 'NAME': -- BEGIN PROG LOAD LOG --` and `-- END PROG LOAD LOG --`; the complaint is its
-/// last line before the statistics ("processed N insns ..."), and the last `; source` line before
-/// it says where. Without a log, libbpf's last message that names a program is the reason.
+/// `prog 'NAME': -- BEGIN PROG LOAD LOG --` and `-- END PROG LOAD LOG --`; the complaint is the
+/// message lines after the last instruction, before the statistics ("processed N insns ..."), and
+/// the last `; source` line before them says where. Without a log, libbpf's last message that
+/// names a program is the reason.
 pub fn rejection(log: &[String]) -> (Option<String>, Option<String>) {
     let prog_of = |line: &str| -> Option<String> {
         let rest = &line[line.find("prog '")? + 6..];
@@ -883,6 +884,7 @@ mod tests {
         assert_eq!(rejected.name, "reject_test.rejected_on_purpose");
         assert!(!rejected.attached);
         let err = rejected.error.as_deref().unwrap_or_default();
+        eprintln!("rejected: {err}");
         for want in [
             "program reject_test.rejected_on_purpose was rejected by kernel ",
             kernel_release().as_str(),
