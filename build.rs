@@ -1,5 +1,6 @@
 //! Compiles every probes/*.bpf.c into a BPF object and generates its libbpf-rs skeleton in OUT_DIR.
-//! The skeletons are included by src/probes (the only module that touches libbpf-rs).
+//! The skeletons are included by src/probes (the only module that touches libbpf-rs). The
+//! test-only objects of probes/test/*.bpf.c are built too, without skeletons, for its unit tests.
 
 use std::env;
 use std::fs;
@@ -48,6 +49,27 @@ fn main() {
             ])
             .obj(out.join(format!("{name}.bpf.o")))
             .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));
+    }
+    // Test-only objects (probes/test/*.bpf.c): objects only, for src/probes' unit tests.
+    let mut tests: Vec<PathBuf> = fs::read_dir("probes/test")
+        .expect("probes/test/ exists")
+        .map(|entry| entry.expect("readable probes/test/ entry").path())
+        .filter(|path| path.to_string_lossy().ends_with(".bpf.c"))
+        .collect();
+    tests.sort();
+    for source in tests {
+        println!("cargo:rerun-if-changed={}", source.display());
+        let name = source
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".bpf.c"))
+            .expect("test probe file named <name>.bpf.c");
+        SkeletonBuilder::new()
+            .source(&source)
+            .clang_args(["-I", "probes/include", "-Wall", &arch_define])
+            .obj(out.join(format!("{name}.bpf.o")))
+            .build()
             .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));
     }
 }

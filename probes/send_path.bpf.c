@@ -131,7 +131,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		if (t->last_send_ns) {
 			__u64 gap = now - t->last_send_ns;
 
-			t->gap[hist_bucket(gap)] += 1;
+			hist_add(t->gap, gap);
 			t->gap_sum_ns += gap;
 			t->gap_count += 1;
 		}
@@ -185,12 +185,10 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	}
 	d = now - t->send_enter_ns;
 	t->calls += 1;
-	t->latency[hist_bucket(d)] += 1;
+	hist_add(t->latency, d);
 	if (ret < 0) {
-		__u32 err = -ret;
-
 		t->failed_calls += 1;
-		t->errors[err < SP_ERRNO_SLOTS ? err : 0] += 1;
+		slot_add(t->errors, SP_ERRNO_SLOTS, (__u64)-ret);
 		return 0;
 	}
 	if (call == SP_CALL_SENDMMSG) {

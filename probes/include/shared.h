@@ -138,6 +138,34 @@ static __always_inline __u32 hist_bucket(__u64 v)
 	return b < SP_HIST_BUCKETS ? b : SP_HIST_BUCKETS - 1;
 }
 
+/*
+ * Adds one to `hist` (SP_HIST_BUCKETS slots) at v's bucket. The bound is checked again right at
+ * the access, on a 64-bit index the compiler cannot fold away (barrier_var): hist_bucket's own
+ * clamp is proven by 6.18's verifier, but 6.1's loses it across 32-bit register copies and
+ * rejects the access ("unbounded memory access").
+ */
+static __always_inline void hist_add(__u64 *hist, __u64 v)
+{
+	__u64 b = hist_bucket(v);
+
+	barrier_var(b);
+	if (b >= SP_HIST_BUCKETS)
+		return;
+	hist[b] += 1;
+}
+
+/* The same for an array of `n` counters indexed by a small value (errno slots): out of range
+ * counts in slot 0. */
+static __always_inline void slot_add(__u64 *slots, __u64 n, __u64 idx)
+{
+	if (idx >= n)
+		idx = 0;
+	barrier_var(idx);
+	if (idx >= n)
+		return;
+	slots[idx] += 1;
+}
+
 /* Network namespace inode of a device, 0 when unknown. */
 static __always_inline __u32 dev_netns(struct net_device *dev)
 {

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS};
+use crate::probes::{
+    caps_allow_bpf, effective_caps, kernel_release, KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -34,29 +36,60 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>, adv
     }
 }
 
-/// Effective capability bits of this process, from /proc/self/status.
-fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
-}
-
 fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// Kernel series scanprof's probes are tested on (scripts/kernel-matrix boots Debian's 6.1 and
+/// 6.12; the development machines run 6.18).
+pub const TESTED_KERNELS: [(u32, u32); 3] = [(6, 1), (6, 12), (6, 18)];
+
+/// The running kernel against the tested ones.
+fn kernel_check(release: &str) -> Check {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let version = match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(major), Some(minor)) => Some((major, minor)),
+        _ => None,
+    };
+    let tested = TESTED_KERNELS
+        .iter()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match version {
+        Some(v) if TESTED_KERNELS.contains(&v) => check(
+            "kernel",
+            Status::Ok,
+            format!("{release}: a tested series ({tested})"),
+            None,
+        ),
+        Some(v) if v < (5, 17) => check(
+            "kernel",
+            Status::Degraded,
+            format!(
+                "{release}: older than 5.17, untested (tested: {tested}); no drop reasons, so no drop counts"
+            ),
+            Some("use kernel 5.17 or newer; the probe checks below say what loads"),
+        ),
+        _ => check(
+            "kernel",
+            Status::Info,
+            format!(
+                "{release}: not a tested series (tested: {tested}); the probe checks below say what loads"
+            ),
+            None,
+        ),
+    }
 }
 
 /// Every check; `load_probes` also loads and attaches each probe (the definitive test).
 fn checks(load_probes: bool) -> Vec<Check> {
     let mut out = Vec::new();
     let caps = effective_caps();
-    let (cap_sys_admin, cap_perfmon, cap_bpf) =
-        (caps >> 21 & 1 == 1, caps >> 38 & 1 == 1, caps >> 39 & 1 == 1);
-    let privileged = cap_sys_admin || (cap_bpf && cap_perfmon);
+    let privileged = caps_allow_bpf(caps);
+    out.push(kernel_check(&kernel_release()));
     out.push(if privileged {
         check(
             "privileges",
@@ -138,14 +171,14 @@ fn checks(load_probes: bool) -> Vec<Check> {
         (true, false) => check(
             "drop reasons",
             Status::Degraded,
-            "kfree_skb has reasons but no rx_sk: replies lost at the scanner's own socket are not attributed",
+            "kfree_skb has reasons but no rx_sk (kernels before 6.8): replies dropped at the scanner's own socket are attributed by address only",
             Some("kernel 6.8 or newer adds rx_sk"),
         ),
         _ => check(
             "drop reasons",
             Status::Degraded,
-            "kfree_skb has no drop reason (kernel older than 5.17)",
-            Some("drops are still counted by location"),
+            "kfree_skb has no drop reason (kernel older than 5.17): drops are not counted at all",
+            Some("use kernel 5.17 or newer (6.1, 6.12 and 6.18 are tested)"),
         ),
     });
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe").exists();

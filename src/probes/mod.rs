@@ -78,12 +78,28 @@ const STAGE_OBJECTS: [(&str, &[u8]); 4] = [
 /// Why the probes could not be set up.
 #[derive(Debug, Error)]
 pub enum ProbeError {
+    /// Only when this process lacks the capabilities: with them held, a refused load is the
+    /// kernel's verdict on the program (`Rejected`), never a privilege problem.
     #[error(
         "loading BPF programs was refused ({0}): scanprof needs CAP_BPF and CAP_PERFMON; run it as root"
     )]
     Permission(String),
     #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux): scanprof needs CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
+    /// The kernel refused a program although the capabilities are held: its verifier (or a
+    /// kernel feature it lacks).
+    #[error(
+        "{what} was rejected by kernel {release}: {reason}. This is a scanprof bug on this kernel, \
+         not a privilege problem: please report it with the output of `SCANPROF_DEBUG=1 scanprof doctor`"
+    )]
+    Rejected {
+        /// object.program, or the object when libbpf did not say which program
+        what: String,
+        /// `uname -r`
+        release: String,
+        /// the verifier's complaint (and the source line it points at), or libbpf's last word
+        reason: String,
+    },
     #[error("{what}: {source}")]
     Bpf {
         what: String,
@@ -95,12 +111,144 @@ pub enum ProbeError {
 fn bpf_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> ProbeError {
     let what = what.into();
     move |source| {
-        if matches!(source.kind(), libbpf_rs::ErrorKind::PermissionDenied) {
+        if matches!(source.kind(), libbpf_rs::ErrorKind::PermissionDenied) && !bpf_privileged() {
             ProbeError::Permission(format!("{what}: {source}"))
         } else {
             ProbeError::Bpf { what, source }
         }
     }
+}
+
+/// A failed load of object `object`: a privilege problem only when the capabilities are
+/// missing; otherwise the kernel rejected a program, named with the verifier's first complaint
+/// from libbpf's log (captured by `capture_libbpf_log` since `log_from` was taken).
+fn load_err(object: &str, log_from: usize) -> impl FnOnce(libbpf_rs::Error) -> ProbeError + '_ {
+    move |source| {
+        // EPERM and EACCES alike (libbpf-rs maps both to PermissionDenied).
+        let denied = matches!(source.kind(), libbpf_rs::ErrorKind::PermissionDenied);
+        if denied && !bpf_privileged() {
+            return ProbeError::Permission(format!("loading the {object} probes: {source}"));
+        }
+        let log = LIBBPF_LOG.with(|l| {
+            l.borrow()
+                .get(log_from..)
+                .map(<[String]>::to_vec)
+                .unwrap_or_default()
+        });
+        let (program, reason) = rejection(&log);
+        ProbeError::Rejected {
+            what: match program {
+                Some(p) => format!("program {object}.{p}"),
+                None => format!("the {object} probes"),
+            },
+            release: kernel_release(),
+            reason: reason.unwrap_or_else(|| source.to_string()),
+        }
+    }
+}
+
+/// Capability bits (CapEff of /proc/self/status) that loading and attaching the probes needs:
+/// CAP_SYS_ADMIN, or CAP_BPF together with CAP_PERFMON.
+pub fn caps_allow_bpf(cap_eff: u64) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let has = |bit: u32| cap_eff >> bit & 1 == 1;
+    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+}
+
+/// This process's effective capability bits (CapEff in /proc/self/status), 0 if unreadable.
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Whether this process holds what loading BPF programs needs.
+pub fn bpf_privileged() -> bool {
+    caps_allow_bpf(effective_caps())
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "(unknown release)".into())
+}
+
+/// From libbpf's messages during a failed load: the program it names and the verifier's
+/// complaint. libbpf prints the verifier log of a rejected program in one message, between
+/// `prog 'NAME': -- BEGIN PROG LOAD LOG --` and `-- END PROG LOAD LOG --`; the complaint is the
+/// message lines after the last instruction, before the statistics ("processed N insns ..."), and
+/// the last `; source` line before them says where. Without a log, libbpf's last message that
+/// names a program is the reason.
+pub fn rejection(log: &[String]) -> (Option<String>, Option<String>) {
+    let prog_of = |line: &str| -> Option<String> {
+        let rest = &line[line.find("prog '")? + 6..];
+        Some(rest[..rest.find('\'')?].to_string())
+    };
+    let text = log.concat();
+    if let Some(begin) = text.rfind("-- BEGIN PROG LOAD LOG --") {
+        let head = &text[..begin];
+        let program = head.lines().last().and_then(prog_of);
+        let body = &text[begin..];
+        let body = &body[..body.find("-- END PROG LOAD LOG --").unwrap_or(body.len())];
+        let lines: Vec<&str> = body
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| {
+                !l.is_empty()
+                    && !l.starts_with("processed ")
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("stack depth")
+                    && !l.starts_with("libbpf:")
+            })
+            .collect();
+        // The complaint: the message lines after the last instruction ("func 'kfree_skb' doesn't
+        // have 4-th argument" / "invalid bpf_context access off=24 size=8").
+        let last_insn = lines.iter().rposition(|l| l.starts_with(';') || is_insn(l));
+        let first_msg = last_insn.map_or(0, |i| i + 1);
+        if first_msg < lines.len() {
+            let complaint = lines[first_msg..].join(": ");
+            let at = lines[..first_msg]
+                .iter()
+                .rev()
+                .find(|l| l.starts_with(';') && l.len() > 2)
+                .map(|l| format!(" at `{}`", l.trim_start_matches(';').trim()));
+            return (
+                program,
+                Some(format!("\"{complaint}\"{}", at.unwrap_or_default())),
+            );
+        }
+        return (program, None);
+    }
+    let last = log
+        .iter()
+        .flat_map(|m| m.lines())
+        .filter(|l| l.contains("prog '"))
+        .last();
+    match last {
+        Some(l) => (
+            prog_of(l),
+            Some(l.trim().trim_start_matches("libbpf: ").to_string()),
+        ),
+        None => (None, None),
+    }
+}
+
+/// Whether a verifier log line is an instruction or register-state dump ("12: (bf) r1 = r6",
+/// "12: R1_w=...", "from 4 to 9: ..."), as opposed to a message.
+fn is_insn(line: &str) -> bool {
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    let numbered = digits > 0 && line[digits..].starts_with(':');
+    let registers = line.starts_with('R') && line.split_whitespace().all(|w| w.contains('='));
+    numbered || registers || line.starts_with("from ") || line.starts_with("func#")
 }
 
 /// Settings frozen into the programs at load time.
@@ -154,14 +302,15 @@ impl ProbeSet {
     /// left out with a status entry saying why; only a failure of the core (family
     /// tracking) is an error.
     pub fn load(opts: &ProbeOptions, features: &KernelFeatures) -> Result<ProbeSet, ProbeError> {
-        quiet_libbpf();
+        capture_libbpf_log();
         if !features.btf {
             return Err(ProbeError::NoBtf);
         }
         let mut status = Vec::new();
+        let mark = log_mark();
         let family_obj = open("family", FAMILY_OBJ)?
             .load()
-            .map_err(bpf_err("loading the family probes"))?;
+            .map_err(load_err("family", mark))?;
         let shared: Vec<(String, MapHandle)> = shared_map_names()?
             .into_iter()
             .map(|name| {
@@ -175,6 +324,19 @@ impl ProbeSet {
         let mut objects = vec![family_obj];
         for (name, bytes) in STAGE_OBJECTS {
             let skip: Vec<&str> = match name {
+                "drops" if !features.kfree_skb_reason => {
+                    status.push(ProbeStatus {
+                        name: "drops.on_kfree_skb".into(),
+                        attached: false,
+                        error: Some(format!(
+                            "kernel {}'s kfree_skb tracepoint has no drop reason (kernels older than \
+                             5.17), so the drop program is not loaded; missing without it: {}",
+                            kernel_release(),
+                            figures_of("kfree_skb")
+                        )),
+                    });
+                    vec!["on_kfree_skb", "on_kfree_skb_norx"]
+                }
                 "drops" if features.kfree_skb_rx_sk => vec!["on_kfree_skb_norx"],
                 "drops" => vec!["on_kfree_skb"],
                 _ => vec![],
@@ -197,14 +359,17 @@ impl ProbeSet {
 
         let uprobes_obj = match open("uprobes", UPROBES_OBJ).and_then(|mut obj| {
             reuse_shared(&mut obj, &shared)?;
-            obj.load().map_err(bpf_err("loading the scanner uprobes"))
+            let mark = log_mark();
+            obj.load().map_err(load_err("uprobes", mark))
         }) {
             Ok(obj) => Some(obj),
             Err(e) => {
                 status.push(ProbeStatus {
                     name: "uprobes.sp_uprobe_entry".into(),
                     attached: false,
-                    error: Some(e.to_string()),
+                    error: Some(format!(
+                        "{e}; missing without it: what the scanner's own functions say (profile uprobes)"
+                    )),
                 });
                 None
             }
@@ -484,13 +649,36 @@ impl ProbeSet {
     }
 }
 
-/// libbpf's own log (verifier output, RLIMIT notes) goes to stderr only with SCANPROF_DEBUG set:
-/// scanprof reports what failed in its own words.
-fn quiet_libbpf() {
-    if std::env::var_os("SCANPROF_DEBUG").is_some() {
-        return;
+thread_local! {
+    /// libbpf's messages on this thread since the last `capture_libbpf_log` (loads are synchronous,
+    /// so a load's messages are the ones after the index taken before it).
+    static LIBBPF_LOG: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps libbpf's warnings (a rejected program's verifier log among them) for `load_err`, and
+/// prints its whole log to stderr only with SCANPROF_DEBUG set: scanprof reports what failed in
+/// its own words.
+fn capture_libbpf_log() {
+    fn keep(level: libbpf_rs::PrintLevel, msg: String) {
+        if std::env::var_os("SCANPROF_DEBUG").is_some() {
+            eprint!("{msg}");
+        }
+        if level == libbpf_rs::PrintLevel::Warn {
+            LIBBPF_LOG.with(|l| l.borrow_mut().push(msg));
+        }
     }
-    libbpf_rs::set_print(None);
+    LIBBPF_LOG.with(|l| l.borrow_mut().clear());
+    let level = if std::env::var_os("SCANPROF_DEBUG").is_some() {
+        libbpf_rs::PrintLevel::Debug
+    } else {
+        libbpf_rs::PrintLevel::Warn
+    };
+    libbpf_rs::set_print(Some((level, keep)));
+}
+
+/// How many libbpf messages this thread has seen: a load's own messages follow this index.
+fn log_mark() -> usize {
+    LIBBPF_LOG.with(|l| l.borrow().len())
 }
 
 fn open(name: &str, bytes: &[u8]) -> Result<OpenObject, ProbeError> {
@@ -520,24 +708,29 @@ fn load_degrading(
             let keep = !skip.contains(&p.as_str()) && !without.contains(&p) && only.is_none_or(|o| o == p);
             prog.set_autoload(keep);
         }
-        obj.load().map_err(bpf_err(format!("loading the {name} probes")))
+        let mark = log_mark();
+        obj.load().map_err(load_err(name, mark))
     };
     match try_load(&[], None) {
         Ok(obj) => Ok(obj),
         Err(ProbeError::Permission(e)) => Err(ProbeError::Permission(e)),
         Err(first) => {
-            let progs: Vec<String> = open(name, bytes)?
+            // (program, its section: "tp_btf/sys_enter")
+            let progs: Vec<(String, String)> = open(name, bytes)?
                 .progs()
-                .map(|p| p.name().to_string_lossy().into_owned())
-                .filter(|p| !skip.contains(&p.as_str()))
+                .map(|p| {
+                    let section = p.section().to_string_lossy().into_owned();
+                    (p.name().to_string_lossy().into_owned(), section)
+                })
+                .filter(|(p, _)| !skip.contains(&p.as_str()))
                 .collect();
             let mut rejected = Vec::new();
-            for p in &progs {
+            for (p, section) in &progs {
                 if let Err(e) = try_load(&[], Some(p)) {
                     status.push(ProbeStatus {
                         name: format!("{name}.{p}"),
                         attached: false,
-                        error: Some(e.to_string()),
+                        error: Some(format!("{e}; missing without it: {}", figures_of(section))),
                     });
                     rejected.push(p.clone());
                 }
@@ -548,6 +741,16 @@ fn load_degrading(
             try_load(&rejected, None)
         }
     }
+}
+
+/// What a program's figures are, from its section's tracepoint (TRACEPOINTS).
+fn figures_of(section: &str) -> String {
+    let tp = section.rsplit('/').next().unwrap_or(section);
+    TRACEPOINTS
+        .iter()
+        .find(|(name, _)| *name == tp)
+        .map(|(_, what)| what.to_string())
+        .unwrap_or_else(|| format!("what {section} counts"))
 }
 
 /// The maps of probes/include/shared.h, derived from the objects rather than listed by hand:
@@ -696,4 +899,128 @@ fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: T is a repr(C) ABI type without padding-sensitive invariants; viewing its bytes
     // is always valid for the lifetime of the borrow.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test-only object (probes/test/reject_test.bpf.c): `loads_fine` and `rejected_on_purpose`.
+    const REJECT_TEST_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/reject_test.bpf.o"));
+
+    /// Root-only: fails (never skips) without the capabilities when CI or REQUIRE_BPF is set.
+    fn privileged() -> bool {
+        if bpf_privileged() {
+            return true;
+        }
+        let required = ["CI", "REQUIRE_BPF"]
+            .iter()
+            .any(|v| std::env::var(v).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"));
+        assert!(
+            !required,
+            "needs CAP_BPF+CAP_PERFMON (root): CI/REQUIRE_BPF is set"
+        );
+        false
+    }
+
+    #[test]
+    fn a_rejected_program_is_left_out_named_and_the_rest_loads() {
+        if !privileged() {
+            return;
+        }
+        capture_libbpf_log();
+        let mut status = Vec::new();
+        let obj = load_degrading("reject_test", REJECT_TEST_OBJ, &[], |_| Ok(()), &mut status)
+            .unwrap_or_else(|e| panic!("the accepted program must still load: {e}"));
+        let loaded: Vec<String> = obj
+            .progs()
+            .filter(|p| p.autoload())
+            .map(|p| p.name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(loaded, ["loads_fine"]);
+        let fine = obj.progs().find(|p| p.autoload()).expect("loads_fine");
+        // A loaded program has a kernel id; one left out has none.
+        assert!(std::os::fd::AsRawFd::as_raw_fd(&fine.as_fd()) > 0);
+        assert_eq!(status.len(), 1, "{status:?}");
+        let rejected = &status[0];
+        assert_eq!(rejected.name, "reject_test.rejected_on_purpose");
+        assert!(!rejected.attached);
+        let err = rejected.error.as_deref().unwrap_or_default();
+        eprintln!("rejected: {err}");
+        for want in [
+            "program reject_test.rejected_on_purpose was rejected by kernel ",
+            kernel_release().as_str(),
+            "SCANPROF_DEBUG=1",
+            // the verifier's complaint, quoted, and the source line it points at
+            "memory access",
+            "c->slot[i] += 1",
+            // what the run loses without it (tp_btf/sys_exit's figures)
+            "missing without it: send results, errors and durations",
+        ] {
+            assert!(err.contains(want), "{want:?} missing from: {err}");
+        }
+        assert!(!err.contains("run it as root"), "root told to run as root: {err}");
+    }
+
+    /// The end of what Debian 12's 6.1.0-50 verifier said about send_path before the bounds fix
+    /// (libbpf passes the whole log in one message).
+    const LOG_6_1: &str = "libbpf: prog 'on_sys_enter': -- BEGIN PROG LOAD LOG --\n\
+        func#0 @0\n\
+        0: R1=ctx(off=0,imm=0) R10=fp0\n\
+        ; t->gap[hist_bucket(gap)] += 1;\n\
+        294: (79) r2 = *(u64 *)(r6 +3752)\n\
+        R6 unbounded memory access, make sure to bounds check any such access\n\
+        verification time 197462 usec\n\
+        stack depth 56\n\
+        processed 971 insns (limit 1000000) max_states_per_insn 8 total_states 89 peak_states 62 mark_read 15\n\
+        -- END PROG LOAD LOG --\n";
+
+    #[test]
+    fn the_verifiers_complaint_and_its_source_line_are_found() {
+        let log = vec![
+            "libbpf: prog 'on_sys_enter': BPF program load failed: Permission denied\n".to_string(),
+            LOG_6_1.to_string(),
+            "libbpf: prog 'on_sys_enter': failed to load: -13\n".to_string(),
+        ];
+        let (program, reason) = rejection(&log);
+        assert_eq!(program.as_deref(), Some("on_sys_enter"));
+        assert_eq!(
+            reason.as_deref(),
+            Some(
+                "\"R6 unbounded memory access, make sure to bounds check any such access\" at \
+                 `t->gap[hist_bucket(gap)] += 1;`"
+            )
+        );
+        // Two message lines (a missing tracepoint argument) are both kept.
+        let log = vec!["libbpf: prog 'on_kfree_skb': -- BEGIN PROG LOAD LOG --\n\
+            4: (79) r8 = *(u64 *)(r1 +24)\n\
+            func 'kfree_skb' doesn't have 4-th argument\n\
+            invalid bpf_context access off=24 size=8\n\
+            processed 5 insns (limit 1000000)\n-- END PROG LOAD LOG --\n"
+            .to_string()];
+        let (program, reason) = rejection(&log);
+        assert_eq!(program.as_deref(), Some("on_kfree_skb"));
+        assert_eq!(
+            reason.as_deref(),
+            Some("\"func 'kfree_skb' doesn't have 4-th argument: invalid bpf_context access off=24 size=8\"")
+        );
+        // No verifier log (e.g. a tracepoint the kernel lacks): libbpf's last word on a program.
+        let log = vec!["libbpf: prog 'x': failed to find kernel BTF type ID of 'foo': -3\n".to_string()];
+        assert_eq!(
+            rejection(&log),
+            (
+                Some("x".to_string()),
+                Some("prog 'x': failed to find kernel BTF type ID of 'foo': -3".to_string())
+            )
+        );
+    }
+
+    #[test]
+    fn root_capabilities_allow_bpf_and_none_do_not() {
+        assert!(caps_allow_bpf(1 << 21));
+        assert!(caps_allow_bpf(1 << 38 | 1 << 39));
+        assert!(!caps_allow_bpf(1 << 39));
+        assert!(!caps_allow_bpf(0));
+        assert!(caps_allow_bpf(0x000001ffffffffff));
+    }
 }

@@ -51,6 +51,18 @@ pub fn require_root() {
     }
 }
 
+/// A wait of `d`, stretched by SCANPROF_TEST_PATIENCE (a factor, at least 1; default 1):
+/// scripts/kernel-matrix runs tests in emulated VMs (QEMU TCG), several times slower than this
+/// machine. It stretches how long a test waits for a process or a line, never a measured figure.
+pub fn patience(d: Duration) -> Duration {
+    let factor = std::env::var("SCANPROF_TEST_PATIENCE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|f| f.is_finite() && *f >= 1.0)
+        .unwrap_or(1.0);
+    d.mul_f64(factor)
+}
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Serializes the tests of one binary: they measure rates on a small machine, BPF tracepoints
@@ -255,6 +267,7 @@ impl Proc {
     /// Reads stdout until a line satisfies `pred` and returns it; panics (with what was seen) on
     /// end of file or after `timeout`.
     pub fn wait_for_line(&mut self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let timeout = patience(timeout);
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -288,6 +301,7 @@ impl Proc {
     /// Waits for the process to exit (calling `each_poll` every ~5 ms meanwhile), then collects
     /// the rest of its output. Panics, ending the process, if it runs longer than `timeout`.
     pub fn finish_polling(mut self, timeout: Duration, mut each_poll: impl FnMut()) -> Finished {
+        let timeout = patience(timeout);
         let deadline = Instant::now() + timeout;
         let status = loop {
             let child = self.child.as_mut().unwrap();
