@@ -31,9 +31,13 @@ const SENDING_BEFORE_ATTACH: Duration = Duration::from_secs(1);
 fn sending(lab: &TestLab, argv: &[String], watch: Option<&UdpSink>) -> Proc {
     let mut sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
     if let Some(sink) = watch {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let wait = patience(Duration::from_secs(5));
+        let deadline = Instant::now() + wait;
         while sink.packets_so_far() == 0 {
-            assert!(Instant::now() < deadline, "the sender sent nothing within 5 s");
+            assert!(
+                Instant::now() < deadline,
+                "the sender sent nothing within {wait:?}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -98,7 +102,7 @@ fn attach(pid: u32, duration_s: u32) -> Proc {
         "--duration".into(),
         duration_s.to_string(),
     ]);
-    p.wait_for_json("started", Duration::from_secs(20));
+    p.wait_for_json("started", patience(Duration::from_secs(20)));
     p
 }
 
@@ -438,7 +442,8 @@ fn every_map_declared_in_shared_h_is_loaded_once() {
         },
         false,
     );
-    let scanprof = attach(target.pid(), 2);
+    // Attached until told to stop: bpftool must find every map while scanprof holds it.
+    let mut scanprof = attach(target.pid(), 60);
     let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{}/fdinfo", scanprof.pid()))
         .expect("cannot list scanprof's fdinfo")
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
@@ -455,6 +460,11 @@ fn every_map_declared_in_shared_h_is_loaded_once() {
             .args(["-j", "map", "show", "id", &id.to_string()])
             .output()
             .expect("cannot run bpftool");
+        assert!(
+            out.status.success(),
+            "bpftool map show id {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "bpftool map show id {id}: {e}: {}",
@@ -466,6 +476,7 @@ fn every_map_declared_in_shared_h_is_loaded_once() {
             .or_default()
             .push(*id);
     }
+    scanprof.signal(nix::sys::signal::Signal::SIGINT);
     let run = scanprof.finish(RUN_TIMEOUT);
     target.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = target.finish(Duration::from_secs(5));
