@@ -219,7 +219,15 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
     // attaches after 1 s and ends when the sender exits, so the attached window holds the
     // sender's last `syscall_packets` packets; tc, sampled all along, says how many drops it
     // had counted when the packet before them reached the qdisc.
-    let argv = sender_argv(&lab.to(PORT), 5000.0, 25_000, 5.0, &["--size", "512"]);
+    // In an emulated VM attaching takes seconds: the send lasts as much longer as the waits do.
+    let send_s = patience(Duration::from_secs(5)).as_secs_f64();
+    let argv = sender_argv(
+        &lab.to(PORT),
+        5000.0,
+        (5000.0 * send_s) as u64,
+        send_s,
+        &["--size", "512"],
+    );
     let tc = TcSampler::start(&lab);
     let sender = sending(&lab, &argv, Some(&sink));
     let run = attach(sender.pid(), 30).finish(RUN_TIMEOUT);
