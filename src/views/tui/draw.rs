@@ -644,14 +644,16 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     let block = panel_block(app, Panel::Drops, title);
     // Below 100 columns the device and pid give way to the location.
     let wide = area.width >= 100;
-    // The location gets what the fixed columns leave (borders, and one space between columns);
-    // a longer one is elided visibly, keeping its offset, never cut into another valid-looking one.
-    let fixed: u16 = if wide {
-        11 + 14 + 14 + 7 + 9 + 8 + 6
-    } else {
-        11 + 14 + 9 + 8 + 4
-    };
-    let loc_width = area.width.saturating_sub(2 + fixed).max(8) as usize;
+    // Every column but the location, with its width; the location gets what they leave (less
+    // the borders and one space between columns), and a longer one is elided visibly, keeping
+    // its offset, never cut into another valid-looking one.
+    let mut fixed = vec![("class", 11), ("reason", 14)];
+    if wide {
+        fixed.extend([("device", 14), ("pid", 7)]);
+    }
+    fixed.extend([("total", 9), ("/s tick", 8)]);
+    let taken: u16 = fixed.iter().map(|(_, w)| w).sum::<u16>() + fixed.len() as u16 + 2;
+    let loc_width = area.width.saturating_sub(taken).max(8);
     let table_rows = rows.iter().skip(app.scroll).map(|d| {
         let style = match d.class {
             DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
@@ -662,7 +664,7 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
         let mut cells = vec![
             d.class.name().to_string(),
             d.reason.clone(),
-            elide_location(&d.location, loc_width),
+            elide_location(&d.location, loc_width as usize),
         ];
         if wide {
             cells.push(d.device.clone().unwrap_or("-".into()));
@@ -671,18 +673,11 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
         cells.extend([d.count.to_string(), rate(d.rate)]);
         Row::new(cells).style(style)
     });
-    let mut widths = vec![
-        Constraint::Length(11),
-        Constraint::Length(14),
-        Constraint::Min(loc_width as u16),
-    ];
-    let mut header = vec!["class", "reason", "location"];
-    if wide {
-        widths.extend([Constraint::Length(14), Constraint::Length(7)]);
-        header.extend(["device", "pid"]);
-    }
-    widths.extend([Constraint::Length(9), Constraint::Length(8)]);
-    header.extend(["total", "/s tick"]);
+    // The location is the third column.
+    let mut header: Vec<&str> = fixed.iter().map(|(h, _)| *h).collect();
+    let mut widths: Vec<Constraint> = fixed.iter().map(|(_, w)| Constraint::Length(*w)).collect();
+    header.insert(2, "location");
+    widths.insert(2, Constraint::Min(loc_width));
     let table = Table::new(table_rows, widths)
         .header(Row::new(header).style(Style::new().bold()))
         .block(block);
