@@ -64,9 +64,10 @@ fn unseen_after_send(f: &Facts) -> Option<Verdict> {
             pct(unseen as f64 / f.packets.max(1) as f64)
         ),
     ];
-    Some(verdict(
+    // Strong whatever the interval's caveats: any unseen packet past the edges is a fault.
+    Some(finish(
+        f,
         "measurement_fault",
-        LOSS,
         format!(
             "scanprof cannot follow {unseen} of the family's packets past the send syscall: what \
              happened to them after sending (sent, queued or dropped) is not known, so no loss \
