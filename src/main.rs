@@ -8,6 +8,7 @@ use scanprof::collect::session::Target;
 use scanprof::commands;
 
 fn main() -> ExitCode {
+    scanprof::system::startup::begin();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Attach {

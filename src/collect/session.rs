@@ -21,6 +21,7 @@ use super::{Collector, CounterSample, FamilyEvent};
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
 use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, ProbeStatus};
 use crate::system::monotonic_ns;
+use crate::system::startup::mark;
 
 /// What to profile.
 #[derive(Debug, Clone)]
@@ -282,6 +283,7 @@ fn collect(
     let mut launched = None;
     let (readings_tx, readings) = mpsc::channel();
     let mut setup = || -> anyhow::Result<(Collector, u64)> {
+        mark("collection thread started");
         let roots = match &cfg.target {
             Target::Pids(pids) => pids.clone(),
             Target::Command(argv) => {
@@ -296,11 +298,16 @@ fn collect(
                 vec![pid]
             }
         };
+        mark("command launched (held before exec)");
         let family = ProcessTable::discover(&roots)?;
+        mark("family discovered in /proc");
         let features = KernelFeatures::detect();
+        mark("kernel features read");
         let probes = ProbeSet::load(&cfg.probe_options, &features)?;
+        mark("probes loaded and attached");
         let start_ns = monotonic_ns();
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+        mark("family registered with the probes");
         if let Some(sc) = &cfg.scanner {
             let launched = matches!(cfg.target, Target::Command(_));
             collector.set_scanner(
@@ -309,6 +316,7 @@ fn collect(
                 sc.anchor_exe.as_deref(),
                 launched,
             );
+            mark("scanner profile's uprobes attached");
         }
         Ok((collector, start_ns))
     };
@@ -366,6 +374,7 @@ fn collect(
         probes: probes.clone(),
     });
     let _ = ready.send(Ok(()));
+    mark("probes active, command released");
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
     analyzer.set_baseline(cfg.baseline.clone());
@@ -388,6 +397,7 @@ fn collect(
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
     let mut next_tick = start_ns + interval_ns;
     let mut last: CounterSample;
+    let mut first_tick = true;
     let end_reason = loop {
         // Sleep in short steps: the ring buffer is drained and the stop flag seen promptly.
         let mut exited = false;
@@ -416,6 +426,10 @@ fn collect(
         last = collector.sample(now);
         analyzer.output_readings(readings.try_iter());
         let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &warnings))));
+        if first_tick {
+            mark("first tick sent");
+            first_tick = false;
+        }
         next_tick += interval_ns;
         if next_tick <= now {
             next_tick = now + interval_ns;

@@ -328,6 +328,7 @@ pub fn render(
     };
     let mut rec = Recording::new(meta_now());
     let drop_privileges = cfg.drop_privileges;
+    crate::system::startup::mark("options and scanner profile read");
     let session = session::start(cfg, Arc::clone(&stop))?;
     if drop_privileges {
         // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes

@@ -13,6 +13,8 @@ use std::sync::mpsc;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenObject};
 use thiserror::Error;
 
+use crate::system::startup::mark as timing;
+
 pub use kernel::{KernelFeatures, TRACEPOINTS};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
@@ -311,6 +313,7 @@ impl ProbeSet {
         let family_obj = open("family", FAMILY_OBJ)?
             .load()
             .map_err(load_err("family", mark))?;
+        timing("family object loaded");
         let shared: Vec<(String, MapHandle)> = shared_map_names()?
             .into_iter()
             .map(|name| {
@@ -354,6 +357,7 @@ impl ProbeSet {
                 }
             };
             let obj = load_degrading(name, bytes, &skip, configure, &mut status)?;
+            timing(&format!("{name} object loaded"));
             objects.push(obj);
         }
 
@@ -374,6 +378,7 @@ impl ProbeSet {
                 None
             }
         };
+        timing("uprobes object loaded");
         check_shared(objects.iter().chain(uprobes_obj.iter()))?;
 
         // Attached only now that every object is loaded and its maps checked: a program that
@@ -405,6 +410,7 @@ impl ProbeSet {
                 }
             }
         }
+        timing("programs attached");
         if !status.iter().any(|s| s.attached && s.name.starts_with("family.")) {
             return Err(ProbeError::Bpf {
                 what: "attaching the family probes".into(),
