@@ -299,7 +299,11 @@ fn collect(
             }
         };
         mark("command launched (held before exec)");
-        let family = ProcessTable::discover(&roots)?;
+        // A launched command is held before its exec: it has no descendants to look for.
+        let family = match cfg.target {
+            Target::Command(_) => ProcessTable::roots(&roots)?,
+            Target::Pids(_) => ProcessTable::discover(&roots)?,
+        };
         mark("family discovered in /proc");
         let features = KernelFeatures::detect();
         mark("kernel features read");
