@@ -71,6 +71,26 @@ pub fn parse_pps_or_unlimited(s: &str) -> Result<f64, String> {
     )
 }
 
+/// `--map-size NAME=ENTRIES`: a map's name and 1 to `MAX_MAP_ENTRIES` entries (bytes for a ring
+/// buffer). Whether the probes have a resizable map of that name is checked when they load.
+pub fn parse_map_size(s: &str) -> Result<(String, u32), String> {
+    let (name, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: give MAP=ENTRIES, e.g. threads=4096"))?;
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{name:?} is not a map name (letters, digits and _)"));
+    }
+    let max = crate::probes::MAX_MAP_ENTRIES;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("{n:?} is out of range: give 1 to {max} entries for map {name}"))?;
+    Ok((name.to_string(), n))
+}
+
 /// `--calibration-skew`: 0.25 to 4.
 pub fn parse_skew(s: &str) -> Result<f64, String> {
     number_in(s, 0.25, false, 4.0, "a factor")
@@ -212,6 +232,12 @@ pub struct RunOptions {
     /// In bundles, replace IP addresses and the host name with consistent stand-ins.
     #[arg(long)]
     pub redact: bool,
+    /// Size a BPF map before it is created (repeatable): MAP=ENTRIES. Defaults fit a scanner
+    /// family in under 16 MB of locked memory (threads=1024, flows=16384, ...: docs/probes.md);
+    /// a run whose map filled says which one to raise, e.g. `--map-size threads=4096`.
+    /// Ring buffers (events, calls) take bytes. `scanprof doctor` shows each map's memory.
+    #[arg(long = "map-size", value_name = "MAP=ENTRIES", value_parser = parse_map_size)]
+    pub map_size: Vec<(String, u32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -47,6 +47,10 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         }
     }
     let scanner = scanner_setup(&target, opts)?;
+    let mut probe_options = ProbeOptions::default();
+    for (map, entries) in &opts.map_size {
+        probe_options.map_sizes.set(map, *entries);
+    }
     Ok(SessionConfig {
         command_output: match output {
             Output::Text => CommandOutput::Inherit,
@@ -61,7 +65,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         duration: opts.duration.map(Duration::from_secs_f64),
         requested_pps: opts.requested,
         baseline: None,
-        probe_options: ProbeOptions::default(),
+        probe_options,
         scanner,
         drop_privileges: true,
     })

@@ -3,6 +3,7 @@
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
 mod kernel;
+mod sizing;
 mod uprobe;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use thiserror::Error;
 use crate::system::startup::mark as timing;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
+pub use sizing::{describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
     UPROBE_MAX,
@@ -258,12 +260,15 @@ fn is_insn(line: &str) -> bool {
 pub struct ProbeOptions {
     /// blocking episodes inside a send at least this long are streamed as events, ns
     pub block_event_min_ns: u64,
+    /// entries of the maps sized before load (defaults, and `--map-size`)
+    pub map_sizes: MapSizes,
 }
 
 impl Default for ProbeOptions {
     fn default() -> Self {
         ProbeOptions {
             block_event_min_ns: 1_000_000,
+            map_sizes: MapSizes::default(),
         }
     }
 }
@@ -308,13 +313,21 @@ impl ProbeSet {
         if !features.btf {
             return Err(ProbeError::NoBtf);
         }
-        let mut status = Vec::new();
+        // Each object is opened once: the shared maps are derived from these, then each is
+        // loaded from its open copy (a second open only to find a program the kernel rejects).
+        let mut family_open = open("family", FAMILY_OBJ)?;
+        let mut stages = Vec::new();
+        for (name, bytes) in STAGE_OBJECTS.iter().chain([("uprobes", UPROBES_OBJ)].iter()) {
+            stages.push((*name, *bytes, open(name, bytes)?));
+        }
+        let shared_names = shared_map_names(&family_open, stages.iter().map(|(_, _, o)| o));
+        let sizes = &opts.map_sizes;
+        sizes.check(std::iter::once(&family_open).chain(stages.iter().map(|(_, _, o)| o)))?;
+        sizes.apply(&mut family_open)?;
         let mark = log_mark();
-        let family_obj = open("family", FAMILY_OBJ)?
-            .load()
-            .map_err(load_err("family", mark))?;
+        let family_obj = family_open.load().map_err(load_err("family", mark))?;
         timing("family object loaded");
-        let shared: Vec<(String, MapHandle)> = shared_map_names()?
+        let shared: Vec<(String, MapHandle)> = shared_names
             .into_iter()
             .map(|name| {
                 let handle = map_handle(&family_obj, &name)?;
@@ -322,64 +335,63 @@ impl ProbeSet {
             })
             .collect::<Result<_, ProbeError>>()?;
 
-        let no_socket = features.drop_reason_no_socket;
-        let block_min = opts.block_event_min_ns;
+        // The other objects only reuse the family object's maps: they load side by side, each
+        // on its own thread (the CO-RE relocation against the kernel's BTF that each load does
+        // is most of the time). Their status entries keep the objects' order.
+        let loaded: Vec<(Result<Object, ProbeError>, Vec<ProbeStatus>)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = stages
+                .into_iter()
+                .map(|(name, bytes, obj)| {
+                    let shared = &shared;
+                    let worker = std::thread::Builder::new()
+                        .name(format!("scanprof-load-{name}"))
+                        .spawn_scoped(scope, move || {
+                            let mut status = Vec::new();
+                            let obj = load_stage(name, bytes, obj, opts, features, shared, &mut status);
+                            timing(&format!("{name} object loaded"));
+                            (obj, status)
+                        });
+                    (name, worker)
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|(name, worker)| {
+                    let panicked = || ProbeError::Bpf {
+                        what: format!("loading the {name} probes: the loading thread failed"),
+                        source: libbpf_rs::Error::from_raw_os_error(libc::EIO),
+                    };
+                    match worker {
+                        Ok(handle) => handle.join().unwrap_or_else(|_| (Err(panicked()), Vec::new())),
+                        Err(_) => (Err(panicked()), Vec::new()),
+                    }
+                })
+                .collect()
+        });
+        let mut status = Vec::new();
         let mut objects = vec![family_obj];
-        for (name, bytes) in STAGE_OBJECTS {
-            let skip: Vec<&str> = match name {
-                "drops" if !features.kfree_skb_reason => {
-                    status.push(ProbeStatus {
-                        name: "drops.on_kfree_skb".into(),
-                        attached: false,
-                        error: Some(format!(
-                            "kernel {}'s kfree_skb tracepoint has no drop reason (kernels older than \
-                             5.17), so the drop program is not loaded; missing without it: {}",
-                            kernel_release(),
-                            figures_of("kfree_skb")
-                        )),
-                    });
-                    vec!["on_kfree_skb", "on_kfree_skb_norx"]
-                }
-                "drops" if features.kfree_skb_rx_sk => vec!["on_kfree_skb_norx"],
-                "drops" => vec!["on_kfree_skb"],
-                _ => vec![],
-            };
-            let configure = |obj: &mut OpenObject| -> Result<(), ProbeError> {
-                reuse_shared(obj, &shared)?;
-                match name {
-                    "drops" => {
-                        set_rodata::<drops_skel::types::rodata>(obj, |r| r.reason_no_socket = no_socket)
-                    }
-                    "sched" => {
-                        set_rodata::<sched_skel::types::rodata>(obj, |r| r.block_event_min_ns = block_min)
-                    }
-                    _ => Ok(()),
-                }
-            };
-            let obj = load_degrading(name, bytes, &skip, configure, &mut status)?;
-            timing(&format!("{name} object loaded"));
-            objects.push(obj);
-        }
-
-        let uprobes_obj = match open("uprobes", UPROBES_OBJ).and_then(|mut obj| {
-            reuse_shared(&mut obj, &shared)?;
-            let mark = log_mark();
-            obj.load().map_err(load_err("uprobes", mark))
-        }) {
-            Ok(obj) => Some(obj),
-            Err(e) => {
-                status.push(ProbeStatus {
+        let mut uprobes_obj = None;
+        for ((name, _), (obj, object_status)) in STAGE_OBJECTS
+            .iter()
+            .chain([("uprobes", UPROBES_OBJ)].iter())
+            .zip(loaded)
+        {
+            status.extend(object_status);
+            match (*name, obj) {
+                ("uprobes", Ok(obj)) => uprobes_obj = Some(obj),
+                ("uprobes", Err(e)) => status.push(ProbeStatus {
                     name: "uprobes.sp_uprobe_entry".into(),
                     attached: false,
                     error: Some(format!(
                         "{e}; missing without it: what the scanner's own functions say (profile uprobes)"
                     )),
-                });
-                None
+                }),
+                (_, Ok(obj)) => objects.push(obj),
+                (_, Err(e)) => return Err(e),
             }
-        };
-        timing("uprobes object loaded");
+        }
         check_shared(objects.iter().chain(uprobes_obj.iter()))?;
+        timing("objects loaded, shared maps checked");
 
         // Attached only now that every object is loaded and its maps checked: a program that
         // runs has the one family, thread table and socket cache every other program sees.
@@ -486,6 +498,13 @@ impl ProbeSet {
     /// What was attached, and what was not and why.
     pub fn status(&self) -> &[ProbeStatus] {
         &self.status
+    }
+
+    /// Every map these probes created (a shared map once), with the memory the kernel charges
+    /// for it, largest first.
+    pub fn map_memory(&self) -> Vec<MapMemory> {
+        let uprobes = self.uprobes.as_ref().map(Uprobes::object);
+        sizing::map_memory(self._objects.iter().chain(uprobes))
     }
 
     /// Makes a process part of the traced family.
@@ -687,6 +706,58 @@ fn log_mark() -> usize {
     LIBBPF_LOG.with(|l| l.borrow().len())
 }
 
+/// Loads one object that reuses the family object's maps (`shared`): a stage object, its
+/// rejected programs left out (`load_degrading`), or the uprobes object, all or nothing.
+fn load_stage(
+    name: &str,
+    bytes: &[u8],
+    obj: OpenObject,
+    opts: &ProbeOptions,
+    features: &KernelFeatures,
+    shared: &[(String, MapHandle)],
+    status: &mut Vec<ProbeStatus>,
+) -> Result<Object, ProbeError> {
+    let configure = |obj: &mut OpenObject| -> Result<(), ProbeError> {
+        // Sized first: reusing a shared map then takes the size of the map it reuses.
+        opts.map_sizes.apply(obj)?;
+        reuse_shared(obj, shared)?;
+        match name {
+            "drops" => set_rodata::<drops_skel::types::rodata>(obj, |r| {
+                r.reason_no_socket = features.drop_reason_no_socket
+            }),
+            "sched" => set_rodata::<sched_skel::types::rodata>(obj, |r| {
+                r.block_event_min_ns = opts.block_event_min_ns
+            }),
+            _ => Ok(()),
+        }
+    };
+    if name == "uprobes" {
+        let mut obj = obj;
+        configure(&mut obj)?;
+        let mark = log_mark();
+        return obj.load().map_err(load_err("uprobes", mark));
+    }
+    let skip: Vec<&str> = match name {
+        "drops" if !features.kfree_skb_reason => {
+            status.push(ProbeStatus {
+                name: "drops.on_kfree_skb".into(),
+                attached: false,
+                error: Some(format!(
+                    "kernel {}'s kfree_skb tracepoint has no drop reason (kernels older than \
+                     5.17), so the drop program is not loaded; missing without it: {}",
+                    kernel_release(),
+                    figures_of("kfree_skb")
+                )),
+            });
+            vec!["on_kfree_skb", "on_kfree_skb_norx"]
+        }
+        "drops" if features.kfree_skb_rx_sk => vec!["on_kfree_skb_norx"],
+        "drops" => vec!["on_kfree_skb"],
+        _ => vec![],
+    };
+    load_degrading(name, bytes, Some(obj), &skip, configure, status)
+}
+
 fn open(name: &str, bytes: &[u8]) -> Result<OpenObject, ProbeError> {
     let mut builder = ObjectBuilder::default();
     builder
@@ -702,12 +773,18 @@ fn open(name: &str, bytes: &[u8]) -> Result<OpenObject, ProbeError> {
 fn load_degrading(
     name: &str,
     bytes: &[u8],
+    opened: Option<OpenObject>,
     skip: &[&str],
     configure: impl Fn(&mut OpenObject) -> Result<(), ProbeError>,
     status: &mut Vec<ProbeStatus>,
 ) -> Result<Object, ProbeError> {
+    let opened = std::cell::Cell::new(opened);
     let try_load = |without: &[String], only: Option<&str>| -> Result<Object, ProbeError> {
-        let mut obj = open(name, bytes)?;
+        // The first attempt loads the copy opened already; a retry needs a fresh one.
+        let mut obj = match opened.take() {
+            Some(obj) => obj,
+            None => open(name, bytes)?,
+        };
         configure(&mut obj)?;
         for mut prog in obj.progs_mut() {
             let p = prog.name().to_string_lossy().into_owned();
@@ -763,19 +840,15 @@ fn figures_of(section: &str) -> String {
 /// every map the family object declares that another object declares too. (A map that only the
 /// family object declares, like `thread_zero`, is its own.) libbpf's internal maps (`.rodata`,
 /// `.bss`) are per object by nature.
-fn shared_map_names() -> Result<Vec<String>, ProbeError> {
+fn shared_map_names<'a>(family: &OpenObject, others: impl Iterator<Item = &'a OpenObject>) -> Vec<String> {
     let names = |obj: &OpenObject| -> Vec<String> {
         obj.maps()
             .map(|m| m.name().to_string_lossy().into_owned())
             .filter(|n| !n.contains('.'))
             .collect()
     };
-    let family = names(&open("family", FAMILY_OBJ)?);
-    let mut others = Vec::new();
-    for (name, bytes) in STAGE_OBJECTS.iter().chain([("uprobes", UPROBES_OBJ)].iter()) {
-        others.extend(names(&open(name, bytes)?));
-    }
-    Ok(family.into_iter().filter(|n| others.contains(n)).collect())
+    let others: Vec<String> = others.flat_map(names).collect();
+    names(family).into_iter().filter(|n| others.contains(n)).collect()
 }
 
 /// Checks that every map name declared by more than one object is one map (one kernel id)
@@ -936,7 +1009,7 @@ mod tests {
         }
         capture_libbpf_log();
         let mut status = Vec::new();
-        let obj = load_degrading("reject_test", REJECT_TEST_OBJ, &[], |_| Ok(()), &mut status)
+        let obj = load_degrading("reject_test", REJECT_TEST_OBJ, None, &[], |_| Ok(()), &mut status)
             .unwrap_or_else(|e| panic!("the accepted program must still load: {e}"));
         let loaded: Vec<String> = obj
             .progs()

@@ -187,6 +187,10 @@ impl Uprobes {
         self.links.iter().flatten().count()
     }
 
+    pub(super) fn object(&self) -> &Object {
+        &self.obj
+    }
+
     pub(super) fn calls_map(&self) -> Result<MapHandle, ProbeError> {
         map_handle(&self.obj, "calls")
     }
