@@ -214,6 +214,33 @@ pub struct Health {
     pub probe_hits: u64,
 }
 
+impl Health {
+    /// What the run misses because a map filled, one line per full map, each naming the flag
+    /// that raises it. `capacity` gives a map's entries (None if unknown).
+    pub fn full_map_warnings(&self, capacity: impl Fn(&str) -> Option<u32>) -> Vec<String> {
+        [
+            (self.threads_untracked, "threads", "family threads were not tracked"),
+            (self.drops_uncounted, "drops", "drops were not counted"),
+            (self.devices_uncounted, "devs", "device stage events were not counted"),
+            (
+                self.block_sites_uncounted,
+                "block_sites",
+                "blocking episodes were not counted",
+            ),
+        ]
+        .into_iter()
+        .filter(|(n, _, _)| *n > 0)
+        .map(|(n, map, what)| match capacity(map) {
+            Some(cap) => format!(
+                "{n} {what}: the {map} map ({cap} entries) was full; raise it with --map-size {map}={}",
+                cap.saturating_mul(4).min(probes::MAX_MAP_ENTRIES)
+            ),
+            None => format!("{n} {what}: the {map} map was full; raise it with --map-size {map}=ENTRIES"),
+        })
+        .collect()
+    }
+}
+
 /// Everything the probes counted, as of one instant. Counters are cumulative since attach.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CounterSample {
@@ -328,10 +355,43 @@ impl Collector {
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
         }
-        for t in collector.family.threads() {
-            collector.probes.add_thread(t.tid, t.tgid, now_ns)?;
+        let threads = collector.family.threads();
+        for t in &threads {
+            if let Err(e) = collector.probes.add_thread(t.tid, t.tgid, now_ns) {
+                let cap = collector.map_capacity("threads").unwrap_or(0);
+                if threads.len() >= cap as usize {
+                    anyhow::bail!(
+                        "{e}: the family has {} threads and the threads map holds {cap}: raise it \
+                         with --map-size threads={}",
+                        threads.len(),
+                        (threads.len() * 2).next_power_of_two()
+                    );
+                }
+                return Err(e.into());
+            }
         }
         Ok(collector)
+    }
+
+    /// Entries map `name` was created with.
+    pub fn map_capacity(&self, name: &str) -> Option<u32> {
+        self.probes
+            .map_memory()
+            .into_iter()
+            .find(|m| m.name == name)
+            .map(|m| m.max_entries)
+    }
+
+    /// What the run misses because a map filled (see `Health::full_map_warnings`).
+    pub fn full_map_warnings(&self, health: &Health) -> Vec<String> {
+        if health.threads_untracked + health.drops_uncounted + health.devices_uncounted
+            + health.block_sites_uncounted
+            == 0
+        {
+            return Vec::new();
+        }
+        let maps = self.probes.map_memory();
+        health.full_map_warnings(|name| maps.iter().find(|m| m.name == name).map(|m| m.max_entries))
     }
 
     pub fn probes(&self) -> &ProbeSet {
@@ -683,3 +743,29 @@ pub fn errno_name(errno: i32) -> String {
 #[cfg(test)]
 #[path = "budget_tests.rs"]
 mod budget_tests;
+
+#[cfg(test)]
+mod health_tests {
+    use super::Health;
+
+    #[test]
+    fn a_full_map_is_named_with_the_flag_that_raises_it() {
+        let none = Health::default();
+        assert!(none.full_map_warnings(|_| Some(1024)).is_empty());
+        let h = Health {
+            threads_untracked: 9,
+            drops_uncounted: 2,
+            ..Health::default()
+        };
+        let w = h.full_map_warnings(|m| (m == "threads").then_some(4));
+        assert_eq!(
+            w,
+            [
+                "9 family threads were not tracked: the threads map (4 entries) was full; raise it \
+                 with --map-size threads=16",
+                "2 drops were not counted: the drops map was full; raise it with --map-size \
+                 drops=ENTRIES",
+            ]
+        );
+    }
+}

@@ -429,7 +429,9 @@ fn collect(
         let now = monotonic_ns();
         last = collector.sample(now);
         analyzer.output_readings(readings.try_iter());
-        let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &warnings))));
+        let mut tick_warnings = warnings.clone();
+        tick_warnings.extend(collector.full_map_warnings(&last.health));
+        let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &tick_warnings))));
         if first_tick {
             mark("first tick sent");
             first_tick = false;
@@ -466,6 +468,7 @@ fn collect(
             last.health.lost_events
         ));
     }
+    final_warnings.extend(collector.full_map_warnings(&last.health));
     last.processes = collector.processes(&last.threads);
     let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
     let _ = tx.send(Update::Done(Box::new(summary)));

@@ -351,7 +351,8 @@ fn common_caveats(
 ) {
     if untracked > 0 {
         caveats.push(format!(
-            "{untracked} threads of the family were not tracked (thread map full)"
+            "{untracked} threads of the family were not tracked (thread map full: raise it with \
+             --map-size threads=ENTRIES)"
         ));
     }
     if time.senders > 0 && time.coverage < MIN_COVERAGE {

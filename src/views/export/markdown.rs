@@ -656,17 +656,17 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
     let lost = rec.summary.as_ref().map_or(health.lost_events, |s| s.lost_events);
     let _ = writeln!(o, "- lost probe records (ring buffer full): {lost}");
     for (what, n) in [
-        ("drops not counted (drop map full)", health.drops_uncounted),
+        ("drops not counted (drop map full: `--map-size drops=ENTRIES`)", health.drops_uncounted),
         (
-            "device events not counted (device map full)",
+            "device events not counted (device map full: `--map-size devs=ENTRIES`)",
             health.devices_uncounted,
         ),
         (
-            "blocking events not counted (block site map full)",
+            "blocking events not counted (block site map full: `--map-size block_sites=ENTRIES`)",
             health.block_sites_uncounted,
         ),
         (
-            "family threads not tracked (thread map full)",
+            "family threads not tracked (thread map full: `--map-size threads=ENTRIES`)",
             health.threads_untracked,
         ),
     ] {
