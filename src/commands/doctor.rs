@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::probes::{
-    caps_allow_bpf, effective_caps, kernel_release, KernelFeatures, ProbeOptions, ProbeSet, TRACEPOINTS,
+    caps_allow_bpf, describe_map_memory, effective_caps, kernel_release, KernelFeatures, MapMemory, ProbeOptions,
+    ProbeSet, MEMORY_BUDGET, TRACEPOINTS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -81,6 +82,28 @@ fn kernel_check(release: &str) -> Check {
             ),
             None,
         ),
+    }
+}
+
+/// The locked memory of every map the probes created (the kernel's `memlock` of each map fd),
+/// against scanprof's default budget.
+fn memory_check(maps: &[MapMemory]) -> Check {
+    let total: u64 = maps.iter().map(|m| m.memlock).sum();
+    let detail = format!(
+        "{} in {} maps, with the default sizes (budget {:.0} MB)",
+        describe_map_memory(maps),
+        maps.len(),
+        MEMORY_BUDGET as f64 / 1e6
+    );
+    if total <= MEMORY_BUDGET {
+        check("locked BPF memory", Status::Ok, detail, None)
+    } else {
+        check(
+            "locked BPF memory",
+            Status::Info,
+            detail,
+            Some("over the budget: per-CPU maps grow with the CPU count; --map-size sizes a map"),
+        )
     }
 }
 
@@ -245,6 +268,7 @@ fn checks(load_probes: bool) -> Vec<Check> {
                         )
                     });
                 }
+                out.push(memory_check(&set.map_memory()));
             }
             Err(e) => out.push(check(
                 "probes",
