@@ -475,13 +475,30 @@ mod tests {
     fn map_sizes_are_name_and_entries_within_range() {
         assert_eq!(parse_map_size("threads=4096"), Ok(("threads".into(), 4096)));
         assert_eq!(parse_map_size(" flows = 65536 "), Ok(("flows".into(), 65536)));
-        for bad in ["threads", "=5", "threads=0", "threads=-1", "threads=x", "a b=5", "threads=99999999999"] {
+        for bad in [
+            "threads",
+            "=5",
+            "threads=0",
+            "threads=-1",
+            "threads=x",
+            "a b=5",
+            "threads=99999999999",
+        ] {
             assert!(parse_map_size(bad).is_err(), "{bad} accepted");
         }
         let max = crate::probes::MAX_MAP_ENTRIES;
         assert!(parse_map_size(&format!("events={max}")).is_ok());
         assert!(parse_map_size(&format!("events={}", max + 1)).is_err());
-        let cli = parse(&["attach", "-p", "5", "--map-size", "threads=2048", "--map-size", "flows=100"]).unwrap();
+        let cli = parse(&[
+            "attach",
+            "-p",
+            "5",
+            "--map-size",
+            "threads=2048",
+            "--map-size",
+            "flows=100",
+        ])
+        .unwrap();
         match cli.command {
             Command::Attach { run, .. } => assert_eq!(
                 run.map_size,

@@ -44,7 +44,11 @@ fn held_maps(pid: u32) -> BTreeMap<u64, HeldMap> {
         let field = |key: &str| -> Option<u64> {
             info.lines()
                 .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-                .map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}: {v} in {info}")))
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("{key}: {v} in {info}"))
+                })
         };
         let Some(id) = field("map_id") else { continue };
         maps.insert(
@@ -60,7 +64,11 @@ fn held_maps(pid: u32) -> BTreeMap<u64, HeldMap> {
         .args(["-j", "map", "show"])
         .output()
         .expect("cannot run bpftool");
-    assert!(out.status.success(), "bpftool map show: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "bpftool map show: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let all: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
     for m in all {
         if let Some(held) = m["id"].as_u64().and_then(|id| maps.get_mut(&id)) {
@@ -162,7 +170,10 @@ fn the_maps_lock_under_16_mb_by_default_and_doctor_reports_it() {
         (reported - total as f64 / 1e6).abs() <= 0.06,
         "doctor says {reported} MB, the kernel charges {total} B"
     );
-    assert!(detail.contains(&format!("threads {:.1} MB", threads[0].memlock as f64 / 1e6)), "{detail}");
+    assert!(
+        detail.contains(&format!("threads {:.1} MB", threads[0].memlock as f64 / 1e6)),
+        "{detail}"
+    );
     bpf.assert_released("scanprof doctor");
 }
 
@@ -174,7 +185,14 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
     let target = sleeper();
     let scanprof = attached(
         target.pid(),
-        &["--map-size", "threads=4096", "--map-size", "flows=1000", "--map-size", "drops=512"],
+        &[
+            "--map-size",
+            "threads=4096",
+            "--map-size",
+            "flows=1000",
+            "--map-size",
+            "drops=512",
+        ],
     );
     let maps = held_maps(scanprof.pid());
     stop(scanprof, target);
@@ -186,12 +204,22 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
         assert_eq!(m[0].max_entries, entries, "{name}");
     }
     let threads = by_name(&maps, "threads")[0].memlock;
-    assert!(threads > 4 * 6184 * 1000, "threads map of 4096 entries locks only {threads} B");
+    assert!(
+        threads > 4 * 6184 * 1000,
+        "threads map of 4096 entries locks only {threads} B"
+    );
 
     // An array's size is a number the programs define: refused, naming the maps that can be sized.
     let target = sleeper();
     let out = Command::new(scanprof_bin())
-        .args(["attach", "-p", &target.pid().to_string(), "--json", "--duration", "5"])
+        .args([
+            "attach",
+            "-p",
+            &target.pid().to_string(),
+            "--json",
+            "--duration",
+            "5",
+        ])
         .args(["--map-size", "health=64"])
         .output()
         .expect("cannot run scanprof");
@@ -217,8 +245,19 @@ fn a_full_thread_map_names_the_flag_that_raises_it() {
         [t.start() for t in ts]\n\
         [t.join() for t in ts]\n";
     let run = Proc::scanprof(
-        &["run", "--json", "--duration", "20", "--map-size", "threads=4", "--", "python3", "-c", THREADS]
-            .map(String::from),
+        &[
+            "run",
+            "--json",
+            "--duration",
+            "20",
+            "--map-size",
+            "threads=4",
+            "--",
+            "python3",
+            "-c",
+            THREADS,
+        ]
+        .map(String::from),
     )
     .finish(RUN_TIMEOUT);
     run.assert_success();

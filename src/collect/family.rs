@@ -194,7 +194,9 @@ fn descendants_by_children_files(roots: &[u32]) -> Vec<u32> {
     let mut found = Vec::new();
     let mut queue: Vec<u32> = roots.to_vec();
     while let Some(pid) = queue.pop() {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
         for task in tasks.filter_map(Result::ok) {
             let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
                 continue;
@@ -309,9 +311,15 @@ mod tests {
         let found = descendants(&[root]);
         let mut by_files = descendants_by_children_files(&[root]);
         let mut by_scan = descendants_by_scan(&[root]);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(root as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(root as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         for pid in found.iter().chain(pids.iter()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         let _ = sh.wait();
         // sh's two children (sleep, the inner sh) and the inner sh's sleep.

@@ -219,9 +219,17 @@ impl Health {
     /// that raises it. `capacity` gives a map's entries (None if unknown).
     pub fn full_map_warnings(&self, capacity: impl Fn(&str) -> Option<u32>) -> Vec<String> {
         [
-            (self.threads_untracked, "threads", "family threads were not tracked"),
+            (
+                self.threads_untracked,
+                "threads",
+                "family threads were not tracked",
+            ),
             (self.drops_uncounted, "drops", "drops were not counted"),
-            (self.devices_uncounted, "devs", "device stage events were not counted"),
+            (
+                self.devices_uncounted,
+                "devs",
+                "device stage events were not counted",
+            ),
             (
                 self.block_sites_uncounted,
                 "block_sites",
@@ -384,7 +392,9 @@ impl Collector {
 
     /// What the run misses because a map filled (see `Health::full_map_warnings`).
     pub fn full_map_warnings(&self, health: &Health) -> Vec<String> {
-        if health.threads_untracked + health.drops_uncounted + health.devices_uncounted
+        if health.threads_untracked
+            + health.drops_uncounted
+            + health.devices_uncounted
             + health.block_sites_uncounted
             == 0
         {

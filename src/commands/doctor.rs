@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::probes::{
-    caps_allow_bpf, describe_map_memory, effective_caps, kernel_release, KernelFeatures, MapMemory, ProbeOptions,
-    ProbeSet, MEMORY_BUDGET, TRACEPOINTS,
+    caps_allow_bpf, describe_map_memory, effective_caps, kernel_release, KernelFeatures, MapMemory,
+    ProbeOptions, ProbeSet, MEMORY_BUDGET, TRACEPOINTS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -209,7 +209,10 @@ mod tests {
                     memlock:\t6392336\nmap_id:\t845\nfrozen:\t0\n";
         let m = parse_fdinfo(text).expect("parsed");
         assert_eq!((m.id, m.max_entries, m.memlock), (845, 1024, 6_392_336));
-        assert!(parse_fdinfo("pos:\t0\nflags:\t02\n").is_none(), "not a map's fdinfo");
+        assert!(
+            parse_fdinfo("pos:\t0\nflags:\t02\n").is_none(),
+            "not a map's fdinfo"
+        );
     }
 
     #[test]
