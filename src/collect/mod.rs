@@ -339,6 +339,8 @@ pub struct Collector {
     scanner: Option<uprobes::ScannerProbes>,
     /// CLOCK_MONOTONIC at attach: where the run's seconds count from
     start_ns: u64,
+    /// entries of each map, by name, once asked for
+    map_sizes: std::cell::OnceCell<BTreeMap<String, u32>>,
 }
 
 impl Collector {
@@ -359,6 +361,7 @@ impl Collector {
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
+            map_sizes: std::cell::OnceCell::new(),
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -381,13 +384,18 @@ impl Collector {
         Ok(collector)
     }
 
-    /// Entries map `name` was created with.
+    /// Entries map `name` was created with (read from the kernel once: sizes do not change).
     pub fn map_capacity(&self, name: &str) -> Option<u32> {
-        self.probes
-            .map_memory()
-            .into_iter()
-            .find(|m| m.name == name)
-            .map(|m| m.max_entries)
+        self.map_sizes
+            .get_or_init(|| {
+                self.probes
+                    .map_memory()
+                    .into_iter()
+                    .map(|m| (m.name, m.max_entries))
+                    .collect()
+            })
+            .get(name)
+            .copied()
     }
 
     /// What the run misses because a map filled (see `Health::full_map_warnings`).
@@ -400,8 +408,7 @@ impl Collector {
         {
             return Vec::new();
         }
-        let maps = self.probes.map_memory();
-        health.full_map_warnings(|name| maps.iter().find(|m| m.name == name).map(|m| m.max_entries))
+        health.full_map_warnings(|name| self.map_capacity(name))
     }
 
     pub fn probes(&self) -> &ProbeSet {

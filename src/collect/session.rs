@@ -298,7 +298,7 @@ fn collect(
                 vec![pid]
             }
         };
-        mark("command launched (held before exec)");
+        mark("target named (run: command started, held before its exec)");
         // A launched command is held before its exec: it has no descendants to look for.
         let family = match cfg.target {
             Target::Command(_) => ProcessTable::roots(&roots)?,
