@@ -174,11 +174,14 @@ static __always_inline void dev_rows(struct net_device *dev, __u32 tgid, struct 
 	} while (0)
 
 /* Where this CPU last saw a family packet go: its process, destination and namespace are
- * already in flows and target_netns, so a stream to one address writes (and looks up) nothing. */
+ * already in flows and target_netns, so a stream to one address writes (and looks up) nothing
+ * while flows_gen stays the same. */
 struct last_dest {
 	struct sp_flow_key fk;
 	__u32 tgid;
 	__u32 netns;
+	__u64 gen;		/* flows_gen after this CPU's own writes */
+	__u64 checked_ns;	/* when flows was last looked at for it after a change elsewhere */
 };
 
 struct {
@@ -188,6 +191,10 @@ struct {
 	__type(value, struct last_dest);
 } last_dest SEC(".maps");
 
+/* After a change elsewhere (another sender took the address), look again at most this often:
+ * two family processes flooding one address would otherwise rewrite it on every packet. */
+#define SP_DEST_RECHECK_NS 1000000
+
 /* A family packet's destination and namespace: remembered so that drops found later by address
  * (at a far namespace, no socket left) are known as this process's. */
 static __always_inline void note_dest(struct sk_buff *skb, struct net_device *dev, __u32 tgid)
@@ -195,11 +202,17 @@ static __always_inline void note_dest(struct sk_buff *skb, struct net_device *de
 	struct sp_flow_key fk;
 	__u32 zero = 0, ns = dev_netns(dev), *owner;
 	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
+	__u64 gen = flows_gen_now(), now = 0;
 
 	if (skb_addr(skb, 1, &fk))
 		return;
-	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, &fk))
-		return;
+	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, &fk)) {
+		if (last->gen == gen)
+			return;
+		now = bpf_ktime_get_ns();
+		if (now - last->checked_ns < SP_DEST_RECHECK_NS)
+			return;
+	}
 	/* The address belongs to the latest family process that sent to it: drops recognised by
 	 * address go to that process, not to an earlier one that has since exited. Written only
 	 * when the owner changes. */
@@ -216,6 +229,8 @@ static __always_inline void note_dest(struct sk_buff *skb, struct net_device *de
 		last->fk = fk;
 		last->tgid = tgid;
 		last->netns = ns;
+		last->gen = flows_gen_now();
+		last->checked_ns = now;	/* 0 when not looked at for a change elsewhere */
 	}
 }
 
