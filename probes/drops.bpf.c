@@ -12,12 +12,43 @@ char LICENSE[] SEC("license") = "GPL";
 /* Filled in by user space from the running kernel's enum skb_drop_reason before load. */
 const volatile __u32 reason_no_socket = 3;
 
+/* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h). */
+#define SP_DROP_SLOTS 8192
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct sp_drop_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, __u32);
 	__type(value, __u64);
 } drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, struct sp_drop_key);
+	__type(value, __u32);
+} drop_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sp_drop_key);
+} drop_slot_rows SEC(".maps");
+
+/* The row this CPU counted its last drop in: a flood dies the same way over and over. */
+struct last_row {
+	struct sp_drop_key key;
+	__u32 slot;
+	__u32 valid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_row);
+} last_drop_row SEC(".maps");
 
 /* What the last socket-less drop on this CPU was, by namespace and destination: a flood of
  * probes to a closed port dies the same way over and over, and flows_gen says when the answer
@@ -118,21 +149,30 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 		.ifindex = dev ? dev->ifindex : 0,
 		.netns = dev_netns(dev),
 	};
-	__u64 *n, one = 1;
+	struct last_row *last;
+	__u32 zero = 0, slot;
+	int fresh;
+	__u64 *n;
 
 	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
-	n = bpf_map_lookup_elem(&drops, &k);
-	if (n) {
-		*n += 1;
-		return;
-	}
-	if (bpf_map_update_elem(&drops, &k, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(&drops, &k);
-		if (n)
-			*n += 1;
-		else
+	last = bpf_map_lookup_elem(&last_drop_row, &zero);
+	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
+		slot = last->slot;
+	} else {
+		slot = slot_of(&drop_slots, &drop_slot_rows, &k, sizeof(k), SP_DROP_SLOTS, &fresh);
+		if (slot == SP_NO_SLOT) {
 			health_inc(SP_H_DROPS_FULL);
+			return;
+		}
+		if (last) {
+			last->key = k;
+			last->slot = slot;
+			last->valid = 1;
+		}
 	}
+	n = bpf_map_lookup_elem(&drops, &slot);
+	if (n)
+		*n += 1;
 }
 
 /* kfree_skb with rx_sk (kernels >= 6.8): the receiving socket names replies lost at the target. */

@@ -78,39 +78,22 @@ struct {
 	__type(value, __u32);
 } neighs SEC(".maps");
 
-#define SP_NO_SLOT 0xffffffff
-
-#define SP_SLOT_PROBES 16
-
-/* The slot of a row, made on first sight (with the device's name for everyone's row): the first
- * free slot from the key's hash on, claimed in dev_slot_rows (slots are never given back during
- * a run). */
+/* The slot of a device row, made on first sight (with the device's name for everyone's row). */
 static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u32 netns, __u32 tgid)
 {
-	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns, .tgid = tgid }, *held;
-	__u32 *slot = bpf_map_lookup_elem(&dev_slots, &k), h, s;
+	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns, .tgid = tgid };
+	int fresh;
+	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), SP_DEV_SLOTS, &fresh);
 
-	if (slot)
-		return *slot;
-	h = (ifindex * 2654435761u) ^ (netns * 2246822519u) ^ (tgid * 3266489917u);
-	for (int i = 0; i < SP_SLOT_PROBES; i++) {
-		s = (h + i) & (SP_DEV_SLOTS - 1);
-		if (bpf_map_update_elem(&dev_slot_rows, &s, &k, BPF_NOEXIST)) {
-			/* taken: by this very row on another CPU, or by another row */
-			held = bpf_map_lookup_elem(&dev_slot_rows, &s);
-			if (!held || held->ifindex != ifindex || held->netns != netns || held->tgid != tgid)
-				continue;
-		} else if (!tgid) {
-			struct sp_dev_name n = {};
+	if (s == SP_NO_SLOT) {
+		health_inc(SP_H_DEVS_FULL);
+	} else if (fresh && !tgid) {
+		struct sp_dev_name n = {};
 
-			bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
-			bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
-		}
-		bpf_map_update_elem(&dev_slots, &k, &s, BPF_ANY);
-		return s;
+		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
+		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
 	}
-	health_inc(SP_H_DEVS_FULL);
-	return SP_NO_SLOT;
+	return s;
 }
 
 /* The rows of the devices this CPU counted in last, a few ways: a packet passes four hooks of

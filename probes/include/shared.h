@@ -199,6 +199,72 @@ static __always_inline void slot_add(__u64 *slots, __u64 n, __u64 idx)
 	slots[idx] += 1;
 }
 
+/*
+ * Counter rows kept in slots of a per-CPU array: the hot path indexes an array where a per-CPU
+ * hash would hash the row's key on every event. A row's slot is named in `slots` (key -> slot)
+ * and claimed in `rows` (slot -> key): an insert with BPF_NOEXIST succeeds once, so two CPUs
+ * meeting a new row at once agree on its slot (a fetch-and-add would need BPF v3 code, which
+ * older verifiers see differently). Slots are never given back during a run.
+ */
+#define SP_NO_SLOT 0xffffffff
+#define SP_SLOT_PROBES 16
+
+/* Whether two keys of `size` bytes (a multiple of 4, at most 32) are equal. */
+static __always_inline int key_eq(const void *a, const void *b, __u32 size)
+{
+	const __u32 *x = a, *y = b;
+
+	for (int i = 0; i < 8; i++) {
+		if (i * 4 >= size)
+			break;
+		if (x[i] != y[i])
+			return 0;
+	}
+	return 1;
+}
+
+/* A multiplicative hash of a key's words (same limits as key_eq). */
+static __always_inline __u32 key_hash(const void *key, __u32 size)
+{
+	const __u32 *x = key;
+	__u32 h = 0;
+
+	for (int i = 0; i < 8; i++) {
+		if (i * 4 >= size)
+			break;
+		h = (h ^ x[i]) * 2654435761u;
+	}
+	return h ^ (h >> 16);
+}
+
+/* The slot of a row, claimed on first sight: the first free one of SP_SLOT_PROBES slots from the
+ * key's hash. *fresh says this call made the row; SP_NO_SLOT when the table is full. */
+static __always_inline __u32 slot_of(void *slots, void *rows, const void *key, __u32 key_size,
+				     __u32 nslots, int *fresh)
+{
+	__u32 *slot = bpf_map_lookup_elem(slots, key), h, s;
+	void *held;
+
+	*fresh = 0;
+	if (slot)
+		return *slot;
+	h = key_hash(key, key_size);
+	for (int i = 0; i < SP_SLOT_PROBES; i++) {
+		s = (h + i) & (nslots - 1);
+		if (bpf_map_update_elem(rows, &s, key, BPF_NOEXIST)) {
+			/* taken: by this very row on another CPU, or by another row */
+			held = bpf_map_lookup_elem(rows, &s);
+			if (!held || !key_eq(held, key, key_size))
+				continue;
+		} else {
+			*fresh = 1;
+		}
+		bpf_map_update_elem(slots, key, &s, BPF_ANY);
+		return s;
+	}
+	return SP_NO_SLOT;
+}
+
 /* Network namespace inode of a device, 0 when unknown. */
 static __always_inline __u32 dev_netns(struct net_device *dev)
 {

@@ -290,6 +290,7 @@ pub struct ProbeSet {
     threads: MapHandle,
     health: MapHandle,
     drops: MapHandle,
+    drop_slots: MapHandle,
     devs: MapHandle,
     dev_slots: MapHandle,
     qdepth: MapHandle,
@@ -470,6 +471,7 @@ impl ProbeSet {
             threads: by_name("threads")?,
             health: by_name("health")?,
             drops: by_name("drops")?,
+            drop_slots: by_name("drop_slots")?,
             devs: by_name("devs")?,
             dev_slots: by_name("dev_slots")?,
             qdepth: by_name("qdepth")?,
@@ -544,7 +546,7 @@ impl ProbeSet {
 
     /// Drop counts, summed over CPUs.
     pub fn drops(&self) -> Vec<(sp_drop_key, u64)> {
-        percpu_rows(&self.drops, |acc: &mut u64, v: &u64| *acc += *v)
+        slotted_rows(&self.drop_slots, &self.drops, |acc: &mut u64, v: &u64| *acc += *v)
     }
 
     /// Device counters, summed over CPUs.
