@@ -12,19 +12,70 @@ char LICENSE[] SEC("license") = "GPL";
 /* Filled in by user space from the running kernel's enum skb_drop_reason before load. */
 const volatile __u32 reason_no_socket = 3;
 
+/* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h). */
+#define SP_DROP_SLOTS 8192
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct sp_drop_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, __u32);
 	__type(value, __u64);
 } drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, struct sp_drop_key);
+	__type(value, __u32);
+} drop_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DROP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sp_drop_key);
+} drop_slot_rows SEC(".maps");
+
+/* The row this CPU counted its last drop in: a flood dies the same way over and over. */
+struct last_row {
+	struct sp_drop_key key;
+	__u32 slot;
+	__u32 valid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_row);
+} last_drop_row SEC(".maps");
+
+/* What the last socket-less drop on this CPU was, by namespace and destination: a flood of
+ * probes to a closed port dies the same way over and over, and flows_gen says when the answer
+ * may have changed. */
+struct last_drop {
+	struct sp_flow_key dst;
+	__u64 gen;
+	__u32 netns;
+	__u32 tgid;		/* owner found by destination, 0: none (then the source decides) */
+	__u32 known;		/* the namespace carries family traffic */
+	__u32 valid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_drop);
+} last_drop SEC(".maps");
 
 static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
 				      __u32 netns, __u32 *tgid)
 {
 	struct sp_flow_key fk;
-	__u32 *who;
-	__u64 rx;
+	struct last_drop *last;
+	__u32 *who, zero = 0;
+	__u64 rx, gen;
 
 	*tgid = skb_target(skb);
 	if (*tgid)
@@ -42,12 +93,39 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	 * if it has no socket (a packet of another socket is somebody else's) and only in a
 	 * namespace the family's traffic reached (another namespace may use the same addresses).
 	 */
-	if (BPF_CORE_READ(skb, sk) || !bpf_map_lookup_elem(&target_netns, &netns))
+	if (skb->sk)
 		return SP_CLASS_UNRELATED;
-	if (!skb_addr(skb, 1, &fk)) {
-		who = bpf_map_lookup_elem(&flows, &fk);
-		if (who) {
-			*tgid = *who;
+	if (skb_addr(skb, 1, &fk))
+		return SP_CLASS_UNRELATED;
+	gen = flows_gen_now();
+	last = bpf_map_lookup_elem(&last_drop, &zero);
+	if (last && last->valid && last->gen == gen && last->netns == netns &&
+	    same_flow(&last->dst, &fk)) {
+		if (!last->known)
+			return SP_CLASS_UNRELATED;
+		if (last->tgid) {
+			*tgid = last->tgid;
+			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
+		}
+	} else {
+		__u32 known = bpf_map_lookup_elem(&target_netns, &netns) != 0, owner = 0;
+
+		if (known) {
+			who = bpf_map_lookup_elem(&flows, &fk);
+			owner = who ? *who : 0;
+		}
+		if (last) {
+			last->dst = fk;
+			last->gen = gen;
+			last->netns = netns;
+			last->tgid = owner;
+			last->known = known;
+			last->valid = 1;
+		}
+		if (!known)
+			return SP_CLASS_UNRELATED;
+		if (owner) {
+			*tgid = owner;
 			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
 		}
 	}
@@ -64,28 +142,37 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 static __always_inline void count_drop(struct sk_buff *skb, void *location, __u32 reason,
 				       struct sock *rx_sk)
 {
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct net_device *dev = skb->dev;
 	struct sp_drop_key k = {
 		.location = (__u64)location,
 		.reason = reason,
-		.ifindex = dev ? BPF_CORE_READ(dev, ifindex) : 0,
+		.ifindex = dev ? dev->ifindex : 0,
 		.netns = dev_netns(dev),
 	};
-	__u64 *n, one = 1;
+	struct last_row *last;
+	__u32 zero = 0, slot;
+	int fresh;
+	__u64 *n;
 
 	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
-	n = bpf_map_lookup_elem(&drops, &k);
-	if (n) {
-		*n += 1;
-		return;
-	}
-	if (bpf_map_update_elem(&drops, &k, &one, BPF_NOEXIST)) {
-		n = bpf_map_lookup_elem(&drops, &k);
-		if (n)
-			*n += 1;
-		else
+	last = bpf_map_lookup_elem(&last_drop_row, &zero);
+	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
+		slot = last->slot;
+	} else {
+		slot = slot_of(&drop_slots, &drop_slot_rows, &k, sizeof(k), SP_DROP_SLOTS, &fresh);
+		if (slot == SP_NO_SLOT) {
 			health_inc(SP_H_DROPS_FULL);
+			return;
+		}
+		if (last) {
+			last->key = k;
+			last->slot = slot;
+			last->valid = 1;
+		}
 	}
+	n = bpf_map_lookup_elem(&drops, &slot);
+	if (n)
+		*n += 1;
 }
 
 /* kfree_skb with rx_sk (kernels >= 6.8): the receiving socket names replies lost at the target. */

@@ -56,6 +56,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 zero = 0;
 	struct sp_thread *init, *t;
 	struct sp_event *e;
+	__u64 *w;
 
 	if (!bpf_map_lookup_elem(&family, &ptgid))
 		return 0;
@@ -74,6 +75,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 		t->state_since_ns = bpf_ktime_get_ns();
 		t->block_stack = -1;
 	}
+	w = tid_word(ctid);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (ctid & 63));
 	if (ctgid == ptgid)
 		return 0;
 
@@ -101,6 +105,8 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 
 	if (!bpf_map_lookup_elem(&family, &tgid))
 		return 0;
+	/* close-on-exec fds are gone: cached fd -> socket pairs resolve again */
+	fd_gen_bump();
 	e = event_reserve();
 	if (!e)
 		return 0;
@@ -117,12 +123,20 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 	__u32 tid = BPF_CORE_READ(p, pid);
-	struct sp_thread *t = bpf_map_lookup_elem(&threads, &tid);
+	struct sp_thread *t;
 	struct sp_event *e;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now, *w;
 
+	if (!in_family(tid))
+		return 0;
+	/* the id may be reused by anyone: from here on the hot programs turn it away */
+	w = tid_word(tid);
+	if (w)
+		__sync_fetch_and_and(w, ~(1ULL << (tid & 63)));
+	t = bpf_map_lookup_elem(&threads, &tid);
 	if (!t)
 		return 0;
+	now = bpf_ktime_get_ns();
 	if (t->sched_state == SP_ST_RUNNING) {
 		__u64 d = now - t->oncpu_since_ns;
 

@@ -12,12 +12,33 @@ char LICENSE[] SEC("license") = "GPL";
 #define NUD_FAILED 0x20
 #define NUD_VALID 0xde /* REACHABLE|PERMANENT|NOARP|STALE|DELAY|PROBE */
 
+/* Counters per (device, namespace, process) row, per CPU, in a slot that dev_slots names: an
+ * array slot costs the hot path an index, where a per-CPU hash costs a hash of the key. */
+#define SP_DEV_SLOTS 1024
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct sp_dev_key);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_DEV_SLOTS);
+	__type(key, __u32);
 	__type(value, struct sp_dev_stats);
 } devs SEC(".maps");
+
+/* Which slot of `devs` counts a row; user space reads the rows through it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DEV_SLOTS);
+	__type(key, struct sp_dev_key);
+	__type(value, __u32);
+} dev_slots SEC(".maps");
+
+/* Which row holds each slot: inserting here is how a CPU claims a free slot atomically (an
+ * insert with BPF_NOEXIST succeeds once), without atomics whose results older kernels refuse. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sp_dev_key);
+} dev_slot_rows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -57,78 +78,167 @@ struct {
 	__type(value, __u32);
 } neighs SEC(".maps");
 
-static __always_inline struct sp_dev_stats *dev_row(struct net_device *dev, __u32 tgid)
+/* The slot of a device row, made on first sight (with the device's name for everyone's row). */
+static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u32 netns, __u32 tgid)
 {
-	struct sp_dev_key k = {
-		.ifindex = BPF_CORE_READ(dev, ifindex),
-		.netns = dev_netns(dev),
-		.tgid = tgid,
-	};
-	struct sp_dev_stats *s = bpf_map_lookup_elem(&devs, &k);
+	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns, .tgid = tgid };
+	int fresh;
+	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), SP_DEV_SLOTS, &fresh);
 
-	if (s)
-		return s;
-	if (!tgid) {
+	if (s == SP_NO_SLOT) {
+		health_inc(SP_H_DEVS_FULL);
+	} else if (fresh && !tgid) {
 		struct sp_dev_name n = {};
 
 		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
 		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
 	}
-	struct sp_dev_stats init = {};
+	return s;
+}
 
-	if (bpf_map_update_elem(&devs, &k, &init, BPF_NOEXIST) && !bpf_map_lookup_elem(&devs, &k)) {
-		health_inc(SP_H_DEVS_FULL);
-		return 0;
+/* The rows of the devices this CPU counted in last, a few ways: a packet passes four hooks of
+ * one device, and the kernel's own replies (everyone's row) take turns with the family's. */
+#define SP_DEV_WAYS 4
+
+struct dev_rows {
+	__u32 ifindex;
+	__u32 netns;
+	__u32 all;		/* slot of everyone's row, SP_NO_SLOT if not cached */
+	__u32 tgid;		/* process whose row `mine` is, 0 if none cached */
+	__u32 mine;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_DEV_WAYS);
+	__type(key, __u32);
+	__type(value, struct dev_rows);
+} last_dev SEC(".maps");
+
+/* The two rows a packet counts in: everyone's, and (if it is a family packet) its process's. */
+static __always_inline void dev_rows(struct net_device *dev, __u32 tgid, struct sp_dev_stats **all,
+				     struct sp_dev_stats **mine)
+{
+	__u32 ifindex = dev->ifindex, netns = dev_netns(dev);
+	__u32 way = (ifindex ^ netns) & (SP_DEV_WAYS - 1), slot;
+	struct dev_rows *c = bpf_map_lookup_elem(&last_dev, &way);
+
+	*all = 0;
+	*mine = 0;
+	if (!c)
+		return;
+	if (c->ifindex != ifindex || c->netns != netns) {
+		c->ifindex = ifindex;
+		c->netns = netns;
+		c->all = dev_slot(dev, ifindex, netns, 0);
+		c->tgid = 0;
 	}
-	return bpf_map_lookup_elem(&devs, &k);
+	slot = c->all;
+	*all = bpf_map_lookup_elem(&devs, &slot);
+	if (!tgid)
+		return;
+	if (c->tgid != tgid) {
+		c->tgid = tgid;
+		c->mine = dev_slot(dev, ifindex, netns, tgid);
+	}
+	slot = c->mine;
+	*mine = bpf_map_lookup_elem(&devs, &slot);
 }
 
 /* Both rows a packet counts in: everyone's (tgid 0) and, if it is the target's, the target's. */
 #define FOR_ROWS(dev, tgid, s, body)                                 \
 	do {                                                         \
-		struct sp_dev_stats *s = dev_row(dev, 0);            \
+		struct sp_dev_stats *s, *_mine;                      \
+		dev_rows(dev, tgid, &s, &_mine);                     \
 		if (s) { body; }                                     \
-		if (tgid) {                                          \
-			s = dev_row(dev, tgid);                      \
-			if (s) { body; }                             \
-		}                                                    \
+		s = _mine;                                           \
+		if (s) { body; }                                     \
 	} while (0)
+
+/* Where this CPU last saw a family packet go: its process, destination and namespace are
+ * already in flows and target_netns, so a stream to one address writes (and looks up) nothing
+ * while flows_gen stays the same. */
+struct last_dest {
+	struct sp_flow_key fk;
+	__u32 tgid;
+	__u32 netns;
+	__u64 gen;		/* flows_gen after this CPU's own writes */
+	__u64 checked_ns;	/* when flows was last looked at for it after a change elsewhere */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_dest);
+} last_dest SEC(".maps");
+
+/* After a change elsewhere (another sender took the address), look again at most this often:
+ * two family processes flooding one address would otherwise rewrite it on every packet. */
+#define SP_DEST_RECHECK_NS 1000000
+
+/* A family packet's destination and namespace: remembered so that drops found later by address
+ * (at a far namespace, no socket left) are known as this process's. */
+static __always_inline void note_dest(struct sk_buff *skb, struct net_device *dev, __u32 tgid)
+{
+	struct sp_flow_key fk;
+	__u32 zero = 0, ns = dev_netns(dev), *owner;
+	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
+	__u64 gen = flows_gen_now(), now = 0;
+
+	if (skb_addr(skb, 1, &fk))
+		return;
+	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, &fk)) {
+		if (last->gen == gen)
+			return;
+		now = bpf_ktime_get_ns();
+		if (now - last->checked_ns < SP_DEST_RECHECK_NS)
+			return;
+	}
+	/* The address belongs to the latest family process that sent to it: drops recognised by
+	 * address go to that process, not to an earlier one that has since exited. Written only
+	 * when the owner changes. */
+	owner = bpf_map_lookup_elem(&flows, &fk);
+	if (!owner || *owner != tgid) {
+		bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+		flows_gen_bump();
+	}
+	if (!bpf_map_lookup_elem(&target_netns, &ns)) {
+		bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
+		flows_gen_bump();
+	}
+	if (last) {
+		last->fk = fk;
+		last->tgid = tgid;
+		last->netns = ns;
+		last->gen = flows_gen_now();
+		last->checked_ns = now;	/* 0 when not looked at for a change elsewhere */
+	}
+}
 
 /* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. */
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(on_dev_queue, struct sk_buff *skb)
 {
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
-	__u32 tgid = skb_target(skb);
+	struct net_device *dev = skb->dev;
+	__u32 tgid;
 
 	if (!dev)
 		return 0;
-	if (tgid) {
-		struct sp_flow_key fk;
-		__u32 ns = dev_netns(dev);
-		__u32 *owner;
-
-		/* The address belongs to the latest family process that sent to it: drops recognised
-		 * by address (at a far namespace, no socket left) go to that process, not to an
-		 * earlier one that has since exited. Written only when the owner changes. */
-		if (!skb_addr(skb, 1, &fk)) {
-			owner = bpf_map_lookup_elem(&flows, &fk);
-			if (!owner || *owner != tgid)
-				bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
-		}
-		if (!bpf_map_lookup_elem(&target_netns, &ns))
-			bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
-	}
+	tgid = skb_target(skb);
+	if (tgid)
+		note_dest(skb, dev, tgid);
 	FOR_ROWS(dev, tgid, s, s->queued += 1);
 	return 0;
 }
 
 static __always_inline void qdisc_depth(struct net_device *dev, struct Qdisc *q)
 {
-	struct sp_dev_key k = { .ifindex = BPF_CORE_READ(dev, ifindex), .netns = dev_netns(dev) };
+	struct sp_dev_key k = { .ifindex = dev->ifindex, .netns = dev_netns(dev) };
 	struct sp_qdepth *d = bpf_map_lookup_elem(&qdepth, &k);
-	__u64 qlen = BPF_CORE_READ(q, q.qlen);
-	__u64 backlog = BPF_CORE_READ(q, qstats.backlog);
+	__u64 qlen = q->q.qlen;
+	__u64 backlog = q->qstats.backlog;
 
 	if (!d) {
 		struct sp_qdepth init = { .qlen_max = qlen, .backlog_max = backlog };
@@ -146,7 +256,7 @@ static __always_inline void qdisc_depth(struct net_device *dev, struct Qdisc *q)
 SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(on_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
 {
-	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	struct net_device *dev = q->dev_queue->dev;
 	__u32 tgid = skb_target(skb);
 
 	if (!dev)
@@ -161,7 +271,7 @@ SEC("tp_btf/qdisc_dequeue")
 int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
-	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	struct net_device *dev = q->dev_queue->dev;
 	__u32 tgid;
 
 	if (!dev || packets <= 0 || !skb)
@@ -229,9 +339,11 @@ int BPF_PROG(on_netif_rx, struct sk_buff *skb)
 		return 0;
 	/* The slot stays set: net_dev_xmit, after the driver returns, still needs the owner. */
 	who = x->tgid;
-	ns = dev_netns(BPF_CORE_READ(skb, dev));
-	if (ns && !bpf_map_lookup_elem(&target_netns, &ns))
+	ns = dev_netns(skb->dev);
+	if (ns && !bpf_map_lookup_elem(&target_netns, &ns)) {
 		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);
+		flows_gen_bump();
+	}
 	return 0;
 }
 
@@ -248,7 +360,7 @@ int BPF_PROG(on_neigh_send, struct neighbour *n, int err)
 	if (!t || err != 1)
 		return 0;
 	tgid = t->tgid;
-	dev = BPF_CORE_READ(n, dev);
+	dev = n->dev;
 	fresh = !bpf_map_lookup_elem(&neighs, &key);
 	if (fresh)
 		bpf_map_update_elem(&neighs, &key, &tgid, BPF_ANY);
@@ -267,7 +379,7 @@ static __always_inline void neigh_outcome(struct neighbour *n, int failed)
 		return;
 	who = *tgid;
 	bpf_map_delete_elem(&neighs, &key);
-	dev = BPF_CORE_READ(n, dev);
+	dev = n->dev;
 	if (failed)
 		FOR_ROWS(dev, who, s, s->neigh_failed += 1);
 	else
@@ -278,7 +390,7 @@ static __always_inline void neigh_outcome(struct neighbour *n, int failed)
 SEC("tp_btf/neigh_timer_handler")
 int BPF_PROG(on_neigh_timer, struct neighbour *n, int err)
 {
-	if (BPF_CORE_READ(n, nud_state) & NUD_FAILED)
+	if (n->nud_state & NUD_FAILED)
 		neigh_outcome(n, 1);
 	return 0;
 }

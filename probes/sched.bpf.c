@@ -90,11 +90,13 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct sp_thread *t;
+	/* most switches on the machine are nobody's in the family: two bit tests and out */
+	struct sp_thread *t = family_thread(prev->pid);
+	struct sp_thread *in = family_thread(next->pid);
+	__u64 now = 0;
 
-	t = family_thread(BPF_CORE_READ(prev, pid));
 	if (t) {
+		now = bpf_ktime_get_ns();
 		if (t->sched_state == SP_ST_RUNNING) {
 			__u64 d = now - t->oncpu_since_ns;
 
@@ -113,8 +115,10 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 		}
 		t->state_since_ns = now;
 	}
-	t = family_thread(BPF_CORE_READ(next, pid));
+	t = in;
 	if (t) {
+		if (!now)
+			now = bpf_ktime_get_ns();
 		end_off_cpu(t, now);
 		t->sched_state = SP_ST_RUNNING;
 		t->state_since_ns = now;
@@ -125,7 +129,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 
 static __always_inline void woken(struct task_struct *p)
 {
-	struct sp_thread *t = family_thread(BPF_CORE_READ(p, pid));
+	struct sp_thread *t = family_thread(p->pid);
 	__u64 now;
 
 	if (!t || (t->sched_state != SP_ST_SLEEPING && t->sched_state != SP_ST_BLOCKED_SEND))

@@ -14,10 +14,14 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* x86-64 syscall numbers; other architectures get a different table (see probes.md). */
 #define NR_WRITE 1
+#define NR_CLOSE 3
 #define NR_WRITEV 20
+#define NR_DUP2 33
 #define NR_SENDTO 44
 #define NR_SENDMSG 46
+#define NR_DUP3 292
 #define NR_SENDMMSG 307
+#define NR_CLOSE_RANGE 436
 
 static __always_inline __u32 send_call_of(long id)
 {
@@ -29,6 +33,12 @@ static __always_inline __u32 send_call_of(long id)
 	case NR_WRITEV: return SP_CALL_WRITEV;
 	default: return SP_CALL_NONE;
 	}
+}
+
+/* Calls after which an fd may name another file than before. */
+static __always_inline int changes_fds(long id)
+{
+	return id == NR_CLOSE || id == NR_DUP2 || id == NR_DUP3 || id == NR_CLOSE_RANGE;
 }
 
 /* The struct sock behind fd in the current task, 0 if fd is not a socket. */
@@ -75,13 +85,36 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
 	b->wakeup_ns = t->wakeup_ns;
 }
 
-/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far. */
+/* The socket behind fd and its kind, from the thread's cache while the family's fds have not
+ * changed, else from the fd table (and cached). */
+static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kind)
+{
+	__u32 zero = 0;
+	__u64 *gen = bpf_map_lookup_elem(&fd_gen, &zero);
+	__u64 g = (gen ? *gen : 0) + 1;
+	struct sock *sk;
+
+	if (t->fd_cache_gen == g && t->fd_cache_fd == fd) {
+		*kind = t->fd_cache_kind;
+		return t->fd_cache_sk;
+	}
+	sk = fd_sock(fd);
+	*kind = sk ? sock_kind(sk) : SP_SOCK_NONE;
+	t->fd_cache_sk = (__u64)sk;
+	t->fd_cache_kind = *kind;
+	t->fd_cache_fd = fd;
+	t->fd_cache_gen = g;
+	return (__u64)sk;
+}
+
+/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far.
+ * Every syscall on the machine comes here: anything but a send by a family thread leaves after
+ * a compare and a bit test, with no map lookup that is not inlined. */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 {
 	__u32 call = send_call_of(id);
 	struct sp_thread *t;
-	struct sock *sk;
 	__u32 kind, tgid;
 	__u64 now, skp;
 
@@ -90,10 +123,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	t = family_thread((__u32)bpf_get_current_pid_tgid());
 	if (!t)
 		return 0;
-	sk = fd_sock((int)BPF_CORE_READ(regs, di));
-	if (!sk)
-		return 0;
-	kind = sock_kind(sk);
+	skp = thread_sock(t, (int)regs->di, &kind);
 	if (kind == SP_SOCK_NONE)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -108,8 +138,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 	t->send_call = call;
 	t->send_kind = kind;
 	t->send_enter_ns = now;
-	t->send_arg = BPF_CORE_READ(regs, si);
-	skp = (__u64)sk;
+	t->send_arg = regs->si;
 	if (kind == SP_SOCK_NET) {
 		/* A new socket for this thread: register it, or take it over from an entry that
 		 * outlived its socket (a freed struct sock is soon reused, by the next sender too). */
@@ -160,14 +189,24 @@ static __always_inline __u64 mmsg_bytes(__u64 vec, long n)
 	return total;
 }
 
-/* sys_exit: the send's outcome, duration and packet count. */
+/* sys_exit: the send's outcome, duration and packet count. Like sys_enter, every other syscall
+ * leaves after a compare. */
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
-	struct sp_thread *t = family_thread((__u32)bpf_get_current_pid_tgid());
+	long id = regs->orig_ax;	/* the syscall's number: a plain load of a BTF pointer */
+	struct sp_thread *t;
 	__u64 now, d, packets;
 	__u32 call;
 
+	if (send_call_of(id) == SP_CALL_NONE) {
+		/* after the call (close releases the fd even when it fails): a send racing it on
+		 * another thread cannot cache the old file again */
+		if (changes_fds(id) && in_family((__u32)bpf_get_current_pid_tgid()))
+			fd_gen_bump();
+		return 0;
+	}
+	t = family_thread((__u32)bpf_get_current_pid_tgid());
 	if (!t || t->send_call == SP_CALL_NONE)
 		return 0;
 	now = bpf_ktime_get_ns();

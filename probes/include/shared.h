@@ -100,10 +100,43 @@ static __always_inline void event_submit_wake(struct sp_event *e)
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
+/*
+ * One bit per thread id of the family (PID_MAX_LIMIT = 4M ids: 512 KiB). Every hot program asks
+ * this first: an array lookup the verifier inlines and a bit test, so threads outside the family
+ * (almost every call of a machine-wide tracepoint) cost a few instructions and no hash lookup.
+ * Set by user space (threads seen at attach) and by the fork program; cleared at thread exit.
+ */
+#define SP_TID_WORDS (1 << 16)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);	/* user space sets bits with atomic ORs in place */
+	__uint(max_entries, SP_TID_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} family_tids SEC(".maps");
+
+static __always_inline __u64 *tid_word(__u32 tid)
+{
+	__u32 idx = (tid >> 6) & (SP_TID_WORDS - 1);
+
+	return bpf_map_lookup_elem(&family_tids, &idx);
+}
+
+static __always_inline int in_family(__u32 tid)
+{
+	__u64 *w = tid_word(tid);
+
+	return w && ((*w >> (tid & 63)) & 1);
+}
+
 static __always_inline struct sp_thread *family_thread(__u32 tid)
 {
-	struct sp_thread *t = bpf_map_lookup_elem(&threads, &tid);
+	struct sp_thread *t;
 
+	if (!in_family(tid))
+		return 0;
+	t = bpf_map_lookup_elem(&threads, &tid);
 	if (t && t->sched_state == SP_ST_EXITED)
 		return 0;
 	return t;
@@ -166,20 +199,86 @@ static __always_inline void slot_add(__u64 *slots, __u64 n, __u64 idx)
 	slots[idx] += 1;
 }
 
+/*
+ * Counter rows kept in slots of a per-CPU array: the hot path indexes an array where a per-CPU
+ * hash would hash the row's key on every event. A row's slot is named in `slots` (key -> slot)
+ * and claimed in `rows` (slot -> key): an insert with BPF_NOEXIST succeeds once, so two CPUs
+ * meeting a new row at once agree on its slot (a fetch-and-add would need BPF v3 code, which
+ * older verifiers see differently). Slots are never given back during a run.
+ */
+#define SP_NO_SLOT 0xffffffff
+#define SP_SLOT_PROBES 16
+
+/* Whether two keys of `size` bytes (a multiple of 4, at most 32) are equal. */
+static __always_inline int key_eq(const void *a, const void *b, __u32 size)
+{
+	const __u32 *x = a, *y = b;
+
+	for (int i = 0; i < 8; i++) {
+		if (i * 4 >= size)
+			break;
+		if (x[i] != y[i])
+			return 0;
+	}
+	return 1;
+}
+
+/* A multiplicative hash of a key's words (same limits as key_eq). */
+static __always_inline __u32 key_hash(const void *key, __u32 size)
+{
+	const __u32 *x = key;
+	__u32 h = 0;
+
+	for (int i = 0; i < 8; i++) {
+		if (i * 4 >= size)
+			break;
+		h = (h ^ x[i]) * 2654435761u;
+	}
+	return h ^ (h >> 16);
+}
+
+/* The slot of a row, claimed on first sight: the first free one of SP_SLOT_PROBES slots from the
+ * key's hash. *fresh says this call made the row; SP_NO_SLOT when the table is full. */
+static __always_inline __u32 slot_of(void *slots, void *rows, const void *key, __u32 key_size,
+				     __u32 nslots, int *fresh)
+{
+	__u32 *slot = bpf_map_lookup_elem(slots, key), h, s;
+	void *held;
+
+	*fresh = 0;
+	if (slot)
+		return *slot;
+	h = key_hash(key, key_size);
+	for (int i = 0; i < SP_SLOT_PROBES; i++) {
+		s = (h + i) & (nslots - 1);
+		if (bpf_map_update_elem(rows, &s, key, BPF_NOEXIST)) {
+			/* taken: by this very row on another CPU, or by another row */
+			held = bpf_map_lookup_elem(rows, &s);
+			if (!held || !key_eq(held, key, key_size))
+				continue;
+		} else {
+			*fresh = 1;
+		}
+		bpf_map_update_elem(slots, key, &s, BPF_ANY);
+		return s;
+	}
+	return SP_NO_SLOT;
+}
+
 /* Network namespace inode of a device, 0 when unknown. */
 static __always_inline __u32 dev_netns(struct net_device *dev)
 {
 	if (!dev)
 		return 0;
-	return BPF_CORE_READ(dev, nd_net.net, ns.inum);
+	return dev->nd_net.net->ns.inum;	/* BTF pointers: plain loads, no helper calls */
 }
 
 /* Remote address of an IPv4/IPv6 packet at its network header: daddr when `dst`, else saddr. */
 static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow_key *key)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 proto = bpf_ntohs(skb->protocol);
 
 	__builtin_memset(key, 0, sizeof(*key));
 	if (nh == (__u16)~0U)
@@ -205,8 +304,20 @@ static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow
 	return -1;
 }
 
-/* The last socket looked up on this CPU and its owner (0: not the family's). A packet passes
- * four or five hooks and a sender streams from one socket, so most lookups end here. */
+/* Whether two flow keys name the same address (word by word: no memcmp in BPF). */
+static __always_inline int same_flow(const struct sp_flow_key *a, const struct sp_flow_key *b)
+{
+	const __u32 *x = (const __u32 *)a->addr, *y = (const __u32 *)b->addr;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && a->family == b->family;
+}
+
+/* Sockets recently looked up on this CPU and their owners (0: not the family's), in a small
+ * direct-mapped cache: a packet passes four or five hooks, a sender streams from one socket, and
+ * the replies the kernel makes (ICMP, RST) come from a few sockets of its own that take turns
+ * with the sender's, so most lookups end here without touching target_socks. */
+#define SP_SOCK_WAYS 8
+
 struct sock_owner {
 	__u64 sk;
 	__u64 gen;	/* sock_gen when cached: a newly registered socket invalidates the cache */
@@ -224,33 +335,86 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SP_SOCK_WAYS);
 	__type(key, __u32);
 	__type(value, struct sock_owner);
 } last_sock SEC(".maps");
 
-/* tgid of the family process that owns the skb's socket, 0 if none. */
-static __always_inline __u32 skb_target(struct sk_buff *skb)
+/* Bumped whenever flows or target_netns gets a new or changed entry: per-CPU caches of what an
+ * address or namespace means (drops) are valid while it stays the same. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} flows_gen SEC(".maps");
+
+static __always_inline __u64 flows_gen_now(void)
 {
-	__u64 sk = (__u64)BPF_CORE_READ(skb, sk);
-	__u32 zero = 0, *tgid;
-	struct sock_owner *last;
+	__u32 zero = 0;
+	__u64 *gen = bpf_map_lookup_elem(&flows_gen, &zero);
+
+	return gen ? *gen : 0;
+}
+
+static __always_inline void flows_gen_bump(void)
+{
+	__u32 zero = 0;
+	__u64 *gen = bpf_map_lookup_elem(&flows_gen, &zero);
+
+	if (gen)
+		__sync_fetch_and_add(gen, 1);
+}
+
+/* Bumped whenever a family thread may have changed what one of its fds refers to (close, dup2,
+ * dup3, close_range returned; exec closed its close-on-exec fds): every thread's cached fd ->
+ * socket then resolves again (send_path). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fd_gen SEC(".maps");
+
+static __always_inline void fd_gen_bump(void)
+{
+	__u32 zero = 0;
+	__u64 *gen = bpf_map_lookup_elem(&fd_gen, &zero);
+
+	if (gen)
+		__sync_fetch_and_add(gen, 1);
+}
+
+/* tgid of the family process that owns the socket sk, 0 if none. */
+static __always_inline __u32 sock_target(__u64 sk)
+{
+	__u32 zero = 0, way, *tgid;
+	struct sock_owner *c;
 	__u64 *gen, g;
 
 	if (!sk)
 		return 0;
 	gen = bpf_map_lookup_elem(&sock_gen, &zero);
 	g = gen ? *gen : 0;
-	last = bpf_map_lookup_elem(&last_sock, &zero);
-	if (last && last->sk == sk && last->gen == g)
-		return last->tgid;
+	/* struct sock objects are over 512 bytes apart: bits above that spread them */
+	way = (__u32)((sk >> 9) ^ (sk >> 12)) & (SP_SOCK_WAYS - 1);
+	c = bpf_map_lookup_elem(&last_sock, &way);
+	if (c && c->sk == sk && c->gen == g)
+		return c->tgid;
 	tgid = bpf_map_lookup_elem(&target_socks, &sk);
-	if (last) {
-		last->sk = sk;
-		last->gen = g;
-		last->tgid = tgid ? *tgid : 0;
+	if (c) {
+		c->sk = sk;
+		c->gen = g;
+		c->tgid = tgid ? *tgid : 0;
 	}
 	return tgid ? *tgid : 0;
+}
+
+/* tgid of the family process that owns the skb's socket, 0 if none. */
+static __always_inline __u32 skb_target(struct sk_buff *skb)
+{
+	/* read as a number (not a BTF pointer), so that sock_target may hash it */
+	return sock_target((__u64)BPF_CORE_READ(skb, sk));
 }
 
 #endif /* SCANPROF_SHARED_H */

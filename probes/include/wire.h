@@ -76,6 +76,12 @@ struct sp_thread {
 	__u64 send_arg;		/* sendmmsg: user address of the mmsghdr vector */
 	__u32 send_call;	/* enum sp_send_call, SP_CALL_NONE outside a send */
 	__u32 send_kind;	/* enum sp_sock_kind */
+	/* the socket behind the fd this thread last sent on, resolved once and kept while the
+	 * shared fd_gen has not moved (no close, dup2, dup3, close_range or exec in the family) */
+	__u64 fd_cache_sk;	/* struct sock *, 0 if the fd is not a socket */
+	__u64 fd_cache_gen;	/* fd_gen + 1 when cached, 0 when nothing is */
+	__s32 fd_cache_fd;
+	__u32 fd_cache_kind;	/* enum sp_sock_kind */
 	__u32 sched_state;	/* enum sp_sched_state */
 	__s32 block_stack;	/* kernel stack id at the switch into SP_ST_BLOCKED_SEND */
 	__u64 state_since_ns;	/* when sched_state began */

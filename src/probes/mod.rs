@@ -4,6 +4,7 @@
 
 mod kernel;
 mod sizing;
+mod tids;
 mod uprobe;
 
 use std::collections::BTreeMap;
@@ -59,7 +60,7 @@ pub const HEALTH_SLOTS: usize = 8;
 // header, these constants and sizes must follow them (200 bytes of scalars and two 48-byte budget
 // snapshots in sp_thread, then the errno slots and two histograms; 48 bytes of scalars in
 // sp_event, then comm and path).
-const _: () = assert!(size_of::<sp_thread>() == 200 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
+const _: () = assert!(size_of::<sp_thread>() == 224 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 const _: () = assert!(size_of::<sp_dev_key>() == 16);
@@ -294,10 +295,13 @@ pub struct ProbeSet {
     events_rx: mpsc::Receiver<sp_event>,
     calls_rx: mpsc::Receiver<sp_call>,
     family: MapHandle,
+    tids: tids::TidBits,
     threads: MapHandle,
     health: MapHandle,
     drops: MapHandle,
+    drop_slots: MapHandle,
     devs: MapHandle,
+    dev_slots: MapHandle,
     qdepth: MapHandle,
     devnames: MapHandle,
     block_sites: MapHandle,
@@ -483,10 +487,13 @@ impl ProbeSet {
             events_rx,
             calls_rx,
             family: by_name("family")?,
+            tids: tids::TidBits::map(&by_name("family_tids")?)?,
             threads: by_name("threads")?,
             health: by_name("health")?,
             drops: by_name("drops")?,
+            drop_slots: by_name("drop_slots")?,
             devs: by_name("devs")?,
+            dev_slots: by_name("dev_slots")?,
             qdepth: by_name("qdepth")?,
             devnames: by_name("devnames")?,
             block_sites: by_name("block_sites")?,
@@ -535,10 +542,18 @@ impl ProbeSet {
             .threads
             .update(&tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST)
         {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(bpf_err(format!("tracking thread {tid}"))(e)),
+            Ok(()) => {}
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(bpf_err(format!("tracking thread {tid}"))(e)),
         }
+        // Only now that its record exists: the hot programs look for it once the bit is set.
+        self.tids.set(tid);
+        Ok(())
+    }
+
+    /// Whether the hot programs treat this thread as the family's (its bit is set).
+    pub fn thread_bit(&self, tid: u32) -> bool {
+        self.tids.contains(tid)
     }
 
     /// Every tracked thread's record.
@@ -558,24 +573,28 @@ impl ProbeSet {
 
     /// Drop counts, summed over CPUs.
     pub fn drops(&self) -> Vec<(sp_drop_key, u64)> {
-        percpu_rows(&self.drops, |acc: &mut u64, v: &u64| *acc += *v)
+        slotted_rows(&self.drop_slots, &self.drops, |acc: &mut u64, v: &u64| *acc += *v)
     }
 
     /// Device counters, summed over CPUs.
     pub fn devices(&self) -> Vec<(sp_dev_key, sp_dev_stats)> {
-        percpu_rows(&self.devs, |acc: &mut sp_dev_stats, v: &sp_dev_stats| {
-            acc.queued += v.queued;
-            acc.enqueued += v.enqueued;
-            acc.dequeued += v.dequeued;
-            acc.xmit_ok += v.xmit_ok;
-            acc.xmit_busy += v.xmit_busy;
-            acc.xmit_err += v.xmit_err;
-            acc.xmit_bytes += v.xmit_bytes;
-            acc.neigh_started += v.neigh_started;
-            acc.neigh_queued += v.neigh_queued;
-            acc.neigh_resolved += v.neigh_resolved;
-            acc.neigh_failed += v.neigh_failed;
-        })
+        slotted_rows(
+            &self.dev_slots,
+            &self.devs,
+            |acc: &mut sp_dev_stats, v: &sp_dev_stats| {
+                acc.queued += v.queued;
+                acc.enqueued += v.enqueued;
+                acc.dequeued += v.dequeued;
+                acc.xmit_ok += v.xmit_ok;
+                acc.xmit_busy += v.xmit_busy;
+                acc.xmit_err += v.xmit_err;
+                acc.xmit_bytes += v.xmit_bytes;
+                acc.neigh_started += v.neigh_started;
+                acc.neigh_queued += v.neigh_queued;
+                acc.neigh_resolved += v.neigh_resolved;
+                acc.neigh_failed += v.neigh_failed;
+            },
+        )
     }
 
     /// Deepest each qdisc got since the previous call (rows are deleted as they are read).
@@ -951,6 +970,28 @@ fn percpu_rows<K: Copy, V: Copy + Default>(map: &MapHandle, fold: impl Fn(&mut V
         .filter_map(|k| {
             let key = read_pod::<K>(&k)?;
             let per_cpu = map.lookup_percpu(&k, MapFlags::ANY).ok().flatten()?;
+            let mut acc = V::default();
+            for bytes in &per_cpu {
+                fold(&mut acc, &read_pod::<V>(bytes)?);
+            }
+            Some((key, acc))
+        })
+        .collect()
+}
+
+/// Rows kept in slots of a per-CPU array (`values`), each row's slot named by `slots` (key ->
+/// u32): each row folded over CPUs with `fold`.
+fn slotted_rows<K: Copy, V: Copy + Default>(
+    slots: &MapHandle,
+    values: &MapHandle,
+    fold: impl Fn(&mut V, &V),
+) -> Vec<(K, V)> {
+    slots
+        .keys()
+        .filter_map(|k| {
+            let key = read_pod::<K>(&k)?;
+            let slot = slots.lookup(&k, MapFlags::ANY).ok().flatten()?;
+            let per_cpu = values.lookup_percpu(&slot, MapFlags::ANY).ok().flatten()?;
             let mut acc = V::default();
             for bytes in &per_cpu {
                 fold(&mut acc, &read_pod::<V>(bytes)?);
