@@ -191,14 +191,14 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
             "--map-size",
             "flows=1000",
             "--map-size",
-            "drops=512",
+            "block_sites=512",
         ],
     );
     let maps = held_maps(scanprof.pid());
     stop(scanprof, target);
     // threads and flows are created by the family object and reused by the others: still one map
     // each (the load stops if a shared map is loaded twice), of the size asked for.
-    for (name, entries) in [("threads", 4096), ("flows", 1000), ("drops", 512)] {
+    for (name, entries) in [("threads", 4096), ("flows", 1000), ("block_sites", 512)] {
         let m = by_name(&maps, name);
         assert_eq!(m.len(), 1, "{name}: {m:?}");
         assert_eq!(m[0].max_entries, entries, "{name}");
@@ -209,27 +209,47 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
         "threads map of 4096 entries locks only {threads} B"
     );
 
-    // An array's size is a number the programs define: refused, naming the maps that can be sized.
+    // An array's size, or a slot table's, is a number the programs define: refused, naming the
+    // maps that can be sized.
+    for fixed in ["health=64", "drops=512", "drop_slots=512"] {
+        let target = sleeper();
+        let out = Command::new(scanprof_bin())
+            .args([
+                "attach",
+                "-p",
+                &target.pid().to_string(),
+                "--json",
+                "--duration",
+                "5",
+            ])
+            .args(["--map-size", fixed])
+            .output()
+            .expect("cannot run scanprof");
+        drop(target);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = fixed.split('=').next().unwrap_or_default();
+        assert!(!out.status.success(), "--map-size {fixed} accepted: {stderr}");
+        assert!(
+            stderr.contains(&format!("--map-size {name}: that map cannot be resized"))
+                && stderr.contains("threads")
+                && stderr.contains("flows"),
+            "{stderr}"
+        );
+    }
+    // Every map the list says can be sized is one the probes have, of a type that can: all of
+    // them sized at once (to the sizes they had above), the load succeeds.
     let target = sleeper();
-    let out = Command::new(scanprof_bin())
-        .args([
-            "attach",
-            "-p",
-            &target.pid().to_string(),
-            "--json",
-            "--duration",
-            "5",
-        ])
-        .args(["--map-size", "health=64"])
-        .output()
-        .expect("cannot run scanprof");
-    drop(target);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "--map-size health=64 accepted: {stderr}");
-    assert!(
-        stderr.contains("--map-size health") && stderr.contains("threads") && stderr.contains("flows"),
-        "{stderr}"
-    );
+    let mut args: Vec<String> = Vec::new();
+    for name in scanprof::probes::RESIZABLE {
+        let entries = by_name(&maps, name)
+            .first()
+            .unwrap_or_else(|| panic!("no map {name} among scanprof's"))
+            .max_entries;
+        args.extend(["--map-size".to_string(), format!("{name}={entries}")]);
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let scanprof = attached(target.pid(), &refs);
+    stop(scanprof, target);
     bpf.assert_released("scanprof attach --map-size");
 }
 

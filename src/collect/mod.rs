@@ -218,32 +218,43 @@ impl Health {
     /// What the run misses because a map filled, one line per full map, each naming the flag
     /// that raises it. `capacity` gives a map's entries (None if unknown).
     pub fn full_map_warnings(&self, capacity: impl Fn(&str) -> Option<u32>) -> Vec<String> {
+        // (count, map, what was missed, whether --map-size can raise it: the drop and device
+        // tables are slots of arrays sized by constants of probes/drops.bpf.c and netdev.bpf.c)
         [
             (
                 self.threads_untracked,
                 "threads",
                 "family threads were not tracked",
+                true,
             ),
-            (self.drops_uncounted, "drops", "drops were not counted"),
+            (self.drops_uncounted, "drops", "drops were not counted", false),
             (
                 self.devices_uncounted,
                 "devs",
                 "device stage events were not counted",
+                false,
             ),
             (
                 self.block_sites_uncounted,
                 "block_sites",
                 "blocking episodes were not counted",
+                true,
             ),
         ]
         .into_iter()
-        .filter(|(n, _, _)| *n > 0)
-        .map(|(n, map, what)| match capacity(map) {
-            Some(cap) => format!(
+        .filter(|(n, _, _, _)| *n > 0)
+        .map(|(n, map, what, flag)| match (capacity(map), flag) {
+            (Some(cap), true) => format!(
                 "{n} {what}: the {map} map ({cap} entries) was full; raise it with --map-size {map}={}",
                 cap.saturating_mul(4).min(probes::MAX_MAP_ENTRIES)
             ),
-            None => format!("{n} {what}: the {map} map was full; raise it with --map-size {map}=ENTRIES"),
+            (None, true) => {
+                format!("{n} {what}: the {map} map was full; raise it with --map-size {map}=ENTRIES")
+            }
+            (Some(cap), false) => {
+                format!("{n} {what}: the {map} table ({cap} rows, a constant of the probes) was full")
+            }
+            (None, false) => format!("{n} {what}: the {map} table was full"),
         })
         .collect()
     }
@@ -780,8 +791,20 @@ mod health_tests {
             [
                 "9 family threads were not tracked: the threads map (4 entries) was full; raise it \
                  with --map-size threads=16",
-                "2 drops were not counted: the drops map was full; raise it with --map-size \
-                 drops=ENTRIES",
+                "2 drops were not counted: the drops table was full",
+            ]
+        );
+        let h = Health {
+            block_sites_uncounted: 3,
+            drops_uncounted: 1,
+            ..Health::default()
+        };
+        assert_eq!(
+            h.full_map_warnings(|_| Some(8192)),
+            [
+                "1 drops were not counted: the drops table (8192 rows, a constant of the probes) was full",
+                "3 blocking episodes were not counted: the block_sites map (8192 entries) was full; \
+                 raise it with --map-size block_sites=32768",
             ]
         );
     }

@@ -20,6 +20,7 @@ use crate::system::startup::mark as timing;
 pub use kernel::{KernelFeatures, TRACEPOINTS};
 pub use sizing::{
     describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET,
+    RESIZABLE,
 };
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,

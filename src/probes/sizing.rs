@@ -38,9 +38,31 @@ pub const MAX_MAP_ENTRIES: u32 = 1 << 26;
 /// A map sized up with `--map-size`, or per-CPU maps on a machine with many CPUs, can exceed it.
 pub const MEMORY_BUDGET: u64 = 16_000_000;
 
-/// Map types whose size is a capacity (hashes, stack traces, ring buffers). Arrays are indexed by
-/// numbers the programs define (health slots, probe indexes) and keep their declared size.
-fn resizable(t: MapType) -> bool {
+/// The maps `--map-size` may size: hash, LRU, stack-trace and ring-buffer maps whose size is a
+/// capacity that no program depends on. Not arrays (indexed by numbers the programs define), and
+/// not the slot tables of the drop and device counters (`drop_slots`, `dev_slots` and their
+/// `*_rows`: sized together with the arrays they index, by constants of the C code). Every name
+/// asked for is checked against the objects at load, so a map renamed or turned into an array
+/// stops the load instead of being sized wrongly.
+pub const RESIZABLE: [&str; 14] = [
+    "threads",
+    "family",
+    "flows",
+    "target_socks",
+    "target_netns",
+    "stacks",
+    "block_sites",
+    "neighs",
+    "devnames",
+    "qdepth",
+    "uprobe_entry",
+    "uprobe_pinned",
+    "events",
+    "calls",
+];
+
+/// Map types whose size is a capacity (hashes, stack traces, ring buffers).
+fn capacity_type(t: MapType) -> bool {
     matches!(
         t,
         MapType::Hash
@@ -81,26 +103,35 @@ impl MapSizes {
         self.entries.get(name).copied()
     }
 
-    /// Checks that every map named is a map of the objects whose size is a capacity.
+    /// Checks that every map named is one of `RESIZABLE`, and a map of the objects whose size
+    /// is a capacity.
     pub(super) fn check<'a>(&self, objects: impl Iterator<Item = &'a OpenObject>) -> Result<(), ProbeError> {
-        let mut known = BTreeSet::new();
+        let mut capacity = BTreeSet::new();
         for obj in objects {
             for map in obj.maps() {
-                if resizable(map.map_type()) {
-                    known.insert(map.name().to_string_lossy().into_owned());
+                if capacity_type(map.map_type()) {
+                    capacity.insert(map.name().to_string_lossy().into_owned());
                 }
             }
         }
         for name in self.entries.keys() {
-            if !known.contains(name) {
-                return Err(ProbeError::Bpf {
-                    what: format!(
-                        "--map-size {name}: no map of that name can be resized (maps that can: {})",
-                        known.iter().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                    source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
-                });
-            }
+            let what = if !RESIZABLE.contains(&name.as_str()) {
+                format!(
+                    "--map-size {name}: that map cannot be resized (maps that can: {})",
+                    RESIZABLE.join(", ")
+                )
+            } else if !capacity.contains(name) {
+                format!(
+                    "--map-size {name}: the probes have no hash, stack or ring buffer map of that name \
+                     (src/probes/sizing.rs is out of date with probes/)"
+                )
+            } else {
+                continue;
+            };
+            return Err(ProbeError::Bpf {
+                what,
+                source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
+            });
         }
         Ok(())
     }
@@ -233,6 +264,13 @@ mod tests {
             describe(&maps),
             "8.0 MB (threads 6.4 MB, flows 1.6 MB, 2 smaller maps 0.0 MB)"
         );
+    }
+
+    #[test]
+    fn every_default_is_a_resizable_map() {
+        for (name, _) in DEFAULT_SIZES {
+            assert!(RESIZABLE.contains(&name), "{name}");
+        }
     }
 
     #[test]

@@ -656,12 +656,9 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
     let lost = rec.summary.as_ref().map_or(health.lost_events, |s| s.lost_events);
     let _ = writeln!(o, "- lost probe records (ring buffer full): {lost}");
     for (what, n) in [
+        ("drops not counted (drop table full)", health.drops_uncounted),
         (
-            "drops not counted (drop map full: `--map-size drops=ENTRIES`)",
-            health.drops_uncounted,
-        ),
-        (
-            "device events not counted (device map full: `--map-size devs=ENTRIES`)",
+            "device events not counted (device table full)",
             health.devices_uncounted,
         ),
         (
