@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use super::family::{ProcessInfo, ProcessTable};
 use super::{Collector, CounterSample, FamilyEvent};
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
-use crate::probes::{KernelFeatures, ProbeOptions, ProbeSet, ProbeStatus};
+use crate::probes::{ProbeOptions, ProbeSet, ProbeStatus};
 use crate::system::monotonic_ns;
 use crate::system::startup::mark;
 
@@ -305,9 +305,7 @@ fn collect(
             Target::Pids(_) => ProcessTable::discover(&roots)?,
         };
         mark("family discovered in /proc");
-        let features = KernelFeatures::detect();
-        mark("kernel features read");
-        let probes = ProbeSet::load(&cfg.probe_options, &features)?;
+        let (probes, features) = ProbeSet::load_detecting(&cfg.probe_options)?;
         mark("probes loaded and attached");
         let start_ns = monotonic_ns();
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;

@@ -311,15 +311,46 @@ pub struct ProbeSet {
     status: Vec<ProbeStatus>,
 }
 
+/// The kernel's features as `ProbeSet::load_with` gets them: known already, or being read on
+/// another thread.
+enum Features<'a> {
+    Known(&'a KernelFeatures),
+    Detecting(std::thread::JoinHandle<KernelFeatures>),
+}
+
 impl ProbeSet {
     /// Loads every probe object and attaches its programs. Programs the kernel lacks are
     /// left out with a status entry saying why; only a failure of the core (family
     /// tracking) is an error.
     pub fn load(opts: &ProbeOptions, features: &KernelFeatures) -> Result<ProbeSet, ProbeError> {
-        capture_libbpf_log();
         if !features.btf {
             return Err(ProbeError::NoBtf);
         }
+        Self::load_with(opts, Features::Known(features)).map(|(set, _)| set)
+    }
+
+    /// `load`, reading the kernel's features (`KernelFeatures::detect`: a parse of its BTF) on a
+    /// thread of their own while the family object loads: only the objects after it need them.
+    /// Returns the features too.
+    pub fn load_detecting(opts: &ProbeOptions) -> Result<(ProbeSet, KernelFeatures), ProbeError> {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            return Err(ProbeError::NoBtf);
+        }
+        let detecting = std::thread::Builder::new()
+            .name("scanprof-features".into())
+            .spawn(KernelFeatures::detect)
+            .map_err(|e| ProbeError::Bpf {
+                what: format!("reading the kernel's features: {e}"),
+                source: libbpf_rs::Error::from_raw_os_error(libc::EAGAIN),
+            })?;
+        Self::load_with(opts, Features::Detecting(detecting))
+    }
+
+    fn load_with(
+        opts: &ProbeOptions,
+        source: Features<'_>,
+    ) -> Result<(ProbeSet, KernelFeatures), ProbeError> {
+        capture_libbpf_log();
         // Each object is opened once: the shared maps are derived from these, then each is
         // loaded from its open copy (a second open only to find a program the kernel rejects).
         let mut family_open = open("family", FAMILY_OBJ)?;
@@ -334,6 +365,18 @@ impl ProbeSet {
         let mark = log_mark();
         let family_obj = family_open.load().map_err(load_err("family", mark))?;
         timing("family object loaded");
+        let features = match source {
+            Features::Known(f) => f.clone(),
+            Features::Detecting(thread) => thread.join().map_err(|_| ProbeError::Bpf {
+                what: "reading the kernel's features: the thread failed".into(),
+                source: libbpf_rs::Error::from_raw_os_error(libc::EIO),
+            })?,
+        };
+        if !features.btf {
+            return Err(ProbeError::NoBtf);
+        }
+        timing("kernel features read (beside the family object)");
+        let features = &features;
         let shared: Vec<(String, MapHandle)> = shared_names
             .into_iter()
             .map(|name| {
@@ -482,7 +525,7 @@ impl ProbeSet {
             .build()
             .map_err(bpf_err("setting up the event ring buffer"))?;
 
-        Ok(ProbeSet {
+        let set = ProbeSet {
             uprobes,
             ring,
             events_rx,
@@ -502,7 +545,8 @@ impl ProbeSet {
             _links: links,
             _objects: objects,
             status,
-        })
+        };
+        Ok((set, features.clone()))
     }
 
     /// What was attached, and what was not and why.
