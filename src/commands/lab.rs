@@ -949,6 +949,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         export: o.export.clone(),
         force: o.force,
         redact: false,
+        bpf_stats: crate::cli::BpfStatsArg::Sampled,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);

@@ -3,6 +3,7 @@
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
 mod kernel;
+mod stats;
 mod tids;
 mod uprobe;
 
@@ -15,6 +16,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenO
 use thiserror::Error;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
+pub use stats::{BpfStats, ProgramRuntime};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
     UPROBE_MAX,
@@ -299,6 +301,8 @@ pub struct ProbeSet {
     stacks: MapHandle,
     _objects: Vec<Object>,
     status: Vec<ProbeStatus>,
+    /// run-time statistics of the programs above (closes the stats fd, if held, on drop)
+    bpf_stats: BpfStats,
 }
 
 impl ProbeSet {
@@ -379,6 +383,7 @@ impl ProbeSet {
             }
         };
         check_shared(objects.iter().chain(uprobes_obj.iter()))?;
+        let bpf_stats = BpfStats::of_objects(objects.iter().chain(uprobes_obj.iter()));
 
         // Attached only now that every object is loaded and its maps checked: a program that
         // runs has the one family, thread table and socket cache every other program sees.
@@ -481,7 +486,14 @@ impl ProbeSet {
             _links: links,
             _objects: objects,
             status,
+            bpf_stats,
         })
+    }
+
+    /// The programs' BPF run-time statistics: per program (name, run_cnt, run_time_ns) with
+    /// `read()`, switched on and off by the caller.
+    pub fn bpf_stats(&mut self) -> &mut BpfStats {
+        &mut self.bpf_stats
     }
 
     /// What was attached, and what was not and why.

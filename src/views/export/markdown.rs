@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Recording;
 use crate::analysis::{Summary, STAGES};
 use crate::collect::DropClass;
-use crate::views::text::{ns, pct};
+use crate::views::text::{ns, pct, probe_cost_lines};
 
 /// Renders the bundle's report.md.
 ///
@@ -677,10 +677,21 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
     if let Some(s) = &rec.summary {
         let _ = writeln!(
             o,
-            "- scanprof's own cost: {:.1}% of a CPU, {:.0} probe events/s",
+            "- scanprof's own cost: {:.1}% of a CPU (its own process), {:.0} probe events/s",
             s.cost.cpu * 100.0,
             s.cost.probe_hits_per_s
         );
+        for line in probe_cost_lines(&s.cost) {
+            let line = line.trim_start();
+            match line.strip_prefix("WARNING: ") {
+                Some(alert) => {
+                    let _ = writeln!(o, "- **{}**", escape_inline(alert));
+                }
+                None => {
+                    let _ = writeln!(o, "- {}", escape_inline(line));
+                }
+            }
+        }
     }
     let probes = if rec.probes.is_empty() {
         rec.summary

@@ -305,9 +305,30 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
             Style::new().bold(),
         ));
+        line1.push(Span::raw(format!("  scanprof: {:.1}% CPU", s.cost.cpu * 100.0)));
+        // The probes' own cost, charged to the target: plain and red above the alert share.
+        if let Some(b) = &s.cost.bpf {
+            let per_packet = b.ns_per_packet.map_or("-".to_string(), dur);
+            let share = b.share_of_target.map_or("-".to_string(), pct);
+            let sampled = match b.coverage {
+                crate::collect::bpf_time::StatsCoverage::Sampled => {
+                    format!(", sampled {:.0}%", b.measured_share * 100.0)
+                }
+                crate::collect::bpf_time::StatsCoverage::Continuous => String::new(),
+            };
+            line1.push(if b.alert {
+                Span::styled(
+                    format!(" + PROBES TAKE {share} OF TARGET CPU ({per_packet}/pkt{sampled})"),
+                    Style::new().fg(Color::Red).bold(),
+                )
+            } else {
+                Span::raw(format!(
+                    " + probes {per_packet}/pkt = {share} of target CPU{sampled}"
+                ))
+            });
+        }
         line1.push(Span::raw(format!(
-            "  scanprof: {:.1}% CPU, {} events/s, lost {}",
-            s.cost.cpu * 100.0,
+            ", {} events/s, lost {}",
             rate(s.cost.probe_hits_per_s),
             s.health.lost_events
         )));
