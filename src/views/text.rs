@@ -59,7 +59,7 @@ pub fn ns(v: f64) -> String {
 pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
     let Some(b) = &c.bpf else {
         return vec![
-            "scanprof's BPF programs: run time not measured (kernel BPF statistics unavailable)".to_string(),
+            "scanprof's BPF programs: run time not measured (--bpf-stats off, or the kernel refused its statistics)".to_string(),
         ];
     };
     let mut out = vec![format!(
