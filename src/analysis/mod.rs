@@ -367,10 +367,12 @@ impl Analyzer {
             cost: Cost {
                 cpu: last.self_cpu_ns.saturating_sub(self.start_cpu_ns) as f64 / duration_ns.max(1) as f64,
                 probe_hits_per_s: last.health.probe_hits as f64 / (duration_ns.max(1) as f64 / 1e9),
+                // Since attach, like the run's packets (a window counting the whole run opened
+                // at attach, before the first sample).
                 bpf: last.bpf.as_ref().and_then(|now| {
                     ProbeCost::of(
                         now,
-                        self.start_bpf.as_ref(),
+                        None,
                         duration_ns,
                         t.packets,
                         probe_cost::target_oncpu_ns(&last.threads, None),

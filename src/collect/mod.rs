@@ -347,8 +347,13 @@ impl Collector {
     }
 
     /// When scanprof turns the kernel's BPF run-time statistics on (before the first sample).
+    /// Counting the whole run (by policy, or because the sysctl has them on), the first window
+    /// opens now, at attach: the run's packets count from there too.
     pub fn set_bpf_policy(&mut self, policy: bpf_time::StatsPolicy) {
         self.bpf = bpf_time::BpfMeter::new(policy);
+        if policy == bpf_time::StatsPolicy::Continuous || crate::probes::BpfStats::machine_wide() {
+            self.bpf.open(self.probes.bpf_stats(), self.start_ns);
+        }
     }
 
     /// When the BPF statistics window of the tick ending at `tick_end_ns` opens, if one is due.
