@@ -80,7 +80,7 @@ pub struct BpfMeter {
     holder: StatsHolder,
     /// whether any window was sampled rather than continuous
     sampled: bool,
-    /// why statistics could not be turned on, once
+    /// why statistics could not be turned on (then they are not tried again)
     pub error: Option<String>,
 }
 
@@ -125,9 +125,9 @@ impl BpfMeter {
         };
         if self.holder == StatsHolder::Scanprof {
             if let Err(e) = stats.turn_on() {
-                if self.error.is_none() {
-                    self.error = Some(e.to_string());
-                }
+                // Said once (a run warning); not tried again every tick.
+                self.error = Some(e.to_string());
+                self.policy = StatsPolicy::Off;
                 return;
             }
         }

@@ -1109,6 +1109,29 @@ mod tests {
     }
 
     #[test]
+    fn the_probes_cost_is_in_the_report_and_bold_above_the_alert() {
+        let mut rec = rich_recording();
+        let md = report_md(&rec, None, None, &[]);
+        assert!(
+            md.contains("- scanprof's BPF programs: 1.1 us per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time,"),
+            "{md}"
+        );
+        assert!(!md.contains("**scanprof's probes take"), "{md}");
+        let b = rec
+            .summary
+            .as_mut()
+            .and_then(|s| s.cost.bpf.as_mut())
+            .expect("measured");
+        b.share_of_target = Some(0.3);
+        b.alert = true;
+        let md = report_md(&rec, None, None, &[]);
+        assert!(
+            md.contains("- **scanprof's probes take 30.0% of the target's on-CPU time"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn absent_facts_and_checks_are_left_out() {
         let rec = rich_recording();
         let md = report_md(&rec, None, None, &[]);
