@@ -214,7 +214,7 @@ pub struct RunOptions {
     pub redact: bool,
     /// When to measure the probes' own BPF run time (kernel BPF statistics, which slow every BPF
     /// program on the machine while on): sampled (the last tenth of each tick, scaled up),
-    /// always (counted the whole run; costs a full-speed sender 12-40% of its rate here), off.
+    /// always (counted the whole run; costs a full-speed sender about 8-14% of its rate here), off.
     /// When `kernel.bpf_stats_enabled` is already 1, scanprof counts the whole run anyway.
     #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
     pub bpf_stats: BpfStatsArg,

@@ -146,8 +146,9 @@ impl ProbeCost {
     pub fn alert_text(&self) -> Option<String> {
         let share = self.share_of_target.filter(|_| self.alert)?;
         Some(format!(
-            "scanprof's probes take {:.1}% of the target's on-CPU time ({} per packet): the target runs slower \
-             because it is measured; its rate without scanprof would be up to {:.0}% higher",
+            "scanprof's probes take {:.1}% of the target's on-CPU time ({} per packet): measuring costs the \
+             target that much CPU; a target that sends as fast as its CPU allows is up to {:.0}% faster \
+             without scanprof",
             share * 100.0,
             self.ns_per_packet
                 .map_or("?".to_string(), |ns| format!("{ns:.0} ns")),
@@ -245,7 +246,7 @@ mod tests {
         let text = c.alert_text().expect("20% is above the alert");
         assert!(text.contains("20.0% of the target's on-CPU time"), "{text}");
         assert!(text.contains("200 ns per packet"), "{text}");
-        assert!(text.contains("up to 25% higher"), "{text}");
+        assert!(text.contains("up to 25% faster without scanprof"), "{text}");
     }
 
     #[test]

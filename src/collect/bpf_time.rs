@@ -43,7 +43,8 @@ pub enum StatsPolicy {
 
 impl StatsPolicy {
     /// Statistics on for the last tenth of each tick. Measured here (docs/benchmarks.md): with
-    /// them on all the time, a full-speed sender under scanprof kept 0.6-0.88 of its rate.
+    /// them on all the time, a full-speed sender under scanprof spent 8-9% more CPU per packet
+    /// (+690 to +775 ns) and kept 0.86-0.88 of its rate.
     pub const DEFAULT: StatsPolicy = StatsPolicy::Sampled { divisor: 10 };
 }
 

@@ -27,7 +27,7 @@ pub const FOR_UPROBES: Cap = caps::CAP_SYS_ADMIN;
 /// Kept as well by the collection thread while it samples the kernel's BPF run-time statistics
 /// (collect::bpf_time): turning them on for each tick's slice is BPF_ENABLE_STATS, which needs
 /// CAP_SYS_ADMIN. Keeping them on the whole run instead would need it only once, but costs a
-/// full-speed sender 12-14% of its rate here (docs/benchmarks.md).
+/// full-speed sender about 8-14% of its rate here (docs/benchmarks.md).
 pub const FOR_BPF_STATS: Cap = caps::CAP_SYS_ADMIN;
 
 /// Kept as well by the thread that writes a bundle into a directory it does not own (or the

@@ -631,7 +631,7 @@ fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_fi
     b.alert = true;
     let r = summary(&s);
     assert!(
-        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (1100 ns per packet): the target runs slower because it is measured; its rate without scanprof would be up to 33% higher"),
+        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (1100 ns per packet): measuring costs the target that much CPU; a target that sends as fast as its CPU allows is up to 33% faster without scanprof"),
         "{r}"
     );
 }

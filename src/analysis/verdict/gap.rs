@@ -106,9 +106,15 @@ fn probe_cost(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
             dur(per_packet),
             pct(share)
         ),
+        None if f.requested.is_some() => format!(
+            "scanprof's own probes take {} of the target's on-CPU time ({} per packet), yet it kept up with \
+             the requested rate: they cost it CPU time, not rate.",
+            p.share_of_target.map_or("?".to_string(), pct),
+            dur(per_packet)
+        ),
         None => format!(
-            "scanprof's own probes take {} of the target's on-CPU time ({} per packet): the rate it reached \
-             is lower than it would be unmeasured.",
+            "scanprof's own probes take {} of the target's on-CPU time ({} per packet): if it sends as fast \
+             as its CPU allows, the rate it reached is lower than it would be unmeasured.",
             p.share_of_target.map_or("?".to_string(), pct),
             dur(per_packet)
         ),

@@ -515,6 +515,24 @@ fn probes_under_the_alert_and_outside_the_excess_are_not_a_cause() {
 }
 
 #[test]
+fn probes_above_the_alert_at_the_requested_rate_cost_cpu_time_not_rate() {
+    // A busy-waiting sender at 1000 of 1000 pps whose probes take 8% of its on-CPU time: named,
+    // share 0, and not said to have slowed it.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.2, 0.0, 0.0, 0.0, 0.8)
+        .probes(80.0 * US, 0.08)
+        .verdicts();
+    let p = find(&v, "probe_cost");
+    assert_eq!(p.share, 0.0);
+    assert!(
+        p.sentence.contains("they cost it CPU time, not rate"),
+        "{}",
+        p.sentence
+    );
+    assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
+}
+
+#[test]
 fn probes_above_the_alert_are_named_even_without_a_requested_rate() {
     // A full-speed sender (no requested rate) whose probes take 20% of its on-CPU time: the rate
     // it reached is partly scanprof's doing. A finding of share 0 says so.
