@@ -289,10 +289,17 @@ impl Split {
             wait_excess += cpu;
             cpu = 0.0;
         }
-        // scanprof's own probes run inside the sender's syscalls: of the on-CPU excess, the part
-        // their BPF run time accounts for is the measurement's, not the scanner's.
+        // scanprof's own probes run inside the sender's syscalls: the gap their BPF run time
+        // makes is the measurement's, not the scanner's. Without that time each packet would
+        // take (1 - f_probe) of its time, the slot sigma / (1 - f_probe) of it, and the gap would
+        // be 1 - sigma / (1 - f_probe): the difference is theirs, taken from the on-CPU excess.
         s.f_probe = f.probe_ns().map_or(0.0, |ns| (ns / total).clamp(0.0, 1.0));
-        let probe_cost = s.f_probe.min(cpu);
+        let unmeasured_gap = if s.f_probe < 1.0 {
+            (1.0 - s.sigma / (1.0 - s.f_probe)).max(0.0)
+        } else {
+            0.0
+        };
+        let probe_cost = (rest - unmeasured_gap).clamp(0.0, s.f_probe).min(cpu);
         cpu -= probe_cost;
 
         let mut miscalibrated = 0.0;

@@ -460,40 +460,50 @@ fn probe_cost_of(packets: u64, ns_per_packet: f64, share: f64) -> ProbeCost {
 #[test]
 fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
     // 500 of 1000 pps, on CPU all the time: 2 ms per packet against a 1 ms slot, excess 0.5.
-    // The probes ran 600 us per packet: 0.3 of the sender's time, all of it inside that excess.
-    // probe_cost 0.3, cpu_bound the remaining 0.2; together still the whole gap.
+    // The probes ran 600 us per packet: 0.3 of the sender's time. Without them a packet takes
+    // 1.4 ms: 714 pps, a gap of 1 - 0.5 / 0.7 = 0.2857. probe_cost is the rest of the gap,
+    // 0.5 - 0.2857 = 0.2143, cpu_bound the scanner's 0.2857; together still the whole gap.
     let v = run(Some(1000.0), 500.0, 10.0)
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .probes(600.0 * US, 0.3)
         .verdicts();
-    assert_share(&v, "probe_cost", 0.3);
-    assert_share(&v, "cpu_bound", 0.2);
+    let unmeasured = 1.0 - 0.5 / 0.7;
+    assert_share(&v, "probe_cost", 0.5 - unmeasured);
+    assert_share(&v, "cpu_bound", unmeasured);
     assert!(close(gap_sum(&v), 0.5), "{v:#?}");
     assert_eq!(
         v[0].cause,
-        "probe_cost",
+        "cpu_bound",
         "the larger share first: {:?}",
         causes(&v)
     );
-    assert_eq!(v[0].confidence, STRONG);
+    let p = find(&v, "probe_cost");
+    assert_eq!(p.confidence, STRONG);
     assert!(
-        v[0].sentence.contains("scanprof's own probes slow the sender"),
+        p.sentence.contains("scanprof's own probes slow the sender"),
         "{}",
-        v[0].sentence
+        p.sentence
     );
     assert!(
-        v[0].evidence
+        p.evidence
             .iter()
             .any(|e| e.contains("30.0% of the target's on-CPU time (counted)")),
         "{:#?}",
-        v[0].evidence
+        p.evidence
+    );
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("without it the sender would reach about 714 pps")),
+        "{:#?}",
+        p.evidence
     );
 }
 
 #[test]
 fn a_gap_the_probes_explain_whole_is_not_blamed_on_the_scanner() {
-    // Same run, probes 1.5 ms per packet (0.75 of its time): more than the 0.5 excess. The whole
-    // gap is scanprof's; no cpu_bound.
+    // Same run, probes 1.5 ms per packet (0.75 of its time): without them a packet takes 0.5 ms,
+    // inside its 1 ms slot. The whole gap is scanprof's; no cpu_bound.
     let v = run(Some(1000.0), 500.0, 10.0)
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .probes(1.5 * MS, 0.75)
