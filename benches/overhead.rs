@@ -359,6 +359,10 @@ fn part1(lab: &Lab) -> f64 {
     let args = send_args(lab, 0.0, P1_SECONDS, &[]);
     let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
+    // scanprof's own figure of its BPF time (sampled run-time statistics) in the (b) runs: the
+    // total and each program's, ns per target packet
+    let mut bpf_total: Vec<f64> = Vec::new();
+    let mut bpf_programs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut funnel_whole = 0;
     let mut scanprof_wins = 0;
     for round in 0..P1_ROUNDS {
@@ -381,6 +385,17 @@ fn part1(lab: &Lab) -> f64 {
                     let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS);
                     rb = pps(&r);
                     notes.push(format!("scanprof saw {}/{} packets", s.packets, sent(&r)));
+                    if let Some(cost) = &s.cost.bpf {
+                        if let Some(ns) = cost.ns_per_packet {
+                            bpf_total.push(ns);
+                            notes.push(format!("its BPF {ns:.0} ns/packet ({:?})", cost.coverage));
+                        }
+                        for p in &cost.programs {
+                            if let Some(ns) = p.ns_per_packet {
+                                bpf_programs.entry(p.name.clone()).or_default().push(ns);
+                            }
+                        }
+                    }
                 }
                 _ => {
                     let (r, bt) = send_under_bpftrace(lab, &args, P1_SECONDS);
@@ -437,6 +452,32 @@ fn part1(lab: &Lab) -> f64 {
         median(&rbs),
         median(&rcs)
     );
+    let (added_b, added_c) = (1e9 / mb - 1e9 / ma, 1e9 / mc - 1e9 / ma);
+    println!(
+        "  targets: b/a = {:.3} (target >= 0.90: {}); scanprof's added ns per packet / bpftrace's = {:.2} \
+         (target <= 0.25: {})",
+        mb / ma,
+        if mb / ma >= 0.90 { "met" } else { "NOT met" },
+        added_b / added_c,
+        if added_b / added_c <= 0.25 { "met" } else { "NOT met" }
+    );
+    if !bpf_total.is_empty() {
+        let total = median(&bpf_total);
+        println!(
+            "  scanprof's own BPF time in (b), from its sampled run-time statistics (median of {} runs): \
+             {total:.0} ns per packet (target: sum <= 300 ns: {}); per program:",
+            bpf_total.len(),
+            if total <= 300.0 { "met" } else { "NOT met" }
+        );
+        let mut rows: Vec<(String, f64)> = bpf_programs
+            .iter()
+            .map(|(name, v)| (name.clone(), median(v)))
+            .collect();
+        rows.sort_by(|x, y| y.1.total_cmp(&x.1));
+        for (name, ns) in rows.iter().filter(|r| r.1 >= 0.5) {
+            println!("    {name:<34} {ns:>7.1} ns per packet");
+        }
+    }
     let md = median(&d);
     println!(
         "  (d) attached {ATTACH_AFTER_S} s into the send: median {} pps, d/a = {:.3}; every packet sent while \

@@ -15,6 +15,9 @@ char LICENSE[] SEC("license") = "GPL";
 /* Counters per (device, namespace, process) row, per CPU, in a slot that dev_slots names: an
  * array slot costs the hot path an index, where a per-CPU hash costs a hash of the key. */
 #define SP_DEV_SLOTS 1024
+/* devs, dev_slots and dev_slot_rows have this many entries (a power of two): user space may size
+ * all three otherwise before load, and says so here. */
+const volatile __u32 dev_slot_count = SP_DEV_SLOTS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -83,7 +86,7 @@ static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u
 {
 	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns, .tgid = tgid };
 	int fresh;
-	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), SP_DEV_SLOTS, &fresh);
+	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), dev_slot_count, &fresh);
 
 	if (s == SP_NO_SLOT) {
 		health_inc(SP_H_DEVS_FULL);

@@ -149,6 +149,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 			__u64 *gen = bpf_map_lookup_elem(&sock_gen, &zero);
 
 			tgid = t->tgid;
+			sock_filter_add(skp);
 			bpf_map_update_elem(&target_socks, &skp, &tgid, BPF_ANY);
 			if (gen)
 				__sync_fetch_and_add(gen, 1);

@@ -238,6 +238,20 @@ pub struct RunOptions {
     /// Ring buffers (events, calls) take bytes. `scanprof doctor` shows each map's memory.
     #[arg(long = "map-size", value_name = "MAP=ENTRIES", value_parser = parse_map_size)]
     pub map_size: Vec<(String, u32)>,
+    /// When to measure the probes' own BPF run time (kernel BPF statistics, which slow every BPF
+    /// program on the machine while on): sampled (the last tenth of each tick, scaled up),
+    /// always (counted the whole run; costs a full-speed sender about 8-14% of its rate here), off.
+    /// When `kernel.bpf_stats_enabled` is already 1, scanprof counts the whole run anyway.
+    #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
+    pub bpf_stats: BpfStatsArg,
+}
+
+/// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BpfStatsArg {
+    Sampled,
+    Always,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -385,14 +385,52 @@ static __always_inline void fd_gen_bump(void)
 		__sync_fetch_and_add(gen, 1);
 }
 
+/* A filter of the sockets in target_socks: one bit per hash of the pointer, set when a socket
+ * is registered (never cleared during a run). A clear bit means "not the family's" for certain,
+ * so other processes' packets cost an inlined array lookup and a bit test, no cache or hash. */
+#define SP_SOCK_FILTER_WORDS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SP_SOCK_FILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sock_filter SEC(".maps");
+
+static __always_inline __u32 sock_hash(__u64 sk)
+{
+	return (__u32)((sk >> 6) ^ (sk >> 22)) * 2654435761u;
+}
+
+static __always_inline __u64 *sock_filter_word(__u64 sk, __u64 *bit)
+{
+	__u32 h = sock_hash(sk) >> 16;	/* 16 bits: a word of 1024 and a bit of 64 */
+	__u32 idx = (h >> 6) & (SP_SOCK_FILTER_WORDS - 1);
+
+	*bit = 1ULL << (h & 63);
+	return bpf_map_lookup_elem(&sock_filter, &idx);
+}
+
+/* Marks sk as possibly the family's; call before it joins target_socks. */
+static __always_inline void sock_filter_add(__u64 sk)
+{
+	__u64 bit, *w = sock_filter_word(sk, &bit);
+
+	if (w)
+		__sync_fetch_and_or(w, bit);
+}
+
 /* tgid of the family process that owns the socket sk, 0 if none. */
 static __always_inline __u32 sock_target(__u64 sk)
 {
 	__u32 zero = 0, way, *tgid;
 	struct sock_owner *c;
-	__u64 *gen, g;
+	__u64 *gen, g, bit, *w;
 
 	if (!sk)
+		return 0;
+	w = sock_filter_word(sk, &bit);
+	if (w && !(*w & bit))
 		return 0;
 	gen = bpf_map_lookup_elem(&sock_gen, &zero);
 	g = gen ? *gen : 0;

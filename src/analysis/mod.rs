@@ -3,6 +3,7 @@
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
 pub mod hist;
+pub mod probe_cost;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;
@@ -108,6 +109,8 @@ pub struct Analyzer {
     queues: BTreeMap<(String, u32), (u64, u64)>,
     /// scanprof's CPU time at the first sample, ns
     start_cpu_ns: u64,
+    /// scanprof's BPF run time at the first sample
+    start_bpf: Option<crate::collect::bpf_time::BpfRunTime>,
     baseline: Option<Baseline>,
     /// what the scanner's own functions say, when a profile applies
     scanner: Option<ScannerModel>,
@@ -122,6 +125,7 @@ impl Analyzer {
             ticks: Vec::new(),
             queues: BTreeMap::new(),
             start_cpu_ns: 0,
+            start_bpf: None,
             baseline: None,
             scanner: None,
         }
@@ -163,6 +167,7 @@ impl Analyzer {
     pub fn baseline(&mut self, s: CounterSample) {
         self.start_ns = s.t_ns;
         self.start_cpu_ns = s.self_cpu_ns;
+        self.start_bpf = s.bpf.clone();
         if let Some(m) = self.scanner.as_mut() {
             m.set_start(s.t_ns);
         }
@@ -185,6 +190,7 @@ impl Analyzer {
         let prev = self.prev.take().unwrap_or_else(|| CounterSample {
             t_ns: self.start_ns,
             self_cpu_ns: self.start_cpu_ns,
+            bpf: self.start_bpf.clone(),
             ..Default::default()
         });
         let interval_ns = s.t_ns.saturating_sub(prev.t_ns).max(1);
@@ -255,6 +261,15 @@ impl Analyzer {
             cost: Cost {
                 cpu: s.self_cpu_ns.saturating_sub(prev.self_cpu_ns) as f64 / interval_ns as f64,
                 probe_hits_per_s: per_s(s.health.probe_hits.saturating_sub(prev.health.probe_hits)),
+                bpf: s.bpf.as_ref().and_then(|now| {
+                    ProbeCost::of(
+                        now,
+                        prev.bpf.as_ref(),
+                        interval_ns,
+                        now_t.packets.saturating_sub(prev_t.packets),
+                        probe_cost::target_oncpu_ns(&s.threads, Some(&prev.threads)),
+                    )
+                }),
             },
             scanner: None,
             verdicts: Vec::new(),
@@ -352,6 +367,17 @@ impl Analyzer {
             cost: Cost {
                 cpu: last.self_cpu_ns.saturating_sub(self.start_cpu_ns) as f64 / duration_ns.max(1) as f64,
                 probe_hits_per_s: last.health.probe_hits as f64 / (duration_ns.max(1) as f64 / 1e9),
+                // Since attach, like the run's packets (a window counting the whole run opened
+                // at attach, before the first sample).
+                bpf: last.bpf.as_ref().and_then(|now| {
+                    ProbeCost::of(
+                        now,
+                        None,
+                        duration_ns,
+                        t.packets,
+                        probe_cost::target_oncpu_ns(&last.threads, None),
+                    )
+                }),
             },
             probes,
             scanner,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::probe_cost::{ProbeCost, ProgramCost, PROBE_COST_ALERT};
 pub use super::scanner::*;
 use super::stats::RunStats;
 pub use super::verdict::Verdict;
@@ -200,12 +201,16 @@ pub struct Snapshot {
 }
 
 /// What scanprof itself costs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cost {
-    /// CPU scanprof used, as a fraction of one core
+    /// CPU scanprof's own process used, as a fraction of one core
     pub cpu: f64,
     /// probe hits that did work for scanprof, per second
     pub probe_hits_per_s: f64,
+    /// what scanprof's BPF programs cost, charged to the target and to others (kernel run-time
+    /// statistics); None when they were not measured
+    #[serde(default)]
+    pub bpf: Option<ProbeCost>,
 }
 
 /// What a reference sender reached on this machine at the target's requested rate, measured

@@ -3,6 +3,7 @@
 //! drops with reason names and symbolized locations, device stages, blocking sites, health.
 //! The analysis computes rates from successive samples; nothing here divides by time.
 
+pub mod bpf_time;
 pub mod family;
 pub mod output;
 pub mod session;
@@ -283,6 +284,10 @@ pub struct CounterSample {
     /// the profile's probes and their cumulative hits
     #[serde(default)]
     pub uprobes: Vec<uprobes::UprobeState>,
+    /// scanprof's own BPF programs' run time (kernel run-time statistics), cumulative; None when
+    /// the statistics were never on (turned off, refused, or a bundle recorded before them)
+    #[serde(default)]
+    pub bpf: Option<bpf_time::BpfRunTime>,
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -352,6 +357,8 @@ pub struct Collector {
     start_ns: u64,
     /// entries of each map, by name, once asked for
     map_sizes: std::cell::OnceCell<BTreeMap<String, u32>>,
+    /// when the kernel's BPF run-time statistics are on, and their sums
+    bpf: bpf_time::BpfMeter,
 }
 
 impl Collector {
@@ -373,6 +380,7 @@ impl Collector {
             scanner: None,
             start_ns: now_ns,
             map_sizes: std::cell::OnceCell::new(),
+            bpf: bpf_time::BpfMeter::new(bpf_time::StatsPolicy::DEFAULT),
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -424,6 +432,31 @@ impl Collector {
 
     pub fn probes(&self) -> &ProbeSet {
         &self.probes
+    }
+
+    /// When scanprof turns the kernel's BPF run-time statistics on (before the first sample).
+    /// Counting the whole run (by policy, or because the sysctl has them on), the first window
+    /// opens now, at attach: the run's packets count from there too.
+    pub fn set_bpf_policy(&mut self, policy: bpf_time::StatsPolicy) {
+        self.bpf = bpf_time::BpfMeter::new(policy);
+        if policy == bpf_time::StatsPolicy::Continuous || crate::probes::BpfStats::machine_wide() {
+            self.bpf.open(self.probes.bpf_stats(), self.start_ns);
+        }
+    }
+
+    /// When the BPF statistics window of the tick ending at `tick_end_ns` opens, if one is due.
+    pub fn bpf_window_opens_at(&self, tick_end_ns: u64, interval_ns: u64) -> Option<u64> {
+        self.bpf.opens_at(tick_end_ns, interval_ns)
+    }
+
+    /// Opens the BPF statistics window at `now_ns` (it closes at the next sample).
+    pub fn open_bpf_window(&mut self, now_ns: u64) {
+        self.bpf.open(self.probes.bpf_stats(), now_ns);
+    }
+
+    /// Why the BPF statistics could not be turned on, if they could not.
+    pub fn bpf_stats_error(&self) -> Option<&str> {
+        self.bpf.error.as_deref()
     }
 
     /// Attaches a scanner profile's uprobes: ahead of time to the files its `paths` name
@@ -645,6 +678,7 @@ impl Collector {
             episodes: std::mem::take(&mut self.episodes),
             calls,
             uprobes,
+            bpf: self.bpf.sample(&mut self.probes, now_ns),
         }
     }
 

@@ -57,6 +57,8 @@ pub struct SessionConfig {
     /// the machine's own figure at that rate, measured before the run
     pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
+    /// when the kernel's BPF run-time statistics are on (the probes' own cost)
+    pub bpf_stats: super::bpf_time::StatsPolicy,
     /// the scanner's profile, and what its command line says
     pub scanner: Option<ScannerSetup>,
     /// after setup, keep only the capabilities the rest of the run needs
@@ -309,6 +311,7 @@ fn collect(
         mark("probes loaded and attached");
         let start_ns = monotonic_ns();
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+        collector.set_bpf_policy(cfg.bpf_stats);
         mark("family registered with the probes");
         if let Some(sc) = &cfg.scanner {
             let launched = matches!(cfg.target, Target::Command(_));
@@ -346,10 +349,13 @@ fn collect(
     // Set-up is done (probes loaded, the command launched with the privileges it was given):
     // this thread, which attaches uprobes to later members, keeps only what that needs.
     let dropped = if cfg.drop_privileges {
-        use crate::system::privileges::{drop_to, FOR_UPROBES, KEPT};
+        use crate::system::privileges::{drop_to, FOR_BPF_STATS, FOR_UPROBES, KEPT};
         let mut keep = KEPT.to_vec();
         if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
             keep.push(FOR_UPROBES);
+        }
+        if matches!(cfg.bpf_stats, super::bpf_time::StatsPolicy::Sampled { .. }) {
+            keep.push(FOR_BPF_STATS);
         }
         drop_to(&keep).err()
     } else {
@@ -419,13 +425,28 @@ fn collect(
                     break;
                 }
             }
-            let wait = (next_tick - now).min(end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)));
+            // The BPF statistics window of this tick opens for its last slice.
+            let opens_at = collector.bpf_window_opens_at(next_tick, interval_ns);
+            if opens_at.is_some_and(|at| now >= at) {
+                collector.open_bpf_window(now);
+            }
+            let wait = (next_tick - now)
+                .min(end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)))
+                .min(opens_at.filter(|at| *at > now).map_or(u64::MAX, |at| at - now));
             // Wakes at once on an exec: the new image may need the profile's uprobes.
             collector.wait(Duration::from_nanos(wait.min(50_000_000)));
         }
         collector.family.reap_vanished();
         let now = monotonic_ns();
         last = collector.sample(now);
+        if let Some(e) = collector.bpf_stats_error() {
+            let w = format!(
+                "BPF run-time statistics could not be turned on ({e}): the probes' own cost is not measured"
+            );
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
         analyzer.output_readings(readings.try_iter());
         let mut tick_warnings = warnings.clone();
         tick_warnings.extend(collector.full_map_warnings(&last.health));

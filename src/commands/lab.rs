@@ -950,6 +950,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         force: o.force,
         redact: false,
         map_size: Vec::new(),
+        bpf_stats: crate::cli::BpfStatsArg::Sampled,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::analysis::ArgvRate;
-use crate::cli::RunOptions;
+use crate::cli::{BpfStatsArg, RunOptions};
+use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::ProbeOptions;
@@ -66,6 +67,11 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         requested_pps: opts.requested,
         baseline: None,
         probe_options,
+        bpf_stats: match opts.bpf_stats {
+            BpfStatsArg::Sampled => StatsPolicy::DEFAULT,
+            BpfStatsArg::Always => StatsPolicy::Continuous,
+            BpfStatsArg::Off => StatsPolicy::Off,
+        },
         scanner,
         drop_privileges: true,
     })

@@ -4,6 +4,7 @@
 
 mod kernel;
 mod sizing;
+mod stats;
 mod tids;
 mod uprobe;
 
@@ -22,6 +23,7 @@ pub use sizing::{
     describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET,
     RESIZABLE,
 };
+pub use stats::{BpfStats, ProgramRuntime};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
     UPROBE_MAX,
@@ -309,6 +311,8 @@ pub struct ProbeSet {
     stacks: MapHandle,
     _objects: Vec<Object>,
     status: Vec<ProbeStatus>,
+    /// run-time statistics of the programs above (closes the stats fd, if held, on drop)
+    bpf_stats: BpfStats,
 }
 
 /// The kernel's features as `ProbeSet::load_with` gets them: known already, or being read on
@@ -441,6 +445,7 @@ impl ProbeSet {
             }
         }
         check_shared(objects.iter().chain(uprobes_obj.iter()))?;
+        let bpf_stats = BpfStats::of_objects(objects.iter().chain(uprobes_obj.iter()));
         timing("objects loaded, shared maps checked");
 
         // Attached only now that every object is loaded and its maps checked: a program that
@@ -545,8 +550,15 @@ impl ProbeSet {
             _links: links,
             _objects: objects,
             status,
+            bpf_stats,
         };
         Ok((set, features.clone()))
+    }
+
+    /// The programs' BPF run-time statistics: per program (name, run_cnt, run_time_ns) with
+    /// `read()`, switched on and off by the caller.
+    pub fn bpf_stats(&mut self) -> &mut BpfStats {
+        &mut self.bpf_stats
     }
 
     /// What was attached, and what was not and why.

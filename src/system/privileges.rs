@@ -24,6 +24,12 @@ pub const KEPT: [Cap; 5] = [
 /// notwithstanding (measured: tests/scanner_profiles.rs's hand-over test).
 pub const FOR_UPROBES: Cap = caps::CAP_SYS_ADMIN;
 
+/// Kept as well by the collection thread while it samples the kernel's BPF run-time statistics
+/// (collect::bpf_time): turning them on for each tick's slice is BPF_ENABLE_STATS, which needs
+/// CAP_SYS_ADMIN. Keeping them on the whole run instead would need it only once, but costs a
+/// full-speed sender about 8-14% of its rate here (docs/benchmarks.md).
+pub const FOR_BPF_STATS: Cap = caps::CAP_SYS_ADMIN;
+
 /// Kept as well by the thread that writes a bundle into a directory it does not own (or the
 /// live view's `e` key, which makes its directory in the current one).
 pub const FOR_BUNDLE: Cap = caps::CAP_DAC_OVERRIDE;

@@ -13,6 +13,7 @@ pub fn rich_run() -> (crate::analysis::Snapshot, crate::analysis::Summary) {
 /// Every Snapshot of the fixed run (three ticks of 1 s at 100 pps), and its Summary.
 pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary) {
     use crate::analysis::{Analyzer, EndReason};
+    use crate::collect::bpf_time::{BpfRunTime, ProgramRun, StatsCoverage, StatsHolder};
     use crate::collect::family::ProcessInfo;
     use crate::collect::*;
     let thread = |packets: u64, t: u64| ThreadCounters {
@@ -117,6 +118,25 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             inside_ns: 100_000_000,
             note: None,
         }],
+        // BPF statistics on for a tenth of the time: 3 syscall-program runs of 200 ns and one
+        // device-program run of 500 ns per packet counted in the slices (1.1 us per packet).
+        bpf: Some(BpfRunTime {
+            coverage: StatsCoverage::Sampled,
+            holder: StatsHolder::Scanprof,
+            measured_ns: t / 10,
+            programs: vec![
+                ProgramRun {
+                    name: "netdev.on_dev_queue".into(),
+                    runs: packets / 10,
+                    run_time_ns: packets / 10 * 500,
+                },
+                ProgramRun {
+                    name: "send_path.on_sys_enter".into(),
+                    runs: packets * 3 / 10,
+                    run_time_ns: packets * 3 / 10 * 200,
+                },
+            ],
+        }),
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

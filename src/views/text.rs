@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{EndReason, ScannerView, Snapshot, Summary, Verdict, STAGES};
+use crate::analysis::{Cost, EndReason, ScannerView, Snapshot, Summary, Verdict, STAGES};
 use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
@@ -19,6 +19,18 @@ pub fn tick_line(s: &Snapshot) -> String {
         .sum();
     if lost > 0.0 {
         let _ = write!(out, ", target packets dropped {lost:.1}/s");
+    }
+    if let Some(b) = &s.cost.bpf {
+        let _ = write!(
+            out,
+            ", probes {} per packet = {} of target CPU ({})",
+            b.ns_per_packet.map_or("-".to_string(), ns),
+            b.share_of_target.map_or("-".to_string(), pct),
+            b.coverage_text()
+        );
+        if b.alert {
+            out.push_str(" PROBES SLOW THE TARGET");
+        }
     }
     out
 }
@@ -39,6 +51,44 @@ pub fn ns(v: f64) -> String {
     } else {
         format!("{v:.0} ns")
     }
+}
+
+/// What scanprof's BPF programs cost over the run (or a tick), in plain lines: the figure, what
+/// it covers, the costliest programs, and the alert when they take more than 5% of the target's
+/// time. Nothing when they were not measured.
+pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
+    let Some(b) = &c.bpf else {
+        return vec![
+            "scanprof's BPF programs: run time not measured (--bpf-stats off, or the kernel refused its statistics)".to_string(),
+        ];
+    };
+    let mut out = vec![format!(
+        "scanprof's BPF programs: {} per target packet, {} of the target's on-CPU time ({}, run time of all of \
+         scanprof's programs wherever they ran, over the target threads' on-CPU time)",
+        b.ns_per_packet.map_or("-".to_string(), ns),
+        b.share_of_target.map_or("-".to_string(), pct),
+        b.coverage_text()
+    )];
+    let top: Vec<String> = b
+        .programs
+        .iter()
+        .take(4)
+        .filter_map(|p| {
+            Some(format!(
+                "{} {} ({} a run)",
+                p.name,
+                ns(p.ns_per_packet?),
+                ns(p.ns_per_run?)
+            ))
+        })
+        .collect();
+    if !top.is_empty() {
+        out.push(format!("  per packet: {}", top.join(", ")));
+    }
+    if let Some(alert) = b.alert_text() {
+        out.push(format!("WARNING: {alert}"));
+    }
+    out
 }
 
 /// The end-of-run report.
@@ -240,11 +290,14 @@ pub fn summary(s: &Summary) -> String {
     }
     let _ = writeln!(
         o,
-        "\nscanprof's own cost: {:.1}% of a CPU, {:.0} probe events/s; lost probe records: {}",
+        "\nscanprof's own cost: {:.1}% of a CPU (its own process), {:.0} probe events/s; lost probe records: {}",
         s.cost.cpu * 100.0,
         s.cost.probe_hits_per_s,
         s.lost_events
     );
+    for line in probe_cost_lines(&s.cost) {
+        let _ = writeln!(o, "{line}");
+    }
     for w in &s.warnings {
         let _ = writeln!(o, "warning: {w}");
     }

@@ -608,3 +608,30 @@ fn work_unit_moments_not_seen_are_a_dash_without_a_unit() {
     );
     assert!(!line.contains("- s"), "{line}");
 }
+
+#[test]
+fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_five_percent() {
+    // The fixture counts, in a tenth of each tick, 0.3 runs of 200 ns and 0.1 of 500 ns per packet:
+    // scaled to the run, 600 + 500 ns per packet.
+    let (tick, mut s) = crate::views::fixtures::rich_run();
+    let r = summary(&s);
+    assert!(
+        r.contains("scanprof's BPF programs: 1.1 us per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time,"),
+        "{r}"
+    );
+    assert!(
+        r.contains("  per packet: send_path.on_sys_enter 600 ns (200 ns a run), netdev.on_dev_queue 500 ns (500 ns a run)"),
+        "{r}"
+    );
+    assert!(!r.contains("WARNING"), "{r}");
+    assert!(tick_line(&tick)
+        .contains(", probes 1.1 us per packet = 0.0% of target CPU (sampled 10% of the time)"));
+    let b = s.cost.bpf.as_mut().expect("measured");
+    b.share_of_target = Some(0.25);
+    b.alert = true;
+    let r = summary(&s);
+    assert!(
+        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (1100 ns per packet): measuring costs the target that much CPU; a target that sends as fast as its CPU allows is up to 33% faster without scanprof"),
+        "{r}"
+    );
+}

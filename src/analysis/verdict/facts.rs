@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
 use crate::analysis::snapshot::{
-    Baseline, BlockSiteView, DeviceView, DropRow, GapView, RequestedView, ScannerView, Snapshot, Summary,
-    ThreadView,
+    Baseline, BlockSiteView, DeviceView, DropRow, GapView, ProbeCost, RequestedView, ScannerView, Snapshot,
+    Summary, ThreadView,
 };
 use crate::collect::TimeBudget;
 
@@ -128,11 +128,19 @@ pub(super) struct Facts<'a> {
     /// the family's packets at the stages after the send syscalls, in the interval; None when
     /// the device stages were not measured
     pub after_send: Option<AfterSend>,
+    /// what scanprof's own BPF programs cost over the interval (or the run), when measured
+    pub probe: Option<&'a ProbeCost>,
     /// why every verdict over this interval is weak
     pub caveats: Vec<String>,
 }
 
 impl<'a> Facts<'a> {
+    /// scanprof's BPF run time over the interval's packets, ns: the probes' ns per packet (of the
+    /// tick, or of the run) times the interval's packets. None when not measured.
+    pub fn probe_ns(&self) -> Option<f64> {
+        Some(self.probe?.ns_per_packet? * self.packets as f64)
+    }
+
     pub fn of_snapshot(s: &'a Snapshot) -> Facts<'a> {
         let stage = |name: &str| s.stages.iter().find(|st| st.name == name);
         let thread_packets: u64 = s.threads.iter().map(|t| t.packets).sum();
@@ -207,6 +215,7 @@ impl<'a> Facts<'a> {
                 target_drops: stage("target_drops").map_or(0, |st| st.count),
                 neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
             }),
+            probe: s.cost.bpf.as_ref(),
             caveats,
         }
     }
@@ -301,6 +310,7 @@ impl<'a> Facts<'a> {
                 target_drops: s.stage_counts.get("target_drops").copied().unwrap_or(0),
                 neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
             }),
+            probe: s.cost.bpf.as_ref(),
             caveats,
         }
     }

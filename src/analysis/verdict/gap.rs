@@ -21,6 +21,7 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let mut out = Vec::new();
     let Some(r) = f.requested else {
         out.push(gap_unknown(f));
+        out.extend(probe_cost(f, None));
         out.extend(send_errors_as_loss(f));
         out.extend(claim_mismatch(f));
         return GapVerdicts {
@@ -34,7 +35,9 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     if has_gap {
         let split = Split::of(f, r, calibration.as_ref());
         out.extend(split.verdicts(f, r, calibration.as_ref()));
+        out.extend(probe_cost(f, Some((&split, r))));
     } else {
+        out.extend(probe_cost(f, None));
         let floor = f.requested_view.is_some_and(|v| v.kind == "floor");
         if ratio > 1.0 + NO_GAP_TOLERANCE && !floor {
             out.push(above_requested(f, r, calibration.as_ref()));
@@ -48,6 +51,88 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
         verdicts: out,
         has_gap,
     }
+}
+
+/// scanprof's own probes: with a gap, the part of the sender's on-CPU excess their BPF run time
+/// explains (`split.probe_cost`), named when at least MIN_SHARE; without one (no requested rate,
+/// or none missed), a finding of share 0 when they take more than PROBE_COST_ALERT of the
+/// target's on-CPU time, since the rate it reached is then partly scanprof's doing.
+fn probe_cost(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
+    let p = f.probe?;
+    let share = split.map_or(0.0, |(s, _)| s.probe_cost);
+    if share < MIN_SHARE && !p.alert {
+        return None;
+    }
+    let per_packet = p.ns_per_packet?;
+    let mut evidence = Vec::new();
+    if let Some((s, r)) = split {
+        evidence.push(rate_line(f, r));
+        evidence.push(format!(
+            "costs {} of the requested rate, of a {} gap",
+            pct(share),
+            pct(s.gap)
+        ));
+        evidence.push(format!(
+            "the probes' BPF run time is {} of the sender threads' time ({} per packet): without it the \
+             sender would reach about {}",
+            pct(s.f_probe),
+            dur(per_packet),
+            pps(f.achieved / (1.0 - s.f_probe).max(0.01))
+        ));
+    }
+    evidence.push(format!(
+        "scanprof's BPF programs ran {} per target packet, {} of the target's on-CPU time ({})",
+        dur(per_packet),
+        p.share_of_target.map_or("?".to_string(), pct),
+        p.coverage_text()
+    ));
+    for prog in p.programs.iter().take(3) {
+        if let (Some(pp), Some(pr)) = (prog.ns_per_packet, prog.ns_per_run) {
+            evidence.push(format!(
+                "{}: {} per packet, {} a run",
+                prog.name,
+                dur(pp),
+                dur(pr)
+            ));
+        }
+    }
+    evidence.push(
+        "the figure is the programs' run time only: the kernel's dispatch to them costs more on top"
+            .to_string(),
+    );
+    caveat_lines(f, &mut evidence);
+    let sentence = match split {
+        Some(_) => format!(
+            "scanprof's own probes slow the sender: their {} per packet explain {} of the requested rate, \
+             a part of the gap the scanner would not have without scanprof.",
+            dur(per_packet),
+            pct(share)
+        ),
+        None if f.requested.is_some() => format!(
+            "scanprof's own probes take {} of the target's on-CPU time ({} per packet), yet it kept up with \
+             the requested rate: they cost it CPU time, not rate.",
+            p.share_of_target.map_or("?".to_string(), pct),
+            dur(per_packet)
+        ),
+        None => format!(
+            "scanprof's own probes take {} of the target's on-CPU time ({} per packet): if it sends as fast \
+             as its CPU allows, the rate it reached is lower than it would be unmeasured.",
+            p.share_of_target.map_or("?".to_string(), pct),
+            dur(per_packet)
+        ),
+    };
+    let weak = f.thin() || (split.is_some() && share < WEAK_SHARE);
+    Some(verdict(
+        "probe_cost",
+        GAP,
+        sentence,
+        share,
+        evidence,
+        "Compare with the scanner's rate unmeasured (its own report, or `scanprof baseline` for this machine); \
+         the probes' cost per packet is in the report's cost line and per program in the JSON (cost.bpf)."
+            .to_string(),
+        weak,
+    ))
 }
 
 fn has_target_losses(f: &Facts) -> bool {

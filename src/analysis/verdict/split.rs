@@ -170,6 +170,10 @@ pub(super) struct Split {
     pub(super) preempted: f64,
     pub(super) cpu: f64,
     pub(super) miscalibrated: f64,
+    /// the on-CPU excess scanprof's own probes explain (their BPF run time in the sender's time)
+    pub(super) probe_cost: f64,
+    /// scanprof's BPF run time as a fraction of the sender threads' time
+    pub(super) f_probe: f64,
     /// the pacing part of the wait excess when it looks like a mis-derived slot (no calibration)
     pub(super) miscalibrated_inferred: bool,
     /// the on-CPU excess taken for a busy-waiting pacer's too-long slot (no probe, no calibration)
@@ -285,6 +289,18 @@ impl Split {
             wait_excess += cpu;
             cpu = 0.0;
         }
+        // scanprof's own probes run inside the sender's syscalls: the gap their BPF run time
+        // makes is the measurement's, not the scanner's. Without that time each packet would
+        // take (1 - f_probe) of its time, the slot sigma / (1 - f_probe) of it, and the gap would
+        // be 1 - sigma / (1 - f_probe): the difference is theirs, taken from the on-CPU excess.
+        s.f_probe = f.probe_ns().map_or(0.0, |ns| (ns / total).clamp(0.0, 1.0));
+        let unmeasured_gap = if s.f_probe < 1.0 {
+            (1.0 - s.sigma / (1.0 - s.f_probe)).max(0.0)
+        } else {
+            0.0
+        };
+        let probe_cost = (rest - unmeasured_gap).clamp(0.0, s.f_probe).min(cpu);
+        cpu -= probe_cost;
 
         let mut miscalibrated = 0.0;
         if let Some(c) = calibration.filter(|c| c.error_pct > CALIBRATION_TOLERANCE_PCT) {
@@ -325,8 +341,9 @@ impl Split {
             pacing = 0.0;
         }
 
-        let sum = blocked + preempted + cpu + miscalibrated + pacing + stalls + idle + setup;
+        let sum = blocked + preempted + cpu + probe_cost + miscalibrated + pacing + stalls + idle + setup;
         let k = if sum > rest && sum > 0.0 { rest / sum } else { 1.0 };
+        s.probe_cost = probe_cost * k;
         s.blocked = blocked * k;
         s.preempted = preempted * k;
         s.cpu = cpu * k;

@@ -194,6 +194,13 @@ impl Run {
         self
     }
 
+    /// scanprof's probes: `ns_per_packet` of BPF run time per packet, `share` of the target's
+    /// on-CPU time, counted over the run.
+    fn probes(mut self, ns_per_packet: f64, share: f64) -> Run {
+        self.0.cost.bpf = Some(probe_cost_of(self.0.packets, ns_per_packet, share));
+        self
+    }
+
     fn scanner(mut self, v: ScannerView) -> Run {
         self.0.scanner = Some(v);
         self
@@ -424,6 +431,138 @@ fn sending_faster_than_asked_is_named() {
         "{:?}",
         v[0].evidence
     );
+}
+
+// --- scanprof's own probes ----------------------------------------------------------------------
+
+fn probe_cost_of(packets: u64, ns_per_packet: f64, share: f64) -> ProbeCost {
+    let bpf_ns = ns_per_packet * packets as f64;
+    ProbeCost {
+        coverage: crate::collect::bpf_time::StatsCoverage::Continuous,
+        holder: crate::collect::bpf_time::StatsHolder::Scanprof,
+        measured_share: 1.0,
+        bpf_ns,
+        packets,
+        ns_per_packet: Some(ns_per_packet),
+        target_oncpu_ns: (bpf_ns / share) as u64,
+        share_of_target: Some(share),
+        alert: share > PROBE_COST_ALERT,
+        programs: vec![ProgramCost {
+            name: "send_path.on_sys_enter".into(),
+            runs: packets,
+            run_time_ns: bpf_ns as u64,
+            ns_per_run: Some(ns_per_packet),
+            ns_per_packet: Some(ns_per_packet),
+        }],
+    }
+}
+
+#[test]
+fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
+    // 500 of 1000 pps, on CPU all the time: 2 ms per packet against a 1 ms slot, excess 0.5.
+    // The probes ran 600 us per packet: 0.3 of the sender's time. Without them a packet takes
+    // 1.4 ms: 714 pps, a gap of 1 - 0.5 / 0.7 = 0.2857. probe_cost is the rest of the gap,
+    // 0.5 - 0.2857 = 0.2143, cpu_bound the scanner's 0.2857; together still the whole gap.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .probes(600.0 * US, 0.3)
+        .verdicts();
+    let unmeasured = 1.0 - 0.5 / 0.7;
+    assert_share(&v, "probe_cost", 0.5 - unmeasured);
+    assert_share(&v, "cpu_bound", unmeasured);
+    assert!(close(gap_sum(&v), 0.5), "{v:#?}");
+    assert_eq!(
+        v[0].cause,
+        "cpu_bound",
+        "the larger share first: {:?}",
+        causes(&v)
+    );
+    let p = find(&v, "probe_cost");
+    assert_eq!(p.confidence, STRONG);
+    assert!(
+        p.sentence.contains("scanprof's own probes slow the sender"),
+        "{}",
+        p.sentence
+    );
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("30.0% of the target's on-CPU time (counted)")),
+        "{:#?}",
+        p.evidence
+    );
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("without it the sender would reach about 714 pps")),
+        "{:#?}",
+        p.evidence
+    );
+}
+
+#[test]
+fn a_gap_the_probes_explain_whole_is_not_blamed_on_the_scanner() {
+    // Same run, probes 1.5 ms per packet (0.75 of its time): without them a packet takes 0.5 ms,
+    // inside its 1 ms slot. The whole gap is scanprof's; no cpu_bound.
+    let v = run(Some(1000.0), 500.0, 10.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .probes(1.5 * MS, 0.75)
+        .verdicts();
+    assert_eq!(causes(&v), ["probe_cost"]);
+    assert_share(&v, "probe_cost", 0.5);
+}
+
+#[test]
+fn probes_under_the_alert_and_outside_the_excess_are_not_a_cause() {
+    // A paced sender with room to spare (on CPU 30%, asleep 70%) at 1000 of 1000 pps: no gap; the
+    // probes' 3% of its time is below the alert. No probe_cost finding.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.2, 0.0, 0.7, 0.0, 0.1)
+        .probes(9.0 * US, 0.03)
+        .verdicts();
+    assert!(!causes(&v).contains(&"probe_cost"), "{:?}", causes(&v));
+    assert_eq!(causes(&v), ["no_gap"]);
+}
+
+#[test]
+fn probes_above_the_alert_at_the_requested_rate_cost_cpu_time_not_rate() {
+    // A busy-waiting sender at 1000 of 1000 pps whose probes take 8% of its on-CPU time: named,
+    // share 0, and not said to have slowed it.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.2, 0.0, 0.0, 0.0, 0.8)
+        .probes(80.0 * US, 0.08)
+        .verdicts();
+    let p = find(&v, "probe_cost");
+    assert_eq!(p.share, 0.0);
+    assert!(
+        p.sentence.contains("they cost it CPU time, not rate"),
+        "{}",
+        p.sentence
+    );
+    assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
+}
+
+#[test]
+fn probes_above_the_alert_are_named_even_without_a_requested_rate() {
+    // A full-speed sender (no requested rate) whose probes take 20% of its on-CPU time: the rate
+    // it reached is partly scanprof's doing. A finding of share 0 says so.
+    let v = run(None, 100_000.0, 5.0)
+        .time(0.6, 0.0, 0.0, 0.0, 0.4)
+        .probes(2.0 * US, 0.2)
+        .verdicts();
+    let p = find(&v, "probe_cost");
+    assert_eq!(p.share, 0.0);
+    assert!(
+        p.sentence.contains("take 20.0% of the target's on-CPU time"),
+        "{}",
+        p.sentence
+    );
+    // Below the alert: nothing.
+    let v = run(None, 100_000.0, 5.0)
+        .time(0.6, 0.0, 0.0, 0.0, 0.4)
+        .probes(200.0, 0.02)
+        .verdicts();
+    assert!(!causes(&v).contains(&"probe_cost"), "{:?}", causes(&v));
 }
 
 // --- CPU-bound ---------------------------------------------------------------------------------

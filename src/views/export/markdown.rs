@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Recording;
 use crate::analysis::{Summary, STAGES};
 use crate::collect::DropClass;
-use crate::views::text::{ns, pct};
+use crate::views::text::{ns, pct, probe_cost_lines};
 
 /// Renders the bundle's report.md.
 ///
@@ -677,10 +677,21 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
     if let Some(s) = &rec.summary {
         let _ = writeln!(
             o,
-            "- scanprof's own cost: {:.1}% of a CPU, {:.0} probe events/s",
+            "- scanprof's own cost: {:.1}% of a CPU (its own process), {:.0} probe events/s",
             s.cost.cpu * 100.0,
             s.cost.probe_hits_per_s
         );
+        for line in probe_cost_lines(&s.cost) {
+            let line = line.trim_start();
+            match line.strip_prefix("WARNING: ") {
+                Some(alert) => {
+                    let _ = writeln!(o, "- **{}**", escape_inline(alert));
+                }
+                None => {
+                    let _ = writeln!(o, "- {}", escape_inline(line));
+                }
+            }
+        }
     }
     let probes = if rec.probes.is_empty() {
         rec.summary
@@ -1094,6 +1105,29 @@ mod tests {
         assert!(
             pos.windows(2).all(|w| w[0] < w[1]),
             "sections out of order: {pos:?}\n{md}"
+        );
+    }
+
+    #[test]
+    fn the_probes_cost_is_in_the_report_and_bold_above_the_alert() {
+        let mut rec = rich_recording();
+        let md = report_md(&rec, None, None, &[]);
+        assert!(
+            md.contains("- scanprof's BPF programs: 1.1 us per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time,"),
+            "{md}"
+        );
+        assert!(!md.contains("**scanprof's probes take"), "{md}");
+        let b = rec
+            .summary
+            .as_mut()
+            .and_then(|s| s.cost.bpf.as_mut())
+            .expect("measured");
+        b.share_of_target = Some(0.3);
+        b.alert = true;
+        let md = report_md(&rec, None, None, &[]);
+        assert!(
+            md.contains("- **scanprof's probes take 30.0% of the target's on-CPU time"),
+            "{md}"
         );
     }
 

@@ -25,6 +25,10 @@ const REQUESTED: &str = "requested pps";
 const STAGES: &str = "pps at";
 const DROPS: &str = "target drops per second by reason";
 const CPU: &str = "scanprof CPU %";
+/// scanprof's BPF programs' run time as a share of the target's on-CPU time, per tick.
+const PROBES_SHARE: &str = "scanprof probes % of target CPU";
+/// scanprof's BPF programs' run time per target packet, per tick.
+const PROBES_NS: &str = "scanprof probes ns/packet";
 
 /// The trace of a whole recording as a Chrome trace-event JSON object:
 /// `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`.
@@ -341,6 +345,14 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
                 );
             }
             c(out, CPU, ts, series([("value", t.cost.cpu * 100.0)]));
+            if let Some(b) = &t.cost.bpf {
+                if let Some(share) = b.share_of_target {
+                    c(out, PROBES_SHARE, ts, series([("value", share * 100.0)]));
+                }
+                if let Some(ns) = b.ns_per_packet {
+                    c(out, PROBES_NS, ts, series([("value", ns)]));
+                }
+            }
         }
     }
 }
@@ -636,6 +648,24 @@ mod tests {
         let req = find(&v, |e| e["ph"] == "C" && e["name"] == REQUESTED);
         assert_eq!(req.len(), 4);
         assert!(req.iter().all(|e| e["args"]["value"] == 100.0));
+    }
+
+    #[test]
+    fn the_probes_cost_has_its_own_tracks() {
+        let rec = rich_recording();
+        let v = chrome_trace(&rec);
+        let ns = find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_NS);
+        assert_eq!(ns.len(), 4, "one per tick and the close");
+        for (e, t) in ns.iter().zip(&rec.ticks) {
+            let want = t
+                .cost
+                .bpf
+                .as_ref()
+                .and_then(|b| b.ns_per_packet)
+                .expect("measured");
+            assert_eq!(e["args"]["value"].as_f64(), num(want).as_f64());
+        }
+        assert_eq!(find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_SHARE).len(), 4);
     }
 
     #[test]

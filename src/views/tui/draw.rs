@@ -305,12 +305,33 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
             Style::new().bold(),
         ));
-        line1.push(Span::raw(format!(
-            "  scanprof: {:.1}% CPU, {} events/s, lost {}",
-            s.cost.cpu * 100.0,
-            rate(s.cost.probe_hits_per_s),
-            s.health.lost_events
-        )));
+    }
+    // scanprof's own cost, first on the second line: its process's CPU and what its probes take
+    // of the target's on-CPU time, plain and red above the alert share.
+    let mut line2 = Vec::new();
+    if let Some(s) = s {
+        line2.push(Span::raw(format!("scanprof {:.1}% CPU", s.cost.cpu * 100.0)));
+        if let Some(b) = &s.cost.bpf {
+            let per_packet = b.ns_per_packet.map_or("-".to_string(), dur);
+            let share = b.share_of_target.map_or("-".to_string(), pct);
+            let sampled = match b.coverage {
+                crate::collect::bpf_time::StatsCoverage::Sampled => {
+                    format!(" (sampled {:.0}%)", b.measured_share * 100.0)
+                }
+                crate::collect::bpf_time::StatsCoverage::Continuous => String::new(),
+            };
+            line2.push(if b.alert {
+                Span::styled(
+                    format!(" + PROBES TAKE {share} OF TARGET CPU, {per_packet}/pkt{sampled}"),
+                    Style::new().fg(Color::Red).bold(),
+                )
+            } else {
+                Span::raw(format!(
+                    " + probes {per_packet}/pkt = {share} of target CPU{sampled}"
+                ))
+            });
+        }
+        line2.push(Span::raw(format!(", lost {} | ", s.health.lost_events)));
     }
     let attached = app.probes.iter().filter(|p| p.attached).count();
     let family: Vec<String> = app
@@ -326,7 +347,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             )
         })
         .collect();
-    let mut line2 = vec![Span::raw(format!("family: {}", family.join(", ")))];
+    line2.push(Span::raw(format!("family: {}", family.join(", "))));
     if let Some(status) = &app.status {
         line2.insert(
             0,
@@ -335,10 +356,14 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     }
     let missing = app.probes.len() - attached;
     if missing > 0 {
-        line2.push(Span::styled(
-            format!("  {missing} probe(s) unavailable: figures degraded"),
-            Style::new().fg(Color::Red).bold(),
-        ));
+        // Before the cost and the family: the line is cut at the terminal's width.
+        line2.insert(
+            usize::from(app.status.is_some()),
+            Span::styled(
+                format!("{missing} probe(s) unavailable: figures degraded  "),
+                Style::new().fg(Color::Red).bold(),
+            ),
+        );
     }
     // The diagnosis: the top cause so far, with its share; else what the scanner's probes saw.
     let verdicts = app

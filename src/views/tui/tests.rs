@@ -444,3 +444,36 @@ fn the_gap_histogram_keeps_empty_ranges_in_place_and_always_shows_the_slot() {
     );
     assert!(screen.contains("40"), "the counts are drawn:\n{screen}");
 }
+
+#[test]
+fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
+    let (mut ticks, _) = rich_ticks();
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Started {
+        processes: ticks[0].processes.clone(),
+        probes: probes(false),
+    });
+    let mut last = ticks.pop().expect("three ticks");
+    let plain = {
+        let mut a = App::new("run sender --rate 100".into());
+        a.apply(Update::Tick(Box::new(last.clone())));
+        screen(&a, 120, 40)
+    };
+    assert!(
+        plain.contains("+ probes 1.1us/pkt = 0.0% of target CPU (sampled 10%)"),
+        "{plain}"
+    );
+    assert!(!plain.contains("PROBES TAKE"), "{plain}");
+    let b = last.cost.bpf.as_mut().expect("the fixture measures the probes");
+    b.share_of_target = Some(0.123);
+    b.alert = true;
+    app.apply(Update::Tick(Box::new(last)));
+    let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    term.draw(|f| draw(f, &app)).unwrap();
+    let buf = term.backend().buffer().clone();
+    let row: String = (0..120).map(|x| buf[(x, 2)].symbol().to_string()).collect();
+    let at = row.find("PROBES TAKE 12.3% OF TARGET CPU, 1.1us/pkt (sampled 10%)");
+    assert!(at.is_some(), "{row}");
+    let x = row[..at.unwrap()].chars().count() as u16;
+    assert_eq!(buf[(x, 2)].fg, ratatui::style::Color::Red, "{row}");
+}

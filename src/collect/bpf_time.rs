@@ -1,0 +1,190 @@
+//! scanprof's own BPF programs' run time, as the kernel's run-time statistics count it, summed
+//! into cumulative counters for the `CounterSample`: per program, over the windows in which the
+//! statistics were on, with the time those windows covered. The analysis scales them to the
+//! interval and divides by the target's packets and time; nothing here divides.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probes::{BpfStats, ProbeSet, ProgramRuntime};
+
+/// How much of the run the statistics covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatsCoverage {
+    /// on the whole time: figures are counted
+    Continuous,
+    /// on for a slice of each tick only: figures are scaled up from the slices
+    Sampled,
+}
+
+/// Who kept the kernel's statistics on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatsHolder {
+    /// scanprof, through BPF_ENABLE_STATS, and only while it measures
+    Scanprof,
+    /// the machine's sysctl `kernel.bpf_stats_enabled = 1`, set by someone else (scanprof reads
+    /// continuously then: the cost is paid anyway, and it never turns off what it did not turn on)
+    Sysctl,
+}
+
+/// When scanprof turns statistics on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsPolicy {
+    /// never: no BPF run-time figures
+    Off,
+    /// for the last 1/`divisor` of each tick
+    Sampled { divisor: u32 },
+    /// the whole run
+    Continuous,
+}
+
+impl StatsPolicy {
+    /// Statistics on for the last tenth of each tick. Measured here (docs/benchmarks.md): with
+    /// them on all the time, a full-speed sender under scanprof spent 8-9% more CPU per packet
+    /// (+690 to +775 ns) and kept 0.86-0.88 of its rate.
+    pub const DEFAULT: StatsPolicy = StatsPolicy::Sampled { divisor: 10 };
+}
+
+/// One program's runs and run time, cumulative over the measured windows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramRun {
+    /// object.program, e.g. `send_path.on_dev_queue`
+    pub name: String,
+    /// runs counted while statistics were on
+    pub runs: u64,
+    /// time the program ran while statistics were on, ns
+    pub run_time_ns: u64,
+}
+
+/// scanprof's BPF run time so far, cumulative since attach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BpfRunTime {
+    pub coverage: StatsCoverage,
+    pub holder: StatsHolder,
+    /// wall time the statistics were on and measured (summed over the windows), ns
+    pub measured_ns: u64,
+    /// per program, sorted by name
+    pub programs: Vec<ProgramRun>,
+}
+
+/// Opens and closes the measurement windows and keeps their sums.
+#[derive(Debug)]
+pub struct BpfMeter {
+    policy: StatsPolicy,
+    /// (CLOCK_MONOTONIC ns it opened, the counters then)
+    window: Option<(u64, Vec<ProgramRuntime>)>,
+    totals: BTreeMap<String, (u64, u64)>,
+    measured_ns: u64,
+    holder: StatsHolder,
+    /// whether any window was sampled rather than continuous
+    sampled: bool,
+    /// why statistics could not be turned on (then they are not tried again)
+    pub error: Option<String>,
+}
+
+impl BpfMeter {
+    pub fn new(policy: StatsPolicy) -> BpfMeter {
+        BpfMeter {
+            policy,
+            window: None,
+            totals: BTreeMap::new(),
+            measured_ns: 0,
+            holder: StatsHolder::Scanprof,
+            sampled: false,
+            error: None,
+        }
+    }
+
+    fn continuous(&self) -> bool {
+        self.holder == StatsHolder::Sysctl || self.policy == StatsPolicy::Continuous
+    }
+
+    /// When the window of the tick that ends at `tick_end_ns` (of length `interval_ns`) opens,
+    /// while none is open; None when no window is due (off, continuous, or open already: while
+    /// the sysctl holds statistics on, the window stays open from sample to sample).
+    pub fn opens_at(&self, tick_end_ns: u64, interval_ns: u64) -> Option<u64> {
+        match self.policy {
+            StatsPolicy::Sampled { divisor } if self.window.is_none() => {
+                Some(tick_end_ns.saturating_sub(interval_ns / divisor.max(1) as u64))
+            }
+            _ => None,
+        }
+    }
+
+    /// Opens a window at `now_ns`: statistics on (unless the sysctl holds them), counters read.
+    pub fn open(&mut self, stats: &mut BpfStats, now_ns: u64) {
+        if self.policy == StatsPolicy::Off || self.window.is_some() {
+            return;
+        }
+        self.holder = if BpfStats::machine_wide() {
+            StatsHolder::Sysctl
+        } else {
+            StatsHolder::Scanprof
+        };
+        if self.holder == StatsHolder::Scanprof {
+            if let Err(e) = stats.turn_on() {
+                // Said once (a run warning); not tried again every tick.
+                self.error = Some(e.to_string());
+                self.policy = StatsPolicy::Off;
+                return;
+            }
+        }
+        self.window = Some((now_ns, stats.read()));
+    }
+
+    /// Closes the open window at `now_ns` and adds what it counted; statistics go off again
+    /// when sampling (never when the sysctl holds them).
+    fn close(&mut self, stats: &mut BpfStats, now_ns: u64) {
+        let Some((opened, before)) = self.window.take() else {
+            return;
+        };
+        let after = stats.read();
+        if !self.continuous() {
+            stats.turn_off();
+            self.sampled = true;
+        }
+        self.measured_ns += now_ns.saturating_sub(opened);
+        for a in after {
+            let (runs, ns) = before
+                .iter()
+                .find(|b| b.name == a.name)
+                .map_or((0, 0), |b| (b.run_cnt, b.run_time_ns));
+            let e = self.totals.entry(a.name).or_default();
+            e.0 += a.run_cnt.saturating_sub(runs);
+            e.1 += a.run_time_ns.saturating_sub(ns);
+        }
+    }
+
+    /// The counters as of a sample at `now_ns`: closes the open window (opening the next at once
+    /// when measuring continuously). None when statistics were never on.
+    pub fn sample(&mut self, probes: &mut ProbeSet, now_ns: u64) -> Option<BpfRunTime> {
+        self.close(probes.bpf_stats(), now_ns);
+        if self.policy == StatsPolicy::Continuous || BpfStats::machine_wide() {
+            self.open(probes.bpf_stats(), now_ns);
+        }
+        if self.measured_ns == 0 && self.totals.is_empty() {
+            return None;
+        }
+        Some(BpfRunTime {
+            coverage: if self.sampled {
+                StatsCoverage::Sampled
+            } else {
+                StatsCoverage::Continuous
+            },
+            holder: self.holder,
+            measured_ns: self.measured_ns,
+            programs: self
+                .totals
+                .iter()
+                .map(|(name, (runs, ns))| ProgramRun {
+                    name: name.clone(),
+                    runs: *runs,
+                    run_time_ns: *ns,
+                })
+                .collect(),
+        })
+    }
+}

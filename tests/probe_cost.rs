@@ -1,0 +1,220 @@
+//! Privileged test of the probes' own cost (issue 12, "the true cost, live"): the BPF run time per
+//! target packet scanprof reports, against what the kernel's statistics say through an
+//! independent reader, `bpftool -j prog show` (run_time_ns of scanprof's programs over the
+//! packets the sender says it sent), for the same run.
+//!
+//! Needs root (BPF, the sysctl) and fails, never skips, without it: CI runs it as root. Traffic
+//! goes only to 127.0.0.1 (a closed port), bounded in count and time. The sysctl it sets
+//! (`kernel.bpf_stats_enabled`) is restored by a guard, also when the test fails.
+//!
+//! Run: `cargo test --release --test probe_cost -- --test-threads=1`
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::*;
+use scanprof::collect::bpf_time::{StatsCoverage, StatsHolder};
+
+const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+/// Longest a scanprof run of this test may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Packets the sender may send at most (it stops after 2 s otherwise).
+const COUNT: u64 = 400_000;
+
+/// Sets `kernel.bpf_stats_enabled` and puts the old value back when dropped (a failing
+/// assertion included).
+struct StatsSysctl {
+    old: String,
+}
+
+impl StatsSysctl {
+    fn set(value: &str) -> StatsSysctl {
+        let old = std::fs::read_to_string(SYSCTL)
+            .unwrap_or_else(|e| panic!("cannot read {SYSCTL}: {e}"))
+            .trim()
+            .to_string();
+        std::fs::write(SYSCTL, value).unwrap_or_else(|e| panic!("cannot write {SYSCTL}: {e}"));
+        StatsSysctl { old }
+    }
+}
+
+impl Drop for StatsSysctl {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(SYSCTL, &self.old) {
+            eprintln!("could not restore {SYSCTL} to {}: {e}", self.old);
+        }
+    }
+}
+
+/// Removes a file of the test when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `scanprof run --json [extra] -- sh -c 'SENDER; bpftool -j prog show > OUT'`: the full-speed
+/// reference sender to 127.0.0.1:9 (closed), then bpftool, inside the profiled family, reads
+/// every program's statistics while scanprof is still attached (the run ends when the family
+/// exits, a few ms later). Returns the run, the program ids scanprof held and bpftool's list.
+fn profiled_run(extra: &[&str], out: &TempFile) -> (Finished, HashSet<u64>, Vec<Value>) {
+    let sender = sender_argv("127.0.0.1:9", 0.0, COUNT, 2.0, &[]);
+    let script = format!(
+        "{} 1>&2; bpftool -j prog show > {}",
+        sh_join(&sender),
+        sh_quote(&out.0.display().to_string())
+    );
+    let mut args: Vec<String> = ["run", "--json", "--duration", "30"].map(String::from).to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["--", "sh", "-c", &script].map(String::from));
+    let mut run = Proc::scanprof(&args);
+    run.wait_for_json("started", Duration::from_secs(20));
+    // The programs this scanprof holds (program and link fds), told apart from any other
+    // scanprof on the machine by the holding pid.
+    let pid = run.pid();
+    let ours: HashSet<u64> = bpf_prog_holders()
+        .into_iter()
+        .filter(|(_, pids)| pids.contains(&pid))
+        .map(|(id, _)| id)
+        .collect();
+    let finished = run.finish(RUN_TIMEOUT);
+    finished.assert_success();
+    let text = std::fs::read_to_string(&out.0)
+        .unwrap_or_else(|e| panic!("bpftool wrote no program list ({e})\n{}", finished.context()));
+    let progs: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("bpftool's JSON: {e}: {text}"));
+    let progs = progs.as_array().expect("bpftool's program list").clone();
+    assert!(!ours.is_empty(), "found no program held by scanprof (pid {pid})");
+    (finished, ours, progs)
+}
+
+/// (name, run_cnt, run_time_ns) of the programs in `ours`, from bpftool's list.
+fn bpftool_stats(progs: &[Value], ours: &HashSet<u64>) -> Vec<(String, u64, u64)> {
+    progs
+        .iter()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| ours.contains(&id)))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or("?").to_string(),
+                p["run_cnt"].as_u64().unwrap_or(0),
+                p["run_time_ns"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
+    require_root();
+    let _serial = serial();
+    let baseline = BpfBaseline::take();
+    let out = TempFile(std::env::temp_dir().join(format!("scanprof-probe-cost-{}.json", std::process::id())));
+
+    // 1. Statistics on machine-wide (as a user's sysctl would have them): scanprof must only
+    //    read them, count the whole run, and agree with bpftool.
+    let (finished, ours, progs) = {
+        let _on = StatsSysctl::set("1");
+        profiled_run(&[], &out)
+    };
+    let sent = finished.sender_report()["sent"]
+        .as_u64()
+        .expect("the sender's `sent`");
+    assert!(
+        sent >= 10_000,
+        "the sender sent only {sent} packets\n{}",
+        finished.context()
+    );
+    let summary = finished.summary();
+    let bpf = summary
+        .cost
+        .bpf
+        .as_ref()
+        .unwrap_or_else(|| panic!("no cost.bpf in the summary\n{}", finished.context()));
+    assert_eq!(bpf.holder, StatsHolder::Sysctl, "{bpf:#?}");
+    assert_eq!(bpf.coverage, StatsCoverage::Continuous, "{bpf:#?}");
+    assert_eq!(
+        summary.packets, sent,
+        "scanprof's packet count against the sender's"
+    );
+    let stats = bpftool_stats(&progs, &ours);
+    let bpftool_ns: u64 = stats.iter().map(|s| s.2).sum();
+    let bpftool_per_packet = bpftool_ns as f64 / sent as f64;
+    let reported = bpf.ns_per_packet.expect("ns_per_packet");
+    eprintln!(
+        "BPF cost per packet over {sent} packets: scanprof {reported:.0} ns, bpftool {bpftool_per_packet:.0} ns \
+         (run_time_ns {bpftool_ns}); bpftool per program (name, run_cnt, run_time_ns): {stats:?}; \
+         scanprof per program: {:?}",
+        bpf.programs
+            .iter()
+            .map(|p| (p.name.as_str(), p.runs, p.run_time_ns))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        bpftool_ns > 0,
+        "bpftool saw no run time with the statistics on: {stats:?}"
+    );
+    assert_within(
+        "BPF ns per packet, scanprof against bpftool",
+        reported,
+        bpftool_per_packet,
+        0.25,
+    );
+    // And the share of the target's time is that run time over its threads' on-CPU time.
+    let share = bpf.share_of_target.expect("share_of_target");
+    assert_within(
+        "share of the target's on-CPU time",
+        share,
+        bpf.bpf_ns / bpf.target_oncpu_ns as f64,
+        1e-9,
+    );
+
+    // 2. Statistics off machine-wide: scanprof samples them itself (a tenth of each tick), says
+    //    so, and leaves them off. bpftool then sees only what scanprof's windows counted.
+    let _off = StatsSysctl::set("0");
+    let (finished, ours, progs) = profiled_run(&[], &out);
+    let summary = finished.summary();
+    let bpf = summary.cost.bpf.as_ref().expect("cost.bpf when sampled");
+    assert_eq!(bpf.holder, StatsHolder::Scanprof, "{bpf:#?}");
+    assert_eq!(bpf.coverage, StatsCoverage::Sampled, "{bpf:#?}");
+    assert!(
+        (0.04..=0.2).contains(&bpf.measured_share),
+        "measured {:.3} of the run, not about a tenth",
+        bpf.measured_share
+    );
+    // The windows' counts are what bpftool counted (statistics were on only in them), up to a
+    // window bpftool's read fell into.
+    let counted_ns: u64 = bpf.programs.iter().map(|p| p.run_time_ns).sum();
+    let bpftool_ns: u64 = bpftool_stats(&progs, &ours).iter().map(|s| s.2).sum();
+    assert!(counted_ns > 0, "{bpf:#?}");
+    assert!(
+        bpftool_ns + bpftool_ns / 10 >= counted_ns && counted_ns + counted_ns / 2 >= bpftool_ns,
+        "scanprof counted {counted_ns} ns in its windows, bpftool {bpftool_ns} ns"
+    );
+    // Scaled up, the sampled figure is of the same order as the counted one of part 1 (another
+    // run on a shared machine: a loose bound).
+    let sampled = bpf.ns_per_packet.expect("ns_per_packet");
+    eprintln!("sampled BPF cost per packet: {sampled:.0} ns (counted run: {reported:.0} ns)");
+    assert!(
+        sampled > reported / 2.0 && sampled < reported * 2.0,
+        "sampled {sampled:.0} ns per packet against {reported:.0} counted"
+    );
+    drop(_off);
+    assert_eq!(std::fs::read_to_string(SYSCTL).unwrap().trim(), "0");
+    baseline.assert_released("the probe-cost runs");
+}
+
+#[test]
+fn bpftool_is_there() {
+    // The comparison above needs bpftool: a missing one is a failure, not a skip.
+    let ok = Command::new("bpftool")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "bpftool is needed (scripts/setup installs it)");
+}
