@@ -12,11 +12,9 @@ char LICENSE[] SEC("license") = "GPL";
 /* Filled in by user space from the running kernel's enum skb_drop_reason before load. */
 const volatile __u32 reason_no_socket = 3;
 
-/* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h). The
- * three maps are declared with SP_DROP_SLOTS entries; user space may size all three to another
- * power of two before load and says so here. */
+/* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h); the
+ * three maps of the table have SP_DROP_SLOTS entries (a power of two). */
 #define SP_DROP_SLOTS 8192
-const volatile __u32 drop_slot_count = SP_DROP_SLOTS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -162,7 +160,7 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
 		slot = last->slot;
 	} else {
-		slot = slot_of(&drop_slots, &drop_slot_rows, &k, sizeof(k), drop_slot_count, &fresh);
+		slot = slot_of(&drop_slots, &drop_slot_rows, &k, sizeof(k), SP_DROP_SLOTS, &fresh);
 		if (slot == SP_NO_SLOT) {
 			health_inc(SP_H_DROPS_FULL);
 			return;

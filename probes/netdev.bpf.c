@@ -14,10 +14,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Counters per (device, namespace, process) row, per CPU, in a slot that dev_slots names: an
  * array slot costs the hot path an index, where a per-CPU hash costs a hash of the key. */
-#define SP_DEV_SLOTS 1024
-/* devs, dev_slots and dev_slot_rows have this many entries (a power of two): user space may size
- * all three otherwise before load, and says so here. */
-const volatile __u32 dev_slot_count = SP_DEV_SLOTS;
+#define SP_DEV_SLOTS 1024	/* entries of devs, dev_slots and dev_slot_rows (a power of two) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -86,7 +83,7 @@ static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u
 {
 	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns, .tgid = tgid };
 	int fresh;
-	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), dev_slot_count, &fresh);
+	__u32 s = slot_of(&dev_slots, &dev_slot_rows, &k, sizeof(k), SP_DEV_SLOTS, &fresh);
 
 	if (s == SP_NO_SLOT) {
 		health_inc(SP_H_DEVS_FULL);
@@ -321,12 +318,16 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
 	} else {
 		tgid = skb_target(skb);
 	}
-	if (rc == 0)
-		FOR_ROWS(dev, tgid, s, { s->xmit_ok += 1; s->xmit_bytes += len; });
-	else if (rc == 0x10)
-		FOR_ROWS(dev, tgid, s, s->xmit_busy += 1);
-	else
-		FOR_ROWS(dev, tgid, s, s->xmit_err += 1);
+	FOR_ROWS(dev, tgid, s, {
+		if (rc == 0) {
+			s->xmit_ok += 1;
+			s->xmit_bytes += len;
+		} else if (rc == 0x10) {
+			s->xmit_busy += 1;
+		} else {
+			s->xmit_err += 1;
+		}
+	});
 	return 0;
 }
 
@@ -383,10 +384,12 @@ static __always_inline void neigh_outcome(struct neighbour *n, int failed)
 	who = *tgid;
 	bpf_map_delete_elem(&neighs, &key);
 	dev = n->dev;
-	if (failed)
-		FOR_ROWS(dev, who, s, s->neigh_failed += 1);
-	else
-		FOR_ROWS(dev, who, s, s->neigh_resolved += 1);
+	FOR_ROWS(dev, who, s, {
+		if (failed)
+			s->neigh_failed += 1;
+		else
+			s->neigh_resolved += 1;
+	});
 }
 
 /* neigh_timer_handler: retries ran out for a neighbour the target waited on. */

@@ -207,7 +207,7 @@ static __always_inline void slot_add(__u64 *slots, __u64 n, __u64 idx)
  * older verifiers see differently). Slots are never given back during a run.
  */
 #define SP_NO_SLOT 0xffffffff
-#define SP_SLOT_PROBES 16
+#define SP_SLOT_PROBES 8
 
 /* Whether two keys of `size` bytes (a multiple of 4, at most 32) are equal. */
 static __always_inline int key_eq(const void *a, const void *b, __u32 size)
