@@ -7,8 +7,8 @@
 //!    (c) while bpftrace counts the equivalent tracepoints, (d) under `scanprof attach` made 1 s
 //!    after the sender started (its packets at dev_queue checked against its send syscalls);
 //!    interleaved rounds, medians, b/a, c/a, d/a.
-//! 2. The paced sender at about half its maximum rate, alone and under scanprof: the achieved rate
-//!    must not move (target: medians within 1%).
+//! 2. The paced sender at 100k pps (half its maximum on a machine that cannot reach 125k), alone
+//!    and under scanprof: the achieved rate must not move (target: medians within 0.5%).
 //! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
 //!    profiled by scanprof inside `perf stat -e skb:kfree_skb -a`: scanprof's drop total against
 //!    perf's count less the background rate perf measured alone just before.
@@ -40,6 +40,8 @@ const PORT: u16 = 9000;
 /// Part 1: rounds and seconds per full-speed send.
 const P1_ROUNDS: usize = 7;
 const P1_SECONDS: f64 = 3.0;
+/// Part 2: the paced rate issue 12 names, pps.
+const P2_RATE: f64 = 100_000.0;
 /// Part 2: rounds and seconds per paced send.
 const P2_ROUNDS: usize = 5;
 const P2_SECONDS: f64 = 5.0;
@@ -506,10 +508,16 @@ fn part1(lab: &Lab) -> f64 {
 
 /// Part 2 at `rate` pps.
 fn part2(lab: &Lab, max_pps: f64) {
-    let rate = ((max_pps / 2.0 / 10_000.0).floor() * 10_000.0).max(10_000.0);
+    // Issue 12 asks for 100k pps; a machine whose sender alone cannot reach 1.25x that gets half
+    // its maximum instead (rounded down to 10k), so that the rate is reachable under scanprof.
+    let rate = if max_pps >= P2_RATE * 1.25 {
+        P2_RATE
+    } else {
+        ((max_pps / 2.0 / 10_000.0).floor() * 10_000.0).max(10_000.0)
+    };
     println!(
-        "\n== Part 2: rate change at a reachable rate: --rate {} (about half of the {} pps maximum), \
-         sendto, {P2_SECONDS} s per run, {P2_ROUNDS} interleaved rounds",
+        "\n== Part 2: rate change at a reachable rate: --rate {} (the sender alone reached {} pps at full \
+         speed), sendto, {P2_SECONDS} s per run, {P2_ROUNDS} interleaved rounds",
         thousands(rate),
         thousands(max_pps)
     );
@@ -542,10 +550,10 @@ fn part2(lab: &Lab, max_pps: f64) {
     let change = (mb / ma - 1.0) * 100.0;
     println!(
         "  median: alone {ma:.1} pps | under scanprof {mb:.1} pps | change {change:+.3}% ({})",
-        if change.abs() < 1.0 {
-            "target < 1% met"
+        if change.abs() < 0.5 {
+            "target < 0.5% met"
         } else {
-            "target < 1% NOT met"
+            "target < 0.5% NOT met"
         }
     );
 }
