@@ -169,9 +169,9 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     // (a sample reads the thread table and the device table one after the other, and under
     // load a sender still sending fills that gap with packets one table has and the other not).
     // In an emulated VM (scripts/kernel-matrix) attaching takes seconds: the send lasts as long
-    // as the waits stretch, so that scanprof meets the sender still sending.
+    // as the waits stretch (its count too), so that scanprof meets the sender still sending.
     let send_s = patience(Duration::from_secs(4)).as_secs_f64();
-    let argv = sender_argv(&lab.to(PORT), 20_000.0, 100_000, send_s, &[]);
+    let argv = sender_argv(&lab.to(PORT), 20_000.0, (20_000.0 * send_s) as u64, send_s, &[]);
     let sender = sending(&lab, &argv, Some(&sink));
     let run = attach(sender.pid(), 30).finish(RUN_TIMEOUT);
     let sender = sender.finish(Duration::from_secs(15));
