@@ -21,8 +21,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
@@ -115,16 +114,7 @@ struct Figures {
 
 fn main() {
     assert!(nix::unistd::geteuid().is_root(), "this bench needs root (BPF)");
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).expect("signal handler");
-    }
-    std::thread::spawn(move || loop {
-        if flag.load(Ordering::Relaxed) {
-            INTERRUPTED.store(true, Ordering::Relaxed);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    });
+    watch_signals();
     let t0 = Instant::now();
     let mut bins = vec![("this build", BIN.to_string())];
     if let Ok(before) = std::env::var("SCANPROF_BEFORE") {

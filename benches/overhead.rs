@@ -22,9 +22,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -818,16 +816,7 @@ fn part4() -> f64 {
 }
 
 fn main() {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).expect("signal handler");
-    }
-    std::thread::spawn(move || loop {
-        if flag.load(Ordering::Relaxed) {
-            INTERRUPTED.store(true, Ordering::Relaxed);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    });
+    watch_signals();
     require("bpftrace", &["--version"]);
     require("perf", &["--version"]);
     let t0 = Instant::now();

@@ -30,8 +30,6 @@ mod common;
 
 use std::net::UdpSocket;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -465,16 +463,7 @@ fn part2_rate(port: u16) {
 
 fn main() {
     assert!(nix::unistd::geteuid().is_root(), "this bench needs root (BPF)");
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&flag)).expect("signal handler");
-    }
-    std::thread::spawn(move || loop {
-        if flag.load(Ordering::Relaxed) {
-            INTERRUPTED.store(true, Ordering::Relaxed);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    });
+    watch_signals();
     let t0 = Instant::now();
     println!("scanprof profile-probes bench: binary {BIN}");
     // The receiver: bound, never read (the kernel drops once its buffer is full).

@@ -98,7 +98,7 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 		return SP_CLASS_UNRELATED;
 	if (skb_addr(skb, 1, &fk))
 		return SP_CLASS_UNRELATED;
-	gen = flows_gen_now();
+	gen = gen_now(&flows_gen);
 	last = bpf_map_lookup_elem(&last_drop, &zero);
 	if (last && last->valid && last->gen == gen && last->netns == netns &&
 	    same_flow(&last->dst, &fk)) {

@@ -106,7 +106,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	if (!bpf_map_lookup_elem(&family, &tgid))
 		return 0;
 	/* close-on-exec fds are gone: cached fd -> socket pairs resolve again */
-	fd_gen_bump();
+	gen_bump(&fd_gen);
 	e = event_reserve();
 	if (!e)
 		return 0;

@@ -185,7 +185,7 @@ static __always_inline void note_dest(struct sk_buff *skb, struct net_device *de
 	struct sp_flow_key fk;
 	__u32 zero = 0, ns = dev_netns(dev), *owner;
 	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
-	__u64 gen = flows_gen_now(), now = 0;
+	__u64 gen = gen_now(&flows_gen), now = 0;
 
 	if (skb_addr(skb, 1, &fk))
 		return;
@@ -202,17 +202,17 @@ static __always_inline void note_dest(struct sk_buff *skb, struct net_device *de
 	owner = bpf_map_lookup_elem(&flows, &fk);
 	if (!owner || *owner != tgid) {
 		bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
-		flows_gen_bump();
+		gen_bump(&flows_gen);
 	}
 	if (!bpf_map_lookup_elem(&target_netns, &ns)) {
 		bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
-		flows_gen_bump();
+		gen_bump(&flows_gen);
 	}
 	if (last) {
 		last->fk = fk;
 		last->tgid = tgid;
 		last->netns = ns;
-		last->gen = flows_gen_now();
+		last->gen = gen_now(&flows_gen);
 		last->checked_ns = now;	/* 0 when not looked at for a change elsewhere */
 	}
 }
@@ -346,7 +346,7 @@ int BPF_PROG(on_netif_rx, struct sk_buff *skb)
 	ns = dev_netns(skb->dev);
 	if (ns && !bpf_map_lookup_elem(&target_netns, &ns)) {
 		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);
-		flows_gen_bump();
+		gen_bump(&flows_gen);
 	}
 	return 0;
 }

@@ -89,9 +89,7 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
  * changed, else from the fd table (and cached). */
 static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kind)
 {
-	__u32 zero = 0;
-	__u64 *gen = bpf_map_lookup_elem(&fd_gen, &zero);
-	__u64 g = (gen ? *gen : 0) + 1;
+	__u64 g = gen_now(&fd_gen) + 1;
 	struct sock *sk;
 
 	if (t->fd_cache_gen == g && t->fd_cache_fd == fd) {
@@ -145,14 +143,10 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		__u32 *owner = t->send_sk != skp ? bpf_map_lookup_elem(&target_socks, &skp) : 0;
 
 		if (t->send_sk != skp && (!owner || *owner != t->tgid)) {
-			__u32 zero = 0;
-			__u64 *gen = bpf_map_lookup_elem(&sock_gen, &zero);
-
 			tgid = t->tgid;
 			sock_filter_add(skp);
 			bpf_map_update_elem(&target_socks, &skp, &tgid, BPF_ANY);
-			if (gen)
-				__sync_fetch_and_add(gen, 1);
+			gen_bump(&sock_gen);
 		}
 		/* Until a call has sent a packet, each attempt may be the first: its entry is where
 		 * the thread's send window begins. The budget is accounted up to `now` here. */
@@ -204,7 +198,7 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 		/* after the call (close releases the fd even when it fails): a send racing it on
 		 * another thread cannot cache the old file again */
 		if (changes_fds(id) && in_family((__u32)bpf_get_current_pid_tgid()))
-			fd_gen_bump();
+			gen_bump(&fd_gen);
 		return 0;
 	}
 	t = family_thread((__u32)bpf_get_current_pid_tgid());

@@ -16,6 +16,21 @@ use nix::unistd::Pid;
 /// deleting its labs).
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// Turns SIGINT and SIGTERM into INTERRUPTED (checked between steps by check_interrupted), so
+/// that a bench stopped with Ctrl-C still ends its children and deletes its labs.
+pub fn watch_signals() {
+    let flag = std::sync::Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, std::sync::Arc::clone(&flag)).expect("signal handler");
+    }
+    std::thread::spawn(move || loop {
+        if flag.load(Ordering::Relaxed) {
+            INTERRUPTED.store(true, Ordering::Relaxed);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
+}
+
 pub fn check_interrupted() {
     if INTERRUPTED.load(Ordering::Relaxed) {
         panic!("interrupted: stopping (children are ended and labs deleted on the way out)");

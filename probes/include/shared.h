@@ -349,18 +349,20 @@ struct {
 	__type(value, __u64);
 } flows_gen SEC(".maps");
 
-static __always_inline __u64 flows_gen_now(void)
+/* The value of a generation counter (a one-entry array: flows_gen, fd_gen, sock_gen). */
+static __always_inline __u64 gen_now(void *counter)
 {
 	__u32 zero = 0;
-	__u64 *gen = bpf_map_lookup_elem(&flows_gen, &zero);
+	__u64 *gen = bpf_map_lookup_elem(counter, &zero);
 
 	return gen ? *gen : 0;
 }
 
-static __always_inline void flows_gen_bump(void)
+/* Moves a generation counter on: every cache made under the old value is stale. */
+static __always_inline void gen_bump(void *counter)
 {
 	__u32 zero = 0;
-	__u64 *gen = bpf_map_lookup_elem(&flows_gen, &zero);
+	__u64 *gen = bpf_map_lookup_elem(counter, &zero);
 
 	if (gen)
 		__sync_fetch_and_add(gen, 1);
@@ -376,14 +378,6 @@ struct {
 	__type(value, __u64);
 } fd_gen SEC(".maps");
 
-static __always_inline void fd_gen_bump(void)
-{
-	__u32 zero = 0;
-	__u64 *gen = bpf_map_lookup_elem(&fd_gen, &zero);
-
-	if (gen)
-		__sync_fetch_and_add(gen, 1);
-}
 
 /* A filter of the sockets in target_socks: one bit per hash of the pointer, set when a socket
  * is registered (never cleared during a run). A clear bit means "not the family's" for certain,
@@ -423,17 +417,16 @@ static __always_inline void sock_filter_add(__u64 sk)
 /* tgid of the family process that owns the socket sk, 0 if none. */
 static __always_inline __u32 sock_target(__u64 sk)
 {
-	__u32 zero = 0, way, *tgid;
+	__u32 way, *tgid;
 	struct sock_owner *c;
-	__u64 *gen, g, bit, *w;
+	__u64 g, bit, *w;
 
 	if (!sk)
 		return 0;
 	w = sock_filter_word(sk, &bit);
 	if (w && !(*w & bit))
 		return 0;
-	gen = bpf_map_lookup_elem(&sock_gen, &zero);
-	g = gen ? *gen : 0;
+	g = gen_now(&sock_gen);
 	/* struct sock objects are over 512 bytes apart: bits above that spread them */
 	way = (__u32)((sk >> 9) ^ (sk >> 12)) & (SP_SOCK_WAYS - 1);
 	c = bpf_map_lookup_elem(&last_sock, &way);
