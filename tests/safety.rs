@@ -582,13 +582,41 @@ fn unprivileged_commands_say_which_privilege_they_need() {
     );
 }
 
+/// The capability sets of every thread of process `pid` are within `kept`, but for the
+/// collection thread, which may also hold `collector_extra`; each thread has no_new_privs.
+/// Returns the number of threads and whether the collection thread was among them.
+fn assert_thread_caps(pid: u32, kept: u64, collector_extra: u64) -> (usize, bool) {
+    use scanprof::system::caps::parse_set;
+    let (mut threads, mut collector) = (0, false);
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        threads += 1;
+        let name = status.lines().find_map(|l| l.strip_prefix("Name:\t")).unwrap_or("");
+        let is_collector = name.starts_with("scanprof-collec");
+        collector |= is_collector;
+        let allowed = if is_collector { kept | collector_extra } else { kept };
+        for key in ["CapEff", "CapPrm", "CapBnd"] {
+            let set = parse_set(&status, key).unwrap();
+            assert_eq!(
+                set & !allowed,
+                0,
+                "a thread holds {key} {set:x} beyond {allowed:x}\n{status}"
+            );
+        }
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    (threads, collector)
+}
+
 /// 3. During an attach, every thread of scanprof holds at most the kept capabilities (CapEff,
-/// CapPrm and CapBnd from /proc/PID/task/*/status) with no_new_privs; the run still completes
-/// with a summary. A command scanprof launches keeps the capabilities it was given.
+/// CapPrm and CapBnd from /proc/PID/task/*/status) with no_new_privs, but for the collection
+/// thread, which keeps CAP_SYS_ADMIN too while it samples the kernel's BPF statistics
+/// (`--bpf-stats sampled`, the default) and nothing more with `--bpf-stats always`; the run still
+/// completes with a summary. A command scanprof launches keeps the capabilities it was given.
 #[test]
 fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     use scanprof::system::caps::parse_set;
-    use scanprof::system::privileges::{mask, KEPT};
+    use scanprof::system::privileges::{mask, FOR_BPF_STATS, KEPT};
     require_root();
     let _g = serial();
     let full = parse_set(&fs::read_to_string("/proc/self/status").unwrap(), "CapEff").unwrap();
@@ -599,38 +627,37 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
         "this test needs more capabilities than the kept set"
     );
 
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let spid = sleeper.id().to_string();
-    let args: Vec<String> = ["attach", "-p", &spid, "--json", "--duration", "4"]
+    for (stats, collector_extra) in [("sampled", mask(&[FOR_BPF_STATS])), ("always", 0)] {
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        let spid = sleeper.id().to_string();
+        let args: Vec<String> = [
+            "attach",
+            "-p",
+            &spid,
+            "--json",
+            "--duration",
+            "4",
+            "--bpf-stats",
+            stats,
+        ]
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let mut p = Proc::scanprof(&args);
-    let _ = p.wait_for_json("started", Duration::from_secs(30));
-    let pid = p.pid();
-    let main = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let mut threads = 0;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap();
-        threads += 1;
-        for key in ["CapEff", "CapPrm", "CapBnd"] {
-            let set = parse_set(&status, key).unwrap();
-            assert_eq!(
-                set & !kept,
-                0,
-                "a thread holds {key} {set:x} beyond {kept:x}\n{status}"
-            );
-        }
-        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        let mut p = Proc::scanprof(&args);
+        let _ = p.wait_for_json("started", Duration::from_secs(30));
+        let pid = p.pid();
+        let main = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let (threads, collector) = assert_thread_caps(pid, kept, collector_extra);
+        assert!(threads >= 2, "expected the main and the collection thread");
+        assert!(collector, "--bpf-stats {stats}: no collection thread among {threads}");
+        assert_eq!(parse_set(&main, "CapEff").unwrap(), kept & full, "{main}");
+        let f = p.finish(Duration::from_secs(30));
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert_eq!(f.status.code(), Some(0), "{}", f.context());
+        let summary = f.summary_json();
+        assert_eq!(summary["end_reason"], "duration", "{summary}");
     }
-    assert!(threads >= 2, "expected the main and the collection thread");
-    assert_eq!(parse_set(&main, "CapEff").unwrap(), kept & full, "{main}");
-    let f = p.finish(Duration::from_secs(30));
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
-    assert_eq!(f.status.code(), Some(0), "{}", f.context());
-    let summary = f.summary_json();
-    assert_eq!(summary["end_reason"], "duration", "{summary}");
 
     // A launched command keeps what the user gave it (it starts before the drop).
     let args: Vec<String> = ["run", "--json", "--", "sleep", "30"]
