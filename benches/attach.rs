@@ -39,21 +39,20 @@ fn sleeper() -> Proc {
     Proc::spawn(c, "sleep", Signal::SIGKILL)
 }
 
+/// `BIN attach -p PID --json --duration SECONDS`.
+fn attach_command(bin: &str, pid: u32, seconds: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["attach", "-p", &pid.to_string(), "--json", "--duration", seconds]);
+    cmd
+}
+
 /// ms from the start of `scanprof attach` to its `started` line and to its first `sample` line.
 fn attach_once(bin: &str) -> (f64, f64) {
     let target = sleeper();
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "attach",
-        "-p",
-        &target.pid().to_string(),
-        "--json",
-        "--duration",
-        "1.3",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    let mut cmd = attach_command(bin, target.pid(), "1.3");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     let t0 = Instant::now();
     let mut p = Proc::spawn(cmd, "scanprof attach", Signal::SIGINT);
     let (tx, rx) = mpsc::channel();
@@ -185,16 +184,8 @@ fn main() {
 
     println!("\nwhere the time goes (this build, SCANPROF_DEBUG=1: libbpf's debug log is printed too):");
     let target = sleeper();
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "attach",
-        "-p",
-        &target.pid().to_string(),
-        "--json",
-        "--duration",
-        "1.2",
-    ])
-    .env("SCANPROF_DEBUG", "1");
+    let mut cmd = attach_command(BIN, target.pid(), "1.2");
+    cmd.env("SCANPROF_DEBUG", "1");
     let (status, _, err) = run_capture(cmd, "scanprof attach", Signal::SIGINT, LIMIT);
     assert!(status.success(), "attach with SCANPROF_DEBUG failed: {status}");
     for line in err.lines().filter(|l| l.starts_with("scanprof: timing:")) {

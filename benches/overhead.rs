@@ -459,7 +459,11 @@ fn part1(lab: &Lab) -> f64 {
         mb / ma,
         if mb / ma >= 0.90 { "met" } else { "NOT met" },
         added_b / added_c,
-        if added_b / added_c <= 0.25 { "met" } else { "NOT met" }
+        if added_b / added_c <= 0.25 {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     if !bpf_total.is_empty() {
         let total = median(&bpf_total);
@@ -754,7 +758,10 @@ const P4_CALLS: u64 = 2_000_000;
 /// work weigh as little as they can.
 fn null_syscall_ns() -> f64 {
     let cpu_ns = || {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: a valid out-pointer for clock_gettime.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
@@ -774,8 +781,10 @@ fn null_syscall_ns() -> f64 {
 /// Part 4: what a process outside the family pays per syscall while scanprof is attached to
 /// somebody else (a `sleep` the bench started): the machine-wide syscall hooks run for everyone.
 fn part4() -> f64 {
-    println!("
-## Part 4: a process outside the family, per null syscall (getppid, thread CPU time)");
+    println!(
+        "
+## Part 4: a process outside the family, per null syscall (getppid, thread CPU time)"
+    );
     println!("| round | alone, ns | scanprof attached elsewhere, ns | added, ns |");
     println!("|---|---:|---:|---:|");
     let (mut alone, mut under) = (Vec::new(), Vec::new());
@@ -786,7 +795,14 @@ fn part4() -> f64 {
         let mut sleeper = Proc::spawn(sleeper, "sleep", Signal::SIGTERM);
         let mut attach = Command::new(BIN);
         attach
-            .args(["attach", "-p", &sleeper.pid().to_string(), "--json", "--duration", "30"])
+            .args([
+                "attach",
+                "-p",
+                &sleeper.pid().to_string(),
+                "--json",
+                "--duration",
+                "30",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut scanprof = Proc::spawn(attach, "scanprof attach", Signal::SIGINT);

@@ -87,7 +87,10 @@ fn a_socket_new_on_a_reused_fd_is_counted_at_every_stage() {
         s.stage_counts
     );
     let sent = 3 * PER_PHASE;
-    assert_eq!(received, sent, "the receiver's count: the fixture did not run whole");
+    assert_eq!(
+        received, sent,
+        "the receiver's count: the fixture did not run whole"
+    );
     // Launched: registered before its first send, so every count is exact.
     assert_eq!(count(&s, "syscall_packets"), sent, "{:?}", s.stage_counts);
     assert_eq!(count(&s, "dev_queue"), sent, "{:?}", s.stage_counts);

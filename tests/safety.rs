@@ -591,10 +591,17 @@ fn assert_thread_caps(pid: u32, kept: u64, collector_extra: u64) -> (usize, bool
     for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let status = fs::read_to_string(task.unwrap().path().join("status")).unwrap();
         threads += 1;
-        let name = status.lines().find_map(|l| l.strip_prefix("Name:\t")).unwrap_or("");
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:\t"))
+            .unwrap_or("");
         let is_collector = name.starts_with("scanprof-collec");
         collector |= is_collector;
-        let allowed = if is_collector { kept | collector_extra } else { kept };
+        let allowed = if is_collector {
+            kept | collector_extra
+        } else {
+            kept
+        };
         for key in ["CapEff", "CapPrm", "CapBnd"] {
             let set = parse_set(&status, key).unwrap();
             assert_eq!(
@@ -649,7 +656,10 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
         let main = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let (threads, collector) = assert_thread_caps(pid, kept, collector_extra);
         assert!(threads >= 2, "expected the main and the collection thread");
-        assert!(collector, "--bpf-stats {stats}: no collection thread among {threads}");
+        assert!(
+            collector,
+            "--bpf-stats {stats}: no collection thread among {threads}"
+        );
         assert_eq!(parse_set(&main, "CapEff").unwrap(), kept & full, "{main}");
         let f = p.finish(Duration::from_secs(30));
         let _ = sleeper.kill();

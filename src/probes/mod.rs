@@ -608,11 +608,6 @@ impl ProbeSet {
         Ok(())
     }
 
-    /// Whether the hot programs treat this thread as the family's (its bit is set).
-    pub fn thread_bit(&self, tid: u32) -> bool {
-        self.tids.contains(tid)
-    }
-
     /// Every tracked thread's record.
     pub fn threads(&self) -> Vec<sp_thread> {
         self.threads

@@ -38,7 +38,9 @@ impl TidBits {
             )
         };
         if ptr == libc::MAP_FAILED {
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL);
             return Err(bpf_err("mapping the family_tids bitmap")(
                 libbpf_rs::Error::from_raw_os_error(errno),
             ));
@@ -55,11 +57,6 @@ impl TidBits {
     /// Makes the hot programs look at this thread.
     pub fn set(&self, tid: u32) {
         self.word(tid).fetch_or(1 << (tid & 63), Ordering::SeqCst);
-    }
-
-    /// Whether the thread's bit is set.
-    pub fn contains(&self, tid: u32) -> bool {
-        self.word(tid).load(Ordering::SeqCst) & (1 << (tid & 63)) != 0
     }
 }
 
