@@ -1,13 +1,13 @@
 //! The ticks of a run that may become a bundle, kept on disk as they come instead of in memory:
-//! one `sample` NDJSON line per tick in a private file (a new mkdtemp directory, mode 0700; the
-//! file created O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600). A bundle is rendered from it when it is
-//! written (at the end of a run, or at the live view's `e` key), so a long run's memory stays
-//! flat however many ticks it has.
+//! one `sample` NDJSON line per tick in a private file (created O_CREAT|O_EXCL|O_NOFOLLOW, mode
+//! 0600, in a new mkdtemp directory of mode 0700, then unlinked with its directory at once, so
+//! that only scanprof's descriptors reach it and nothing is left behind, even after SIGKILL). A
+//! bundle is rendered from it when it is written (at the end of a run, or at the live view's `e`
+//! key), so a long run's memory stays flat however many ticks it has.
 
 use std::fs;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 
 use anyhow::Context;
 
@@ -16,12 +16,12 @@ use crate::analysis::Snapshot;
 use crate::collect::session::Update;
 use crate::views::json;
 
-/// A file of ticks, removed (with its directory) when dropped.
+/// An unlinked file of ticks, reached only through its two descriptors.
 #[derive(Debug)]
 pub struct TickSpool {
-    dir: PathBuf,
-    path: PathBuf,
     out: BufWriter<fs::File>,
+    /// a second open of the file, with its own offset, for reading it back
+    back: fs::File,
     /// ticks written
     ticks: u64,
     /// the first write that failed: the spool is incomplete from there on
@@ -29,42 +29,44 @@ pub struct TickSpool {
 }
 
 impl TickSpool {
-    /// A new spool in a new private directory under the temporary directory.
+    /// A new spool in the temporary directory (TMPDIR).
     pub fn create() -> anyhow::Result<TickSpool> {
-        let template = std::env::temp_dir().join("scanprof-ticks-XXXXXX");
+        TickSpool::create_in(&std::env::temp_dir())
+    }
+
+    /// A new spool under `parent`.
+    fn create_in(parent: &std::path::Path) -> anyhow::Result<TickSpool> {
+        let template = parent.join("scanprof-ticks-XXXXXX");
         let dir = nix::unistd::mkdtemp(&template).with_context(|| {
             format!(
-                "creating a private directory for the run's ticks ({}); set TMPDIR to a writable directory",
+                "creating a private directory for the run's ticks ({}): set TMPDIR to a writable directory",
                 template.display()
             )
         })?;
         let path = dir.join("ticks.ndjson");
-        let file = fs::OpenOptions::new()
+        let opened = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
+            .and_then(|out| {
+                let back = fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&path)?;
+                Ok((out, back))
+            })
             .with_context(|| format!("creating {} (O_EXCL, no symlink followed)", path.display()));
-        let file = match file {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = fs::remove_dir(&dir);
-                return Err(e);
-            }
-        };
+        let _ = fs::remove_file(&path);
+        let _ = fs::remove_dir(&dir);
+        let (out, back) = opened?;
         Ok(TickSpool {
-            dir,
-            path,
-            out: BufWriter::new(file),
+            out: BufWriter::new(out),
+            back,
             ticks: 0,
             failed: None,
         })
-    }
-
-    /// Where the ticks are written.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
     }
 
     /// Appends one tick. After a failed write the spool takes nothing more; the failure is
@@ -76,9 +78,10 @@ impl TickSpool {
         let line = json::line("sample", s) + "\n";
         if let Err(e) = self.out.write_all(line.as_bytes()) {
             let why = format!(
-                "writing tick {} to {} failed ({e}): a bundle of this run would miss its ticks from there on",
+                "writing tick {} to the run's spool file in {} failed ({e}): a bundle of this run \
+                 would miss its ticks from there on (set TMPDIR to a directory with room)",
                 s.tick,
-                self.path.display()
+                std::env::temp_dir().display()
             );
             self.failed = Some(why.clone());
             anyhow::bail!(why);
@@ -92,34 +95,19 @@ impl TickSpool {
         if let Some(why) = &self.failed {
             anyhow::bail!("{why}");
         }
-        self.out
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))?;
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&self.path)
-            .with_context(|| format!("reading {}", self.path.display()))?;
+        self.out.flush().context("writing the run's spool file")?;
+        self.back
+            .seek(SeekFrom::Start(0))
+            .context("reading the run's spool file")?;
         let mut ticks = Vec::with_capacity(self.ticks as usize);
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line.with_context(|| format!("reading {}", self.path.display()))?;
+        for (i, line) in BufReader::new(&self.back).lines().enumerate() {
+            let line = line.context("reading the run's spool file")?;
             let s: Snapshot = serde_json::from_str(&line).with_context(|| {
-                format!(
-                    "{} line {}: not a tick scanprof wrote",
-                    self.path.display(),
-                    i + 1
-                )
+                format!("the run's spool file, line {}: not a tick scanprof wrote", i + 1)
             })?;
             ticks.push(s);
         }
         Ok(ticks)
-    }
-}
-
-impl Drop for TickSpool {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-        let _ = fs::remove_dir(&self.dir);
     }
 }
 
@@ -161,18 +149,12 @@ impl SpooledRecording {
             summary: self.latest.summary.clone(),
         })
     }
-
-    /// The spool file.
-    pub fn spool_path(&self) -> &std::path::Path {
-        self.spool.path()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::views::fixtures::rich_recording;
-    use std::os::unix::fs::PermissionsExt;
 
     fn feed(rec: &Recording, into: &mut SpooledRecording, rounds: usize) {
         into.apply(&Update::Started {
@@ -214,15 +196,17 @@ mod tests {
         );
     }
 
-    /// The spool is private (a 0700 directory of its own, a 0600 file) and gone when dropped.
+    /// The spool is reached only through scanprof's descriptors: its file and directory are
+    /// gone from the temporary directory as soon as it is made.
     #[test]
-    fn the_spool_is_private_and_removed_when_dropped() {
-        let spool = TickSpool::create().unwrap();
-        let path = spool.path().to_path_buf();
-        let dir = path.parent().unwrap().to_path_buf();
-        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        drop(spool);
-        assert!(!path.exists() && !dir.exists());
+    fn the_spool_leaves_nothing_in_the_temporary_directory() {
+        let parent = nix::unistd::mkdtemp(&std::env::temp_dir().join("spool-test-XXXXXX")).unwrap();
+        let mut spool = TickSpool::create_in(&parent).unwrap();
+        let left: Vec<_> = fs::read_dir(&parent).unwrap().collect();
+        fs::remove_dir(&parent).unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        let tick = rich_recording().ticks[0].clone();
+        spool.push(&tick).unwrap();
+        assert_eq!(spool.ticks().unwrap(), [tick]);
     }
 }
