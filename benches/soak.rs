@@ -11,10 +11,11 @@
 //!     <= 5 MB.
 //!
 //! RSS growth is the last reading while the command still sends minus the first (at 10 s, after
-//! start-up); the peak (VmHWM) at the end is printed beside it, since the bundle is rendered
-//! from the spooled ticks after the command ends. Short durations (`SOAK_MINUTES=2
+//! start-up); the peak over scanprof's whole life (wait4's ru_maxrss) is printed beside it,
+//! since the bundle is rendered from the spooled ticks after the command ends. Short durations (`SOAK_MINUTES=2
 //! SOAK_FAST_MINUTES=1`) check that the bench works; every figure says the duration it covers.
-//! `SOAK_PARTS=a` or `b` runs one part. Bundles go to a new directory under `SOAK_DIR` (default
+//! `SOAK_PARTS=a` or `b` runs one part; `SOAK_SCANPROF=PATH` measures that binary (a copy of
+//! this build's, say, so that a rebuild meanwhile cannot touch it). Bundles go to a new directory under `SOAK_DIR` (default
 //! the temporary directory) and are kept; their paths are printed.
 //!
 //! Traffic only to 127.0.0.1, to a closed UDP port (each packet is then a NO_SOCKET drop, so
@@ -32,7 +33,11 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 
-const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
+/// The scanprof measured: this build's, or `SOAK_SCANPROF` (a copy, so that a rebuild during
+/// an hour's soak cannot replace the binary under it).
+fn bin() -> String {
+    std::env::var("SOAK_SCANPROF").unwrap_or_else(|_| env!("CARGO_BIN_EXE_scanprof").to_string())
+}
 const RATE: u32 = 2000;
 const RSS_EVERY: Duration = Duration::from_secs(10);
 
@@ -51,6 +56,28 @@ fn minutes(var: &str, default: f64) -> f64 {
 fn closed_port() -> u16 {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding a UDP port on 127.0.0.1");
     s.local_addr().expect("local address").port()
+}
+
+/// Reaps `pid` if it has exited: its exit status and its peak RSS in KiB over its whole life,
+/// the bundle's rendering after the command included (wait4's ru_maxrss).
+fn reap(pid: u32) -> Option<(std::process::ExitStatus, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 with valid pointers to the two out-parameters, for our own child.
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, libc::WNOHANG, &mut usage) };
+    match r {
+        0 => None,
+        r if r == pid as libc::pid_t => Some((
+            std::process::ExitStatus::from_raw(status),
+            usage.ru_maxrss.max(0) as u64,
+        )),
+        _ => panic!(
+            "waiting for scanprof (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        ),
+    }
 }
 
 /// (VmRSS, VmHWM) of `pid` in KiB, None once it is gone.
@@ -84,7 +111,10 @@ struct Part {
 struct Measured {
     /// (seconds since start, VmRSS KiB)
     rss: Vec<(f64, u64)>,
+    /// VmHWM at the last reading
     hwm_kib: u64,
+    /// peak RSS over the whole life of scanprof, from wait4
+    peak_kib: u64,
     /// bytes of sample lines per minute of the run (by t_s)
     bytes_per_minute: Vec<u64>,
     samples: u64,
@@ -103,14 +133,15 @@ fn run_part(part: &Part, dir: &Path, out: &Mutex<()>) -> Measured {
     let seconds = (part.minutes * 60.0).round().max(1.0) as u64;
     let bundle = dir.join(format!("bundle-{}", part.name));
     let port = closed_port();
-    let mut cmd = Command::new(BIN);
+    let bin = bin();
+    let mut cmd = Command::new(&bin);
     cmd.args(["run", "--json", "--export"])
         .arg(&bundle)
         .args([
             "--interval",
             &part.interval.to_string(),
             "--",
-            BIN,
+            &bin,
             "send",
             "--to",
         ])
@@ -165,13 +196,10 @@ fn run_part(part: &Part, dir: &Path, out: &Mutex<()>) -> Measured {
     let mut last_minute_logged = 0u64;
     loop {
         check_interrupted();
-        match p.child.try_wait() {
-            Ok(Some(status)) => {
-                m.exit = Some(status);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => panic!("waiting for scanprof: {e}"),
+        if let Some((status, maxrss)) = reap(pid) {
+            m.exit = Some(status);
+            m.peak_kib = maxrss;
+            break;
         }
         if t0.elapsed() > limit {
             panic!("scanprof (pid {pid}) still runs after {limit:?}");
@@ -183,8 +211,8 @@ fn run_part(part: &Part, dir: &Path, out: &Mutex<()>) -> Measured {
                 // Only while the command still sends: after it, scanprof renders the bundle.
                 if t <= seconds as f64 {
                     m.rss.push((t, rss));
+                    m.hwm_kib = hwm;
                 }
-                m.hwm_kib = hwm;
                 let minute = (t / 60.0) as u64;
                 if minute > last_minute_logged {
                     last_minute_logged = minute;
@@ -270,8 +298,9 @@ fn report(part: &Part, m: &Measured, out: &Mutex<()>) {
             );
             let _ = writeln!(
                 o,
-                "peak (VmHWM) at the end, the bundle's rendering included: {}",
-                kib(m.hwm_kib as f64)
+                "peak RSS: {} while the command sent (VmHWM at the last reading), {} over scanprof's whole life (wait4), the bundle's rendering after the command included",
+                kib(m.hwm_kib as f64),
+                kib(m.peak_kib as f64)
             );
         }
         _ => {
@@ -350,7 +379,8 @@ fn main() {
     log(
         &out,
         &format!(
-            "soak of {BIN} started {when}; MB here = 1024 KiB; bundles in {}",
+            "soak of {} started {when}; MB here = 1024 KiB; bundles in {}",
+            bin(),
             dir.display()
         ),
     );
