@@ -48,6 +48,14 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             bail!("--requested must be a positive packets-per-second figure");
         }
     }
+    let run_as = match (&opts.user, &target) {
+        (None, _) => None,
+        (Some(_), Target::Pids(_)) => bail!(
+            "--user applies to a command scanprof starts (run, or record with a command); \
+             attached processes keep their own user"
+        ),
+        (Some(user), Target::Command(_)) => Some(crate::system::child::RunAs::lookup(user)?),
+    };
     let scanner = scanner_setup(&target, opts)?;
     let mut probe_options = ProbeOptions::default();
     for (map, entries) in &opts.map_size {
@@ -74,6 +82,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             BpfStatsArg::Off => StatsPolicy::Off,
         },
         scanner,
+        run_as,
         drop_privileges: true,
     })
 }
