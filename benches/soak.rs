@@ -80,6 +80,16 @@ fn reap(pid: u32) -> Option<(std::process::ExitStatus, u64)> {
     }
 }
 
+/// CPU time `pid` has used (user + system), s.
+fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut f = stat[stat.rfind(')')? + 2..].split_whitespace().skip(11);
+    let (utime, stime): (f64, f64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+    // SAFETY: sysconf has no memory arguments.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / hz)
+}
+
 /// (VmRSS, VmHWM) of `pid` in KiB, None once it is gone.
 fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -111,6 +121,8 @@ struct Part {
 struct Measured {
     /// (seconds since start, VmRSS KiB)
     rss: Vec<(f64, u64)>,
+    /// (seconds since start, CPU seconds used), at the same readings
+    cpu: Vec<(f64, f64)>,
     /// VmHWM at the last reading
     hwm_kib: u64,
     /// peak RSS over the whole life of scanprof, from wait4
@@ -212,6 +224,9 @@ fn run_part(part: &Part, dir: &Path, out: &Mutex<()>) -> Measured {
                 if t <= seconds as f64 {
                     m.rss.push((t, rss));
                     m.hwm_kib = hwm;
+                    if let Some(c) = cpu_s(pid) {
+                        m.cpu.push((t, c));
+                    }
                 }
                 let minute = (t / 60.0) as u64;
                 if minute > last_minute_logged {
@@ -306,6 +321,18 @@ fn report(part: &Part, m: &Measured, out: &Mutex<()>) {
         _ => {
             let _ = writeln!(o, "RSS: no readings (the run ended within 10 s)");
         }
+    }
+    // scanprof's CPU over the first and the last minute of readings: does a tick cost more as
+    // the run goes on?
+    if m.cpu.len() >= 12 {
+        let share = |a: (f64, f64), b: (f64, f64)| (b.1 - a.1) / (b.0 - a.0) * 100.0;
+        let n = m.cpu.len();
+        let _ = writeln!(
+            o,
+            "scanprof CPU: {:.1}% of a core over the first minute of readings, {:.1}% over the last",
+            share(m.cpu[0], m.cpu[6]),
+            share(m.cpu[n - 7], m.cpu[n - 1])
+        );
     }
     // Whole minutes of the send only: the last minute of samples may be partial.
     let whole = ((part.minutes * 60.0) as usize / 60).min(m.bytes_per_minute.len());
