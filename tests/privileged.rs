@@ -58,18 +58,6 @@ fn receiver_pps(rx: &SinkReport) -> f64 {
         .unwrap_or_else(|| panic!("the receiver got too few packets: {rx:?}"))
 }
 
-fn u64_of(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no integer `{key}` in {v}"))
-}
-
-fn f64_of(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
-}
-
 /// The pids of the threads that sent packets.
 fn sending_pids(s: &Summary) -> Vec<u32> {
     let mut pids: Vec<u32> = s
@@ -703,12 +691,16 @@ fn blocking_send_is_found_and_measured() {
     let sink = lab.sink(PORT);
     const RATE: f64 = 2000.0;
 
-    // 5 s: the steady part must be long against the sender's bursts (below).
+    // 5 s: the steady part must be long against the sender's bursts (below). Under an emulator
+    // (SCANPROF_TEST_PATIENCE) a tick's collection can take most of the 0.5 s interval, so fewer
+    // ticks fit in 5 s: the send lasts longer, and the count limit (never reached: the tbf lets
+    // ~250 pps through) with it.
+    let send_s = patience(Duration::from_secs(5)).as_secs_f64();
     let sender = sender_argv(
         &lab.to(PORT),
         RATE,
-        20_000,
-        5.0,
+        (RATE * send_s * 2.0) as u64,
+        send_s,
         &["--size", "1000", "--sndbuf", "16384"],
     );
     let args = run_args(
@@ -741,7 +733,15 @@ fn blocking_send_is_found_and_measured() {
     // then sends ~8 packets at once, so a window's count is off by up to 8 packets at its ends:
     // over ~4 s (960 packets) that is < 0.9%.
     let samples = run.of_type("sample");
-    assert!(samples.len() >= 10, "{} samples", samples.len());
+    assert!(
+        samples.len() >= 10,
+        "{} samples in a {send_s} s send, intervals {:?} s",
+        samples.len(),
+        samples
+            .iter()
+            .map(|t| f64_of(t, "interval_s"))
+            .collect::<Vec<_>>()
+    );
     let middle = &samples[1..samples.len() - 2];
     let steady_s: f64 = middle.iter().map(|t| f64_of(t, "interval_s")).sum();
     let steady_pps = middle

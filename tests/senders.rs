@@ -64,18 +64,6 @@ impl SenderLab {
     }
 }
 
-fn u64_of(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
-}
-
-fn f64_of(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no number {key} in {v}"))
-}
-
 /// Everything sent arrived, nothing failed, and the sender's and the receiver's rates are both
 /// within 1% of the request.
 #[track_caller]

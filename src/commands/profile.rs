@@ -299,6 +299,7 @@ pub fn meta_now() -> Meta {
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
+        drop_reasons: crate::probes::KernelFeatures::detect().drop_reasons,
     }
 }
 

@@ -258,6 +258,9 @@ pub fn rich_recording() -> crate::views::export::Recording {
             started_at: "2026-11-21T06:00:00Z".into(),
             hostname: "lab-host".into(),
             kernel: "6.18.44".into(),
+            drop_reasons: [(2, "NOT_SPECIFIED"), (3, "NO_SOCKET"), (5, "QDISC_DROP")]
+                .map(|(n, name)| (n, name.to_string()))
+                .into(),
         },
         processes: ticks[0].processes.clone(),
         probes: summary.probes.clone(),

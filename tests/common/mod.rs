@@ -121,6 +121,20 @@ pub fn sender_argv(to: &str, rate: f64, count: u64, duration_s: f64, extra: &[&s
     v
 }
 
+/// The integer `key` of a JSON object, or a panic that shows the object.
+pub fn u64_of(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer `{key}` in {v}"))
+}
+
+/// The number `key` of a JSON object, or a panic that shows the object.
+pub fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
+}
+
 /// Quotes `s` for /bin/sh.
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
