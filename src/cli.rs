@@ -232,6 +232,14 @@ pub struct RunOptions {
     /// In bundles, replace IP addresses and the host name with consistent stand-ins.
     #[arg(long)]
     pub redact: bool,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the run lasts, e.g.
+    /// 127.0.0.1:9477 (docs/metrics.md). Port 0 picks a free port (named on stderr).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Write the same metrics to this file after every tick, replaced whole each time (for
+    /// node_exporter's textfile collector: a .prom file in its directory).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
     /// Size a BPF map before it is created (repeatable): MAP=ENTRIES. Defaults fit a scanner
     /// family in under 16 MB of locked memory (threads=1024, flows=16384, ...: docs/probes.md);
     /// a run whose map filled says which one to raise, e.g. `--map-size threads=4096`.
@@ -428,6 +436,12 @@ pub struct LabOptions {
     /// Scanner profile to profile the reference sender with (a name or a .toml file).
     #[arg(long, default_value = "scanprof-send", value_name = "NAME|FILE")]
     pub profile: String,
+    /// Serve Prometheus metrics of the lab's run at http://ADDR:PORT/metrics (as for run).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Write the same metrics to this file after every tick (as for run).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,
