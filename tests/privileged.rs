@@ -133,7 +133,7 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
         "achieved_pps vs the receiver's pps",
         s.achieved_pps,
         receiver_pps(&rx),
-        0.01,
+        cross_clock(0.01),
     );
 
     // `ip netns exec` execs the sender in the launched process: one process, scanprof's binary.
@@ -348,7 +348,7 @@ fn run_follows_a_forked_child_and_counts_its_packets() {
         "achieved_pps vs the receiver's pps",
         s.achieved_pps,
         receiver_pps(&rx),
-        0.01,
+        cross_clock(0.01),
     );
 
     drop(run);
@@ -432,7 +432,7 @@ fn attach_follows_a_child_forked_after_attach() {
         "achieved_pps vs the receiver's pps",
         s.achieved_pps,
         receiver_pps(&rx),
-        0.01,
+        cross_clock(0.01),
     );
 
     drop(run);
@@ -799,7 +799,7 @@ fn blocking_send_is_found_and_measured() {
         "steady achieved pps vs the receiver's",
         steady_pps,
         rx_steady,
-        0.01,
+        cross_clock(0.01),
     );
     // Over the whole send window (first to last send) the rate is higher than the receiver's
     // over a short run, for two reasons that fade with the run's length: the first ~16 packets
@@ -812,7 +812,7 @@ fn blocking_send_is_found_and_measured() {
         "achieved_pps vs the sender's own",
         s.achieved_pps,
         f64_of(&sent, "achieved_pps"),
-        0.02,
+        cross_clock(0.02),
     );
     assert_within(
         "achieved_pps vs the receiver's",
@@ -1076,7 +1076,7 @@ fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
         "achieved_pps vs the receiver's pps",
         s.achieved_pps,
         receiver_pps(&rx),
-        0.01,
+        cross_clock(0.01),
     );
 
     drop(run);
