@@ -943,6 +943,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
+        quiet: false,
         baseline: false,
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,

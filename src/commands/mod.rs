@@ -7,3 +7,4 @@ pub mod lab;
 pub mod profile;
 pub mod report;
 pub mod send;
+pub mod version;

@@ -55,7 +55,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     }
     Ok(SessionConfig {
         command_output: match output {
-            Output::Text => CommandOutput::Inherit,
+            Output::Text | Output::Quiet => CommandOutput::Inherit,
             Output::Json => CommandOutput::StdoutToStderr,
             Output::Tui => match &target {
                 Target::Command(_) => CommandOutput::File(command_log()?),
@@ -199,6 +199,8 @@ fn which(cmd: &str) -> Option<PathBuf> {
 pub enum Output {
     Json,
     Text,
+    /// text, the summary only (-q)
+    Quiet,
     /// the live terminal view, then the text summary
     Tui,
 }
@@ -504,7 +506,7 @@ pub fn render_with(
                 }
             }
         };
-        if let Some(e) = err {
+        if let Some(e) = err.filter(|_| output != Output::Quiet) {
             let _ = std::io::stderr().write_all(e.as_bytes());
         }
         if let (Some(o), None) = (out, &write_error) {
@@ -619,12 +621,14 @@ pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Re
 
 /// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
 pub fn record(
-    output: &Path,
     pids: &[u32],
     allow_system: bool,
     command: &[String],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
+    if opts.export.is_none() {
+        bail!("record writes a bundle: give its directory with -o DIR");
+    }
     for &pid in pids {
         if let Some(why) = refused_target(pid, allow_system) {
             bail!("{why}");
@@ -635,13 +639,15 @@ pub fn record(
         (true, false) => Target::Command(command.to_vec()),
         _ => bail!("give either -p PID (to attach) or `-- COMMAND` (to run), not both or neither"),
     };
-    let mut opts = opts.clone();
-    opts.export = Some(output.to_path_buf());
-    run(target, &opts)
+    run(target, opts)
 }
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
-    let output = Output::choose(opts.json, opts.no_tui);
+    let output = if opts.quiet && !opts.json {
+        Output::Quiet
+    } else {
+        Output::choose(opts.json, opts.no_tui)
+    };
     let mut cfg = session_config(target, opts, output)?;
     if opts.baseline {
         cfg.baseline = Some(measure_baseline(opts, cfg.scanner.as_ref())?);
