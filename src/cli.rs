@@ -228,7 +228,8 @@ pub enum Command {
         #[arg(value_name = "SUBCOMMAND")]
         subcommand: Option<String>,
     },
-    /// Reference UDP sender: paced packets to loopback or a lab address (traffic source).
+    /// Reference UDP sender: paced packets to the address you name (traffic source, and what
+    /// this machine can do). Without --count or --duration: 1000 packets in at most 10 s.
     #[command(after_help = SEND_EXAMPLES)]
     Send(SendOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
@@ -376,7 +377,9 @@ pub enum SlotArg {
 
 #[derive(Debug, Clone, Args)]
 pub struct SendOptions {
-    /// Destination: 127.0.0.0/8 or the lab range 10.99.0.0/24 only.
+    /// Destination: any IPv4 address you name (said on stderr before sending when it is not
+    /// this machine's loopback or a scanprof lab); with SCANPROF_SEND_LOCAL_ONLY=1, loopback and
+    /// the lab range 10.99.0.0/24 only.
     #[arg(long, value_name = "ADDR:PORT")]
     pub to: SocketAddrV4,
     /// Packets per second, a whole number; 0 sends as fast as possible (pacer none).

@@ -233,6 +233,9 @@ pub struct Proc {
 impl Proc {
     /// Starts `cmd` with stdout and stderr captured; stdin is a pipe if `stdin` is set, else null.
     pub fn spawn(name: &str, mut cmd: Command, stdin: bool) -> Proc {
+        // The tests' safety net: `scanprof send` anywhere below sends only to loopback and the
+        // labs (a user's scanprof sends where its user names).
+        cmd.env("SCANPROF_SEND_LOCAL_ONLY", "1");
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(if stdin {
             Stdio::piped()
         } else {
