@@ -170,7 +170,7 @@ pub enum Command {
     },
     /// Start a command once every probe is attached and profile it and its children.
     /// If the run ends first (--duration, Ctrl-C, SIGTERM, SIGHUP), the command is sent SIGTERM;
-    /// if scanprof is killed, the command gets SIGKILL. Exit status: the command's, or 128+N
+    /// if scanprof is killed, the command and what it forked get SIGKILL. Exit status: the command's, or 128+N
     /// when signal N ended it (as `time` and `strace` do).
     #[command(after_help = RUN_EXAMPLES)]
     Run {
@@ -221,6 +221,10 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Started by `run` itself (not for people): reads the launched command's family from its
+    /// stdin and ends it with SIGKILL if scanprof dies before saying `done`.
+    #[command(hide = true)]
+    Watchdog,
     /// Print the manual page (roff), of scanprof or of one subcommand.
     #[command(after_help = MAN_EXAMPLES)]
     Man {
@@ -762,6 +766,7 @@ mod tests {
             ("baseline", &[]),
             ("doctor", &[]),
             ("completions", &["bash"]),
+            ("watchdog", &[]),
             ("man", &[]),
         ];
         let root = Cli::command();
@@ -833,7 +838,8 @@ mod tests {
             Command::Report { .. }
             | Command::Doctor { .. }
             | Command::Completions { .. }
-            | Command::Man { .. } => {}
+            | Command::Man { .. }
+            | Command::Watchdog => {}
         }
     }
 

@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
+        Command::Watchdog => Ok(scanprof::system::watchdog::run()),
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Lab(o) => commands::lab::run(o),

@@ -114,7 +114,7 @@ mod tests {
     fn every_help_example_parses() {
         let top = Cli::command();
         let mut n = 0;
-        for sub in top.get_subcommands() {
+        for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
             let help = sub
                 .get_after_help()
                 .map(|h| h.to_string())
@@ -163,6 +163,7 @@ mod tests {
         let top = Cli::command();
         let subs: Vec<String> = top
             .get_subcommands()
+            .filter(|c| !c.is_hide_set())
             .map(|c| c.get_name().to_string())
             .filter(|n| n != "help")
             .collect();
