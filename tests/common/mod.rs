@@ -122,14 +122,16 @@ pub fn sender_argv(to: &str, rate: f64, count: u64, duration_s: f64, extra: &[&s
 }
 
 /// The tolerance of a comparison of rates timed on different clocks (scanprof's BPF clock, the
-/// lab receiver's receive timestamps, the sender's own clock): `tol` on a machine, at least 3%
-/// in an emulated VM (`SCANPROF_TEST_EMULATED=1`, set by scripts/kernel-matrix). There, under
-/// host load, the guest's clocks disagree with each other by about 1%: one 6.1 guest timed the
-/// same 16,000 packets at 2042.6 pps by the sender's clock, 2036.6 by the receiver's and 2014.7
-/// by scanprof's. Counts are compared exactly everywhere.
+/// lab receiver's receive timestamps, the sender's own clock, this test's polls): `tol` on a
+/// machine, at least 5% in an emulated VM (`SCANPROF_TEST_EMULATED=1`, set by
+/// scripts/kernel-matrix). There, under host load, the guest's clocks disagree by about 1% (one
+/// 6.1 guest timed the same 16,000 packets at 2042.6 pps by the sender's clock, 2036.6 by the
+/// receiver's and 2014.7 by scanprof's), and a window a test reads from its own polls slips by
+/// tens of ms against scanprof's ticks (a blocked sender's steady rate: 235.7 pps over ticks,
+/// 226.7 over the polls, in a 6.12 guest). Counts are compared exactly everywhere.
 pub fn cross_clock(tol: f64) -> f64 {
     if std::env::var_os("SCANPROF_TEST_EMULATED").is_some_and(|v| v == "1") {
-        tol.max(0.03)
+        tol.max(0.05)
     } else {
         tol
     }
