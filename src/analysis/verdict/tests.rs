@@ -96,6 +96,7 @@ fn device(name: &str) -> DeviceView {
         neigh_queued: 0,
         neigh_resolved: 0,
         neigh_failed: 0,
+        qdisc: None,
     }
 }
 
@@ -361,6 +362,96 @@ fn target_losses_rule_out_no_gap_and_come_first() {
         "{}",
         v[0].next_step
     );
+}
+
+/// 10 s at 5000 pps asked and sent, 30000 of the 50000 dropped at the root qdisc of eth0,
+/// whose kind the probes read as `kind`; the sends that failed with ENOBUFS say the same.
+fn qdisc_drops_under(kind: &str) -> Vec<Verdict> {
+    run(Some(5000.0), 5000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .failed(30_000, "ENOBUFS")
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            30_000,
+        )
+        .device(DeviceView {
+            qdisc: Some(kind.into()),
+            qlen_max: Some(6),
+            backlog_max_bytes: Some(8000),
+            ..device("eth0")
+        })
+        .verdicts()
+}
+
+#[test]
+fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
+    // A tbf shapes to its rate: a longer queue only delays its drops. The old advice was to
+    // raise its limit "(or the device's txqueuelen)", for the qdisc_drop and the ENOBUFS alike.
+    for kind in ["tbf", "htb"] {
+        let v = qdisc_drops_under(kind);
+        let q = find(&v, "qdisc_drop");
+        assert!(
+            q.sentence
+                .contains(&format!("the {kind} qdisc, which limits the rate")),
+            "{}",
+            q.sentence
+        );
+        assert!(
+            q.next_step
+                .contains(&format!("The {kind} qdisc on eth0 shapes to its configured rate")),
+            "{}",
+            q.next_step
+        );
+        assert!(
+            q.next_step.contains("request no more than that rate"),
+            "{}",
+            q.next_step
+        );
+        assert!(!q.next_step.contains("ip link set"), "{}", q.next_step);
+        assert!(
+            q.evidence
+                .iter()
+                .any(|e| e == &format!("root qdisc of eth0: {kind}")),
+            "{:?}",
+            q.evidence
+        );
+        let e = find(&v, "send_errors");
+        assert!(
+            e.next_step.contains("shapes to its configured rate"),
+            "{}",
+            e.next_step
+        );
+        assert!(!e.next_step.contains("ip link set"), "{}", e.next_step);
+    }
+    assert!(find(&qdisc_drops_under("htb"), "qdisc_drop")
+        .next_step
+        .contains("tc -s class show dev eth0"));
+}
+
+#[test]
+fn a_plain_queues_drops_advise_its_length_by_kind() {
+    // pfifo_fast holds txqueuelen packets: raising it is the advice, for bursts.
+    let v = qdisc_drops_under("pfifo_fast");
+    let q = find(&v, "qdisc_drop");
+    assert!(
+        q.next_step.contains("ip link set dev eth0 txqueuelen N"),
+        "{}",
+        q.next_step
+    );
+    assert!(!q.next_step.contains("shapes"), "{}", q.next_step);
+    assert!(find(&v, "send_errors").next_step.contains("txqueuelen N"));
+    // fq_codel has a limit of its own that txqueuelen does not set.
+    let v = qdisc_drops_under("fq_codel");
+    let q = find(&v, "qdisc_drop");
+    assert!(
+        q.next_step
+            .contains("tc qdisc change dev eth0 root fq_codel limit N"),
+        "{}",
+        q.next_step
+    );
+    assert!(!q.next_step.contains("ip link set"), "{}", q.next_step);
 }
 
 #[test]
