@@ -9,6 +9,7 @@ use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{
     verdict, Verdict, CALIBRATION_TOLERANCE_PCT, GAP, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE, WEAK_SHARE,
 };
+use crate::analysis::snapshot::PacerWait;
 use crate::collect::DropClass;
 
 /// What the gap rules found, and whether there is a gap at all (which puts gap verdicts first).
@@ -317,6 +318,14 @@ impl Split {
             if is_cap(f) {
                 evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
             }
+            if self.cpu_not_limiting > 0.0 && cause != "cpu_bound" {
+                evidence.push(format!(
+                    "on the CPU {} of its time, off the CPU of its own accord {} of its time (asleep or blocked \
+                     in send): its CPU time did not make the gaps",
+                    pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
+                    pct(self.f_sleep + self.f_blocked)
+                ));
+            }
             caveat_lines(f, &mut evidence);
             let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
             out.push(verdict(cause, GAP, sentence, share, evidence, next, weak));
@@ -427,7 +436,7 @@ impl Split {
         }
 
         if self.miscalibrated > 0.0 {
-            let (sentence, evidence, next, weak) = match calibration {
+            let (sentence, mut evidence, next, weak) = match calibration {
                 Some(c) => {
                     let mut evidence = vec![format!(
                         "{}: slot {} where {} needs {} ({})",
@@ -484,6 +493,13 @@ impl Split {
                     });
                     evidence
                         .push("no calibration figure from the scanner: inferred from the gaps".to_string());
+                    if f.gap.count < MIN_GAPS {
+                        evidence.push(format!(
+                            "only {} gaps measured, each {:.0}x the slot: too far beyond it for any packet's work",
+                            f.gap.count,
+                            mean / self.expected_gap_ns
+                        ));
+                    }
                     evidence.extend(self.absorbed_line());
                     let how = if spinning {
                         "while the sender spins on the CPU between packets"
@@ -502,6 +518,7 @@ impl Split {
                     )
                 }
             };
+            evidence.extend(pacer_line(f));
             push(
                 "miscalibrated",
                 self.miscalibrated,
@@ -868,14 +885,43 @@ fn wait_site_meaning(site: &str, dev: &str, r: f64) -> (String, String) {
     }
 }
 
+/// The scanner's other pacing modes, in its own terms (`unicornscan: \`-d 2\` (gettimeofday
+/// busy-wait)`), never the one in use; `waits` keeps only those that wait that way. None when
+/// the profile names no pacers.
+fn other_pacers(f: &Facts, waits: Option<PacerWait>) -> Option<String> {
+    let v = f.scanner?;
+    let in_use = v.pacer_in_use().map(|p| p.probe.as_str());
+    let others: Vec<String> = v
+        .pacers
+        .iter()
+        .filter(|p| Some(p.probe.as_str()) != in_use && waits.is_none_or(|w| p.waits == w))
+        .map(|p| match &p.option {
+            Some(o) => format!("`{o}` ({})", p.name),
+            None => p.name.clone(),
+        })
+        .collect();
+    (!others.is_empty()).then(|| format!("{}: {}", v.profile, others.join(" or ")))
+}
+
+/// The pacing mode in use, for evidence.
+fn pacer_line(f: &Facts) -> Option<String> {
+    let p = f.scanner?.pacer_in_use()?;
+    Some(match &p.option {
+        Some(o) => format!("pacer in use: {} (`{o}`)", p.name),
+        None => format!("pacer in use: {}", p.name),
+    })
+}
+
 fn calibration_next(f: &Facts, r: f64) -> String {
-    let mut next =
-        "Check the scanner's clock calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`), \
-                    or use a pacer that reads a clock rather than a calibrated count"
-            .to_string();
-    if f.scanner.is_some_and(|v| v.profile == "unicornscan") {
-        next.push_str(" (unicornscan: `-d 2`, gettimeofday pacing)");
-    }
+    let mut next = match other_pacers(f, None) {
+        Some(others) => format!(
+            "Check the scanner's clock calibration (the slot it derived against the one the rate needs; \
+             `dmesg | grep -i tsc` for a TSC), or pace another way ({others})"
+        ),
+        None => "Check the scanner's clock calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`), \
+                 or use a pacer that reads a clock rather than a calibrated count"
+            .to_string(),
+    };
     next.push_str(&format!(
         "; `scanprof send --rate {r:.0} --pacer tsc --tsc-source kernel` paces with the kernel's frequency for comparison."
     ));
@@ -891,8 +937,8 @@ fn pacing_next(f: &Facts, r: f64, sleeps: bool) -> String {
         "Pace to absolute deadlines so that a late slot is caught up, rather than one slot after the last packet"
             .to_string()
     };
-    if f.scanner.is_some_and(|v| v.profile == "unicornscan") && sleeps {
-        next.push_str(" (unicornscan: `-d 1` or `-d 2` instead of sleep pacing)");
+    if let Some(others) = other_pacers(f, Some(PacerWait::Spin)).filter(|_| sleeps) {
+        next.push_str(&format!(" ({others}, instead of sleeping)"));
     }
     next.push_str(&format!(
         "; `scanprof send --rate {r:.0} --pacer sleep --slot per-packet` reproduces the effect, `--slot deadline` removes it."

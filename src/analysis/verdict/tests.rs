@@ -239,6 +239,28 @@ fn calibration(error_pct: f64, r: f64) -> CalibrationView {
     }
 }
 
+/// unicornscan's pacers as its profile names them (`-d 1` tsc, `-d 2` gtod, `-d 3` sleep).
+fn unicornscan_pacers() -> Vec<PacerView> {
+    [
+        ("tsc_init_tslot", "TSC busy-wait", "-d 1", PacerWait::Spin),
+        (
+            "gtod_init_tslot",
+            "gettimeofday busy-wait",
+            "-d 2",
+            PacerWait::Spin,
+        ),
+        ("sleep_init_tslot", "sleep", "-d 3", PacerWait::Sleep),
+    ]
+    .into_iter()
+    .map(|(probe, name, option, waits)| PacerView {
+        probe: probe.into(),
+        name: name.into(),
+        option: Some(option.into()),
+        waits,
+    })
+    .collect()
+}
+
 fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
     ClaimView {
         what: what.into(),
@@ -898,6 +920,7 @@ fn a_calibration_off_by_a_quarter_is_miscalibrated() {
         .scanner(ScannerView {
             profile: "unicornscan".into(),
             calibrations: vec![calibration(25.0, 1000.0)],
+            pacers: unicornscan_pacers(),
             ..Default::default()
         })
         .verdicts();
@@ -1001,6 +1024,103 @@ fn a_busy_wait_pacer_no_probe_watches_is_told_from_a_cpu_bound_one_by_its_gaps()
     let v = base().gaps(1.2 * MS, 1.5 * MS, 6.0 * MS).verdicts();
     assert_eq!(v[0].cause, "cpu_bound");
     assert_eq!(v[0].confidence, WEAK);
+}
+
+/// A 12-packet unicornscan-like run at 1000 pps asked: a gettimeofday busy-wait whose slot was
+/// derived ~1000x too long (its calibration crossed a second boundary), so each gap is ~1 s
+/// and the sender spins on the CPU throughout: 12 packets over 11 s.
+fn short_miscalibrated_spin() -> Run {
+    run(Some(1000.0), 12.0 / 11.0, 11.0)
+        .time(0.001, 0.0, 0.0, 0.005, 0.994)
+        .gaps(1000.0 * MS, 1000.0 * MS, 1010.0 * MS)
+}
+
+#[test]
+fn a_short_run_of_far_too_long_spins_is_miscalibrated_not_cpu_bound() {
+    // No calibration figure: 11 gaps, each ~1000x the slot, on the CPU outside its sends 900 ms
+    // per packet. The old rule needed 50 gaps and fell through to "cpu_bound 99.7%".
+    let v = short_miscalibrated_spin().verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    let m = &v[0];
+    assert_eq!(m.confidence, WEAK);
+    assert!(m.sentence.contains("spins on the CPU"), "{}", m.sentence);
+    assert!(
+        m.evidence.iter().any(|e| e.contains("only 11 gaps measured")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("only 12 packets in the run")),
+        "{:?}",
+        m.evidence
+    );
+}
+
+#[test]
+fn a_calibration_read_is_judged_first_and_advice_skips_the_pacer_in_use() {
+    // The same run with the gettimeofday pacer's own delay read (tod_delay, in us): +99900%.
+    let mut cal = calibration(99_900.0, 1000.0);
+    cal.probe = "gtod_init_tslot".into();
+    cal.delay_unit = Some("us".into());
+    let v = short_miscalibrated_spin()
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![cal],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    let m = &v[0];
+    assert!(
+        m.sentence.contains("its calibration (gtod_init_tslot)"),
+        "{}",
+        m.sentence
+    );
+    // The run was already on gettimeofday pacing: not advised again; the other pacers are.
+    assert!(!m.next_step.contains("`-d 2`"), "{}", m.next_step);
+    assert!(m.next_step.contains("`-d 1`"), "{}", m.next_step);
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("pacer in use: gettimeofday busy-wait (`-d 2`)")),
+        "{:?}",
+        m.evidence
+    );
+    // On the TSC pacer, the TSC pacer is not advised.
+    let v = short_miscalibrated_spin()
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(99_900.0, 1000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    assert!(!v[0].next_step.contains("`-d 1`"), "{}", v[0].next_step);
+    assert!(v[0].next_step.contains("`-d 2`"), "{}", v[0].next_step);
+}
+
+#[test]
+fn a_sender_mostly_asleep_is_not_cpu_bound() {
+    // 1000 pps asked, 100 reached: on the CPU 20% (work 2 ms per packet, 2x the slot) but
+    // asleep 80%. The old split named cpu_bound with 0.1 of the requested rate; the sender's
+    // own waits, not its CPU, made the gaps: the on-CPU excess goes with the waits.
+    let v = run(Some(1000.0), 100.0, 10.0)
+        .time(0.05, 0.0, 0.8, 0.0, 0.15)
+        .gaps(10.3 * MS, 10.3 * MS, 11.0 * MS)
+        .verdicts();
+    assert!(!causes(&v).contains(&"cpu_bound"), "{v:#?}");
+    assert!(close(gap_sum(&v), 0.9), "{v:#?}");
+    let top = &v[0];
+    assert!(
+        top.evidence
+            .iter()
+            .any(|e| e.contains("off the CPU of its own accord 80.0% of its time")),
+        "{:?}",
+        top.evidence
+    );
 }
 
 // The next three are shaped on `scanprof lab` runs of the reference sender (4 s each): their
