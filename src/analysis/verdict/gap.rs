@@ -10,6 +10,7 @@ use super::{
     verdict, Verdict, CALIBRATION_TOLERANCE_PCT, GAP, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE, WEAK_SHARE,
 };
 use crate::analysis::snapshot::PacerWait;
+use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
 
 /// What the gap rules found, and whether there is a gap at all (which puts gap verdicts first).
@@ -33,7 +34,11 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let ratio = f.achieved / r;
     let calibration = Calibration::of(f);
     let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
-    if has_gap {
+    // Nothing sent since attach, not even a failed call (in a tick: and no thread listed that
+    // could be a sender gone quiet): no time model applies, say what was seen.
+    if has_gap && f.packets_total == 0 && f.calls == 0 && (!f.live || f.time.senders == 0) {
+        out.push(never_sent(f, r));
+    } else if has_gap {
         let split = Split::of(f, r, calibration.as_ref());
         out.extend(split.verdicts(f, r, calibration.as_ref()));
         out.extend(probe_cost(f, Some((&split, r))));
@@ -734,6 +739,97 @@ impl Split {
         }
         out
     }
+}
+
+/// A scanner that has sent nothing since attach and made no send call: what its processes did
+/// (which exited, with what status and when) and how many IPC messages passed between them.
+fn never_sent(f: &Facts, r: f64) -> Verdict {
+    let exited: Vec<&ProcessInfo> = f.processes.iter().filter(|p| !p.alive).collect();
+    let member = |p: &ProcessInfo| match &p.role {
+        Some(role) => format!("{} (pid {}, {role})", p.comm, p.pid),
+        None => format!("{} (pid {})", p.comm, p.pid),
+    };
+    let how = |p: &ProcessInfo| {
+        let status = match p.exit_code {
+            Some(c) if c & 0x7f != 0 => format!("was killed by signal {}", c & 0x7f),
+            Some(c) => format!("exited with status {}", (c >> 8) & 0xff),
+            None => "exited".to_string(),
+        };
+        match p.exit_s {
+            Some(t) => format!("{status} at {} after attach", secs(t)),
+            None => status,
+        }
+    };
+    let mut evidence = vec![
+        rate_line(f, r),
+        "no packet and no send call since attach".to_string(),
+    ];
+    for p in f.processes {
+        evidence.push(if p.alive {
+            format!("{}: still running", member(p))
+        } else {
+            format!("{}: {}", member(p), how(p))
+        });
+    }
+    let ipc = match f.scanner {
+        Some(_) => {
+            let n = ipc_messages(f);
+            evidence.push(format!("{n} IPC messages sent between the scanner's processes"));
+            Some(n)
+        }
+        None => {
+            evidence.push("IPC between its processes not counted (no scanner profile applies)".to_string());
+            None
+        }
+    };
+    let members = if exited.is_empty() {
+        format!(
+            "its {} still running",
+            if f.processes.len() == 1 {
+                "process is"
+            } else {
+                "processes are"
+            }
+        )
+    } else {
+        exited
+            .iter()
+            .take(4)
+            .map(|p| format!("{} {}", member(p), how(p)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sentence = format!(
+        "The scanner never started sending: no packet {}{}; {members}{}.",
+        if f.live { "since attach" } else { "over the run" },
+        if f.live {
+            ""
+        } else {
+            " (100% of the requested rate missing)"
+        },
+        match ipc {
+            Some(0) => ", with no IPC message between its processes".to_string(),
+            Some(n) => format!(", after {n} IPC messages between its processes"),
+            None => String::new(),
+        }
+    );
+    let next = if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
+        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why;          at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it          could not get or drop. Run it again by hand with its verbose option."
+            .to_string()
+    } else {
+        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0,          a dry-run mode), and its own output."
+            .to_string()
+    };
+    // What was seen is certain over a run; a tick may be the start-up.
+    verdict(
+        "never_sent",
+        GAP,
+        sentence,
+        1.0 - f.achieved / r,
+        evidence,
+        next,
+        f.live,
+    )
 }
 
 fn ipc_messages(f: &Facts) -> u64 {

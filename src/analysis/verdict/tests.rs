@@ -1123,6 +1123,71 @@ fn a_sender_mostly_asleep_is_not_cpu_bound() {
     );
 }
 
+fn member(pid: u32, comm: &str, role: &str, exit: Option<(i32, f64)>) -> crate::collect::family::ProcessInfo {
+    crate::collect::family::ProcessInfo {
+        pid,
+        ppid: 1,
+        comm: comm.into(),
+        exe: format!("/usr/libexec/unicornscan/{comm}"),
+        root: role == "master",
+        alive: exit.is_none(),
+        exit_code: exit.map(|e| e.0),
+        role: Some(role.into()),
+        start_s: None,
+        exit_s: exit.map(|e| e.1),
+    }
+}
+
+#[test]
+fn a_scanner_that_never_sends_is_told_what_was_seen() {
+    // unicornscan at 1000 pps: unisend and unilisten exit with status 1 after ~3 s, no IPC, no
+    // packet, no send call, no sender thread's time. The old verdict: "100% of the requested
+    // rate is missing for a reason scanprof cannot see ... (is the sched probe attached?)".
+    let mut r = run(Some(1000.0), 0.0, 5.0).scanner(ScannerView {
+        profile: "unicornscan".into(),
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(100, "unicornscan", "master", None),
+        member(101, "unisend", "sender", Some((1 << 8, 3.1))),
+        member(102, "unilisten", "listener", Some((1 << 8, 3.2))),
+    ];
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["never_sent"], "{v:#?}");
+    let n = &v[0];
+    assert_eq!((n.kind.as_str(), n.confidence.as_str()), (GAP, STRONG));
+    assert_share(&v, "never_sent", 1.0);
+    assert!(
+        n.sentence
+            .contains("unisend (pid 101, sender) exited with status 1 at 3.100 s after attach"),
+        "{}",
+        n.sentence
+    );
+    assert!(n.sentence.contains("no IPC message"), "{}", n.sentence);
+    assert!(!n.sentence.contains("cannot see"), "{}", n.sentence);
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e == "unicornscan (pid 100, master): still running"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e == "0 IPC messages sent between the scanner's processes"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        n.evidence.iter().all(|e| !e.contains("sched probe")),
+        "{:?}",
+        n.evidence
+    );
+    assert!(n.next_step.contains("exited with an error"), "{}", n.next_step);
+}
+
 // The next three are shaped on `scanprof lab` runs of the reference sender (4 s each): their
 // budgets, gaps and rates as measured, and the gap the lab's own counters gave as the truth.
 
