@@ -3,7 +3,7 @@
 //! its sentence, evidence and next step.
 
 use super::claims::{claim_mismatch, retried, send_errors_as_loss, send_errors_text, top_errno};
-use super::facts::{caveat_lines, Facts};
+use super::facts::{caveat_lines, per_packet, Facts};
 use super::split::{Calibration, Split, MIN_GAPS};
 use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{
@@ -23,6 +23,7 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let mut out = Vec::new();
     let Some(r) = f.requested else {
         out.push(gap_unknown(f));
+        out.extend(bottleneck(f));
         out.extend(probe_cost(f, None));
         out.extend(send_errors_as_loss(f));
         out.extend(claim_mismatch(f));
@@ -209,6 +210,155 @@ fn gap_unknown(f: &Facts) -> Verdict {
         "Pass the rate the scanner was asked for with `--requested PPS` to judge the gap.".to_string()
     };
     verdict("gap_unknown", GAP, sentence, 0.0, evidence, next_step, true)
+}
+
+/// Where a sender with no finite requested rate spends its time: the part that bounds its rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// on the CPU inside its send syscalls (the kernel's send path)
+    SendSyscall,
+    /// off the CPU inside its send syscalls (buffer space, a lock)
+    BlockedInSend,
+    /// on the CPU outside its send syscalls (its own code, other syscalls)
+    OwnCode,
+    /// asleep or waiting of its own accord outside send
+    Waiting,
+    /// runnable, waiting for a CPU
+    Preempted,
+}
+
+/// With no finite requested rate there is no gap to split, but the time budget still says what
+/// limits the rate: the largest of its parts (in the send syscall, blocked in it, own code,
+/// waiting, preempted), with the ceiling it implies and the machine's own (a baseline) if known.
+fn bottleneck(f: &Facts) -> Option<Verdict> {
+    let t = &f.time;
+    let total = t.total();
+    if total <= 0.0 || f.packets == 0 {
+        return None;
+    }
+    let parts = [
+        (Bound::SendSyscall, t.send),
+        (Bound::BlockedInSend, t.blocked),
+        (Bound::OwnCode, t.other),
+        (Bound::Waiting, t.sleep),
+        (Bound::Preempted, t.preempted),
+    ];
+    let (bound, ns) = parts
+        .iter()
+        .copied()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((Bound::SendSyscall, 0.0));
+    let share = ns / total;
+    let per = |x: f64| per_packet(x, f.packets);
+    let senders = t.senders.max(1) as f64;
+    let on_cpu = t.send + t.other;
+    // One packet's time on the CPU bounds each thread at 1 / that time.
+    let cpu_ceiling = (on_cpu > 0.0).then(|| 1e9 * senders * f.packets as f64 / on_cpu);
+    let mut evidence = vec![
+        format!("achieved {} {}, with no finite requested rate", pps(f.achieved), f.over()),
+        format!(
+            "sender threads' time: in send syscalls on the CPU {} ({} per packet), blocked in them {}, own code and \
+             other syscalls {} ({} per packet), asleep {}, waiting for a CPU {}",
+            pct(t.send / total),
+            per(t.send),
+            pct(t.blocked / total),
+            pct(t.other / total),
+            per(t.other),
+            pct(t.sleep / total),
+            pct(t.preempted / total)
+        ),
+    ];
+    if let Some(l) = f.latency_p50_ns {
+        evidence.push(format!("median send syscall {}", dur(l)));
+    }
+    if let Some(c) = cpu_ceiling {
+        evidence.push(format!(
+            "{} on the CPU per packet over {} sender thread(s): at most about {} without any wait",
+            per(on_cpu),
+            t.senders.max(1),
+            pps(c)
+        ));
+    }
+    if let Some(b) = f.baseline {
+        let unpaced = if b.rate > 0.0 {
+            format!("at {}", pps(b.rate))
+        } else {
+            "unpaced".to_string()
+        };
+        evidence.push(format!(
+            "the reference sender reached {} {unpaced} on this machine: the scanner reached {} of it",
+            pps(b.achieved_pps),
+            pct(f.achieved / b.achieved_pps.max(f64::MIN_POSITIVE))
+        ));
+    }
+    let (sentence, next) = match bound {
+        Bound::SendSyscall => (
+            format!(
+                "What limits the rate is the send syscall: the sender spends {} of its time inside it on the CPU \
+                 ({} per packet), the kernel's send path for each packet.",
+                pct(share),
+                per(ns)
+            ),
+            "Send with fewer syscalls per packet (sendmmsg, an AF_PACKET TX ring with PACKET_QDISC_BYPASS) or from \
+             more threads, or shorten the kernel's path (netfilter rules, tc filters and the qdisc on the device); \
+             `perf top -p PID` shows where the syscall's time goes."
+                .to_string(),
+        ),
+        Bound::BlockedInSend => (
+            format!(
+                "What limits the rate is waiting inside the send calls: the sender is blocked in them {} of its \
+                 time ({} per packet), for buffer space or a lock (see the block sites).",
+                pct(share),
+                per(ns)
+            ),
+            "The block sites name what the send waits for: send-buffer space means a slower queue below (`tc -s \
+             qdisc show dev DEV`, the link's speed); a lock, one socket per thread."
+                .to_string(),
+        ),
+        Bound::OwnCode => (
+            format!(
+                "What limits the rate is the sender's own code: {} of its time on the CPU outside its send calls \
+                 ({} per packet).",
+                pct(share),
+                per(ns)
+            ),
+            "Profile its code (`perf record -g -p PID`): packet building, checksums, target generation; or spread \
+             the scan over more sender threads."
+                .to_string(),
+        ),
+        Bound::Waiting => (
+            format!(
+                "The sender is not sending flat out: it waits of its own accord {} of its time ({} per packet), \
+                 so it paces itself or waits for something.",
+                pct(share),
+                per(ns)
+            ),
+            "Pass the rate it was asked for (`--requested PPS`) to judge its pacing; `offcputime -p PID` shows \
+             what it waits for."
+                .to_string(),
+        ),
+        Bound::Preempted => (
+            format!(
+                "What limits the rate is other tasks taking the sender's CPU: it waits for a CPU {} of its time \
+                 ({} per packet).",
+                pct(share),
+                per(ns)
+            ),
+            "Give the sender a CPU of its own (`taskset -cp N PID`) or a higher priority (`chrt -f -p 10 PID`); \
+             `perf sched timehist -p PID` shows what runs instead."
+                .to_string(),
+        ),
+    };
+    caveat_lines(f, &mut evidence);
+    Some(verdict(
+        "bottleneck",
+        GAP,
+        sentence,
+        0.0,
+        evidence,
+        next,
+        f.thin(),
+    ))
 }
 
 fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {

@@ -482,8 +482,9 @@ fn without_a_requested_rate_only_losses_and_a_weak_note() {
         .time(0.5, 0.0, 0.0, 0.0, 0.5)
         .drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 800)
         .verdicts();
-    // No gap to judge: the loss first, then the note; nothing about CPU or pacing.
-    assert_eq!(causes(&v), ["qdisc_drop", "gap_unknown"]);
+    // No gap to judge: the loss first, then what bounds the rate (strong) and the weak note;
+    // nothing about CPU or pacing as a cause of a gap.
+    assert_eq!(causes(&v), ["qdisc_drop", "bottleneck", "gap_unknown"]);
     let note = find(&v, "gap_unknown");
     assert_eq!(
         (note.kind.as_str(), note.confidence.as_str(), note.share),
@@ -506,8 +507,67 @@ fn an_unlimited_request_says_there_is_nothing_to_fall_short_of() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["gap_unknown"]);
-    assert!(v[0].sentence.contains("as fast as it can"), "{}", v[0].sentence);
+    assert_eq!(causes(&v), ["bottleneck", "gap_unknown"]);
+    let note = find(&v, "gap_unknown");
+    assert!(note.sentence.contains("as fast as it can"), "{}", note.sentence);
+}
+
+#[test]
+fn a_flooding_sender_is_told_what_limits_its_rate() {
+    // `--flood` (no finite rate): 250000 pps, 82% of the time on the CPU inside sendto, 15% in
+    // its own code, 3% waiting for a CPU. The old verdicts: only gap_unknown. A baseline of the
+    // machine's unpaced reference sender reached 300000 pps.
+    let mut r = run(None, 250_000.0, 10.0)
+        .time(0.82, 0.0, 0.0, 0.03, 0.15)
+        .scanner(ScannerView {
+            profile: "generic".into(),
+            requested: RequestedView {
+                pps: None,
+                kind: "unlimited".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+    r.0.baseline = Some(Baseline {
+        rate: 0.0,
+        pacer: "none".into(),
+        achieved_pps: 300_000.0,
+        ..Default::default()
+    });
+    let v = r.verdicts();
+    let b = find(&v, "bottleneck");
+    assert_eq!((b.kind.as_str(), b.share), (GAP, 0.0));
+    assert!(
+        b.sentence.contains(
+            "What limits the rate is the send syscall: the sender spends 82.0% of its time inside it"
+        ),
+        "{}",
+        b.sentence
+    );
+    assert!(b.sentence.contains("3.3 us per packet"), "{}", b.sentence);
+    assert!(b.next_step.contains("sendmmsg"), "{}", b.next_step);
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e.contains("own code and other syscalls 15.0% (600 ns per packet)")),
+        "{:?}",
+        b.evidence
+    );
+    assert!(
+        b.evidence.iter().any(|e| {
+            e.contains(
+            "the reference sender reached 300000 pps unpaced on this machine: the scanner reached 83.3% of it"
+        )
+        }),
+        "{:?}",
+        b.evidence
+    );
+    // A sender that mostly sleeps is not flat out: said so, not blamed on the syscall.
+    let v = run(None, 1000.0, 10.0).time(0.02, 0.0, 0.9, 0.0, 0.08).verdicts();
+    assert!(
+        find(&v, "bottleneck").sentence.contains("not sending flat out"),
+        "{v:#?}"
+    );
 }
 
 #[test]
