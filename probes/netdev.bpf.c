@@ -89,8 +89,13 @@ static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u
 		health_inc(SP_H_DEVS_FULL);
 	} else if (fresh && !tgid) {
 		struct sp_dev_name n = {};
+		const struct Qdisc_ops *ops = BPF_CORE_READ(dev, qdisc, ops);
 
 		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
+		/* The root qdisc's kind says what a qdisc drop means: a shaper's rate, or a queue's
+		 * length. Read once per device, off the per-packet path. */
+		if (ops)
+			bpf_probe_read_kernel_str(n.qdisc, sizeof(n.qdisc), ops->id);
 		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
 	}
 	return s;

@@ -566,6 +566,11 @@ fn device_views(
                 neigh_queued: tn.neigh_queued.saturating_sub(tp.neigh_queued),
                 neigh_resolved: tn.neigh_resolved.saturating_sub(tp.neigh_resolved),
                 neigh_failed: tn.neigh_failed.saturating_sub(tp.neigh_failed),
+                // Everyone's row carries the kind (the probes read it with the device's name).
+                qdisc: now
+                    .iter()
+                    .filter(|o| o.ifindex == d.ifindex && o.netns == d.netns)
+                    .find_map(|o| o.qdisc.clone()),
             }
         })
         .collect()

@@ -23,6 +23,40 @@ pub struct ScannerView {
     pub claims: Vec<ClaimView>,
     /// what could not be read and why (a symbol missing from a stripped binary...)
     pub notes: Vec<String>,
+    /// the pacing modes the profile knows, each by the calibration probe that runs when the
+    /// scanner uses it: the mode in use is the one whose probe calibrated
+    #[serde(default)]
+    pub pacers: Vec<PacerView>,
+}
+
+/// How a pacer waits out the rest of a packet's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PacerWait {
+    /// on the CPU, reading a clock or a counter until the slot is over
+    Spin,
+    /// off the CPU (nanosleep, a timer)
+    Sleep,
+}
+
+/// One of the scanner's pacing modes, as its profile names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacerView {
+    /// the calibration probe that runs when this mode is used (`gtod_init_tslot`)
+    pub probe: String,
+    /// what people call it (`gettimeofday busy-wait`)
+    pub name: String,
+    /// the scanner option that selects it (`-d 2`)
+    pub option: Option<String>,
+    pub waits: PacerWait,
+}
+
+impl ScannerView {
+    /// The pacing mode the run used: the one whose calibration probe ran last.
+    pub fn pacer_in_use(&self) -> Option<&PacerView> {
+        let last = self.calibrations.last()?;
+        self.pacers.iter().find(|p| p.probe == last.probe)
+    }
 }
 
 /// A family member and the role its profile gives it.
@@ -216,6 +250,8 @@ pub struct ScannerModel {
     output_claims: Vec<String>,
     /// (claim, pps, ns) read from the scanner's output
     readings: Vec<(usize, f64, u64)>,
+    /// the profile's pacing modes
+    pacers: Vec<PacerView>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -252,7 +288,14 @@ impl ScannerModel {
             ipc: BTreeMap::new(),
             output_claims: Vec::new(),
             readings: Vec::new(),
+            pacers: Vec::new(),
         }
+    }
+
+    /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
+    pub fn with_pacers(mut self, pacers: Vec<PacerView>) -> ScannerModel {
+        self.pacers = pacers;
+        self
     }
 
     /// Names the profile's output claims (`[[claim]]`), by index.
@@ -749,6 +792,7 @@ impl ScannerModel {
             ipc,
             claims,
             notes,
+            pacers: self.pacers.clone(),
         }
     }
 

@@ -176,6 +176,10 @@ pub struct DeviceCounters {
     pub neigh_queued: u64,
     pub neigh_resolved: u64,
     pub neigh_failed: u64,
+    /// kind of the device's root qdisc when the probes first saw the device ("tbf",
+    /// "pfifo_fast", "noqueue"...); None when not read (bundles recorded before it existed)
+    #[serde(default)]
+    pub qdisc: Option<String>,
 }
 
 /// Deepest a device's qdisc got during the tick.
@@ -576,7 +580,13 @@ impl Collector {
         threads.sort_by_key(|t| (t.pid, t.tid));
 
         let names = self.probes.device_names();
-        let device_name = |ifindex: u32, netns: u32| names.get(&(ifindex, netns)).cloned();
+        let device_name = |ifindex: u32, netns: u32| names.get(&(ifindex, netns)).map(|n| n.0.clone());
+        let qdisc_kind = |ifindex: u32, netns: u32| {
+            names
+                .get(&(ifindex, netns))
+                .map(|n| n.1.clone())
+                .filter(|k| !k.is_empty())
+        };
         let mut drops: Vec<DropCount> = self
             .probes
             .drops()
@@ -618,6 +628,7 @@ impl Collector {
                 neigh_queued: s.neigh_queued,
                 neigh_resolved: s.neigh_resolved,
                 neigh_failed: s.neigh_failed,
+                qdisc: qdisc_kind(k.ifindex, k.netns),
             })
             .collect();
         let queues = self

@@ -407,7 +407,21 @@ fn collect(
                 tsc_hz,
                 start_ns,
             )
-            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect()),
+            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect())
+            .with_pacers(
+                sc.profile
+                    .probes
+                    .iter()
+                    .filter_map(|p| {
+                        p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
+                            probe: p.name.clone(),
+                            name: pc.name.clone(),
+                            option: pc.option.clone(),
+                            waits: pc.waits,
+                        })
+                    })
+                    .collect(),
+            ),
         );
     }
     analyzer.baseline(collector.sample(start_ns));

@@ -68,6 +68,7 @@ const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 const _: () = assert!(size_of::<sp_dev_key>() == 16);
 const _: () = assert!(size_of::<sp_dev_stats>() == 13 * 8 - 2 * 8);
+const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 
 const FAMILY_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/family.bpf.o"));
@@ -667,15 +668,19 @@ impl ProbeSet {
         rows
     }
 
-    /// Device names by (ifindex, netns).
-    pub fn device_names(&self) -> BTreeMap<(u32, u32), String> {
+    /// Device names, with the kind of each one's root qdisc ("" when the device had none to
+    /// read), by (ifindex, netns).
+    pub fn device_names(&self) -> BTreeMap<(u32, u32), (String, String)> {
         self.devnames
             .keys()
             .filter_map(|k| {
                 let key = read_pod::<sp_dev_key>(&k)?;
                 let v = self.devnames.lookup(&k, MapFlags::ANY).ok().flatten()?;
                 let name = read_pod::<sp_dev_name>(&v)?;
-                Some(((key.ifindex, key.netns), c_chars(&name.name)))
+                Some((
+                    (key.ifindex, key.netns),
+                    (c_chars(&name.name), c_chars(&name.qdisc)),
+                ))
             })
             .collect()
     }

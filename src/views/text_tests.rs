@@ -161,6 +161,7 @@ fn fixed_summary() -> Summary {
             neigh_queued: 3,
             neigh_resolved: 1,
             neigh_failed: 0,
+            qdisc: None,
         }],
         queues: vec![
             QueueDepth {

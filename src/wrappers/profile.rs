@@ -357,9 +357,26 @@ pub struct Probe {
     /// result). Needs the symbol in `.symtab` or `.dynsym`.
     #[serde(default, rename = "read")]
     pub reads: Vec<ProbeRead>,
+    /// The pacing mode a calibration probe belongs to: the mode in use is the one whose probe
+    /// ran, so advice can name the others in the scanner's own terms.
+    #[serde(default)]
+    pub pacer: Option<Pacer>,
     /// Free text for people.
     #[serde(default)]
     pub note: Option<String>,
+}
+
+/// A pacing mode of the scanner, named on the calibration probe that runs when it is used.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pacer {
+    /// What people call it (`TSC busy-wait`).
+    pub name: String,
+    /// The scanner option that selects it (`-d 1`).
+    #[serde(default)]
+    pub option: Option<String>,
+    /// `spin` (busy-wait) or `sleep`.
+    pub waits: crate::analysis::PacerWait,
 }
 
 /// A global variable read when a probed function returns.
