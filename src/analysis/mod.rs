@@ -3,6 +3,7 @@
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
 pub mod hist;
+pub mod knee;
 pub mod probe_cost;
 pub mod scanner;
 pub mod snapshot;
