@@ -5,5 +5,6 @@ pub mod export;
 #[cfg(test)]
 pub mod fixtures;
 pub mod json;
+pub mod sweep;
 pub mod text;
 pub mod tui;
