@@ -309,3 +309,97 @@ fn ctrl_c_ends_the_current_step_and_prints_the_sweep_so_far() {
         "the sweep's lab was not removed"
     );
 }
+
+/// `compare` of a healthy lab run's bundle with a `lab qdisc-drop` run's: `qdisc_drop` is named
+/// as appeared, and each difference is the two runs' own summary figures (as `report --format
+/// json` prints them) subtracted.
+#[test]
+fn compare_names_the_qdisc_drop_that_appeared_and_differences_equal_the_summaries() {
+    require_root();
+    let _serial = serial();
+    let base = std::env::temp_dir().join(format!("scanprof-compare-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (a, b) = (base.join("healthy"), base.join("qdisc-drop"));
+    for (scenario, dir) in [("healthy", &a), ("qdisc-drop", &b)] {
+        let args: Vec<String> = [
+            "lab",
+            scenario,
+            "--duration",
+            "2",
+            "--json",
+            "--export",
+            &dir.display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        Proc::scanprof(&args)
+            .finish(Duration::from_secs(60))
+            .assert_success();
+    }
+    let out = |args: &[&std::ffi::OsStr]| -> Value {
+        let o = std::process::Command::new(scanprof_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {o:?}"))
+    };
+    let json = std::ffi::OsStr::new("json");
+    let fmt = std::ffi::OsStr::new("--format");
+    let sa = out(&["report".as_ref(), fmt, json, a.as_os_str()]);
+    let sb = out(&["report".as_ref(), fmt, json, b.as_os_str()]);
+    let c = out(&["compare".as_ref(), a.as_os_str(), b.as_os_str(), fmt, json]);
+    let causes = c["causes"].as_array().unwrap();
+    let qdisc = causes
+        .iter()
+        .find(|r| r["cause"] == "qdisc_drop")
+        .unwrap_or_else(|| panic!("qdisc_drop not compared: {c}"));
+    assert_eq!(qdisc["change"], "appeared", "{c}");
+    assert!(
+        qdisc["a_share"].is_null() && f64_of(qdisc, "b_share") > 0.5,
+        "{c}"
+    );
+    assert_eq!(causes[0]["cause"], "qdisc_drop", "appeared first: {c}");
+    let figure = |name: &str| -> Value {
+        c["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["figure"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no figure {name}: {c}"))
+    };
+    for key in ["achieved_pps", "packets", "requested_pps", "send_window_s"] {
+        let f = figure(key);
+        let (x, y) = (f64_of(&sa, key), f64_of(&sb, key));
+        assert_eq!((f64_of(&f, "a"), f64_of(&f, "b")), (x, y), "{key}: {f}");
+        assert_eq!(f64_of(&f, "diff"), y - x, "{key}: {f}");
+    }
+    let stage = |s: &Value, n: &str| s["stages"][n].as_f64().unwrap();
+    let f = figure("stage.dev_xmit_pps");
+    assert_eq!(
+        f64_of(&f, "diff"),
+        stage(&sb, "dev_xmit") - stage(&sa, "dev_xmit"),
+        "{f}"
+    );
+    // The loss: healthy lost nothing; the qdisc-drop run's target_loss drops, all QDISC_DROP.
+    let target_loss = |s: &Value| -> u64 {
+        s["drops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["class"] == "target_loss")
+            .map(|d| u64_of(d, "count"))
+            .sum()
+    };
+    let lost = figure("lost");
+    assert_eq!(f64_of(&lost, "a"), target_loss(&sa) as f64);
+    assert_eq!(f64_of(&lost, "b"), target_loss(&sb) as f64);
+    assert!(f64_of(&lost, "diff") > 0.0, "{lost}");
+    let qd = figure("drops.target_loss.QDISC_DROP");
+    assert!(
+        qd["a"].is_null() && f64_of(&qd, "b") == target_loss(&sb) as f64,
+        "{qd}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
