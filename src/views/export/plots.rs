@@ -200,7 +200,9 @@ pub fn sweep_svg(steps: &[(f64, f64, f64)]) -> String {
         x.px(x.max.min(y.max)),
         y.px(x.max.min(y.max))
     );
-    let series: [(&str, &str, Vec<(f64, f64)>); 3] = [
+    /// (element id, colour, points)
+    type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+    let series: [Series; 3] = [
         (
             "achieved",
             RATE_SERIES[0].3,
