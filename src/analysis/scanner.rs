@@ -374,6 +374,12 @@ impl ScannerModel {
             }
             None => c.probe.clone(),
         };
+        // The same message type can go to different members (unicornscan's WORKUNIT to its
+        // sender and to its listener): say which, when the profile tells.
+        let kind = match &c.recipient {
+            Some(r) => format!("{kind} to {r}"),
+            None => kind,
+        };
         let bytes = c
             .values
             .get("len")

@@ -943,12 +943,15 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
+        quiet: false,
         baseline: false,
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,
         export: o.export.clone(),
         force: o.force,
         redact: false,
+        metrics: o.metrics,
+        metrics_file: o.metrics_file.clone(),
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
     };
@@ -960,7 +963,12 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
     cfg.drop_privileges = false;
-    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?.rec;
+    let metrics = crate::views::metrics::MetricsTargets {
+        listen: o.metrics,
+        file: o.metrics_file.clone(),
+    };
+    let stop = super::profile::stop_flag()?;
+    let rec = super::profile::render_with(cfg, output, stop, export_to.as_ref(), &metrics)?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);

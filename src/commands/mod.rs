@@ -9,3 +9,4 @@ pub mod profile;
 pub mod report;
 pub mod send;
 pub mod sweep;
+pub mod version;

@@ -15,6 +15,7 @@ use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, 
 use crate::collect::uprobes::PerPacket;
 use crate::probes::ProbeOptions;
 use crate::views::export::{bundle, Meta, Recording};
+use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
 use crate::views::{json, text};
 use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use std::path::{Path, PathBuf};
@@ -54,7 +55,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     }
     Ok(SessionConfig {
         command_output: match output {
-            Output::Text => CommandOutput::Inherit,
+            Output::Text | Output::Quiet => CommandOutput::Inherit,
             Output::Json => CommandOutput::StdoutToStderr,
             Output::Tui => match &target {
                 Target::Command(_) => CommandOutput::File(command_log()?),
@@ -198,6 +199,8 @@ fn which(cmd: &str) -> Option<PathBuf> {
 pub enum Output {
     Json,
     Text,
+    /// text, the summary only (-q)
+    Quiet,
     /// the live terminal view, then the text summary
     Tui,
 }
@@ -329,6 +332,45 @@ pub fn render(
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
 ) -> anyhow::Result<Rendered> {
+    render_with(cfg, output, stop, export_to, &MetricsTargets::default())
+}
+
+/// The labels of a run's metrics: its scanner profile, and the shard its command line names.
+fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
+    let scanner = cfg
+        .scanner
+        .as_ref()
+        .map_or("generic", |s| s.profile.name.as_str());
+    let argv: Vec<String> = match &cfg.target {
+        Target::Command(argv) => argv.clone(),
+        Target::Pids(pids) => std::fs::read(format!("/proc/{}/cmdline", pids[0]))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect(),
+    };
+    RunLabels::of(scanner, &argv)
+}
+
+/// [`render`], also serving or writing Prometheus metrics of the run as it goes.
+pub fn render_with(
+    cfg: SessionConfig,
+    output: Output,
+    stop: Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+    metrics: &MetricsTargets,
+) -> anyhow::Result<Rendered> {
+    // The listener is bound before the run starts: a port in use stops it here.
+    let exporter = if metrics.any() {
+        let e = Exporter::start(metrics, metrics_labels(&cfg))?;
+        if let Some(addr) = e.local_addr() {
+            eprintln!("scanprof: metrics at http://{addr}/metrics");
+        }
+        Some(e)
+    } else {
+        None
+    };
     let command_log = match &cfg.command_output {
         CommandOutput::File(path) => Some(path.clone()),
         _ => None,
@@ -340,7 +382,14 @@ pub fn render(
     let mut rec = Recording::new(meta_now());
     let drop_privileges = cfg.drop_privileges;
     crate::system::startup::mark("options and scanner profile read");
-    let session = session::start(cfg, Arc::clone(&stop))?;
+    let mut session = session::start(cfg, Arc::clone(&stop))?;
+    // The metrics take every update before the views do.
+    let metrics_tap = exporter.map(|e| {
+        let (_, own) = std::sync::mpsc::channel();
+        let (rx, handle) = crate::views::metrics::tap(std::mem::replace(&mut session.updates, own), e);
+        session.updates = rx;
+        handle
+    });
     if drop_privileges {
         // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
         // into a directory someone else owns (or the view's `e` key may make one here).
@@ -396,6 +445,7 @@ pub fn render(
             let _ = writeln!(stdout, "the command's own output is in {}", log.display());
         }
         drop(stdout);
+        finish_metrics(metrics_tap);
         finish_export(&rec, export_to)?;
         view?;
         return Ok(Rendered { rec, status });
@@ -456,7 +506,7 @@ pub fn render(
                 }
             }
         };
-        if let Some(e) = err {
+        if let Some(e) = err.filter(|_| output != Output::Quiet) {
             let _ = std::io::stderr().write_all(e.as_bytes());
         }
         if let (Some(o), None) = (out, &write_error) {
@@ -470,6 +520,7 @@ pub fn render(
     rec.summary
         .as_ref()
         .context("the session ended without a summary")?;
+    finish_metrics(metrics_tap);
     finish_export(&rec, export_to)?;
     if let Some(e) = write_error {
         return Err(anyhow::Error::new(e)
@@ -497,6 +548,14 @@ pub fn exit_code_of(status: Option<std::process::ExitStatus>) -> ExitCode {
             (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
             (None, None) => ExitCode::FAILURE,
         },
+    }
+}
+
+/// Waits for the metrics tap (it has passed the summary on) and reports a failed file write.
+fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) {
+    let exporter = tap.and_then(|t| t.join().ok());
+    if let Some(e) = exporter.as_ref().and_then(|e| e.file_error.as_ref()) {
+        eprintln!("scanprof: warning: {e}");
     }
 }
 
@@ -562,12 +621,14 @@ pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Re
 
 /// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
 pub fn record(
-    output: &Path,
     pids: &[u32],
     allow_system: bool,
     command: &[String],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
+    if opts.export.is_none() {
+        bail!("record writes a bundle: give its directory with -o DIR");
+    }
     for &pid in pids {
         if let Some(why) = refused_target(pid, allow_system) {
             bail!("{why}");
@@ -578,13 +639,15 @@ pub fn record(
         (true, false) => Target::Command(command.to_vec()),
         _ => bail!("give either -p PID (to attach) or `-- COMMAND` (to run), not both or neither"),
     };
-    let mut opts = opts.clone();
-    opts.export = Some(output.to_path_buf());
-    run(target, &opts)
+    run(target, opts)
 }
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
-    let output = Output::choose(opts.json, opts.no_tui);
+    let output = if opts.quiet && !opts.json {
+        Output::Quiet
+    } else {
+        Output::choose(opts.json, opts.no_tui)
+    };
     let mut cfg = session_config(target, opts, output)?;
     if opts.baseline {
         cfg.baseline = Some(measure_baseline(opts, cfg.scanner.as_ref())?);
@@ -594,7 +657,11 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|dir| ExportTarget::open(dir, opts.redact, opts.force))
         .transpose()?;
-    let rendered = render(cfg, output, stop_flag()?, export_to.as_ref())?;
+    let metrics = MetricsTargets {
+        listen: opts.metrics,
+        file: opts.metrics_file.clone(),
+    };
+    let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics)?;
     Ok(exit_code_of(rendered.status))
 }
 

@@ -205,6 +205,9 @@ fn run_step(
         redact: false,
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
+        quiet: false,
+        metrics: None,
+        metrics_file: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, super::profile::Output::Json)?;

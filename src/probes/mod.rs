@@ -85,6 +85,12 @@ const STAGE_OBJECTS: [(&str, &[u8]); 4] = [
     ("drops", DROPS_OBJ),
 ];
 
+/// Every BPF object built into this binary, by name, in load order (`--version` names them).
+pub fn objects() -> [(&'static str, &'static [u8]); 6] {
+    let [a, b, c, d] = STAGE_OBJECTS;
+    [("family", FAMILY_OBJ), a, b, c, d, ("uprobes", UPROBES_OBJ)]
+}
+
 /// Why the probes could not be set up.
 #[derive(Debug, Error)]
 pub enum ProbeError {

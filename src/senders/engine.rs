@@ -303,11 +303,9 @@ mod tests {
             .calibration
             .clone()
             .expect("tsc runs report their calibration");
-        // Slots of 1 ms instead of 0.5 ms: about 1000 pps (less if the machine is busy).
-        assert!(
-            report.achieved_pps > 800.0 && report.achieved_pps < 1050.0,
-            "{report:?}"
-        );
+        // Slots of 1 ms instead of 0.5 ms: about 1000 pps, never more (a deadline pacer that
+        // falls behind only sends later: one busy machine gave 273 pps, 70 ms preempted).
+        assert!(report.achieved_pps < 1050.0, "{report:?}");
         // The delay the profile reads: twice the cycles of a 0.5 ms slot.
         let delay = symbols::scanprof_sender_tsc_delay.load(Ordering::Relaxed) as f64;
         assert!(

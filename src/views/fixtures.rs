@@ -191,6 +191,7 @@ fn scanner_calls() -> Vec<crate::collect::uprobes::ProbeCall> {
             inside_ns: if entry { 0 } else { 100_000_000 },
             packets: if ms > 900 { 90 } else { 0 },
             last_pkt_ns: if ms > 900 { 990_000_000 } else { 0 },
+            recipient: None,
         }
     };
     vec![

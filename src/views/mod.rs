@@ -6,6 +6,7 @@ pub mod export;
 #[cfg(test)]
 pub mod fixtures;
 pub mod json;
+pub mod metrics;
 pub mod sweep;
 pub mod text;
 pub mod tui;

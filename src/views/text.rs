@@ -156,7 +156,19 @@ pub fn summary(s: &Summary) -> String {
             b.sent, b.receiver_packets
         );
     }
-    if let Some(st) = &s.rate_stats {
+    if let Some(m) = s
+        .rate_stats
+        .as_ref()
+        .and_then(|st| st.modes.as_ref().map(|m| (st, m)))
+    {
+        let (st, m) = m;
+        let _ = writeln!(
+            o,
+            "per-tick rate over {} complete ticks is bimodal, so no centre describes it: {}",
+            st.n,
+            modes_text(m)
+        );
+    } else if let Some(st) = &s.rate_stats {
         let _ = writeln!(
             o,
             "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
@@ -436,3 +448,25 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
 #[cfg(test)]
 #[path = "text_tests.rs"]
 mod tests;
+
+/// Two modes of the per-tick rate, for a sentence: each one's share of the ticks (of the time),
+/// its median and range, high first.
+pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
+    // Below a tenth of the sending rate the sender was as good as stopped.
+    let low_word = if m.low.median < 0.1 * m.high.median {
+        "stalled"
+    } else {
+        "slowed"
+    };
+    format!(
+        "sending {:.0}% of the ticks at median {:.1} pps ({:.1} to {:.1}), {low_word} {:.0}% at median {:.1} pps ({:.1} to {:.1})",
+        m.high.share * 100.0,
+        m.high.median,
+        m.high.min,
+        m.high.max,
+        m.low.share * 100.0,
+        m.low.median,
+        m.low.min,
+        m.low.max
+    )
+}

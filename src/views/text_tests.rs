@@ -73,6 +73,7 @@ fn fixed_summary() -> Summary {
             p99: 1504.9,
             min: 1495.0,
             max: 1505.0,
+            modes: None,
         }),
         drops: vec![
             drop_row(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x7a", Some(4242), 48),
@@ -219,6 +220,24 @@ fn report_states_requested_and_achieved_with_percentage() {
         r.contains("per-tick rate over 2 complete ticks: median 1500.0 +/- 3.5, mean 1500.0 (0 outliers left out), p95 1504.5, p99 1504.9, min 1495.0, max 1505.0"),
         "{r}"
     );
+}
+
+#[test]
+fn bimodal_tick_rates_are_shown_as_two_modes_not_a_centre() {
+    // A sender blocked for seconds at a time: 22 ticks stalled near zero, 18 sending near 415
+    // pps; the run achieved 186.8 pps. A median of 11.5 and a mean of 1.0 describe neither.
+    let mut samples: Vec<f64> = (0..22).map(|i| [0.0, 1.0, 11.5, 13.0][i % 4]).collect();
+    samples.extend((0..18).map(|i| 405.0 + (i % 5) as f64 * 5.0));
+    let mut s = fixed_summary();
+    s.achieved_pps = 186.8;
+    s.rate_stats = crate::analysis::stats::RunStats::from_samples(&samples);
+    let r = summary(&s);
+    let line = line_of(&r, "per-tick rate");
+    assert_eq!(
+        line,
+        "per-tick rate over 40 complete ticks is bimodal, so no centre describes it: sending 45% of the ticks at median 415.0 pps (405.0 to 425.0), stalled 55% at median 1.0 pps (0.0 to 13.0)"
+    );
+    assert!(!r.contains("outliers left out"), "{r}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ mod rate;
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole,
     ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit,
-    ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
+    Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
 

@@ -350,6 +350,9 @@ pub struct Probe {
     /// Bytes behind a pointer argument to capture and decode.
     #[serde(default)]
     pub buffer: Option<ProbeBuffer>,
+    /// Who receives the message (`ipc_send`), by its arguments or buffer fields; first match.
+    #[serde(default, rename = "recipient")]
+    pub recipients: Vec<Recipient>,
     /// Global variables to read from the process when the function returns (a calibration's
     /// result). Needs the symbol in `.symtab` or `.dynsym`.
     #[serde(default, rename = "read")]
@@ -504,14 +507,42 @@ pub struct BufferField {
     pub condition: Option<FieldCondition>,
 }
 
-/// Decode a field only when `field` (an argument or an earlier field) equals `equals`.
+/// Decode a field only when `field` (an argument or an earlier field) equals `equals`, or is one
+/// of `one_of` (a set of magics). Exactly one of the two is given.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldCondition {
     /// Name of an argument or of another buffer field.
     pub field: String,
     /// Value it must have.
-    pub equals: u64,
+    #[serde(default)]
+    pub equals: Option<u64>,
+    /// Values it may have (a message kind's magics).
+    #[serde(default)]
+    pub one_of: Vec<u64>,
+}
+
+impl FieldCondition {
+    /// Whether `value` (an argument or field as decoded; None when absent) meets the condition.
+    pub fn holds(&self, value: Option<f64>) -> bool {
+        let Some(v) = value else { return false };
+        match self.equals {
+            Some(e) => v == e as f64,
+            None => self.one_of.iter().any(|e| v == *e as f64),
+        }
+    }
+}
+
+/// Which family member receives a message, from its decoded arguments or fields (unicornscan's
+/// master sends type-4 work units to both its sender and its listener; the unit's magic says
+/// which). A message no rule matches has no known recipient.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipient {
+    /// Process role of the recipient (`sender`, `listener`).
+    pub role: String,
+    /// When a message goes to that role.
+    pub when: FieldCondition,
 }
 
 impl RateUnit {
@@ -737,7 +768,37 @@ impl ScannerProfile {
                                 format!("'{}' is neither an argument nor an earlier field", c.field),
                             ));
                         }
+                        if c.equals.is_some() == !c.one_of.is_empty() {
+                            return Err(bad(
+                                format!("probe[{i}].buffer.field[{j}].condition"),
+                                "give `equals` or `one_of`, not both".into(),
+                            ));
+                        }
                     }
+                }
+            }
+            for (j, r) in p.recipients.iter().enumerate() {
+                let known = p.args.iter().any(|a| a.name == r.when.field)
+                    || p.buffer
+                        .as_ref()
+                        .is_some_and(|b| b.fields.iter().any(|f| f.name == r.when.field));
+                if !known {
+                    return Err(bad(
+                        format!("probe[{i}].recipient[{j}].when.field"),
+                        format!("'{}' is neither an argument nor a buffer field", r.when.field),
+                    ));
+                }
+                if r.when.equals.is_some() == !r.when.one_of.is_empty() {
+                    return Err(bad(
+                        format!("probe[{i}].recipient[{j}].when"),
+                        "give `equals` or `one_of`, not both".into(),
+                    ));
+                }
+                if !roles.contains(&r.role.as_str()) {
+                    return Err(bad(
+                        format!("probe[{i}].recipient[{j}].role"),
+                        format!("no process has role '{}'", r.role),
+                    ));
                 }
             }
         }

@@ -131,6 +131,19 @@ fn bad_values_and_references_are_rejected() {
     );
     let e = ScannerProfile::parse(&probe(&cond)).unwrap_err();
     assert!(e.to_string().contains("condition.field"), "{e}");
+    let both = buf.replace(
+        "offset=6",
+        "offset=0\ncondition = { field = \"x\", equals = 4, one_of = [4] }",
+    );
+    let args = "args = [{ name = \"x\", reg = 1, type = \"u32\" }]\n";
+    let e = ScannerProfile::parse(&probe(&format!("{args}{both}"))).unwrap_err();
+    assert!(e.to_string().contains("field[0].condition"), "{e}");
+    let to = "[[probe.recipient]]\nrole = \"nobody\"\nwhen = { field = \"x\", one_of = [1, 2] }\n";
+    let e = ScannerProfile::parse(&probe(&format!("{args}{to}"))).unwrap_err();
+    assert!(e.to_string().contains("probe[0].recipient[0].role"), "{e}");
+    let to = to.replace("nobody", "sender").replace("\"x\"", "\"y\"");
+    let e = ScannerProfile::parse(&probe(&format!("{args}{to}"))).unwrap_err();
+    assert!(e.to_string().contains("probe[0].recipient[0].when.field"), "{e}");
     let e = ScannerProfile::parse(&format!(
         "{MINIMAL}\n[[rate.option]]\nflags=[\"--fast\"]\ntakes=\"none\"\n"
     ))
@@ -175,8 +188,9 @@ fn unicornscan_probes_decode_the_work_unit() {
     assert_eq!(
         pps.condition,
         Some(FieldCondition {
-            field: "type".into(),
-            equals: 4
+            field: "wu_magic".into(),
+            equals: None,
+            one_of: vec![0x1a1b1c1d, 0x2a2b2c2d, 0x3a3b3c3d, 0x4a4b4c4d, 0x5a5b5c5d, 0x8a8b8c8d],
         })
     );
     let dt = buf
@@ -192,7 +206,7 @@ fn unicornscan_probes_decode_the_work_unit() {
         .expect("sender send_message");
     let f = &done.buffer.as_ref().expect("buffer").fields[0];
     assert_eq!(
-        (f.ty, f.condition.as_ref().map(|c| c.equals)),
+        (f.ty, f.condition.as_ref().and_then(|c| c.equals)),
         (ArgType::F32, Some(5))
     );
     // Per-packet probes are marked, the rest are not.

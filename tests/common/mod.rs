@@ -121,6 +121,20 @@ pub fn sender_argv(to: &str, rate: f64, count: u64, duration_s: f64, extra: &[&s
     v
 }
 
+/// The tolerance of a comparison of rates timed on different clocks (scanprof's BPF clock, the
+/// lab receiver's receive timestamps, the sender's own clock): `tol` on a machine, at least 3%
+/// in an emulated VM (`SCANPROF_TEST_EMULATED=1`, set by scripts/kernel-matrix). There, under
+/// host load, the guest's clocks disagree with each other by about 1%: one 6.1 guest timed the
+/// same 16,000 packets at 2042.6 pps by the sender's clock, 2036.6 by the receiver's and 2014.7
+/// by scanprof's. Counts are compared exactly everywhere.
+pub fn cross_clock(tol: f64) -> f64 {
+    if std::env::var_os("SCANPROF_TEST_EMULATED").is_some_and(|v| v == "1") {
+        tol.max(0.03)
+    } else {
+        tol
+    }
+}
+
 /// The integer `key` of a JSON object, or a panic that shows the object.
 pub fn u64_of(v: &Value, key: &str) -> u64 {
     v[key]

@@ -539,23 +539,55 @@ impl Split {
             if no_gaps {
                 evidence.push(format!("only {} gaps measured", f.gap.count));
             }
-            let how = if sleeps {
-                "its sleeps end late"
-            } else {
-                "its waits end late"
-            };
-            push(
-                "pacing_coarse",
-                self.pacing,
-                format!(
-                    "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {}.",
-                    f.gap.p50_ns.map_or("longer".to_string(), dur),
-                    dur(self.expected_gap_ns)
+            let slot = dur(self.expected_gap_ns);
+            let (sentence, mut next) = match self.pacing_pattern(f, sleeps) {
+                PacingPattern::Batching(p50) => (
+                    format!(
+                        "Pacing is too coarse: the sender sends in bursts (median gap {}, shorter than the {slot} slot) \
+                         and waits between them past the slots, so the bursts fall short of the rate.",
+                        dur(p50)
+                    ),
+                    pacing_next(f, r, sleeps),
                 ),
-                evidence,
-                pacing_next(f, r, sleeps),
-                no_gaps,
-            );
+                PacingPattern::WorkOnTop(work_ns) => {
+                    evidence.push(format!(
+                        "work {} per packet (on CPU outside its waits) against an excess of {} per gap: the waits are on time",
+                        dur(work_ns),
+                        self.mean_gap_ns
+                            .map_or("?".to_string(), |m| dur(m - self.expected_gap_ns))
+                    ));
+                    (
+                        format!(
+                            "Pacing is too coarse: the sender waits a whole slot after each packet's work, so its {} of work \
+                             per packet comes on top of the {slot} period, and each gap is {} instead of {slot}.",
+                            dur(work_ns),
+                            f.gap.p50_ns.map_or("longer".to_string(), dur)
+                        ),
+                        "Time the slots from their start, not from the end of the work: sleep to an absolute deadline \
+                         (`clock_nanosleep(TIMER_ABSTIME)` on the previous deadline plus the period), or subtract the \
+                         time the packet took from the wait."
+                            .to_string(),
+                    )
+                }
+                PacingPattern::LateWakeUps => {
+                    let how = if sleeps {
+                        "its sleeps end late"
+                    } else {
+                        "its waits end late"
+                    };
+                    (
+                        format!(
+                            "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {slot}.",
+                            f.gap.p50_ns.map_or("longer".to_string(), dur),
+                        ),
+                        pacing_next(f, r, sleeps),
+                    )
+                }
+            };
+            if next.is_empty() {
+                next = pacing_next(f, r, sleeps);
+            }
+            push("pacing_coarse", self.pacing, sentence, evidence, next, no_gaps);
         }
 
         if self.stalls > 0.0 {
@@ -866,4 +898,37 @@ fn pacing_next(f: &Facts, r: f64, sleeps: bool) -> String {
         "; `scanprof send --rate {r:.0} --pacer sleep --slot per-packet` reproduces the effect, `--slot deadline` removes it."
     ));
     next
+}
+
+/// What a pacing excess looks like, for its sentence.
+enum PacingPattern {
+    /// Most gaps are far shorter than the slot (median gap, ns): bursts, then long waits.
+    Batching(f64),
+    /// The waits are on time but start after each packet's work (work per packet, ns): the
+    /// period is timed from the end of the work, so the work adds to it.
+    WorkOnTop(f64),
+    /// The waits themselves end late (a sleep's wake-up latency, timer granularity).
+    LateWakeUps,
+}
+
+impl Split {
+    /// Which pattern the gap histogram and the time budget show. Batching: the median gap under
+    /// half the slot. Work on top: a sleeping pacer whose work per packet (on CPU outside its
+    /// pacing loop) is at least half the excess per gap, with wake-ups not late by more than
+    /// the work. Else the wake-ups are late.
+    fn pacing_pattern(&self, f: &Facts, sleeps: bool) -> PacingPattern {
+        if let Some(p50) = f.gap.p50_ns.filter(|p| *p < 0.5 * self.expected_gap_ns) {
+            return PacingPattern::Batching(p50);
+        }
+        let work = (self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)).max(0.0);
+        let work_ns = work * self.thread_ns / self.attempts.max(1) as f64;
+        let wakeup_ns = self.f_wakeup * self.thread_ns / self.attempts.max(1) as f64;
+        let excess_ns = self.mean_gap_ns.map(|m| m - self.expected_gap_ns);
+        match excess_ns {
+            Some(e) if sleeps && e > 0.0 && work_ns >= 0.5 * e && wakeup_ns < work_ns => {
+                PacingPattern::WorkOnTop(work_ns)
+            }
+            _ => PacingPattern::LateWakeUps,
+        }
+    }
 }

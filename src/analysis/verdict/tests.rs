@@ -748,6 +748,44 @@ fn late_sleep_wake_ups_are_coarse_pacing() {
 }
 
 #[test]
+fn a_batching_sender_is_said_to_send_in_bursts_not_to_wake_late() {
+    // 20000 pps asked (slot 50 us), 12000 reached: bursts 3 us apart, then long sleeps. The old
+    // sentence read "its sleeps end late, so each gap is 3.0 us instead of 50.0 us".
+    let v = run(Some(20_000.0), 12_000.0, 10.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .gaps(3.0 * US, 50.0 * US, 400.0 * US)
+        .verdicts();
+    let p = find(&v, "pacing_coarse");
+    assert!(p.sentence.contains("sends in bursts"), "{}", p.sentence);
+    assert!(
+        p.sentence.contains("3.0 us, shorter than the 50.0 us slot"),
+        "{}",
+        p.sentence
+    );
+    assert!(!p.sentence.contains("late)"), "{}", p.sentence);
+}
+
+#[test]
+fn work_on_top_of_a_fixed_period_is_named_not_late_sleeps() {
+    // 10000 pps asked (slot 100 us); the sender sleeps 100 us on time after ~37 us of work per
+    // packet: every gap 137 us, 7299 pps. Work 27% (send 20%, other 7%), asleep 73%.
+    let v = run(Some(10_000.0), 7299.0, 10.0)
+        .time(0.2, 0.0, 0.73, 0.0, 0.07)
+        .gaps(137.0 * US, 137.0 * US, 150.0 * US)
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    let p = &v[0];
+    assert!(!p.sentence.contains("sleeps end late"), "{}", p.sentence);
+    assert!(
+        p.sentence
+            .contains("its 37.0 us of work per packet comes on top of the 100.0 us period"),
+        "{}",
+        p.sentence
+    );
+    assert!(p.next_step.contains("TIMER_ABSTIME"), "{}", p.next_step);
+}
+
+#[test]
 fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
     // 1500 pps asked (666.7 us); every gap is 1 ms: timer granularity.
     let v = run(Some(1500.0), 1000.0, 10.0)
