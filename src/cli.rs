@@ -134,6 +134,13 @@ const LAB_EXAMPLES: &str = "Examples:
 const BASELINE_EXAMPLES: &str = "Examples:
   scanprof baseline
   scanprof baseline --rates 1000,10000,0 --json";
+const SWEEP_EXAMPLES: &str = "Examples:
+  scanprof sweep --lab --tbf-rate 22mbit --rates 1000,2000,4000,8000,16000 --duration 3
+  scanprof sweep --rates 1000,5000,20000 --max-rate 20000 --duration 10 -- masscan --rate {} -p80 10.0.0.0/24
+  scanprof sweep --lab --from 1000 --to 64000 --steps 7 --json --export sweep/";
+const COMPARE_EXAMPLES: &str = "Examples:
+  scanprof compare before/ after/
+  scanprof compare sweep-vm/ sweep-metal/ --format md";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -243,6 +250,28 @@ pub enum Command {
     /// speed, against loopback and a private lab it creates and removes, plus the host facts.
     #[command(after_help = BASELINE_EXAMPLES)]
     Baseline(BaselineOptions),
+    /// Run a command at a series of requested rates (each substituted for `{}`), each step a
+    /// bounded profiled run, and find the knee: the highest rate kept within 2% with no loss,
+    /// and what appears above it. With --lab and no command: the reference sender into a
+    /// private lab the sweep makes (optionally shaped by a tbf). Ctrl-C ends the current step
+    /// with its summary and prints the table so far.
+    #[command(after_help = SWEEP_EXAMPLES)]
+    Sweep(SweepOptions),
+    /// Set two bundles (of `record`/`--export`, or of `sweep --export`) side by side: rates,
+    /// funnels, time budgets, drops and verdicts, their differences, and which causes appeared,
+    /// grew, shrank or went away. No root needed.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare {
+        /// The first bundle (the "before"): a directory, or its events.ndjson / sweep.ndjson.
+        #[arg(value_name = "A")]
+        a: std::path::PathBuf,
+        /// The second bundle (the "after").
+        #[arg(value_name = "B")]
+        b: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
 }
 
 /// Options shared by `attach` and `run`.
@@ -564,6 +593,73 @@ pub struct BaselineOptions {
     pub json: bool,
 }
 
+/// Most steps a sweep may have.
+pub const MAX_SWEEP_STEPS: usize = 50;
+
+/// Options of `scanprof sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct SweepOptions {
+    /// Requested rates, packets per second, comma-separated, each substituted for `{}` in the
+    /// command (at most 50).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_positive_pps,
+          allow_negative_numbers = true, conflicts_with_all = ["from", "to", "steps"],
+          required_unless_present = "from")]
+    pub rates: Vec<f64>,
+    /// Lowest rate of a geometric series (with --to and --steps).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true,
+          requires_all = ["to", "steps"])]
+    pub from: Option<f64>,
+    /// Highest rate of a geometric series.
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true,
+          requires = "from")]
+    pub to: Option<f64>,
+    /// Number of rates from --from to --to, in equal ratios (2 to 50).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50), requires = "from")]
+    pub steps: Option<u32>,
+    /// The sweep never requests more than this many packets per second: a rate above it is
+    /// refused before anything runs. Required unless --lab (whose traffic cannot leave the lab).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
+    pub max_rate: Option<f64>,
+    /// Seconds each step runs (at most 30 days): the command is ended after it, as `run
+    /// --duration` does; the lab's reference sender sends for exactly this long.
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Length of a tick in seconds (0.01 to 3600).
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
+    pub interval: f64,
+    /// Make a private two-namespace lab for the sweep (removed at the end). Without a command,
+    /// the reference sender (`scanprof send`) sends into it; with one, the command runs in the
+    /// lab's sender namespace, where `{target}` is the lab's receiver address.
+    #[arg(long)]
+    pub lab: bool,
+    /// Shape the lab's sender link with a tbf of this tc rate (e.g. 2mbit, 20mbit).
+    #[arg(long, value_name = "RATE", requires = "lab")]
+    pub tbf_rate: Option<String>,
+    /// The tbf's bucket (tc burst).
+    #[arg(long, default_value = "4kb", value_name = "SIZE", requires = "tbf_rate")]
+    pub tbf_burst: String,
+    /// The tbf's queue (tc limit).
+    #[arg(long, default_value = "10kb", value_name = "SIZE", requires = "tbf_rate")]
+    pub tbf_limit: String,
+    /// UDP payload bytes of the lab's reference sender.
+    #[arg(long, default_value_t = 512, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1..=1472))]
+    pub size: u16,
+    /// Scanner profile (a name or a .toml file); default: recognised from the command line.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+    /// Print NDJSON: one `sweep_step` object per step, then one `sweep` object.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a sweep bundle here: each step's event stream, sweep.ndjson, sweep.md and
+    /// sweep.svg (achieved against requested, the ideal line, loss). The directory must be new
+    /// or empty.
+    #[arg(short = 'o', long, value_name = "DIR")]
+    pub export: Option<PathBuf>,
+    /// The command, after `--`, with `{}` where the rate goes (and `{target}` with --lab).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -765,6 +861,8 @@ mod tests {
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
+            ("sweep", &["--lab", "--rates", "1000"]),
+            ("compare", &["/nonexistent/a", "/nonexistent/b"]),
             ("completions", &["bash"]),
             ("watchdog", &[]),
             ("man", &[]),
@@ -835,8 +933,15 @@ mod tests {
                 let _ = Duration::from_secs_f64(o.seconds * 2.0 + 10.0);
                 assert!(o.rates.iter().all(|r| r.is_finite() && *r >= 0.0));
             }
+            Command::Sweep(o) => {
+                let _ = Duration::from_secs_f64(o.duration + 10.0);
+                let _ = Duration::from_secs_f64(o.interval);
+                assert!(o.rates.iter().all(|r| r.is_finite() && *r > 0.0));
+                assert!(o.max_rate.is_none_or(|r| r.is_finite() && r > 0.0));
+            }
             Command::Report { .. }
             | Command::Doctor { .. }
+            | Command::Compare { .. }
             | Command::Completions { .. }
             | Command::Man { .. }
             | Command::Watchdog => {}

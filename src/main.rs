@@ -30,6 +30,8 @@ fn main() -> ExitCode {
         Command::Send(o) => commands::send::run(o),
         Command::Lab(o) => commands::lab::run(o),
         Command::Baseline(o) => commands::baseline::run(o),
+        Command::Sweep(o) => commands::sweep::run(o),
+        Command::Compare { a, b, format } => commands::compare::run(a, b, *format),
     };
     result.unwrap_or_else(|e| {
         eprintln!("scanprof: {e:#}");

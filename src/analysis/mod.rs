@@ -2,7 +2,9 @@
 //! run's `Summary`: rates at every stage, requested vs achieved, time budgets, gaps, drops and
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
+pub mod compare;
 pub mod hist;
+pub mod knee;
 pub mod probe_cost;
 pub mod scanner;
 pub mod snapshot;

@@ -766,8 +766,8 @@ impl Drop for Hog {
 /// Where the run's tasks go: the sender on a CPU of its own (the last this process may use),
 /// the lab's own threads (receiver, profiler) on the others, so that the scenario's fault is
 /// the only thing slowing the sender. Undone on drop.
-struct Placement {
-    sender_cpu: usize,
+pub(crate) struct Placement {
+    pub(crate) sender_cpu: usize,
     /// this thread's affinity before, restored on drop (None: nothing was changed)
     saved: Option<CpuSet>,
 }
@@ -775,7 +775,7 @@ struct Placement {
 impl Placement {
     /// Moves the calling thread (and so the threads and children it starts later) off the
     /// sender's CPU, when there is another CPU to go to.
-    fn choose() -> anyhow::Result<Placement> {
+    pub(crate) fn choose() -> anyhow::Result<Placement> {
         let allowed =
             sched_getaffinity(Pid::from_raw(0)).context("cannot read this process's CPU affinity")?;
         let cpus: Vec<usize> = (0..CpuSet::count())
@@ -810,7 +810,7 @@ impl Drop for Placement {
 /// The sender's command line: `ip netns exec` into the sender namespace, its own session and
 /// scheduling group at nice -20 (unless the hog is the fault), pinned to `cpu`, then
 /// `scanprof send` with the scenario's flags.
-fn sender_argv(
+pub(crate) fn sender_argv(
     lab: &Lab,
     stage: &Staging,
     cpu: usize,
