@@ -23,6 +23,14 @@ fn json_lines(out: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The `summary` line of a run's NDJSON output.
+fn summary_of(out: &[u8]) -> Value {
+    json_lines(out)
+        .into_iter()
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line")
+}
+
 #[test]
 fn doctor_as_root_finds_every_probe_usable() {
     require_root();
@@ -101,11 +109,7 @@ fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines = json_lines(&out.stdout);
-    let summary = lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
+    let summary = summary_of(&out.stdout);
     let sender = summary["processes"]
         .as_array()
         .unwrap()
@@ -213,11 +217,7 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines = json_lines(&out.stdout);
-    let summary = lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
+    let summary = summary_of(&out.stdout);
     let dev = summary["devices"]
         .as_array()
         .unwrap()
