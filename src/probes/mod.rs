@@ -247,9 +247,9 @@ pub fn rejection(log: &[String]) -> (Option<String>, Option<String>) {
     }
     let last = log
         .iter()
-        .flat_map(|m| m.lines())
-        .filter(|l| l.contains("prog '"))
-        .last();
+        .rev()
+        .flat_map(|m| m.lines().rev())
+        .find(|l| l.contains("prog '"));
     match last {
         Some(l) => (
             prog_of(l),

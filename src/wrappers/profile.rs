@@ -785,7 +785,7 @@ impl ScannerProfile {
                                 format!("'{}' is neither an argument nor an earlier field", c.field),
                             ));
                         }
-                        if c.equals.is_some() == !c.one_of.is_empty() {
+                        if c.equals.is_some() != c.one_of.is_empty() {
                             return Err(bad(
                                 format!("probe[{i}].buffer.field[{j}].condition"),
                                 "give `equals` or `one_of`, not both".into(),
@@ -805,7 +805,7 @@ impl ScannerProfile {
                         format!("'{}' is neither an argument nor a buffer field", r.when.field),
                     ));
                 }
-                if r.when.equals.is_some() == !r.when.one_of.is_empty() {
+                if r.when.equals.is_some() != r.when.one_of.is_empty() {
                     return Err(bad(
                         format!("probe[{i}].recipient[{j}].when"),
                         "give `equals` or `one_of`, not both".into(),
