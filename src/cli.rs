@@ -293,7 +293,7 @@ pub struct RunOptions {
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Switch on the profile's per-packet uprobes: all of them, or the probes named
-    /// (comma-separated). Each hit costs the scanner about 14 us on this class of machine.
+    /// (comma-separated). Each hit costs the scanner 2.6 to 3.9 us here (docs/benchmarks.md).
     #[arg(long, value_name = "PROBES", num_args = 0..=1, default_missing_value = "all")]
     pub per_packet: Option<String>,
     /// Print NDJSON (one `sample` object per tick, a `summary` at the end) instead of text.

@@ -923,7 +923,7 @@ fn per_packet_cost(hits: u64, packets: u64) -> String {
 
 /// CPU cost of one uprobe hit with its return, ns: the range benches/profile_probes.rs measured
 /// on the reference sender (2026-11-21). Functions whose first instruction the kernel cannot
-/// emulate cost more (PLATFORM.md's ~14 us).
+/// emulate cost more (a single-stepped first instruction costs several times the measured 2.6 to 3.9 us).
 pub const UPROBE_HIT_NS: (f64, f64) = (2_600.0, 3_900.0);
 
 /// A number as people write it: no trailing `.0`.
