@@ -348,6 +348,11 @@ pub struct RunOptions {
     /// When `kernel.bpf_stats_enabled` is already 1, scanprof counts the whole run anyway.
     #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
     pub bpf_stats: BpfStatsArg,
+    /// Run the launched command as this user (name or uid), with its groups from the user
+    /// database, like `strace -u`; scanprof keeps its own privileges. Without it the command
+    /// runs with the privileges scanprof was given (as root, when scanprof runs as root).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
 }
 
 /// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.

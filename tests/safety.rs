@@ -339,15 +339,23 @@ fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
     assert!(!pid_alive(sleeper), "the launched command outlived scanprof");
 }
 
-/// 6. SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG).
+/// 6. SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG), also when it
+/// runs as another user (a change of user clears the parent-death signal, so it is set after).
 #[test]
 fn sigkill_of_scanprof_leaves_no_orphan() {
     require_root();
     let _g = serial();
-    let args: Vec<String> = ["run", "--json", "--", "sleep", "60"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    for user in [None, Some("nobody")] {
+        sigkill_leaves_no_orphan(user);
+    }
+}
+
+fn sigkill_leaves_no_orphan(user: Option<&str>) {
+    let mut args: Vec<String> = vec!["run".into(), "--json".into()];
+    if let Some(u) = user {
+        args.extend(["--user".into(), u.into()]);
+    }
+    args.extend(["--".into(), "sleep".into(), "60".into()]);
     let mut p = Proc::scanprof(&args);
     let started = p.wait_for_json("started", Duration::from_secs(30));
     let sleeper = root_pid(&started);
@@ -364,7 +372,7 @@ fn sigkill_of_scanprof_leaves_no_orphan() {
     }
     assert!(
         !orphan,
-        "the launched command {sleeper} outlived a SIGKILLed scanprof"
+        "the launched command {sleeper} (--user {user:?}) outlived a SIGKILLed scanprof"
     );
 }
 
@@ -414,6 +422,171 @@ fn sigkill_of_scanprof_ends_what_the_command_forked() {
         orphans.is_empty(),
         "{orphans:?} outlived a SIGKILLed scanprof (shell {shell}, its child {forked})"
     );
+}
+
+/// A user and a group this test made, deleted when dropped (also on failure).
+struct UserGuard {
+    user: String,
+    group: String,
+}
+
+impl UserGuard {
+    /// A new user whose primary group is nogroup and who is also in a new group of its own.
+    fn new() -> UserGuard {
+        let id = std::process::id();
+        let g = UserGuard {
+            user: format!("sp-u{id}"),
+            group: format!("sp-g{id}"),
+        };
+        let ok = |mut c: Command| c.status().map(|s| s.success()).unwrap_or(false);
+        let mut groupadd = Command::new("groupadd");
+        groupadd.arg(&g.group);
+        assert!(ok(groupadd), "groupadd {} failed", g.group);
+        let mut useradd = Command::new("useradd");
+        useradd
+            .args([
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--gid",
+                "nogroup",
+            ])
+            .args(["--groups", &g.group, &g.user]);
+        assert!(ok(useradd), "useradd {} failed", g.user);
+        g
+    }
+
+    /// `id OPTION USER`, as a number.
+    fn id(&self, option: &str, of: &str) -> u32 {
+        let out = Command::new("id").args([option, of]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("id {option} {of}: {out:?}"))
+    }
+}
+
+impl UserGuard {
+    /// The gid of the test's own group (`getent group`).
+    fn gid(&self) -> u32 {
+        let out = Command::new("getent")
+            .args(["group", &self.group])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split(':')
+            .nth(2)
+            .and_then(|g| g.trim().parse().ok())
+            .unwrap_or_else(|| panic!("getent group {}: {out:?}", self.group))
+    }
+}
+
+impl Drop for UserGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).status();
+        let _ = Command::new("groupdel").arg(&self.group).status();
+    }
+}
+
+/// The status lines (Uid, Gid, Groups, CapEff) the launched command printed of itself.
+fn status_lines(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(":\t"))
+        .filter(|(k, _)| ["Uid", "Gid", "Groups", "CapEff"].contains(k))
+        .map(|(k, v)| (k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect()
+}
+
+/// 3. `run --user USER`: the command runs as that user, with its primary group and its
+/// supplementary groups from the user database, and no capabilities; scanprof still attaches
+/// (the run is profiled). Without --user the command keeps scanprof's user (root here).
+#[test]
+fn run_user_starts_the_command_as_that_user_with_its_groups() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("user");
+    let who = UserGuard::new();
+    let show = "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status";
+    let r = run_bounded(
+        scanprof(&["run", "--no-tui", "--user", &who.user, "--", "sh", "-c", show]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("probes attached"), "{}", r.stderr);
+    let uid = who.id("-u", &who.user);
+    let (nogroup, own) = (who.id("-g", &who.user), who.gid());
+    let mut groups = [nogroup, own];
+    groups.sort_unstable();
+    let seen = status_lines(&r.stdout);
+    let want: std::collections::BTreeMap<String, String> = [
+        ("Uid", format!("{uid} {uid} {uid} {uid}")),
+        ("Gid", format!("{nogroup} {nogroup} {nogroup} {nogroup}")),
+        ("Groups", format!("{} {}", groups[0], groups[1])),
+        ("CapEff", "0000000000000000".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(seen, want, "stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+
+    let r = run_bounded(
+        scanprof(&["run", "--no-tui", "--", "sh", "-c", show]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(
+        status_lines(&r.stdout).get("Uid").map(String::as_str),
+        Some("0 0 0 0"),
+        "{}",
+        r.stdout
+    );
+
+    // At the end of the run (--duration) scanprof ends the other user's command (SIGTERM).
+    let started = Instant::now();
+    let r = run_bounded(
+        scanprof(&[
+            "run",
+            "--json",
+            "--duration",
+            "1",
+            "--user",
+            &who.user,
+            "--",
+            "sleep",
+            "30",
+        ]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(143), "{}", r.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the command was not ended: {:?}",
+        started.elapsed()
+    );
+
+    // attach follows processes as they are: --user is refused there, as is an unknown user.
+    let r = run_bounded(
+        scanprof(&[
+            "attach",
+            "-p",
+            &std::process::id().to_string(),
+            "--user",
+            "nobody",
+        ]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--user applies to a command"), "{}", r.stderr);
+    let r = run_bounded(
+        scanprof(&["run", "--user", "sp-no-such-user", "--", "true"]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    assert!(r.stderr.contains("no such user"), "{}", r.stderr);
 }
 
 /// Deletes the named namespaces if they still exist (a test's own, also on failure).

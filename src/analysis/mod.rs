@@ -227,7 +227,7 @@ impl Analyzer {
         }
 
         let threads = thread_views(s, Some(&prev), interval_ns);
-        let drops = drop_rows(&s.drops, &prev.drops, interval_s);
+        let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
         let devices = device_views(&s.devices, &prev.devices, interval_s, s);
         let block_sites = block_site_views(s, Some(&prev));
         let gap = self.gap_view(&s.threads, Some(&prev.threads));
@@ -323,7 +323,7 @@ impl Analyzer {
         } else {
             duration_ns.max(1) as f64 / 1e9
         };
-        let mut drops = drop_rows(&last.drops, &[], drops_over_s);
+        let mut drops = run_drop_rows(&last.drops, drops_over_s);
         drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
@@ -495,26 +495,40 @@ fn drop_key(d: &DropCount) -> (&str, &str, u32, u32, DropClass, Option<u32>) {
 }
 
 /// Drop rows with their rate over the interval; `prev` empty means "since attach".
-fn drop_rows(now: &[DropCount], prev: &[DropCount], interval_s: f64) -> Vec<DropRow> {
+/// A tick's drop rows: the drops of the tick (`count`) and their rate, only rows that dropped
+/// something in it, so that a sample's size follows what happened in its tick, not how many
+/// drop sites the run has seen so far.
+fn tick_drop_rows(now: &[DropCount], prev: &[DropCount], interval_s: f64) -> Vec<DropRow> {
     now.iter()
-        .map(|d| {
+        .filter_map(|d| {
             let before = prev
                 .iter()
                 .find(|p| drop_key(p) == drop_key(d))
-                .map(|p| p.count)
-                .unwrap_or(0);
-            DropRow {
-                reason: d.reason.clone(),
-                location: d.location.clone(),
-                device: d.device.clone(),
-                netns: d.netns,
-                class: d.class,
-                pid: d.pid,
-                count: d.count,
-                rate: d.count.saturating_sub(before) as f64 / interval_s,
-            }
+                .map_or(0, |p| p.count);
+            let count = d.count.saturating_sub(before);
+            (count > 0).then(|| drop_row(d, count, count as f64 / interval_s))
         })
         .collect()
+}
+
+/// The run's drop rows: every row with its count since attach, as a rate over `over_s`.
+fn run_drop_rows(now: &[DropCount], over_s: f64) -> Vec<DropRow> {
+    now.iter()
+        .map(|d| drop_row(d, d.count, d.count as f64 / over_s))
+        .collect()
+}
+
+fn drop_row(d: &DropCount, count: u64, rate: f64) -> DropRow {
+    DropRow {
+        reason: d.reason.clone(),
+        location: d.location.clone(),
+        device: d.device.clone(),
+        netns: d.netns,
+        class: d.class,
+        pid: d.pid,
+        count,
+        rate,
+    }
 }
 
 fn device_views(

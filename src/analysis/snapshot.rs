@@ -14,7 +14,8 @@ use crate::collect::family::ProcessInfo;
 use crate::collect::{DropClass, Health, QueueDepth, TimeBudget};
 
 /// Version of the JSON layout of `Snapshot` and `Summary`; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: a sample's drop rows carry the drops of its tick only (1: every row, counts since attach).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Stage names, in the order a packet passes them.
 pub const STAGES: [&str; 7] = [
@@ -97,7 +98,8 @@ pub struct DropRow {
     pub netns: u32,
     pub class: DropClass,
     pub pid: Option<u32>,
-    /// drops since attach
+    /// drops in the tick (a sample holds only rows with drops in its tick); in the summary,
+    /// drops over the run
     pub count: u64,
     /// drops per second over the interval (in the summary: over the send window, the funnel's
     /// window, or over the run when nothing was sent)

@@ -430,7 +430,7 @@ fn only_target_loss_counts_as_target_drops_and_rates_come_from_deltas() {
             .unwrap()
     };
     let (count, r) = rate(DropClass::TargetLoss, "QDISC_DROP");
-    assert_eq!(count, 30);
+    assert_eq!(count, 20, "a sample's count is the drops of its tick");
     assert_close(r, 40.0); // (30 - 10) / 0.5
     assert_close(rate(DropClass::TargetLoss, "NETFILTER_DROP").1, 4.0);
     assert_close(rate(DropClass::Expected, "NO_SOCKET").1, 200.0); // (150 - 50) / 0.5
@@ -453,6 +453,48 @@ fn only_target_loss_counts_as_target_drops_and_rates_come_from_deltas() {
     // over the 1.5 s run
     assert_close(sum.drops[0].rate, 20.0);
     assert_close(sum.drops[4].rate, 2000.0);
+}
+
+/// A sample holds the drops of its tick only: a row with no new drops is left out (so samples
+/// do not grow with the drop sites a run has seen), while the summary keeps every row's total.
+#[test]
+fn samples_carry_the_drops_of_their_tick_and_the_summary_the_totals() {
+    const QDISC: &str = "__dev_queue_xmit+0x7a";
+    const RCV: &str = "tcp_v4_rcv+0x1e4";
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let at = |t_ns: u64, qdisc: u64, unrelated: u64| {
+        sample(t_ns)
+            .thread(sender(100, 101, t_ns / 1_000_000, START + 1, t_ns - 1))
+            .drops(drop_count(
+                DropClass::TargetLoss,
+                "QDISC_DROP",
+                QDISC,
+                Some(100),
+                qdisc,
+            ))
+            .drops(drop_count(
+                DropClass::Unrelated,
+                "NO_SOCKET",
+                RCV,
+                None,
+                unrelated,
+            ))
+            .build()
+    };
+    let _ = a.tick(&at(START + SEC, 10, 5), &[]);
+    let only_qdisc = a.tick(&at(START + 2 * SEC, 25, 5), &[]);
+    let rows: Vec<(&str, u64)> = only_qdisc
+        .drops
+        .iter()
+        .map(|d| (d.reason.as_str(), d.count))
+        .collect();
+    assert_eq!(rows, [("QDISC_DROP", 15)]);
+    let last = at(START + 3 * SEC, 25, 5);
+    let quiet = a.tick(&last, &[]);
+    assert!(quiet.drops.is_empty(), "{:?}", quiet.drops);
+    let sum = summary_of(&a, &last);
+    let totals: Vec<(&str, u64)> = sum.drops.iter().map(|d| (d.reason.as_str(), d.count)).collect();
+    assert_eq!(totals, [("QDISC_DROP", 25), ("NO_SOCKET", 5)]);
 }
 
 #[test]

@@ -61,6 +61,9 @@ pub struct SessionConfig {
     pub bpf_stats: super::bpf_time::StatsPolicy,
     /// the scanner's profile, and what its command line says
     pub scanner: Option<ScannerSetup>,
+    /// the user a launched command runs as (`--user`); None: scanprof's own user and
+    /// privileges, as the user gave them
+    pub run_as: Option<crate::system::child::RunAs>,
     /// after setup, keep only the capabilities the rest of the run needs
     /// (src/system/privileges.rs); off for `lab`, which tears its namespaces down at the end
     pub drop_privileges: bool,
@@ -142,6 +145,7 @@ impl Launched {
     fn spawn(
         argv: &[String],
         output: &CommandOutput,
+        run_as: Option<&crate::system::child::RunAs>,
         claims: &[crate::wrappers::OutputClaim],
         readings: &Sender<super::output::OutputReading>,
     ) -> anyhow::Result<Launched> {
@@ -176,6 +180,11 @@ impl Launched {
                 }
                 Ok(())
             });
+        }
+        // --user: the command's credentials change before the parent-death signal is set,
+        // since a change of user clears that signal.
+        if let Some(user) = run_as {
+            user.apply(&mut cmd);
         }
         // SIGKILL of scanprof must not leave the command running orphaned. This thread (the
         // collection thread) outlives the command: it ends and reaps it in finish().
@@ -294,7 +303,13 @@ fn collect(
                     .as_ref()
                     .map(|s| s.profile.claims.clone())
                     .unwrap_or_default();
-                let l = Launched::spawn(argv, &cfg.command_output, &claims, &readings_tx)?;
+                let l = Launched::spawn(
+                    argv,
+                    &cfg.command_output,
+                    cfg.run_as.as_ref(),
+                    &claims,
+                    &readings_tx,
+                )?;
                 let pid = l.child.id();
                 launched = Some(l);
                 vec![pid]
@@ -359,13 +374,16 @@ fn collect(
     // Set-up is done (probes loaded, the command launched with the privileges it was given):
     // this thread, which attaches uprobes to later members, keeps only what that needs.
     let dropped = if cfg.drop_privileges {
-        use crate::system::privileges::{drop_to, FOR_BPF_STATS, FOR_UPROBES, KEPT};
+        use crate::system::privileges::{drop_to, FOR_BPF_STATS, FOR_UPROBES, FOR_USER_COMMAND, KEPT};
         let mut keep = KEPT.to_vec();
         if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
             keep.push(FOR_UPROBES);
         }
         if matches!(cfg.bpf_stats, super::bpf_time::StatsPolicy::Sampled { .. }) {
             keep.push(FOR_BPF_STATS);
+        }
+        if cfg.run_as.is_some() {
+            keep.push(FOR_USER_COMMAND);
         }
         drop_to(&keep).err()
     } else {
@@ -545,14 +563,27 @@ mod tests {
         std::fs::write(&victim, "precious\n").unwrap();
         std::os::unix::fs::symlink(&victim, &log).unwrap();
         let (tx, _rx) = mpsc::channel();
-        let err = Launched::spawn(&["true".into()], &CommandOutput::File(log.clone()), &[], &tx)
-            .err()
-            .expect("a planted symlink was followed");
+        let err = Launched::spawn(
+            &["true".into()],
+            &CommandOutput::File(log.clone()),
+            None,
+            &[],
+            &tx,
+        )
+        .err()
+        .expect("a planted symlink was followed");
         assert!(format!("{err:#}").contains("command's output"), "{err:#}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 
         std::fs::remove_file(&log).unwrap();
-        let mut l = Launched::spawn(&["true".into()], &CommandOutput::File(log.clone()), &[], &tx).unwrap();
+        let mut l = Launched::spawn(
+            &["true".into()],
+            &CommandOutput::File(log.clone()),
+            None,
+            &[],
+            &tx,
+        )
+        .unwrap();
         l.finish();
         let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);

@@ -129,7 +129,9 @@ fn checks(load_probes: bool) -> Vec<Check> {
         )
     });
     {
-        use crate::system::privileges::{mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_UPROBES, KEPT};
+        use crate::system::privileges::{
+            mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_UPROBES, FOR_USER_COMMAND, KEPT,
+        };
         out.push(check(
             "privilege drop",
             Status::Info,
@@ -137,13 +139,16 @@ fn checks(load_probes: bool) -> Vec<Check> {
                 "after setup, attach/run/record keep only {} (+ {} in the thread that attaches a \
                  profile's uprobes to later members, + {} in the collection thread with \
                  --bpf-stats sampled, the default, to turn the kernel's BPF statistics on each \
-                 tick, + {} in the thread writing a bundle into a directory it does not own) and \
-                 drop the rest from the effective, permitted and bounding sets, with no_new_privs; \
-                 a launched command keeps what it was given. Held now: {}",
+                 tick, + {} in the thread writing a bundle into a directory it does not own, + {} \
+                 in the collection thread with --user, to signal the command) and drop the rest \
+                 from the effective, permitted and bounding sets, with no_new_privs; a launched \
+                 command keeps what it was given, unless --user names the user it runs as. Held \
+                 now: {}",
                 names(mask(&KEPT)),
                 FOR_UPROBES.1,
                 FOR_BPF_STATS.1,
                 FOR_BUNDLE.1,
+                FOR_USER_COMMAND.1,
                 match names(caps) {
                     n if n.is_empty() => "none of these".to_string(),
                     n => n,

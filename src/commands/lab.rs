@@ -954,6 +954,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         metrics_file: o.metrics_file.clone(),
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
+        user: None,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);

@@ -14,6 +14,7 @@ use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::ProbeOptions;
+use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
 use crate::views::{json, text};
@@ -48,6 +49,14 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             bail!("--requested must be a positive packets-per-second figure");
         }
     }
+    let run_as = match (&opts.user, &target) {
+        (None, _) => None,
+        (Some(_), Target::Pids(_)) => bail!(
+            "--user applies to a command scanprof starts (run, or record with a command); \
+             attached processes keep their own user"
+        ),
+        (Some(user), Target::Command(_)) => Some(crate::system::child::RunAs::lookup(user)?),
+    };
     let scanner = scanner_setup(&target, opts)?;
     let mut probe_options = ProbeOptions::default();
     for (map, entries) in &opts.map_size {
@@ -74,6 +83,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             BpfStatsArg::Off => StatsPolicy::Off,
         },
         scanner,
+        run_as,
         drop_privileges: true,
     })
 }
@@ -379,7 +389,14 @@ pub fn render_with(
         Target::Pids(pids) => format!("attach {pids:?}"),
         Target::Command(argv) => format!("run {}", argv.join(" ")),
     };
-    let mut rec = Recording::new(meta_now());
+    // The ticks go to a private spool file as they come (a bundle needs them all, memory
+    // keeps the latest): with a bundle to write, and in the live view, whose `e` key can
+    // write one at any time.
+    let mut rec = if export_to.is_some() || output == Output::Tui {
+        Recorder::Spooled(SpooledRecording::new(Recording::new(meta_now()))?)
+    } else {
+        Recorder::Latest(Recording::new(meta_now()))
+    };
     let drop_privileges = cfg.drop_privileges;
     crate::system::startup::mark("options and scanner profile read");
     let mut session = session::start(cfg, Arc::clone(&stop))?;
@@ -405,7 +422,7 @@ pub fn render_with(
     if output == Output::Tui {
         // Without --export, the `e` key's directory is made (new) at the first press.
         let key_target = std::cell::RefCell::new(export_to.cloned());
-        let on_export = |r: &Recording| -> String {
+        let on_export = |r: &mut SpooledRecording| -> String {
             let mut slot = key_target.borrow_mut();
             if slot.is_none() {
                 match ExportTarget::open(&default_export_dir(), false, false) {
@@ -416,7 +433,7 @@ pub fn render_with(
             let Some(target) = slot.as_ref() else {
                 return "export failed: no bundle directory".to_string();
             };
-            match export(r, target) {
+            match r.whole().and_then(|whole| export(&whole, target)) {
                 Ok(files) => format!(
                     "bundle written to {} ({} files)",
                     target.dir.path.display(),
@@ -427,7 +444,10 @@ pub fn render_with(
         };
         // A view that fails (its terminal closed) still ends the session with a summary and
         // a bundle; its error is reported after them.
-        let view = crate::views::tui::run(&session.updates, title, &stop, &mut rec, &on_export);
+        let Recorder::Spooled(spooled) = &mut rec else {
+            bail!("the live view records into a spool");
+        };
+        let view = crate::views::tui::run(&session.updates, title, &stop, spooled, &on_export);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // Whatever the view did not take, the summary included, is still in the channel.
         for u in session.updates.iter() {
@@ -435,6 +455,7 @@ pub fn render_with(
         }
         let status = session.join()?;
         let summary = rec
+            .latest()
             .summary
             .as_ref()
             .context("the session ended without a summary")?;
@@ -446,24 +467,20 @@ pub fn render_with(
         }
         drop(stdout);
         finish_metrics(metrics_tap);
-        finish_export(&rec, export_to)?;
+        finish_export(&mut rec, export_to)?;
         view?;
-        return Ok(Rendered { rec, status });
+        return Ok(Rendered {
+            rec: rec.into_latest(),
+            status,
+        });
     }
     let json_out = output == Output::Json;
     let mut stdout = std::io::stdout().lock();
     // A failed write (a closed pipe or terminal) ends the run like a signal: the session still
     // ends the command, detaches and writes the bundle; the error is reported after that.
     let mut write_error: Option<std::io::Error> = None;
-    // Only a bundle needs every tick (trace.json, rates.svg); without one, keep the latest,
-    // so that memory does not grow with the length of the run.
-    let keep_ticks = export_to.is_some();
     for update in session.updates.iter() {
-        if keep_ticks {
-            rec.apply(&update);
-        } else {
-            rec.apply_latest(&update);
-        }
+        rec.apply(&update);
         let (out, err): (Option<String>, Option<String>) = match update {
             Update::Started { processes, probes } => {
                 if json_out {
@@ -517,21 +534,61 @@ pub fn render_with(
         }
     }
     let status = session.join()?;
-    rec.summary
+    rec.latest()
+        .summary
         .as_ref()
         .context("the session ended without a summary")?;
     finish_metrics(metrics_tap);
-    finish_export(&rec, export_to)?;
+    finish_export(&mut rec, export_to)?;
     if let Some(e) = write_error {
         return Err(anyhow::Error::new(e)
             .context("writing the output (the run was ended; the bundle, if asked, was written)"));
     }
-    Ok(Rendered { rec, status })
+    Ok(Rendered {
+        rec: rec.into_latest(),
+        status,
+    })
+}
+
+/// How a session's updates are kept: the latest tick in memory, and with a bundle possible,
+/// every tick in a spool file.
+enum Recorder {
+    Latest(Recording),
+    Spooled(SpooledRecording),
+}
+
+impl Recorder {
+    /// Takes one update. A tick the spool cannot take is said once on stderr; the bundle then
+    /// fails with the same message, the run goes on.
+    fn apply(&mut self, update: &Update) {
+        match self {
+            Recorder::Latest(r) => r.apply_latest(update),
+            Recorder::Spooled(s) => {
+                if let Err(e) = s.apply(update) {
+                    eprintln!("scanprof: warning: {e:#}");
+                }
+            }
+        }
+    }
+
+    fn latest(&self) -> &Recording {
+        match self {
+            Recorder::Latest(r) => r,
+            Recorder::Spooled(s) => &s.latest,
+        }
+    }
+
+    fn into_latest(self) -> Recording {
+        match self {
+            Recorder::Latest(r) => r,
+            Recorder::Spooled(s) => s.latest,
+        }
+    }
 }
 
 /// What a rendered session produced.
 pub struct Rendered {
-    /// everything the views received
+    /// what the views received: the latest tick and the summary
     pub rec: Recording,
     /// how a launched command ended (None when attached to running processes)
     pub status: Option<std::process::ExitStatus>,
@@ -559,10 +616,15 @@ fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) {
     }
 }
 
-fn finish_export(rec: &Recording, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {
+fn finish_export(rec: &mut Recorder, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {
     if let Some(t) = export_to {
-        let files =
-            export(rec, t).with_context(|| format!("writing the bundle to {}", t.dir.path.display()))?;
+        let Recorder::Spooled(spooled) = rec else {
+            bail!("a run with a bundle records into a spool");
+        };
+        let files = spooled
+            .whole()
+            .and_then(|whole| export(&whole, t))
+            .with_context(|| format!("writing the bundle to {}", t.dir.path.display()))?;
         eprintln!(
             "scanprof: bundle written to {} ({} files); `scanprof report {}` re-renders it",
             t.dir.path.display(),

@@ -208,6 +208,7 @@ fn run_step(
         quiet: false,
         metrics: None,
         metrics_file: None,
+        user: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, super::profile::Output::Json)?;

@@ -7,6 +7,7 @@ pub struct Cap(pub u32, pub &'static str);
 
 pub const CAP_DAC_OVERRIDE: Cap = Cap(1, "CAP_DAC_OVERRIDE");
 pub const CAP_DAC_READ_SEARCH: Cap = Cap(2, "CAP_DAC_READ_SEARCH");
+pub const CAP_KILL: Cap = Cap(5, "CAP_KILL");
 pub const CAP_SETPCAP: Cap = Cap(8, "CAP_SETPCAP");
 pub const CAP_NET_ADMIN: Cap = Cap(12, "CAP_NET_ADMIN");
 pub const CAP_NET_RAW: Cap = Cap(13, "CAP_NET_RAW");

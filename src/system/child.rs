@@ -39,6 +39,64 @@ pub fn set_parent_death_signal(parent: libc::pid_t) -> bool {
     }
 }
 
+/// The user a launched command runs as (`run --user`, like `strace -u`): its uid, primary gid
+/// and supplementary groups, read from the user database before the fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// supplementary groups, the primary group included
+    pub groups: Vec<u32>,
+}
+
+impl RunAs {
+    /// Looks `user` up by name, or by uid when it is a number.
+    pub fn lookup(user: &str) -> anyhow::Result<RunAs> {
+        use nix::unistd::{Uid, User};
+        let found = match user.parse::<u32>() {
+            Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+            Err(_) => User::from_name(user),
+        }
+        .map_err(|e| anyhow::anyhow!("looking up the user {user:?}: {e}"))?;
+        let Some(u) = found else {
+            anyhow::bail!(
+                "--user {user}: no such user in the user database (give a name or uid that `id` knows)"
+            );
+        };
+        let name = std::ffi::CString::new(u.name.clone())
+            .map_err(|_| anyhow::anyhow!("--user {user}: the user's name holds a NUL byte"))?;
+        let groups = nix::unistd::getgrouplist(&name, u.gid)
+            .map_err(|e| anyhow::anyhow!("reading the groups of user {}: {e}", u.name))?;
+        Ok(RunAs {
+            name: u.name,
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+            groups: groups.into_iter().map(|g| g.as_raw()).collect(),
+        })
+    }
+
+    /// Arranges for `cmd` to run as this user: setgroups, setgid, setuid in the child before
+    /// exec. Changing user clears the child's capabilities (it keeps none across a setuid from
+    /// root) and its parent-death signal, so this must come before [`die_with_parent`].
+    pub fn apply(&self, cmd: &mut Command) {
+        let (uid, gid, groups) = (self.uid, self.gid, self.groups.clone());
+        // SAFETY: setgroups, setgid and setuid are async-signal-safe system calls; the closure
+        // reads only the values moved into it and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,11 @@ pub const FOR_UPROBES: Cap = caps::CAP_SYS_ADMIN;
 /// full-speed sender about 8-14% of its rate here (docs/benchmarks.md).
 pub const FOR_BPF_STATS: Cap = caps::CAP_SYS_ADMIN;
 
+/// Kept as well by the collection thread when the launched command runs as another user
+/// (`--user`): ending it (SIGTERM at the end of a run) and its parent-death SIGKILL when scanprof
+/// is killed are signals to another user's process, which the kernel refuses without it.
+pub const FOR_USER_COMMAND: Cap = caps::CAP_KILL;
+
 /// Kept as well by the thread that writes a bundle into a directory it does not own (or the
 /// live view's `e` key, which makes its directory in the current one).
 pub const FOR_BUNDLE: Cap = caps::CAP_DAC_OVERRIDE;

@@ -125,7 +125,10 @@ impl MetricsState {
         for st in &s.stages {
             raise(self.stages.entry(st.name.clone()).or_default(), st.total);
         }
-        self.drops_since_attach(&s.drops);
+        // A sample's rows hold the drops of its tick: they add up.
+        for (k, n) in drop_sums(&s.drops) {
+            *self.drops.entry(k).or_default() += n;
+        }
         let roles = roles(&s.processes);
         for t in &s.threads {
             let role = roles.get(&t.pid).cloned().unwrap_or_default();
@@ -149,7 +152,10 @@ impl MetricsState {
         for (stage, total) in &s.stage_counts {
             raise(self.stages.entry(stage.clone()).or_default(), *total);
         }
-        self.drops_since_attach(&s.drops);
+        // The summary's rows hold the run's totals: never below what the ticks added up.
+        for (k, n) in drop_sums(&s.drops) {
+            raise(self.drops.entry(k).or_default(), n);
+        }
         // The whole run's budget and errors per thread: never below what the ticks summed.
         let roles = roles(&s.processes);
         let mut seconds: BTreeMap<(String, &'static str), f64> = BTreeMap::new();
@@ -177,22 +183,6 @@ impl MetricsState {
         self.ended = serde_json::to_value(s.end_reason)
             .ok()
             .and_then(|v| v.as_str().map(String::from));
-    }
-
-    fn drops_since_attach(&mut self, rows: &[crate::analysis::DropRow]) {
-        // Rows of one reason, class and device (several locations, namespaces or pids) add up.
-        let mut now: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-        for d in rows {
-            let key = (
-                d.reason.clone(),
-                class_name(d.class),
-                d.device.clone().unwrap_or_default(),
-            );
-            *now.entry(key).or_default() += d.count;
-        }
-        for (k, v) in now {
-            raise(self.drops.entry(k).or_default(), v);
-        }
     }
 
     fn health(&mut self, h: &crate::collect::Health) {
@@ -383,6 +373,21 @@ fn gauge(r: &Registry, name: &str, help: &str, v: f64) -> prometheus::Result<()>
     let g = Gauge::new(name, help)?;
     g.set(v);
     r.register(Box::new(g))
+}
+
+/// Drop rows summed by the metric's labels: rows of one reason, class and device (several
+/// locations, namespaces or pids) add up.
+fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, String), u64> {
+    let mut sums = BTreeMap::new();
+    for d in rows {
+        let key = (
+            d.reason.clone(),
+            class_name(d.class),
+            d.device.clone().unwrap_or_default(),
+        );
+        *sums.entry(key).or_default() += d.count;
+    }
+    sums
 }
 
 /// Raises a total to `v` (a total never goes down: a counter stays monotonic).
@@ -656,6 +661,24 @@ mod tests {
             .expect("syscall_packets counter");
             assert!(p >= last_packets, "counter went down: {p} < {last_packets}");
             last_packets = p;
+        }
+        // Before the summary: each drop counter is the sum of the ticks' rows (a sample holds
+        // the drops of its tick).
+        let text = m.render();
+        let mut ticks_sum: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        for t in &rec.ticks {
+            for (k, n) in drop_sums(&t.drops) {
+                *ticks_sum.entry(k).or_default() += n;
+            }
+        }
+        assert!(!ticks_sum.is_empty(), "the fixture's ticks drop nothing");
+        for ((reason, class, device), n) in &ticks_sum {
+            let labels = [("reason", reason.as_str()), ("class", class), ("device", device)];
+            assert_eq!(
+                sample(&text, "scanprof_drops_total", &labels),
+                Some(*n as f64),
+                "{text}"
+            );
         }
         let summary = rec.summary.clone().expect("fixture summary");
         m.update(&Update::Done(Box::new(summary.clone())));

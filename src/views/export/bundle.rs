@@ -137,6 +137,16 @@ impl BundleDir {
     /// replaces whatever entry was there, a symlink included, without following it). On failure
     /// the partial file is removed and the error says the write failed.
     pub fn write_file(&self, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+        self.write_with(name, |w| w.write_all(bytes))
+    }
+
+    /// [`BundleDir::write_file`] with the contents written by `fill`, through a buffer, so that
+    /// they need not be in memory at once.
+    pub fn write_with(
+        &self,
+        name: &str,
+        fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> anyhow::Result<PathBuf> {
         use std::io::Write;
         let partial = partial_name(name);
         self.remove(&partial)?;
@@ -153,24 +163,40 @@ impl BundleDir {
                 self.path.join(&partial).display()
             )
         })?;
-        let mut file = fs::File::from(fd);
-        let written = file
-            .write_all(bytes)
-            .and_then(|()| file.sync_all())
+        let mut out = std::io::BufWriter::new(fs::File::from(fd));
+        let mut bytes = 0u64;
+        let written = fill(&mut CountingWriter(&mut out, &mut bytes))
+            .and_then(|()| out.flush())
+            .and_then(|()| out.get_ref().sync_all())
             .map_err(anyhow::Error::from)
             .and_then(|()| {
                 nix::fcntl::renameat(&*self.fd, partial.as_str(), &*self.fd, name)
                     .map_err(anyhow::Error::from)
             });
         if let Err(e) = written {
+            drop(out);
             let _ = self.remove(&partial);
             return Err(e.context(format!(
-                "writing {} failed ({} bytes); no partial file was kept",
-                path.display(),
-                bytes.len()
+                "writing {} failed (after {bytes} bytes); no partial file was kept",
+                path.display()
             )));
         }
         Ok(path)
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+struct CountingWriter<'a, W: std::io::Write>(&'a mut W, &'a mut u64);
+
+impl<W: std::io::Write> std::io::Write for CountingWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.0.write(buf)?;
+        *self.1 += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 
@@ -182,49 +208,66 @@ fn partial_name(name: &str) -> String {
 /// Writes the bundle into `dir` and returns the files written. Each file is written whole or
 /// not at all; a bundle file of an earlier write that this one does not produce is removed.
 pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Result<Vec<PathBuf>> {
+    // One file rendered and written at a time, so a long run's bundle holds one file's text in
+    // memory at most (events.ndjson, the largest, not even that: it is written line by line).
     let mut redactor = Redactor::new(extras.redact, &rec.meta.hostname);
-    let mut files: Vec<(&str, String)> = vec![(EVENTS, events_ndjson(rec))];
-    files.push((TRACE, trace::chrome_trace(rec).to_string()));
-    files.push((RATES_SVG, plots::rates_svg(rec)));
+    let gaps = plots::gap_cdf_svg(rec);
     let mut plot_list = vec![(RATES_SVG, "packets per second over time, per stage")];
-    if let Some(svg) = plots::gap_cdf_svg(rec) {
-        files.push((GAPS_SVG, svg));
+    if gaps.is_some() {
         plot_list.push((GAPS_SVG, "inter-send gaps against the requested slot (CDF)"));
     }
-    files.push((
-        REPORT,
-        markdown::report_md(rec, extras.machine.as_ref(), extras.checks.as_ref(), &plot_list),
-    ));
-    files.push((RECOUNT, recount::bpftrace_script(rec)));
-    let system = serde_json::json!({ "machine": extras.machine, "checks": extras.checks });
-    files.push((SYSTEM, serde_json::to_string_pretty(&system)?));
-    for stale in FILES.iter().filter(|n| !files.iter().any(|(f, _)| f == *n)) {
+    let mut names = vec![EVENTS, TRACE, RATES_SVG];
+    names.extend(gaps.is_some().then_some(GAPS_SVG));
+    names.extend([REPORT, RECOUNT, SYSTEM]);
+    for stale in FILES.iter().filter(|n| !names.contains(n)) {
         dir.remove(stale)?;
     }
-    let mut written = Vec::new();
-    for (name, text) in files {
+    let mut written = vec![dir.write_with(EVENTS, |w| {
+        for line in events_lines(rec) {
+            w.write_all(redactor.apply(&line).as_bytes())?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })?];
+    let mut put = |name: &str, text: String| -> anyhow::Result<()> {
         written.push(dir.write_file(name, redactor.apply(&text).as_bytes())?);
+        Ok(())
+    };
+    put(TRACE, trace::chrome_trace_text(rec))?;
+    put(RATES_SVG, plots::rates_svg(rec))?;
+    if let Some(svg) = gaps {
+        put(GAPS_SVG, svg)?;
     }
+    put(
+        REPORT,
+        markdown::report_md(rec, extras.machine.as_ref(), extras.checks.as_ref(), &plot_list),
+    )?;
+    put(RECOUNT, recount::bpftrace_script(rec))?;
+    let system = serde_json::json!({ "machine": extras.machine, "checks": extras.checks });
+    put(SYSTEM, serde_json::to_string_pretty(&system)?)?;
     Ok(written)
+}
+
+/// The recording's NDJSON lines, one at a time.
+fn events_lines(rec: &Recording) -> impl Iterator<Item = String> + '_ {
+    let head = [
+        json::line("meta", &rec.meta),
+        json::line(
+            "started",
+            &serde_json::json!({ "processes": rec.processes, "probes": rec.probes }),
+        ),
+    ];
+    head.into_iter()
+        .chain(rec.ticks.iter().map(|t| json::line("sample", t)))
+        .chain(rec.summary.iter().map(|s| json::line("summary", s)))
 }
 
 /// The recording as NDJSON lines.
 pub fn events_ndjson(rec: &Recording) -> String {
     let mut out = String::new();
-    let mut push = |line: String| {
+    for line in events_lines(rec) {
         out.push_str(&line);
         out.push('\n');
-    };
-    push(json::line("meta", &rec.meta));
-    push(json::line(
-        "started",
-        &serde_json::json!({ "processes": rec.processes, "probes": rec.probes }),
-    ));
-    for t in &rec.ticks {
-        push(json::line("sample", t));
-    }
-    if let Some(s) = &rec.summary {
-        push(json::line("summary", s));
     }
     out
 }
@@ -524,9 +567,9 @@ impl Redactor {
             .clone()
     }
 
-    pub fn apply(&mut self, text: &str) -> String {
+    pub fn apply<'a>(&mut self, text: &'a str) -> std::borrow::Cow<'a, str> {
         if !self.on {
-            return text.to_string();
+            return std::borrow::Cow::Borrowed(text);
         }
         let mut out = text.to_string();
         if let Some((h, re)) = self.hostname.clone() {
@@ -557,7 +600,7 @@ impl Redactor {
                     .into_owned();
             }
         }
-        out
+        std::borrow::Cow::Owned(out)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod markdown;
 pub mod plots;
 pub mod recount;
+pub mod spool;
 pub mod trace;
 
 use std::collections::BTreeMap;
@@ -55,9 +56,9 @@ impl Recording {
         }
     }
 
-    /// Takes one update like [`Recording::apply`], but keeps only the latest tick: for runs
-    /// where no output needs the whole series (no bundle, no live view), so that a long run's
-    /// memory stays flat. The summary carries the run's figures either way.
+    /// Takes one update like [`Recording::apply`], but keeps only the latest tick, so that a
+    /// long run's memory stays flat: a bundle takes its ticks from a spool file instead
+    /// ([`spool::SpooledRecording`]). The summary carries the run's figures either way.
     pub fn apply_latest(&mut self, update: &Update) {
         if let Update::Tick(_) = update {
             self.ticks.clear();

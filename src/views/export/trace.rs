@@ -38,6 +38,12 @@ const PROBES_NS: &str = "scanprof probes ns/packet";
 /// counter's value until its next sample, so each step covers the tick it measured), and a
 /// closing sample with the last values at the last tick's end.
 pub fn chrome_trace(rec: &Recording) -> Value {
+    serde_json::from_str(&chrome_trace_text(rec)).unwrap_or(Value::Null)
+}
+
+/// [`chrome_trace`] as the text of trace.json. Each event is serialized as it is made (a long
+/// run has a few dozen counter events per tick, each far smaller as text than as a `Value`).
+pub fn chrome_trace_text(rec: &Recording) -> String {
     let names = Names::of(rec);
     let mut timed = Timed::default();
     if !rec.ticks.is_empty() {
@@ -47,13 +53,20 @@ pub fn chrome_trace(rec: &Recording) -> Value {
     episode_slices(rec, &mut timed);
     lifecycle(rec, &mut timed);
 
-    let mut events = names.metadata();
-    events.extend(timed.into_sorted());
-    json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": other_data(rec),
-    })
+    let mut out = String::from("{\"traceEvents\":[");
+    let mut first = true;
+    let metadata = names.metadata().into_iter().map(|e| e.to_string());
+    for e in metadata.chain(timed.into_sorted()) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(&e);
+    }
+    out.push_str("],\"displayTimeUnit\":\"ms\",\"otherData\":");
+    out.push_str(&other_data(rec).to_string());
+    out.push('}');
+    out
 }
 
 /// A flow arrow from one thread's track to another's: the `s` and `f` events, sharing `id`.
@@ -194,11 +207,12 @@ fn num(x: f64) -> Value {
 
 /// Timed events, kept with their ts so that they can be put in time order.
 #[derive(Default)]
-struct Timed(Vec<(f64, Value)>);
+struct Timed(Vec<(f64, String)>);
 
 impl Timed {
+    /// Keeps `e` serialized.
     fn push(&mut self, ts: f64, e: Value) {
-        self.0.push((ts, e));
+        self.0.push((ts, e.to_string()));
     }
 
     fn counter(&mut self, pid: u32, tid: u32, name: &str, ts: f64, args: Map<String, Value>) {
@@ -208,7 +222,7 @@ impl Timed {
 
     /// In time order; events at the same ts keep the order they were pushed in, so a slice
     /// pushed before a flow end at its start encloses it.
-    fn into_sorted(mut self) -> Vec<Value> {
+    fn into_sorted(mut self) -> Vec<String> {
         self.0.sort_by(|a, b| a.0.total_cmp(&b.0));
         self.0.into_iter().map(|(_, e)| e).collect()
     }

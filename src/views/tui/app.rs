@@ -105,6 +105,11 @@ pub struct App {
     pub shown: Option<Snapshot>,
     /// the newest Snapshot, shown on resume
     latest: Option<Snapshot>,
+    /// the run's drop table up to the newest tick: `count` since attach, `rate` over the newest
+    /// tick (0 for rows that dropped nothing in it); samples carry only their tick's drops
+    drop_totals: Vec<DropRow>,
+    /// `drop_totals` as of the Snapshot on screen
+    shown_drops: Vec<DropRow>,
     pub history: VecDeque<RatePoint>,
     pub summary: Option<Summary>,
     pub focus: Option<Panel>,
@@ -157,10 +162,12 @@ impl App {
                     self.history.pop_front();
                 }
                 self.processes = s.processes.clone();
+                add_tick_drops(&mut self.drop_totals, &s.drops);
                 if self.paused {
                     self.latest = Some(*s);
                 } else {
                     self.shown = Some(*s);
+                    self.shown_drops.clone_from(&self.drop_totals);
                 }
             }
             Update::Done(summary) => {
@@ -169,6 +176,7 @@ impl App {
                 // The final state stays on screen, paused or not.
                 if let Some(latest) = self.latest.take() {
                     self.shown = Some(latest);
+                    self.shown_drops.clone_from(&self.drop_totals);
                 }
             }
         }
@@ -215,6 +223,7 @@ impl App {
                 if !self.paused {
                     if let Some(latest) = self.latest.take() {
                         self.shown = Some(latest);
+                        self.shown_drops.clone_from(&self.drop_totals);
                     }
                 }
             }
@@ -238,12 +247,12 @@ impl App {
 
     /// The drop rows to show: the target's first, filtered and sorted as asked.
     pub fn drop_rows(&self) -> Vec<&DropRow> {
-        let Some(s) = &self.shown else {
+        if self.shown.is_none() {
             return Vec::new();
-        };
+        }
         let needle = self.filter.to_lowercase();
-        let mut rows: Vec<&DropRow> = s
-            .drops
+        let mut rows: Vec<&DropRow> = self
+            .shown_drops
             .iter()
             .filter(|d| {
                 needle.is_empty()
@@ -265,5 +274,26 @@ impl App {
             DropSort::Class => rows.sort_by_key(|d| d.class),
         }
         rows
+    }
+}
+
+/// Adds a tick's drop rows (drops of that tick) to the run's table: counts add up per row,
+/// the rate is the tick's (0 for a row that dropped nothing in it).
+fn add_tick_drops(totals: &mut Vec<DropRow>, tick: &[DropRow]) {
+    let same = |a: &DropRow, b: &DropRow| {
+        (&a.reason, &a.location, &a.device, a.netns, a.class, a.pid)
+            == (&b.reason, &b.location, &b.device, b.netns, b.class, b.pid)
+    };
+    for row in totals.iter_mut() {
+        row.rate = 0.0;
+    }
+    for d in tick {
+        match totals.iter_mut().find(|t| same(t, d)) {
+            Some(t) => {
+                t.count += d.count;
+                t.rate = d.rate;
+            }
+            None => totals.push(d.clone()),
+        }
     }
 }

@@ -19,7 +19,7 @@ use ratatui::crossterm::event::{self, Event, KeyEventKind};
 pub use app::App;
 
 use crate::collect::session::Update;
-use crate::views::export::Recording;
+use crate::views::export::spool::SpooledRecording;
 
 /// Shortest time between two redraws: at most 10 a second.
 const FRAME: Duration = Duration::from_millis(100);
@@ -41,8 +41,8 @@ pub fn run(
     updates: &Receiver<Update>,
     title: String,
     stop: &Arc<AtomicBool>,
-    rec: &mut Recording,
-    on_export: &dyn Fn(&Recording) -> String,
+    rec: &mut SpooledRecording,
+    on_export: &dyn Fn(&mut SpooledRecording) -> String,
 ) -> anyhow::Result<()> {
     let mut terminal =
         ratatui::try_init().context("opening the terminal view (use --no-tui for plain output)")?;
@@ -55,7 +55,10 @@ pub fn run(
         while channel_open {
             match updates.try_recv() {
                 Ok(u) => {
-                    rec.apply(&u);
+                    // A tick the spool cannot take is shown; the bundle then says it again.
+                    if let Err(e) = rec.apply(&u) {
+                        app.status = Some(format!("{e:#}"));
+                    }
                     app.apply(u);
                     dirty = true;
                 }

@@ -50,6 +50,61 @@ fn live_app(missing_probe: bool) -> App {
     app
 }
 
+/// An App fed one tick of the fixture whose drop rows are `drops`.
+fn app_with_tick_drops(drops: Vec<DropRow>) -> App {
+    let mut tick = rich_ticks().0.remove(0);
+    tick.drops = drops;
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    app
+}
+
+/// The drop table adds up the ticks' drops: a sample carries only its own tick's, and a row
+/// that dropped nothing in the newest tick stays with its total and a rate of 0.
+#[test]
+fn the_drop_table_adds_up_the_ticks() {
+    let mut app = App::new("run".into());
+    let (ticks, _) = rich_ticks();
+    let mut first = ticks[0].clone();
+    first.drops = vec![
+        row(
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x1",
+            DropClass::TargetLoss,
+            10,
+            10.0,
+        ),
+        row("NO_SOCKET", "__udp4_lib_rcv+0x1", DropClass::Expected, 4, 4.0),
+    ];
+    let mut second = ticks[1].clone();
+    second.drops = vec![row(
+        "QDISC_DROP",
+        "__dev_queue_xmit+0x1",
+        DropClass::TargetLoss,
+        5,
+        5.0,
+    )];
+    app.apply(Update::Tick(Box::new(first)));
+    app.apply(Update::Tick(Box::new(second.clone())));
+    let table = |app: &App| {
+        app.drop_rows()
+            .iter()
+            .map(|d| (d.reason.clone(), d.count, d.rate))
+            .collect::<Vec<_>>()
+    };
+    let after_two = vec![
+        ("QDISC_DROP".to_string(), 15, 5.0),
+        ("NO_SOCKET".to_string(), 4, 0.0),
+    ];
+    assert_eq!(table(&app), after_two);
+    // Paused, the table stays as of the tick on screen; on resume it catches up.
+    app.on_key(key(KeyCode::Char('p')));
+    app.apply(Update::Tick(Box::new(second)));
+    assert_eq!(table(&app), after_two);
+    app.on_key(key(KeyCode::Char('p')));
+    assert_eq!(table(&app)[0], ("QDISC_DROP".to_string(), 20, 5.0));
+}
+
 /// The screen as text, one line per row.
 fn screen(app: &App, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
@@ -233,9 +288,7 @@ fn row(reason: &str, location: &str, class: DropClass, count: u64, rate: f64) ->
 
 #[test]
 fn sort_cycles_and_filter_narrows_the_drop_table() {
-    let mut app = live_app(false);
-    let s = app.shown.as_mut().unwrap();
-    s.drops = vec![
+    let mut app = app_with_tick_drops(vec![
         row("NO_SOCKET", "__udp4_lib_rcv+0x1", DropClass::Expected, 50, 1.0),
         row(
             "QDISC_DROP",
@@ -245,7 +298,7 @@ fn sort_cycles_and_filter_narrows_the_drop_table() {
             9.0,
         ),
         row("NOT_SPECIFIED", "a_func+0x1", DropClass::Unrelated, 30, 5.0),
-    ];
+    ]);
     let reasons = |app: &App| {
         app.drop_rows()
             .iter()
@@ -402,10 +455,9 @@ fn long_drop_locations_are_elided_visibly_keeping_their_offset() {
     assert_eq!(elide_location("no_offset_function_name", 10), "no_offset…");
     // On screen, at each size: the location is whole or elided, never cut to `+0xd`.
     for (w, h) in [(80, 24), (120, 40)] {
-        let mut app = live_app(false);
-        if let Some(s) = app.shown.as_mut() {
-            s.drops[0].location = "__dev_queue_xmit_nit_with_a_long_name+0xd01".into();
-        }
+        let mut drops = rich_ticks().0[0].drops.clone();
+        drops[0].location = "__dev_queue_xmit_nit_with_a_long_name+0xd01".into();
+        let app = app_with_tick_drops(drops);
         let screen = screen(&app, w, h);
         let row = screen
             .lines()
