@@ -23,6 +23,11 @@ pub const DEFAULT_DURATION_S: f64 = 10.0;
 
 /// The sender configuration `o` asks for.
 pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
+    config_for(o, Destinations::for_command_line())
+}
+
+/// The sender configuration `o` asks for, sending where `destinations` allows.
+pub fn config_for(o: &SendOptions, destinations: Destinations) -> anyhow::Result<SendConfig> {
     // Bounded by default: without --count or --duration, DEFAULT_COUNT packets in at most
     // DEFAULT_DURATION_S seconds.
     let (count, duration) = match (o.count, o.duration) {
@@ -44,7 +49,7 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
         "--ring and --dev go with --method packet"
     );
     let mut cfg = SendConfig::new(o.to, whole_rate(o.rate)?, count, duration);
-    cfg.destinations = Destinations::for_command_line();
+    cfg.destinations = destinations;
     cfg.size = o.size;
     cfg.sndbuf = o.sndbuf;
     cfg.src_port = o.src_port;
@@ -230,14 +235,15 @@ mod tests {
     #[test]
     fn a_send_is_bounded_by_default_and_says_what_it_will_do() {
         use clap::Parser;
-        let parse = |args: &[&str]| {
+        let options = |args: &[&str]| {
             let mut argv = vec!["scanprof", "send"];
             argv.extend(args);
             match crate::cli::Cli::try_parse_from(argv).unwrap().command {
-                crate::cli::Command::Send(o) => config(&o).unwrap(),
+                crate::cli::Command::Send(o) => o,
                 _ => unreachable!(),
             }
         };
+        let parse = |args: &[&str]| config_for(&options(args), Destinations::Named).unwrap();
         let cfg = parse(&["--to", "192.0.2.1:9", "--rate", "500"]);
         assert_eq!(cfg.count, Some(DEFAULT_COUNT));
         assert_eq!(cfg.duration, Some(Duration::from_secs_f64(DEFAULT_DURATION_S)));
@@ -248,13 +254,10 @@ mod tests {
         // One bound given: only that one.
         let cfg = parse(&["--to", "192.0.2.1:9", "--count", "5"]);
         assert_eq!((cfg.count, cfg.duration), (Some(5), None));
-        // The address the user named is allowed unless the environment holds sends local.
-        let expected = if std::env::var_os("SCANPROF_SEND_LOCAL_ONLY").is_some_and(|v| v == "1") {
-            Destinations::LocalOnly
-        } else {
-            Destinations::Named
-        };
-        assert_eq!(cfg.destinations, expected);
+        assert_eq!(cfg.destinations, Destinations::Named);
+        // Held to local destinations (SCANPROF_SEND_LOCAL_ONLY=1), the same address is refused.
+        let err = config_for(&options(&["--to", "192.0.2.1:9"]), Destinations::LocalOnly).unwrap_err();
+        assert!(err.to_string().contains("refusing to send to 192.0.2.1"), "{err}");
     }
 
     #[test]
