@@ -174,7 +174,18 @@ impl Analyzer {
             m.set_start(s.t_ns);
         }
         self.absorb(&s);
-        self.prev = Some(s);
+        // The first tick counts from zero: the sample is stamped with the moment of attach
+        // (`start_ns`), and its counters (all since attach) were read later, after a launched
+        // command was released. Subtracting them left what the command did in between in the
+        // summary's totals but in no tick: the ticks' drop rows added up to one drop fewer
+        // than the summary (18,169 of 18,170), which the live view's drop table and the
+        // metrics show. Scanprof's own CPU and BPF time keep their reading.
+        self.prev = Some(CounterSample {
+            t_ns: s.t_ns,
+            self_cpu_ns: s.self_cpu_ns,
+            bpf: s.bpf,
+            ..Default::default()
+        });
     }
 
     /// The machine's own figure at the requested rate, to set beside the target's.
