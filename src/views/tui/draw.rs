@@ -94,7 +94,7 @@ fn draw_panel(f: &mut Frame, app: &App, panel: Panel, area: Rect) {
 /// The ranked causes, then what the scanner's probes said: rate sources, calibrations, work
 /// units, IPC and claims.
 fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
-    let block = panel_block(app, Panel::Diagnosis, " diagnosis ".into());
+    let block = panel_block(app, Panel::Diagnosis, format!(" diagnosis{} ", run_mark(app)));
     let s = app.shown.as_ref();
     let verdicts = app
         .summary
@@ -193,6 +193,24 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
+/// What the panels' figures cover once the run has ended: the run (its Summary), not a tick.
+fn run_mark(app: &App) -> &'static str {
+    if app.ended() {
+        " (run)"
+    } else {
+        ""
+    }
+}
+
+/// The rate column's heading: per second over the tick, or over the run's send window.
+fn per_second_heading(app: &App) -> &'static str {
+    if app.ended() {
+        "/s run"
+    } else {
+        "/s tick"
+    }
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
@@ -265,46 +283,53 @@ fn short_source(source: &str) -> String {
 fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let s = app.shown.as_ref();
     let mut state = match (&app.summary, app.paused) {
-        (Some(sum), _) => {
-            let why = match sum.end_reason {
-                EndReason::Duration => "duration reached",
-                EndReason::FamilyExited => "target exited",
-                EndReason::Interrupted => "interrupted",
-            };
-            Span::styled(
-                format!(" ENDED ({why}): q to quit "),
-                Style::new().bg(Color::Yellow).fg(Color::Black),
-            )
-        }
+        (Some(_), _) => Span::styled(" ENDED ", Style::new().bg(Color::Yellow).fg(Color::Black)),
         (None, true) => Span::styled(" PAUSED ", Style::new().bg(Color::Blue).fg(Color::White)),
         (None, false) => Span::styled(" LIVE ", Style::new().bg(Color::Green).fg(Color::Black)),
     };
     if app.quitting && app.summary.is_none() {
         state = Span::styled(" ENDING... ", Style::new().bg(Color::Yellow).fg(Color::Black));
     }
-    let mut line1 = vec![state, Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s)))];
     let scanner = s.and_then(|s| s.scanner.as_ref());
     // Where the requested figure comes from: the latest source that names it.
     let source = scanner
         .and_then(|sc| sc.requested.sources.iter().rev().find(|r| r.pps.is_some()))
         .map(|r| short_source(&r.source))
         .unwrap_or_else(|| "--requested".into());
-    match s.and_then(|s| s.requested_pps) {
-        Some(r) => line1.push(Span::raw(format!("requested {} pps ({source}) ", rate(r)))),
-        None => line1.push(Span::raw("requested: unknown ".to_string())),
-    }
-    if scanner.is_some_and(|sc| sc.requested.conflict.is_some()) {
-        line1.push(Span::styled(
-            "SOURCES DISAGREE ",
-            Style::new().fg(Color::Red).bold(),
-        ));
-    }
-    if let Some(s) = s {
-        let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
-        line1.push(Span::styled(
-            format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
-            Style::new().bold(),
-        ));
+    let requested = match s.and_then(|s| s.requested_pps) {
+        Some(r) => Span::raw(format!("requested {} pps ({source}) ", rate(r))),
+        None => Span::raw("requested: unknown ".to_string()),
+    };
+    let disagree = scanner
+        .is_some_and(|sc| sc.requested.conflict.is_some())
+        .then(|| Span::styled("SOURCES DISAGREE ", Style::new().fg(Color::Red).bold()));
+    let mut line1 = vec![state];
+    match (s, app.ended()) {
+        // The run's figures first, written as the printed report writes them, so that the two
+        // read the same: the achieved rate over the send window and its share of the requested.
+        (Some(s), true) => {
+            let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+            line1.push(Span::styled(
+                format!(" achieved {:.1} pps{ratio} ", s.achieved_pps),
+                Style::new().bold(),
+            ));
+            line1.push(Span::raw("of "));
+            line1.push(requested);
+            line1.extend(disagree);
+            line1.push(Span::raw(format!("in {:.1}s", s.t_s)));
+        }
+        _ => {
+            line1.push(Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s))));
+            line1.push(requested);
+            line1.extend(disagree);
+            if let Some(s) = s {
+                let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+                line1.push(Span::styled(
+                    format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
+                    Style::new().bold(),
+                ));
+            }
+        }
     }
     // scanprof's own cost, first on the second line: its process's CPU and what its probes take
     // of the target's on-CPU time, plain and red above the alert share.
@@ -397,7 +422,18 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             None => Line::from(""),
         },
     };
-    let block = Block::bordered().title(format!(" scanprof: {} ", app.title));
+    // Once ended, the panels show the Summary (the printed report's figures), and say so first:
+    // a long title is cut at the terminal's width.
+    let block = Block::bordered().title(if let Some(sum) = &app.summary {
+        let why = match sum.end_reason {
+            EndReason::Duration => "duration reached",
+            EndReason::FamilyExited => "target exited",
+            EndReason::Interrupted => "interrupted",
+        };
+        format!(" run ended ({why}): summary | scanprof: {} ", app.title)
+    } else {
+        format!(" scanprof: {} ", app.title)
+    });
     f.render_widget(
         Paragraph::new(vec![Line::from(line1), Line::from(line2), line3]).block(block),
         area,
@@ -406,9 +442,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 
 fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     let requested = app.shown.as_ref().and_then(|s| s.requested_pps);
-    let title = match requested {
-        Some(r) => format!(" funnel: requested {} pps -> ", rate(r)),
-        None => " funnel (no requested rate) ".to_string(),
+    let title = match (requested, app.ended()) {
+        (Some(r), false) => format!(" funnel: requested {} pps -> ", rate(r)),
+        (Some(r), true) => format!(" funnel (run): requested {} pps ", rate(r)),
+        (None, _) => format!(" funnel{} (no requested rate) ", run_mark(app)),
     };
     let block = panel_block(app, Panel::Funnel, title);
     let Some(s) = &app.shown else {
@@ -447,13 +484,18 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
             Constraint::Length(6),
         ],
     )
-    .header(Row::new(vec!["stage", "/s tick", "total", "ratio"]).style(Style::new().bold()))
+    .header(Row::new(vec!["stage", per_second_heading(app), "total", "ratio"]).style(Style::new().bold()))
     .block(block);
     f.render_widget(table, area);
 }
 
 fn draw_budget(f: &mut Frame, app: &App, area: Rect) {
-    let block = panel_block(app, Panel::Budget, " sender threads' time ".into());
+    let title = if app.ended() {
+        " sender threads' time (run, over their send windows) "
+    } else {
+        " sender threads' time "
+    };
+    let block = panel_block(app, Panel::Budget, title.into());
     let Some(s) = &app.shown else {
         f.render_widget(Paragraph::new("").block(block), area);
         return;
@@ -585,7 +627,8 @@ fn draw_gaps(f: &mut Frame, app: &App, area: Rect) {
     };
     let g = &s.gap;
     let title = format!(
-        " gaps: mean {} p99 {}{} ",
+        " gaps{}: mean {} p99 {}{} ",
+        run_mark(app),
         g.mean_ns.map(dur).unwrap_or("-".into()),
         g.p99_ns.map(dur).unwrap_or("-".into()),
         g.slot_ns.map(|v| format!(" slot {}", dur(v))).unwrap_or_default()
@@ -658,7 +701,8 @@ pub fn gap_bins(s: &Snapshot, n: usize) -> Vec<(String, u64, bool)> {
 fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     let rows = app.drop_rows();
     let mut title = format!(
-        " drops ({} rows, sort: {}",
+        " drops ({}{} rows, sort: {}",
+        if app.ended() { "run, " } else { "" },
         rows.len(),
         app.sort.map_or("count", |s| s.name())
     );
@@ -676,7 +720,7 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     if wide {
         fixed.extend([("device", 14), ("pid", 7)]);
     }
-    fixed.extend([("total", 9), ("/s tick", 8)]);
+    fixed.extend([("total", 9), (per_second_heading(app), 8)]);
     let taken: u16 = fixed.iter().map(|(_, w)| w).sum::<u16>() + fixed.len() as u16 + 2;
     let loc_width = area.width.saturating_sub(taken).max(8);
     let table_rows = rows.iter().skip(app.scroll).map(|d| {

@@ -237,7 +237,7 @@ fn ended_run_stays_on_screen_with_its_reason() {
     assert_eq!(summary.end_reason, EndReason::Duration);
     app.apply(Update::Done(Box::new(summary)));
     let s = screen(&app, 80, 24);
-    assert!(s.contains("ENDED (duration reached)"), "{s}");
+    assert!(s.contains("run ended (duration reached): summary"), "{s}");
     assert!(s.contains("QDISC_DROP"), "final state kept:\n{s}");
 }
 
@@ -528,4 +528,80 @@ fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
     assert!(at.is_some(), "{row}");
     let x = row[..at.unwrap()].chars().count() as u16;
     assert_eq!(buf[(x, 2)].fg, ratatui::style::Color::Red, "{row}");
+}
+
+#[test]
+fn when_the_run_ends_every_panel_shows_the_summary_not_the_last_partial_tick() {
+    // The last tick is partial: it read "achieved 0.0 pps (0.0%)" and "no sends yet" after a
+    // run that sent, or 75.9% while the report said 100%.
+    let (mut ticks, summary) = rich_ticks();
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Started {
+        processes: ticks[0].processes.clone(),
+        probes: probes(false),
+    });
+    let mut partial = ticks.pop().expect("a tick");
+    partial.achieved_pps = 0.0;
+    partial.ratio = Some(0.0);
+    partial.threads.clear();
+    partial.drops.clear();
+    for st in &mut partial.stages {
+        st.pps = 0.0;
+        st.ratio = Some(0.0);
+    }
+    for t in ticks {
+        app.apply(Update::Tick(Box::new(t)));
+    }
+    app.apply(Update::Tick(Box::new(partial)));
+    assert!(screen(&app, 80, 24).contains("achieved 0.0 pps (0.0%)"));
+    // Paused at the end: the summary shows all the same.
+    app.on_key(key(KeyCode::Char('p')));
+    app.apply(Update::Done(Box::new(summary.clone())));
+    assert!(summary.packets > 0 && summary.achieved_pps > 0.0);
+
+    let ratio = summary.ratio.expect("a requested rate");
+    let achieved = format!("achieved {:.1} pps ({:.1}%)", summary.achieved_pps, ratio * 100.0);
+    let report = crate::views::text::summary(&summary);
+    assert!(
+        report.contains(&format!(
+            "achieved {:.1} pps ({:.1}%)",
+            summary.achieved_pps,
+            ratio * 100.0
+        )),
+        "{report}"
+    );
+    for (w, h) in [(80, 24), (120, 40)] {
+        let s = screen(&app, w, h);
+        assert!(
+            s.contains(&achieved),
+            "{w}x{h}: header is not the summary's:\n{s}"
+        );
+        assert!(!s.contains("no sends yet"), "{w}x{h}:\n{s}");
+        assert!(
+            s.contains(" run ended (duration reached): summary "),
+            "{w}x{h}:\n{s}"
+        );
+        assert!(s.contains("/s run") && !s.contains("/s tick"), "{w}x{h}:\n{s}");
+        // The funnel: the summary's syscall_packets rate, its total and its ratio.
+        let pps = summary.stages["syscall_packets"];
+        let funnel_row = s
+            .lines()
+            .find(|l| l.contains("syscall_packets"))
+            .unwrap_or_else(|| panic!("no funnel row in\n{s}"));
+        let total = summary.stage_counts["syscall_packets"].to_string();
+        assert!(
+            funnel_row.contains(&format!("{pps:.1}")) && funnel_row.contains(&total),
+            "{w}x{h}: {funnel_row}"
+        );
+        // The drops: the summary's rows.
+        let d = &summary.drops[0];
+        let drop_row = s
+            .lines()
+            .find(|l| l.contains(&d.reason))
+            .unwrap_or_else(|| panic!("no drop row in\n{s}"));
+        assert!(drop_row.contains(&d.count.to_string()), "{w}x{h}: {drop_row}");
+    }
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("tid 7 sender"), "the threads' run budget:\n{s}");
+    assert_snapshot("tui_ended_120x40", &s);
 }
