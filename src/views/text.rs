@@ -262,10 +262,18 @@ pub fn summary(s: &Summary) -> String {
     if mine.is_empty() {
         let _ = writeln!(o, "  none of the target's packets or replies were dropped");
     }
+    // Rows at one location on devices of different namespaces (a lab's veth ends, a
+    // container's) would read alike: then each names its namespace too.
+    let several_ns = mine.iter().any(|d| d.netns != mine[0].netns);
     for d in &mine {
+        let netns = if several_ns {
+            format!("  netns {}", d.netns)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "  {:<12} {:<22} {:>10}  at {}  dev {}  pid {}",
+            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
             d.class.name(),
             d.reason,
             d.count,

@@ -726,3 +726,40 @@ fn wrapping_never_cuts_a_word() {
     );
     assert_eq!(super::wrap_words("", 5), [""]);
 }
+
+#[test]
+fn drop_rows_in_several_namespaces_name_theirs() {
+    // Three NO_SOCKET rows at one location on different devices read alike without them.
+    let mut s = fixed_summary();
+    let at = |device: &str, netns: u32, count: u64| DropRow {
+        device: Some(device.into()),
+        netns,
+        ..drop_row(
+            DropClass::Expected,
+            "NO_SOCKET",
+            "__udp4_lib_rcv+0x7b4",
+            Some(7),
+            count,
+        )
+    };
+    s.drops = vec![
+        at("spv7503-0t", 4026532301, 30),
+        at("lo", 4026532301, 20),
+        at("eth0", 4026531840, 10),
+    ];
+    let r = summary(&s);
+    for want in [
+        "at __udp4_lib_rcv+0x7b4  dev spv7503-0t  netns 4026532301  pid 7",
+        "at __udp4_lib_rcv+0x7b4  dev lo  netns 4026532301  pid 7",
+        "at __udp4_lib_rcv+0x7b4  dev eth0  netns 4026531840  pid 7",
+    ] {
+        assert!(r.contains(want), "missing {want:?} in\n{r}");
+    }
+    // One namespace: the device alone, as before.
+    for d in &mut s.drops {
+        d.netns = 1;
+    }
+    let r = summary(&s);
+    assert!(!r.contains("netns"), "{r}");
+    assert!(r.contains("dev spv7503-0t  pid 7"), "{r}");
+}

@@ -523,33 +523,34 @@ fn drops(o: &mut String, s: &Summary) {
     let mut rows: Vec<&crate::analysis::DropRow> = s.drops.iter().collect();
     // Stable: within a class, the Summary's order (largest first) is kept.
     rows.sort_by_key(|d| class_rank(d.class));
+    // Rows on devices of several namespaces name theirs (inode numbers).
+    let several_ns = rows.iter().any(|d| d.netns != rows[0].netns);
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|d| {
-            vec![
+            let mut row = vec![
                 d.class.name().to_string(),
                 d.reason.clone(),
                 d.location.clone(),
                 d.device.clone().unwrap_or_else(|| "-".into()),
+            ];
+            if several_ns {
+                row.push(d.netns.to_string());
+            }
+            row.extend([
                 d.pid.map_or_else(|| "-".into(), |p| p.to_string()),
                 d.count.to_string(),
                 format!("{:.1}", d.rate),
-            ]
+            ]);
+            row
         })
         .collect();
-    table(
-        o,
-        &[
-            "Class",
-            "Reason",
-            "Location",
-            "Device",
-            "PID",
-            "Count",
-            "Rate (/s)",
-        ],
-        &rows,
-    );
+    let mut header = vec!["Class", "Reason", "Location", "Device"];
+    if several_ns {
+        header.push("Namespace");
+    }
+    header.extend(["PID", "Count", "Rate (/s)"]);
+    table(o, &header, &rows);
 }
 
 /// The diagnosis: each verdict with its share, evidence and next step.
@@ -1407,6 +1408,23 @@ mod tests {
             s.devices.clear();
         }
         assert!(!report_md(&rec, None, None, &[]).contains("## Devices"));
+    }
+
+    #[test]
+    fn drops_on_devices_of_several_namespaces_name_theirs() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            let mut other = s.drops[0].clone();
+            other.device = Some("spv7503-0t".into());
+            other.netns = 4026532301;
+            s.drops.push(other);
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        assert!(md.contains("| Device | Namespace | PID |"), "{md}");
+        let d = rows_after(&md, "## Drops");
+        assert_eq!((d[0][3].as_str(), d[0][4].as_str()), ("veth0", "1"));
+        assert_eq!((d[1][3].as_str(), d[1][4].as_str()), ("spv7503-0t", "4026532301"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use ratatui::Frame;
 
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
-use crate::analysis::{EndReason, Snapshot};
+use crate::analysis::{DropRow, EndReason, Snapshot};
 use crate::collect::DropClass;
 
 /// The smallest terminal the live view lays out its panels in; below it, it says so.
@@ -54,9 +54,12 @@ pub fn draw(f: &mut Frame, app: &App) {
             // header's `why:` line shows the top cause, and focusing the panel (Tab) shows it
             // in the drops' place.
             if bottom.width >= 120 {
+                // The drops take 55%, or what their table needs to show every column whole
+                // (devices, namespaces), leaving the diagnosis 40 columns.
+                let want = DropColumns::natural_width(&app.drop_rows(), per_second_heading(app)) + 2;
+                let drops_width = (want as u16).clamp(bottom.width * 55 / 100, bottom.width - 40);
                 let [drops, diagnosis] =
-                    Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
-                        .areas(bottom);
+                    Layout::horizontal([Constraint::Length(drops_width), Constraint::Min(0)]).areas(bottom);
                 draw_panel(f, app, Panel::Drops, drops);
                 draw_panel(f, app, Panel::Diagnosis, diagnosis);
             } else if app.focus == Some(Panel::Diagnosis) {
@@ -711,18 +714,11 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     }
     title += ") ";
     let block = panel_block(app, Panel::Drops, title);
-    // Below 100 columns the device and pid give way to the location.
-    let wide = area.width >= 100;
-    // Every column but the location, with its width; the location gets what they leave (less
-    // the borders and one space between columns), and a longer one is elided visibly, keeping
-    // its offset, never cut into another valid-looking one.
-    let mut fixed = vec![("class", 11), ("reason", 14)];
-    if wide {
-        fixed.extend([("device", 14), ("pid", 7)]);
-    }
-    fixed.extend([("total", 9), (per_second_heading(app), 8)]);
-    let taken: u16 = fixed.iter().map(|(_, w)| w).sum::<u16>() + fixed.len() as u16 + 2;
-    let loc_width = area.width.saturating_sub(taken).max(8);
+    let layout = DropColumns::fit(
+        &rows,
+        area.width.saturating_sub(2) as usize,
+        per_second_heading(app),
+    );
     let table_rows = rows.iter().skip(app.scroll).map(|d| {
         let style = match d.class {
             DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
@@ -730,27 +726,190 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
             DropClass::Expected => Style::new().fg(Color::Gray),
             DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
         };
-        let mut cells = vec![
-            d.class.name().to_string(),
-            d.reason.clone(),
-            elide_location(&d.location, loc_width as usize),
-        ];
-        if wide {
-            cells.push(d.device.clone().unwrap_or("-".into()));
-            cells.push(d.pid.map(|p| p.to_string()).unwrap_or("-".into()));
-        }
-        cells.extend([d.count.to_string(), rate(d.rate)]);
-        Row::new(cells).style(style)
+        Row::new(layout.cells(d)).style(style)
     });
-    // The location is the third column.
-    let mut header: Vec<&str> = fixed.iter().map(|(h, _)| *h).collect();
-    let mut widths: Vec<Constraint> = fixed.iter().map(|(_, w)| Constraint::Length(*w)).collect();
-    header.insert(2, "location");
-    widths.insert(2, Constraint::Min(loc_width));
+    let widths: Vec<Constraint> = layout
+        .columns
+        .iter()
+        .map(|(col, w)| match col {
+            DropColumn::Location => Constraint::Min(*w as u16),
+            _ => Constraint::Length(*w as u16),
+        })
+        .collect();
+    let header: Vec<&str> = layout
+        .columns
+        .iter()
+        .map(|(c, _)| c.heading(layout.rate_heading))
+        .collect();
     let table = Table::new(table_rows, widths)
         .header(Row::new(header).style(Style::new().bold()))
         .block(block);
     f.render_widget(table, area);
+}
+
+/// The drop table's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DropColumn {
+    Class,
+    Reason,
+    Location,
+    Device,
+    /// only when the rows span several network namespaces
+    Netns,
+    /// only where there is room
+    Pid,
+    Total,
+    Rate,
+}
+
+impl DropColumn {
+    fn heading(self, rate: &'static str) -> &'static str {
+        match self {
+            DropColumn::Class => "class",
+            DropColumn::Reason => "reason",
+            DropColumn::Location => "location",
+            DropColumn::Device => "device",
+            DropColumn::Netns => "netns",
+            DropColumn::Pid => "pid",
+            DropColumn::Total => "total",
+            DropColumn::Rate => rate,
+        }
+    }
+}
+
+/// Narrowest a location gets before the device and reason give up columns to it.
+const LOCATION_MIN: usize = 16;
+/// Narrowest an elided reason or device gets.
+const NAME_MIN: usize = 6;
+/// Narrowest a reason or device gets for a location to be whole (`NO_SOCKET`, `spv7503-0t`).
+const NAME_KEPT: usize = 10;
+
+/// The drop table's columns and widths for a panel `inner` columns wide: numbers (count, rate,
+/// namespace, pid) always whole, so their columns are as wide as their longest value; names
+/// (reason, device) as wide as theirs up to a cap, elided visibly below it; the location takes
+/// the rest. Widths come from every row, not only those scrolled into view, so that columns do
+/// not move while scrolling.
+struct DropColumns {
+    columns: Vec<(DropColumn, usize)>,
+    rate_heading: &'static str,
+}
+
+impl DropColumns {
+    fn fit(rows: &[&DropRow], inner: usize, rate_heading: &'static str) -> DropColumns {
+        let widest = |col: DropColumn, cap: usize| {
+            rows.iter()
+                .map(|d| DropColumns::text(col, d).chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(col.heading(rate_heading).len())
+                .min(cap)
+        };
+        let several_ns = rows.iter().any(|d| d.netns != rows[0].netns);
+        let mut columns = vec![
+            (DropColumn::Class, widest(DropColumn::Class, 11)),
+            (DropColumn::Reason, widest(DropColumn::Reason, 22)),
+            (DropColumn::Location, 0),
+            (DropColumn::Device, widest(DropColumn::Device, 15)),
+        ];
+        if several_ns {
+            columns.push((DropColumn::Netns, widest(DropColumn::Netns, usize::MAX)));
+        }
+        let pid = (DropColumn::Pid, widest(DropColumn::Pid, usize::MAX));
+        // Counts grow during a run: room for seven digits from the start keeps the columns
+        // from moving at every tick.
+        columns.push((DropColumn::Total, widest(DropColumn::Total, usize::MAX).max(7)));
+        columns.push((DropColumn::Rate, widest(DropColumn::Rate, usize::MAX).max(7)));
+        let location_want = widest(DropColumn::Location, usize::MAX);
+        // Columns but the location, with one space between each two.
+        let used = |cols: &[(DropColumn, usize)]| -> usize {
+            cols.iter().map(|(_, w)| w).sum::<usize>() + cols.len().saturating_sub(1)
+        };
+        // The pid where the location keeps its whole width (or a comfortable one) beside it.
+        let mut with_pid = columns.clone();
+        with_pid.insert(with_pid.len() - 2, pid);
+        if inner.saturating_sub(used(&with_pid)) >= location_want.min(24) {
+            columns = with_pid;
+        }
+        // Short of room: the widest of the reason and the device gives up a column at a time,
+        // first down to NAME_KEPT for the location to be whole, then to NAME_MIN for it to
+        // reach LOCATION_MIN.
+        for (location_needs, floor) in [(location_want, NAME_KEPT), (LOCATION_MIN, NAME_MIN)] {
+            while inner.saturating_sub(used(&columns)) < location_needs {
+                let widest = columns
+                    .iter_mut()
+                    .filter(|(c, w)| matches!(c, DropColumn::Reason | DropColumn::Device) && *w > floor)
+                    .max_by_key(|(_, w)| *w);
+                match widest {
+                    Some((_, w)) => *w -= 1,
+                    None => break,
+                }
+            }
+        }
+        let location = inner.saturating_sub(used(&columns)).max(8);
+        if let Some(loc) = columns.iter_mut().find(|(c, _)| *c == DropColumn::Location) {
+            loc.1 = location;
+        }
+        DropColumns {
+            columns,
+            rate_heading,
+        }
+    }
+
+    /// Columns the table takes with every cell whole (the pid left out), borders excluded.
+    fn natural_width(rows: &[&DropRow], rate_heading: &'static str) -> usize {
+        let fitted = DropColumns::fit(rows, usize::MAX / 2, rate_heading);
+        let location = rows
+            .iter()
+            .map(|d| d.location.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("location".len());
+        fitted
+            .columns
+            .iter()
+            .filter(|(c, _)| *c != DropColumn::Pid)
+            .map(|(c, w)| if *c == DropColumn::Location { location } else { *w })
+            .sum::<usize>()
+            + fitted.columns.len().saturating_sub(2)
+    }
+
+    /// A cell's whole text.
+    fn text(col: DropColumn, d: &DropRow) -> String {
+        match col {
+            DropColumn::Class => d.class.name().to_string(),
+            DropColumn::Reason => d.reason.clone(),
+            DropColumn::Location => d.location.clone(),
+            DropColumn::Device => d.device.clone().unwrap_or_else(|| "-".into()),
+            DropColumn::Netns => d.netns.to_string(),
+            DropColumn::Pid => d.pid.map_or_else(|| "-".into(), |p| p.to_string()),
+            DropColumn::Total => d.count.to_string(),
+            DropColumn::Rate => rate(d.rate),
+        }
+    }
+
+    /// A row's cells, each within its column: names elided visibly, numbers whole.
+    fn cells(&self, d: &DropRow) -> Vec<String> {
+        self.columns
+            .iter()
+            .map(|(col, w)| {
+                let text = DropColumns::text(*col, d);
+                match col {
+                    DropColumn::Location => elide_location(&text, *w),
+                    DropColumn::Class | DropColumn::Reason | DropColumn::Device => elide(&text, *w),
+                    _ => text,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `text` in at most `width` columns: whole if it fits, else cut with a visible `…`.
+fn elide(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{head}…")
 }
 
 /// A drop location (`function+0xoffset`) in at most `width` columns: whole if it fits, else the

@@ -605,3 +605,82 @@ fn when_the_run_ends_every_panel_shows_the_summary_not_the_last_partial_tick() {
     assert!(s.contains("tid 7 sender"), "the threads' run budget:\n{s}");
     assert_snapshot("tui_ended_120x40", &s);
 }
+
+/// Three NO_SOCKET rows at one location, on three devices in two namespaces: they looked
+/// identical without the device column.
+fn app_with_three_no_socket_rows() -> App {
+    let mut app = live_app(false);
+    if let Some(s) = app.shown.as_mut() {
+        let at = |device: &str, netns: u32, count: u64| DropRow {
+            reason: "NO_SOCKET".into(),
+            location: "__udp4_lib_rcv+0x7b4".into(),
+            device: Some(device.into()),
+            netns,
+            class: DropClass::Expected,
+            pid: Some(7),
+            count,
+            rate: count as f64 / 3.0,
+        };
+        s.drops = vec![
+            at("spv7503-0t", 4026532301, 1_234_567),
+            at("lo", 4026532301, 4096),
+            at("veth-with-a-long-name", 4026531840, 12),
+        ];
+    }
+    app
+}
+
+#[test]
+fn the_drop_table_names_each_rows_device_and_namespace_at_80_and_120_columns() {
+    let mut app = app_with_three_no_socket_rows();
+    // At 80x24 the split view has room for one row: the first, whole.
+    let s = screen(&app, 80, 24);
+    let first = s.lines().find(|l| l.contains("NO_SOCKET")).expect("a drop row");
+    for want in ["spv7503-0t", "4026532301", "1234567", "__udp4_lib_rcv+0x7b4"] {
+        assert!(first.contains(want), "{want:?} missing in {first:?}\n{s}");
+    }
+    for (w, h) in [(80, 24), (120, 40)] {
+        // At 80x24 zoomed on the drops (Tab to the panel, z), as a user would read them.
+        app.focus = Some(Panel::Drops);
+        app.zoomed = w == 80;
+        let s = screen(&app, w, h);
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains("NO_SOCKET")).collect();
+        assert_eq!(rows.len(), 3, "{w}x{h}:\n{s}");
+        let header = s
+            .lines()
+            .find(|l| l.contains("location"))
+            .unwrap_or_else(|| panic!("{w}x{h}: no header in\n{s}"));
+        assert!(
+            header.contains("device") && header.contains("netns"),
+            "{w}x{h}: {header}"
+        );
+        // Each row its own device (a long name elided visibly) and namespace; every number
+        // whole; the location whole at both sizes.
+        for (row, device, netns, count) in [
+            (rows[0], "spv7503-0t", "4026532301", "1234567"),
+            (rows[1], "lo", "4026532301", "4096"),
+            (rows[2], "veth-with", "4026531840", "12"),
+        ] {
+            for want in [device, netns, count, "__udp4_lib_rcv+0x7b4"] {
+                assert!(row.contains(want), "{w}x{h}: {want:?} missing in {row:?}\n{s}");
+            }
+        }
+        assert!(
+            rows[2].contains("…") && !rows[2].contains("veth-with-a-long-name"),
+            "{w}x{h}: {}",
+            rows[2]
+        );
+        assert_ne!(rows[0], rows[1]);
+        assert_snapshot(&format!("tui_drops_devices_{w}x{h}"), &s);
+    }
+    // One namespace: no namespace column, the device still there.
+    app.zoomed = false;
+    if let Some(s) = app.shown.as_mut() {
+        for d in &mut s.drops {
+            d.netns = 4026531840;
+        }
+    }
+    let s = screen(&app, 80, 24);
+    let header = s.lines().find(|l| l.contains("location")).unwrap();
+    assert!(header.contains("device") && !header.contains("netns"), "{header}");
+}
