@@ -31,7 +31,10 @@ pub fn draw(f: &mut Frame, app: &App) {
     let [header, body, foot] =
         Layout::vertical([Constraint::Length(5), Constraint::Min(0), Constraint::Length(1)]).areas(area);
     draw_header(f, app, header);
-    f.render_widget(Paragraph::new(footer()).style(Style::new().reversed()), foot);
+    f.render_widget(
+        Paragraph::new(footer(foot.width as usize)).style(Style::new().reversed()),
+        foot,
+    );
     match (app.zoomed, app.focus) {
         (true, Some(p)) => draw_panel(f, app, p, body),
         _ => {

@@ -214,10 +214,26 @@ fn each_panel_zoomed_fills_the_body() {
 
 #[test]
 fn footer_and_help_come_from_the_key_table() {
-    let foot = footer();
-    for b in &BINDINGS {
-        assert!(foot.contains(b.label), "footer lacks {}", b.label);
+    // Every key in the footer at every size: at 80 columns it read `... s sor`, without f, z
+    // and e.
+    for w in [80u16, 120, 200] {
+        let foot = footer(w as usize);
+        assert!(foot.chars().count() <= w as usize, "{w}: {foot}");
+        for b in &BINDINGS {
+            assert!(
+                foot.split_whitespace().any(|word| word == b.label),
+                "footer at {w} lacks {}: {foot}",
+                b.label
+            );
+        }
+        let last = screen(&live_app(false), w, 24)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string();
+        assert_eq!(last, foot.trim_end(), "{w}");
     }
+    assert_eq!(footer(80), "? keys  q p Tab S-Tab Up Down s f z e");
     let mut app = live_app(false);
     app.on_key(key(KeyCode::Char('?')));
     let s = screen(&app, 100, 30);
@@ -683,4 +699,103 @@ fn the_drop_table_names_each_rows_device_and_namespace_at_80_and_120_columns() {
     let s = screen(&app, 80, 24);
     let header = s.lines().find(|l| l.contains("location")).unwrap();
     assert!(header.contains("device") && !header.contains("netns"), "{header}");
+}
+
+/// Every key the help lists, pressed once from the same live state, at each size: what it
+/// changed is on screen (or, for focus, in the focused panel's border colour), and the screens
+/// are committed, one file per size.
+#[test]
+fn every_listed_key_works_at_80x24_120x40_and_200x60() {
+    use super::keys::HELP;
+    use ratatui::style::Color;
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 60)] {
+        let mut all = String::new();
+        for b in std::iter::once(&HELP).chain(BINDINGS.iter()) {
+            let mut app = app_with_three_no_socket_rows();
+            let code = b.keys[0];
+            let outcome = app.on_key(key(code));
+            if outcome == Outcome::Export {
+                // The event loop writes the bundle and shows its message.
+                app.status = Some("bundle written to ./scanprof-bundle-1 (9 files)".into());
+            }
+            let s = screen(&app, w, h);
+            let at = format!("{w}x{h} key {}", b.label);
+            let shows = |want: &str| assert!(s.contains(want), "{at}: {want:?} missing in\n{s}");
+            match b.action {
+                super::keys::Action::Help => shows(" keys "),
+                super::keys::Action::Quit => {
+                    assert_eq!(outcome, Outcome::Stop, "{at}");
+                    shows(" ENDING... ");
+                }
+                super::keys::Action::Pause => shows(" PAUSED "),
+                super::keys::Action::NextPanel | super::keys::Action::PrevPanel => {
+                    let want = if b.action == super::keys::Action::NextPanel {
+                        (Panel::Budget, "sender threads' time")
+                    } else {
+                        (Panel::Diagnosis, "diagnosis")
+                    };
+                    assert_eq!(app.focus, Some(want.0), "{at}");
+                    // The focused panel's title is drawn in the focus colour.
+                    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+                    term.draw(|f| draw(f, &app)).unwrap();
+                    let buf = term.backend().buffer().clone();
+                    let row = s
+                        .lines()
+                        .position(|l| l.contains(want.1))
+                        .unwrap_or_else(|| panic!("{at}: {:?} not on screen\n{s}", want.1));
+                    let col = s
+                        .lines()
+                        .nth(row)
+                        .and_then(|l| l.find(want.1))
+                        .map(|i| s.lines().nth(row).unwrap()[..i].chars().count())
+                        .unwrap();
+                    assert_eq!(
+                        buf[(col as u16, row as u16)].fg,
+                        Color::Cyan,
+                        "{at}: {} not focused\n{s}",
+                        want.1
+                    );
+                }
+                super::keys::Action::ScrollUp => assert_eq!(app.scroll, 0, "{at}"),
+                super::keys::Action::ScrollDown => {
+                    assert_eq!(app.scroll, 1, "{at}");
+                    assert!(!s.contains("spv7503-0t"), "{at}: the first row still shown\n{s}");
+                    let first = s.lines().find(|l| l.contains("NO_SOCKET")).unwrap_or("");
+                    assert!(first.contains(" lo "), "{at}: the second row is not first\n{s}");
+                }
+                super::keys::Action::Sort => shows("sort: rate"),
+                super::keys::Action::Filter => shows("filter: _"),
+                super::keys::Action::Zoom => {
+                    shows("funnel");
+                    assert!(!s.contains("rates over time"), "{at}: not zoomed\n{s}");
+                }
+                super::keys::Action::Export => shows("bundle written to ./scanprof-bundle-1"),
+            }
+            all += &format!("=== {} ({}) ===\n{s}", b.label, b.help);
+        }
+        assert_snapshot(&format!("tui_keys_{w}x{h}"), &all);
+    }
+}
+
+#[test]
+fn resizing_mid_run_lays_out_as_a_fresh_draw_at_the_new_size() {
+    let app = app_with_three_no_socket_rows();
+    let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    for (w, h) in [(80u16, 24u16), (200, 60), (120, 40), (80, 24)] {
+        term.backend_mut().resize(w, h);
+        term.draw(|f| draw(f, &app)).unwrap();
+        let buf = term.backend().buffer().clone();
+        let text: String = (0..h)
+            .map(|y| {
+                (0..w)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
+        assert_eq!(text, screen(&app, w, h), "after resizing to {w}x{h}");
+    }
 }
