@@ -625,25 +625,26 @@ fn when_the_run_ends_every_panel_shows_the_summary_not_the_last_partial_tick() {
 /// Three NO_SOCKET rows at one location, on three devices in two namespaces: they looked
 /// identical without the device column.
 fn app_with_three_no_socket_rows() -> App {
-    let mut app = live_app(false);
-    if let Some(s) = app.shown.as_mut() {
-        let at = |device: &str, netns: u32, count: u64| DropRow {
-            reason: "NO_SOCKET".into(),
-            location: "__udp4_lib_rcv+0x7b4".into(),
-            device: Some(device.into()),
-            netns,
-            class: DropClass::Expected,
-            pid: Some(7),
-            count,
-            rate: count as f64 / 3.0,
-        };
-        s.drops = vec![
-            at("spv7503-0t", 4026532301, 1_234_567),
-            at("lo", 4026532301, 4096),
-            at("veth-with-a-long-name", 4026531840, 12),
-        ];
-    }
-    app
+    app_with_no_socket_rows_in([4026532301, 4026532301, 4026531840])
+}
+
+/// The three NO_SOCKET rows, in the namespaces given.
+fn app_with_no_socket_rows_in(netns: [u32; 3]) -> App {
+    let at = |device: &str, netns: u32, count: u64| DropRow {
+        reason: "NO_SOCKET".into(),
+        location: "__udp4_lib_rcv+0x7b4".into(),
+        device: Some(device.into()),
+        netns,
+        class: DropClass::Expected,
+        pid: Some(7),
+        count,
+        rate: count as f64 / 3.0,
+    };
+    app_with_tick_drops(vec![
+        at("spv7503-0t", netns[0], 1_234_567),
+        at("lo", netns[1], 4096),
+        at("veth-with-a-long-name", netns[2], 12),
+    ])
 }
 
 #[test]
@@ -690,12 +691,7 @@ fn the_drop_table_names_each_rows_device_and_namespace_at_80_and_120_columns() {
         assert_snapshot(&format!("tui_drops_devices_{w}x{h}"), &s);
     }
     // One namespace: no namespace column, the device still there.
-    app.zoomed = false;
-    if let Some(s) = app.shown.as_mut() {
-        for d in &mut s.drops {
-            d.netns = 4026531840;
-        }
-    }
+    let app = app_with_no_socket_rows_in([4026531840; 3]);
     let s = screen(&app, 80, 24);
     let header = s.lines().find(|l| l.contains("location")).unwrap();
     assert!(header.contains("device") && !header.contains("netns"), "{header}");
