@@ -868,6 +868,19 @@ pub(crate) fn sender_argv(
     argv
 }
 
+/// The live view's title: the scenario and the reference sender's own command (`scanprof send
+/// --to ...`), not the wrappers that place it in the lab (`ip netns exec`, `setsid sh -c`,
+/// `nice`, `taskset`); the binary by its name, not its build path.
+fn lab_title(scenario: Scenario, sender_argv: &[String]) -> String {
+    let mut words = super::profile::command_words(sender_argv);
+    if let Some(exe) = words.first_mut() {
+        if let Some(name) = exe.rsplit('/').next() {
+            *exe = name.to_string();
+        }
+    }
+    format!("lab {}: {}", scenario_name(scenario), words.join(" "))
+}
+
 pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     if o.suite {
         return suite(o);
@@ -961,6 +974,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
+    let argv_shown = argv.clone();
     let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
     cfg.drop_privileges = false;
@@ -969,7 +983,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         file: o.metrics_file.clone(),
     };
     let stop = super::profile::stop_flag()?;
-    let rec = super::profile::render_with(cfg, output, stop, export_to.as_ref(), &metrics)?.rec;
+    let title = lab_title(o.scenario, &argv_shown);
+    let rec = super::profile::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);
@@ -1232,6 +1247,38 @@ mod tests {
                         Icmp: 0 0\n\
                         Udp: InDatagrams NoPorts InErrors OutDatagrams\n\
                         Udp: 0 0 0 513\n";
+
+    #[test]
+    fn the_lab_title_names_the_scenario_and_the_senders_own_command() {
+        // It read `ip netns exec sp7503-0s setsid sh -c echo -20 > /proc/self/autogroup ...`.
+        // The wrappers as `sender_argv` writes them (a Lab needs root to exist).
+        let lift = format!("echo {SENDER_NICE} > /proc/self/autogroup 2>/dev/null; exec \"$@\"");
+        let send =
+            "/work/x/target/release/scanprof send --to 10.99.0.2:9000 --rate 5000 --duration 3 --size 64";
+        let mut argv: Vec<String> = [
+            "ip",
+            "netns",
+            "exec",
+            "sp7503-0s",
+            "setsid",
+            "sh",
+            "-c",
+            &lift,
+            "scanprof-lab",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(["nice", "-n", SENDER_NICE, "taskset", "-c", "1"].map(String::from));
+        argv.extend(send.split(' ').map(String::from));
+        let want = "lab qdisc-drop: scanprof send --to 10.99.0.2:9000 --rate 5000 --duration 3 --size 64";
+        assert_eq!(lab_title(Scenario::QdiscDrop, &argv), want);
+        // With the hog (no niceness lift): the same.
+        let mut hog: Vec<String> = ["ip", "netns", "exec", "sp7503-0s", "taskset", "-c", "1"]
+            .map(String::from)
+            .to_vec();
+        hog.extend(send.split(' ').map(String::from));
+        assert_eq!(lab_title(Scenario::QdiscDrop, &hog), want);
+    }
 
     #[test]
     fn snmp_counters_are_read_by_protocol_and_name() {

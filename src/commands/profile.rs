@@ -11,9 +11,10 @@ use anyhow::{bail, Context};
 use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
+use crate::collect::family::ProcessInfo;
 use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
 use crate::collect::uprobes::PerPacket;
-use crate::probes::ProbeOptions;
+use crate::probes::{ProbeOptions, ProbeStatus};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
@@ -342,7 +343,7 @@ pub fn render(
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
 ) -> anyhow::Result<Rendered> {
-    render_with(cfg, output, stop, export_to, &MetricsTargets::default())
+    render_with(cfg, output, stop, export_to, &MetricsTargets::default(), None)
 }
 
 /// The labels of a run's metrics: its scanner profile, and the shard its command line names.
@@ -363,13 +364,53 @@ fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
     RunLabels::of(scanner, &argv)
 }
 
-/// [`render`], also serving or writing Prometheus metrics of the run as it goes.
+/// The line that opens a headless run on stderr: the probes attached and what is followed. A
+/// launched command is named by its own words: when this is printed its process may still be a
+/// wrapper (`sh`, `ip`) that has not exec'd the command yet, so its name would mislead.
+fn started_line(probes: &[ProbeStatus], processes: &[ProcessInfo], command: Option<&str>) -> String {
+    let attached = probes.iter().filter(|p| p.attached).count();
+    let followed = match (command, processes) {
+        (Some(c), [root, ..]) => format!(
+            "following pid {} running `{c}` and the processes it starts",
+            root.pid
+        ),
+        (Some(c), []) => format!("following `{c}` and the processes it starts"),
+        (None, _) => format!(
+            "following {} process(es): {}",
+            processes.len(),
+            processes
+                .iter()
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!(
+        "scanprof: {attached} of {} probes attached; {followed}\n",
+        probes.len()
+    )
+}
+
+/// The words of a launched command a person reads: the scanner's own, without the wrappers
+/// that only place or schedule it (`ip netns exec NS`, `setsid`, `nice`, `taskset`,
+/// `sh -c '... exec "$@"'`), found as `scanner_setup` finds the scanner's words.
+pub(crate) fn command_words(argv: &[String]) -> Vec<String> {
+    match ProfileSet::builtin() {
+        Ok(set) => set.scanner_words(argv),
+        Err(_) => crate::wrappers::skip_wrappers(argv),
+    }
+}
+
+/// [`render`], also serving or writing Prometheus metrics of the run as it goes. `title` names
+/// the run in the live view (the lab names its scenario); None: `run` and the command's own
+/// words, or `attach` and the pids.
 pub fn render_with(
     cfg: SessionConfig,
     output: Output,
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
     metrics: &MetricsTargets,
+    title: Option<String>,
 ) -> anyhow::Result<Rendered> {
     // The listener is bound before the run starts: a port in use stops it here.
     let exporter = if metrics.any() {
@@ -385,10 +426,14 @@ pub fn render_with(
         CommandOutput::File(path) => Some(path.clone()),
         _ => None,
     };
-    let title = match &cfg.target {
-        Target::Pids(pids) => format!("attach {pids:?}"),
-        Target::Command(argv) => format!("run {}", argv.join(" ")),
+    let command = match &cfg.target {
+        Target::Command(argv) => Some(command_words(argv).join(" ")),
+        Target::Pids(_) => None,
     };
+    let title = title.unwrap_or_else(|| match &cfg.target {
+        Target::Pids(pids) => format!("attach {pids:?}"),
+        Target::Command(_) => format!("run {}", command.as_deref().unwrap_or_default()),
+    });
     // The ticks go to a private spool file as they come (a bundle needs them all, memory
     // keeps the latest): with a bundle to write, and in the live view, whose `e` key can
     // write one at any time.
@@ -487,17 +532,7 @@ pub fn render_with(
                     let started = serde_json::json!({ "processes": processes, "probes": probes });
                     (Some(json::line("started", &started) + "\n"), None)
                 } else {
-                    let attached = probes.iter().filter(|p| p.attached).count();
-                    let mut e = format!(
-                        "scanprof: {attached} of {} probes attached; following {} process(es): {}\n",
-                        probes.len(),
-                        processes.len(),
-                        processes
-                            .iter()
-                            .map(|p| format!("{} ({})", p.pid, p.comm))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
+                    let mut e = started_line(&probes, &processes, command.as_deref());
                     for p in probes.iter().filter(|p| !p.attached) {
                         e += &format!(
                             "scanprof: warning: probe {} unavailable: {}\n",
@@ -723,13 +758,57 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
         listen: opts.metrics,
         file: opts.metrics_file.clone(),
     };
-    let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics)?;
+    let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics, None)?;
     Ok(exit_code_of(rendered.status))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {
+        // It read "following 1 process(es): 4242 (sh)": the root had not exec'd the command yet.
+        let argv: Vec<String> = [
+            "ip",
+            "netns",
+            "exec",
+            "ns1",
+            "sh",
+            "-c",
+            "exec masscan -p80 10.0.0.1 --rate 100",
+        ]
+        .map(String::from)
+        .to_vec();
+        let words = command_words(&argv).join(" ");
+        assert_eq!(words, "masscan -p80 10.0.0.1 --rate 100");
+        let sh = ProcessInfo {
+            pid: 4242,
+            ppid: 1,
+            comm: "sh".into(),
+            exe: "/bin/sh".into(),
+            root: true,
+            alive: true,
+            exit_code: None,
+            role: None,
+            start_s: None,
+            exit_s: None,
+        };
+        let probes = vec![ProbeStatus {
+            name: "send_path".into(),
+            attached: true,
+            error: None,
+        }];
+        let line = started_line(&probes, std::slice::from_ref(&sh), Some(&words));
+        assert_eq!(
+            line,
+            "scanprof: 1 of 1 probes attached; following pid 4242 running `masscan -p80 10.0.0.1 --rate 100` and the processes it starts\n"
+        );
+        assert!(!line.contains("(sh)"));
+        // Attached processes are named as they are.
+        let line = started_line(&probes, &[sh], None);
+        assert!(line.ends_with("following 1 process(es): 4242 (sh)\n"), "{line}");
+    }
 
     #[test]
     fn init_kernel_threads_and_scanprof_itself_are_refused_as_targets() {

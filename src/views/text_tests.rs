@@ -655,3 +655,111 @@ fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_fi
         "{r}"
     );
 }
+
+#[test]
+fn every_evidence_line_of_a_verdict_is_shown_and_long_ones_wrap() {
+    // The report cut the evidence at 4 lines: the line that explained a weak verdict and the
+    // neighbour-queue count were only in the JSON.
+    let mut s = fixed_summary();
+    let long = format!(
+        "line 6: the neighbour queue held {} packets while {}",
+        41,
+        "the address resolved, ".repeat(6)
+    );
+    s.verdicts = vec![crate::analysis::Verdict {
+        cause: "cpu_bound".into(),
+        kind: "gap".into(),
+        sentence: "The sender is busy in its own code.".into(),
+        share: 0.25,
+        evidence: vec![
+            "line 1".into(),
+            "line 2".into(),
+            "line 3".into(),
+            "line 4".into(),
+            "line 5: weak because the run was short".into(),
+            long.clone(),
+        ],
+        next_step: "profile the sender".into(),
+        confidence: "weak".into(),
+    }];
+    let r = summary(&s);
+    for want in [
+        "line 1",
+        "line 4",
+        "       - line 5: weak because the run was short",
+        "       - line 6: the neighbour queue held 41 packets",
+    ] {
+        assert!(r.contains(want), "missing {want:?} in\n{r}");
+    }
+    // The long line wraps under its bullet, every word kept, no row wider than the limit.
+    let start = r.find("- line 6").expect("line 6");
+    let rows: Vec<&str> = r[start - 7..]
+        .lines()
+        .take_while(|l| !l.contains("next:"))
+        .collect();
+    assert!(rows.len() >= 2, "{rows:?}");
+    assert!(
+        rows[1..]
+            .iter()
+            .all(|l| l.starts_with("         ") && !l.trim().starts_with('-')),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .all(|l| l.chars().count() <= 9 + super::EVIDENCE_WIDTH),
+        "{rows:?}"
+    );
+    let words: Vec<&str> = rows
+        .iter()
+        .flat_map(|l| l.trim_start_matches([' ', '-']).split_whitespace())
+        .collect();
+    assert_eq!(words, long.split_whitespace().collect::<Vec<_>>());
+    assert!(r.find("line 6").unwrap() < r.find("next: profile the sender").unwrap());
+}
+
+#[test]
+fn wrapping_never_cuts_a_word() {
+    assert_eq!(super::wrap_words("aaa bbb ccc", 7), ["aaa bbb", "ccc"]);
+    assert_eq!(
+        super::wrap_words("a 123456789012 b", 5),
+        ["a", "123456789012", "b"]
+    );
+    assert_eq!(super::wrap_words("", 5), [""]);
+}
+
+#[test]
+fn drop_rows_in_several_namespaces_name_theirs() {
+    // Three NO_SOCKET rows at one location on different devices read alike without them.
+    let mut s = fixed_summary();
+    let at = |device: &str, netns: u32, count: u64| DropRow {
+        device: Some(device.into()),
+        netns,
+        ..drop_row(
+            DropClass::Expected,
+            "NO_SOCKET",
+            "__udp4_lib_rcv+0x7b4",
+            Some(7),
+            count,
+        )
+    };
+    s.drops = vec![
+        at("spv7503-0t", 4026532301, 30),
+        at("lo", 4026532301, 20),
+        at("eth0", 4026531840, 10),
+    ];
+    let r = summary(&s);
+    for want in [
+        "at __udp4_lib_rcv+0x7b4  dev spv7503-0t  netns 4026532301  pid 7",
+        "at __udp4_lib_rcv+0x7b4  dev lo  netns 4026532301  pid 7",
+        "at __udp4_lib_rcv+0x7b4  dev eth0  netns 4026531840  pid 7",
+    ] {
+        assert!(r.contains(want), "missing {want:?} in\n{r}");
+    }
+    // One namespace: the device alone, as before.
+    for d in &mut s.drops {
+        d.netns = 1;
+    }
+    let r = summary(&s);
+    assert!(!r.contains("netns"), "{r}");
+    assert!(r.contains("dev spv7503-0t  pid 7"), "{r}");
+}

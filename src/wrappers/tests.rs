@@ -675,3 +675,49 @@ fn rejects_bad_read_units_and_message_type_keys() {
     let e = ScannerProfile::parse(&bad_key).unwrap_err().to_string();
     assert!(e.contains("message type numbers"), "{e}");
 }
+
+#[test]
+fn the_words_shown_for_a_command_skip_the_wrappers_that_only_place_it() {
+    let set = ProfileSet::builtin().unwrap();
+    let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let words = |v: Vec<String>| v.join(" ");
+    // The lab's wrapper chain, in front of a sender no profile knows.
+    let mut lab = argv("ip netns exec sp7503-0s setsid sh -c LIFT scanprof-lab nice -n -20 taskset -c 1 mysender --rate 5000");
+    lab[7] = "echo -20 > /proc/self/autogroup 2>/dev/null; exec \"$@\"".into();
+    assert_eq!(words(skip_wrappers(&lab)), "mysender --rate 5000");
+    assert_eq!(words(set.scanner_words(&lab)), "mysender --rate 5000");
+    // A known scanner: its words from the one the profile recognises, as for the rate.
+    assert_eq!(
+        words(set.scanner_words(&argv("ip netns exec sp1-1s /usr/bin/zmap -r 100 10.99.0.2"))),
+        "/usr/bin/zmap -r 100 10.99.0.2"
+    );
+    for (cmd, want) in [
+        (
+            "sudo -u scan nice -5 masscan -p80 10.0.0.0/8",
+            "masscan -p80 10.0.0.0/8",
+        ),
+        ("env -i FOO=1 taskset 0x3 mysender -x", "mysender -x"),
+        ("chrt -f 50 mysender", "mysender"),
+        ("mysender --nice 5", "mysender --nice 5"),
+        ("ip route", "ip route"),
+    ] {
+        assert_eq!(words(set.scanner_words(&argv(cmd))), want, "{cmd}");
+    }
+    // sh -c 'exec CMD': the command's words; any other script is shown whole.
+    let sh = |script: &str| vec!["sh".to_string(), "-c".into(), script.into()];
+    assert_eq!(
+        words(skip_wrappers(&sh("exec mysender --rate 100"))),
+        "mysender --rate 100"
+    );
+    assert_eq!(
+        words(skip_wrappers(&sh("mysender | tee log"))),
+        "sh -c mysender | tee log"
+    );
+    assert_eq!(
+        skip_wrappers(&sh("exec mysender 'a b'")),
+        sh("exec mysender 'a b'")
+    );
+    // A wrapper with nothing after it is left as it is.
+    assert_eq!(words(skip_wrappers(&argv("nice -n 5"))), "nice -n 5");
+    assert!(skip_wrappers(&[]).is_empty());
+}
