@@ -513,14 +513,20 @@ fn the_gap_histogram_keeps_empty_ranges_in_place_and_always_shows_the_slot() {
     assert!(screen.contains("40"), "the counts are drawn:\n{screen}");
 }
 
-#[test]
-fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
-    let (mut ticks, _) = rich_ticks();
+/// A view of `run sender --rate 100` that has had its Started update (probes all attached).
+fn started(ticks: &[crate::analysis::Snapshot]) -> App {
     let mut app = App::new("run sender --rate 100".into());
     app.apply(Update::Started {
         processes: ticks[0].processes.clone(),
         probes: probes(false),
     });
+    app
+}
+
+#[test]
+fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
+    let (mut ticks, _) = rich_ticks();
+    let mut app = started(&ticks);
     let mut last = ticks.pop().expect("three ticks");
     let plain = {
         let mut a = App::new("run sender --rate 100".into());
@@ -551,11 +557,7 @@ fn when_the_run_ends_every_panel_shows_the_summary_not_the_last_partial_tick() {
     // The last tick is partial: it read "achieved 0.0 pps (0.0%)" and "no sends yet" after a
     // run that sent, or 75.9% while the report said 100%.
     let (mut ticks, summary) = rich_ticks();
-    let mut app = App::new("run sender --rate 100".into());
-    app.apply(Update::Started {
-        processes: ticks[0].processes.clone(),
-        probes: probes(false),
-    });
+    let mut app = started(&ticks);
     let mut partial = ticks.pop().expect("a tick");
     partial.achieved_pps = 0.0;
     partial.ratio = Some(0.0);
