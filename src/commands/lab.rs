@@ -209,11 +209,14 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("gap", "send_errors", Truth::QdiscDrops),
             ..base
         },
-        // Slots 1.5x too long: a third of the requested rate is missing.
+        // Slots 1.5x too long: a third of the requested rate is missing. The truth is the whole
+        // gap: the tsc pacer's deadline slots make up a wait for a CPU at the next slot, so time
+        // behind other tasks costs this sender no packets (one loaded run: 0.675 s of run-queue
+        // delay in 4 s, and still 666.7 pps of 1000, the skew's exact 1/1.5).
         Scenario::Miscalibrated => Staging {
             rate: 1_000.0,
             flags: &["--pacer", "tsc", "--calibration-skew", "1.5"],
-            expect: expect("gap", "miscalibrated", Truth::GapLessRunDelay),
+            expect: expect("gap", "miscalibrated", Truth::Gap),
             ..base
         },
         // The sender's socket holds ~200 kB of replies, then drops every further one.
