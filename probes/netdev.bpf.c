@@ -89,8 +89,13 @@ static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u
 		health_inc(SP_H_DEVS_FULL);
 	} else if (fresh && !tgid) {
 		struct sp_dev_name n = {};
+		const struct Qdisc_ops *ops = BPF_CORE_READ(dev, qdisc, ops);
 
 		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
+		/* The root qdisc's kind says what a qdisc drop means: a shaper's rate, or a queue's
+		 * length. Read once per device, off the per-packet path. */
+		if (ops)
+			bpf_probe_read_kernel_str(n.qdisc, sizeof(n.qdisc), ops->id);
 		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
 	}
 	return s;
@@ -351,7 +356,9 @@ int BPF_PROG(on_netif_rx, struct sk_buff *skb)
 	return 0;
 }
 
-/* neigh_event_send_done: a family thread's packet needed the neighbour; err 1 = queued for it. */
+/* neigh_event_send_done: a family thread's packet needed the neighbour; err 1 = queued for it.
+ * The reply can be handled before this fires (softirqs run as the sender re-enables them, so
+ * neigh_update comes first on a veth): a resolution already over is counted here, from the state. */
 SEC("tp_btf/neigh_event_send_done")
 int BPF_PROG(on_neigh_send, struct neighbour *n, int err)
 {
@@ -359,16 +366,27 @@ int BPF_PROG(on_neigh_send, struct neighbour *n, int err)
 	struct net_device *dev;
 	__u64 key = (__u64)n;
 	__u32 tgid;
+	__u8 state;
 	int fresh;
 
 	if (!t || err != 1)
 		return 0;
 	tgid = t->tgid;
 	dev = n->dev;
+	state = n->nud_state;
 	fresh = !bpf_map_lookup_elem(&neighs, &key);
-	if (fresh)
+	if (fresh && !(state & (NUD_VALID | NUD_FAILED)))
 		bpf_map_update_elem(&neighs, &key, &tgid, BPF_ANY);
-	FOR_ROWS(dev, tgid, s, { s->neigh_queued += 1; if (fresh) s->neigh_started += 1; });
+	FOR_ROWS(dev, tgid, s, {
+		s->neigh_queued += 1;
+		if (fresh) {
+			s->neigh_started += 1;
+			if (state & NUD_VALID)
+				s->neigh_resolved += 1;
+			else if (state & NUD_FAILED)
+				s->neigh_failed += 1;
+		}
+	});
 	return 0;
 }
 

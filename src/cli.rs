@@ -96,6 +96,52 @@ pub fn parse_skew(s: &str) -> Result<f64, String> {
     number_in(s, 0.25, false, 4.0, "a factor")
 }
 
+// The examples each subcommand's --help ends with (a unit test parses every one of them).
+const ATTACH_EXAMPLES: &str = "Examples:
+  scanprof attach -p 4242                       live view of a running scanner and its family
+  scanprof attach -p 4242 -d 30 --json          NDJSON: a sample per tick, then the summary
+  scanprof attach -p 4242 -o bundle/            also write a trace bundle for a bug report
+  scanprof attach -p 4242 --metrics 127.0.0.1:9477   Prometheus metrics while it runs";
+const RUN_EXAMPLES: &str = "Examples:
+  scanprof run -- masscan --rate 1000 -p80 10.0.0.0/24
+  scanprof run -q --no-tui -d 60 -- zmap -r 5000 -p 80 10.0.0.0/16   only the summary
+  scanprof run --baseline -- masscan --rate 20000 -p80 10.0.0.0/16   beside this machine's own rate
+  scanprof run --profile zmap --per-packet send -- ip netns exec NS zmap -r 100 -p 80 10.1.0.0/24";
+const RECORD_EXAMPLES: &str = "Examples:
+  scanprof record -o bundle/ -p 4242
+  scanprof record -o bundle/ -- unicornscan -r 1000 10.0.0.0/24:80
+  scanprof report bundle/ --format md           re-render it later, anywhere, without root";
+const REPORT_EXAMPLES: &str = "Examples:
+  scanprof report bundle/
+  scanprof report bundle/events.ndjson --format json";
+const DOCTOR_EXAMPLES: &str = "Examples:
+  scanprof doctor
+  scanprof doctor --json";
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  scanprof completions bash > /etc/bash_completion.d/scanprof
+  scanprof completions zsh > \"${fpath[1]}/_scanprof\"
+  scanprof completions fish > ~/.config/fish/completions/scanprof.fish";
+const MAN_EXAMPLES: &str = "Examples:
+  scanprof man > /usr/local/share/man/man1/scanprof.1
+  scanprof man attach | man -l -";
+const SEND_EXAMPLES: &str = "Examples:
+  scanprof send --to 127.0.0.1:9000 --rate 5000 --count 10000 --pacer tsc
+  scanprof send --to 127.0.0.1:9000 --rate 0 -d 2 --method sendmmsg --batch 32";
+const LAB_EXAMPLES: &str = "Examples:
+  scanprof lab                                  the healthy lab at 10,000 pps in the live view
+  scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
+  scanprof lab --suite                          every scenario: the top verdict against the cause";
+const BASELINE_EXAMPLES: &str = "Examples:
+  scanprof baseline
+  scanprof baseline --rates 1000,10000,0 --json";
+const SWEEP_EXAMPLES: &str = "Examples:
+  scanprof sweep --lab --tbf-rate 22mbit --rates 1000,2000,4000,8000,16000 --duration 3
+  scanprof sweep --rates 1000,5000,20000 --max-rate 20000 --duration 10 -- masscan --rate {} -p80 10.0.0.0/24
+  scanprof sweep --lab --from 1000 --to 64000 --steps 7 --json --export sweep/";
+const COMPARE_EXAMPLES: &str = "Examples:
+  scanprof compare before/ after/
+  scanprof compare sweep-vm/ sweep-metal/ --format md";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "scanprof",
@@ -111,6 +157,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Profile running processes (and their whole process family) by pid.
+    #[command(after_help = ATTACH_EXAMPLES)]
     Attach {
         /// Process to profile, with its threads and children (repeatable).
         #[arg(
@@ -130,8 +177,9 @@ pub enum Command {
     },
     /// Start a command once every probe is attached and profile it and its children.
     /// If the run ends first (--duration, Ctrl-C, SIGTERM, SIGHUP), the command is sent SIGTERM;
-    /// if scanprof is killed, the command gets SIGKILL. Exit status: the command's, or 128+N
+    /// if scanprof is killed, the command and what it forked get SIGKILL. Exit status: the command's, or 128+N
     /// when signal N ended it (as `time` and `strace` do).
+    #[command(after_help = RUN_EXAMPLES)]
     Run {
         #[command(flatten)]
         run: RunOptions,
@@ -139,12 +187,11 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o.
+    /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o DIR
+    /// (required: created if missing; must be empty unless --force).
     /// With a command, the exit status is the command's (128+N for signal N), as for run.
+    #[command(after_help = RECORD_EXAMPLES)]
     Record {
-        /// Directory to write the bundle into: created if missing; must be empty unless --force.
-        #[arg(short, long, value_name = "DIR")]
-        output: std::path::PathBuf,
         /// Process to profile, with its threads and children (repeatable); or give a command.
         #[arg(short, long = "pid", value_name = "PID", allow_negative_numbers = true)]
         pids: Vec<u32>,
@@ -158,6 +205,7 @@ pub enum Command {
         command: Vec<String>,
     },
     /// Re-render a bundle's report (no root needed): text, markdown or JSON.
+    #[command(after_help = REPORT_EXAMPLES)]
     Report {
         /// A bundle directory, or its events.ndjson.
         #[arg(value_name = "PATH")]
@@ -167,29 +215,74 @@ pub enum Command {
         format: ReportFormat,
     },
     /// Check what this machine's kernel and privileges allow, and what to do about it.
+    #[command(after_help = DOCTOR_EXAMPLES)]
     Doctor {
         /// Print the checks as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Reference UDP sender: paced packets to loopback or a lab address (traffic source).
+    /// Print a shell completion script: bash, zsh or fish.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Started by `run` itself (not for people): reads the launched command's family from its
+    /// stdin and ends it with SIGKILL if scanprof dies before saying `done`.
+    #[command(hide = true)]
+    Watchdog,
+    /// Print the manual page (roff), of scanprof or of one subcommand.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man {
+        /// A subcommand (default: scanprof itself).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Option<String>,
+    },
+    /// Reference UDP sender: paced packets to the address you name (traffic source, and what
+    /// this machine can do). Without --count or --duration: 1000 packets in at most 10 s.
+    #[command(after_help = SEND_EXAMPLES)]
     Send(SendOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
+    #[command(after_help = LAB_EXAMPLES)]
     Lab(LabOptions),
     /// Measure what this machine allows a sender: pacers x rates and send methods at full
     /// speed, against loopback and a private lab it creates and removes, plus the host facts.
+    #[command(after_help = BASELINE_EXAMPLES)]
     Baseline(BaselineOptions),
+    /// Run a command at a series of requested rates (each substituted for `{}`), each step a
+    /// bounded profiled run, and find the knee: the highest rate kept within 2% with no loss,
+    /// and what appears above it. With --lab and no command: the reference sender into a
+    /// private lab the sweep makes (optionally shaped by a tbf). Ctrl-C ends the current step
+    /// with its summary and prints the table so far.
+    #[command(after_help = SWEEP_EXAMPLES)]
+    Sweep(SweepOptions),
+    /// Set two bundles (of `record`/`--export`, or of `sweep --export`) side by side: rates,
+    /// funnels, time budgets, drops and verdicts, their differences, and which causes appeared,
+    /// grew, shrank or went away. No root needed.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare {
+        /// The first bundle (the "before"): a directory, or its events.ndjson / sweep.ndjson.
+        #[arg(value_name = "A")]
+        a: std::path::PathBuf,
+        /// The second bundle (the "after").
+        #[arg(value_name = "B")]
+        b: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
 }
 
 /// Options shared by `attach` and `run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunOptions {
     /// Length of a tick in seconds (0.01 to 3600): rates and views update this often.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
     pub interval: f64,
     /// End the run after this many seconds, at most 30 days (default: when the target's family
     /// exits, or Ctrl-C).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// The packets per second the scanner was asked for (default: read from the scanner's
     /// command line and its own rate-setup functions, as its profile says).
@@ -200,7 +293,7 @@ pub struct RunOptions {
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Switch on the profile's per-packet uprobes: all of them, or the probes named
-    /// (comma-separated). Each hit costs the scanner about 14 us on this class of machine.
+    /// (comma-separated). Each hit costs the scanner 2.6 to 3.9 us here (docs/benchmarks.md).
     #[arg(long, value_name = "PROBES", num_args = 0..=1, default_missing_value = "all")]
     pub per_packet: Option<String>,
     /// Print NDJSON (one `sample` object per tick, a `summary` at the end) instead of text.
@@ -209,6 +302,9 @@ pub struct RunOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Print only the summary (and warnings): no line per tick or at start (text output).
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Before attaching, measure what a reference sender reaches at the requested rate on this
     /// machine (in a private lab), and show it beside the target's figure. The rate is
     /// --requested, else the exact rate or cap the scanner's profile finds for it (its command
@@ -223,7 +319,7 @@ pub struct RunOptions {
     pub baseline_seconds: f64,
     /// Also write a trace bundle (events, Perfetto trace, report.md, plots, bpftrace script) here.
     /// The directory must be new or empty (checked before the run starts), unless --force.
-    #[arg(long, value_name = "DIR")]
+    #[arg(short = 'o', long, visible_alias = "output", value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
     /// Write the bundle (-o, --export) into a directory that is not empty: the files of an
     /// earlier bundle in it are removed first; other files are left alone.
@@ -232,6 +328,14 @@ pub struct RunOptions {
     /// In bundles, replace IP addresses and the host name with consistent stand-ins.
     #[arg(long)]
     pub redact: bool,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the run lasts, e.g.
+    /// 127.0.0.1:9477 (docs/metrics.md). Port 0 picks a free port (named on stderr).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Write the same metrics to this file after every tick, replaced whole each time (for
+    /// node_exporter's textfile collector: a .prom file in its directory).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
     /// Size a BPF map before it is created (repeatable): MAP=ENTRIES. Defaults fit a scanner
     /// family in under 16 MB of locked memory (threads=1024, flows=16384, ...: docs/probes.md);
     /// a run whose map filled says which one to raise, e.g. `--map-size threads=4096`.
@@ -311,7 +415,9 @@ pub enum SlotArg {
 
 #[derive(Debug, Clone, Args)]
 pub struct SendOptions {
-    /// Destination: 127.0.0.0/8 or the lab range 10.99.0.0/24 only.
+    /// Destination: any IPv4 address you name (said on stderr before sending when it is not
+    /// this machine's loopback or a scanprof lab); with SCANPROF_SEND_LOCAL_ONLY=1, loopback and
+    /// the lab range 10.99.0.0/24 only.
     #[arg(long, value_name = "ADDR:PORT")]
     pub to: SocketAddrV4,
     /// Packets per second, a whole number; 0 sends as fast as possible (pacer none).
@@ -321,7 +427,7 @@ pub struct SendOptions {
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// Seconds to send for (at most 30 days).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// UDP payload size in bytes (0 to 65507).
     #[arg(long, default_value_t = 64, value_name = "BYTES",
@@ -406,14 +512,14 @@ pub struct LabOptions {
     #[arg(long, conflicts_with_all = ["scenario", "export", "rate"])]
     pub suite: bool,
     /// Seconds the reference sender runs (at most 30 days).
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: f64,
     /// Packets per second the reference sender is asked for, more than 0 (default depends on
     /// the scenario).
     #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub rate: Option<f64>,
     /// Length of a tick in seconds (0.01 to 3600).
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
     pub interval: f64,
     /// Print NDJSON instead of text (the lab's own checks come as a `lab` object last; with
     /// --suite, one `suite` object).
@@ -433,6 +539,12 @@ pub struct LabOptions {
     /// Scanner profile to profile the reference sender with (a name or a .toml file).
     #[arg(long, default_value = "scanprof-send", value_name = "NAME|FILE")]
     pub profile: String,
+    /// Serve Prometheus metrics of the lab's run at http://ADDR:PORT/metrics (as for run).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Write the same metrics to this file after every tick (as for run).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,
@@ -484,6 +596,73 @@ pub struct BaselineOptions {
     /// Print one JSON object {machine, pacer_rows, method_rows} instead of tables.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Most steps a sweep may have.
+pub const MAX_SWEEP_STEPS: usize = 50;
+
+/// Options of `scanprof sweep`.
+#[derive(Debug, Clone, Args)]
+pub struct SweepOptions {
+    /// Requested rates, packets per second, comma-separated, each substituted for `{}` in the
+    /// command (at most 50).
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_positive_pps,
+          allow_negative_numbers = true, conflicts_with_all = ["from", "to", "steps"],
+          required_unless_present = "from")]
+    pub rates: Vec<f64>,
+    /// Lowest rate of a geometric series (with --to and --steps).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true,
+          requires_all = ["to", "steps"])]
+    pub from: Option<f64>,
+    /// Highest rate of a geometric series.
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true,
+          requires = "from")]
+    pub to: Option<f64>,
+    /// Number of rates from --from to --to, in equal ratios (2 to 50).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=50), requires = "from")]
+    pub steps: Option<u32>,
+    /// The sweep never requests more than this many packets per second: a rate above it is
+    /// refused before anything runs. Required unless --lab (whose traffic cannot leave the lab).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
+    pub max_rate: Option<f64>,
+    /// Seconds each step runs (at most 30 days): the command is ended after it, as `run
+    /// --duration` does; the lab's reference sender sends for exactly this long.
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Length of a tick in seconds (0.01 to 3600).
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS", value_parser = parse_interval_s, allow_negative_numbers = true)]
+    pub interval: f64,
+    /// Make a private two-namespace lab for the sweep (removed at the end). Without a command,
+    /// the reference sender (`scanprof send`) sends into it; with one, the command runs in the
+    /// lab's sender namespace, where `{target}` is the lab's receiver address.
+    #[arg(long)]
+    pub lab: bool,
+    /// Shape the lab's sender link with a tbf of this tc rate (e.g. 2mbit, 20mbit).
+    #[arg(long, value_name = "RATE", requires = "lab")]
+    pub tbf_rate: Option<String>,
+    /// The tbf's bucket (tc burst).
+    #[arg(long, default_value = "4kb", value_name = "SIZE", requires = "tbf_rate")]
+    pub tbf_burst: String,
+    /// The tbf's queue (tc limit).
+    #[arg(long, default_value = "10kb", value_name = "SIZE", requires = "tbf_rate")]
+    pub tbf_limit: String,
+    /// UDP payload bytes of the lab's reference sender.
+    #[arg(long, default_value_t = 512, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1..=1472))]
+    pub size: u16,
+    /// Scanner profile (a name or a .toml file); default: recognised from the command line.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+    /// Print NDJSON: one `sweep_step` object per step, then one `sweep` object.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a sweep bundle here: each step's event stream, sweep.ndjson, sweep.md and
+    /// sweep.svg (achieved against requested, the ideal line, loss). The directory must be new
+    /// or empty.
+    #[arg(short = 'o', long, value_name = "DIR")]
+    pub export: Option<PathBuf>,
+    /// The command, after `--`, with `{}` where the rate goes (and `{target}` with --lab).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[cfg(test)]
@@ -687,6 +866,11 @@ mod tests {
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
+            ("sweep", &["--lab", "--rates", "1000"]),
+            ("compare", &["/nonexistent/a", "/nonexistent/b"]),
+            ("completions", &["bash"]),
+            ("watchdog", &[]),
+            ("man", &[]),
         ];
         let root = Cli::command();
         let mut flags_tried = 0;
@@ -754,7 +938,18 @@ mod tests {
                 let _ = Duration::from_secs_f64(o.seconds * 2.0 + 10.0);
                 assert!(o.rates.iter().all(|r| r.is_finite() && *r >= 0.0));
             }
-            Command::Report { .. } | Command::Doctor { .. } => {}
+            Command::Sweep(o) => {
+                let _ = Duration::from_secs_f64(o.duration + 10.0);
+                let _ = Duration::from_secs_f64(o.interval);
+                assert!(o.rates.iter().all(|r| r.is_finite() && *r > 0.0));
+                assert!(o.max_rate.is_none_or(|r| r.is_finite() && r > 0.0));
+            }
+            Command::Report { .. }
+            | Command::Doctor { .. }
+            | Command::Compare { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Watchdog => {}
         }
     }
 

@@ -2,14 +2,13 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use scanprof::cli::{Cli, Command};
+use scanprof::cli::Command;
 use scanprof::collect::session::Target;
 use scanprof::commands;
 
 fn main() -> ExitCode {
     scanprof::system::startup::begin();
-    let cli = Cli::parse();
+    let cli = commands::version::parse();
     let result = match &cli.command {
         Command::Attach {
             pids,
@@ -18,17 +17,21 @@ fn main() -> ExitCode {
         } => commands::profile::attach(pids, *allow_system, run),
         Command::Run { run, command } => commands::profile::run(Target::Command(command.clone()), run),
         Command::Record {
-            output,
             pids,
             allow_system,
             run,
             command,
-        } => commands::profile::record(output, pids, *allow_system, command, run),
+        } => commands::profile::record(pids, *allow_system, command, run),
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
+        Command::Completions { shell } => commands::version::completions(*shell),
+        Command::Watchdog => Ok(scanprof::system::watchdog::run()),
+        Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Lab(o) => commands::lab::run(o),
         Command::Baseline(o) => commands::baseline::run(o),
+        Command::Sweep(o) => commands::sweep::run(o),
+        Command::Compare { a, b, format } => commands::compare::run(a, b, *format),
     };
     result.unwrap_or_else(|e| {
         eprintln!("scanprof: {e:#}");

@@ -23,6 +23,14 @@ fn json_lines(out: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The `summary` line of a run's NDJSON output.
+fn summary_of(out: &[u8]) -> Value {
+    json_lines(out)
+        .into_iter()
+        .find(|v| v["type"] == "summary")
+        .expect("a summary line")
+}
+
 #[test]
 fn doctor_as_root_finds_every_probe_usable() {
     require_root();
@@ -101,11 +109,7 @@ fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines = json_lines(&out.stdout);
-    let summary = lines
-        .iter()
-        .find(|v| v["type"] == "summary")
-        .expect("a summary line");
+    let summary = summary_of(&out.stdout);
     let sender = summary["processes"]
         .as_array()
         .unwrap()
@@ -144,5 +148,91 @@ fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
     assert!(
         failed >= 1 && failed <= packets,
         "NEIGH_FAILED {failed} of {packets} packets"
+    );
+}
+
+/// Runs `ip ARGS`, panicking with its stderr on failure.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces joined by a veth pair; deleted on drop.
+struct NeighLab {
+    a: String,
+    b: String,
+}
+
+impl Drop for NeighLab {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+#[test]
+fn neighbours_that_resolve_at_once_are_counted_resolved() {
+    // On a veth pair the ARP reply is handled inside the request's own send (softirqs run as the
+    // sending thread re-enables them), so `neigh_update` comes before `neigh_event_send_done`:
+    // the outcome must be counted whatever the order. Twelve addresses, one UDP packet each,
+    // every one answered.
+    require_root();
+    let tag = std::process::id() % 10_000;
+    let lab = NeighLab {
+        a: format!("sp-neigh-a-{tag}"),
+        b: format!("sp-neigh-b-{tag}"),
+    };
+    let (va, vb) = (format!("spna{tag}"), format!("spnb{tag}"));
+    ip(&["netns", "add", &lab.a]);
+    ip(&["netns", "add", &lab.b]);
+    ip(&[
+        "link", "add", &va, "netns", &lab.a, "type", "veth", "peer", "name", &vb, "netns", &lab.b,
+    ]);
+    ip(&["-n", &lab.a, "addr", "add", "10.213.0.1/24", "dev", &va]);
+    for i in 10..22 {
+        ip(&[
+            "-n",
+            &lab.b,
+            "addr",
+            "add",
+            &format!("10.213.0.{i}/24"),
+            "dev",
+            &vb,
+        ]);
+    }
+    for (ns, dev) in [(&lab.a, &va), (&lab.b, &vb)] {
+        ip(&["-n", ns, "link", "set", dev, "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
+    }
+    let script = "sleep 1; for i in $(seq 10 21); do echo x > /dev/udp/10.213.0.$i/9; done; sleep 1";
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &lab.a, BIN, "run", "--json", "--", "bash", "-c", script,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary = summary_of(&out.stdout);
+    let dev = summary["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["neigh_started"].as_u64() > Some(0))
+        .unwrap_or_else(|| panic!("no device with a neighbour resolution: {summary}"));
+    let figures = [
+        &dev["neigh_started"],
+        &dev["neigh_queued"],
+        &dev["neigh_resolved"],
+        &dev["neigh_failed"],
+    ];
+    assert_eq!(
+        figures.map(|v| v.as_u64()),
+        [Some(12), Some(12), Some(12), Some(0)],
+        "{dev}"
     );
 }

@@ -191,3 +191,49 @@ fn broken_bundles_get_clear_errors_naming_file_and_line() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&good);
 }
+
+/// `-q` (quiet): the summary on stdout, and nothing per tick or at start on stderr; without it,
+/// the start line and a line per tick.
+#[test]
+fn quiet_prints_the_summary_and_nothing_per_tick() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root (BPF); CI runs as root"
+    );
+    let run = |quiet: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--no-tui", "-i", "0.5", "-d", "10"]);
+        if quiet {
+            cmd.arg("-q");
+        }
+        cmd.args([
+            "--",
+            BIN,
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--rate",
+            "1000",
+            "--count",
+            "1500",
+        ]);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (out, err) = run(false);
+    assert!(
+        err.contains("probes attached") && err.contains("] achieved"),
+        "{err}"
+    );
+    assert!(out.contains("requested 1000 pps, achieved"), "{out}");
+    let (out, err) = run(true);
+    assert!(out.contains("requested 1000 pps, achieved"), "{out}");
+    assert!(
+        !err.contains("probes attached") && !err.contains("] achieved"),
+        "{err}"
+    );
+}

@@ -24,6 +24,7 @@ use common::*;
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
 use scanprof::lab::{Lab, LabConfig, TbfConfig};
+use scanprof::probes::KernelFeatures;
 use scanprof::views::export::recount::bpftrace_script;
 use scanprof::views::export::{Meta, Recording};
 
@@ -34,6 +35,8 @@ const PORT: u16 = 9000;
 const RATE: u64 = 5000;
 const SIZE: u64 = 512;
 const SECONDS: u64 = 2;
+/// The rate of a sender outside the family, of the same name, sending at the same time.
+const OUTSIDER_RATE: u64 = 2000;
 /// Longest any scanprof process of this test may run.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The end bpftrace is given instead of the script's default, so that SIGINT ends it.
@@ -56,7 +59,7 @@ fn run_args(lab: &Lab) -> Vec<String> {
         "run", "--json", "--no-tui", "--requested", &RATE.to_string(), "--duration", "30", "--",
         "ip", "netns", "exec", &lab.sender_ns,
         scanprof_bin(), "send", "--to", &to, "--rate", &RATE.to_string(), "--size", &SIZE.to_string(),
-        "--duration", &SECONDS.to_string(), "--count", &(RATE * SECONDS).to_string(),
+        "--duration", &(SECONDS + 2).to_string(), "--count", &(RATE * SECONDS).to_string(),
     ];
     args.iter().map(|s| s.to_string()).collect()
 }
@@ -68,10 +71,11 @@ fn run_scanprof(lab: &Lab) -> Summary {
     run.summary()
 }
 
-/// `bpftrace -f json SCRIPT`, once its probes are attached.
-fn bpftrace_attached(script: &std::path::Path) -> Proc {
+/// `bpftrace -f json SCRIPT [ROOT]`, once its probes are attached.
+fn bpftrace_attached(script: &std::path::Path, root: Option<u32>) -> Proc {
     let mut command = Command::new("bpftrace");
     command.arg("-f").arg("json").arg(script);
+    command.args(root.map(|pid| pid.to_string()));
     let mut bpftrace = Proc::spawn("bpftrace", command, false);
     bpftrace.wait_for_line("attached_probes line", Duration::from_secs(30), |l| {
         l.contains("\"attached_probes\"")
@@ -144,6 +148,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
         meta: Meta {
             command_line,
             version: env!("CARGO_PKG_VERSION").into(),
+            drop_reasons: KernelFeatures::detect().drop_reasons,
             ..Default::default()
         },
         processes: first.processes.clone(),
@@ -169,9 +174,42 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     let file = TempFile(std::env::temp_dir().join(format!("scanprof-recount-{}.bt", std::process::id())));
     std::fs::write(&file.0, &script).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
 
-    // 2. bpftrace runs the script alone; once attached, a second run of the same kind.
-    let mut bpftrace = bpftrace_attached(&file.0);
-    let second = run_scanprof(&lab);
+    // 2. bpftrace runs the script alone, given the pid of a shell that then starts a second run
+    // of the same kind: the family is the shell's. At the same time another shell, outside it,
+    // runs a sender of the same name (scanprof) to a closed port on 127.0.0.1: a filter on names
+    // would count its packets too.
+    let second_run = format!(
+        "read go && exec {}",
+        sh_join(&{
+            let mut argv = vec![scanprof_bin().to_string()];
+            argv.extend(run_args(&lab));
+            argv
+        })
+    );
+    let mut launcher = Command::new("sh");
+    launcher.arg("-c").arg(&second_run);
+    let mut launcher = Proc::spawn("launcher shell", launcher, true);
+    let mut bpftrace = bpftrace_attached(&file.0, Some(launcher.pid()));
+    let outsider_argv = sender_argv(
+        "127.0.0.1:9",
+        OUTSIDER_RATE as f64,
+        OUTSIDER_RATE * SECONDS,
+        SECONDS as f64 + 1.0,
+        &[],
+    );
+    let mut outsider = Command::new("sh");
+    outsider
+        .arg("-c")
+        .arg(format!("sleep 0.5; {}", sh_join(&outsider_argv)));
+    let outsider = Proc::spawn("outsider shell", outsider, false);
+    launcher.write_stdin("go\n");
+    let second_run = launcher.finish(RUN_TIMEOUT);
+    second_run.assert_success();
+    assert_all_probes_attached(&second_run.started());
+    let second = second_run.summary();
+    let outsider = outsider.finish(RUN_TIMEOUT);
+    outsider.assert_success();
+    let outsider_sent = u64_of(&outsider.sender_report(), "sent");
     // Let the last drops and sends land, then stop bpftrace (our pid only): it prints its maps.
     std::thread::sleep(Duration::from_millis(300));
     bpftrace.signal(Signal::SIGINT);
@@ -197,22 +235,25 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     // family's context (comm-filtered, as the script does) and machine-wide.
     let bt_packets = sum_where(maps.get("@packets"), |k| family.contains(&k[0]));
     let bt_family_drops = sum_where(maps.get("@family_drops"), |k| {
-        family.contains(&k[0]) && k[1] == qdisc_reason && functions.contains(&k[2])
+        family.contains(&k[0]) && k[1] == qdisc_reason && k[2] == "QDISC_DROP" && functions.contains(&k[3])
     });
     let bt_all_drops = sum_where(maps.get("@drops"), |k| {
-        k[0] == qdisc_reason && functions.contains(&k[1])
+        k[0] == qdisc_reason && k[1] == "QDISC_DROP" && functions.contains(&k[2])
     });
     let bt_errors = sum_where(maps.get("@errors"), |k| family.contains(&k[0]));
+    // Every entry is the family's: none of the outsider's packets.
+    let bt_packets_all = sum_where(maps.get("@packets"), |_| true);
     eprintln!(
         "recount: scanprof packets {} (first run {}), failed calls {}, target_loss QDISC_DROP {} at {:?}; \
-         bpftrace packets {}, errors {}, QDISC_DROP in the family's context {}, machine-wide {}; \
-         receiver {}\nmaps: {maps:?}",
+         bpftrace packets {} (all entries {}), errors {}, QDISC_DROP in the family's context {}, \
+         machine-wide {}; receiver {}; outsider sent {outsider_sent}\nmaps: {maps:?}",
         second.packets,
         first.packets,
         second.failed_calls,
         scanprof_drops,
         ours.iter().map(|d| &d.location).collect::<Vec<_>>(),
         bt_packets,
+        bt_packets_all,
         bt_errors,
         bt_family_drops,
         bt_all_drops,
@@ -238,6 +279,12 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
         bt_packets as f64,
         second.packets as f64,
         0.01,
+    );
+    // The outsider sent while bpftrace counted, under the family's name, and was not counted.
+    assert_eq!(outsider_sent, OUTSIDER_RATE * SECONDS, "the outsider's packets");
+    assert_eq!(
+        bt_packets_all, bt_packets,
+        "packets outside the family were counted"
     );
     assert_within(
         "bpftrace's QDISC_DROPs in the family's context vs scanprof's target_loss QDISC_DROPs",
@@ -289,7 +336,7 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
         .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"));
     let file = TempFile(std::env::temp_dir().join(format!("scanprof-wakeup-{}.bt", std::process::id())));
     std::fs::write(&file.0, WAKEUP_WAIT_BT).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
-    let mut bpftrace = bpftrace_attached(&file.0);
+    let mut bpftrace = bpftrace_attached(&file.0, None);
 
     let to = format!("{}:{PORT}", lab.target_addr);
     let count = 10_000u64;

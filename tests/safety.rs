@@ -376,6 +376,54 @@ fn sigkill_leaves_no_orphan(user: Option<&str>) {
     );
 }
 
+/// 6. SIGKILL of scanprof: what the launched command forked dies too (the watchdog), not only
+/// the command. The shell forks a sleeper and writes its pid; scanprof is killed; the sleeper,
+/// reparented when the shell died, must be gone.
+#[test]
+fn sigkill_of_scanprof_ends_what_the_command_forked() {
+    require_root();
+    let _g = serial();
+    let file = std::env::temp_dir().join(format!("scanprof-forked-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let script = format!("sleep 120 & echo $! > {}; wait", file.display());
+    let args: Vec<String> = ["run", "--json", "--", "sh", "-c", &script]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let shell = root_pid(&started);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let forked = loop {
+        if let Some(pid) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the shell wrote no pid");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&file);
+    // scanprof learns of the fork from its probe: give the record a moment to arrive.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(pid_alive(forked));
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while (pid_alive(forked) || pid_alive(shell)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let orphans: Vec<u32> = [shell, forked].into_iter().filter(|p| pid_alive(*p)).collect();
+    for pid in &orphans {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), Signal::SIGKILL);
+    }
+    assert!(
+        orphans.is_empty(),
+        "{orphans:?} outlived a SIGKILLed scanprof (shell {shell}, its child {forked})"
+    );
+}
+
 /// A user and a group this test made, deleted when dropped (also on failure).
 struct UserGuard {
     user: String,

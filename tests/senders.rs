@@ -64,18 +64,6 @@ impl SenderLab {
     }
 }
 
-fn u64_of(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no integer {key} in {v}"))
-}
-
-fn f64_of(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no number {key} in {v}"))
-}
-
 /// Everything sent arrived, nothing failed, and the sender's and the receiver's rates are both
 /// within 1% of the request.
 #[track_caller]
@@ -247,4 +235,100 @@ fn the_sender_symbols_are_exported() {
         "{global} is not a global data symbol of {}",
         scanprof_bin()
     );
+}
+
+/// A network namespace of this test's own, deleted on drop.
+struct PrivateNetns(String);
+
+impl PrivateNetns {
+    fn new(suffix: &str) -> PrivateNetns {
+        let name = format!("sp{}-{suffix}", std::process::id());
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip").args(args).output().expect("ip");
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        ip(&["netns", "add", &name]);
+        let ns = PrivateNetns(name.clone());
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn lo_tx_packets(&self) -> u64 {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &self.0, "-s", "-j", "link", "show", "lo"])
+            .output()
+            .expect("ip");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
+        v[0]["stats64"]["tx"]["packets"].as_u64().expect("tx packets")
+    }
+}
+
+impl Drop for PrivateNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+/// `scanprof send` sends to the address its user names, beyond loopback and the labs: here
+/// 192.0.2.1 (a documentation address) on the loopback device of a namespace this test makes,
+/// so that nothing leaves it. It says what it will send first. Held to local destinations
+/// (SCANPROF_SEND_LOCAL_ONLY=1, as the tests' other sends are), it refuses the same address.
+#[test]
+fn a_named_address_beyond_loopback_is_sent_to_after_saying_what_goes_out() {
+    require_root();
+    let ns = PrivateNetns::new("named");
+    let add = std::process::Command::new("ip")
+        .args(["-n", &ns.0, "addr", "add", "192.0.2.1/32", "dev", "lo"])
+        .status()
+        .expect("ip");
+    assert!(add.success());
+    let send = |local_only: bool| {
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &ns.0,
+            scanprof_bin(),
+            "send",
+            "--to",
+            "192.0.2.1:9",
+        ]);
+        cmd.args(["--rate", "1000", "--count", "20", "--json"]);
+        if local_only {
+            cmd.env("SCANPROF_SEND_LOCAL_ONLY", "1");
+        } else {
+            cmd.env_remove("SCANPROF_SEND_LOCAL_ONLY");
+        }
+        cmd.output().expect("scanprof send")
+    };
+    let before = ns.lo_tx_packets();
+    let out = send(false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let sent_on_lo = ns.lo_tx_packets() - before;
+    eprintln!(
+        "named address: {stderr}sent {} (lo tx +{sent_on_lo})",
+        report["sent"]
+    );
+    assert!(
+        stderr.contains(
+            "scanprof send: sending UDP to 192.0.2.1:9: up to 20 packets of 64 payload bytes, at 1000 pps"
+        ),
+        "{stderr}"
+    );
+    assert_eq!((u64_of(&report, "sent"), u64_of(&report, "failed")), (20, 0));
+    // The datagrams (and the port-unreachable replies) stayed on the namespace's lo.
+    assert!(sent_on_lo >= 20, "lo sent {sent_on_lo}");
+
+    let refused = send(true);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("refusing to send to 192.0.2.1"), "{stderr}");
 }

@@ -1,6 +1,8 @@
 //! End to end, as a person would see it: the real binary in a real terminal (tmux) opens the live
 //! view on a lab whose sender link drops most packets at a tbf qdisc; the screen must show the
-//! requested and achieved rates and the drop location; `q` must end it and restore the terminal.
+//! requested and achieved rates and the drop location, and the user's command as its title; at the
+//! end, the run's summary with the printed report's figures; `q` must end it and restore the
+//! terminal.
 //! Needs root (BPF, namespaces) and tmux, both of which CI has: it fails rather than skips.
 
 use std::process::Command;
@@ -57,6 +59,18 @@ impl Tmux {
             .output()
             .expect("display");
         String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// The pid of the pane's shell.
+    fn pane_pid(&self) -> u32 {
+        let out = Command::new("tmux")
+            .args(["display", "-p", "-t", &self.0, "#{pane_pid}"])
+            .output()
+            .expect("display");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("a pane pid")
     }
 
     fn keys(&self, keys: &str) {
@@ -120,11 +134,32 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         "drop location shown:\n{live}"
     );
     assert!(live.contains("target_loss"), "{live}");
-    let lab_ns = live
+    // The title is the user's command: the scenario and the sender's own words, not the
+    // wrappers that place it in the lab.
+    assert!(
+        live.contains("lab qdisc-drop: scanprof send --to "),
+        "title:\n{live}"
+    );
+    assert!(
+        !live.contains("ip netns exec") && !live.contains("autogroup"),
+        "title shows the lab's wrappers:\n{live}"
+    );
+    // The lab's namespaces are named after scanprof's pid, the pane shell's child.
+    let pane = tmux.pane_pid();
+    let pgrep = Command::new("pgrep")
+        .args(["-P", &pane.to_string(), "-x", "scanprof"])
+        .output()
+        .expect("pgrep");
+    let scanprof_pid: u32 = String::from_utf8_lossy(&pgrep.stdout)
         .split_whitespace()
-        .find(|w| w.starts_with("sp") && w.ends_with("-0s"))
-        .map(str::to_string)
-        .expect("the header names the lab namespace the sender runs in");
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no scanprof child of the pane's shell {pane}"));
+    let lab_ns = format!("sp{scanprof_pid}-0s");
+    assert!(
+        std::path::Path::new("/run/netns").join(&lab_ns).exists(),
+        "lab namespace {lab_ns} not found while the lab runs"
+    );
 
     // `e` writes a bundle of the run so far, and the header says where.
     tmux.keys("e");
@@ -149,6 +184,17 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         ended.contains("QDISC_DROP"),
         "final state kept on screen:\n{ended}"
     );
+    // Every panel shows the run's summary, marked as such: the header's achieved rate and
+    // ratio are the printed report's, not the last partial tick's.
+    assert!(ended.contains("run ended"), "{ended}");
+    let header_achieved = ended
+        .lines()
+        .find_map(|l| {
+            let at = l.find("achieved ")?;
+            let rest = &l[at..];
+            Some(rest[..rest.find(')')? + 1].to_string())
+        })
+        .unwrap_or_else(|| panic!("no achieved figure in\n{ended}"));
 
     tmux.keys("q");
     let after = tmux.wait_for("scanprof to exit", Duration::from_secs(20), |s| {
@@ -164,6 +210,10 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
     assert!(
         scrollback.contains("funnel (per second over the send window)"),
         "summary printed after the view:\n{scrollback}"
+    );
+    assert!(
+        scrollback.contains(&format!("{header_achieved}: ")),
+        "the ended view's {header_achieved:?} is not the printed summary's:\n{scrollback}"
     );
     assert!(
         !std::path::Path::new("/run/netns").join(&lab_ns).exists(),

@@ -171,9 +171,12 @@ struct sp_qdepth {
 	__u64 backlog_max;	/* bytes */
 };
 
-/* Name of a device, keyed by (ifindex, netns) in the `devnames` map (tgid and pad are 0). */
+/* Name of a device and the kind of its root qdisc (`Qdisc_ops.id`: "tbf", "pfifo_fast",
+ * "noqueue"...), both read on the device's first sight, keyed by (ifindex, netns) in the
+ * `devnames` map (tgid and pad are 0). */
 struct sp_dev_name {
 	char name[16];
+	char qdisc[16];
 };
 
 /* Key of the `block_sites` map: time a process spent blocked in send, by kernel stack. */

@@ -23,6 +23,40 @@ pub struct ScannerView {
     pub claims: Vec<ClaimView>,
     /// what could not be read and why (a symbol missing from a stripped binary...)
     pub notes: Vec<String>,
+    /// the pacing modes the profile knows, each by the calibration probe that runs when the
+    /// scanner uses it: the mode in use is the one whose probe calibrated
+    #[serde(default)]
+    pub pacers: Vec<PacerView>,
+}
+
+/// How a pacer waits out the rest of a packet's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PacerWait {
+    /// on the CPU, reading a clock or a counter until the slot is over
+    Spin,
+    /// off the CPU (nanosleep, a timer)
+    Sleep,
+}
+
+/// One of the scanner's pacing modes, as its profile names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacerView {
+    /// the calibration probe that runs when this mode is used (`gtod_init_tslot`)
+    pub probe: String,
+    /// what people call it (`gettimeofday busy-wait`)
+    pub name: String,
+    /// the scanner option that selects it (`-d 2`)
+    pub option: Option<String>,
+    pub waits: PacerWait,
+}
+
+impl ScannerView {
+    /// The pacing mode the run used: the one whose calibration probe ran last.
+    pub fn pacer_in_use(&self) -> Option<&PacerView> {
+        let last = self.calibrations.last()?;
+        self.pacers.iter().find(|p| p.probe == last.probe)
+    }
 }
 
 /// A family member and the role its profile gives it.
@@ -216,6 +250,8 @@ pub struct ScannerModel {
     output_claims: Vec<String>,
     /// (claim, pps, ns) read from the scanner's output
     readings: Vec<(usize, f64, u64)>,
+    /// the profile's pacing modes
+    pacers: Vec<PacerView>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -252,7 +288,14 @@ impl ScannerModel {
             ipc: BTreeMap::new(),
             output_claims: Vec::new(),
             readings: Vec::new(),
+            pacers: Vec::new(),
         }
+    }
+
+    /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
+    pub fn with_pacers(mut self, pacers: Vec<PacerView>) -> ScannerModel {
+        self.pacers = pacers;
+        self
     }
 
     /// Names the profile's output claims (`[[claim]]`), by index.
@@ -373,6 +416,12 @@ impl ScannerModel {
                     .unwrap_or_else(|| format!("type {t}"))
             }
             None => c.probe.clone(),
+        };
+        // The same message type can go to different members (unicornscan's WORKUNIT to its
+        // sender and to its listener): say which, when the profile tells.
+        let kind = match &c.recipient {
+            Some(r) => format!("{kind} to {r}"),
+            None => kind,
         };
         let bytes = c
             .values
@@ -743,6 +792,7 @@ impl ScannerModel {
             ipc,
             claims,
             notes,
+            pacers: self.pacers.clone(),
         }
     }
 
@@ -873,7 +923,7 @@ fn per_packet_cost(hits: u64, packets: u64) -> String {
 
 /// CPU cost of one uprobe hit with its return, ns: the range benches/profile_probes.rs measured
 /// on the reference sender (2026-11-21). Functions whose first instruction the kernel cannot
-/// emulate cost more (PLATFORM.md's ~14 us).
+/// emulate cost more (a single-stepped first instruction costs several times the measured 2.6 to 3.9 us).
 pub const UPROBE_HIT_NS: (f64, f64) = (2_600.0, 3_900.0);
 
 /// A number as people write it: no trailing `.0`.

@@ -19,6 +19,7 @@ fn call(probe: &str, role: &str, pid: u32, at_ms: u64, entry: bool, values: &[(&
         inside_ns: 0,
         packets: 0,
         last_pkt_ns: 0,
+        recipient: None,
     }
 }
 
@@ -282,4 +283,64 @@ fn a_printed_status_rate_is_set_beside_the_measured_rate() {
     assert!((c.measured.unwrap() - 3_200.0).abs() < 1e-6);
     assert!((c.diff_pct.unwrap() - 525.0).abs() < 1e-6);
     assert!(c.what.starts_with("masscan's status rate"));
+}
+
+/// The master's `send_message(sock, 4, status, data, len)` decoded by the shipped unicornscan
+/// profile from crafted payload bytes: the first 16 bytes of a work unit with `magic` at +0 and
+/// `at10` at +10.
+fn master_work_unit(at_ms: u64, magic: u32, at10: u32, delay_type: u8) -> ProbeCall {
+    let set = crate::wrappers::ProfileSet::builtin().expect("builtin profiles");
+    let probe = set
+        .get("unicornscan")
+        .and_then(|p| p.probes.iter().find(|p| p.name == "master_send_message"))
+        .expect("master_send_message")
+        .clone();
+    let mut buf = [0u8; 16];
+    buf[0..4].copy_from_slice(&magic.to_le_bytes());
+    buf[4..8].copy_from_slice(&1u32.to_le_bytes());
+    buf[10..14].copy_from_slice(&at10.to_le_bytes());
+    buf[14] = delay_type;
+    // send_message(sock, type, status, data, len): data is a pointer, not decoded.
+    let args = [5, 4, 0, 0x7f00_0000_1000, 700, 0];
+    let (values, recipient) = crate::collect::uprobes::entry_values(&probe, &args, &buf);
+    let mut c = call("master_send_message", "ipc_send", 10, at_ms, true, &[]);
+    c.values = values;
+    c.recipient = recipient;
+    c
+}
+
+#[test]
+fn a_listener_work_unit_is_not_read_as_a_sender_rate() {
+    // unicornscan's master hands a TCP send unit (pps 1000) to unisend, then a TCP listener unit
+    // (magic 0xa1b1c1d1) to unilisten, whose bytes at +10 (window size, syn key) read as
+    // pps=893648896 when decoded with the sender's layout.
+    let send = master_work_unit(10, 0x1a1b_1c1d, 1000, 1);
+    assert_eq!(send.recipient.as_deref(), Some("sender"));
+    assert_eq!(send.values.get("pps"), Some(&1000.0));
+    let listen = master_work_unit(11, 0xa1b1_c1d1, 893_648_896, 0);
+    assert_eq!(listen.recipient.as_deref(), Some("listener"));
+    assert_eq!(listen.values.get("pps"), None, "{:?}", listen.values);
+
+    let mut m = model(None, 1000.0);
+    m.ingest(&[send, listen]);
+    m.ingest(&[call(
+        "init_tslot",
+        "rate_setup",
+        20,
+        12,
+        true,
+        &[("pps", 1000.0), ("delay_type", 1.0)],
+    )]);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+        process(30, "unilisten", "listener"),
+    ];
+    let v = m.view(&[], &procs, &[]);
+    assert_eq!(v.requested.conflict, None, "{:?}", v.requested.sources);
+    assert_eq!(v.requested.pps, Some(1000.0));
+    assert_eq!(v.work_units.len(), 1);
+    assert_eq!(v.work_units[0].sender_pid, Some(20));
+    let kinds: Vec<&str> = v.ipc.iter().map(|i| i.kind.as_str()).collect();
+    assert_eq!(kinds, ["WORKUNIT to listener", "WORKUNIT to sender"]);
 }

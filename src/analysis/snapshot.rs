@@ -125,6 +125,10 @@ pub struct DeviceView {
     pub neigh_queued: u64,
     pub neigh_resolved: u64,
     pub neigh_failed: u64,
+    /// kind of the device's root qdisc as the probes first saw it (`tbf`, `pfifo_fast`,
+    /// `noqueue`...); None when not read
+    #[serde(default)]
+    pub qdisc: Option<String>,
 }
 
 /// Time blocked inside send syscalls at one kernel wait site.

@@ -30,7 +30,47 @@ pub struct RunStats {
     pub min: f64,
     /// largest sample
     pub max: f64,
+    /// set when the samples fall in two separate groups (a sender that sends, then stalls for
+    /// whole ticks): then no centre describes them, and each group is given instead
+    #[serde(default)]
+    pub modes: Option<Modes>,
 }
+
+/// Two groups of samples far apart: the low one (stalled) and the high one (sending).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Modes {
+    /// the group of low samples
+    pub low: Mode,
+    /// the group of high samples
+    pub high: Mode,
+}
+
+/// One group of samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mode {
+    /// samples in the group
+    pub n: usize,
+    /// fraction of all samples (of ticks: of the time, ticks being one interval each), 0..=1
+    pub share: f64,
+    /// median of the group, in the unit of the samples
+    pub median: f64,
+    /// smallest and largest sample of the group
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Two groups are modes when each holds at least this fraction of the samples...
+const MODE_MIN_SHARE: f64 = 0.1;
+/// ...and at least this many samples...
+const MODE_MIN_N: usize = 2;
+/// ...the low group's mean is at most this fraction of the high group's...
+const MODE_MAX_RATIO: f64 = 0.5;
+/// ...Ashman's D, |mean_h - mean_l| * sqrt(2) / sqrt(var_l + var_h), is above this: the
+/// groups are apart by more than their own spread...
+const MODE_MIN_SEPARATION: f64 = 2.0;
+/// ...and at most this fraction of the samples lies in the middle third between the two medians
+/// (a ramp or a uniform spread splits with a D of ~3.5, but fills the middle).
+const MODE_MAX_MIDDLE: f64 = 0.1;
 
 /// A sample closer to the median than this fraction of it is never an outlier.
 const OUTLIER_MIN_REL: f64 = 0.01;
@@ -65,8 +105,60 @@ impl RunStats {
             p99: percentile(&sorted, 0.99)?,
             min: *sorted.first()?,
             max: *sorted.last()?,
+            modes: modes(&sorted),
         })
     }
+}
+
+/// The two modes of ascending `sorted`, if it has two: the split that leaves the least spread
+/// within the groups (Otsu's, 1-D two-means), kept only when the groups are both sizeable, far
+/// apart in level and separated beyond their own spread.
+fn modes(sorted: &[f64]) -> Option<Modes> {
+    let n = sorted.len();
+    let mean = |g: &[f64]| g.iter().sum::<f64>() / g.len() as f64;
+    let var = |g: &[f64]| {
+        let m = mean(g);
+        g.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / g.len() as f64
+    };
+    let min_n = MODE_MIN_N.max((MODE_MIN_SHARE * n as f64).ceil() as usize);
+    if n < 2 * min_n {
+        return None;
+    }
+    // Least within-group sum of squares; ties keep the first split.
+    let (low, high) = (min_n..=n - min_n).map(|k| sorted.split_at(k)).min_by(|a, b| {
+        let w = |(l, h): &(&[f64], &[f64])| var(l) * l.len() as f64 + var(h) * h.len() as f64;
+        w(a).total_cmp(&w(b))
+    })?;
+    let (ml, mh) = (mean(low), mean(high));
+    let spread = (var(low) + var(high)).sqrt();
+    let separation = if spread > 0.0 {
+        (mh - ml) * std::f64::consts::SQRT_2 / spread
+    } else {
+        f64::INFINITY
+    };
+    if mh <= 0.0 || ml > MODE_MAX_RATIO * mh || separation <= MODE_MIN_SEPARATION {
+        return None;
+    }
+    let (lo_med, hi_med) = (percentile(low, 0.5)?, percentile(high, 0.5)?);
+    let third = (hi_med - lo_med) / 3.0;
+    let middle = sorted
+        .iter()
+        .filter(|x| **x > lo_med + third && **x < hi_med - third)
+        .count();
+    if middle as f64 > MODE_MAX_MIDDLE * n as f64 {
+        return None;
+    }
+    let mode = |g: &[f64]| Mode {
+        n: g.len(),
+        share: g.len() as f64 / n as f64,
+        median: percentile(g, 0.5).unwrap_or(f64::NAN),
+        min: g[0],
+        max: g[g.len() - 1],
+    };
+    Some(Modes {
+        low: mode(low),
+        high: mode(high),
+    })
 }
 
 /// The `p` quantile (0..=1) of ascending `sorted`, interpolating linearly between
@@ -105,6 +197,7 @@ mod tests {
             p99: 7.0,
             min: 7.0,
             max: 7.0,
+            modes: None,
         };
         assert_eq!(RunStats::from_samples(&[7.0]), Some(expected));
     }
@@ -182,6 +275,41 @@ mod tests {
             RunStats::from_samples(&[1.0, f64::NAN, 3.0]),
             RunStats::from_samples(&[1.0, 3.0])
         );
+    }
+
+    #[test]
+    fn a_sender_that_stalls_for_whole_ticks_has_two_modes_and_no_centre() {
+        // The issue's run: 186.8 pps achieved, read as "median 11.5 +/- 1.8, mean 1.0 (20
+        // outliers left out)". 22 stalled ticks near zero, 18 sending ticks near 415 pps.
+        let mut samples: Vec<f64> = (0..22).map(|i| [0.0, 1.0, 11.5, 13.0][i % 4]).collect();
+        samples.extend((0..18).map(|i| 405.0 + (i % 5) as f64 * 5.0));
+        let stats = RunStats::from_samples(&samples).unwrap();
+        let m = stats.modes.expect("two modes");
+        assert_eq!((m.low.n, m.high.n), (22, 18));
+        assert_close(m.low.share, 0.55);
+        assert_close(m.high.share, 0.45);
+        assert_close(m.high.median, 415.0);
+        assert_close(m.low.max, 13.0);
+        assert_close(m.high.min, 405.0);
+    }
+
+    #[test]
+    fn one_mode_with_jitter_or_a_few_slow_ticks_is_not_bimodal() {
+        // A steady rate with jitter, even split in two tight levels, is one mode.
+        let steady = [
+            10_000.0, 10_000.0, 10_000.1, 9_999.9, 10_000.0, 10_000.1, 10_000.1,
+        ];
+        assert_eq!(RunStats::from_samples(&steady).unwrap().modes, None);
+        let mut two_levels = vec![1000.0; 10];
+        two_levels.extend([1010.0; 10]);
+        assert_eq!(RunStats::from_samples(&two_levels).unwrap().modes, None);
+        // One slow tick in 20 is an outlier, not a mode.
+        let mut one_slow = vec![500.0; 19];
+        one_slow.push(3.0);
+        assert_eq!(RunStats::from_samples(&one_slow).unwrap().modes, None);
+        // A ramp is no pair of modes either.
+        let ramp: Vec<f64> = (1..=30).map(|i| i as f64 * 10.0).collect();
+        assert_eq!(RunStats::from_samples(&ramp).unwrap().modes, None);
     }
 
     #[test]

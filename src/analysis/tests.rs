@@ -455,6 +455,41 @@ fn only_target_loss_counts_as_target_drops_and_rates_come_from_deltas() {
     assert_close(sum.drops[4].rate, 2000.0);
 }
 
+/// The counters of the first sample (stamped with the moment of attach, read after a launched
+/// command was released) belong to the first tick: the ticks' packets and drops add up to the
+/// summary's totals. Fails when the first sample's counters are subtracted.
+#[test]
+fn the_ticks_add_up_to_the_summary_whatever_the_first_sample_read() {
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let at = |t_ns: u64, packets: u64, qdisc: u64| {
+        sample(t_ns)
+            .thread(sender(100, 101, packets, START + 1, t_ns.max(START + 2) - 1))
+            .drops(drop_count(
+                DropClass::TargetLoss,
+                "QDISC_DROP",
+                "__dev_queue_xmit+0x7a",
+                Some(100),
+                qdisc,
+            ))
+            .build()
+    };
+    // Read at attach's stamp, but after 40 packets and 3 drops of the released command.
+    a.baseline(at(START, 40, 3));
+    let t1 = a.tick(&at(START + SEC, 1040, 503), &[]);
+    let last = at(START + 2 * SEC, 2040, 1003);
+    let t2 = a.tick(&last, &[]);
+    let sum = summary_of(&a, &last);
+    let drops: u64 = [&t1, &t2]
+        .iter()
+        .flat_map(|t| t.drops.iter())
+        .map(|d| d.count)
+        .sum();
+    let packets: u64 = [&t1, &t2].iter().map(|t| stage(t, "syscall_packets").count).sum();
+    assert_eq!((drops, packets), (1003, 2040), "ticks vs totals");
+    assert_eq!(sum.drops[0].count, 1003);
+    assert_eq!(sum.packets, 2040);
+}
+
 /// A sample holds the drops of its tick only: a row with no new drops is left out (so samples
 /// do not grow with the drop sites a run has seen), while the summary keeps every row's total.
 #[test]

@@ -42,6 +42,8 @@ pub struct ThreadId {
 #[derive(Debug, Default)]
 pub struct ProcessTable {
     members: Vec<ProcessInfo>,
+    /// for a launched command: ends the family if scanprof dies (src/system/watchdog.rs)
+    watchdog: Option<crate::system::watchdog::Watchdog>,
 }
 
 impl ProcessTable {
@@ -98,8 +100,26 @@ impl ProcessTable {
         }
     }
 
+    /// Hands every member, now and later, to `w`, which ends them if scanprof dies.
+    pub fn guard_with(&mut self, mut w: crate::system::watchdog::Watchdog) {
+        for m in self.members.iter().filter(|m| m.alive) {
+            w.watch(m.pid);
+        }
+        self.watchdog = Some(w);
+    }
+
+    /// The run ended normally: the watchdog, if any, exits without ending anything.
+    pub fn unguard(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.done();
+        }
+    }
+
     /// A member forked a new process, `at_s` seconds after attach.
     pub fn forked(&mut self, pid: u32, ppid: u32, comm: &str, at_s: f64) {
+        if let Some(w) = self.watchdog.as_mut() {
+            w.watch(pid);
+        }
         let parent_exe = self.live(ppid).map(|m| m.exe.clone()).unwrap_or_default();
         let exe = Process::new(pid as i32)
             .and_then(|p| p.exe())

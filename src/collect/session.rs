@@ -317,10 +317,20 @@ fn collect(
         };
         mark("target named (run: command started, held before its exec)");
         // A launched command is held before its exec: it has no descendants to look for.
-        let family = match cfg.target {
+        let mut family = match cfg.target {
             Target::Command(_) => ProcessTable::roots(&roots)?,
             Target::Pids(_) => ProcessTable::discover(&roots)?,
         };
+        // What the command forks must not outlive scanprof either (SIGKILL included); never
+        // for attached processes, which scanprof did not start.
+        if matches!(cfg.target, Target::Command(_)) {
+            match crate::system::watchdog::Watchdog::start() {
+                Ok(w) => family.guard_with(w),
+                Err(e) => eprintln!(
+                    "scanprof: warning: no watchdog ({e}): if scanprof is killed, what the command forked keeps running"
+                ),
+            }
+        }
         mark("family discovered in /proc");
         let (probes, features) = ProbeSet::load_detecting(&cfg.probe_options)?;
         mark("probes loaded and attached");
@@ -415,7 +425,21 @@ fn collect(
                 tsc_hz,
                 start_ns,
             )
-            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect()),
+            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect())
+            .with_pacers(
+                sc.profile
+                    .probes
+                    .iter()
+                    .filter_map(|p| {
+                        p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
+                            probe: p.name.clone(),
+                            name: pc.name.clone(),
+                            option: pc.option.clone(),
+                            waits: pc.waits,
+                        })
+                    })
+                    .collect(),
+            ),
         );
     }
     analyzer.baseline(collector.sample(start_ns));
@@ -507,6 +531,7 @@ fn collect(
     }
     final_warnings.extend(collector.full_map_warnings(&last.health));
     last.processes = collector.processes(&last.threads);
+    collector.family.unguard();
     let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
     let _ = tx.send(Update::Done(Box::new(summary)));
     // The probes detach here, when the collector (and its ProbeSet) is dropped.

@@ -48,6 +48,10 @@ pub struct ProbeCall {
     /// the thread's packets sent so far, and the entry time of its latest packet send
     pub packets: u64,
     pub last_pkt_ns: u64,
+    /// role of the family member the message goes to, when the profile's `[[probe.recipient]]`
+    /// rules tell (an `ipc_send` entry)
+    #[serde(default)]
+    pub recipient: Option<String>,
 }
 
 /// What became of one probe of the profile.
@@ -358,26 +362,10 @@ impl ScannerProbes {
         let entry = sp_ucall_kind(c.kind) == sp_ucall_kind::SP_UCALL_ENTRY;
         let mut values = BTreeMap::new();
         let mut ret = None;
+        let mut recipient = None;
         if entry {
-            for a in &probe.args {
-                if a.ty != ArgType::Ptr {
-                    values.insert(a.name.clone(), reg_value(c.args[a.reg as usize], a.ty));
-                }
-            }
-            if let Some(b) = &probe.buffer {
-                let buf = &c.buf[..(c.buf_len as usize).min(c.buf.len())];
-                for f in &b.fields {
-                    if let Some(cond) = &f.condition {
-                        if values.get(&cond.field) != Some(&(cond.equals as f64)) {
-                            continue;
-                        }
-                    }
-                    if let Some(v) = field_value(buf, f.offset as usize, f.ty) {
-                        values.insert(f.name.clone(), v);
-                    }
-                }
-                values.insert("bytes".into(), buf.len() as f64);
-            }
+            let buf = &c.buf[..(c.buf_len as usize).min(c.buf.len())];
+            (values, recipient) = entry_values(&probe, &c.args, buf);
         } else {
             ret = probe.ret.map(|t| reg_value(c.ret, t));
             for r in &probe.reads {
@@ -403,6 +391,7 @@ impl ScannerProbes {
             inside_ns: c.inside_ns,
             packets: c.packets,
             last_pkt_ns: c.last_pkt_ns,
+            recipient,
         })
     }
 
@@ -440,6 +429,40 @@ impl ScannerProbes {
         }
         self.states.clone()
     }
+}
+
+/// An entry's values by the profile's names: the register arguments and the buffer's fields
+/// whose conditions hold (`buf` is the captured bytes behind the pointer); and the role of the
+/// member the message goes to, by the first `[[probe.recipient]]` rule that holds.
+pub fn entry_values(probe: &Probe, args: &[u64], buf: &[u8]) -> (BTreeMap<String, f64>, Option<String>) {
+    let mut values = BTreeMap::new();
+    for a in &probe.args {
+        if a.ty != ArgType::Ptr {
+            if let Some(r) = args.get(a.reg as usize) {
+                values.insert(a.name.clone(), reg_value(*r, a.ty));
+            }
+        }
+    }
+    let Some(b) = &probe.buffer else {
+        return (values, None);
+    };
+    for f in &b.fields {
+        if let Some(cond) = &f.condition {
+            if !cond.holds(values.get(&cond.field).copied()) {
+                continue;
+            }
+        }
+        if let Some(v) = field_value(buf, f.offset as usize, f.ty) {
+            values.insert(f.name.clone(), v);
+        }
+    }
+    let recipient = probe
+        .recipients
+        .iter()
+        .find(|r| r.when.holds(values.get(&r.when.field).copied()))
+        .map(|r| r.role.clone());
+    values.insert("bytes".into(), buf.len() as f64);
+    (values, recipient)
 }
 
 /// A register's value read as `ty`.

@@ -209,11 +209,14 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("gap", "send_errors", Truth::QdiscDrops),
             ..base
         },
-        // Slots 1.5x too long: a third of the requested rate is missing.
+        // Slots 1.5x too long: a third of the requested rate is missing. The truth is the whole
+        // gap: the tsc pacer's deadline slots make up a wait for a CPU at the next slot, so time
+        // behind other tasks costs this sender no packets (one loaded run: 0.675 s of run-queue
+        // delay in 4 s, and still 666.7 pps of 1000, the skew's exact 1/1.5).
         Scenario::Miscalibrated => Staging {
             rate: 1_000.0,
             flags: &["--pacer", "tsc", "--calibration-skew", "1.5"],
-            expect: expect("gap", "miscalibrated", Truth::GapLessRunDelay),
+            expect: expect("gap", "miscalibrated", Truth::Gap),
             ..base
         },
         // The sender's socket holds ~200 kB of replies, then drops every further one.
@@ -766,8 +769,8 @@ impl Drop for Hog {
 /// Where the run's tasks go: the sender on a CPU of its own (the last this process may use),
 /// the lab's own threads (receiver, profiler) on the others, so that the scenario's fault is
 /// the only thing slowing the sender. Undone on drop.
-struct Placement {
-    sender_cpu: usize,
+pub(crate) struct Placement {
+    pub(crate) sender_cpu: usize,
     /// this thread's affinity before, restored on drop (None: nothing was changed)
     saved: Option<CpuSet>,
 }
@@ -775,7 +778,7 @@ struct Placement {
 impl Placement {
     /// Moves the calling thread (and so the threads and children it starts later) off the
     /// sender's CPU, when there is another CPU to go to.
-    fn choose() -> anyhow::Result<Placement> {
+    pub(crate) fn choose() -> anyhow::Result<Placement> {
         let allowed =
             sched_getaffinity(Pid::from_raw(0)).context("cannot read this process's CPU affinity")?;
         let cpus: Vec<usize> = (0..CpuSet::count())
@@ -810,7 +813,7 @@ impl Drop for Placement {
 /// The sender's command line: `ip netns exec` into the sender namespace, its own session and
 /// scheduling group at nice -20 (unless the hog is the fault), pinned to `cpu`, then
 /// `scanprof send` with the scenario's flags.
-fn sender_argv(
+pub(crate) fn sender_argv(
     lab: &Lab,
     stage: &Staging,
     cpu: usize,
@@ -866,6 +869,19 @@ fn sender_argv(
     }
     argv.extend(stage.flags.iter().map(|f| f.to_string()));
     argv
+}
+
+/// The live view's title: the scenario and the reference sender's own command (`scanprof send
+/// --to ...`), not the wrappers that place it in the lab (`ip netns exec`, `setsid sh -c`,
+/// `nice`, `taskset`); the binary by its name, not its build path.
+fn lab_title(scenario: Scenario, sender_argv: &[String]) -> String {
+    let mut words = super::profile::command_words(sender_argv);
+    if let Some(exe) = words.first_mut() {
+        if let Some(name) = exe.rsplit('/').next() {
+            *exe = name.to_string();
+        }
+    }
+    format!("lab {}: {}", scenario_name(scenario), words.join(" "))
 }
 
 pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
@@ -943,12 +959,15 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
+        quiet: false,
         baseline: false,
         baseline_pacer: "tsc".into(),
         baseline_seconds: 2.0,
         export: o.export.clone(),
         force: o.force,
         redact: false,
+        metrics: o.metrics,
+        metrics_file: o.metrics_file.clone(),
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         user: None,
@@ -958,10 +977,17 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
+    let argv_shown = argv.clone();
     let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
     cfg.drop_privileges = false;
-    let rec = super::profile::render(cfg, output, super::profile::stop_flag()?, export_to.as_ref())?.rec;
+    let metrics = crate::views::metrics::MetricsTargets {
+        listen: o.metrics,
+        file: o.metrics_file.clone(),
+    };
+    let stop = super::profile::stop_flag()?;
+    let title = lab_title(o.scenario, &argv_shown);
+    let rec = super::profile::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);
@@ -1224,6 +1250,38 @@ mod tests {
                         Icmp: 0 0\n\
                         Udp: InDatagrams NoPorts InErrors OutDatagrams\n\
                         Udp: 0 0 0 513\n";
+
+    #[test]
+    fn the_lab_title_names_the_scenario_and_the_senders_own_command() {
+        // It read `ip netns exec sp7503-0s setsid sh -c echo -20 > /proc/self/autogroup ...`.
+        // The wrappers as `sender_argv` writes them (a Lab needs root to exist).
+        let lift = format!("echo {SENDER_NICE} > /proc/self/autogroup 2>/dev/null; exec \"$@\"");
+        let send =
+            "/work/x/target/release/scanprof send --to 10.99.0.2:9000 --rate 5000 --duration 3 --size 64";
+        let mut argv: Vec<String> = [
+            "ip",
+            "netns",
+            "exec",
+            "sp7503-0s",
+            "setsid",
+            "sh",
+            "-c",
+            &lift,
+            "scanprof-lab",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(["nice", "-n", SENDER_NICE, "taskset", "-c", "1"].map(String::from));
+        argv.extend(send.split(' ').map(String::from));
+        let want = "lab qdisc-drop: scanprof send --to 10.99.0.2:9000 --rate 5000 --duration 3 --size 64";
+        assert_eq!(lab_title(Scenario::QdiscDrop, &argv), want);
+        // With the hog (no niceness lift): the same.
+        let mut hog: Vec<String> = ["ip", "netns", "exec", "sp7503-0s", "taskset", "-c", "1"]
+            .map(String::from)
+            .to_vec();
+        hog.extend(send.split(' ').map(String::from));
+        assert_eq!(lab_title(Scenario::QdiscDrop, &hog), want);
+    }
 
     #[test]
     fn snmp_counters_are_read_by_protocol_and_name() {

@@ -2,8 +2,11 @@
 //! and calls one of these; they return the process exit code.
 
 pub mod baseline;
+pub mod compare;
 pub mod doctor;
 pub mod lab;
 pub mod profile;
 pub mod report;
 pub mod send;
+pub mod sweep;
+pub mod version;

@@ -11,11 +11,13 @@ use anyhow::{bail, Context};
 use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
+use crate::collect::family::ProcessInfo;
 use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
 use crate::collect::uprobes::PerPacket;
-use crate::probes::ProbeOptions;
+use crate::probes::{ProbeOptions, ProbeStatus};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
+use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
 use crate::views::{json, text};
 use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
 use std::path::{Path, PathBuf};
@@ -63,7 +65,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     }
     Ok(SessionConfig {
         command_output: match output {
-            Output::Text => CommandOutput::Inherit,
+            Output::Text | Output::Quiet => CommandOutput::Inherit,
             Output::Json => CommandOutput::StdoutToStderr,
             Output::Tui => match &target {
                 Target::Command(_) => CommandOutput::File(command_log()?),
@@ -208,6 +210,8 @@ fn which(cmd: &str) -> Option<PathBuf> {
 pub enum Output {
     Json,
     Text,
+    /// text, the summary only (-q)
+    Quiet,
     /// the live terminal view, then the text summary
     Tui,
 }
@@ -309,6 +313,7 @@ pub fn meta_now() -> Meta {
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
+        drop_reasons: crate::probes::KernelFeatures::detect().drop_reasons,
     }
 }
 
@@ -338,14 +343,97 @@ pub fn render(
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
 ) -> anyhow::Result<Rendered> {
+    render_with(cfg, output, stop, export_to, &MetricsTargets::default(), None)
+}
+
+/// The labels of a run's metrics: its scanner profile, and the shard its command line names.
+fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
+    let scanner = cfg
+        .scanner
+        .as_ref()
+        .map_or("generic", |s| s.profile.name.as_str());
+    let argv: Vec<String> = match &cfg.target {
+        Target::Command(argv) => argv.clone(),
+        Target::Pids(pids) => std::fs::read(format!("/proc/{}/cmdline", pids[0]))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect(),
+    };
+    RunLabels::of(scanner, &argv)
+}
+
+/// The line that opens a headless run on stderr: the probes attached and what is followed. A
+/// launched command is named by its own words: when this is printed its process may still be a
+/// wrapper (`sh`, `ip`) that has not exec'd the command yet, so its name would mislead.
+fn started_line(probes: &[ProbeStatus], processes: &[ProcessInfo], command: Option<&str>) -> String {
+    let attached = probes.iter().filter(|p| p.attached).count();
+    let followed = match (command, processes) {
+        (Some(c), [root, ..]) => format!(
+            "following pid {} running `{c}` and the processes it starts",
+            root.pid
+        ),
+        (Some(c), []) => format!("following `{c}` and the processes it starts"),
+        (None, _) => format!(
+            "following {} process(es): {}",
+            processes.len(),
+            processes
+                .iter()
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!(
+        "scanprof: {attached} of {} probes attached; {followed}\n",
+        probes.len()
+    )
+}
+
+/// The words of a launched command a person reads: the scanner's own, without the wrappers
+/// that only place or schedule it (`ip netns exec NS`, `setsid`, `nice`, `taskset`,
+/// `sh -c '... exec "$@"'`), found as `scanner_setup` finds the scanner's words.
+pub(crate) fn command_words(argv: &[String]) -> Vec<String> {
+    match ProfileSet::builtin() {
+        Ok(set) => set.scanner_words(argv),
+        Err(_) => crate::wrappers::skip_wrappers(argv),
+    }
+}
+
+/// [`render`], also serving or writing Prometheus metrics of the run as it goes. `title` names
+/// the run in the live view (the lab names its scenario); None: `run` and the command's own
+/// words, or `attach` and the pids.
+pub fn render_with(
+    cfg: SessionConfig,
+    output: Output,
+    stop: Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+    metrics: &MetricsTargets,
+    title: Option<String>,
+) -> anyhow::Result<Rendered> {
+    // The listener is bound before the run starts: a port in use stops it here.
+    let exporter = if metrics.any() {
+        let e = Exporter::start(metrics, metrics_labels(&cfg))?;
+        if let Some(addr) = e.local_addr() {
+            eprintln!("scanprof: metrics at http://{addr}/metrics");
+        }
+        Some(e)
+    } else {
+        None
+    };
     let command_log = match &cfg.command_output {
         CommandOutput::File(path) => Some(path.clone()),
         _ => None,
     };
-    let title = match &cfg.target {
-        Target::Pids(pids) => format!("attach {pids:?}"),
-        Target::Command(argv) => format!("run {}", argv.join(" ")),
+    let command = match &cfg.target {
+        Target::Command(argv) => Some(command_words(argv).join(" ")),
+        Target::Pids(_) => None,
     };
+    let title = title.unwrap_or_else(|| match &cfg.target {
+        Target::Pids(pids) => format!("attach {pids:?}"),
+        Target::Command(_) => format!("run {}", command.as_deref().unwrap_or_default()),
+    });
     // The ticks go to a private spool file as they come (a bundle needs them all, memory
     // keeps the latest): with a bundle to write, and in the live view, whose `e` key can
     // write one at any time.
@@ -356,7 +444,14 @@ pub fn render(
     };
     let drop_privileges = cfg.drop_privileges;
     crate::system::startup::mark("options and scanner profile read");
-    let session = session::start(cfg, Arc::clone(&stop))?;
+    let mut session = session::start(cfg, Arc::clone(&stop))?;
+    // The metrics take every update before the views do.
+    let metrics_tap = exporter.map(|e| {
+        let (_, own) = std::sync::mpsc::channel();
+        let (rx, handle) = crate::views::metrics::tap(std::mem::replace(&mut session.updates, own), e);
+        session.updates = rx;
+        handle
+    });
     if drop_privileges {
         // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
         // into a directory someone else owns (or the view's `e` key may make one here).
@@ -416,6 +511,7 @@ pub fn render(
             let _ = writeln!(stdout, "the command's own output is in {}", log.display());
         }
         drop(stdout);
+        finish_metrics(metrics_tap);
         finish_export(&mut rec, export_to)?;
         view?;
         return Ok(Rendered {
@@ -436,17 +532,7 @@ pub fn render(
                     let started = serde_json::json!({ "processes": processes, "probes": probes });
                     (Some(json::line("started", &started) + "\n"), None)
                 } else {
-                    let attached = probes.iter().filter(|p| p.attached).count();
-                    let mut e = format!(
-                        "scanprof: {attached} of {} probes attached; following {} process(es): {}\n",
-                        probes.len(),
-                        processes.len(),
-                        processes
-                            .iter()
-                            .map(|p| format!("{} ({})", p.pid, p.comm))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
+                    let mut e = started_line(&probes, &processes, command.as_deref());
                     for p in probes.iter().filter(|p| !p.attached) {
                         e += &format!(
                             "scanprof: warning: probe {} unavailable: {}\n",
@@ -472,7 +558,7 @@ pub fn render(
                 }
             }
         };
-        if let Some(e) = err {
+        if let Some(e) = err.filter(|_| output != Output::Quiet) {
             let _ = std::io::stderr().write_all(e.as_bytes());
         }
         if let (Some(o), None) = (out, &write_error) {
@@ -487,6 +573,7 @@ pub fn render(
         .summary
         .as_ref()
         .context("the session ended without a summary")?;
+    finish_metrics(metrics_tap);
     finish_export(&mut rec, export_to)?;
     if let Some(e) = write_error {
         return Err(anyhow::Error::new(e)
@@ -553,6 +640,14 @@ pub fn exit_code_of(status: Option<std::process::ExitStatus>) -> ExitCode {
             (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
             (None, None) => ExitCode::FAILURE,
         },
+    }
+}
+
+/// Waits for the metrics tap (it has passed the summary on) and reports a failed file write.
+fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) {
+    let exporter = tap.and_then(|t| t.join().ok());
+    if let Some(e) = exporter.as_ref().and_then(|e| e.file_error.as_ref()) {
+        eprintln!("scanprof: warning: {e}");
     }
 }
 
@@ -623,12 +718,14 @@ pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Re
 
 /// `scanprof record -o DIR`: attach (with -p) or run (with a command), always exporting.
 pub fn record(
-    output: &Path,
     pids: &[u32],
     allow_system: bool,
     command: &[String],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
+    if opts.export.is_none() {
+        bail!("record writes a bundle: give its directory with -o DIR");
+    }
     for &pid in pids {
         if let Some(why) = refused_target(pid, allow_system) {
             bail!("{why}");
@@ -639,13 +736,15 @@ pub fn record(
         (true, false) => Target::Command(command.to_vec()),
         _ => bail!("give either -p PID (to attach) or `-- COMMAND` (to run), not both or neither"),
     };
-    let mut opts = opts.clone();
-    opts.export = Some(output.to_path_buf());
-    run(target, &opts)
+    run(target, opts)
 }
 
 pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
-    let output = Output::choose(opts.json, opts.no_tui);
+    let output = if opts.quiet && !opts.json {
+        Output::Quiet
+    } else {
+        Output::choose(opts.json, opts.no_tui)
+    };
     let mut cfg = session_config(target, opts, output)?;
     if opts.baseline {
         cfg.baseline = Some(measure_baseline(opts, cfg.scanner.as_ref())?);
@@ -655,13 +754,61 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|dir| ExportTarget::open(dir, opts.redact, opts.force))
         .transpose()?;
-    let rendered = render(cfg, output, stop_flag()?, export_to.as_ref())?;
+    let metrics = MetricsTargets {
+        listen: opts.metrics,
+        file: opts.metrics_file.clone(),
+    };
+    let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics, None)?;
     Ok(exit_code_of(rendered.status))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {
+        // It read "following 1 process(es): 4242 (sh)": the root had not exec'd the command yet.
+        let argv: Vec<String> = [
+            "ip",
+            "netns",
+            "exec",
+            "ns1",
+            "sh",
+            "-c",
+            "exec masscan -p80 10.0.0.1 --rate 100",
+        ]
+        .map(String::from)
+        .to_vec();
+        let words = command_words(&argv).join(" ");
+        assert_eq!(words, "masscan -p80 10.0.0.1 --rate 100");
+        let sh = ProcessInfo {
+            pid: 4242,
+            ppid: 1,
+            comm: "sh".into(),
+            exe: "/bin/sh".into(),
+            root: true,
+            alive: true,
+            exit_code: None,
+            role: None,
+            start_s: None,
+            exit_s: None,
+        };
+        let probes = vec![ProbeStatus {
+            name: "send_path".into(),
+            attached: true,
+            error: None,
+        }];
+        let line = started_line(&probes, std::slice::from_ref(&sh), Some(&words));
+        assert_eq!(
+            line,
+            "scanprof: 1 of 1 probes attached; following pid 4242 running `masscan -p80 10.0.0.1 --rate 100` and the processes it starts\n"
+        );
+        assert!(!line.contains("(sh)"));
+        // Attached processes are named as they are.
+        let line = started_line(&probes, &[sh], None);
+        assert!(line.ends_with("following 1 process(es): 4242 (sh)\n"), "{line}");
+    }
 
     #[test]
     fn init_kernel_threads_and_scanprof_itself_are_refused_as_targets() {

@@ -5,22 +5,36 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, ensure};
+use anyhow::ensure;
 
 use crate::cli::{PacerArg, SendMethodArg, SendOptions, SlotArg, TscSourceArg};
 use crate::senders::engine::{self, SendConfig};
-use crate::senders::methods::Method;
+use crate::senders::methods::{Destinations, Method};
 use crate::senders::pacing::{PacerKind, SlotModel};
 use crate::senders::report::SendReport;
 use crate::senders::tsc::TscSource;
+use crate::senders::udp::is_safe_destination;
 use crate::senders::udp::whole_rate;
+
+/// Packets sent when neither --count nor --duration is given.
+pub const DEFAULT_COUNT: u64 = 1000;
+/// Seconds a send lasts at most when neither --count nor --duration is given.
+pub const DEFAULT_DURATION_S: f64 = 10.0;
 
 /// The sender configuration `o` asks for.
 pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
-    if o.count.is_none() && o.duration.is_none() {
-        bail!("say how much to send: --count N or --duration SECONDS");
-    }
-    let duration = match o.duration {
+    config_for(o, Destinations::for_command_line())
+}
+
+/// The sender configuration `o` asks for, sending where `destinations` allows.
+pub fn config_for(o: &SendOptions, destinations: Destinations) -> anyhow::Result<SendConfig> {
+    // Bounded by default: without --count or --duration, DEFAULT_COUNT packets in at most
+    // DEFAULT_DURATION_S seconds.
+    let (count, duration) = match (o.count, o.duration) {
+        (None, None) => (Some(DEFAULT_COUNT), Some(DEFAULT_DURATION_S)),
+        bounds => bounds,
+    };
+    let duration = match duration {
         Some(d) => {
             ensure!(
                 d.is_finite() && d > 0.0,
@@ -34,7 +48,8 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
         o.method == SendMethodArg::Packet || (!o.ring && o.dev.is_none()),
         "--ring and --dev go with --method packet"
     );
-    let mut cfg = SendConfig::new(o.to, whole_rate(o.rate)?, o.count, duration);
+    let mut cfg = SendConfig::new(o.to, whole_rate(o.rate)?, count, duration);
+    cfg.destinations = destinations;
     cfg.size = o.size;
     cfg.sndbuf = o.sndbuf;
     cfg.src_port = o.src_port;
@@ -69,6 +84,10 @@ pub fn config(o: &SendOptions) -> anyhow::Result<SendConfig> {
 
 pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
     let cfg = config(o)?;
+    if !is_safe_destination(*cfg.to.ip()) {
+        // Beyond this machine's loopback and labs: say what will go out before it does.
+        eprintln!("scanprof send: {}", plan(&cfg));
+    }
     if matches!(o.method, SendMethodArg::Raw | SendMethodArg::Packet) {
         let missing = crate::system::caps::missing(&[crate::system::caps::CAP_NET_RAW]);
         ensure!(
@@ -90,6 +109,24 @@ pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
         print!("{}", text(&report, &cfg));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a send will do, in one line: where, how many, how fast, how long.
+pub fn plan(cfg: &SendConfig) -> String {
+    let mut parts = vec![match cfg.count {
+        Some(n) => format!("up to {n} packets of {} payload bytes", cfg.size),
+        None => format!("packets of {} payload bytes", cfg.size),
+    }];
+    parts.push(if cfg.rate_pps == 0 {
+        "as fast as possible".to_string()
+    } else {
+        format!("at {} pps", cfg.rate_pps)
+    });
+    if let Some(d) = cfg.duration {
+        parts.push(format!("for at most {} s", d.as_secs_f64()));
+    }
+    parts.push(format!("with {}", cfg.method.name()));
+    format!("sending UDP to {}: {}", cfg.to, parts.join(", "))
 }
 
 /// The report for people.
@@ -196,10 +233,37 @@ mod tests {
     }
 
     #[test]
+    fn a_send_is_bounded_by_default_and_says_what_it_will_do() {
+        use clap::Parser;
+        let options = |args: &[&str]| {
+            let mut argv = vec!["scanprof", "send"];
+            argv.extend(args);
+            match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+                crate::cli::Command::Send(o) => o,
+                _ => unreachable!(),
+            }
+        };
+        let parse = |args: &[&str]| config_for(&options(args), Destinations::Named).unwrap();
+        let cfg = parse(&["--to", "192.0.2.1:9", "--rate", "500"]);
+        assert_eq!(cfg.count, Some(DEFAULT_COUNT));
+        assert_eq!(cfg.duration, Some(Duration::from_secs_f64(DEFAULT_DURATION_S)));
+        assert_eq!(
+            plan(&cfg),
+            "sending UDP to 192.0.2.1:9: up to 1000 packets of 64 payload bytes, at 500 pps, for at most 10 s, with sendto"
+        );
+        // One bound given: only that one.
+        let cfg = parse(&["--to", "192.0.2.1:9", "--count", "5"]);
+        assert_eq!((cfg.count, cfg.duration), (Some(5), None));
+        assert_eq!(cfg.destinations, Destinations::Named);
+        // Held to local destinations (SCANPROF_SEND_LOCAL_ONLY=1), the same address is refused.
+        let err = config_for(&options(&["--to", "192.0.2.1:9"]), Destinations::LocalOnly).unwrap_err();
+        assert!(err.to_string().contains("refusing to send to 192.0.2.1"), "{err}");
+    }
+
+    #[test]
     fn bad_combinations_are_refused() {
         for args in [
-            &["--rate", "10"][..],
-            &["--count", "1", "--rate", "2.5"],
+            &["--count", "1", "--rate", "2.5"][..],
             &["--count", "1", "--ring"],
             &["--count", "1", "--calibration-skew", "1.5"],
         ] {

@@ -68,6 +68,7 @@ const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 const _: () = assert!(size_of::<sp_dev_key>() == 16);
 const _: () = assert!(size_of::<sp_dev_stats>() == 13 * 8 - 2 * 8);
+const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 
 const FAMILY_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/family.bpf.o"));
@@ -84,6 +85,12 @@ const STAGE_OBJECTS: [(&str, &[u8]); 4] = [
     ("netdev", NETDEV_OBJ),
     ("drops", DROPS_OBJ),
 ];
+
+/// Every BPF object built into this binary, by name, in load order (`--version` names them).
+pub fn objects() -> [(&'static str, &'static [u8]); 6] {
+    let [a, b, c, d] = STAGE_OBJECTS;
+    [("family", FAMILY_OBJ), a, b, c, d, ("uprobes", UPROBES_OBJ)]
+}
 
 /// Why the probes could not be set up.
 #[derive(Debug, Error)]
@@ -240,9 +247,9 @@ pub fn rejection(log: &[String]) -> (Option<String>, Option<String>) {
     }
     let last = log
         .iter()
-        .flat_map(|m| m.lines())
-        .filter(|l| l.contains("prog '"))
-        .last();
+        .rev()
+        .flat_map(|m| m.lines().rev())
+        .find(|l| l.contains("prog '"));
     match last {
         Some(l) => (
             prog_of(l),
@@ -661,15 +668,19 @@ impl ProbeSet {
         rows
     }
 
-    /// Device names by (ifindex, netns).
-    pub fn device_names(&self) -> BTreeMap<(u32, u32), String> {
+    /// Device names, with the kind of each one's root qdisc ("" when the device had none to
+    /// read), by (ifindex, netns).
+    pub fn device_names(&self) -> BTreeMap<(u32, u32), (String, String)> {
         self.devnames
             .keys()
             .filter_map(|k| {
                 let key = read_pod::<sp_dev_key>(&k)?;
                 let v = self.devnames.lookup(&k, MapFlags::ANY).ok().flatten()?;
                 let name = read_pod::<sp_dev_name>(&v)?;
-                Some(((key.ifindex, key.netns), c_chars(&name.name)))
+                Some((
+                    (key.ifindex, key.netns),
+                    (c_chars(&name.name), c_chars(&name.qdisc)),
+                ))
             })
             .collect()
     }

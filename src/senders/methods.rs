@@ -73,6 +73,8 @@ impl Method {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub to: SocketAddrV4,
+    /// which destinations may be sent to
+    pub destinations: Destinations,
     /// UDP payload bytes (>= SEQ_BYTES)
     pub size: usize,
     pub sndbuf: Option<usize>,
@@ -80,8 +82,35 @@ pub struct Target {
     pub src_port: u16,
 }
 
-/// Refuses any destination but loopback, or the lab range from inside a lab namespace.
-pub fn check_destination(to: Ipv4Addr) -> Result<()> {
+/// Which destinations a send may go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Destinations {
+    /// loopback, and the lab range from inside a lab namespace: the labs, the baseline and this
+    /// project's tests (`SCANPROF_SEND_LOCAL_ONLY=1` holds `scanprof send` to it)
+    #[default]
+    LocalOnly,
+    /// the one address a user named on `scanprof send`'s command line, wherever it is
+    Named,
+}
+
+impl Destinations {
+    /// What `scanprof send` allows: the address its user named, unless the environment holds
+    /// it to local destinations (`SCANPROF_SEND_LOCAL_ONLY=1`, which the tests set).
+    pub fn for_command_line() -> Destinations {
+        if std::env::var_os("SCANPROF_SEND_LOCAL_ONLY").is_some_and(|v| v == "1") {
+            Destinations::LocalOnly
+        } else {
+            Destinations::Named
+        }
+    }
+}
+
+/// Checks `to` against `policy`: a named destination is taken as it is; a local-only send refuses
+/// any destination but loopback, or the lab range from inside a lab namespace.
+pub fn check_destination(to: Ipv4Addr, policy: Destinations) -> Result<()> {
+    if policy == Destinations::Named {
+        return Ok(());
+    }
     ensure!(
         is_safe_destination(to),
         "refusing to send to {to}: only 127.0.0.0/8 and the lab range 10.99.0.0/24 are allowed"
@@ -112,7 +141,13 @@ enum Kind {
 impl Sender {
     /// Opens the socket for `method` towards `target`, after checking the destination.
     pub fn open(method: &Method, target: &Target) -> Result<Sender> {
-        check_destination(*target.to.ip())?;
+        check_destination(*target.to.ip(), target.destinations)?;
+        ensure!(
+            !matches!(method, Method::Packet { .. }) || is_safe_destination(*target.to.ip()),
+            "--method packet builds whole frames for loopback and the lab veth only: to {} use \
+             --method sendto, sendmmsg or raw",
+            target.to.ip()
+        );
         let kind = match method {
             Method::Sendto | Method::Sendmmsg { .. } => {
                 let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, target.src_port))
@@ -778,10 +813,35 @@ mod tests {
     fn target(ip: [u8; 4]) -> Target {
         Target {
             to: SocketAddrV4::new(Ipv4Addr::from(ip), 9000),
+            destinations: Destinations::LocalOnly,
             size: 64,
             sndbuf: None,
             src_port: 1234,
         }
+    }
+
+    /// A destination a user named is taken as it is (the check never touches the network);
+    /// local-only sends still refuse it, and whole frames stay on loopback and the lab veth.
+    #[test]
+    fn a_named_destination_is_allowed_only_when_named() {
+        let doc = Ipv4Addr::new(192, 0, 2, 1);
+        assert!(check_destination(doc, Destinations::Named).is_ok());
+        let err = check_destination(doc, Destinations::LocalOnly).unwrap_err();
+        assert!(err.to_string().contains("refusing to send to 192.0.2.1"), "{err}");
+        let mut t = target([192, 0, 2, 1]);
+        t.destinations = Destinations::Named;
+        let packet = Method::Packet {
+            ring: false,
+            batch: 1,
+            dev: None,
+        };
+        let err = Sender::open(&packet, &t)
+            .err()
+            .expect("packet to a named address");
+        assert!(
+            err.to_string().contains("--method packet builds whole frames"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -191,6 +191,7 @@ fn scanner_calls() -> Vec<crate::collect::uprobes::ProbeCall> {
             inside_ns: if entry { 0 } else { 100_000_000 },
             packets: if ms > 900 { 90 } else { 0 },
             last_pkt_ns: if ms > 900 { 990_000_000 } else { 0 },
+            recipient: None,
         }
     };
     vec![
@@ -258,6 +259,9 @@ pub fn rich_recording() -> crate::views::export::Recording {
             started_at: "2026-11-21T06:00:00Z".into(),
             hostname: "lab-host".into(),
             kernel: "6.18.44".into(),
+            drop_reasons: [(2, "NOT_SPECIFIED"), (3, "NO_SOCKET"), (5, "QDISC_DROP")]
+                .map(|(n, name)| (n, name.to_string()))
+                .into(),
         },
         processes: ticks[0].processes.clone(),
         probes: summary.probes.clone(),

@@ -20,17 +20,10 @@ pub fn line<T: Serialize>(kind: &str, value: &T) -> String {
     Value::Object(obj).to_string()
 }
 
+/// Every key of the JSON lines `lines`, recursively, after checking that docs/events.md
+/// documents each one (as `key`); for the unit tests of every view that prints JSON.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Serialize)]
-    struct Probe {
-        pps: f64,
-        name: &'static str,
-    }
-
-    /// Every key of every object a run prints, recursively.
+pub(crate) fn documented_keys(lines: &[String], what: &str) -> std::collections::BTreeSet<String> {
     fn keys(v: &Value, out: &mut std::collections::BTreeSet<String>) {
         match v {
             Value::Object(m) => {
@@ -43,27 +36,41 @@ mod tests {
             _ => {}
         }
     }
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/events.md")).unwrap();
+    let mut found = std::collections::BTreeSet::new();
+    for l in lines {
+        keys(&serde_json::from_str(l).unwrap(), &mut found);
+    }
+    let missing: Vec<_> = found
+        .iter()
+        .filter(|k| !doc.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{what} keys missing from docs/events.md: {missing:?}"
+    );
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Probe {
+        pps: f64,
+        name: &'static str,
+    }
 
     #[test]
     fn every_json_field_is_documented_in_events_md() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/events.md")).unwrap();
         let (snap, summary) = crate::views::fixtures::rich_run();
-        let mut found = std::collections::BTreeSet::new();
-        keys(&serde_json::from_str(&line("sample", &snap)).unwrap(), &mut found);
-        keys(
-            &serde_json::from_str(&line("summary", &summary)).unwrap(),
-            &mut found,
+        let found = documented_keys(
+            &[line("sample", &snap), line("summary", &summary)],
+            "sample and summary",
         );
         assert!(
             found.contains("blocked_send_ns") && found.contains("histogram") && found.contains("qlen_max")
-        );
-        let missing: Vec<_> = found
-            .iter()
-            .filter(|k| !doc.contains(&format!("`{k}`")))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "fields missing from docs/events.md: {missing:?}"
         );
     }
 

@@ -156,7 +156,19 @@ pub fn summary(s: &Summary) -> String {
             b.sent, b.receiver_packets
         );
     }
-    if let Some(st) = &s.rate_stats {
+    if let Some(m) = s
+        .rate_stats
+        .as_ref()
+        .and_then(|st| st.modes.as_ref().map(|m| (st, m)))
+    {
+        let (st, m) = m;
+        let _ = writeln!(
+            o,
+            "per-tick rate over {} complete ticks is bimodal, so no centre describes it: {}",
+            st.n,
+            modes_text(m)
+        );
+    } else if let Some(st) = &s.rate_stats {
         let _ = writeln!(
             o,
             "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
@@ -250,10 +262,18 @@ pub fn summary(s: &Summary) -> String {
     if mine.is_empty() {
         let _ = writeln!(o, "  none of the target's packets or replies were dropped");
     }
+    // Rows at one location on devices of different namespaces (a lab's veth ends, a
+    // container's) would read alike: then each names its namespace too.
+    let several_ns = mine.iter().any(|d| d.netns != mine[0].netns);
     for d in &mine {
+        let netns = if several_ns {
+            format!("  netns {}", d.netns)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "  {:<12} {:<22} {:>10}  at {}  dev {}  pid {}",
+            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
             d.class.name(),
             d.reason,
             d.count,
@@ -424,8 +444,12 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
             pct(v.share),
             v.sentence
         );
-        for e in v.evidence.iter().take(4) {
-            let _ = writeln!(o, "       - {e}");
+        // Every line of evidence, as the JSON has them: a long one wraps under itself.
+        for e in &v.evidence {
+            for (k, row) in wrap_words(e, EVIDENCE_WIDTH).iter().enumerate() {
+                let bullet = if k == 0 { "- " } else { "  " };
+                let _ = writeln!(o, "       {bullet}{row}");
+            }
         }
         if !v.next_step.is_empty() {
             let _ = writeln!(o, "       next: {}", v.next_step);
@@ -433,6 +457,51 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
     }
 }
 
+/// Columns an evidence line takes before it wraps (after its 9-column indent and bullet).
+const EVIDENCE_WIDTH: usize = 90;
+
+/// `text` in rows of at most `width` columns, broken at spaces; a word longer than the width
+/// keeps its own row whole (a number or a kernel symbol is never cut).
+fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut rows: Vec<String> = Vec::new();
+    let mut row = String::new();
+    for word in text.split_whitespace() {
+        if !row.is_empty() && row.chars().count() + 1 + word.chars().count() > width {
+            rows.push(std::mem::take(&mut row));
+        }
+        if !row.is_empty() {
+            row.push(' ');
+        }
+        row.push_str(word);
+    }
+    if !row.is_empty() || rows.is_empty() {
+        rows.push(row);
+    }
+    rows
+}
+
 #[cfg(test)]
 #[path = "text_tests.rs"]
 mod tests;
+
+/// Two modes of the per-tick rate, for a sentence: each one's share of the ticks (of the time),
+/// its median and range, high first.
+pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
+    // Below a tenth of the sending rate the sender was as good as stopped.
+    let low_word = if m.low.median < 0.1 * m.high.median {
+        "stalled"
+    } else {
+        "slowed"
+    };
+    format!(
+        "sending {:.0}% of the ticks at median {:.1} pps ({:.1} to {:.1}), {low_word} {:.0}% at median {:.1} pps ({:.1} to {:.1})",
+        m.high.share * 100.0,
+        m.high.median,
+        m.high.min,
+        m.high.max,
+        m.low.share * 100.0,
+        m.low.median,
+        m.low.min,
+        m.low.max
+    )
+}

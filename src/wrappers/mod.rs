@@ -9,7 +9,7 @@ mod rate;
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole,
     ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit,
-    ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
+    Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
 
@@ -121,10 +121,93 @@ impl ProfileSet {
         })
     }
 
+    /// The words of a command line a person wants to read: from the scanner's executable on
+    /// (the word `find_in_argv` finds, as the profile and the requested rate are found), else
+    /// after the wrappers that only place or schedule the command (`skip_wrappers`).
+    pub fn scanner_words(&self, argv: &[String]) -> Vec<String> {
+        match self.find_in_argv(argv) {
+            Some((_, at)) => argv[at..].to_vec(),
+            None => skip_wrappers(argv),
+        }
+    }
+
     /// The fallback profile (`generic`).
     pub fn fallback(&self) -> Option<&ScannerProfile> {
         self.profiles.iter().find(|p| p.fallback)
     }
+}
+
+/// `argv` without the wrappers in front of the command they run: `ip netns exec NS`, `sudo`,
+/// `env VAR=..`, `setsid`, `nice -n N`, `taskset -c CPUS`, `chrt`, and `sh -c` with a script
+/// that ends by exec'ing its arguments (`sh -c '...; exec "$@"' NAME CMD...`) or that is
+/// `exec CMD...`. A wrapper it does not know ends the stripping: the rest is shown as it is.
+pub fn skip_wrappers(argv: &[String]) -> Vec<String> {
+    let mut words: Vec<String> = argv.to_vec();
+    loop {
+        let Some(first) = words.first() else {
+            return words;
+        };
+        let base = first.rsplit('/').next().unwrap_or(first).to_string();
+        let word = |i: usize| words.get(i).map(String::as_str);
+        // Words a wrapper takes before its command: itself, its options and their values.
+        let skip = match base.as_str() {
+            "ip" if word(1) == Some("netns") && word(2) == Some("exec") && words.len() > 4 => 4,
+            "sudo" => options_end(&words, &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"]),
+            "env" => {
+                let mut i = options_end(&words, &["-u", "-C", "-S"]);
+                while word(i).is_some_and(|w| w.contains('=') && !w.starts_with('=')) {
+                    i += 1;
+                }
+                i
+            }
+            "setsid" | "ionice" | "stdbuf" => options_end(&words, &["-c", "-n", "-p", "-i", "-o", "-e"]),
+            "nice" => options_end(&words, &["-n"]),
+            // Its options, then the CPU list (or mask).
+            "taskset" => options_end(&words, &[]) + 1,
+            // Its options, then the priority.
+            "chrt" => options_end(&words, &[]) + 1,
+            "sh" | "bash" | "dash" if word(1) == Some("-c") => {
+                let script = word(2).unwrap_or("").trim();
+                if let Some(cmd) = script.strip_prefix("exec ") {
+                    // Plain words only: a quoted script is shown as it is.
+                    if cmd.contains(['\'', '"', '\\', '$', ';', '|', '&', '<', '>', '`']) {
+                        return words;
+                    }
+                    let mut rest: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+                    rest.extend(words.drain(3..));
+                    words = rest;
+                    continue;
+                }
+                if script.ends_with("exec \"$@\"") && words.len() > 4 {
+                    // $0 is the word after the script; the command is the words after it.
+                    4
+                } else {
+                    return words;
+                }
+            }
+            _ => return words,
+        };
+        if skip == 0 || skip >= words.len() {
+            return words;
+        }
+        words.drain(..skip);
+    }
+}
+
+/// Index of the first word after `words[0]` that is not one of its options; `with_value` are the
+/// options that take the next word as their value.
+fn options_end(words: &[String], with_value: &[&str]) -> usize {
+    let mut i = 1;
+    while let Some(w) = words.get(i) {
+        if w == "--" {
+            return i + 1;
+        }
+        if !w.starts_with('-') || w == "-" {
+            break;
+        }
+        i += if with_value.contains(&w.as_str()) { 2 } else { 1 };
+    }
+    i
 }
 
 #[cfg(test)]

@@ -131,6 +131,19 @@ fn bad_values_and_references_are_rejected() {
     );
     let e = ScannerProfile::parse(&probe(&cond)).unwrap_err();
     assert!(e.to_string().contains("condition.field"), "{e}");
+    let both = buf.replace(
+        "offset=6",
+        "offset=0\ncondition = { field = \"x\", equals = 4, one_of = [4] }",
+    );
+    let args = "args = [{ name = \"x\", reg = 1, type = \"u32\" }]\n";
+    let e = ScannerProfile::parse(&probe(&format!("{args}{both}"))).unwrap_err();
+    assert!(e.to_string().contains("field[0].condition"), "{e}");
+    let to = "[[probe.recipient]]\nrole = \"nobody\"\nwhen = { field = \"x\", one_of = [1, 2] }\n";
+    let e = ScannerProfile::parse(&probe(&format!("{args}{to}"))).unwrap_err();
+    assert!(e.to_string().contains("probe[0].recipient[0].role"), "{e}");
+    let to = to.replace("nobody", "sender").replace("\"x\"", "\"y\"");
+    let e = ScannerProfile::parse(&probe(&format!("{args}{to}"))).unwrap_err();
+    assert!(e.to_string().contains("probe[0].recipient[0].when.field"), "{e}");
     let e = ScannerProfile::parse(&format!(
         "{MINIMAL}\n[[rate.option]]\nflags=[\"--fast\"]\ntakes=\"none\"\n"
     ))
@@ -175,8 +188,9 @@ fn unicornscan_probes_decode_the_work_unit() {
     assert_eq!(
         pps.condition,
         Some(FieldCondition {
-            field: "type".into(),
-            equals: 4
+            field: "wu_magic".into(),
+            equals: None,
+            one_of: vec![0x1a1b1c1d, 0x2a2b2c2d, 0x3a3b3c3d, 0x4a4b4c4d, 0x5a5b5c5d, 0x8a8b8c8d],
         })
     );
     let dt = buf
@@ -192,7 +206,7 @@ fn unicornscan_probes_decode_the_work_unit() {
         .expect("sender send_message");
     let f = &done.buffer.as_ref().expect("buffer").fields[0];
     assert_eq!(
-        (f.ty, f.condition.as_ref().map(|c| c.equals)),
+        (f.ty, f.condition.as_ref().and_then(|c| c.equals)),
         (ArgType::F32, Some(5))
     );
     // Per-packet probes are marked, the rest are not.
@@ -660,4 +674,50 @@ fn rejects_bad_read_units_and_message_type_keys() {
     let bad_key = format!("{base}[message_types]\nfour = \"WORKUNIT\"\n");
     let e = ScannerProfile::parse(&bad_key).unwrap_err().to_string();
     assert!(e.contains("message type numbers"), "{e}");
+}
+
+#[test]
+fn the_words_shown_for_a_command_skip_the_wrappers_that_only_place_it() {
+    let set = ProfileSet::builtin().unwrap();
+    let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let words = |v: Vec<String>| v.join(" ");
+    // The lab's wrapper chain, in front of a sender no profile knows.
+    let mut lab = argv("ip netns exec sp7503-0s setsid sh -c LIFT scanprof-lab nice -n -20 taskset -c 1 mysender --rate 5000");
+    lab[7] = "echo -20 > /proc/self/autogroup 2>/dev/null; exec \"$@\"".into();
+    assert_eq!(words(skip_wrappers(&lab)), "mysender --rate 5000");
+    assert_eq!(words(set.scanner_words(&lab)), "mysender --rate 5000");
+    // A known scanner: its words from the one the profile recognises, as for the rate.
+    assert_eq!(
+        words(set.scanner_words(&argv("ip netns exec sp1-1s /usr/bin/zmap -r 100 10.99.0.2"))),
+        "/usr/bin/zmap -r 100 10.99.0.2"
+    );
+    for (cmd, want) in [
+        (
+            "sudo -u scan nice -5 masscan -p80 10.0.0.0/8",
+            "masscan -p80 10.0.0.0/8",
+        ),
+        ("env -i FOO=1 taskset 0x3 mysender -x", "mysender -x"),
+        ("chrt -f 50 mysender", "mysender"),
+        ("mysender --nice 5", "mysender --nice 5"),
+        ("ip route", "ip route"),
+    ] {
+        assert_eq!(words(set.scanner_words(&argv(cmd))), want, "{cmd}");
+    }
+    // sh -c 'exec CMD': the command's words; any other script is shown whole.
+    let sh = |script: &str| vec!["sh".to_string(), "-c".into(), script.into()];
+    assert_eq!(
+        words(skip_wrappers(&sh("exec mysender --rate 100"))),
+        "mysender --rate 100"
+    );
+    assert_eq!(
+        words(skip_wrappers(&sh("mysender | tee log"))),
+        "sh -c mysender | tee log"
+    );
+    assert_eq!(
+        skip_wrappers(&sh("exec mysender 'a b'")),
+        sh("exec mysender 'a b'")
+    );
+    // A wrapper with nothing after it is left as it is.
+    assert_eq!(words(skip_wrappers(&argv("nice -n 5"))), "nice -n 5");
+    assert!(skip_wrappers(&[]).is_empty());
 }

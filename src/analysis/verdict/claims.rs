@@ -2,6 +2,7 @@
 //! sent, and its own figures (claims) that disagree with scanprof's.
 
 use super::facts::{caveat_lines, Facts};
+use super::loss::{qdisc_kind, queue_advice};
 use super::units::{pps, signed_pct};
 use super::{verdict, Verdict, CLAIM_TOLERANCE_PCT, GAP, LOSS, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
 use crate::analysis::snapshot::ClaimView;
@@ -50,11 +51,24 @@ pub(super) fn send_errors_text(f: &Facts) -> (String, Vec<String>, String) {
             "{qdisc_drops} qdisc drops at the same time: ENOBUFS is the qdisc refusing the packet"
         ));
     }
-    let dev = f.devices.first().map_or("DEV", |d| d.device.as_str());
+    // The device of the largest qdisc drop (the queue that refused), else the first one.
+    let qdisc_row = f
+        .drops
+        .iter()
+        .filter(|d| d.row.class == DropClass::TargetLoss && d.row.reason.starts_with("QDISC"))
+        .max_by_key(|d| d.count)
+        .map(|d| d.row);
+    let (dev, kind) = match qdisc_row.and_then(|r| r.device.as_deref().map(|d| (d, r.netns))) {
+        Some((d, netns)) => (d, qdisc_kind(f, Some(d), netns)),
+        None => match f.devices.first() {
+            Some(d) => (d.device.as_str(), d.qdisc.as_deref()),
+            None => ("DEV", None),
+        },
+    };
     let next = match top {
         "ENOBUFS" => format!(
-            "The device queue is full: raise its length (`ip link set dev {dev} txqueuelen N`) or the qdisc's limit, \
-             or send slower; a scanner should count a failed send as not sent."
+            "The device's queue refused the packets (ENOBUFS). {} A scanner should count a failed send as not sent.",
+            queue_advice(dev, kind, "")
         ),
         "EAGAIN" | "EWOULDBLOCK" => "The non-blocking socket's send buffer is full: the scanner should wait for \
                                      POLLOUT, or use a larger SO_SNDBUF (sysctl net.core.wmem_max)."

@@ -10,6 +10,7 @@ use crate::analysis::snapshot::{
     Baseline, BlockSiteView, DeviceView, DropRow, GapView, ProbeCost, RequestedView, ScannerView, Snapshot,
     Summary, ThreadView,
 };
+use crate::collect::family::ProcessInfo;
 use crate::collect::TimeBudget;
 
 /// A thread that sent fewer than this share of the interval's packets is not a sender thread
@@ -118,6 +119,8 @@ pub(super) struct Facts<'a> {
     pub drops: Vec<Dropped<'a>>,
     pub devices: &'a [DeviceView],
     pub scanner: Option<&'a ScannerView>,
+    /// the family's processes, with their exits
+    pub processes: &'a [ProcessInfo],
     pub baseline: Option<&'a Baseline>,
     /// packets since attach (uprobe figures are since attach too)
     pub packets_total: u64,
@@ -205,6 +208,7 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            processes: &s.processes,
             baseline: None,
             packets_total: stage("syscall_packets").map_or(packets, |st| st.total),
             left_pps: stage("dev_xmit").map(|st| st.pps).filter(|p| *p > 0.0),
@@ -300,6 +304,7 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            processes: &s.processes,
             baseline: s.baseline.as_ref(),
             packets_total: s.packets,
             left_pps: s.stages.get("dev_xmit").copied().filter(|p| *p > 0.0),

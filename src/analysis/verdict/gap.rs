@@ -3,12 +3,14 @@
 //! its sentence, evidence and next step.
 
 use super::claims::{claim_mismatch, retried, send_errors_as_loss, send_errors_text, top_errno};
-use super::facts::{caveat_lines, Facts};
+use super::facts::{caveat_lines, per_packet, Facts};
 use super::split::{Calibration, Split, MIN_GAPS};
 use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{
     verdict, Verdict, CALIBRATION_TOLERANCE_PCT, GAP, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE, WEAK_SHARE,
 };
+use crate::analysis::snapshot::PacerWait;
+use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
 
 /// What the gap rules found, and whether there is a gap at all (which puts gap verdicts first).
@@ -21,6 +23,7 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let mut out = Vec::new();
     let Some(r) = f.requested else {
         out.push(gap_unknown(f));
+        out.extend(bottleneck(f));
         out.extend(probe_cost(f, None));
         out.extend(send_errors_as_loss(f));
         out.extend(claim_mismatch(f));
@@ -32,7 +35,11 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let ratio = f.achieved / r;
     let calibration = Calibration::of(f);
     let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
-    if has_gap {
+    // Nothing sent since attach, not even a failed call (in a tick: and no thread listed that
+    // could be a sender gone quiet): no time model applies, say what was seen.
+    if has_gap && f.packets_total == 0 && f.calls == 0 && (!f.live || f.time.senders == 0) {
+        out.push(never_sent(f, r));
+    } else if has_gap {
         let split = Split::of(f, r, calibration.as_ref());
         out.extend(split.verdicts(f, r, calibration.as_ref()));
         out.extend(probe_cost(f, Some((&split, r))));
@@ -205,6 +212,155 @@ fn gap_unknown(f: &Facts) -> Verdict {
     verdict("gap_unknown", GAP, sentence, 0.0, evidence, next_step, true)
 }
 
+/// Where a sender with no finite requested rate spends its time: the part that bounds its rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// on the CPU inside its send syscalls (the kernel's send path)
+    SendSyscall,
+    /// off the CPU inside its send syscalls (buffer space, a lock)
+    BlockedInSend,
+    /// on the CPU outside its send syscalls (its own code, other syscalls)
+    OwnCode,
+    /// asleep or waiting of its own accord outside send
+    Waiting,
+    /// runnable, waiting for a CPU
+    Preempted,
+}
+
+/// With no finite requested rate there is no gap to split, but the time budget still says what
+/// limits the rate: the largest of its parts (in the send syscall, blocked in it, own code,
+/// waiting, preempted), with the ceiling it implies and the machine's own (a baseline) if known.
+fn bottleneck(f: &Facts) -> Option<Verdict> {
+    let t = &f.time;
+    let total = t.total();
+    if total <= 0.0 || f.packets == 0 {
+        return None;
+    }
+    let parts = [
+        (Bound::SendSyscall, t.send),
+        (Bound::BlockedInSend, t.blocked),
+        (Bound::OwnCode, t.other),
+        (Bound::Waiting, t.sleep),
+        (Bound::Preempted, t.preempted),
+    ];
+    let (bound, ns) = parts
+        .iter()
+        .copied()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((Bound::SendSyscall, 0.0));
+    let share = ns / total;
+    let per = |x: f64| per_packet(x, f.packets);
+    let senders = t.senders.max(1) as f64;
+    let on_cpu = t.send + t.other;
+    // One packet's time on the CPU bounds each thread at 1 / that time.
+    let cpu_ceiling = (on_cpu > 0.0).then(|| 1e9 * senders * f.packets as f64 / on_cpu);
+    let mut evidence = vec![
+        format!("achieved {} {}, with no finite requested rate", pps(f.achieved), f.over()),
+        format!(
+            "sender threads' time: in send syscalls on the CPU {} ({} per packet), blocked in them {}, own code and \
+             other syscalls {} ({} per packet), asleep {}, waiting for a CPU {}",
+            pct(t.send / total),
+            per(t.send),
+            pct(t.blocked / total),
+            pct(t.other / total),
+            per(t.other),
+            pct(t.sleep / total),
+            pct(t.preempted / total)
+        ),
+    ];
+    if let Some(l) = f.latency_p50_ns {
+        evidence.push(format!("median send syscall {}", dur(l)));
+    }
+    if let Some(c) = cpu_ceiling {
+        evidence.push(format!(
+            "{} on the CPU per packet over {} sender thread(s): at most about {} without any wait",
+            per(on_cpu),
+            t.senders.max(1),
+            pps(c)
+        ));
+    }
+    if let Some(b) = f.baseline {
+        let unpaced = if b.rate > 0.0 {
+            format!("at {}", pps(b.rate))
+        } else {
+            "unpaced".to_string()
+        };
+        evidence.push(format!(
+            "the reference sender reached {} {unpaced} on this machine: the scanner reached {} of it",
+            pps(b.achieved_pps),
+            pct(f.achieved / b.achieved_pps.max(f64::MIN_POSITIVE))
+        ));
+    }
+    let (sentence, next) = match bound {
+        Bound::SendSyscall => (
+            format!(
+                "What limits the rate is the send syscall: the sender spends {} of its time inside it on the CPU \
+                 ({} per packet), the kernel's send path for each packet.",
+                pct(share),
+                per(ns)
+            ),
+            "Send with fewer syscalls per packet (sendmmsg, an AF_PACKET TX ring with PACKET_QDISC_BYPASS) or from \
+             more threads, or shorten the kernel's path (netfilter rules, tc filters and the qdisc on the device); \
+             `perf top -p PID` shows where the syscall's time goes."
+                .to_string(),
+        ),
+        Bound::BlockedInSend => (
+            format!(
+                "What limits the rate is waiting inside the send calls: the sender is blocked in them {} of its \
+                 time ({} per packet), for buffer space or a lock (see the block sites).",
+                pct(share),
+                per(ns)
+            ),
+            "The block sites name what the send waits for: send-buffer space means a slower queue below (`tc -s \
+             qdisc show dev DEV`, the link's speed); a lock, one socket per thread."
+                .to_string(),
+        ),
+        Bound::OwnCode => (
+            format!(
+                "What limits the rate is the sender's own code: {} of its time on the CPU outside its send calls \
+                 ({} per packet).",
+                pct(share),
+                per(ns)
+            ),
+            "Profile its code (`perf record -g -p PID`): packet building, checksums, target generation; or spread \
+             the scan over more sender threads."
+                .to_string(),
+        ),
+        Bound::Waiting => (
+            format!(
+                "The sender is not sending flat out: it waits of its own accord {} of its time ({} per packet), \
+                 so it paces itself or waits for something.",
+                pct(share),
+                per(ns)
+            ),
+            "Pass the rate it was asked for (`--requested PPS`) to judge its pacing; `offcputime -p PID` shows \
+             what it waits for."
+                .to_string(),
+        ),
+        Bound::Preempted => (
+            format!(
+                "What limits the rate is other tasks taking the sender's CPU: it waits for a CPU {} of its time \
+                 ({} per packet).",
+                pct(share),
+                per(ns)
+            ),
+            "Give the sender a CPU of its own (`taskset -cp N PID`) or a higher priority (`chrt -f -p 10 PID`); \
+             `perf sched timehist -p PID` shows what runs instead."
+                .to_string(),
+        ),
+    };
+    caveat_lines(f, &mut evidence);
+    Some(verdict(
+        "bottleneck",
+        GAP,
+        sentence,
+        0.0,
+        evidence,
+        next,
+        f.thin(),
+    ))
+}
+
 fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
     let after = if f.unseen_after_send().is_some() {
         "; what became of its packets after sending is not known (see measurement_fault)"
@@ -317,6 +473,14 @@ impl Split {
             if is_cap(f) {
                 evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
             }
+            if self.cpu_not_limiting > 0.0 && cause != "cpu_bound" {
+                evidence.push(format!(
+                    "on the CPU {} of its time, off the CPU of its own accord {} of its time (asleep or blocked \
+                     in send): its CPU time did not make the gaps",
+                    pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
+                    pct(self.f_sleep + self.f_blocked)
+                ));
+            }
             caveat_lines(f, &mut evidence);
             let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
             out.push(verdict(cause, GAP, sentence, share, evidence, next, weak));
@@ -427,7 +591,7 @@ impl Split {
         }
 
         if self.miscalibrated > 0.0 {
-            let (sentence, evidence, next, weak) = match calibration {
+            let (sentence, mut evidence, next, weak) = match calibration {
                 Some(c) => {
                     let mut evidence = vec![format!(
                         "{}: slot {} where {} needs {} ({})",
@@ -484,6 +648,13 @@ impl Split {
                     });
                     evidence
                         .push("no calibration figure from the scanner: inferred from the gaps".to_string());
+                    if f.gap.count < MIN_GAPS {
+                        evidence.push(format!(
+                            "only {} gaps measured, each {:.0}x the slot: too far beyond it for any packet's work",
+                            f.gap.count,
+                            mean / self.expected_gap_ns
+                        ));
+                    }
                     evidence.extend(self.absorbed_line());
                     let how = if spinning {
                         "while the sender spins on the CPU between packets"
@@ -502,6 +673,7 @@ impl Split {
                     )
                 }
             };
+            evidence.extend(pacer_line(f));
             push(
                 "miscalibrated",
                 self.miscalibrated,
@@ -539,23 +711,55 @@ impl Split {
             if no_gaps {
                 evidence.push(format!("only {} gaps measured", f.gap.count));
             }
-            let how = if sleeps {
-                "its sleeps end late"
-            } else {
-                "its waits end late"
-            };
-            push(
-                "pacing_coarse",
-                self.pacing,
-                format!(
-                    "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {}.",
-                    f.gap.p50_ns.map_or("longer".to_string(), dur),
-                    dur(self.expected_gap_ns)
+            let slot = dur(self.expected_gap_ns);
+            let (sentence, mut next) = match self.pacing_pattern(f, sleeps) {
+                PacingPattern::Batching(p50) => (
+                    format!(
+                        "Pacing is too coarse: the sender sends in bursts (median gap {}, shorter than the {slot} slot) \
+                         and waits between them past the slots, so the bursts fall short of the rate.",
+                        dur(p50)
+                    ),
+                    pacing_next(f, r, sleeps),
                 ),
-                evidence,
-                pacing_next(f, r, sleeps),
-                no_gaps,
-            );
+                PacingPattern::WorkOnTop(work_ns) => {
+                    evidence.push(format!(
+                        "work {} per packet (on CPU outside its waits) against an excess of {} per gap: the waits are on time",
+                        dur(work_ns),
+                        self.mean_gap_ns
+                            .map_or("?".to_string(), |m| dur(m - self.expected_gap_ns))
+                    ));
+                    (
+                        format!(
+                            "Pacing is too coarse: the sender waits a whole slot after each packet's work, so its {} of work \
+                             per packet comes on top of the {slot} period, and each gap is {} instead of {slot}.",
+                            dur(work_ns),
+                            f.gap.p50_ns.map_or("longer".to_string(), dur)
+                        ),
+                        "Time the slots from their start, not from the end of the work: sleep to an absolute deadline \
+                         (`clock_nanosleep(TIMER_ABSTIME)` on the previous deadline plus the period), or subtract the \
+                         time the packet took from the wait."
+                            .to_string(),
+                    )
+                }
+                PacingPattern::LateWakeUps => {
+                    let how = if sleeps {
+                        "its sleeps end late"
+                    } else {
+                        "its waits end late"
+                    };
+                    (
+                        format!(
+                            "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {slot}.",
+                            f.gap.p50_ns.map_or("longer".to_string(), dur),
+                        ),
+                        pacing_next(f, r, sleeps),
+                    )
+                }
+            };
+            if next.is_empty() {
+                next = pacing_next(f, r, sleeps);
+            }
+            push("pacing_coarse", self.pacing, sentence, evidence, next, no_gaps);
         }
 
         if self.stalls > 0.0 {
@@ -685,6 +889,97 @@ impl Split {
         }
         out
     }
+}
+
+/// A scanner that has sent nothing since attach and made no send call: what its processes did
+/// (which exited, with what status and when) and how many IPC messages passed between them.
+fn never_sent(f: &Facts, r: f64) -> Verdict {
+    let exited: Vec<&ProcessInfo> = f.processes.iter().filter(|p| !p.alive).collect();
+    let member = |p: &ProcessInfo| match &p.role {
+        Some(role) => format!("{} (pid {}, {role})", p.comm, p.pid),
+        None => format!("{} (pid {})", p.comm, p.pid),
+    };
+    let how = |p: &ProcessInfo| {
+        let status = match p.exit_code {
+            Some(c) if c & 0x7f != 0 => format!("was killed by signal {}", c & 0x7f),
+            Some(c) => format!("exited with status {}", (c >> 8) & 0xff),
+            None => "exited".to_string(),
+        };
+        match p.exit_s {
+            Some(t) => format!("{status} at {} after attach", secs(t)),
+            None => status,
+        }
+    };
+    let mut evidence = vec![
+        rate_line(f, r),
+        "no packet and no send call since attach".to_string(),
+    ];
+    for p in f.processes {
+        evidence.push(if p.alive {
+            format!("{}: still running", member(p))
+        } else {
+            format!("{}: {}", member(p), how(p))
+        });
+    }
+    let ipc = match f.scanner {
+        Some(_) => {
+            let n = ipc_messages(f);
+            evidence.push(format!("{n} IPC messages sent between the scanner's processes"));
+            Some(n)
+        }
+        None => {
+            evidence.push("IPC between its processes not counted (no scanner profile applies)".to_string());
+            None
+        }
+    };
+    let members = if exited.is_empty() {
+        format!(
+            "its {} still running",
+            if f.processes.len() == 1 {
+                "process is"
+            } else {
+                "processes are"
+            }
+        )
+    } else {
+        exited
+            .iter()
+            .take(4)
+            .map(|p| format!("{} {}", member(p), how(p)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sentence = format!(
+        "The scanner never started sending: no packet {}{}; {members}{}.",
+        if f.live { "since attach" } else { "over the run" },
+        if f.live {
+            ""
+        } else {
+            " (100% of the requested rate missing)"
+        },
+        match ipc {
+            Some(0) => ", with no IPC message between its processes".to_string(),
+            Some(n) => format!(", after {n} IPC messages between its processes"),
+            None => String::new(),
+        }
+    );
+    let next = if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
+        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why;          at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it          could not get or drop. Run it again by hand with its verbose option."
+            .to_string()
+    } else {
+        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0,          a dry-run mode), and its own output."
+            .to_string()
+    };
+    // What was seen is certain over a run; a tick may be the start-up.
+    verdict(
+        "never_sent",
+        GAP,
+        sentence,
+        1.0 - f.achieved / r,
+        evidence,
+        next,
+        f.live,
+    )
 }
 
 fn ipc_messages(f: &Facts) -> u64 {
@@ -836,14 +1131,43 @@ fn wait_site_meaning(site: &str, dev: &str, r: f64) -> (String, String) {
     }
 }
 
+/// The scanner's other pacing modes, in its own terms (`unicornscan: \`-d 2\` (gettimeofday
+/// busy-wait)`), never the one in use; `waits` keeps only those that wait that way. None when
+/// the profile names no pacers.
+fn other_pacers(f: &Facts, waits: Option<PacerWait>) -> Option<String> {
+    let v = f.scanner?;
+    let in_use = v.pacer_in_use().map(|p| p.probe.as_str());
+    let others: Vec<String> = v
+        .pacers
+        .iter()
+        .filter(|p| Some(p.probe.as_str()) != in_use && waits.is_none_or(|w| p.waits == w))
+        .map(|p| match &p.option {
+            Some(o) => format!("`{o}` ({})", p.name),
+            None => p.name.clone(),
+        })
+        .collect();
+    (!others.is_empty()).then(|| format!("{}: {}", v.profile, others.join(" or ")))
+}
+
+/// The pacing mode in use, for evidence.
+fn pacer_line(f: &Facts) -> Option<String> {
+    let p = f.scanner?.pacer_in_use()?;
+    Some(match &p.option {
+        Some(o) => format!("pacer in use: {} (`{o}`)", p.name),
+        None => format!("pacer in use: {}", p.name),
+    })
+}
+
 fn calibration_next(f: &Facts, r: f64) -> String {
-    let mut next =
-        "Check the scanner's clock calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`), \
-                    or use a pacer that reads a clock rather than a calibrated count"
-            .to_string();
-    if f.scanner.is_some_and(|v| v.profile == "unicornscan") {
-        next.push_str(" (unicornscan: `-d 2`, gettimeofday pacing)");
-    }
+    let mut next = match other_pacers(f, None) {
+        Some(others) => format!(
+            "Check the scanner's clock calibration (the slot it derived against the one the rate needs; \
+             `dmesg | grep -i tsc` for a TSC), or pace another way ({others})"
+        ),
+        None => "Check the scanner's clock calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`), \
+                 or use a pacer that reads a clock rather than a calibrated count"
+            .to_string(),
+    };
     next.push_str(&format!(
         "; `scanprof send --rate {r:.0} --pacer tsc --tsc-source kernel` paces with the kernel's frequency for comparison."
     ));
@@ -859,11 +1183,44 @@ fn pacing_next(f: &Facts, r: f64, sleeps: bool) -> String {
         "Pace to absolute deadlines so that a late slot is caught up, rather than one slot after the last packet"
             .to_string()
     };
-    if f.scanner.is_some_and(|v| v.profile == "unicornscan") && sleeps {
-        next.push_str(" (unicornscan: `-d 1` or `-d 2` instead of sleep pacing)");
+    if let Some(others) = other_pacers(f, Some(PacerWait::Spin)).filter(|_| sleeps) {
+        next.push_str(&format!(" ({others}, instead of sleeping)"));
     }
     next.push_str(&format!(
         "; `scanprof send --rate {r:.0} --pacer sleep --slot per-packet` reproduces the effect, `--slot deadline` removes it."
     ));
     next
+}
+
+/// What a pacing excess looks like, for its sentence.
+enum PacingPattern {
+    /// Most gaps are far shorter than the slot (median gap, ns): bursts, then long waits.
+    Batching(f64),
+    /// The waits are on time but start after each packet's work (work per packet, ns): the
+    /// period is timed from the end of the work, so the work adds to it.
+    WorkOnTop(f64),
+    /// The waits themselves end late (a sleep's wake-up latency, timer granularity).
+    LateWakeUps,
+}
+
+impl Split {
+    /// Which pattern the gap histogram and the time budget show. Batching: the median gap under
+    /// half the slot. Work on top: a sleeping pacer whose work per packet (on CPU outside its
+    /// pacing loop) is at least half the excess per gap, with wake-ups not late by more than
+    /// the work. Else the wake-ups are late.
+    fn pacing_pattern(&self, f: &Facts, sleeps: bool) -> PacingPattern {
+        if let Some(p50) = f.gap.p50_ns.filter(|p| *p < 0.5 * self.expected_gap_ns) {
+            return PacingPattern::Batching(p50);
+        }
+        let work = (self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)).max(0.0);
+        let work_ns = work * self.thread_ns / self.attempts.max(1) as f64;
+        let wakeup_ns = self.f_wakeup * self.thread_ns / self.attempts.max(1) as f64;
+        let excess_ns = self.mean_gap_ns.map(|m| m - self.expected_gap_ns);
+        match excess_ns {
+            Some(e) if sleeps && e > 0.0 && work_ns >= 0.5 * e && wakeup_ns < work_ns => {
+                PacingPattern::WorkOnTop(work_ns)
+            }
+            _ => PacingPattern::LateWakeUps,
+        }
+    }
 }

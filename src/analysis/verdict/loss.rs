@@ -239,16 +239,24 @@ impl Group {
                     evidence.push(format!("{} left the machine (driver accepted) {}", pps(l), f.over()));
                 }
                 let carry = f.left_pps.map_or(String::new(), |l| format!(" (about {} went through)", pps(l)));
+                let kind = qdisc_kind(f, top.device.as_deref(), top.netns);
+                if let Some(k) = kind {
+                    evidence.push(format!("root qdisc of {dev}: {k}"));
+                }
+                let what = match (kind, QdiscRole::of(kind)) {
+                    (Some(k), QdiscRole::Shaper) => {
+                        format!("the {k} qdisc, which limits the rate to the one it is configured with")
+                    }
+                    (Some(k), _) => format!("the {k} queueing discipline"),
+                    (None, _) => "the queueing discipline".to_string(),
+                };
                 (
                     "qdisc_drop",
                     format!(
-                        "{} of the sent packets ({count}) were dropped by the queueing discipline ({where_}): the path is narrower than the rate the scanner sends at.",
+                        "{} of the sent packets ({count}) were dropped by {what} ({where_}): the path is narrower than the rate the scanner sends at.",
                         pct(share)
                     ),
-                    format!(
-                        "`tc -s qdisc show dev {dev}`: its rate or limit is below what the scanner sends; raise them \
-                         (or the device's txqueuelen), or request no more than the path carries{carry}."
-                    ),
+                    queue_advice(&dev, kind, &carry),
                 )
             }
             Group::Neighbour => {
@@ -464,4 +472,74 @@ fn neighbour_failed_unseen(f: &Facts) -> Vec<Verdict> {
             )
         })
         .collect()
+}
+
+/// What a queueing discipline does with a sender faster than its device, by the qdisc's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum QdiscRole {
+    /// limits the rate to a configured one (tbf, htb, hfsc, cbq, cake): the rate is the
+    /// bottleneck, and a longer queue only delays the drops
+    Shaper,
+    /// a plain queue whose length is the device's txqueuelen (pfifo_fast)
+    TxQueue,
+    /// a queue with a limit of its own, often with active queue management (pfifo, bfifo,
+    /// fq_codel, fq, sfq, codel, pie, red, netem...): txqueuelen does not set it
+    OwnLimit,
+    /// the kind was not read (or is a multiqueue root whose children do the queueing)
+    Unknown,
+}
+
+impl QdiscRole {
+    pub(super) fn of(kind: Option<&str>) -> QdiscRole {
+        match kind {
+            Some("tbf" | "htb" | "hfsc" | "cbq" | "cake") => QdiscRole::Shaper,
+            Some("pfifo_fast") => QdiscRole::TxQueue,
+            None | Some("" | "mq" | "mqprio" | "multiq" | "noqueue" | "noop") => QdiscRole::Unknown,
+            Some(_) => QdiscRole::OwnLimit,
+        }
+    }
+}
+
+/// The root qdisc kind of the device a drop row names, as the probes read it.
+pub(super) fn qdisc_kind<'f>(f: &'f Facts, device: Option<&str>, netns: u32) -> Option<&'f str> {
+    let device = device?;
+    f.devices
+        .iter()
+        .find(|d| d.device == device && d.netns == netns)
+        .or_else(|| f.devices.iter().find(|d| d.device == device))
+        .and_then(|d| d.qdisc.as_deref())
+}
+
+/// What to do about a queue that overflows on `dev`, by its root qdisc's kind: a shaper's rate,
+/// a pfifo_fast's txqueuelen, another queue's own limit. `carry` says what went through.
+pub(super) fn queue_advice(dev: &str, kind: Option<&str>, carry: &str) -> String {
+    match (kind, QdiscRole::of(kind)) {
+        (Some(k), QdiscRole::Shaper) => {
+            let classes = if matches!(k, "htb" | "hfsc" | "cbq") {
+                format!(" and `tc -s class show dev {dev}` (the rate of the class the scan's packets fall in)")
+            } else {
+                String::new()
+            };
+            format!(
+                "The {k} qdisc on {dev} shapes to its configured rate, and that rate is the bottleneck: a longer \
+                 queue (txqueuelen, its limit) only delays the drops. `tc -s qdisc show dev {dev}`{classes}: raise \
+                 its rate if the path really carries more, or request no more than that rate{carry}."
+            )
+        }
+        (Some(k), QdiscRole::TxQueue) => format!(
+            "`tc -s qdisc show dev {dev}`: {k} holds at most the device's txqueuelen packets. If the drops come in \
+             bursts the device then catches up with, raise it (`ip link set dev {dev} txqueuelen N`); if the device \
+             is slower than the scanner all along, request no more than it carries{carry}."
+        ),
+        (Some(k), QdiscRole::OwnLimit) => format!(
+            "`tc -s qdisc show dev {dev}`: the {k} qdisc drops past its own limit (or by its queue management), \
+             which txqueuelen does not set. If the drops come in bursts, raise its limit (`tc qdisc change dev {dev} \
+             root {k} limit N`); if the device is slower than the scanner all along, request no more than it \
+             carries{carry}."
+        ),
+        _ => format!(
+            "`tc -s qdisc show dev {dev}`: its rate or limit is below what the scanner sends; raise them \
+             (or the device's txqueuelen), or request no more than the path carries{carry}."
+        ),
+    }
 }

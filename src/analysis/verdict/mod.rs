@@ -119,7 +119,8 @@ fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
 fn tie_rank(cause: &str) -> u8 {
     match cause {
         "measurement_fault" => 0,
-        "no_gap" | "gap_unknown" | "unexplained" => 1,
+        "no_gap" | "gap_unknown" | "unexplained" | "never_sent" => 1,
+        "bottleneck" => 2,
         "above_requested" => 2,
         "miscalibrated" => 3,
         "claim_mismatch" => 4,

@@ -31,6 +31,14 @@ const SLEEP_PACER: f64 = 0.3;
 const BUSY_WAIT_MIN_NS: f64 = 50_000.0;
 /// Gaps measured below this count give no pacing figure worth a strong verdict.
 pub(super) const MIN_GAPS: u64 = 50;
+/// Gaps this many times the slot or more are far beyond any jitter: a few of them suffice to
+/// call them steady (a short run of a slot derived wildly wrong has a dozen gaps).
+const FAR_ABOVE_SLOT: f64 = 10.0;
+/// A sender asleep or blocked in send this share of its time or more is not held back by its
+/// CPU: no cpu_bound, its on-CPU excess goes with the waits.
+const OFF_CPU_DOMINANT: f64 = 0.75;
+/// Fewest gaps a steady-gap test reads at all.
+const MIN_FEW_GAPS: u64 = 5;
 
 /// The scanner's clock calibrations, summed up by their median error.
 pub(super) struct Calibration {
@@ -205,6 +213,9 @@ pub(super) struct Split {
     pub(super) units: UnitTime,
     pub(super) thread_ns: f64,
     pub(super) attempts: u64,
+    /// the on-CPU excess given to the waits because the sender was off the CPU of its own
+    /// accord (asleep, blocked in send) more than on it, as a fraction of its time
+    pub(super) cpu_not_limiting: f64,
 }
 
 impl Split {
@@ -236,7 +247,7 @@ impl Split {
         }
         let t = &f.time;
         let (send, mut other, mut sleep) = (t.send / total, t.other / total, t.sleep / total);
-        let (blocked, mut preempted) = (t.blocked / total, t.preempted / total);
+        let (mut blocked, mut preempted) = (t.blocked / total, t.preempted / total);
 
         s.units = UnitTime::of(f, s.expected_gap_ns);
         let idle = take(&mut [&mut sleep, &mut other], s.units.idle_ns / total);
@@ -287,6 +298,16 @@ impl Split {
         if s.attempts == 0 {
             // Nothing sent: no per-packet work to speak of; the time on CPU was not sending either.
             wait_excess += cpu;
+            cpu = 0.0;
+        } else if cpu > 0.0 && sleep + blocked >= OFF_CPU_DOMINANT {
+            // Off the CPU of its own accord most of the time: the sender had CPU time to spare,
+            // and what kept it off the CPU made the gaps. Its on-CPU excess goes with that.
+            s.cpu_not_limiting = cpu;
+            if blocked > sleep {
+                blocked += cpu;
+            } else {
+                wait_excess += cpu;
+            }
             cpu = 0.0;
         }
         // scanprof's own probes run inside the sender's syscalls: the gap their BPF run time
@@ -421,13 +442,15 @@ impl Split {
         ((p50 - exp) / (mean - exp)).clamp(0.0, 1.0)
     }
 
-    /// Gaps a steady ratio above the slot, no calibration figure and no probe on the pacing loop.
+    /// Gaps a steady ratio above the slot, no calibration figure and no probe on the pacing loop:
+    /// read from MIN_GAPS gaps, or from MIN_FEW_GAPS when they are FAR_ABOVE_SLOT or more.
     fn steady_above_slot(&self, f: &Facts) -> bool {
         let exp = self.expected_gap_ns;
         let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
             return false;
         };
-        f.gap.count >= MIN_GAPS
+        let enough = f.gap.count >= MIN_GAPS || (f.gap.count >= MIN_FEW_GAPS && mean >= FAR_ABOVE_SLOT * exp);
+        enough
             && mean >= exp * (1.0 + CALIBRATION_TOLERANCE_PCT / 100.0)
             && (mean - p50).abs() <= STEADY_MEAN_OVER_P50 * p50
     }

@@ -96,6 +96,7 @@ fn device(name: &str) -> DeviceView {
         neigh_queued: 0,
         neigh_resolved: 0,
         neigh_failed: 0,
+        qdisc: None,
     }
 }
 
@@ -238,6 +239,28 @@ fn calibration(error_pct: f64, r: f64) -> CalibrationView {
     }
 }
 
+/// unicornscan's pacers as its profile names them (`-d 1` tsc, `-d 2` gtod, `-d 3` sleep).
+fn unicornscan_pacers() -> Vec<PacerView> {
+    [
+        ("tsc_init_tslot", "TSC busy-wait", "-d 1", PacerWait::Spin),
+        (
+            "gtod_init_tslot",
+            "gettimeofday busy-wait",
+            "-d 2",
+            PacerWait::Spin,
+        ),
+        ("sleep_init_tslot", "sleep", "-d 3", PacerWait::Sleep),
+    ]
+    .into_iter()
+    .map(|(probe, name, option, waits)| PacerView {
+        probe: probe.into(),
+        name: name.into(),
+        option: Some(option.into()),
+        waits,
+    })
+    .collect()
+}
+
 fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
     ClaimView {
         what: what.into(),
@@ -363,14 +386,105 @@ fn target_losses_rule_out_no_gap_and_come_first() {
     );
 }
 
+/// 10 s at 5000 pps asked and sent, 30000 of the 50000 dropped at the root qdisc of eth0,
+/// whose kind the probes read as `kind`; the sends that failed with ENOBUFS say the same.
+fn qdisc_drops_under(kind: &str) -> Vec<Verdict> {
+    run(Some(5000.0), 5000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .failed(30_000, "ENOBUFS")
+        .drop(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x5e1",
+            30_000,
+        )
+        .device(DeviceView {
+            qdisc: Some(kind.into()),
+            qlen_max: Some(6),
+            backlog_max_bytes: Some(8000),
+            ..device("eth0")
+        })
+        .verdicts()
+}
+
+#[test]
+fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
+    // A tbf shapes to its rate: a longer queue only delays its drops. The old advice was to
+    // raise its limit "(or the device's txqueuelen)", for the qdisc_drop and the ENOBUFS alike.
+    for kind in ["tbf", "htb"] {
+        let v = qdisc_drops_under(kind);
+        let q = find(&v, "qdisc_drop");
+        assert!(
+            q.sentence
+                .contains(&format!("the {kind} qdisc, which limits the rate")),
+            "{}",
+            q.sentence
+        );
+        assert!(
+            q.next_step
+                .contains(&format!("The {kind} qdisc on eth0 shapes to its configured rate")),
+            "{}",
+            q.next_step
+        );
+        assert!(
+            q.next_step.contains("request no more than that rate"),
+            "{}",
+            q.next_step
+        );
+        assert!(!q.next_step.contains("ip link set"), "{}", q.next_step);
+        assert!(
+            q.evidence
+                .iter()
+                .any(|e| e == &format!("root qdisc of eth0: {kind}")),
+            "{:?}",
+            q.evidence
+        );
+        let e = find(&v, "send_errors");
+        assert!(
+            e.next_step.contains("shapes to its configured rate"),
+            "{}",
+            e.next_step
+        );
+        assert!(!e.next_step.contains("ip link set"), "{}", e.next_step);
+    }
+    assert!(find(&qdisc_drops_under("htb"), "qdisc_drop")
+        .next_step
+        .contains("tc -s class show dev eth0"));
+}
+
+#[test]
+fn a_plain_queues_drops_advise_its_length_by_kind() {
+    // pfifo_fast holds txqueuelen packets: raising it is the advice, for bursts.
+    let v = qdisc_drops_under("pfifo_fast");
+    let q = find(&v, "qdisc_drop");
+    assert!(
+        q.next_step.contains("ip link set dev eth0 txqueuelen N"),
+        "{}",
+        q.next_step
+    );
+    assert!(!q.next_step.contains("shapes"), "{}", q.next_step);
+    assert!(find(&v, "send_errors").next_step.contains("txqueuelen N"));
+    // fq_codel has a limit of its own that txqueuelen does not set.
+    let v = qdisc_drops_under("fq_codel");
+    let q = find(&v, "qdisc_drop");
+    assert!(
+        q.next_step
+            .contains("tc qdisc change dev eth0 root fq_codel limit N"),
+        "{}",
+        q.next_step
+    );
+    assert!(!q.next_step.contains("ip link set"), "{}", q.next_step);
+}
+
 #[test]
 fn without_a_requested_rate_only_losses_and_a_weak_note() {
     let v = run(None, 800.0, 10.0)
         .time(0.5, 0.0, 0.0, 0.0, 0.5)
         .drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 800)
         .verdicts();
-    // No gap to judge: the loss first, then the note; nothing about CPU or pacing.
-    assert_eq!(causes(&v), ["qdisc_drop", "gap_unknown"]);
+    // No gap to judge: the loss first, then what bounds the rate (strong) and the weak note;
+    // nothing about CPU or pacing as a cause of a gap.
+    assert_eq!(causes(&v), ["qdisc_drop", "bottleneck", "gap_unknown"]);
     let note = find(&v, "gap_unknown");
     assert_eq!(
         (note.kind.as_str(), note.confidence.as_str(), note.share),
@@ -393,8 +507,67 @@ fn an_unlimited_request_says_there_is_nothing_to_fall_short_of() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["gap_unknown"]);
-    assert!(v[0].sentence.contains("as fast as it can"), "{}", v[0].sentence);
+    assert_eq!(causes(&v), ["bottleneck", "gap_unknown"]);
+    let note = find(&v, "gap_unknown");
+    assert!(note.sentence.contains("as fast as it can"), "{}", note.sentence);
+}
+
+#[test]
+fn a_flooding_sender_is_told_what_limits_its_rate() {
+    // `--flood` (no finite rate): 250000 pps, 82% of the time on the CPU inside sendto, 15% in
+    // its own code, 3% waiting for a CPU. The old verdicts: only gap_unknown. A baseline of the
+    // machine's unpaced reference sender reached 300000 pps.
+    let mut r = run(None, 250_000.0, 10.0)
+        .time(0.82, 0.0, 0.0, 0.03, 0.15)
+        .scanner(ScannerView {
+            profile: "generic".into(),
+            requested: RequestedView {
+                pps: None,
+                kind: "unlimited".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+    r.0.baseline = Some(Baseline {
+        rate: 0.0,
+        pacer: "none".into(),
+        achieved_pps: 300_000.0,
+        ..Default::default()
+    });
+    let v = r.verdicts();
+    let b = find(&v, "bottleneck");
+    assert_eq!((b.kind.as_str(), b.share), (GAP, 0.0));
+    assert!(
+        b.sentence.contains(
+            "What limits the rate is the send syscall: the sender spends 82.0% of its time inside it"
+        ),
+        "{}",
+        b.sentence
+    );
+    assert!(b.sentence.contains("3.3 us per packet"), "{}", b.sentence);
+    assert!(b.next_step.contains("sendmmsg"), "{}", b.next_step);
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e.contains("own code and other syscalls 15.0% (600 ns per packet)")),
+        "{:?}",
+        b.evidence
+    );
+    assert!(
+        b.evidence.iter().any(|e| {
+            e.contains(
+            "the reference sender reached 300000 pps unpaced on this machine: the scanner reached 83.3% of it"
+        )
+        }),
+        "{:?}",
+        b.evidence
+    );
+    // A sender that mostly sleeps is not flat out: said so, not blamed on the syscall.
+    let v = run(None, 1000.0, 10.0).time(0.02, 0.0, 0.9, 0.0, 0.08).verdicts();
+    assert!(
+        find(&v, "bottleneck").sentence.contains("not sending flat out"),
+        "{v:#?}"
+    );
 }
 
 #[test]
@@ -748,6 +921,44 @@ fn late_sleep_wake_ups_are_coarse_pacing() {
 }
 
 #[test]
+fn a_batching_sender_is_said_to_send_in_bursts_not_to_wake_late() {
+    // 20000 pps asked (slot 50 us), 12000 reached: bursts 3 us apart, then long sleeps. The old
+    // sentence read "its sleeps end late, so each gap is 3.0 us instead of 50.0 us".
+    let v = run(Some(20_000.0), 12_000.0, 10.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .gaps(3.0 * US, 50.0 * US, 400.0 * US)
+        .verdicts();
+    let p = find(&v, "pacing_coarse");
+    assert!(p.sentence.contains("sends in bursts"), "{}", p.sentence);
+    assert!(
+        p.sentence.contains("3.0 us, shorter than the 50.0 us slot"),
+        "{}",
+        p.sentence
+    );
+    assert!(!p.sentence.contains("late)"), "{}", p.sentence);
+}
+
+#[test]
+fn work_on_top_of_a_fixed_period_is_named_not_late_sleeps() {
+    // 10000 pps asked (slot 100 us); the sender sleeps 100 us on time after ~37 us of work per
+    // packet: every gap 137 us, 7299 pps. Work 27% (send 20%, other 7%), asleep 73%.
+    let v = run(Some(10_000.0), 7299.0, 10.0)
+        .time(0.2, 0.0, 0.73, 0.0, 0.07)
+        .gaps(137.0 * US, 137.0 * US, 150.0 * US)
+        .verdicts();
+    assert_eq!(causes(&v), ["pacing_coarse"]);
+    let p = &v[0];
+    assert!(!p.sentence.contains("sleeps end late"), "{}", p.sentence);
+    assert!(
+        p.sentence
+            .contains("its 37.0 us of work per packet comes on top of the 100.0 us period"),
+        "{}",
+        p.sentence
+    );
+    assert!(p.next_step.contains("TIMER_ABSTIME"), "{}", p.next_step);
+}
+
+#[test]
 fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
     // 1500 pps asked (666.7 us); every gap is 1 ms: timer granularity.
     let v = run(Some(1500.0), 1000.0, 10.0)
@@ -769,6 +980,7 @@ fn a_calibration_off_by_a_quarter_is_miscalibrated() {
         .scanner(ScannerView {
             profile: "unicornscan".into(),
             calibrations: vec![calibration(25.0, 1000.0)],
+            pacers: unicornscan_pacers(),
             ..Default::default()
         })
         .verdicts();
@@ -872,6 +1084,168 @@ fn a_busy_wait_pacer_no_probe_watches_is_told_from_a_cpu_bound_one_by_its_gaps()
     let v = base().gaps(1.2 * MS, 1.5 * MS, 6.0 * MS).verdicts();
     assert_eq!(v[0].cause, "cpu_bound");
     assert_eq!(v[0].confidence, WEAK);
+}
+
+/// A 12-packet unicornscan-like run at 1000 pps asked: a gettimeofday busy-wait whose slot was
+/// derived ~1000x too long (its calibration crossed a second boundary), so each gap is ~1 s
+/// and the sender spins on the CPU throughout: 12 packets over 11 s.
+fn short_miscalibrated_spin() -> Run {
+    run(Some(1000.0), 12.0 / 11.0, 11.0)
+        .time(0.001, 0.0, 0.0, 0.005, 0.994)
+        .gaps(1000.0 * MS, 1000.0 * MS, 1010.0 * MS)
+}
+
+#[test]
+fn a_short_run_of_far_too_long_spins_is_miscalibrated_not_cpu_bound() {
+    // No calibration figure: 11 gaps, each ~1000x the slot, on the CPU outside its sends 900 ms
+    // per packet. The old rule needed 50 gaps and fell through to "cpu_bound 99.7%".
+    let v = short_miscalibrated_spin().verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    let m = &v[0];
+    assert_eq!(m.confidence, WEAK);
+    assert!(m.sentence.contains("spins on the CPU"), "{}", m.sentence);
+    assert!(
+        m.evidence.iter().any(|e| e.contains("only 11 gaps measured")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("only 12 packets in the run")),
+        "{:?}",
+        m.evidence
+    );
+}
+
+#[test]
+fn a_calibration_read_is_judged_first_and_advice_skips_the_pacer_in_use() {
+    // The same run with the gettimeofday pacer's own delay read (tod_delay, in us): +99900%.
+    let mut cal = calibration(99_900.0, 1000.0);
+    cal.probe = "gtod_init_tslot".into();
+    cal.delay_unit = Some("us".into());
+    let v = short_miscalibrated_spin()
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![cal],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    let m = &v[0];
+    assert!(
+        m.sentence.contains("its calibration (gtod_init_tslot)"),
+        "{}",
+        m.sentence
+    );
+    // The run was already on gettimeofday pacing: not advised again; the other pacers are.
+    assert!(!m.next_step.contains("`-d 2`"), "{}", m.next_step);
+    assert!(m.next_step.contains("`-d 1`"), "{}", m.next_step);
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("pacer in use: gettimeofday busy-wait (`-d 2`)")),
+        "{:?}",
+        m.evidence
+    );
+    // On the TSC pacer, the TSC pacer is not advised.
+    let v = short_miscalibrated_spin()
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(99_900.0, 1000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    assert!(!v[0].next_step.contains("`-d 1`"), "{}", v[0].next_step);
+    assert!(v[0].next_step.contains("`-d 2`"), "{}", v[0].next_step);
+}
+
+#[test]
+fn a_sender_mostly_asleep_is_not_cpu_bound() {
+    // 1000 pps asked, 100 reached: on the CPU 20% (work 2 ms per packet, 2x the slot) but
+    // asleep 80%. The old split named cpu_bound with 0.1 of the requested rate; the sender's
+    // own waits, not its CPU, made the gaps: the on-CPU excess goes with the waits.
+    let v = run(Some(1000.0), 100.0, 10.0)
+        .time(0.05, 0.0, 0.8, 0.0, 0.15)
+        .gaps(10.3 * MS, 10.3 * MS, 11.0 * MS)
+        .verdicts();
+    assert!(!causes(&v).contains(&"cpu_bound"), "{v:#?}");
+    assert!(close(gap_sum(&v), 0.9), "{v:#?}");
+    let top = &v[0];
+    assert!(
+        top.evidence
+            .iter()
+            .any(|e| e.contains("off the CPU of its own accord 80.0% of its time")),
+        "{:?}",
+        top.evidence
+    );
+}
+
+fn member(pid: u32, comm: &str, role: &str, exit: Option<(i32, f64)>) -> crate::collect::family::ProcessInfo {
+    crate::collect::family::ProcessInfo {
+        pid,
+        ppid: 1,
+        comm: comm.into(),
+        exe: format!("/usr/libexec/unicornscan/{comm}"),
+        root: role == "master",
+        alive: exit.is_none(),
+        exit_code: exit.map(|e| e.0),
+        role: Some(role.into()),
+        start_s: None,
+        exit_s: exit.map(|e| e.1),
+    }
+}
+
+#[test]
+fn a_scanner_that_never_sends_is_told_what_was_seen() {
+    // unicornscan at 1000 pps: unisend and unilisten exit with status 1 after ~3 s, no IPC, no
+    // packet, no send call, no sender thread's time. The old verdict: "100% of the requested
+    // rate is missing for a reason scanprof cannot see ... (is the sched probe attached?)".
+    let mut r = run(Some(1000.0), 0.0, 5.0).scanner(ScannerView {
+        profile: "unicornscan".into(),
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(100, "unicornscan", "master", None),
+        member(101, "unisend", "sender", Some((1 << 8, 3.1))),
+        member(102, "unilisten", "listener", Some((1 << 8, 3.2))),
+    ];
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["never_sent"], "{v:#?}");
+    let n = &v[0];
+    assert_eq!((n.kind.as_str(), n.confidence.as_str()), (GAP, STRONG));
+    assert_share(&v, "never_sent", 1.0);
+    assert!(
+        n.sentence
+            .contains("unisend (pid 101, sender) exited with status 1 at 3.100 s after attach"),
+        "{}",
+        n.sentence
+    );
+    assert!(n.sentence.contains("no IPC message"), "{}", n.sentence);
+    assert!(!n.sentence.contains("cannot see"), "{}", n.sentence);
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e == "unicornscan (pid 100, master): still running"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e == "0 IPC messages sent between the scanner's processes"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        n.evidence.iter().all(|e| !e.contains("sched probe")),
+        "{:?}",
+        n.evidence
+    );
+    assert!(n.next_step.contains("exited with an error"), "{}", n.next_step);
 }
 
 // The next three are shaped on `scanprof lab` runs of the reference sender (4 s each): their

@@ -36,6 +36,7 @@ pub fn report_md(
         Some(s) => {
             overview(&mut o, s);
             funnel(&mut o, s);
+            devices(&mut o, s);
             rate_statistics(&mut o, s);
             time_budget(&mut o, s);
             drops(&mut o, s);
@@ -355,6 +356,54 @@ fn funnel(o: &mut String, s: &Summary) {
     table(o, &["Stage", "Per second", "Count", "% of requested"], &rows);
 }
 
+/// The devices the family's packets crossed, in every namespace (the lab's veth pairs, a
+/// container's interfaces), from the Summary's device views: the machine facts' interface
+/// table lists the root namespace only.
+fn devices(o: &mut String, s: &Summary) {
+    if s.devices.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "## Devices the target's packets crossed\n");
+    let _ = writeln!(
+        o,
+        "Per second over the {:.3} s run; namespaces by inode number.\n",
+        s.duration_s
+    );
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
+    let rows: Vec<Vec<String>> = s
+        .devices
+        .iter()
+        .map(|d| {
+            vec![
+                d.device.clone(),
+                d.netns.to_string(),
+                d.qdisc.clone().unwrap_or_else(|| "-".into()),
+                format!("{:.1}", d.target_queued_pps),
+                format!("{:.1}", d.target_xmit_pps),
+                format!("{:.1}", d.all_xmit_pps),
+                d.xmit_refused.to_string(),
+                opt(d.qlen_max),
+                d.neigh_queued.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        o,
+        &[
+            "Device",
+            "Namespace",
+            "Qdisc",
+            "Target queued (/s)",
+            "Target sent (/s)",
+            "All sent (/s)",
+            "Refused",
+            "Qdisc peak (packets)",
+            "Neighbour queued",
+        ],
+        &rows,
+    );
+}
+
 fn rate_statistics(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "## Rate statistics\n");
     let Some(st) = &s.rate_stats else {
@@ -474,33 +523,34 @@ fn drops(o: &mut String, s: &Summary) {
     let mut rows: Vec<&crate::analysis::DropRow> = s.drops.iter().collect();
     // Stable: within a class, the Summary's order (largest first) is kept.
     rows.sort_by_key(|d| class_rank(d.class));
+    // Rows on devices of several namespaces name theirs (inode numbers).
+    let several_ns = rows.iter().any(|d| d.netns != rows[0].netns);
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|d| {
-            vec![
+            let mut row = vec![
                 d.class.name().to_string(),
                 d.reason.clone(),
                 d.location.clone(),
                 d.device.clone().unwrap_or_else(|| "-".into()),
+            ];
+            if several_ns {
+                row.push(d.netns.to_string());
+            }
+            row.extend([
                 d.pid.map_or_else(|| "-".into(), |p| p.to_string()),
                 d.count.to_string(),
                 format!("{:.1}", d.rate),
-            ]
+            ]);
+            row
         })
         .collect();
-    table(
-        o,
-        &[
-            "Class",
-            "Reason",
-            "Location",
-            "Device",
-            "PID",
-            "Count",
-            "Rate (/s)",
-        ],
-        &rows,
-    );
+    let mut header = vec!["Class", "Reason", "Location", "Device"];
+    if several_ns {
+        header.push("Namespace");
+    }
+    header.extend(["PID", "Count", "Rate (/s)"]);
+    table(o, &header, &rows);
 }
 
 /// The diagnosis: each verdict with its share, evidence and next step.
@@ -514,12 +564,12 @@ fn verdicts(o: &mut String, s: &Summary) {
         .iter()
         .map(|v| {
             vec![
-                escape_inline(&v.kind),
+                v.kind.clone(),
                 format!("{:.1}%", v.share * 100.0),
-                escape_inline(&v.sentence),
-                escape_inline(&v.evidence.join("; ")),
-                escape_inline(&v.next_step),
-                escape_inline(&v.confidence),
+                v.sentence.clone(),
+                v.evidence.join("; "),
+                v.next_step.clone(),
+                v.confidence.clone(),
             ]
         })
         .collect();
@@ -560,7 +610,7 @@ fn scanner(o: &mut String, s: &Summary) {
             .iter()
             .map(|c| {
                 vec![
-                    escape_inline(&c.probe),
+                    c.probe.clone(),
                     c.pid.to_string(),
                     format!("{:.3}", c.start_s),
                     opt(c.duration_ms, 1),
@@ -630,7 +680,7 @@ fn scanner(o: &mut String, s: &Summary) {
             .iter()
             .map(|c| {
                 vec![
-                    escape_inline(&c.what),
+                    c.what.clone(),
                     format!("{:.1}", c.claimed),
                     opt(c.measured, 1),
                     opt(c.diff_pct, 1),
@@ -726,6 +776,7 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
 // ---- Markdown building blocks -----------------------------------------------------------------
 
 /// A Markdown table; every row gets exactly as many cells as the header (padded with "-").
+/// Header and cells are plain text: `cell` escapes them, once.
 fn table(o: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let _ = writeln!(
         o,
@@ -752,18 +803,56 @@ fn cell(s: &str) -> String {
     }
 }
 
-/// Escapes the characters that would start inline markup or HTML.
+/// Plain text as inline Markdown: the characters that would start markup or HTML escaped,
+/// except inside code spans (a run of backticks up to the next run of the same length), which
+/// the text's author meant (`` `scanprof baseline` ``) and which Markdown shows verbatim, so an
+/// escape there would show as a backslash. A backtick run with no partner is escaped.
 fn escape_inline(s: &str) -> String {
+    let chars: Vec<char> = s
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    let run_at = |i: usize| chars[i..].iter().take_while(|c| **c == '`').count();
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '#' => {
-                out.push('\\');
-                out.push(c);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '`' {
+            let n = run_at(i);
+            // The closing run: the next run of exactly n backticks.
+            let mut j = i + n;
+            let mut close = None;
+            while j < chars.len() {
+                if chars[j] == '`' {
+                    let m = run_at(j);
+                    if m == n {
+                        close = Some(j);
+                        break;
+                    }
+                    j += m;
+                } else {
+                    j += 1;
+                }
             }
-            '\n' | '\r' => out.push(' '),
-            c => out.push(c),
+            match close {
+                Some(j) => {
+                    out.extend(&chars[i..j + n]);
+                    i = j + n;
+                }
+                None => {
+                    for _ in 0..n {
+                        out.push_str("\\`");
+                    }
+                    i += n;
+                }
+            }
+            continue;
         }
+        if matches!(c, '\\' | '*' | '_' | '[' | ']' | '<' | '>' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+        i += 1;
     }
     out
 }
@@ -969,7 +1058,7 @@ mod tests {
                 ("gap_cdf.svg", "Inter-send gaps [CDF]"),
             ],
         );
-        assert_eq!(check_tables(&md), Ok(13), "{md}");
+        assert_eq!(check_tables(&md), Ok(14), "{md}");
 
         // Title and meta.
         assert!(
@@ -1095,6 +1184,7 @@ mod tests {
             "## Capability checks",
             "## Run",
             "## Funnel",
+            "## Devices the target's packets crossed",
             "## Rate statistics",
             "## Time budget",
             "## Drops",
@@ -1233,6 +1323,108 @@ mod tests {
             .map(|r| r[0].clone())
             .collect();
         assert_eq!(classes, ["target\\_loss", "expected", "unrelated"]);
+    }
+
+    #[test]
+    fn text_is_escaped_once_and_never_inside_code_spans() {
+        // It read `sock\\\_alloc\\\_send\\\_pskb` and \\\`scanprof baseline\\\` in the
+        // verdict table: escaped once for the text, again for the cell.
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.verdicts = vec![crate::analysis::Verdict {
+                cause: "blocked_send".into(),
+                kind: "gap".into(),
+                sentence: "The sender blocks in sock_alloc_send_pskb".into(),
+                share: 0.5,
+                evidence: vec!["2.6 s at sock_alloc_send_pskb".into(), "a *b* c".into()],
+                next_step: "compare with `scanprof baseline --pacer sleep` or ``a`b``".into(),
+                confidence: "strong".into(),
+            }];
+            if let Some(sc) = s.scanner.as_mut() {
+                sc.notes = vec!["see `net.core.wmem_max` and net_core".into()];
+            }
+            s.warnings = vec!["use `--map-size block_sites=ENTRIES` for a_b".into()];
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        let v = rows_after(&md, "## Verdicts");
+        assert_eq!(
+            v[0],
+            [
+                "gap",
+                "50.0%",
+                "The sender blocks in sock\\_alloc\\_send\\_pskb",
+                "2.6 s at sock\\_alloc\\_send\\_pskb; a \\*b\\* c",
+                "compare with `scanprof baseline --pacer sleep` or ``a`b``",
+                "strong"
+            ]
+        );
+        // A calibration's probe name in its table: once.
+        assert!(md.contains("| tsc\\_init\\_tslot |"), "{md}");
+        // Outside tables too: code spans verbatim, the rest escaped once.
+        assert!(
+            md.contains("- note: see `net.core.wmem_max` and net\\_core\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- warning: use `--map-size block_sites=ENTRIES` for a\\_b\n"),
+            "{md}"
+        );
+        assert!(!md.contains("\\\\"), "a doubled escape in\n{md}");
+    }
+
+    #[test]
+    fn escaping_keeps_code_spans_and_escapes_lone_backticks() {
+        assert_eq!(escape_inline("a_b `c_d` e*"), "a\\_b `c_d` e\\*");
+        assert_eq!(escape_inline("``x ` y`` z"), "``x ` y`` z");
+        assert_eq!(escape_inline("one ` two_"), "one \\` two\\_");
+        assert_eq!(escape_inline("``a` b"), "\\`\\`a\\` b");
+        assert_eq!(cell("`a|b`"), "`a\\|b`");
+    }
+
+    #[test]
+    fn the_devices_the_targets_packets_crossed_are_listed_with_their_namespace() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            let mut peer = s.devices[0].clone();
+            peer.device = "veth1".into();
+            peer.netns = 4026532301;
+            peer.qdisc = Some("tbf".into());
+            peer.neigh_queued = 41;
+            s.devices.push(peer);
+        }
+        let md = report_md(&rec, Some(&facts()), None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        let d = rows_after(&md, "## Devices the target's packets crossed");
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(&d[0][..2], ["veth0", "1"]);
+        assert_eq!(&d[1][..3], ["veth1", "4026532301", "tbf"]);
+        assert_eq!(d[1][8], "41");
+        // The facts' interface table (root namespace) has neither.
+        let ifs = rows_after(&md, "### Interfaces");
+        assert!(ifs.iter().all(|r| r[1] != "veth0" && r[1] != "veth1"));
+        // No device views: no section.
+        if let Some(s) = rec.summary.as_mut() {
+            s.devices.clear();
+        }
+        assert!(!report_md(&rec, None, None, &[]).contains("## Devices"));
+    }
+
+    #[test]
+    fn drops_on_devices_of_several_namespaces_name_theirs() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            let mut other = s.drops[0].clone();
+            other.device = Some("spv7503-0t".into());
+            other.netns = 4026532301;
+            s.drops.push(other);
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        assert!(md.contains("| Device | Namespace | PID |"), "{md}");
+        let d = rows_after(&md, "## Drops");
+        assert_eq!((d[0][3].as_str(), d[0][4].as_str()), ("veth0", "1"));
+        assert_eq!((d[1][3].as_str(), d[1][4].as_str()), ("spv7503-0t", "4026532301"));
     }
 
     #[test]

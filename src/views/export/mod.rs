@@ -10,6 +10,8 @@ pub mod recount;
 pub mod spool;
 pub mod trace;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{Snapshot, Summary};
@@ -29,6 +31,10 @@ pub struct Meta {
     pub hostname: String,
     /// `uname -r`
     pub kernel: String,
+    /// that kernel's drop reasons, number -> name (without `SKB_DROP_REASON_`): the bundle's
+    /// bpftrace script prints names with them
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drop_reasons: BTreeMap<u32, String>,
 }
 
 /// A run as the views saw it, tick by tick.

@@ -169,6 +169,72 @@ pub fn gap_cdf_svg(rec: &Recording) -> Option<String> {
     Some(svg.finish())
 }
 
+/// A rate sweep (`scanprof sweep`): achieved packets per second against requested, one point
+/// per step, with the ideal line (achieved = requested, dashed), what was left after the
+/// target's losses (achieved less lost), and the loss rate. `steps` are (requested, achieved,
+/// lost per second); an empty sweep gives the empty frame with a "no data" note.
+pub fn sweep_svg(steps: &[(f64, f64, f64)]) -> String {
+    let mut svg = Svg::new("Rate sweep: achieved against requested");
+    let mut pts: Vec<(f64, f64, f64)> = steps
+        .iter()
+        .map(|(r, a, l)| (finite_or_zero(*r), finite_or_zero(*a), finite_or_zero(*l)))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let top = pts
+        .iter()
+        .flat_map(|p| [p.0, p.1, p.2])
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let x = Axis::linear(0.0, top * 1.05, PLOT_LEFT, PLOT_RIGHT);
+    let y = Axis::linear(0.0, top * 1.05, PLOT_BOTTOM, PLOT_TOP);
+    svg.axes(&x, &y, "requested packets per second", "packets per second", si);
+    if pts.is_empty() {
+        svg.note("no data: no step ran");
+        return svg.finish();
+    }
+    let _ = writeln!(
+        svg.body,
+        r#"<line id="ideal" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{REQUESTED_COLOUR}" stroke-width="1.5" stroke-dasharray="6,4"/>"#,
+        x.px(0.0),
+        y.px(0.0),
+        x.px(x.max.min(y.max)),
+        y.px(x.max.min(y.max))
+    );
+    /// (element id, colour, points)
+    type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+    let series: [Series; 3] = [
+        (
+            "achieved",
+            RATE_SERIES[0].3,
+            pts.iter().map(|p| (p.0, p.1)).collect(),
+        ),
+        (
+            "delivered",
+            RATE_SERIES[1].3,
+            pts.iter().map(|p| (p.0, (p.1 - p.2).max(0.0))).collect(),
+        ),
+        ("lost", RATE_SERIES[2].3, pts.iter().map(|p| (p.0, p.2)).collect()),
+    ];
+    for (id, colour, points) in &series {
+        svg.polyline(id, colour, points.iter().map(|(r, v)| (x.px(*r), y.px(*v))));
+        for (r, v) in points {
+            let _ = writeln!(
+                svg.body,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#,
+                x.px(*r),
+                y.px(*v)
+            );
+        }
+    }
+    svg.legend(&[
+        ("achieved (send syscalls)", RATE_SERIES[0].3, false),
+        ("achieved less lost", RATE_SERIES[1].3, false),
+        ("lost (target_loss)", RATE_SERIES[2].3, false),
+        ("ideal: achieved = requested", REQUESTED_COLOUR, true),
+    ]);
+    svg.finish()
+}
+
 fn finite_or_zero(v: f64) -> f64 {
     if v.is_finite() {
         v
@@ -798,5 +864,22 @@ mod tests {
         assert_eq!(plain(0.25), "0.25");
         assert_eq!(nice_step(210.0), 200.0);
         assert_eq!(nice_step(0.9), 1.0);
+    }
+
+    #[test]
+    fn the_sweep_plot_has_the_ideal_line_and_three_series() {
+        let svg = sweep_svg(&[
+            (1000.0, 999.0, 0.0),
+            (4000.0, 3990.0, 0.0),
+            (8000.0, 7990.0, 3000.0),
+        ]);
+        well_formed(&svg).unwrap();
+        for id in ["ideal", "achieved", "delivered", "lost"] {
+            assert!(svg.contains(&format!(r#"id="{id}""#)), "{id}");
+        }
+        assert_eq!(svg.matches("<circle").count(), 9);
+        let empty = sweep_svg(&[]);
+        well_formed(&empty).unwrap();
+        assert!(empty.contains("no data"));
     }
 }

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::keys::{action_of, Action};
-use crate::analysis::{DropRow, Snapshot, Summary};
+use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, Summary, SCHEMA_VERSION, STAGES};
 use crate::collect::family::ProcessInfo;
 use crate::collect::session::Update;
 use crate::probes::ProbeStatus;
@@ -101,7 +101,8 @@ pub struct App {
     pub title: String,
     pub processes: Vec<ProcessInfo>,
     pub probes: Vec<ProbeStatus>,
-    /// the Snapshot on screen (frozen while paused)
+    /// the Snapshot on screen (frozen while paused); once the run ended, the run's Summary in
+    /// Snapshot form (`summary_view`), not its last, partial tick
     pub shown: Option<Snapshot>,
     /// the newest Snapshot, shown on resume
     latest: Option<Snapshot>,
@@ -145,6 +146,9 @@ impl App {
                 self.processes = processes;
                 self.probes = probes;
             }
+            // A tick after the end would hide the summary: the collector sends none, but the
+            // view does not rely on it.
+            Update::Tick(_) if self.summary.is_some() => {}
             Update::Tick(s) => {
                 let stage = |name: &str| {
                     s.stages
@@ -172,12 +176,15 @@ impl App {
             }
             Update::Done(summary) => {
                 self.processes = summary.processes.clone();
+                // Every panel switches to the run's figures, paused or not: the last tick is
+                // partial (it read 75.9% of the requested rate, or "no sends yet", while the
+                // report said 100%).
+                let last = self.latest.take().or(self.shown.take());
+                self.shown = Some(summary_view(&summary, last.as_ref()));
+                // The run's drop table, as the report has it: counts since attach, rates over
+                // the send window.
+                self.shown_drops.clone_from(&summary.drops);
                 self.summary = Some(*summary);
-                // The final state stays on screen, paused or not.
-                if let Some(latest) = self.latest.take() {
-                    self.shown = Some(latest);
-                    self.shown_drops.clone_from(&self.drop_totals);
-                }
             }
         }
     }
@@ -245,6 +252,11 @@ impl App {
         Outcome::Continue
     }
 
+    /// The run has ended and the panels show its Summary.
+    pub fn ended(&self) -> bool {
+        self.summary.is_some()
+    }
+
     /// The drop rows to show: the target's first, filtered and sorted as asked.
     pub fn drop_rows(&self) -> Vec<&DropRow> {
         if self.shown.is_none() {
@@ -295,5 +307,66 @@ fn add_tick_drops(totals: &mut Vec<DropRow>, tick: &[DropRow]) {
             }
             None => totals.push(d.clone()),
         }
+    }
+}
+
+/// The run's Summary as the Snapshot the panels draw, so that every panel shows the figures of
+/// the printed report: the funnel and the drops per second over the send window, the achieved
+/// rate and ratio, the threads' time over their send windows, the verdicts. What a Summary does
+/// not hold (episodes) is left empty; the tick number is the last tick's.
+pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
+    let requested = sum.requested_pps.filter(|r| *r > 0.0);
+    let stages = STAGES
+        .iter()
+        .map(|name| {
+            let pps = sum.stages.get(*name).copied().unwrap_or(0.0);
+            let total = sum.stage_counts.get(*name).copied().unwrap_or(0);
+            Stage {
+                name: name.to_string(),
+                count: total,
+                pps,
+                total,
+                ratio: requested.map(|r| pps / r),
+            }
+        })
+        .collect();
+    let window_s = sum.send_window_s;
+    let threads = sum
+        .threads
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            // Over the send window, like the achieved rate and the report's time budget.
+            if window_s > 0.0 {
+                t.pps = t.packets as f64 / window_s;
+            }
+            if let Some(b) = t.send_window_budget {
+                t.shares = BudgetShares::of(&b, b.total_ns());
+            }
+            t
+        })
+        .collect();
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        tick: last.map_or(0, |l| l.tick),
+        t_s: sum.duration_s,
+        interval_s: window_s,
+        requested_pps: sum.requested_pps,
+        achieved_pps: sum.achieved_pps,
+        ratio: sum.ratio,
+        stages,
+        processes: sum.processes.clone(),
+        threads,
+        drops: sum.drops.clone(),
+        devices: sum.devices.clone(),
+        block_sites: sum.block_sites.clone(),
+        gap: sum.gap.clone(),
+        episodes: Vec::new(),
+        rate_stats: sum.rate_stats.clone(),
+        health: sum.health,
+        cost: sum.cost.clone(),
+        scanner: sum.scanner.clone(),
+        verdicts: sum.verdicts.clone(),
+        warnings: sum.warnings.clone(),
     }
 }

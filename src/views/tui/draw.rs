@@ -12,7 +12,7 @@ use ratatui::Frame;
 
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
-use crate::analysis::{EndReason, Snapshot};
+use crate::analysis::{DropRow, EndReason, Snapshot};
 use crate::collect::DropClass;
 
 /// The smallest terminal the live view lays out its panels in; below it, it says so.
@@ -31,7 +31,10 @@ pub fn draw(f: &mut Frame, app: &App) {
     let [header, body, foot] =
         Layout::vertical([Constraint::Length(5), Constraint::Min(0), Constraint::Length(1)]).areas(area);
     draw_header(f, app, header);
-    f.render_widget(Paragraph::new(footer()).style(Style::new().reversed()), foot);
+    f.render_widget(
+        Paragraph::new(footer(foot.width as usize)).style(Style::new().reversed()),
+        foot,
+    );
     match (app.zoomed, app.focus) {
         (true, Some(p)) => draw_panel(f, app, p, body),
         _ => {
@@ -54,9 +57,12 @@ pub fn draw(f: &mut Frame, app: &App) {
             // header's `why:` line shows the top cause, and focusing the panel (Tab) shows it
             // in the drops' place.
             if bottom.width >= 120 {
+                // The drops take 55%, or what their table needs to show every column whole
+                // (devices, namespaces), leaving the diagnosis 40 columns.
+                let want = DropColumns::natural_width(&app.drop_rows(), per_second_heading(app)) + 2;
+                let drops_width = (want as u16).clamp(bottom.width * 55 / 100, bottom.width - 40);
                 let [drops, diagnosis] =
-                    Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
-                        .areas(bottom);
+                    Layout::horizontal([Constraint::Length(drops_width), Constraint::Min(0)]).areas(bottom);
                 draw_panel(f, app, Panel::Drops, drops);
                 draw_panel(f, app, Panel::Diagnosis, diagnosis);
             } else if app.focus == Some(Panel::Diagnosis) {
@@ -94,7 +100,7 @@ fn draw_panel(f: &mut Frame, app: &App, panel: Panel, area: Rect) {
 /// The ranked causes, then what the scanner's probes said: rate sources, calibrations, work
 /// units, IPC and claims.
 fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
-    let block = panel_block(app, Panel::Diagnosis, " diagnosis ".into());
+    let block = panel_block(app, Panel::Diagnosis, format!(" diagnosis{} ", run_mark(app)));
     let s = app.shown.as_ref();
     let verdicts = app
         .summary
@@ -193,6 +199,24 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
+/// What the panels' figures cover once the run has ended: the run (its Summary), not a tick.
+fn run_mark(app: &App) -> &'static str {
+    if app.ended() {
+        " (run)"
+    } else {
+        ""
+    }
+}
+
+/// The rate column's heading: per second over the tick, or over the run's send window.
+fn per_second_heading(app: &App) -> &'static str {
+    if app.ended() {
+        "/s run"
+    } else {
+        "/s tick"
+    }
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
@@ -265,46 +289,53 @@ fn short_source(source: &str) -> String {
 fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let s = app.shown.as_ref();
     let mut state = match (&app.summary, app.paused) {
-        (Some(sum), _) => {
-            let why = match sum.end_reason {
-                EndReason::Duration => "duration reached",
-                EndReason::FamilyExited => "target exited",
-                EndReason::Interrupted => "interrupted",
-            };
-            Span::styled(
-                format!(" ENDED ({why}): q to quit "),
-                Style::new().bg(Color::Yellow).fg(Color::Black),
-            )
-        }
+        (Some(_), _) => Span::styled(" ENDED ", Style::new().bg(Color::Yellow).fg(Color::Black)),
         (None, true) => Span::styled(" PAUSED ", Style::new().bg(Color::Blue).fg(Color::White)),
         (None, false) => Span::styled(" LIVE ", Style::new().bg(Color::Green).fg(Color::Black)),
     };
     if app.quitting && app.summary.is_none() {
         state = Span::styled(" ENDING... ", Style::new().bg(Color::Yellow).fg(Color::Black));
     }
-    let mut line1 = vec![state, Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s)))];
     let scanner = s.and_then(|s| s.scanner.as_ref());
     // Where the requested figure comes from: the latest source that names it.
     let source = scanner
         .and_then(|sc| sc.requested.sources.iter().rev().find(|r| r.pps.is_some()))
         .map(|r| short_source(&r.source))
         .unwrap_or_else(|| "--requested".into());
-    match s.and_then(|s| s.requested_pps) {
-        Some(r) => line1.push(Span::raw(format!("requested {} pps ({source}) ", rate(r)))),
-        None => line1.push(Span::raw("requested: unknown ".to_string())),
-    }
-    if scanner.is_some_and(|sc| sc.requested.conflict.is_some()) {
-        line1.push(Span::styled(
-            "SOURCES DISAGREE ",
-            Style::new().fg(Color::Red).bold(),
-        ));
-    }
-    if let Some(s) = s {
-        let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
-        line1.push(Span::styled(
-            format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
-            Style::new().bold(),
-        ));
+    let requested = match s.and_then(|s| s.requested_pps) {
+        Some(r) => Span::raw(format!("requested {} pps ({source}) ", rate(r))),
+        None => Span::raw("requested: unknown ".to_string()),
+    };
+    let disagree = scanner
+        .is_some_and(|sc| sc.requested.conflict.is_some())
+        .then(|| Span::styled("SOURCES DISAGREE ", Style::new().fg(Color::Red).bold()));
+    let mut line1 = vec![state];
+    match (s, app.ended()) {
+        // The run's figures first, written as the printed report writes them, so that the two
+        // read the same: the achieved rate over the send window and its share of the requested.
+        (Some(s), true) => {
+            let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+            line1.push(Span::styled(
+                format!(" achieved {:.1} pps{ratio} ", s.achieved_pps),
+                Style::new().bold(),
+            ));
+            line1.push(Span::raw("of "));
+            line1.push(requested);
+            line1.extend(disagree);
+            line1.push(Span::raw(format!("in {:.1}s", s.t_s)));
+        }
+        _ => {
+            line1.push(Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s))));
+            line1.push(requested);
+            line1.extend(disagree);
+            if let Some(s) = s {
+                let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+                line1.push(Span::styled(
+                    format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
+                    Style::new().bold(),
+                ));
+            }
+        }
     }
     // scanprof's own cost, first on the second line: its process's CPU and what its probes take
     // of the target's on-CPU time, plain and red above the alert share.
@@ -397,7 +428,18 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             None => Line::from(""),
         },
     };
-    let block = Block::bordered().title(format!(" scanprof: {} ", app.title));
+    // Once ended, the panels show the Summary (the printed report's figures), and say so first:
+    // a long title is cut at the terminal's width.
+    let block = Block::bordered().title(if let Some(sum) = &app.summary {
+        let why = match sum.end_reason {
+            EndReason::Duration => "duration reached",
+            EndReason::FamilyExited => "target exited",
+            EndReason::Interrupted => "interrupted",
+        };
+        format!(" run ended ({why}): summary | scanprof: {} ", app.title)
+    } else {
+        format!(" scanprof: {} ", app.title)
+    });
     f.render_widget(
         Paragraph::new(vec![Line::from(line1), Line::from(line2), line3]).block(block),
         area,
@@ -406,9 +448,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 
 fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     let requested = app.shown.as_ref().and_then(|s| s.requested_pps);
-    let title = match requested {
-        Some(r) => format!(" funnel: requested {} pps -> ", rate(r)),
-        None => " funnel (no requested rate) ".to_string(),
+    let title = match (requested, app.ended()) {
+        (Some(r), false) => format!(" funnel: requested {} pps -> ", rate(r)),
+        (Some(r), true) => format!(" funnel (run): requested {} pps ", rate(r)),
+        (None, _) => format!(" funnel{} (no requested rate) ", run_mark(app)),
     };
     let block = panel_block(app, Panel::Funnel, title);
     let Some(s) = &app.shown else {
@@ -447,13 +490,18 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
             Constraint::Length(6),
         ],
     )
-    .header(Row::new(vec!["stage", "/s tick", "total", "ratio"]).style(Style::new().bold()))
+    .header(Row::new(vec!["stage", per_second_heading(app), "total", "ratio"]).style(Style::new().bold()))
     .block(block);
     f.render_widget(table, area);
 }
 
 fn draw_budget(f: &mut Frame, app: &App, area: Rect) {
-    let block = panel_block(app, Panel::Budget, " sender threads' time ".into());
+    let title = if app.ended() {
+        " sender threads' time (run, over their send windows) "
+    } else {
+        " sender threads' time "
+    };
+    let block = panel_block(app, Panel::Budget, title.into());
     let Some(s) = &app.shown else {
         f.render_widget(Paragraph::new("").block(block), area);
         return;
@@ -585,7 +633,8 @@ fn draw_gaps(f: &mut Frame, app: &App, area: Rect) {
     };
     let g = &s.gap;
     let title = format!(
-        " gaps: mean {} p99 {}{} ",
+        " gaps{}: mean {} p99 {}{} ",
+        run_mark(app),
         g.mean_ns.map(dur).unwrap_or("-".into()),
         g.p99_ns.map(dur).unwrap_or("-".into()),
         g.slot_ns.map(|v| format!(" slot {}", dur(v))).unwrap_or_default()
@@ -658,7 +707,8 @@ pub fn gap_bins(s: &Snapshot, n: usize) -> Vec<(String, u64, bool)> {
 fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     let rows = app.drop_rows();
     let mut title = format!(
-        " drops ({} rows, sort: {}",
+        " drops ({}{} rows, sort: {}",
+        if app.ended() { "run, " } else { "" },
         rows.len(),
         app.sort.map_or("count", |s| s.name())
     );
@@ -667,18 +717,11 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
     }
     title += ") ";
     let block = panel_block(app, Panel::Drops, title);
-    // Below 100 columns the device and pid give way to the location.
-    let wide = area.width >= 100;
-    // Every column but the location, with its width; the location gets what they leave (less
-    // the borders and one space between columns), and a longer one is elided visibly, keeping
-    // its offset, never cut into another valid-looking one.
-    let mut fixed = vec![("class", 11), ("reason", 14)];
-    if wide {
-        fixed.extend([("device", 14), ("pid", 7)]);
-    }
-    fixed.extend([("total", 9), ("/s tick", 8)]);
-    let taken: u16 = fixed.iter().map(|(_, w)| w).sum::<u16>() + fixed.len() as u16 + 2;
-    let loc_width = area.width.saturating_sub(taken).max(8);
+    let layout = DropColumns::fit(
+        &rows,
+        area.width.saturating_sub(2) as usize,
+        per_second_heading(app),
+    );
     let table_rows = rows.iter().skip(app.scroll).map(|d| {
         let style = match d.class {
             DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
@@ -686,27 +729,190 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
             DropClass::Expected => Style::new().fg(Color::Gray),
             DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
         };
-        let mut cells = vec![
-            d.class.name().to_string(),
-            d.reason.clone(),
-            elide_location(&d.location, loc_width as usize),
-        ];
-        if wide {
-            cells.push(d.device.clone().unwrap_or("-".into()));
-            cells.push(d.pid.map(|p| p.to_string()).unwrap_or("-".into()));
-        }
-        cells.extend([d.count.to_string(), rate(d.rate)]);
-        Row::new(cells).style(style)
+        Row::new(layout.cells(d)).style(style)
     });
-    // The location is the third column.
-    let mut header: Vec<&str> = fixed.iter().map(|(h, _)| *h).collect();
-    let mut widths: Vec<Constraint> = fixed.iter().map(|(_, w)| Constraint::Length(*w)).collect();
-    header.insert(2, "location");
-    widths.insert(2, Constraint::Min(loc_width));
+    let widths: Vec<Constraint> = layout
+        .columns
+        .iter()
+        .map(|(col, w)| match col {
+            DropColumn::Location => Constraint::Min(*w as u16),
+            _ => Constraint::Length(*w as u16),
+        })
+        .collect();
+    let header: Vec<&str> = layout
+        .columns
+        .iter()
+        .map(|(c, _)| c.heading(layout.rate_heading))
+        .collect();
     let table = Table::new(table_rows, widths)
         .header(Row::new(header).style(Style::new().bold()))
         .block(block);
     f.render_widget(table, area);
+}
+
+/// The drop table's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DropColumn {
+    Class,
+    Reason,
+    Location,
+    Device,
+    /// only when the rows span several network namespaces
+    Netns,
+    /// only where there is room
+    Pid,
+    Total,
+    Rate,
+}
+
+impl DropColumn {
+    fn heading(self, rate: &'static str) -> &'static str {
+        match self {
+            DropColumn::Class => "class",
+            DropColumn::Reason => "reason",
+            DropColumn::Location => "location",
+            DropColumn::Device => "device",
+            DropColumn::Netns => "netns",
+            DropColumn::Pid => "pid",
+            DropColumn::Total => "total",
+            DropColumn::Rate => rate,
+        }
+    }
+}
+
+/// Narrowest a location gets before the device and reason give up columns to it.
+const LOCATION_MIN: usize = 16;
+/// Narrowest an elided reason or device gets.
+const NAME_MIN: usize = 6;
+/// Narrowest a reason or device gets for a location to be whole (`NO_SOCKET`, `spv7503-0t`).
+const NAME_KEPT: usize = 10;
+
+/// The drop table's columns and widths for a panel `inner` columns wide: numbers (count, rate,
+/// namespace, pid) always whole, so their columns are as wide as their longest value; names
+/// (reason, device) as wide as theirs up to a cap, elided visibly below it; the location takes
+/// the rest. Widths come from every row, not only those scrolled into view, so that columns do
+/// not move while scrolling.
+struct DropColumns {
+    columns: Vec<(DropColumn, usize)>,
+    rate_heading: &'static str,
+}
+
+impl DropColumns {
+    fn fit(rows: &[&DropRow], inner: usize, rate_heading: &'static str) -> DropColumns {
+        let widest = |col: DropColumn, cap: usize| {
+            rows.iter()
+                .map(|d| DropColumns::text(col, d).chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(col.heading(rate_heading).len())
+                .min(cap)
+        };
+        let several_ns = rows.iter().any(|d| d.netns != rows[0].netns);
+        let mut columns = vec![
+            (DropColumn::Class, widest(DropColumn::Class, 11)),
+            (DropColumn::Reason, widest(DropColumn::Reason, 22)),
+            (DropColumn::Location, 0),
+            (DropColumn::Device, widest(DropColumn::Device, 15)),
+        ];
+        if several_ns {
+            columns.push((DropColumn::Netns, widest(DropColumn::Netns, usize::MAX)));
+        }
+        let pid = (DropColumn::Pid, widest(DropColumn::Pid, usize::MAX));
+        // Counts grow during a run: room for seven digits from the start keeps the columns
+        // from moving at every tick.
+        columns.push((DropColumn::Total, widest(DropColumn::Total, usize::MAX).max(7)));
+        columns.push((DropColumn::Rate, widest(DropColumn::Rate, usize::MAX).max(7)));
+        let location_want = widest(DropColumn::Location, usize::MAX);
+        // Columns but the location, with one space between each two.
+        let used = |cols: &[(DropColumn, usize)]| -> usize {
+            cols.iter().map(|(_, w)| w).sum::<usize>() + cols.len().saturating_sub(1)
+        };
+        // The pid where the location keeps its whole width (or a comfortable one) beside it.
+        let mut with_pid = columns.clone();
+        with_pid.insert(with_pid.len() - 2, pid);
+        if inner.saturating_sub(used(&with_pid)) >= location_want.min(24) {
+            columns = with_pid;
+        }
+        // Short of room: the widest of the reason and the device gives up a column at a time,
+        // first down to NAME_KEPT for the location to be whole, then to NAME_MIN for it to
+        // reach LOCATION_MIN.
+        for (location_needs, floor) in [(location_want, NAME_KEPT), (LOCATION_MIN, NAME_MIN)] {
+            while inner.saturating_sub(used(&columns)) < location_needs {
+                let widest = columns
+                    .iter_mut()
+                    .filter(|(c, w)| matches!(c, DropColumn::Reason | DropColumn::Device) && *w > floor)
+                    .max_by_key(|(_, w)| *w);
+                match widest {
+                    Some((_, w)) => *w -= 1,
+                    None => break,
+                }
+            }
+        }
+        let location = inner.saturating_sub(used(&columns)).max(8);
+        if let Some(loc) = columns.iter_mut().find(|(c, _)| *c == DropColumn::Location) {
+            loc.1 = location;
+        }
+        DropColumns {
+            columns,
+            rate_heading,
+        }
+    }
+
+    /// Columns the table takes with every cell whole (the pid left out), borders excluded.
+    fn natural_width(rows: &[&DropRow], rate_heading: &'static str) -> usize {
+        let fitted = DropColumns::fit(rows, usize::MAX / 2, rate_heading);
+        let location = rows
+            .iter()
+            .map(|d| d.location.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("location".len());
+        fitted
+            .columns
+            .iter()
+            .filter(|(c, _)| *c != DropColumn::Pid)
+            .map(|(c, w)| if *c == DropColumn::Location { location } else { *w })
+            .sum::<usize>()
+            + fitted.columns.len().saturating_sub(2)
+    }
+
+    /// A cell's whole text.
+    fn text(col: DropColumn, d: &DropRow) -> String {
+        match col {
+            DropColumn::Class => d.class.name().to_string(),
+            DropColumn::Reason => d.reason.clone(),
+            DropColumn::Location => d.location.clone(),
+            DropColumn::Device => d.device.clone().unwrap_or_else(|| "-".into()),
+            DropColumn::Netns => d.netns.to_string(),
+            DropColumn::Pid => d.pid.map_or_else(|| "-".into(), |p| p.to_string()),
+            DropColumn::Total => d.count.to_string(),
+            DropColumn::Rate => rate(d.rate),
+        }
+    }
+
+    /// A row's cells, each within its column: names elided visibly, numbers whole.
+    fn cells(&self, d: &DropRow) -> Vec<String> {
+        self.columns
+            .iter()
+            .map(|(col, w)| {
+                let text = DropColumns::text(*col, d);
+                match col {
+                    DropColumn::Location => elide_location(&text, *w),
+                    DropColumn::Class | DropColumn::Reason | DropColumn::Device => elide(&text, *w),
+                    _ => text,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `text` in at most `width` columns: whole if it fits, else cut with a visible `…`.
+fn elide(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{head}…")
 }
 
 /// A drop location (`function+0xoffset`) in at most `width` columns: whole if it fits, else the

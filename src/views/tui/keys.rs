@@ -110,11 +110,17 @@ pub fn action_of(key: KeyEvent) -> Option<Action> {
         .map(|b| b.action)
 }
 
-/// The footer: every binding as `key label`, help first so that it survives truncation.
-pub fn footer() -> String {
-    std::iter::once(&HELP)
+/// The footer in at most `width` columns: every binding as `key word`, help first; where that
+/// does not fit (80 columns), every key alone after `? keys`, so that none is cut off the end.
+pub fn footer(width: usize) -> String {
+    let full = std::iter::once(&HELP)
         .chain(BINDINGS.iter())
         .map(|b| format!("{} {}", b.label, b.help.split([' ', '(']).next().unwrap_or("")))
         .collect::<Vec<_>>()
-        .join("  ")
+        .join("  ");
+    if full.chars().count() <= width {
+        return full;
+    }
+    let keys: Vec<&str> = BINDINGS.iter().map(|b| b.label).collect();
+    format!("{} keys  {}", HELP.label, keys.join(" "))
 }

@@ -214,10 +214,26 @@ fn each_panel_zoomed_fills_the_body() {
 
 #[test]
 fn footer_and_help_come_from_the_key_table() {
-    let foot = footer();
-    for b in &BINDINGS {
-        assert!(foot.contains(b.label), "footer lacks {}", b.label);
+    // Every key in the footer at every size: at 80 columns it read `... s sor`, without f, z
+    // and e.
+    for w in [80u16, 120, 200] {
+        let foot = footer(w as usize);
+        assert!(foot.chars().count() <= w as usize, "{w}: {foot}");
+        for b in &BINDINGS {
+            assert!(
+                foot.split_whitespace().any(|word| word == b.label),
+                "footer at {w} lacks {}: {foot}",
+                b.label
+            );
+        }
+        let last = screen(&live_app(false), w, 24)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string();
+        assert_eq!(last, foot.trim_end(), "{w}");
     }
+    assert_eq!(footer(80), "? keys  q p Tab S-Tab Up Down s f z e");
     let mut app = live_app(false);
     app.on_key(key(KeyCode::Char('?')));
     let s = screen(&app, 100, 30);
@@ -237,7 +253,7 @@ fn ended_run_stays_on_screen_with_its_reason() {
     assert_eq!(summary.end_reason, EndReason::Duration);
     app.apply(Update::Done(Box::new(summary)));
     let s = screen(&app, 80, 24);
-    assert!(s.contains("ENDED (duration reached)"), "{s}");
+    assert!(s.contains("run ended (duration reached): summary"), "{s}");
     assert!(s.contains("QDISC_DROP"), "final state kept:\n{s}");
 }
 
@@ -497,14 +513,20 @@ fn the_gap_histogram_keeps_empty_ranges_in_place_and_always_shows_the_slot() {
     assert!(screen.contains("40"), "the counts are drawn:\n{screen}");
 }
 
-#[test]
-fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
-    let (mut ticks, _) = rich_ticks();
+/// A view of `run sender --rate 100` that has had its Started update (probes all attached).
+fn started(ticks: &[crate::analysis::Snapshot]) -> App {
     let mut app = App::new("run sender --rate 100".into());
     app.apply(Update::Started {
         processes: ticks[0].processes.clone(),
         probes: probes(false),
     });
+    app
+}
+
+#[test]
+fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
+    let (mut ticks, _) = rich_ticks();
+    let mut app = started(&ticks);
     let mut last = ticks.pop().expect("three ticks");
     let plain = {
         let mut a = App::new("run sender --rate 100".into());
@@ -528,4 +550,250 @@ fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
     assert!(at.is_some(), "{row}");
     let x = row[..at.unwrap()].chars().count() as u16;
     assert_eq!(buf[(x, 2)].fg, ratatui::style::Color::Red, "{row}");
+}
+
+#[test]
+fn when_the_run_ends_every_panel_shows_the_summary_not_the_last_partial_tick() {
+    // The last tick is partial: it read "achieved 0.0 pps (0.0%)" and "no sends yet" after a
+    // run that sent, or 75.9% while the report said 100%.
+    let (mut ticks, summary) = rich_ticks();
+    let mut app = started(&ticks);
+    let mut partial = ticks.pop().expect("a tick");
+    partial.achieved_pps = 0.0;
+    partial.ratio = Some(0.0);
+    partial.threads.clear();
+    partial.drops.clear();
+    for st in &mut partial.stages {
+        st.pps = 0.0;
+        st.ratio = Some(0.0);
+    }
+    for t in ticks {
+        app.apply(Update::Tick(Box::new(t)));
+    }
+    app.apply(Update::Tick(Box::new(partial)));
+    assert!(screen(&app, 80, 24).contains("achieved 0.0 pps (0.0%)"));
+    // Paused at the end: the summary shows all the same.
+    app.on_key(key(KeyCode::Char('p')));
+    app.apply(Update::Done(Box::new(summary.clone())));
+    assert!(summary.packets > 0 && summary.achieved_pps > 0.0);
+
+    let ratio = summary.ratio.expect("a requested rate");
+    let achieved = format!("achieved {:.1} pps ({:.1}%)", summary.achieved_pps, ratio * 100.0);
+    let report = crate::views::text::summary(&summary);
+    assert!(
+        report.contains(&format!(
+            "achieved {:.1} pps ({:.1}%)",
+            summary.achieved_pps,
+            ratio * 100.0
+        )),
+        "{report}"
+    );
+    for (w, h) in [(80, 24), (120, 40)] {
+        let s = screen(&app, w, h);
+        assert!(
+            s.contains(&achieved),
+            "{w}x{h}: header is not the summary's:\n{s}"
+        );
+        assert!(!s.contains("no sends yet"), "{w}x{h}:\n{s}");
+        assert!(
+            s.contains(" run ended (duration reached): summary "),
+            "{w}x{h}:\n{s}"
+        );
+        assert!(s.contains("/s run") && !s.contains("/s tick"), "{w}x{h}:\n{s}");
+        // The funnel: the summary's syscall_packets rate, its total and its ratio.
+        let pps = summary.stages["syscall_packets"];
+        let funnel_row = s
+            .lines()
+            .find(|l| l.contains("syscall_packets"))
+            .unwrap_or_else(|| panic!("no funnel row in\n{s}"));
+        let total = summary.stage_counts["syscall_packets"].to_string();
+        assert!(
+            funnel_row.contains(&format!("{pps:.1}")) && funnel_row.contains(&total),
+            "{w}x{h}: {funnel_row}"
+        );
+        // The drops: the summary's rows.
+        let d = &summary.drops[0];
+        let drop_row = s
+            .lines()
+            .find(|l| l.contains(&d.reason))
+            .unwrap_or_else(|| panic!("no drop row in\n{s}"));
+        assert!(drop_row.contains(&d.count.to_string()), "{w}x{h}: {drop_row}");
+    }
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("tid 7 sender"), "the threads' run budget:\n{s}");
+    assert_snapshot("tui_ended_120x40", &s);
+}
+
+/// Three NO_SOCKET rows at one location, on three devices in two namespaces: they looked
+/// identical without the device column.
+fn app_with_three_no_socket_rows() -> App {
+    app_with_no_socket_rows_in([4026532301, 4026532301, 4026531840])
+}
+
+/// The three NO_SOCKET rows, in the namespaces given.
+fn app_with_no_socket_rows_in(netns: [u32; 3]) -> App {
+    let at = |device: &str, netns: u32, count: u64| DropRow {
+        reason: "NO_SOCKET".into(),
+        location: "__udp4_lib_rcv+0x7b4".into(),
+        device: Some(device.into()),
+        netns,
+        class: DropClass::Expected,
+        pid: Some(7),
+        count,
+        rate: count as f64 / 3.0,
+    };
+    app_with_tick_drops(vec![
+        at("spv7503-0t", netns[0], 1_234_567),
+        at("lo", netns[1], 4096),
+        at("veth-with-a-long-name", netns[2], 12),
+    ])
+}
+
+#[test]
+fn the_drop_table_names_each_rows_device_and_namespace_at_80_and_120_columns() {
+    let mut app = app_with_three_no_socket_rows();
+    // At 80x24 the split view has room for one row: the first, whole.
+    let s = screen(&app, 80, 24);
+    let first = s.lines().find(|l| l.contains("NO_SOCKET")).expect("a drop row");
+    for want in ["spv7503-0t", "4026532301", "1234567", "__udp4_lib_rcv+0x7b4"] {
+        assert!(first.contains(want), "{want:?} missing in {first:?}\n{s}");
+    }
+    for (w, h) in [(80, 24), (120, 40)] {
+        // At 80x24 zoomed on the drops (Tab to the panel, z), as a user would read them.
+        app.focus = Some(Panel::Drops);
+        app.zoomed = w == 80;
+        let s = screen(&app, w, h);
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains("NO_SOCKET")).collect();
+        assert_eq!(rows.len(), 3, "{w}x{h}:\n{s}");
+        let header = s
+            .lines()
+            .find(|l| l.contains("location"))
+            .unwrap_or_else(|| panic!("{w}x{h}: no header in\n{s}"));
+        assert!(
+            header.contains("device") && header.contains("netns"),
+            "{w}x{h}: {header}"
+        );
+        // Each row its own device (a long name elided visibly) and namespace; every number
+        // whole; the location whole at both sizes.
+        for (row, device, netns, count) in [
+            (rows[0], "spv7503-0t", "4026532301", "1234567"),
+            (rows[1], "lo", "4026532301", "4096"),
+            (rows[2], "veth-with", "4026531840", "12"),
+        ] {
+            for want in [device, netns, count, "__udp4_lib_rcv+0x7b4"] {
+                assert!(row.contains(want), "{w}x{h}: {want:?} missing in {row:?}\n{s}");
+            }
+        }
+        assert!(
+            rows[2].contains("…") && !rows[2].contains("veth-with-a-long-name"),
+            "{w}x{h}: {}",
+            rows[2]
+        );
+        assert_ne!(rows[0], rows[1]);
+        assert_snapshot(&format!("tui_drops_devices_{w}x{h}"), &s);
+    }
+    // One namespace: no namespace column, the device still there.
+    let app = app_with_no_socket_rows_in([4026531840; 3]);
+    let s = screen(&app, 80, 24);
+    let header = s.lines().find(|l| l.contains("location")).unwrap();
+    assert!(header.contains("device") && !header.contains("netns"), "{header}");
+}
+
+/// Every key the help lists, pressed once from the same live state, at each size: what it
+/// changed is on screen (or, for focus, in the focused panel's border colour), and the screens
+/// are committed, one file per size.
+#[test]
+fn every_listed_key_works_at_80x24_120x40_and_200x60() {
+    use super::keys::HELP;
+    use ratatui::style::Color;
+    for (w, h) in [(80u16, 24u16), (120, 40), (200, 60)] {
+        let mut all = String::new();
+        for b in std::iter::once(&HELP).chain(BINDINGS.iter()) {
+            let mut app = app_with_three_no_socket_rows();
+            let code = b.keys[0];
+            let outcome = app.on_key(key(code));
+            if outcome == Outcome::Export {
+                // The event loop writes the bundle and shows its message.
+                app.status = Some("bundle written to ./scanprof-bundle-1 (9 files)".into());
+            }
+            let s = screen(&app, w, h);
+            let at = format!("{w}x{h} key {}", b.label);
+            let shows = |want: &str| assert!(s.contains(want), "{at}: {want:?} missing in\n{s}");
+            match b.action {
+                super::keys::Action::Help => shows(" keys "),
+                super::keys::Action::Quit => {
+                    assert_eq!(outcome, Outcome::Stop, "{at}");
+                    shows(" ENDING... ");
+                }
+                super::keys::Action::Pause => shows(" PAUSED "),
+                super::keys::Action::NextPanel | super::keys::Action::PrevPanel => {
+                    let want = if b.action == super::keys::Action::NextPanel {
+                        (Panel::Budget, "sender threads' time")
+                    } else {
+                        (Panel::Diagnosis, "diagnosis")
+                    };
+                    assert_eq!(app.focus, Some(want.0), "{at}");
+                    // The focused panel's title is drawn in the focus colour.
+                    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+                    term.draw(|f| draw(f, &app)).unwrap();
+                    let buf = term.backend().buffer().clone();
+                    let row = s
+                        .lines()
+                        .position(|l| l.contains(want.1))
+                        .unwrap_or_else(|| panic!("{at}: {:?} not on screen\n{s}", want.1));
+                    let col = s
+                        .lines()
+                        .nth(row)
+                        .and_then(|l| l.find(want.1))
+                        .map(|i| s.lines().nth(row).unwrap()[..i].chars().count())
+                        .unwrap();
+                    assert_eq!(
+                        buf[(col as u16, row as u16)].fg,
+                        Color::Cyan,
+                        "{at}: {} not focused\n{s}",
+                        want.1
+                    );
+                }
+                super::keys::Action::ScrollUp => assert_eq!(app.scroll, 0, "{at}"),
+                super::keys::Action::ScrollDown => {
+                    assert_eq!(app.scroll, 1, "{at}");
+                    assert!(!s.contains("spv7503-0t"), "{at}: the first row still shown\n{s}");
+                    let first = s.lines().find(|l| l.contains("NO_SOCKET")).unwrap_or("");
+                    assert!(first.contains(" lo "), "{at}: the second row is not first\n{s}");
+                }
+                super::keys::Action::Sort => shows("sort: rate"),
+                super::keys::Action::Filter => shows("filter: _"),
+                super::keys::Action::Zoom => {
+                    shows("funnel");
+                    assert!(!s.contains("rates over time"), "{at}: not zoomed\n{s}");
+                }
+                super::keys::Action::Export => shows("bundle written to ./scanprof-bundle-1"),
+            }
+            all += &format!("=== {} ({}) ===\n{s}", b.label, b.help);
+        }
+        assert_snapshot(&format!("tui_keys_{w}x{h}"), &all);
+    }
+}
+
+#[test]
+fn resizing_mid_run_lays_out_as_a_fresh_draw_at_the_new_size() {
+    let app = app_with_three_no_socket_rows();
+    let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    for (w, h) in [(80u16, 24u16), (200, 60), (120, 40), (80, 24)] {
+        term.backend_mut().resize(w, h);
+        term.draw(|f| draw(f, &app)).unwrap();
+        let buf = term.backend().buffer().clone();
+        let text: String = (0..h)
+            .map(|y| {
+                (0..w)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
+        assert_eq!(text, screen(&app, w, h), "after resizing to {w}x{h}");
+    }
 }

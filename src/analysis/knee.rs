@@ -1,0 +1,430 @@
+//! A rate sweep's analysis: one `SweepStep` per requested rate, made from that step's run
+//! `Summary` (what `scanprof sweep` shows and exports), and the knee of the sweep: the highest
+//! rate kept within 2% with no loss, and the verdict that appears or grows above it. Pure: no
+//! clock, no I/O; the command fills in the lab's independent counts when it has them.
+
+use serde::{Deserialize, Serialize};
+
+use super::verdict::NO_GAP_TOLERANCE;
+use super::{BudgetShares, EndReason, Summary, Verdict};
+use crate::collect::DropClass;
+
+/// A step is kept when achieved is within this fraction of requested (the verdicts' own
+/// "no significant gap" tolerance: 2%) and nothing of the target's was lost.
+pub const KEEP_TOLERANCE: f64 = NO_GAP_TOLERANCE;
+/// A cause's share must rise by at least this much (absolute, 0.01 = 1 point of the requested
+/// rate or of the packets sent) above the knee to count as grown.
+pub const GROWTH_MIN: f64 = 0.01;
+
+/// Packets lost at one place for one reason over a step (the drop table's rows of the target's
+/// own packets and of its replies, summed over devices, namespaces and processes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossRow {
+    /// `target_loss` (the target's outgoing packets) or `reply_loss` (replies to it)
+    pub class: DropClass,
+    /// the kernel's drop reason, e.g. `QDISC_DROP`
+    pub reason: String,
+    /// the kernel function that freed the packets: the stage where they died
+    pub location: String,
+    /// packets over the step
+    pub count: u64,
+}
+
+/// A verdict as a sweep shows it: its cause, kind and share.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerdictBrief {
+    pub cause: String,
+    /// `gap` or `loss`
+    pub kind: String,
+    /// 0..1, as in the verdict object (a share of the requested rate, or of the packets sent)
+    pub share: f64,
+    /// `strong` or `weak`
+    pub confidence: String,
+}
+
+impl VerdictBrief {
+    fn of(v: &Verdict) -> VerdictBrief {
+        VerdictBrief {
+            cause: v.cause.clone(),
+            kind: v.kind.clone(),
+            share: v.share,
+            confidence: v.confidence.clone(),
+        }
+    }
+}
+
+/// Counts of a lab the sweep made, taken around the step without scanprof's probes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabCounts {
+    /// datagrams the lab receiver counted
+    pub receiver_packets: u64,
+    /// packets the sender veth's root qdisc sent (`tc -s qdisc`)
+    pub qdisc_sent: u64,
+    /// packets it dropped (`tc -s qdisc`)
+    pub qdisc_drops: u64,
+}
+
+/// One requested rate of a sweep: a bounded profiled run, summed up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepStep {
+    /// 1-based, in the order run
+    pub step: usize,
+    /// packets per second substituted for `{}`
+    pub requested_pps: f64,
+    /// packets per second through the family's send syscalls over its send window
+    pub achieved_pps: f64,
+    /// achieved / requested
+    pub ratio: f64,
+    /// seconds from attach to the end of the step
+    pub duration_s: f64,
+    /// seconds from the first to the last packet sent
+    pub send_window_s: f64,
+    /// packets through the send syscalls over the step
+    pub packets: u64,
+    /// the family's packets the driver accepted over the step (the funnel's `dev_xmit`)
+    pub xmit_packets: u64,
+    /// the target's own packets dropped after it sent them (class `target_loss`), over the step
+    pub lost: u64,
+    /// lost / packets (0 without packets)
+    pub loss_share: f64,
+    /// lost packets by class, reason and place, largest first
+    pub losses: Vec<LossRow>,
+    /// the sending threads' time over their send windows, as fractions of it (sum <= 1);
+    /// None when no thread sent
+    pub budget: Option<BudgetShares>,
+    /// scanprof's own process CPU over the step, a fraction of one core
+    pub scanprof_cpu: f64,
+    /// share of the target's on-CPU time scanprof's BPF programs took (an upper bound); None
+    /// when not measured
+    pub bpf_share_of_target: Option<f64>,
+    /// scanprof's BPF run time per packet sent, ns; None when not measured
+    pub bpf_ns_per_packet: Option<f64>,
+    /// the run's verdicts, ranked; the first is the top verdict
+    pub verdicts: Vec<VerdictBrief>,
+    /// within KEEP_TOLERANCE of requested and nothing lost
+    pub kept: bool,
+    pub end_reason: EndReason,
+    /// the lab's own counts over the step, when the sweep made the lab
+    pub lab: Option<LabCounts>,
+}
+
+impl SweepStep {
+    /// The step at `requested_pps` from its run's summary.
+    pub fn of(step: usize, requested_pps: f64, s: &Summary) -> SweepStep {
+        let ratio = if requested_pps > 0.0 {
+            s.achieved_pps / requested_pps
+        } else {
+            0.0
+        };
+        let mut losses: Vec<LossRow> = Vec::new();
+        for d in s
+            .drops
+            .iter()
+            .filter(|d| matches!(d.class, DropClass::TargetLoss | DropClass::ReplyLoss))
+        {
+            match losses
+                .iter_mut()
+                .find(|l| l.class == d.class && l.reason == d.reason && l.location == d.location)
+            {
+                Some(l) => l.count += d.count,
+                None => losses.push(LossRow {
+                    class: d.class,
+                    reason: d.reason.clone(),
+                    location: d.location.clone(),
+                    count: d.count,
+                }),
+            }
+        }
+        losses.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+        let lost: u64 = losses
+            .iter()
+            .filter(|l| l.class == DropClass::TargetLoss)
+            .map(|l| l.count)
+            .sum();
+        let budget = s.send_window_budget().or_else(|| {
+            let any = s.threads.iter().any(|t| t.packets > 0);
+            any.then_some(s.budget)
+        });
+        let budget = budget
+            .filter(|b| b.total_ns() > 0)
+            .map(|b| BudgetShares::of(&b, b.total_ns()));
+        let kept = s.packets > 0 && (ratio - 1.0).abs() <= KEEP_TOLERANCE && lost == 0;
+        SweepStep {
+            step,
+            requested_pps,
+            achieved_pps: s.achieved_pps,
+            ratio,
+            duration_s: s.duration_s,
+            send_window_s: s.send_window_s,
+            packets: s.packets,
+            xmit_packets: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
+            lost,
+            loss_share: if s.packets > 0 {
+                lost as f64 / s.packets as f64
+            } else {
+                0.0
+            },
+            losses,
+            budget,
+            scanprof_cpu: s.cost.cpu,
+            bpf_share_of_target: s.cost.bpf.as_ref().and_then(|b| b.share_of_target),
+            bpf_ns_per_packet: s.cost.bpf.as_ref().and_then(|b| b.ns_per_packet),
+            verdicts: s.verdicts.iter().map(VerdictBrief::of).collect(),
+            kept,
+            end_reason: s.end_reason,
+            lab: None,
+        }
+    }
+
+    /// The top verdict, if any.
+    pub fn top(&self) -> Option<&VerdictBrief> {
+        self.verdicts.first()
+    }
+}
+
+/// How a cause differs above the knee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// not among the knee step's verdicts
+    Appeared,
+    /// its share rose by GROWTH_MIN or more
+    Grew,
+}
+
+/// What changed from the knee to the first rate above it that was not kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub cause: String,
+    pub kind: String,
+    pub how: ChangeKind,
+    /// its share at the knee (None: not named there, or no rate was kept)
+    pub share_at_knee: Option<f64>,
+    /// its share at the first rate above
+    pub share_above: f64,
+}
+
+/// Where a sweep stops keeping up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knee {
+    /// the highest requested rate kept, below the first rate that was not (None: not even the
+    /// lowest rate was kept)
+    pub knee_pps: Option<f64>,
+    /// the first rate above it that was not kept (None: every rate swept was kept)
+    pub above_pps: Option<f64>,
+    /// the first verdict of that rate that appeared or grew, compared with the knee
+    pub change: Option<Change>,
+    /// rates above the first failure that were kept again (noise, or a limit that comes and
+    /// goes): the knee is still the rate below the first failure
+    pub kept_again: Vec<f64>,
+}
+
+/// Causes that name no change of behaviour (the overall judgement).
+fn is_judgement(cause: &str) -> bool {
+    matches!(cause, "no_gap")
+}
+
+/// The knee of `steps` (any order; taken by requested rate).
+pub fn knee(steps: &[SweepStep]) -> Knee {
+    let mut by_rate: Vec<&SweepStep> = steps.iter().collect();
+    by_rate.sort_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps));
+    let first_fail = by_rate.iter().position(|s| !s.kept);
+    let (below, above) = match first_fail {
+        None => (by_rate.last().copied(), None),
+        Some(0) => (None, Some(by_rate[0])),
+        Some(i) => (Some(by_rate[i - 1]), Some(by_rate[i])),
+    };
+    let change = above.and_then(|a| {
+        a.verdicts
+            .iter()
+            .filter(|v| !is_judgement(&v.cause))
+            .find_map(|v| {
+                let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
+                let how = match at_knee {
+                    None => ChangeKind::Appeared,
+                    Some(k) if v.share >= k.share + GROWTH_MIN => ChangeKind::Grew,
+                    Some(_) => return None,
+                };
+                Some(Change {
+                    cause: v.cause.clone(),
+                    kind: v.kind.clone(),
+                    how,
+                    share_at_knee: at_knee.map(|k| k.share),
+                    share_above: v.share,
+                })
+            })
+    });
+    let kept_again = first_fail
+        .map(|i| {
+            by_rate[i + 1..]
+                .iter()
+                .filter(|s| s.kept)
+                .map(|s| s.requested_pps)
+                .collect()
+        })
+        .unwrap_or_default();
+    Knee {
+        knee_pps: below.map(|s| s.requested_pps),
+        above_pps: above.map(|s| s.requested_pps),
+        change,
+        kept_again,
+    }
+}
+
+/// `n` rates from `from` to `to` (both included) in equal ratios, rounded to whole packets per
+/// second (scanners take whole rates), without repeats.
+pub fn geometric_rates(from: f64, to: f64, n: usize) -> Vec<f64> {
+    if n <= 1 {
+        return vec![from.round().max(1.0)];
+    }
+    let mut v: Vec<f64> = (0..n)
+        .map(|i| {
+            let r = from * (to / from).powf(i as f64 / (n - 1) as f64);
+            r.round().max(1.0)
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rate: f64, achieved: f64, lost: u64, verdicts: &[(&str, &str, f64)]) -> SweepStep {
+        SweepStep {
+            step: 0,
+            requested_pps: rate,
+            achieved_pps: achieved,
+            ratio: achieved / rate,
+            duration_s: 3.0,
+            send_window_s: 3.0,
+            packets: (achieved * 3.0) as u64,
+            xmit_packets: 0,
+            lost,
+            loss_share: 0.0,
+            losses: Vec::new(),
+            budget: None,
+            scanprof_cpu: 0.0,
+            bpf_share_of_target: None,
+            bpf_ns_per_packet: None,
+            verdicts: verdicts
+                .iter()
+                .map(|(c, k, s)| VerdictBrief {
+                    cause: c.to_string(),
+                    kind: k.to_string(),
+                    share: *s,
+                    confidence: "strong".into(),
+                })
+                .collect(),
+            kept: (achieved / rate - 1.0).abs() <= KEEP_TOLERANCE && lost == 0,
+            end_reason: EndReason::FamilyExited,
+            lab: None,
+        }
+    }
+
+    #[test]
+    fn the_knee_is_the_last_kept_rate_and_the_loss_that_appears_above_it_is_named() {
+        let steps = vec![
+            step(1000.0, 999.0, 0, &[("no_gap", "gap", 0.0)]),
+            step(2000.0, 1990.0, 0, &[("no_gap", "gap", 0.0)]),
+            step(4000.0, 3985.0, 0, &[("no_gap", "gap", 0.0)]),
+            step(8000.0, 7990.0, 9000, &[("qdisc_drop", "loss", 0.37)]),
+            step(16000.0, 15900.0, 30000, &[("qdisc_drop", "loss", 0.68)]),
+        ];
+        let k = knee(&steps);
+        assert_eq!(k.knee_pps, Some(4000.0));
+        assert_eq!(k.above_pps, Some(8000.0));
+        let c = k.change.expect("no change named");
+        assert_eq!((c.cause.as_str(), c.how), ("qdisc_drop", ChangeKind::Appeared));
+        assert_eq!((c.share_at_knee, c.share_above), (None, 0.37));
+        assert!(k.kept_again.is_empty());
+    }
+
+    #[test]
+    fn a_rate_short_by_more_than_2_percent_ends_the_knee_and_a_grown_cause_is_named() {
+        let steps = vec![
+            step(
+                10_000.0,
+                9_950.0,
+                0,
+                &[("no_gap", "gap", 0.0), ("preempted", "gap", 0.004)],
+            ),
+            // 2.5% short: not kept, although nothing was lost.
+            step(
+                20_000.0,
+                19_500.0,
+                0,
+                &[("cpu_bound", "gap", 0.02), ("preempted", "gap", 0.005)],
+            ),
+            step(40_000.0, 30_000.0, 0, &[("cpu_bound", "gap", 0.25)]),
+        ];
+        let k = knee(&steps);
+        assert_eq!((k.knee_pps, k.above_pps), (Some(10_000.0), Some(20_000.0)));
+        assert_eq!(k.change.as_ref().map(|c| c.cause.as_str()), Some("cpu_bound"));
+        // A cause present at the knee counts only if it grew by a point or more.
+        let steps = vec![
+            step(10_000.0, 9_950.0, 0, &[("preempted", "gap", 0.004)]),
+            step(20_000.0, 18_000.0, 0, &[("preempted", "gap", 0.1)]),
+        ];
+        let c = knee(&steps).change.unwrap();
+        assert_eq!((c.how, c.share_at_knee), (ChangeKind::Grew, Some(0.004)));
+        let steps = vec![
+            step(10_000.0, 9_950.0, 0, &[("preempted", "gap", 0.095)]),
+            step(20_000.0, 18_000.0, 0, &[("preempted", "gap", 0.1)]),
+        ];
+        assert_eq!(knee(&steps).change, None);
+    }
+
+    #[test]
+    fn every_rate_kept_no_rate_kept_and_a_rate_kept_again() {
+        let all = vec![step(100.0, 100.0, 0, &[]), step(200.0, 199.0, 0, &[])];
+        let k = knee(&all);
+        assert_eq!((k.knee_pps, k.above_pps, k.change), (Some(200.0), None, None));
+        let none = vec![
+            step(200.0, 100.0, 0, &[("blocked_send", "gap", 0.5)]),
+            step(100.0, 99.5, 3, &[("qdisc_drop", "loss", 0.01)]),
+        ];
+        let k = knee(&none);
+        assert_eq!((k.knee_pps, k.above_pps), (None, Some(100.0)));
+        assert_eq!(k.change.unwrap().how, ChangeKind::Appeared);
+        let again = vec![
+            step(100.0, 100.0, 0, &[]),
+            step(200.0, 150.0, 0, &[]),
+            step(400.0, 400.0, 0, &[]),
+        ];
+        let k = knee(&again);
+        assert_eq!((k.knee_pps, k.kept_again), (Some(100.0), vec![400.0]));
+    }
+
+    #[test]
+    fn a_step_is_made_from_its_summary() {
+        let (_, mut s) = crate::views::fixtures::rich_run();
+        s.achieved_pps = 990.0;
+        let st = SweepStep::of(2, 1000.0, &s);
+        assert_eq!(st.ratio, 0.99);
+        let lost: u64 = s
+            .drops
+            .iter()
+            .filter(|d| d.class == DropClass::TargetLoss)
+            .map(|d| d.count)
+            .sum();
+        assert_eq!(st.lost, lost);
+        assert_eq!(st.kept, s.packets > 0 && lost == 0);
+        assert_eq!(st.verdicts.len(), s.verdicts.len());
+        if let Some(b) = st.budget {
+            let sum = b.send + b.blocked_send + b.sleep + b.preempted + b.other;
+            assert!((sum - 1.0).abs() < 1e-9, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn geometric_rates_span_the_range_in_equal_ratios() {
+        assert_eq!(
+            geometric_rates(1000.0, 16000.0, 5),
+            vec![1000.0, 2000.0, 4000.0, 8000.0, 16000.0]
+        );
+        assert_eq!(geometric_rates(10.0, 10.0, 3), vec![10.0]);
+        assert_eq!(geometric_rates(100.0, 1000.0, 2), vec![100.0, 1000.0]);
+    }
+}

@@ -1,0 +1,816 @@
+//! Prometheus metrics of a run, for fleets: `--metrics ADDR:PORT` serves them at `/metrics`
+//! while scanprof runs, `--metrics-file PATH` writes them after every tick for node_exporter's
+//! textfile collector (one-shot scans). The exposition is the Prometheus text format (0.0.4),
+//! which Prometheus, the OpenTelemetry Collector and the textfile collector all read; it is
+//! encoded by the `prometheus` crate from a registry built afresh from the run's totals at each
+//! update, so every counter is the run's own monotonic total since attach.
+//!
+//! Labels never carry target addresses or pids: the scanner (its profile), the family member's
+//! role, the stage, the drop's reason, class and device, the errno, and the scanner's own shard
+//! argument. docs/metrics.md lists every metric.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+use crate::analysis::{Snapshot, Summary, STAGES};
+use crate::collect::session::Update;
+use crate::collect::{DropClass, TimeBudget};
+
+/// The content type of the Prometheus text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Longest request head the server reads, bytes.
+const MAX_REQUEST: usize = 8192;
+/// A client that sends or reads slower than this is dropped.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Labels on every metric of one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunLabels {
+    /// the scanner profile that applies (`generic` when none recognised the target)
+    pub scanner: String,
+    /// the scanner's own shard argument (`I/N`), when its command line has one
+    pub shard: Option<String>,
+}
+
+impl RunLabels {
+    /// The labels of a run of `argv` under the profile named `scanner`.
+    pub fn of(scanner: &str, argv: &[String]) -> RunLabels {
+        RunLabels {
+            scanner: scanner.to_string(),
+            shard: shard_of(argv),
+        }
+    }
+}
+
+/// The shard a scanner's command line names, as `I/N` (N omitted when not given): masscan's
+/// `--shard I/N`, zmap's `--shard I` with `--shards N` (`=` forms too).
+pub fn shard_of(argv: &[String]) -> Option<String> {
+    let value = |name: &str| -> Option<String> {
+        let eq = format!("{name}=");
+        argv.iter().enumerate().find_map(|(i, w)| {
+            if w == name {
+                argv.get(i + 1).cloned()
+            } else {
+                w.strip_prefix(&eq).map(String::from)
+            }
+        })
+    };
+    let shard = value("--shard")?;
+    if shard.contains('/') {
+        return Some(shard);
+    }
+    Some(match value("--shards") {
+        Some(n) => format!("{shard}/{n}"),
+        None => shard,
+    })
+}
+
+/// The run's totals since attach, kept from the updates; what the exposition shows.
+#[derive(Debug, Default)]
+pub struct MetricsState {
+    labels: RunLabels,
+    requested_pps: Option<f64>,
+    achieved_pps: f64,
+    run_seconds: f64,
+    /// stage -> events since attach
+    stages: BTreeMap<String, u64>,
+    /// (reason, class, device) -> drops since attach
+    drops: BTreeMap<(String, String, String), u64>,
+    /// (role, state) -> seconds, summed over the family's sender threads
+    sender_seconds: BTreeMap<(String, &'static str), f64>,
+    /// (role, errno name) -> failed send calls
+    errors: BTreeMap<(String, String), u64>,
+    /// what the probes could not record -> count since attach
+    lost: BTreeMap<&'static str, u64>,
+    cpu: f64,
+    bpf_ns_per_packet: Option<f64>,
+    bpf_share_of_target: Option<f64>,
+    /// top verdict per kind: kind -> (cause, confidence, share)
+    verdicts: BTreeMap<String, (String, String, f64)>,
+    /// why the run ended, once it has
+    ended: Option<String>,
+}
+
+impl MetricsState {
+    pub fn new(labels: RunLabels) -> MetricsState {
+        MetricsState {
+            labels,
+            ..Default::default()
+        }
+    }
+
+    /// Takes one update of the session.
+    pub fn update(&mut self, update: &Update) {
+        match update {
+            Update::Started { .. } => {}
+            Update::Tick(s) => self.tick(s),
+            Update::Done(s) => self.done(s),
+        }
+    }
+
+    fn tick(&mut self, s: &Snapshot) {
+        self.requested_pps = s.requested_pps;
+        self.achieved_pps = s.achieved_pps;
+        self.run_seconds = s.t_s;
+        for st in &s.stages {
+            raise(self.stages.entry(st.name.clone()).or_default(), st.total);
+        }
+        // A sample's rows hold the drops of its tick: they add up.
+        for (k, n) in drop_sums(&s.drops) {
+            *self.drops.entry(k).or_default() += n;
+        }
+        let roles = roles(&s.processes);
+        for t in &s.threads {
+            let role = roles.get(&t.pid).cloned().unwrap_or_default();
+            for (state, ns) in budget_states(&t.budget) {
+                *self.sender_seconds.entry((role.clone(), state)).or_default() += ns as f64 / 1e9;
+            }
+            for (errno, n) in &t.errors {
+                *self.errors.entry((role.clone(), errno.clone())).or_default() += n;
+            }
+        }
+        self.health(&s.health);
+        self.cpu = s.cost.cpu;
+        self.bpf(s.cost.bpf.as_ref());
+        self.top_verdicts(&s.verdicts);
+    }
+
+    fn done(&mut self, s: &Summary) {
+        self.requested_pps = s.requested_pps;
+        self.achieved_pps = s.achieved_pps;
+        self.run_seconds = s.duration_s;
+        for (stage, total) in &s.stage_counts {
+            raise(self.stages.entry(stage.clone()).or_default(), *total);
+        }
+        // The summary's rows hold the run's totals: never below what the ticks added up.
+        for (k, n) in drop_sums(&s.drops) {
+            raise(self.drops.entry(k).or_default(), n);
+        }
+        // The whole run's budget and errors per thread: never below what the ticks summed.
+        let roles = roles(&s.processes);
+        let mut seconds: BTreeMap<(String, &'static str), f64> = BTreeMap::new();
+        let mut errors: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for t in &s.threads {
+            let role = roles.get(&t.pid).cloned().unwrap_or_default();
+            for (state, ns) in budget_states(&t.budget) {
+                *seconds.entry((role.clone(), state)).or_default() += ns as f64 / 1e9;
+            }
+            for (errno, n) in &t.errors {
+                *errors.entry((role.clone(), errno.clone())).or_default() += n;
+            }
+        }
+        for (k, v) in seconds {
+            let e = self.sender_seconds.entry(k).or_default();
+            *e = e.max(v);
+        }
+        for (k, v) in errors {
+            raise(self.errors.entry(k).or_default(), v);
+        }
+        self.health(&s.health);
+        self.cpu = s.cost.cpu;
+        self.bpf(s.cost.bpf.as_ref());
+        self.top_verdicts(&s.verdicts);
+        self.ended = serde_json::to_value(s.end_reason)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from));
+    }
+
+    fn health(&mut self, h: &crate::collect::Health) {
+        for (what, n) in [
+            ("ring_buffer_records", h.lost_events),
+            ("drops_uncounted", h.drops_uncounted),
+            ("devices_uncounted", h.devices_uncounted),
+            ("threads_untracked", h.threads_untracked),
+            ("block_sites_uncounted", h.block_sites_uncounted),
+        ] {
+            raise(self.lost.entry(what).or_default(), n);
+        }
+    }
+
+    fn bpf(&mut self, bpf: Option<&crate::analysis::ProbeCost>) {
+        if let Some(b) = bpf {
+            self.bpf_ns_per_packet = b.ns_per_packet.or(self.bpf_ns_per_packet);
+            self.bpf_share_of_target = b.share_of_target.or(self.bpf_share_of_target);
+        }
+    }
+
+    fn top_verdicts(&mut self, verdicts: &[crate::analysis::Verdict]) {
+        // Verdicts come ranked, most important first: the first of each kind is its top.
+        self.verdicts.clear();
+        for v in verdicts {
+            self.verdicts
+                .entry(v.kind.clone())
+                .or_insert_with(|| (v.cause.clone(), v.confidence.clone(), v.share));
+        }
+    }
+
+    /// The exposition, in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let registry = self.registry().expect("metric definitions are static and valid");
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut out)
+            .expect("encoding into memory cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    fn registry(&self) -> prometheus::Result<Registry> {
+        let mut common = HashMap::from([("scanner".to_string(), self.labels.scanner.clone())]);
+        if let Some(shard) = &self.labels.shard {
+            common.insert("shard".to_string(), shard.clone());
+        }
+        let r = Registry::new_custom(Some("scanprof".into()), Some(common))?;
+
+        if let Some(pps) = self.requested_pps {
+            gauge(
+                &r,
+                "requested_packets_per_second",
+                "Packets per second the scanner was asked for.",
+                pps,
+            )?;
+        }
+        gauge(
+            &r,
+            "achieved_packets_per_second",
+            "Packets per second through the family's send syscalls over the last tick (over the send window once the run has ended).",
+            self.achieved_pps,
+        )?;
+        gauge(
+            &r,
+            "run_seconds",
+            "Seconds since scanprof attached.",
+            self.run_seconds,
+        )?;
+
+        let stages = IntCounterVec::new(
+            Opts::new(
+                "stage_events_total",
+                "Events through each stage since attach: send calls for send_calls, packets for the others (target_drops: the family's packets dropped).",
+            ),
+            &["stage"],
+        )?;
+        for name in STAGES {
+            let n = self.stages.get(name).copied().unwrap_or(0);
+            stages.with_label_values(&[name]).inc_by(n);
+        }
+        r.register(Box::new(stages))?;
+
+        let drops = IntCounterVec::new(
+            Opts::new(
+                "drops_total",
+                "Packets the kernel dropped since attach, by drop reason, class (target_loss, expected, unrelated) and device.",
+            ),
+            &["reason", "class", "device"],
+        )?;
+        for ((reason, class, device), n) in &self.drops {
+            drops.with_label_values(&[reason, class, device]).inc_by(*n);
+        }
+        r.register(Box::new(drops))?;
+
+        let seconds = prometheus::CounterVec::new(
+            Opts::new(
+                "sender_seconds_total",
+                "Time of the family's sending threads by state (send, blocked_send, sleep, preempted, other), summed over threads, seconds.",
+            ),
+            &["role", "state"],
+        )?;
+        for ((role, state), s) in &self.sender_seconds {
+            seconds.with_label_values(&[role.as_str(), state]).inc_by(*s);
+        }
+        r.register(Box::new(seconds))?;
+
+        let errors = IntCounterVec::new(
+            Opts::new("send_errors_total", "Failed send calls by errno, since attach."),
+            &["role", "errno"],
+        )?;
+        for ((role, errno), n) in &self.errors {
+            errors.with_label_values(&[role, errno]).inc_by(*n);
+        }
+        r.register(Box::new(errors))?;
+
+        let lost = IntCounterVec::new(
+            Opts::new(
+                "lost_records_total",
+                "What the probes could not record since attach (a full ring buffer or map): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted.",
+            ),
+            &["what"],
+        )?;
+        for (what, n) in &self.lost {
+            lost.with_label_values(&[*what]).inc_by(*n);
+        }
+        r.register(Box::new(lost))?;
+
+        gauge(
+            &r,
+            "cpu_ratio",
+            "CPU scanprof's own process used over the last tick, as a fraction of one core.",
+            self.cpu,
+        )?;
+        if let Some(ns) = self.bpf_ns_per_packet {
+            gauge(
+                &r,
+                "bpf_seconds_per_packet",
+                "Run time of scanprof's BPF programs per packet the family sent, seconds (kernel run-time statistics).",
+                ns / 1e9,
+            )?;
+        }
+        if let Some(share) = self.bpf_share_of_target {
+            gauge(
+                &r,
+                "bpf_share_of_target",
+                "Run time of scanprof's BPF programs as a share of the family's on-CPU time (an upper bound).",
+                share,
+            )?;
+        }
+
+        let info = GaugeVec::new(
+            Opts::new(
+                "verdict_info",
+                "The top verdict of each kind (gap: requested vs achieved rate; loss: packets lost after sending); always 1.",
+            ),
+            &["kind", "cause", "confidence"],
+        )?;
+        let share = GaugeVec::new(
+            Opts::new(
+                "verdict_share",
+                "The top verdict's share: of the requested rate it cost (gap), or of the packets sent that were lost (loss).",
+            ),
+            &["kind", "cause"],
+        )?;
+        for (kind, (cause, confidence, s)) in &self.verdicts {
+            info.with_label_values(&[kind, cause, confidence]).set(1.0);
+            share.with_label_values(&[kind, cause]).set(*s);
+        }
+        r.register(Box::new(info))?;
+        r.register(Box::new(share))?;
+
+        if let Some(reason) = &self.ended {
+            let ended = GaugeVec::new(
+                Opts::new(
+                    "run_ended",
+                    "1 once the run has ended, with why (duration, family_exited, interrupted).",
+                ),
+                &["reason"],
+            )?;
+            ended.with_label_values(&[reason]).set(1.0);
+            r.register(Box::new(ended))?;
+        }
+        Ok(r)
+    }
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, v: f64) -> prometheus::Result<()> {
+    let g = Gauge::new(name, help)?;
+    g.set(v);
+    r.register(Box::new(g))
+}
+
+/// Drop rows summed by the metric's labels: rows of one reason, class and device (several
+/// locations, namespaces or pids) add up.
+fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, String), u64> {
+    let mut sums = BTreeMap::new();
+    for d in rows {
+        let key = (
+            d.reason.clone(),
+            class_name(d.class),
+            d.device.clone().unwrap_or_default(),
+        );
+        *sums.entry(key).or_default() += d.count;
+    }
+    sums
+}
+
+/// Raises a total to `v` (a total never goes down: a counter stays monotonic).
+fn raise(total: &mut u64, v: u64) {
+    *total = (*total).max(v);
+}
+
+fn class_name(c: DropClass) -> String {
+    serde_json::to_value(c)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn roles(processes: &[crate::collect::family::ProcessInfo]) -> BTreeMap<u32, String> {
+    processes
+        .iter()
+        .map(|p| (p.pid, p.role.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn budget_states(b: &TimeBudget) -> [(&'static str, u64); 5] {
+    [
+        ("send", b.send_ns),
+        ("blocked_send", b.blocked_send_ns),
+        ("sleep", b.sleep_ns),
+        ("preempted", b.preempted_ns),
+        ("other", b.other_ns),
+    ]
+}
+
+/// Where the metrics go.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsTargets {
+    /// serve them at http://ADDR/metrics
+    pub listen: Option<SocketAddr>,
+    /// write them to this file after every update (textfile collector)
+    pub file: Option<PathBuf>,
+}
+
+impl MetricsTargets {
+    pub fn any(&self) -> bool {
+        self.listen.is_some() || self.file.is_some()
+    }
+}
+
+/// The metrics outputs of a run: the latest exposition, served and written as updates come.
+pub struct Exporter {
+    state: MetricsState,
+    latest: Arc<Mutex<String>>,
+    server: Option<Server>,
+    file: Option<PathBuf>,
+    /// the first failed file write, reported once
+    pub file_error: Option<String>,
+}
+
+impl Exporter {
+    /// Binds the listener now (a port in use fails here, before the run starts).
+    pub fn start(targets: &MetricsTargets, labels: RunLabels) -> anyhow::Result<Exporter> {
+        let state = MetricsState::new(labels);
+        let latest = Arc::new(Mutex::new(state.render()));
+        let server = match targets.listen {
+            Some(addr) => Some(Server::start(addr, Arc::clone(&latest))?),
+            None => None,
+        };
+        if let Some(path) = &targets.file {
+            write_atomically(path, &state.render())
+                .with_context(|| format!("writing the metrics file {}", path.display()))?;
+        }
+        Ok(Exporter {
+            state,
+            latest,
+            server,
+            file: targets.file.clone(),
+            file_error: None,
+        })
+    }
+
+    /// The address the server listens on (the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(|s| s.addr)
+    }
+
+    pub fn update(&mut self, update: &Update) {
+        self.state.update(update);
+        let text = self.state.render();
+        if let Some(path) = &self.file {
+            if let Err(e) = write_atomically(path, &text) {
+                self.file_error
+                    .get_or_insert_with(|| format!("writing the metrics file {}: {e}", path.display()));
+            }
+        }
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = text;
+    }
+}
+
+/// Passes every update of `updates` on, unchanged and in order, after `exporter` has taken it:
+/// the views read the returned receiver. The exporter is returned by the thread's handle when
+/// the session's channel closes.
+pub fn tap(updates: Receiver<Update>, mut exporter: Exporter) -> (Receiver<Update>, JoinHandle<Exporter>) {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("scanprof-metrics-tap".into())
+        .spawn(move || {
+            for u in updates.iter() {
+                exporter.update(&u);
+                if tx.send(u).is_err() {
+                    break;
+                }
+            }
+            exporter
+        })
+        .expect("starting a thread");
+    (rx, handle)
+}
+
+/// A minimal HTTP/1.x server of one document: GET /metrics.
+struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(addr: SocketAddr, latest: Arc<Mutex<String>>) -> anyhow::Result<Server> {
+        let listener = TcpListener::bind(addr).with_context(|| {
+            format!("--metrics {addr}: cannot listen there (in use, or not an address of this machine)")
+        })?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("scanprof-metrics".into())
+            .spawn(move || {
+                // Serving a document needs no privilege at all (capabilities are per thread).
+                let _ = crate::system::privileges::drop_to(&[]);
+                for conn in listener.incoming() {
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Ok(stream) = conn {
+                        let body = latest.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                        let _ = serve(stream, &body);
+                    }
+                }
+            })?;
+        Ok(Server {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept; the thread sees the flag and ends.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers one request on `stream`: the exposition for GET /metrics, 404 or 405 otherwise.
+fn serve(stream: TcpStream, body: &str) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    let mut reader = BufReader::new(std::io::Read::take(&stream, MAX_REQUEST as u64));
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // The rest of the head, up to the blank line.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 && line != "\r\n" && line != "\n" {
+        line.clear();
+    }
+    let mut words = request_line.split_whitespace();
+    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, content_type, text) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => ("200 OK", CONTENT_TYPE, body),
+        ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "scanprof serves /metrics only\n"),
+        _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n"),
+    };
+    let mut w = &stream;
+    write!(
+        w,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        text.len()
+    )?;
+    if method != "HEAD" {
+        w.write_all(text.as_bytes())?;
+    }
+    w.flush()
+}
+
+/// Replaces `path` with `text` at once: written to a new file beside it (created exclusively,
+/// never through a symbolic link), then renamed over it, so a reader sees the old or the new
+/// exposition, never a part.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    // A stale one of an earlier run of this pid (or a planted link): unlinked, not followed.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::fixtures::rich_recording;
+
+    fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    && labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    #[test]
+    fn shards_are_read_from_masscan_and_zmap_command_lines() {
+        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            shard_of(&argv("masscan --shard 2/4 -p80 10.0.0.0/8")),
+            Some("2/4".into())
+        );
+        assert_eq!(
+            shard_of(&argv("zmap --shards=3 --shard=1 -p 80")),
+            Some("1/3".into())
+        );
+        assert_eq!(shard_of(&argv("zmap --shard 0 --shards 2")), Some("0/2".into()));
+        assert_eq!(shard_of(&argv("zmap --shard 5")), Some("5".into()));
+        assert_eq!(shard_of(&argv("nmap -sS 10.0.0.1")), None);
+    }
+
+    #[test]
+    fn counters_are_the_runs_totals_and_never_go_down() {
+        let rec = rich_recording();
+        let mut m = MetricsState::new(RunLabels::of("unicornscan", &[]));
+        let mut last_packets = 0.0;
+        for t in &rec.ticks {
+            m.update(&Update::Tick(Box::new(t.clone())));
+            let text = m.render();
+            let p = sample(
+                &text,
+                "scanprof_stage_events_total",
+                &[("stage", "syscall_packets")],
+            )
+            .expect("syscall_packets counter");
+            assert!(p >= last_packets, "counter went down: {p} < {last_packets}");
+            last_packets = p;
+        }
+        // Before the summary: each drop counter is the sum of the ticks' rows (a sample holds
+        // the drops of its tick).
+        let text = m.render();
+        let mut ticks_sum: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        for t in &rec.ticks {
+            for (k, n) in drop_sums(&t.drops) {
+                *ticks_sum.entry(k).or_default() += n;
+            }
+        }
+        assert!(!ticks_sum.is_empty(), "the fixture's ticks drop nothing");
+        for ((reason, class, device), n) in &ticks_sum {
+            let labels = [("reason", reason.as_str()), ("class", class), ("device", device)];
+            assert_eq!(
+                sample(&text, "scanprof_drops_total", &labels),
+                Some(*n as f64),
+                "{text}"
+            );
+        }
+        let summary = rec.summary.clone().expect("fixture summary");
+        m.update(&Update::Done(Box::new(summary.clone())));
+        let text = m.render();
+        for (stage, total) in &summary.stage_counts {
+            assert_eq!(
+                sample(&text, "scanprof_stage_events_total", &[("stage", stage)]),
+                Some(*total as f64),
+                "{stage}\n{text}"
+            );
+        }
+        // Drops: rows of one reason, class and device add up; classes by their JSON names.
+        let mut want: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        for d in &summary.drops {
+            *want
+                .entry((
+                    d.reason.clone(),
+                    class_name(d.class),
+                    d.device.clone().unwrap_or_default(),
+                ))
+                .or_default() += d.count;
+        }
+        assert!(!want.is_empty());
+        for ((reason, class, device), n) in &want {
+            assert_eq!(
+                sample(
+                    &text,
+                    "scanprof_drops_total",
+                    &[("reason", reason), ("class", class), ("device", device)]
+                ),
+                Some(*n as f64),
+                "{reason} {class} {device}\n{text}"
+            );
+        }
+        // Every metric carries the scanner label; no pid or address label anywhere.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(l.contains("scanner=\"unicornscan\""), "{l}");
+            assert!(!l.contains("pid=") && !l.contains("10.99."), "{l}");
+        }
+        // The top verdict of each kind, as an info metric and its share.
+        let top = &summary.verdicts[0];
+        assert_eq!(
+            sample(
+                &text,
+                "scanprof_verdict_info",
+                &[
+                    ("kind", &top.kind),
+                    ("cause", &top.cause),
+                    ("confidence", &top.confidence)
+                ]
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "scanprof_verdict_share", &[("cause", &top.cause)]),
+            Some(top.share)
+        );
+        assert!(text.contains("# TYPE scanprof_stage_events_total counter"));
+        assert!(text.contains("scanprof_run_ended{"));
+    }
+
+    #[test]
+    fn a_sender_threads_time_adds_up_across_ticks_by_role_and_state() {
+        let rec = rich_recording();
+        let mut m = MetricsState::new(RunLabels::of("generic", &[]));
+        let mut want_send = 0u64;
+        for t in &rec.ticks {
+            want_send += t.threads.iter().map(|th| th.budget.send_ns).sum::<u64>();
+            m.update(&Update::Tick(Box::new(t.clone())));
+        }
+        let text = m.render();
+        let got: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("scanprof_sender_seconds_total{") && l.contains("state=\"send\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(
+            (got - want_send as f64 / 1e9).abs() < 1e-9,
+            "{got} vs {want_send} ns\n{text}"
+        );
+    }
+
+    #[test]
+    fn the_server_answers_metrics_and_nothing_else() {
+        use std::io::Read;
+        let targets = MetricsTargets {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            file: None,
+        };
+        let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
+        let addr = e.local_addr().unwrap();
+        let rec = rich_recording();
+        e.update(&Update::Tick(Box::new(rec.ticks[0].clone())));
+        let get = |req: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let ok = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains(CONTENT_TYPE));
+        assert!(ok.contains("scanprof_stage_events_total{"), "{ok}");
+        assert!(get("GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        // A client that says nothing is dropped after the timeout; the next one is served.
+        let idle = TcpStream::connect(addr).unwrap();
+        assert!(get("GET /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200"));
+        drop(idle);
+        drop(e); // the server stops and its port is free again
+        assert!(TcpListener::bind(addr).is_ok());
+    }
+
+    #[test]
+    fn the_file_is_replaced_whole_and_a_planted_link_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("scanprof-metrics-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let path = dir.join("scanprof.prom");
+        // A link planted where the temporary file goes, and one at the file itself.
+        let tmp = dir.join(format!(".scanprof.prom.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        write_atomically(&path, "a 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a 1\n");
+        assert!(!tmp.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

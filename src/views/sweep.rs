@@ -1,0 +1,332 @@
+//! How a rate sweep is shown: a progress line per step, the table of steps (text and
+//! markdown) with the knee under it, and the NDJSON lines (`sweep_step`, `sweep`). All of it
+//! renders the `SweepStep`s and `SweepSummary` of analysis::knee, built once per sweep.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::knee::{ChangeKind, Knee, SweepStep};
+use crate::views::json;
+
+/// The sweep as a whole: what was asked, how far it got, and its knee.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepSummary {
+    /// every rate the sweep was to request, in order, packets per second
+    pub requested_rates: Vec<f64>,
+    /// steps that ran (fewer than the rates when interrupted)
+    pub steps_run: usize,
+    /// Ctrl-C (or SIGTERM/SIGHUP) ended the sweep early
+    pub interrupted: bool,
+    /// seconds each step was given
+    pub step_duration_s: f64,
+    /// the highest rate the sweep was allowed to request (--max-rate), if given
+    pub max_rate: Option<f64>,
+    /// a step is kept within this fraction of requested (0.02 = 2%) and with no loss
+    pub keep_tolerance: f64,
+    pub knee: Knee,
+}
+
+/// A rate as a whole number when it is one.
+fn rate(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// The top verdict as `cause (share)`, or `-`.
+fn top(s: &SweepStep) -> String {
+    s.top()
+        .map_or("-".to_string(), |v| format!("{} ({})", v.cause, pct(v.share)))
+}
+
+/// The sender's budget shares as send/blocked/sleep/preempted/other percentages.
+fn budget(s: &SweepStep) -> String {
+    s.budget.map_or("-".to_string(), |b| {
+        format!(
+            "{:.0}/{:.0}/{:.0}/{:.0}/{:.0}",
+            b.send * 100.0,
+            b.blocked_send * 100.0,
+            b.sleep * 100.0,
+            b.preempted * 100.0,
+            b.other * 100.0
+        )
+    })
+}
+
+/// scanprof's own cost: its process's CPU, and its BPF programs' share of the target's CPU.
+fn cost(s: &SweepStep) -> String {
+    format!(
+        "{}/{}",
+        pct(s.scanprof_cpu),
+        s.bpf_share_of_target.map_or("-".to_string(), pct)
+    )
+}
+
+/// One line per finished step (stderr while the sweep runs).
+pub fn progress_line(s: &SweepStep, of: usize) -> String {
+    format!(
+        "scanprof sweep: step {}/{of} at {} pps: achieved {:.1} pps ({:.3}), {} lost, top verdict {}{}",
+        s.step,
+        rate(s.requested_pps),
+        s.achieved_pps,
+        s.ratio,
+        s.lost,
+        top(s),
+        if s.kept { "; kept" } else { "" }
+    )
+}
+
+/// What the knee says, in one or two sentences.
+pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
+    let mut o = match (k.knee_pps, k.above_pps) {
+        (Some(kp), Some(a)) => format!(
+            "knee: {} pps, the highest rate kept within {} with no loss; above it, at {} pps, ",
+            rate(kp),
+            pct(tolerance),
+            rate(a)
+        ),
+        (Some(kp), None) => format!(
+            "knee: not reached: every rate up to {} pps was kept within {} with no loss",
+            rate(kp),
+            pct(tolerance)
+        ),
+        (None, Some(a)) => format!(
+            "knee: below the sweep: not even {} pps, the lowest rate, was kept within {} with no loss; there, ",
+            rate(a),
+            pct(tolerance)
+        ),
+        (None, None) => "knee: no step ran".to_string(),
+    };
+    if k.above_pps.is_some() {
+        o += &match &k.change {
+            Some(c) => match c.how {
+                ChangeKind::Appeared => {
+                    format!("`{}` ({}) appeared at {}", c.cause, c.kind, pct(c.share_above))
+                }
+                ChangeKind::Grew => format!(
+                    "`{}` ({}) grew from {} to {}",
+                    c.cause,
+                    c.kind,
+                    pct(c.share_at_knee.unwrap_or(0.0)),
+                    pct(c.share_above)
+                ),
+            },
+            None => "no verdict appeared or grew (see the step's own report)".to_string(),
+        };
+    }
+    if !k.kept_again.is_empty() {
+        let r: Vec<String> = k.kept_again.iter().map(|r| rate(*r)).collect();
+        let _ = write!(
+            o,
+            "; kept again above it at {} pps (a limit that comes and goes, or noise)",
+            r.join(", ")
+        );
+    }
+    o
+}
+
+const HEADER: [&str; 10] = [
+    "requested",
+    "achieved",
+    "ach/req",
+    "kept",
+    "lost",
+    "xmit",
+    "budget send/blk/sleep/pre/other %",
+    "scanprof cpu/bpf",
+    "top verdict",
+    "lab rx / tc drops",
+];
+
+fn row(s: &SweepStep) -> [String; 10] {
+    [
+        rate(s.requested_pps),
+        format!("{:.1}", s.achieved_pps),
+        format!("{:.3}", s.ratio),
+        if s.kept { "yes" } else { "no" }.to_string(),
+        if s.lost > 0 {
+            format!("{} ({})", s.lost, pct(s.loss_share))
+        } else {
+            "0".to_string()
+        },
+        s.xmit_packets.to_string(),
+        budget(s),
+        cost(s),
+        top(s),
+        s.lab.as_ref().map_or("-".to_string(), |l| {
+            format!("{} / {}", l.receiver_packets, l.qdisc_drops)
+        }),
+    ]
+}
+
+/// The losses of a step, one `count REASON at place (class)` per row.
+fn losses(s: &SweepStep) -> Vec<String> {
+    s.losses
+        .iter()
+        .map(|l| format!("{} {} at {} ({})", l.count, l.reason, l.location, l.class.name()))
+        .collect()
+}
+
+/// The sweep as a text table, each step's losses under its row, and the knee.
+pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
+    let rows: Vec<[String; 10]> = steps.iter().map(row).collect();
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([HEADER[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..HEADER.len()).map(width).collect();
+    let line = |cells: &[String]| -> String {
+        let mut l = String::from(" ");
+        for (i, c) in cells.iter().enumerate() {
+            if i < 3 || i == 5 {
+                let _ = write!(l, " {c:>w$}", w = widths[i]);
+            } else {
+                let _ = write!(l, " {c:<w$}", w = widths[i]);
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let mut o = format!(
+        "rate sweep: {} of {} steps of {} s each{}; figures per step (achieved over its send window)\n",
+        sum.steps_run,
+        sum.requested_rates.len(),
+        sum.step_duration_s,
+        if sum.interrupted { ", interrupted" } else { "" }
+    );
+    o += &line(&HEADER.map(String::from));
+    for (s, r) in steps.iter().zip(&rows) {
+        o += &line(r);
+        for l in losses(s) {
+            let _ = writeln!(o, "      lost: {l}");
+        }
+    }
+    let _ = writeln!(o, "{}", knee_sentence(&sum.knee, sum.keep_tolerance));
+    o
+}
+
+/// The sweep as a markdown table (sweep.md), with the plot and the knee.
+pub fn table_md(steps: &[SweepStep], sum: &SweepSummary, plot: Option<&str>) -> String {
+    let mut o = String::from("# Rate sweep\n\n");
+    let _ = writeln!(
+        o,
+        "{} of {} steps of {} s each{}. A step is kept when achieved is within {} of requested \
+         and nothing of the target's was lost.\n",
+        sum.steps_run,
+        sum.requested_rates.len(),
+        sum.step_duration_s,
+        if sum.interrupted { " (interrupted)" } else { "" },
+        pct(sum.keep_tolerance)
+    );
+    let _ = writeln!(o, "{}\n", knee_sentence(&sum.knee, sum.keep_tolerance));
+    if let Some(p) = plot {
+        let _ = writeln!(o, "![achieved against requested]({p})\n");
+    }
+    let _ = writeln!(o, "| {} | losses |", HEADER.join(" | "));
+    let _ = writeln!(o, "|{}---|", "---|".repeat(HEADER.len()));
+    for s in steps {
+        let l = losses(s).join("; ");
+        let cells = row(s).map(|c| c.replace('|', "\\|"));
+        let _ = writeln!(
+            o,
+            "| {} | {} |",
+            cells.join(" | "),
+            if l.is_empty() {
+                "-".into()
+            } else {
+                l.replace('|', "\\|")
+            }
+        );
+    }
+    o
+}
+
+/// The NDJSON line of a step.
+pub fn step_line(s: &SweepStep) -> String {
+    json::line("sweep_step", s)
+}
+
+/// The NDJSON line of the whole sweep.
+pub fn summary_line(s: &SweepSummary) -> String {
+    json::line("sweep", s)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::analysis::knee::{knee, LabCounts, SweepStep, KEEP_TOLERANCE};
+
+    /// Three steps from the fixture run: kept, kept, and one with a qdisc loss.
+    pub(crate) fn fixture_steps() -> (Vec<SweepStep>, SweepSummary) {
+        let (_, s) = crate::views::fixtures::rich_run();
+        let mut steps = Vec::new();
+        for (i, r) in [1000.0, 2000.0, 4000.0].into_iter().enumerate() {
+            let mut st = SweepStep::of(i + 1, r, &s);
+            st.achieved_pps = if i < 2 { r * 0.999 } else { r * 0.99 };
+            st.ratio = st.achieved_pps / r;
+            st.kept = i < 2;
+            if i < 2 {
+                // Kept steps: nothing lost, no cause.
+                st.losses.clear();
+                st.lost = 0;
+                st.loss_share = 0.0;
+                st.verdicts = vec![crate::analysis::knee::VerdictBrief {
+                    cause: "no_gap".into(),
+                    kind: "gap".into(),
+                    share: 0.0,
+                    confidence: "strong".into(),
+                }];
+            }
+            st.lab = Some(LabCounts {
+                receiver_packets: 3000,
+                qdisc_sent: 3000,
+                qdisc_drops: if i < 2 { 0 } else { 40 },
+            });
+            steps.push(st);
+        }
+        let sum = SweepSummary {
+            requested_rates: vec![1000.0, 2000.0, 4000.0, 8000.0],
+            steps_run: 3,
+            interrupted: true,
+            step_duration_s: 3.0,
+            max_rate: Some(8000.0),
+            keep_tolerance: KEEP_TOLERANCE,
+            knee: knee(&steps),
+        };
+        (steps, sum)
+    }
+
+    #[test]
+    fn every_sweep_json_key_is_documented_in_events_md() {
+        let (steps, sum) = fixture_steps();
+        let lines: Vec<String> = steps.iter().map(step_line).chain([summary_line(&sum)]).collect();
+        let keys = crate::views::json::documented_keys(&lines, "sweep");
+        assert!(keys.contains("losses") && keys.contains("share_above") && keys.contains("qdisc_drops"));
+    }
+
+    #[test]
+    fn the_table_shows_each_step_its_losses_and_the_knee() {
+        let (steps, sum) = fixture_steps();
+        let t = table_text(&steps, &sum);
+        assert!(t.contains("3 of 4 steps") && t.contains("interrupted"), "{t}");
+        assert_eq!(t.lines().filter(|l| l.contains(" yes ")).count(), 2, "{t}");
+        assert!(t.contains("knee: 2000 pps"), "{t}");
+        assert!(
+            t.contains("above it, at 4000 pps, `qdisc_drop` (loss) appeared at"),
+            "{t}"
+        );
+        assert_eq!(t.matches("lost: ").count(), 1, "{t}");
+        let md = table_md(&steps, &sum, Some("sweep.svg"));
+        assert!(md.contains("![achieved against requested](sweep.svg)"), "{md}");
+        assert_eq!(md.lines().filter(|l| l.starts_with("| 1000 ")).count(), 1, "{md}");
+    }
+}
