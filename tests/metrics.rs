@@ -178,11 +178,13 @@ fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() 
         .iter()
         .find(|v| v.kind == "loss")
         .expect("a loss verdict");
+    // The top loss verdict as the ticks had it (its confidence may still change in the
+    // summary, which the run's last scrape can precede).
     let info = query(
         api_port,
         &format!(
-            "last_over_time(scanprof_verdict_info{{job=\"scanprof\",kind=\"loss\",cause=\"{}\",confidence=\"{}\"}}[10m])",
-            top_loss.cause, top_loss.confidence
+            "last_over_time(scanprof_verdict_info{{job=\"scanprof\",kind=\"loss\",cause=\"{}\"}}[10m])",
+            top_loss.cause
         ),
     );
     eprintln!(
@@ -198,7 +200,8 @@ fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() 
     // The family lived on after its last packet: the final counts were scraped.
     assert_eq!(packets, s.packets as f64, "scraped packets vs the summary");
     assert_eq!(drops, want_drops as f64, "scraped QDISC_DROPs vs the summary");
-    assert_eq!(info.len(), 1, "verdict info: {info:?}");
+    assert!(!info.is_empty(), "no verdict info for {}", top_loss.cause);
+    assert!(info.iter().all(|i| i["value"][1] == "1"), "{info:?}");
     // The launched command is a shell line: no scanner profile recognises it.
     assert_eq!(info[0]["metric"]["scanner"], "generic", "{info:?}");
     // Counters are counters: Prometheus saw no reset of any scanprof counter.
