@@ -226,7 +226,8 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     for c in sc["claims"].as_array().unwrap() {
         assert!(f(&c["diff_pct"]).abs() < 2.0, "{c}");
     }
-    // IPC: WORKUNITs from the master, WORKDONEs from the sender, by type.
+    // IPC: WORKUNITs from the master (named by their recipient: the fixture's are the
+    // sender's), WORKDONEs from the sender, by type.
     let ipc = sc["ipc"].as_array().unwrap();
     let count = |comm: &str, kind: &str| {
         ipc.iter()
@@ -234,7 +235,7 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
             .map(|m| m["messages"].as_u64().unwrap())
             .sum::<u64>()
     };
-    assert_eq!(count("unicornscan", "WORKUNIT"), 2, "{ipc:?}");
+    assert_eq!(count("unicornscan", "WORKUNIT to sender"), 2, "{ipc:?}");
     assert_eq!(count("unisend", "WORKDONE"), 2, "{ipc:?}");
     // Packets: scanprof's count is the receivers'.
     assert_eq!(summary["packets"].as_u64(), Some(rx_a.packets + rx_b.packets));
