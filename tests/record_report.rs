@@ -69,6 +69,9 @@ fn a_recorded_run_reports_offline_as_it_did_live() {
     ] {
         assert!(dir.join(f).is_file(), "{f} missing from the bundle");
     }
+    // The session's drop-reason table reached the bundle: its bpftrace script names reasons.
+    let recount = std::fs::read_to_string(dir.join("recount.bt")).unwrap();
+    assert!(recount.contains("\t@reason[2] = \"NOT_SPECIFIED\";"), "{recount}");
     let out = Command::new(BIN)
         .args(["report", "--format", "json"])
         .arg(&dir)

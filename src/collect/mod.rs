@@ -696,6 +696,11 @@ impl Collector {
         }
     }
 
+    /// The kernel's drop-reason names, number -> name.
+    pub fn drop_reasons(&self) -> &BTreeMap<u32, String> {
+        &self.reasons
+    }
+
     /// The family, with the roles the scanner profile gives its members.
     /// The family with the roles the scanner's profile gives its members. The fallback profile
     /// knows nothing of a process but that it may send: its role is shown only for a member

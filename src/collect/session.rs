@@ -3,6 +3,7 @@
 //! whoever renders them owns its own state. Ends on --duration, when the whole family has exited,
 //! or when the stop flag is raised (Ctrl-C/SIGTERM), and always with a summary.
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -95,6 +96,9 @@ pub enum Update {
 /// A running session: the updates, and the thread that produces them.
 pub struct Session {
     pub updates: Receiver<Update>,
+    /// the kernel's drop-reason names (number -> name), read with its features at load: a
+    /// bundle keeps them for its bpftrace script
+    pub drop_reasons: BTreeMap<u32, String>,
     thread: JoinHandle<anyhow::Result<Option<std::process::ExitStatus>>>,
 }
 
@@ -113,13 +117,17 @@ impl Session {
 /// or with the error that prevented it: a missing pid, no permission, no BTF.
 pub fn start(cfg: SessionConfig, stop: Arc<AtomicBool>) -> anyhow::Result<Session> {
     let (tx, updates) = mpsc::channel();
-    let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<BTreeMap<u32, String>>>();
     let thread = std::thread::Builder::new()
         .name("scanprof-collect".into())
         .spawn(move || collect(cfg, stop, tx, ready_tx))
         .context("starting the collection thread")?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok(Session { updates, thread }),
+        Ok(Ok(drop_reasons)) => Ok(Session {
+            updates,
+            drop_reasons,
+            thread,
+        }),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)
@@ -289,7 +297,7 @@ fn collect(
     cfg: SessionConfig,
     stop: Arc<AtomicBool>,
     tx: Sender<Update>,
-    ready: Sender<anyhow::Result<()>>,
+    ready: Sender<anyhow::Result<BTreeMap<u32, String>>>,
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let mut launched = None;
     let (readings_tx, readings) = mpsc::channel();
@@ -409,7 +417,7 @@ fn collect(
         processes: collector.family.members().to_vec(),
         probes: probes.clone(),
     });
-    let _ = ready.send(Ok(()));
+    let _ = ready.send(Ok(collector.drop_reasons().clone()));
     mark("probes active, command released");
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);

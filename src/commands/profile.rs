@@ -95,19 +95,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
 /// scanner's part of the command line with the profile's semantics.
 fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<ScannerSetup>> {
     let set = ProfileSet::builtin().context("reading the built-in profiles")?;
-    let (argv, exe): (Vec<String>, Option<PathBuf>) = match target {
-        Target::Command(argv) => (argv.clone(), None),
-        Target::Pids(pids) => {
-            let pid = pids[0];
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let argv = cmdline
-                .split(|b| *b == 0)
-                .filter(|w| !w.is_empty())
-                .map(|w| String::from_utf8_lossy(w).into_owned())
-                .collect();
-            (argv, std::fs::read_link(format!("/proc/{pid}/exe")).ok())
-        }
-    };
+    let (argv, exe) = target_argv(target);
     let explicit;
     let (profile, at) = match &opts.profile {
         Some(name) if name.ends_with(".toml") || name.contains('/') => {
@@ -313,7 +301,9 @@ pub fn meta_now() -> Meta {
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
-        drop_reasons: crate::probes::KernelFeatures::detect().drop_reasons,
+        // Filled from the session (`Session::drop_reasons`): reading the kernel's BTF here
+        // would add a parse to start-up that the probe loading already does.
+        drop_reasons: Default::default(),
     }
 }
 
@@ -352,16 +342,25 @@ fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
         .scanner
         .as_ref()
         .map_or("generic", |s| s.profile.name.as_str());
-    let argv: Vec<String> = match &cfg.target {
-        Target::Command(argv) => argv.clone(),
-        Target::Pids(pids) => std::fs::read(format!("/proc/{}/cmdline", pids[0]))
-            .unwrap_or_default()
-            .split(|b| *b == 0)
-            .filter(|w| !w.is_empty())
-            .map(|w| String::from_utf8_lossy(w).into_owned())
-            .collect(),
-    };
-    RunLabels::of(scanner, &argv)
+    RunLabels::of(scanner, &target_argv(&cfg.target).0)
+}
+
+/// The target's command line, and for an attached process its executable: the command to
+/// launch, or the first pid's /proc/PID/cmdline and exe.
+fn target_argv(target: &Target) -> (Vec<String>, Option<PathBuf>) {
+    match target {
+        Target::Command(argv) => (argv.clone(), None),
+        Target::Pids(pids) => {
+            let pid = pids[0];
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let argv = cmdline
+                .split(|b| *b == 0)
+                .filter(|w| !w.is_empty())
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect();
+            (argv, std::fs::read_link(format!("/proc/{pid}/exe")).ok())
+        }
+    }
 }
 
 /// The line that opens a headless run on stderr: the probes attached and what is followed. A
@@ -445,6 +444,7 @@ pub fn render_with(
     let drop_privileges = cfg.drop_privileges;
     crate::system::startup::mark("options and scanner profile read");
     let mut session = session::start(cfg, Arc::clone(&stop))?;
+    rec.meta_mut().drop_reasons = session.drop_reasons.clone();
     // The metrics take every update before the views do.
     let metrics_tap = exporter.map(|e| {
         let (_, own) = std::sync::mpsc::channel();
@@ -603,6 +603,14 @@ impl Recorder {
                     eprintln!("scanprof: warning: {e:#}");
                 }
             }
+        }
+    }
+
+    /// Where and when the recording is made.
+    fn meta_mut(&mut self) -> &mut Meta {
+        match self {
+            Recorder::Latest(r) => &mut r.meta,
+            Recorder::Spooled(s) => &mut s.latest.meta,
         }
     }
 

@@ -214,6 +214,7 @@ fn run_step(
     let cfg = super::profile::session_config(Target::Command(argv), &run_opts, super::profile::Output::Json)?;
     let mut rec = Recording::new(super::profile::meta_now());
     let session = session::start(cfg, Arc::clone(stop))?;
+    rec.meta.drop_reasons = session.drop_reasons.clone();
     for u in session.updates.iter() {
         if let Update::Started { probes, .. } = &u {
             for p in probes.iter().filter(|p| !p.attached) {

@@ -109,7 +109,11 @@ fn the_drop_table_adds_up_the_ticks() {
 fn screen(app: &App, w: u16, h: u16) -> String {
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     term.draw(|f| draw(f, app)).unwrap();
-    let buf = term.backend().buffer().clone();
+    buffer_text(term.backend().buffer(), w, h)
+}
+
+/// A drawn buffer as text, one line per row, trailing spaces cut.
+fn buffer_text(buf: &ratatui::buffer::Buffer, w: u16, h: u16) -> String {
     (0..h)
         .map(|y| {
             (0..w)
@@ -782,18 +786,7 @@ fn resizing_mid_run_lays_out_as_a_fresh_draw_at_the_new_size() {
     for (w, h) in [(80u16, 24u16), (200, 60), (120, 40), (80, 24)] {
         term.backend_mut().resize(w, h);
         term.draw(|f| draw(f, &app)).unwrap();
-        let buf = term.backend().buffer().clone();
-        let text: String = (0..h)
-            .map(|y| {
-                (0..w)
-                    .map(|x| buf[(x, y)].symbol().to_string())
-                    .collect::<String>()
-                    .trim_end()
-                    .to_string()
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\n";
+        let text = buffer_text(term.backend().buffer(), w, h);
         assert_eq!(text, screen(&app, w, h), "after resizing to {w}x{h}");
     }
 }
