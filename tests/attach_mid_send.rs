@@ -215,9 +215,14 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     let (sent, queued) = (tick("syscall_packets"), tick("dev_queue"));
     eprintln!("no qdisc, first tick: {sent} packets at the syscall, {queued} at dev_queue");
     assert!(sent > 0, "the first tick saw no packet: {first}");
+    // The first tick is read while the sender sends: besides the sends in flight at
+    // registration, the packets sent between reading the thread table and the device table
+    // are in one and not yet the other (14 of 22,971 in a 6.1 guest), so 1% more slack. The
+    // fault it guards against was thousands off (420 of 4,840; 11 of 6,070).
+    let slack = in_flight_slack(sent) + sent / 100;
     assert!(
-        queued.abs_diff(sent) <= in_flight_slack(sent),
-        "first tick: dev_queue {queued} vs {sent} packets through the send syscalls"
+        queued.abs_diff(sent) <= slack,
+        "first tick: dev_queue {queued} vs {sent} packets through the send syscalls (slack {slack})"
     );
     let lab_loss: Vec<_> = s
         .drops
