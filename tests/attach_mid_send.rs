@@ -118,18 +118,21 @@ fn count(s: &Summary, stage: &str) -> u64 {
 
 /// The family's packets after attach reach every stage after the syscall: dev_queue equals the
 /// packets the send syscalls accepted, and so do the packets a driver transmitted plus the
-/// family's drops, give or take the sends in flight when the family was registered (a call that
-/// entered before it is not counted at the syscall, yet its packet may be at the device when
-/// another thread's call has registered the socket) and, at the driver, the packets a qdisc held
-/// at attach (`queued_at_attach`: they leave it while scanprof watches).
-fn assert_whole_funnel(s: &Summary, what: &str, queued_at_attach: u64) {
+/// family's drops before the device (those in the sender's namespace: a loss at the receiver,
+/// such as a full socket buffer, is of a packet the device had already transmitted), give or
+/// take the sends in flight when the family was registered (a call that entered before it is
+/// not counted at the syscall, yet its packet may be at the device when another thread's call
+/// has registered the socket) and, at the driver, the packets a qdisc held at attach
+/// (`queued_at_attach`: they leave it while scanprof watches).
+fn assert_whole_funnel(s: &Summary, lab: &TestLab, what: &str, queued_at_attach: u64) {
     let packets = count(s, "syscall_packets");
     let slack = in_flight_slack(packets);
+    let before_device = target_loss(s, lab.sender_netns);
     for (stage, n, slack) in [
         ("dev_queue", count(s, "dev_queue"), slack),
         (
-            "dev_xmit + target_drops",
-            count(s, "dev_xmit") + count(s, "target_drops"),
+            "dev_xmit + the sender side's target loss",
+            count(s, "dev_xmit") + before_device,
             slack + queued_at_attach,
         ),
     ] {
@@ -139,6 +142,12 @@ fn assert_whole_funnel(s: &Summary, what: &str, queued_at_attach: u64) {
             s.stage_counts
         );
     }
+    let after_device = target_loss(s, lab.target_netns);
+    assert!(
+        after_device <= count(s, "dev_xmit"),
+        "{what}: {after_device} packets lost at the receiver, more than the {} transmitted",
+        count(s, "dev_xmit")
+    );
     let fault: Vec<_> = s
         .verdicts
         .iter()
@@ -149,6 +158,15 @@ fn assert_whole_funnel(s: &Summary, what: &str, queued_at_attach: u64) {
 
 /// Packets whose send entered before the family was registered and that a stage after the
 /// syscall may still see: a handful at the boundary.
+/// The family's packets lost (class target_loss) in network namespace `netns`, by the drop rows.
+fn target_loss(s: &Summary, netns: u32) -> u64 {
+    s.drops
+        .iter()
+        .filter(|d| d.netns == netns && d.class == DropClass::TargetLoss)
+        .map(|d| d.count)
+        .sum()
+}
+
 fn in_flight_slack(packets: u64) -> u64 {
     2 + packets / 2000
 }
@@ -200,8 +218,16 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
         "too few packets to test with: {:?}",
         s.stage_counts
     );
-    assert!(count(&s, "syscall_packets") <= rx.packets);
-    assert_whole_funnel(&s, "no qdisc", 0);
+    // The receiver had every packet of the attached window but those lost on its side (in an
+    // emulated VM a receiver falls behind 20,000 pps: 18,810 of 215,023 lost to it once).
+    let lost_at_receiver = target_loss(&s, lab.target_netns);
+    assert!(
+        count(&s, "syscall_packets") - lost_at_receiver <= rx.packets,
+        "the receiver had {} packets, fewer than the attached window's {} less {lost_at_receiver} lost at it",
+        rx.packets,
+        count(&s, "syscall_packets")
+    );
+    assert_whole_funnel(&s, &lab, "no qdisc", 0);
     // Already the first tick: the sockets that existed at attach are known before its first
     // packet is judged (issue 13: 420 of 4,840 at dev_queue in one first tick).
     let first = &run.of_type("sample")[0];
@@ -227,9 +253,9 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     let lab_loss: Vec<_> = s
         .drops
         .iter()
-        .filter(|d| lab.inside(d) && d.class == DropClass::TargetLoss)
+        .filter(|d| d.netns == lab.sender_netns && d.class == DropClass::TargetLoss)
         .collect();
-    assert!(lab_loss.is_empty(), "{lab_loss:?}");
+    assert!(lab_loss.is_empty(), "the sender side lost packets: {lab_loss:?}");
 
     drop(run);
     bpf.assert_released("scanprof attach");
@@ -316,7 +342,7 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
         0.01,
     );
     // The tbf's 10 kB queue holds at most 20 of these 512-byte datagrams at attach.
-    assert_whole_funnel(&s, "tbf", 20);
+    assert_whole_funnel(&s, &lab, "tbf", 20);
     let top = s.verdicts.first().map(|v| v.cause.as_str());
     assert!(
         s.verdicts.iter().any(|v| v.cause == "qdisc_drop"),
@@ -370,7 +396,7 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
         expected.abs_diff(packets) <= in_flight_slack(packets),
         "{expected} NO_SOCKET drops vs {packets} packets sent after attach"
     );
-    assert_whole_funnel(&s, "closed port", 0);
+    assert_whole_funnel(&s, &lab, "closed port", 0);
     let loss: Vec<_> = s
         .drops
         .iter()
@@ -458,7 +484,7 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
         "too few packets after attach: {packets}"
     );
     assert!(packets <= rx.packets + late_rx.packets);
-    assert_whole_funnel(&s, "two sockets and a late one", 0);
+    assert_whole_funnel(&s, &lab, "two sockets and a late one", 0);
 
     drop(run);
     bpf.assert_released("scanprof attach");
