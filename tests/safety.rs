@@ -907,6 +907,94 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     assert_eq!(f.status.code(), Some(143), "{}", f.context());
 }
 
+/// 3. `lab` too: once its run is set up, its main and collection threads hold at most the kept
+/// set and what reading its namespaces' counters and deleting them needs (FOR_LAB), with
+/// no_new_privs; its helper threads (the sink, the echo, the staller, the schedstat reader) and
+/// its CPU hog hold nothing; and it still reads its counters and deletes its namespaces at the
+/// end. Before, a lab kept every capability of root for its whole run.
+#[test]
+fn a_lab_keeps_only_what_its_counters_and_teardown_need() {
+    use scanprof::system::caps::parse_set;
+    use scanprof::system::privileges::{mask, FOR_LAB, KEPT};
+    require_root();
+    let _g = serial();
+    let allowed = mask(&KEPT) | mask(&FOR_LAB);
+    // preemption has the hog, stalls the staller, reply-drop the echo; all a sink and schedstat.
+    for scenario in ["preemption", "stalls", "reply-drop"] {
+        let args: Vec<String> = ["lab", scenario, "--json", "--duration", "3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut p = Proc::scanprof(&args);
+        let lab_pid = p.pid();
+        let namespaces = vec![format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t")];
+        let _guard = NetnsGuard(namespaces.clone());
+        let started = p.wait_for_json("started", Duration::from_secs(30));
+        let sender = root_pid(&started);
+        let (threads, collector) = assert_thread_caps(lab_pid, allowed, 0);
+        assert!(collector, "{scenario}: no collection thread among {threads}");
+        let (mut helpers, mut hogs) = (Vec::new(), 0);
+        for task in fs::read_dir(format!("/proc/{lab_pid}/task")).unwrap() {
+            let path = task.unwrap().path();
+            let Ok(status) = fs::read_to_string(path.join("status")) else {
+                continue; // a thread that ended meanwhile
+            };
+            let name = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Name:\t"))
+                .unwrap_or("")
+                .to_string();
+            if name.starts_with("sink-") || name.starts_with("lab-") {
+                for key in ["CapEff", "CapPrm"] {
+                    assert_eq!(
+                        parse_set(&status, key),
+                        Some(0),
+                        "{scenario}: {name} {key}\n{status}"
+                    );
+                }
+                helpers.push(name);
+            }
+            // The hog is a child forked without exec; the sender is the other child.
+            let children = fs::read_to_string(path.join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                if child == sender {
+                    continue;
+                }
+                let cmd = fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                // Forked without exec, the hog has the lab's command line (the watchdog and the
+                // ip and tc runs have their own).
+                if cmd.contains(&format!("lab {scenario}")) {
+                    let st = fs::read_to_string(format!("/proc/{child}/status")).unwrap();
+                    assert_eq!(parse_set(&st, "CapEff"), Some(0), "{scenario}: the hog\n{st}");
+                    assert!(st.contains("NoNewPrivs:\t1"), "{scenario}: the hog\n{st}");
+                    hogs += 1;
+                }
+            }
+        }
+        assert_eq!(hogs, usize::from(scenario == "preemption"), "{scenario}: hogs");
+        assert!(
+            helpers.iter().any(|h| h.starts_with("lab-schedstat")),
+            "{scenario}: no lab helper thread found: {helpers:?}"
+        );
+        let f = p.finish(Duration::from_secs(60));
+        assert_eq!(f.status.code(), Some(0), "{scenario}: {}", f.context());
+        let lab = f.of_type("lab");
+        assert_eq!(lab.len(), 1, "{scenario}: no lab report\n{}", f.context());
+        assert!(
+            lab[0]["receiver"].is_object() || lab[0]["qdisc"].is_array(),
+            "{scenario}: the lab read no counter: {}",
+            lab[0]
+        );
+        for ns in &namespaces {
+            assert!(
+                !Path::new("/run/netns").join(ns).exists(),
+                "{scenario}: {ns} left behind"
+            );
+        }
+    }
+}
+
 /// A reader that goes away (stdout closed: `scanprof run --json ... | head -1`): the run ends
 /// as on a signal, the launched command is ended, the bundle is still written, and scanprof
 /// exits 2 saying the output write failed.

@@ -65,9 +65,10 @@ pub struct SessionConfig {
     /// the user a launched command runs as (`--user`); None: scanprof's own user and
     /// privileges, as the user gave them
     pub run_as: Option<crate::system::child::RunAs>,
-    /// after setup, keep only the capabilities the rest of the run needs
-    /// (src/system/privileges.rs); off for `lab`, which tears its namespaces down at the end
-    pub drop_privileges: bool,
+    /// capabilities kept after setup besides what the rest of the run needs
+    /// (src/system/privileges.rs): `lab` keeps [`FOR_LAB`](crate::system::privileges::FOR_LAB)
+    /// to read its namespaces' counters and tear them down at the end
+    pub keep_also: &'static [crate::system::caps::Cap],
 }
 
 /// The scanner profile a session applies.
@@ -381,9 +382,10 @@ fn collect(
     let probes = collector.probes().status().to_vec();
     // Set-up is done (probes loaded, the command launched with the privileges it was given):
     // this thread, which attaches uprobes to later members, keeps only what that needs.
-    let dropped = if cfg.drop_privileges {
+    let dropped = {
         use crate::system::privileges::{drop_to, FOR_BPF_STATS, FOR_UPROBES, FOR_USER_COMMAND, KEPT};
         let mut keep = KEPT.to_vec();
+        keep.extend_from_slice(cfg.keep_also);
         if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
             keep.push(FOR_UPROBES);
         }
@@ -394,8 +396,6 @@ fn collect(
             keep.push(FOR_USER_COMMAND);
         }
         drop_to(&keep).err()
-    } else {
-        None
     };
     let mut warnings: Vec<String> = probes
         .iter()

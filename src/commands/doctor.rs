@@ -130,7 +130,7 @@ fn checks(load_probes: bool) -> Vec<Check> {
     });
     {
         use crate::system::privileges::{
-            mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_UPROBES, FOR_USER_COMMAND, KEPT,
+            mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_LAB, FOR_UPROBES, FOR_USER_COMMAND, KEPT,
         };
         out.push(check(
             "privilege drop",
@@ -142,13 +142,14 @@ fn checks(load_probes: bool) -> Vec<Check> {
                  tick, + {} in the thread writing a bundle into a directory it does not own, + {} \
                  in the collection thread with --user, to signal the command) and drop the rest \
                  from the effective, permitted and bounding sets, with no_new_privs; a launched \
-                 command keeps what it was given, unless --user names the user it runs as. Held \
-                 now: {}",
+                 command keeps what it was given, unless --user names the user it runs as; lab \
+                 keeps {} as well, to read its namespaces' counters and delete them. Held now: {}",
                 names(mask(&KEPT)),
                 FOR_UPROBES.1,
                 FOR_BPF_STATS.1,
                 FOR_BUNDLE.1,
                 FOR_USER_COMMAND.1,
+                names(mask(&FOR_LAB)),
                 match names(caps) {
                     n if n.is_empty() => "none of these".to_string(),
                     n => n,

@@ -445,6 +445,8 @@ impl Echo {
         let thread = std::thread::Builder::new()
             .name("lab-echo".into())
             .spawn(move || {
+                // Answering on a bound socket needs no privilege.
+                let _ = crate::system::privileges::drop_to(&[]);
                 let (mut buf, mut sent) = (vec![0u8; 65_536], 0u64);
                 while !flag.load(Ordering::Relaxed) {
                     // Replies go back into the lab only: to the sender's address, nowhere else.
@@ -493,6 +495,8 @@ impl Staller {
         let thread = std::thread::Builder::new()
             .name("lab-staller".into())
             .spawn(move || {
+                // Stopping the lab's own sender (same user) needs no privilege.
+                let _ = crate::system::privileges::drop_to(&[]);
                 let Some(pidfd) = wait_for_sender(&flag, &sender) else {
                     return 0;
                 };
@@ -634,6 +638,8 @@ impl SchedWatch {
         let thread = std::thread::Builder::new()
             .name("lab-schedstat".into())
             .spawn(move || {
+                // /proc/PID/schedstat is readable by everyone.
+                let _ = crate::system::privileges::drop_to(&[]);
                 let mut last = None;
                 while !flag.load(Ordering::Relaxed) {
                     for pid in children_of_self() {
@@ -710,15 +716,17 @@ impl Hog {
     fn start(cpu: usize, for_s: f64) -> anyhow::Result<Hog> {
         let end_ns = monotonic_ns().saturating_add((for_s * 1e9) as u64);
         let parent = std::process::id() as libc::pid_t;
-        // SAFETY: the child only makes system calls (sched_setaffinity, clock_gettime) and
-        // _exit: it takes no lock and allocates nothing, so the parent's other threads, absent
-        // from the child, cannot leave it stuck.
+        // SAFETY: the child only makes system calls (prctl, capset, sched_setaffinity,
+        // clock_gettime) and _exit: it takes no lock and allocates nothing, so the parent's
+        // other threads, absent from the child, cannot leave it stuck.
         match unsafe { fork() }.context("cannot fork the CPU hog")? {
             ForkResult::Child => {
                 if !crate::system::child::set_parent_death_signal(parent) {
                     // SAFETY: as below: scanprof is gone, so the hog ends at once.
                     unsafe { libc::_exit(0) }
                 }
+                // It only spins: no privilege (system calls only, as fork requires here).
+                let _ = crate::system::privileges::drop_all_in_forked_child();
                 let mut set = CpuSet::new();
                 if set.set(cpu).is_ok() {
                     let _ = sched_setaffinity(Pid::from_raw(0), &set);
@@ -979,8 +987,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let argv_shown = argv.clone();
     let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
-    // The lab deletes its namespaces after the run (CAP_SYS_ADMIN): no drop here.
-    cfg.drop_privileges = false;
+    // After the run this thread reads the lab's counters and deletes its namespaces.
+    cfg.keep_also = &crate::system::privileges::FOR_LAB;
     let metrics = crate::views::metrics::MetricsTargets {
         listen: o.metrics,
         file: o.metrics_file.clone(),

@@ -85,7 +85,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         },
         scanner,
         run_as,
-        drop_privileges: true,
+        keep_also: &[],
     })
 }
 
@@ -441,7 +441,7 @@ pub fn render_with(
     } else {
         Recorder::Latest(Recording::new(meta_now()))
     };
-    let drop_privileges = cfg.drop_privileges;
+    let keep_also = cfg.keep_also;
     crate::system::startup::mark("options and scanner profile read");
     let mut session = session::start(cfg, Arc::clone(&stop))?;
     rec.meta_mut().drop_reasons = session.drop_reasons.clone();
@@ -452,11 +452,12 @@ pub fn render_with(
         session.updates = rx;
         handle
     });
-    if drop_privileges {
+    {
         // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
         // into a directory someone else owns (or the view's `e` key may make one here).
         use crate::system::privileges::{drop_to, FOR_BUNDLE, KEPT};
         let mut keep = KEPT.to_vec();
+        keep.extend_from_slice(keep_also);
         if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
             keep.push(FOR_BUNDLE);
         }

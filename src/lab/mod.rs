@@ -220,7 +220,11 @@ impl Lab {
             .name(format!("sink-{port}"))
             .spawn({
                 let (stop, packets) = (Arc::clone(&stop), Arc::clone(&packets));
-                move || count_datagrams(&socket, &stop, &packets)
+                move || {
+                    // Counting what a bound socket receives needs no privilege.
+                    let _ = crate::system::privileges::drop_to(&[]);
+                    count_datagrams(&socket, &stop, &packets)
+                }
             })
             .context("cannot start the sink thread")?;
         Ok(UdpSink {

@@ -39,6 +39,11 @@ pub const FOR_USER_COMMAND: Cap = caps::CAP_KILL;
 /// live view's `e` key, which makes its directory in the current one).
 pub const FOR_BUNDLE: Cap = caps::CAP_DAC_OVERRIDE;
 
+/// Kept as well by `lab`'s main and collection threads: after the run the lab reads the
+/// counters of its namespaces (`ip netns exec`: setns and a private /sys mount, CAP_SYS_ADMIN)
+/// and deletes its veths and namespaces (CAP_NET_ADMIN, and CAP_SYS_ADMIN to unmount them).
+pub const FOR_LAB: [Cap; 2] = [caps::CAP_SYS_ADMIN, caps::CAP_NET_ADMIN];
+
 /// The mask of `set`.
 pub fn mask(set: &[Cap]) -> u64 {
     set.iter().fold(0, |m, c| m | 1u64 << c.0)
@@ -78,8 +83,28 @@ pub fn drop_to(keep: &[Cap]) -> std::io::Result<Dropped> {
             }
         }
     }
-    let held = caps::effective();
-    let want = keep & held;
+    set_capabilities(keep & caps::effective())?;
+    Ok(Dropped {
+        effective: caps::thread_effective(),
+        bounding_dropped: can_drop_bounding,
+    })
+}
+
+/// Gives up every capability and sets no_new_privs, in a child between fork and its end:
+/// system calls only, no allocation or lock (the parent's other threads are absent from the
+/// child). The bounding set stays (reducing it needs /proc/sys/kernel/cap_last_cap), which
+/// no_new_privs makes moot for a child that never executes anything.
+pub fn drop_all_in_forked_child() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only; no memory is passed.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    set_capabilities(0)
+}
+
+/// Sets the calling thread's permitted and effective capabilities to `want` and its inheritable
+/// set to nothing (capset(2), version 3: no allocation, safe after fork).
+fn set_capabilities(want: u64) -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -114,10 +139,7 @@ pub fn drop_to(keep: &[Cap]) -> std::io::Result<Dropped> {
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(Dropped {
-        effective: caps::thread_effective(),
-        bounding_dropped: can_drop_bounding,
-    })
+    Ok(())
 }
 
 /// The names of the capabilities in `m`, for messages (`doctor`).
