@@ -92,6 +92,10 @@ impl Totals {
     }
 }
 
+/// How often a live tick's rate statistics are recomputed, ns of sample time (ticks in
+/// between repeat the last).
+const LIVE_STATS_EVERY_NS: u64 = 500_000_000;
+
 /// One tick's achieved rate, kept to compute statistics over the complete ticks.
 #[derive(Debug, Clone, Copy)]
 struct TickRate {
@@ -108,6 +112,8 @@ pub struct Analyzer {
     start_ns: u64,
     prev: Option<CounterSample>,
     ticks: Vec<TickRate>,
+    /// the live ticks' rate statistics and the sample time they were computed at, ns
+    live_stats: Option<(u64, Option<RunStats>)>,
     queues: BTreeMap<(String, u32), (u64, u64)>,
     /// scanprof's CPU time at the first sample, ns
     start_cpu_ns: u64,
@@ -125,6 +131,7 @@ impl Analyzer {
             start_ns,
             prev: None,
             ticks: Vec::new(),
+            live_stats: None,
             queues: BTreeMap::new(),
             start_cpu_ns: 0,
             start_bpf: None,
@@ -269,7 +276,7 @@ impl Analyzer {
             block_sites,
             gap,
             episodes,
-            rate_stats: self.rate_stats(&now_t),
+            rate_stats: self.live_rate_stats(&now_t, s.t_ns),
             health: s.health,
             cost: Cost {
                 cpu: s.self_cpu_ns.saturating_sub(prev.self_cpu_ns) as f64 / interval_ns as f64,
@@ -403,6 +410,21 @@ impl Analyzer {
 
     fn ratio(&self, pps: f64) -> Option<f64> {
         self.requested_pps.filter(|r| *r > 0.0).map(|r| pps / r)
+    }
+
+    /// [`Self::rate_stats`] for a live tick, recomputed at most once per LIVE_STATS_EVERY_NS
+    /// of samples (half a second: every tick at the default 1 s interval, whatever its jitter):
+    /// they sort every tick of the run so far, which at 10 ms ticks is 100 sorts
+    /// of a growing list each second. The summary's are always computed afresh.
+    fn live_rate_stats(&mut self, t: &Totals, now_ns: u64) -> Option<RunStats> {
+        match &self.live_stats {
+            Some((at, stats)) if now_ns.saturating_sub(*at) < LIVE_STATS_EVERY_NS => stats.clone(),
+            _ => {
+                let stats = self.rate_stats(t);
+                self.live_stats = Some((now_ns, stats.clone()));
+                stats
+            }
+        }
     }
 
     /// Statistics over the ticks that lie wholly inside the send window.

@@ -366,6 +366,33 @@ fn rate_stats_use_only_ticks_inside_the_send_window() {
 }
 
 #[test]
+fn live_rate_stats_are_recomputed_twice_a_second_and_the_summarys_always() {
+    // 10 ms ticks for 3 s at 1000 pps, 10 packets a tick from the first: the live statistics
+    // sort every tick so far, so a tick repeats them unless half a second has passed since
+    // they were computed (a 2-hour run at 10 ms ticks sorted 720,000 rates a hundred times a
+    // second).
+    let mut a = Analyzer::new(Some(1000.0), START);
+    let tick = 10 * MS;
+    let samples: Vec<CounterSample> = (1..=300u64)
+        .map(|k| {
+            sample(START + k * tick)
+                .thread(sender(100, 101, 10 * k, START, START + k * tick - MS))
+                .build()
+        })
+        .collect();
+    let ns: Vec<usize> = samples
+        .iter()
+        .map(|s| a.tick(s, &[]).rate_stats.map_or(0, |r| r.n))
+        .collect();
+    let changes: Vec<usize> = (1..ns.len()).filter(|&i| ns[i] != ns[i - 1]).collect();
+    assert_eq!(changes, [50, 100, 150, 200, 250], "live n by tick: {ns:?}");
+    // Each recomputation sees every complete tick so far.
+    assert_eq!(ns[250], 250);
+    let sum = summary_of(&a, &samples[299]);
+    assert_eq!(sum.rate_stats.map(|r| r.n), Some(299), "the summary's are fresh");
+}
+
+#[test]
 fn only_target_loss_counts_as_target_drops_and_rates_come_from_deltas() {
     const QDISC: &str = "__dev_queue_xmit+0x7a";
     const NF: &str = "nf_hook_slow+0x9c";
