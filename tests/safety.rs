@@ -48,6 +48,8 @@ fn run_bounded(mut cmd: Command, timeout: Duration, out_dir: &Path) -> Outcome {
     cmd.stdin(Stdio::null())
         .stdout(fs::File::create(&o).unwrap())
         .stderr(fs::File::create(&e).unwrap());
+    // Reaped below by wait4 (which also gives its own peak RSS), not by Child::wait.
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
     let deadline = Instant::now() + timeout;
@@ -237,7 +239,7 @@ fn pid_alive(pid: u32) -> bool {
         .is_some_and(|zombie| !zombie)
 }
 
-/// 1. `record -o DIR` into a directory where events.ndjson and report.md link to a victim
+/// Item 1: `record -o DIR` into a directory where events.ndjson and report.md link to a victim
 /// file: refused (not empty) without --force; with --force the links are replaced, the victim
 /// keeps its contents.
 #[test]
@@ -291,7 +293,7 @@ fn record_never_writes_through_planted_symlinks() {
     assert!(!dir.join(".events.ndjson.partial").exists());
 }
 
-/// 7. `run -- cmd` exits with the command's status, 128 + the signal when a signal ended it.
+/// Item 7: `run -- cmd` exits with the command's status, 128 + the signal when a signal ended it.
 #[test]
 fn run_passes_the_commands_exit_status_on() {
     require_root();
@@ -313,7 +315,7 @@ fn run_passes_the_commands_exit_status_on() {
     }
 }
 
-/// 5. SIGHUP (a closed terminal) ends scanprof like SIGTERM: the summary and the bundle are
+/// Item 5: SIGHUP (a closed terminal) ends scanprof like SIGTERM: the summary and the bundle are
 /// written and the launched command is ended (exit status: the command's, 143 for SIGTERM).
 #[test]
 fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
@@ -339,7 +341,7 @@ fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
     assert!(!pid_alive(sleeper), "the launched command outlived scanprof");
 }
 
-/// 6. SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG), also when it
+/// Item 6: SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG), also when it
 /// runs as another user (a change of user clears the parent-death signal, so it is set after).
 #[test]
 fn sigkill_of_scanprof_leaves_no_orphan() {
@@ -376,7 +378,7 @@ fn sigkill_leaves_no_orphan(user: Option<&str>) {
     );
 }
 
-/// 6. SIGKILL of scanprof: what the launched command forked dies too (the watchdog), not only
+/// Item 6: SIGKILL of scanprof: what the launched command forked dies too (the watchdog), not only
 /// the command. The shell forks a sleeper and writes its pid; scanprof is killed; the sleeper,
 /// reparented when the shell died, must be gone.
 #[test]
@@ -498,7 +500,7 @@ fn status_lines(stdout: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
-/// 3. `run --user USER`: the command runs as that user, with its primary group and its
+/// Item 3: `run --user USER`: the command runs as that user, with its primary group and its
 /// supplementary groups from the user database, and no capabilities; scanprof still attaches
 /// (the run is profiled). Without --user the command keeps scanprof's user (root here).
 #[test]
@@ -602,7 +604,7 @@ impl Drop for NetnsGuard {
     }
 }
 
-/// 6. A lab killed with SIGKILL: its sender dies with it; its namespaces stay (nothing could
+/// Item 6: A lab killed with SIGKILL: its sender dies with it; its namespaces stay (nothing could
 /// remove them), and the next `lab` removes them, and only them: a namespace of a live pid and
 /// one that merely looks alike stay.
 #[test]
@@ -661,7 +663,7 @@ fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
     }
 }
 
-/// 10. Pid 1, kernel threads and scanprof itself are refused as targets, with what to do.
+/// Item 10: Pid 1, kernel threads and scanprof itself are refused as targets, with what to do.
 #[test]
 fn attach_refuses_init_kernel_threads_and_itself() {
     let t = TempDir::new("targets");
@@ -690,7 +692,7 @@ impl Drop for MountGuard {
     }
 }
 
-/// 11. A full disk: the bundle write fails with a message naming the file, and no partial
+/// Item 11: A full disk: the bundle write fails with a message naming the file, and no partial
 /// events.ndjson is left for `report` to call "cut short".
 #[test]
 fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
@@ -739,7 +741,7 @@ fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
     assert!(left.is_empty(), "left in the bundle directory: {left:?}");
 }
 
-/// 11. Without root, `lab` says it needs root and `send --method packet` names CAP_NET_RAW.
+/// Item 11: Without root, `lab` says it needs root and `send --method packet` names CAP_NET_RAW.
 #[test]
 fn unprivileged_commands_say_which_privilege_they_need() {
     require_root(); // to become nobody
@@ -836,7 +838,7 @@ fn assert_thread_caps(pid: u32, kept: u64, collector_extra: u64) -> (usize, bool
     (threads, collector)
 }
 
-/// 3. During an attach, every thread of scanprof holds at most the kept capabilities (CapEff,
+/// Item 3: During an attach, every thread of scanprof holds at most the kept capabilities (CapEff,
 /// CapPrm and CapBnd from /proc/PID/task/*/status) with no_new_privs, but for the collection
 /// thread, which keeps CAP_SYS_ADMIN too while it samples the kernel's BPF statistics
 /// (`--bpf-stats sampled`, the default) and nothing more with `--bpf-stats always`; the run still
@@ -907,7 +909,7 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     assert_eq!(f.status.code(), Some(143), "{}", f.context());
 }
 
-/// 3. `lab` too: once its run is set up, its main and collection threads hold at most the kept
+/// Item 3: `lab` too: once its run is set up, its main and collection threads hold at most the kept
 /// set and what reading its namespaces' counters and deleting them needs (FOR_LAB), with
 /// no_new_privs; its helper threads (the sink, the echo, the staller, the schedstat reader) and
 /// its CPU hog hold nothing; and it still reads its counters and deletes its namespaces at the
