@@ -1,6 +1,7 @@
 //! The SVG plots of a trace bundle, drawn by hand from the `Recording` (no plotting crate): the
-//! funnel's rates tick by tick against the requested rate, and the CDF of the inter-send gaps
-//! against the requested slot. Each is a self-contained SVG 1.1 document that report.md links
+//! funnel's rates tick by tick against the requested rate, with the blocked episodes and the
+//! ticks that lost packets marked, and the CDF of the inter-send gaps, by count and by the time
+//! they took, against the requested slot. Each is a self-contained SVG 1.1 document that report.md links
 //! and any browser opens. Pure: no clock, no I/O.
 
 use std::fmt::Write as _;
@@ -8,14 +9,19 @@ use std::fmt::Write as _;
 use super::Recording;
 
 /// Canvas size, px.
-const WIDTH: f64 = 800.0;
+const WIDTH: f64 = 880.0;
 const HEIGHT: f64 = 450.0;
 /// The plot area inside the canvas, px (the legend sits right of it).
 const PLOT_LEFT: f64 = 80.0;
 const PLOT_RIGHT: f64 = 600.0;
 const PLOT_TOP: f64 = 40.0;
 const PLOT_BOTTOM: f64 = 390.0;
-const LEGEND_X: f64 = 620.0;
+const LEGEND_X: f64 = 615.0;
+/// Width of a legend label's character at the 12 px font, px (a generous average for sans-serif
+/// text: the longest label must end inside the canvas).
+const LEGEND_CHAR_PX: f64 = 7.0;
+/// Longest legend label that fits, characters.
+const LEGEND_MAX_CHARS: usize = ((WIDTH - LEGEND_X - 30.0 - 8.0) / LEGEND_CHAR_PX) as usize;
 
 /// The series of the rates plot: (element id, legend label, stage name, colour).
 const RATE_SERIES: [(&str, &str, &str, &str); 3] = [
@@ -29,6 +35,21 @@ const RATE_SERIES: [(&str, &str, &str, &str); 3] = [
     ("target_drops", "target_drops", "target_drops", "#d62728"),
 ];
 const REQUESTED_COLOUR: &str = "#555555";
+/// Shading of the time a sender thread was blocked inside a send call.
+const BLOCKED_COLOUR: &str = "#ff7f0e";
+/// Band over the ticks that lost packets.
+const LOSS_COLOUR: &str = "#d62728";
+/// Height of that band at the top of the plot area, px.
+const LOSS_BAND_PX: f64 = 8.0;
+
+/// How a legend entry is drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Key {
+    Line,
+    Dashed,
+    /// a filled box, for shaded stretches of time
+    Area,
+}
 
 /// Rate over time of the family's packets through the send syscalls (achieved), the driver
 /// (dev_xmit) and the target's drops, one point per tick at the middle of the tick, with the
@@ -78,19 +99,155 @@ pub fn rates_svg(rec: &Recording) -> String {
             r#"<line id="requested" x1="{PLOT_LEFT:.1}" y1="{py:.1}" x2="{PLOT_RIGHT:.1}" y2="{py:.1}" stroke="{REQUESTED_COLOUR}" stroke-width="1.5" stroke-dasharray="6,4"/>"#
         );
     }
+    let blocked = blocked_spans(rec, &x);
+    svg.spans("blocked", BLOCKED_COLOUR, 0.25, PLOT_TOP, PLOT_BOTTOM, &blocked);
+    let losses = loss_spans(rec, &x);
+    svg.spans(
+        "lost",
+        LOSS_COLOUR,
+        0.8,
+        PLOT_TOP,
+        PLOT_TOP + LOSS_BAND_PX,
+        &losses,
+    );
     for ((id, _, _, colour), points) in RATE_SERIES.iter().zip(&series) {
         svg.polyline(id, colour, points.iter().map(|(t, v)| (x.px(*t), y.px(*v))));
     }
-    let mut legend: Vec<(&str, &str, bool)> = RATE_SERIES
+    let mut legend: Vec<(String, &str, Key)> = RATE_SERIES
         .iter()
-        .map(|(_, label, _, colour)| (*label, *colour, false))
+        .map(|(_, label, _, colour)| (label.to_string(), *colour, Key::Line))
         .collect();
-    let requested_label = requested.map(|r| format!("requested ({} pps)", si(r)));
-    if let Some(l) = &requested_label {
-        legend.push((l, REQUESTED_COLOUR, true));
+    if let Some(r) = requested {
+        legend.push((
+            format!("requested ({} pps)", si(r)),
+            REQUESTED_COLOUR,
+            Key::Dashed,
+        ));
+    }
+    if !blocked.is_empty() {
+        let n: usize = blocked.iter().map(|s| s.count).sum();
+        legend.push((format!("blocked in send ({n} ep.)"), BLOCKED_COLOUR, Key::Area));
+    }
+    if !losses.is_empty() {
+        legend.push(("ticks that lost packets".into(), LOSS_COLOUR, Key::Area));
     }
     svg.legend(&legend);
     svg.finish()
+}
+
+/// A stretch of the time axis to shade, px, with what it holds.
+#[derive(Debug, Clone, PartialEq)]
+struct Span {
+    x0: f64,
+    x1: f64,
+    /// episodes or ticks merged into it
+    count: usize,
+    /// tooltip text
+    title: String,
+}
+
+/// The blocked-in-send episodes of every tick (at least 1 ms each) as shaded stretches, merged
+/// where they touch on the canvas (thousands of short episodes would be thousands of boxes),
+/// each at least a pixel wide so that a short one stays visible.
+fn blocked_spans(rec: &Recording, x: &Axis) -> Vec<Span> {
+    let mut eps: Vec<(f64, f64, &str)> = rec
+        .ticks
+        .iter()
+        .flat_map(|t| &t.episodes)
+        .filter(|e| e.start_s.is_finite())
+        .map(|e| {
+            (
+                e.start_s,
+                e.start_s + e.duration_ns as f64 / 1e9,
+                e.wait_site.as_str(),
+            )
+        })
+        .collect();
+    eps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    /// Episodes merged so far into one stretch.
+    struct Merged<'a> {
+        x0: f64,
+        x1: f64,
+        count: usize,
+        blocked_s: f64,
+        sites: Vec<&'a str>,
+    }
+    let mut spans: Vec<Merged> = Vec::new();
+    for (t0, t1, site) in eps {
+        let (x0, x1) = (x.px(t0), x.px(t1).max(x.px(t0) + 1.0));
+        match spans.last_mut() {
+            Some(last) if x0 <= last.x1 + 0.5 => {
+                last.x1 = last.x1.max(x1);
+                last.count += 1;
+                last.blocked_s += t1 - t0;
+                if !last.sites.contains(&site) {
+                    last.sites.push(site);
+                }
+            }
+            _ => spans.push(Merged {
+                x0,
+                x1,
+                count: 1,
+                blocked_s: t1 - t0,
+                sites: vec![site],
+            }),
+        }
+    }
+    spans
+        .into_iter()
+        .map(|m| Span {
+            x0: m.x0,
+            x1: m.x1,
+            count: m.count,
+            title: format!(
+                "blocked in send: {} episode{}, {} s in all, at {}",
+                m.count,
+                if m.count == 1 { "" } else { "s" },
+                plain(m.blocked_s),
+                m.sites.join(", ")
+            ),
+        })
+        .collect()
+}
+
+/// The ticks in which the family's packets were lost (target_drops), consecutive ones merged,
+/// as a band along the top of the plot: a loss too small to see on the rate axis still shows.
+fn loss_spans(rec: &Recording, x: &Axis) -> Vec<Span> {
+    let mut spans: Vec<(f64, f64, usize, f64, f64, f64)> = Vec::new();
+    for t in &rec.ticks {
+        let lost = t
+            .stages
+            .iter()
+            .find(|s| s.name == "target_drops")
+            .map_or(0.0, |s| finite_or_zero(s.pps) * t.interval_s);
+        if lost < 0.5 {
+            continue;
+        }
+        let (t0, t1) = ((t.t_s - t.interval_s).max(0.0), t.t_s);
+        match spans.last_mut() {
+            Some(last) if (t0 - last.4).abs() < 1e-6 => {
+                last.1 = x.px(t1);
+                last.2 += 1;
+                last.4 = t1;
+                last.5 += lost;
+            }
+            _ => spans.push((x.px(t0), x.px(t1).max(x.px(t0) + 1.0), 1, t0, t1, lost)),
+        }
+    }
+    spans
+        .into_iter()
+        .map(|(x0, x1, count, t0, t1, lost)| Span {
+            x0,
+            x1,
+            count,
+            title: format!(
+                "{} packets lost from {} s to {} s",
+                lost.round(),
+                plain(t0),
+                plain(t1)
+            ),
+        })
+        .collect()
 }
 
 /// Cumulative distribution of the gaps between consecutive sends of a thread, from the
@@ -112,17 +269,26 @@ pub fn gap_cdf_svg(rec: &Recording) -> Option<String> {
     }
     let us = |ns: u64| ns as f64 / 1e3;
     let slot_us = gap.slot_ns.filter(|s| s.is_finite() && *s > 0.0).map(|s| s / 1e3);
-    // The CDF as points: 0 at the first bucket's low edge, then each bucket's high edge at the
-    // fraction of gaps up to it; flat across empty stretches between buckets.
+    // Each gap's length, from its bucket's middle: a few long stalls hold most of the time
+    // though they are a sliver of the gaps.
+    let time = |b: &(u64, u64, u64)| b.2 as f64 * (b.0 as f64 + b.1 as f64) / 2.0;
+    let total_time: f64 = buckets.iter().map(time).sum::<f64>().max(f64::MIN_POSITIVE);
+    // The CDFs as points: 0 at the first bucket's low edge, then each bucket's high edge at the
+    // fraction of gaps (of their time) up to it; flat across empty stretches between buckets.
     let mut points: Vec<(f64, f64)> = vec![(us(buckets[0].0), 0.0)];
-    let mut seen = 0u64;
+    let mut time_points: Vec<(f64, f64)> = vec![(us(buckets[0].0), 0.0)];
+    let (mut seen, mut seen_time) = (0u64, 0.0);
     let mut prev_high = buckets[0].0;
-    for (low, high, count) in &buckets {
+    for b in &buckets {
+        let (low, high, count) = b;
         if *low > prev_high {
             points.push((us(*low), seen as f64 / total as f64));
+            time_points.push((us(*low), seen_time / total_time));
         }
         seen += count;
+        seen_time += time(b);
         points.push((us(*high), seen as f64 / total as f64));
+        time_points.push((us(*high), (seen_time / total_time).min(1.0)));
         prev_high = *high;
     }
     let lo = points
@@ -144,26 +310,37 @@ pub fn gap_cdf_svg(rec: &Recording) -> Option<String> {
     };
     let y = Axis::fixed(0.0, 1.0, 0.25, PLOT_BOTTOM, PLOT_TOP);
     let title = if x.log {
-        "Inter-send gaps: cumulative distribution (log scale)"
+        "Inter-send gaps up to x: share of the gaps and of their time (log scale)"
     } else {
-        "Inter-send gaps: cumulative distribution"
+        "Inter-send gaps up to x: share of the gaps and of their time"
     };
     let mut svg = Svg::new(title);
-    svg.axes(&x, &y, "gap between sends (µs)", "fraction of gaps", plain);
+    svg.axes(&x, &y, "gap between sends (µs)", "cumulative share", plain);
     svg.polyline(
         "gap_cdf",
         RATE_SERIES[0].3,
         points.iter().map(|(u, f)| (x.px(*u), y.px(*f))),
     );
-    let mut legend = vec![("gaps up to x", RATE_SERIES[0].3, false)];
-    let slot_label = slot_us.map(|s| format!("requested slot ({} µs)", plain(s)));
-    if let (Some(s), Some(label)) = (slot_us, &slot_label) {
+    svg.polyline(
+        "gap_time",
+        BLOCKED_COLOUR,
+        time_points.iter().map(|(u, f)| (x.px(*u), y.px(*f))),
+    );
+    let mut legend = vec![
+        ("of the gaps".to_string(), RATE_SERIES[0].3, Key::Line),
+        ("of the time between sends".to_string(), BLOCKED_COLOUR, Key::Line),
+    ];
+    if let Some(s) = slot_us {
         let px = x.px(s);
         let _ = writeln!(
             svg.body,
             r#"<line id="slot" x1="{px:.1}" y1="{PLOT_TOP:.1}" x2="{px:.1}" y2="{PLOT_BOTTOM:.1}" stroke="{REQUESTED_COLOUR}" stroke-width="1.5" stroke-dasharray="6,4"/>"#
         );
-        legend.push((label, REQUESTED_COLOUR, true));
+        legend.push((
+            format!("requested slot ({} µs)", plain(s)),
+            REQUESTED_COLOUR,
+            Key::Dashed,
+        ));
     }
     svg.legend(&legend);
     Some(svg.finish())
@@ -227,10 +404,14 @@ pub fn sweep_svg(steps: &[(f64, f64, f64)]) -> String {
         }
     }
     svg.legend(&[
-        ("achieved (send syscalls)", RATE_SERIES[0].3, false),
-        ("achieved less lost", RATE_SERIES[1].3, false),
-        ("lost (target_loss)", RATE_SERIES[2].3, false),
-        ("ideal: achieved = requested", REQUESTED_COLOUR, true),
+        ("achieved (send syscalls)".into(), RATE_SERIES[0].3, Key::Line),
+        ("achieved less lost".into(), RATE_SERIES[1].3, Key::Line),
+        ("lost (target_loss)".into(), RATE_SERIES[2].3, Key::Line),
+        (
+            "ideal: achieved = requested".into(),
+            REQUESTED_COLOUR,
+            Key::Dashed,
+        ),
     ]);
     svg.finish()
 }
@@ -342,6 +523,16 @@ fn si(v: f64) -> String {
     } else {
         plain(v)
     }
+}
+
+/// `s` cut to `max` characters, the last of them "…", when longer.
+fn elide(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
 }
 
 /// Escapes text for XML character data and attribute values.
@@ -469,17 +660,57 @@ impl Svg {
         );
     }
 
-    /// Legend entries: (label, colour, dashed).
-    fn legend(&mut self, entries: &[(&str, &str, bool)]) {
-        let _ = writeln!(self.body, r#"<g id="legend">"#);
-        for (i, (label, colour, dashed)) in entries.iter().enumerate() {
-            let y = PLOT_TOP + 10.0 + i as f64 * 20.0;
-            let dash = if *dashed { r#" stroke-dasharray="6,4""# } else { "" };
+    /// Shaded stretches of the time axis from `y0` to `y1` px, each with its tooltip, in a group
+    /// `id` (none when there are none).
+    fn spans(&mut self, id: &str, colour: &str, opacity: f64, y0: f64, y1: f64, spans: &[Span]) {
+        if spans.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            self.body,
+            r#"<g id="{id}" fill="{colour}" fill-opacity="{opacity}" stroke="none">"#
+        );
+        for s in spans {
             let _ = writeln!(
                 self.body,
-                r#"<line x1="{LEGEND_X:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{colour}" stroke-width="2"{dash}/>"#,
-                LEGEND_X + 24.0
+                r#"<rect x="{:.1}" y="{y0:.1}" width="{:.1}" height="{:.1}"><title>{}</title></rect>"#,
+                s.x0,
+                (s.x1 - s.x0).max(1.0),
+                y1 - y0,
+                xml_escape(&s.title)
             );
+        }
+        let _ = writeln!(self.body, "</g>");
+    }
+
+    /// Legend entries: (label, colour, how drawn). A label longer than the space right of the
+    /// plot ends in "…" rather than past the canvas.
+    fn legend(&mut self, entries: &[(String, &str, Key)]) {
+        let _ = writeln!(self.body, r#"<g id="legend">"#);
+        for (i, (label, colour, key)) in entries.iter().enumerate() {
+            let y = PLOT_TOP + 10.0 + i as f64 * 20.0;
+            let label = &elide(label, LEGEND_MAX_CHARS);
+            match key {
+                Key::Line | Key::Dashed => {
+                    let dash = if *key == Key::Dashed {
+                        r#" stroke-dasharray="6,4""#
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(
+                        self.body,
+                        r#"<line x1="{LEGEND_X:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{colour}" stroke-width="2"{dash}/>"#,
+                        LEGEND_X + 24.0
+                    );
+                }
+                Key::Area => {
+                    let _ = writeln!(
+                        self.body,
+                        r#"<rect x="{LEGEND_X:.1}" y="{:.1}" width="24" height="10" fill="{colour}" fill-opacity="0.5"/>"#,
+                        y - 5.0
+                    );
+                }
+            }
             let _ = writeln!(
                 self.body,
                 r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
@@ -680,7 +911,7 @@ mod tests {
         let rec = rich_recording();
         let svg = rates_svg(&rec);
         assert_eq!(well_formed(&svg), Ok(()), "{svg}");
-        assert!(svg.contains(r#"viewBox="0 0 800 450""#));
+        assert!(svg.contains(r#"viewBox="0 0 880 450""#));
         assert_eq!(svg.matches("<polyline").count(), 3);
         for id in ["achieved", "dev_xmit", "target_drops"] {
             assert_eq!(points(&svg, id).len(), rec.ticks.len(), "{id}");
@@ -854,6 +1085,188 @@ mod tests {
         assert_eq!(gap_cdf_svg(&rec), None);
         set(&mut rec, vec![(1_000, 2_000, 0)], None);
         assert_eq!(gap_cdf_svg(&rec), None);
+    }
+
+    /// The issue's run: 13 stalls of 2.66 s among ~11,000 gaps of ~1 ms held 80% of the time;
+    /// by count the curve is at 0.999 from the slot on, by time it stays near 0.2 until the
+    /// stalls.
+    #[test]
+    fn the_gap_time_curve_shows_where_the_time_went() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.gap = GapView {
+                count: 11_013,
+                slot_ns: Some(1e6),
+                histogram: vec![(900_000, 1_100_000, 11_000), (2_500_000_000, 2_800_000_000, 13)],
+                ..Default::default()
+            };
+        }
+        let svg = gap_cdf_svg(&rec).expect("gaps");
+        assert_eq!(well_formed(&svg), Ok(()), "{svg}");
+        let y = Axis::fixed(0.0, 1.0, 0.25, PLOT_BOTTOM, PLOT_TOP);
+        let share = |py: f64| (PLOT_BOTTOM - py) / (PLOT_BOTTOM - PLOT_TOP);
+        let (by_count, by_time) = (points(&svg, "gap_cdf"), points(&svg, "gap_time"));
+        assert_eq!(by_count.len(), by_time.len());
+        // After the 1 ms bucket (and across the empty stretch up to the stalls' bucket).
+        assert!(share(by_count[1].1) > 0.998, "{by_count:?}");
+        let time_share = 11_000.0 * 1e6 / (11_000.0 * 1e6 + 13.0 * 2.65e9);
+        assert!(
+            (share(by_time[1].1) - time_share).abs() < 0.003,
+            "{by_time:?} vs {time_share}"
+        );
+        assert_eq!(by_time[2].1, by_time[1].1, "flat up to the stalls");
+        assert_eq!(by_time.last().map(|p| p.1), Some(y.px(1.0)));
+        for label in [
+            "of the gaps",
+            "of the time between sends",
+            "requested slot (1000 µs)",
+        ] {
+            assert!(svg.contains(&format!(">{label}</text>")), "legend {label:?}");
+        }
+    }
+
+    /// Blocked episodes shade the rate plot where they happened (merged where they touch on the
+    /// canvas, with their count and wait site in the tooltip), and the ticks that lost packets
+    /// are a band along the top, consecutive ticks one band.
+    #[test]
+    fn the_rates_plot_marks_blocked_episodes_and_ticks_that_lost_packets() {
+        use crate::analysis::EpisodeView;
+        let mut rec = rich_recording();
+        rec.summary = None;
+        rec.ticks = (1..=8)
+            .map(|n| {
+                let lost = if matches!(n, 2 | 3 | 6) { 40.0 } else { 0.0 };
+                let mut t = tick(n, [1000.0, 1000.0 - lost, lost], Some(1000.0));
+                t.episodes.clear();
+                t
+            })
+            .collect();
+        let ep = |start_s: f64, ms: u64| EpisodeView {
+            pid: 7,
+            tid: 7,
+            start_s,
+            duration_ns: ms * 1_000_000,
+            wait_site: "sock_alloc_send_pskb".into(),
+        };
+        // One long episode at 1.5 s, and two short ones 1 ms apart at 5 s: one box of two.
+        rec.ticks[2].episodes = vec![ep(1.5, 1200)];
+        rec.ticks[5].episodes = vec![ep(5.0, 2), ep(5.003, 2)];
+        let svg = rates_svg(&rec);
+        assert_eq!(well_formed(&svg), Ok(()), "{svg}");
+        let group = |id: &str| -> Vec<String> {
+            let start = svg.find(&format!(r#"<g id="{id}""#)).expect("group");
+            let end = start + svg[start..].find("</g>").expect("end");
+            svg[start..end]
+                .match_indices("<rect ")
+                .map(|(i, _)| {
+                    svg[start + i..start + i + svg[start + i..].find("</rect>").unwrap()].to_string()
+                })
+                .collect()
+        };
+        let num = |r: &str, a: &str| -> f64 {
+            let k = format!(r#" {a}=""#);
+            let v = &r[r.find(&k).unwrap() + k.len()..];
+            v[..v.find('"').unwrap()].parse().unwrap()
+        };
+        let x_of = |t: f64| PLOT_LEFT + t / 8.0 * (PLOT_RIGHT - PLOT_LEFT);
+        let blocked = group("blocked");
+        assert_eq!(blocked.len(), 2, "{blocked:?}");
+        assert!((num(&blocked[0], "x") - x_of(1.5)).abs() < 0.06);
+        assert!((num(&blocked[0], "width") - (x_of(2.7) - x_of(1.5))).abs() < 0.11);
+        assert!(blocked[0].contains("1 episode, 1.2 s in all, at sock_alloc_send_pskb"));
+        assert!(
+            blocked[1].contains("2 episodes, 0.004 s in all"),
+            "{}",
+            blocked[1]
+        );
+        let lost = group("lost");
+        assert_eq!(lost.len(), 2, "ticks 2-3 and tick 6: {lost:?}");
+        assert!((num(&lost[0], "x") - x_of(1.0)).abs() < 0.06);
+        assert!((num(&lost[0], "width") - (x_of(3.0) - x_of(1.0))).abs() < 0.11);
+        assert!(lost[0].contains("80 packets lost from 1 s to 3 s"), "{}", lost[0]);
+        assert_eq!(num(&lost[1], "height"), LOSS_BAND_PX);
+        for label in ["blocked in send (3 ep.)", "ticks that lost packets"] {
+            assert!(svg.contains(&format!(">{label}</text>")), "legend {label:?}");
+        }
+        // Nothing to mark: no group, no legend entry.
+        for t in &mut rec.ticks {
+            t.episodes.clear();
+            t.stages.retain(|s| s.name != "target_drops");
+        }
+        let svg = rates_svg(&rec);
+        assert!(!svg.contains(r#"id="blocked""#) && !svg.contains(r#"id="lost""#));
+        assert!(!svg.contains("blocked in send") && !svg.contains("lost packets"));
+    }
+
+    /// Every legend label of every plot fits right of the plot at the legend's character width
+    /// ("achieved (syscall_packet" was cut at the canvas edge); a longer one would end in "…".
+    #[test]
+    fn legend_labels_fit_on_the_canvas() {
+        let rec = rich_recording();
+        let docs = [
+            rates_svg(&rec),
+            gap_cdf_svg(&rec).expect("gaps"),
+            sweep_svg(&[(1000.0, 990.0, 10.0), (200_000.0, 150_000.0, 2_000.0)]),
+        ];
+        for svg in &docs {
+            let start = svg.find(r#"<g id="legend">"#).expect("legend");
+            let legend = &svg[start..start + svg[start..].find("</g>").unwrap()];
+            for part in legend.split("<text ").skip(1) {
+                let label = &part[part.find('>').unwrap() + 1..part.find("</text>").unwrap()];
+                let x: f64 = part["x=\"".len()..].split('"').next().unwrap().parse().unwrap();
+                let end = x + label.chars().count() as f64 * LEGEND_CHAR_PX;
+                assert!(end <= WIDTH, "{label:?} ends at {end} px of {WIDTH}");
+            }
+        }
+        assert_eq!(elide("abcdef", 4), "abc…");
+        assert_eq!(elide("abc", 4), "abc");
+    }
+
+    /// The plots render to PNG with librsvg (`rsvg-convert`, installed by scripts/setup), at
+    /// the canvas size: a renderer's view of the documents, not only this module's. With
+    /// SCANPROF_KEEP_PLOTS set the PNGs stay in the temporary directory printed, to be looked at.
+    #[test]
+    fn the_plots_render_to_png_with_librsvg() {
+        let dir = std::env::temp_dir().join(format!("scanprof-plots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rec = rich_recording();
+        let docs = [
+            ("rates", rates_svg(&rec)),
+            ("gaps", gap_cdf_svg(&rec).expect("gaps")),
+            (
+                "sweep",
+                sweep_svg(&[(1000.0, 990.0, 10.0), (5000.0, 4000.0, 100.0)]),
+            ),
+            ("empty", rates_svg(&Recording::default())),
+        ];
+        for (name, svg) in docs {
+            let (svg_path, png_path) = (dir.join(format!("{name}.svg")), dir.join(format!("{name}.png")));
+            std::fs::write(&svg_path, svg).unwrap();
+            let out = std::process::Command::new("rsvg-convert")
+                .arg("-o")
+                .arg(&png_path)
+                .arg(&svg_path)
+                .output()
+                .unwrap_or_else(|e| panic!("rsvg-convert ({e}): install librsvg2-bin (scripts/setup does)"));
+            assert!(
+                out.status.success() && out.stderr.is_empty(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let png = std::fs::read(&png_path).unwrap();
+            assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}: not a PNG");
+            let be = |i: usize| u32::from_be_bytes([png[i], png[i + 1], png[i + 2], png[i + 3]]);
+            assert_eq!(
+                (be(16), be(20)),
+                (WIDTH as u32, HEIGHT as u32),
+                "{name}: IHDR size"
+            );
+        }
+        if std::env::var_os("SCANPROF_KEEP_PLOTS").is_some() {
+            eprintln!("PNGs in {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     #[test]
