@@ -862,6 +862,95 @@ fn blocking_send_is_found_and_measured() {
     lab.destroy();
 }
 
+/// A block in progress is named while it lasts (issue 17 item 2: a sender blocked 2.6 s at a
+/// time was named only after each block ended). A 4 kB send buffer behind a 16 kbit/s tbf: the
+/// 1000-byte packets leave it two a second, so each send blocks for about a second. With 0.25 s
+/// ticks, ticks inside a block show the thread blocked now at `sock_alloc_send_pskb` for longer
+/// than the tick, and their block table (and a blocked_send verdict) name the site although no
+/// block ended in them.
+#[test]
+fn a_block_in_progress_is_named_before_it_ends() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = TestLab::new(Some(TbfConfig {
+        rate: "16kbit".into(),
+        burst: "4kb".into(),
+        limit: "200kb".into(),
+    }));
+    let sink = lab.sink(PORT);
+    let send_s = patience(Duration::from_secs(5)).as_secs_f64();
+    let sender = sender_argv(
+        &lab.to(PORT),
+        1000.0,
+        200,
+        send_s,
+        &["--size", "1000", "--sndbuf", "4096"],
+    );
+    let args = run_args(
+        &["--requested", "1000", "--interval", "0.25"],
+        &launched_in(&lab, &sender),
+    );
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let _ = stop_sink(sink);
+    run.assert_success();
+    assert_all_probes_attached(&run.started());
+    let samples = run.of_type("sample");
+    // Ticks inside a block that began before them.
+    let inside: Vec<(&Value, &Value)> = samples
+        .iter()
+        .filter_map(|s| {
+            let th = s["threads"]
+                .as_array()?
+                .iter()
+                .find(|t| t["blocked_now"]["blocked_s"].as_f64() > s["interval_s"].as_f64())?;
+            Some((s, th))
+        })
+        .collect();
+    eprintln!(
+        "block in progress: {} of {} ticks inside a block; {:?}",
+        inside.len(),
+        samples.len(),
+        inside
+            .iter()
+            .map(|(s, th)| (s["t_s"].as_f64(), th["blocked_now"]["blocked_s"].as_f64()))
+            .collect::<Vec<_>>()
+    );
+    assert!(inside.len() >= 2, "no tick inside a block: {:#?}", samples.last());
+    for (s, th) in &inside {
+        assert_eq!(th["blocked_now"]["wait_site"], "sock_alloc_send_pskb", "{s}");
+    }
+    // A tick in which no block ended still names the site, with the time blocked so far.
+    let named: Vec<&Value> = inside
+        .iter()
+        .filter_map(|(s, _)| {
+            s["block_sites"].as_array()?.iter().find(|b| {
+                b["wait_site"] == "sock_alloc_send_pskb"
+                    && b["episodes"] == 0
+                    && b["blocked_s"].as_f64() > Some(0.2)
+            })
+        })
+        .collect();
+    assert!(
+        !named.is_empty(),
+        "no tick named the site of a block in progress: {inside:#?}"
+    );
+    for (s, _) in &inside {
+        for v in s["verdicts"].as_array().into_iter().flatten() {
+            if v["cause"] == "blocked_send" {
+                let text = v.to_string();
+                assert!(
+                    text.contains("sock_alloc_send_pskb") && !text.contains("stacks are attached"),
+                    "a blocked_send verdict inside a block: {v:#}"
+                );
+            }
+        }
+    }
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
 // 7. ------------------------------------------------------------------------------------------
 
 /// The pid of a process that has just exited and been reaped.

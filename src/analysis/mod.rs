@@ -244,7 +244,7 @@ impl Analyzer {
             e.1 = e.1.max(q.backlog_max);
         }
 
-        let threads = thread_views(s, Some(&prev), interval_ns);
+        let threads = thread_views(s, Some(&prev), interval_ns, self.start_ns);
         let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
         let devices = device_views(&s.devices, &prev.devices, interval_s, s);
         let block_sites = block_site_views(s, Some(&prev));
@@ -365,7 +365,7 @@ impl Analyzer {
             rate_stats: self.rate_stats(&t),
             drops,
             processes: last.processes.clone(),
-            threads: thread_views(last, None, duration_ns),
+            threads: thread_views(last, None, duration_ns, self.start_ns),
             budget,
             block_sites: block_site_views(last, None),
             gap: self.gap_view(&last.threads, None),
@@ -480,7 +480,13 @@ fn comm_of(s: &CounterSample, pid: u32) -> String {
 }
 
 /// Sender threads over the interval (`prev` given) or the whole run (`prev` None).
-fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u64) -> Vec<ThreadView> {
+/// `start_ns`: CLOCK_MONOTONIC ns at attach, for the moments a block in progress began.
+fn thread_views(
+    s: &CounterSample,
+    prev: Option<&CounterSample>,
+    interval_ns: u64,
+    start_ns: u64,
+) -> Vec<ThreadView> {
     let interval_s = interval_ns.max(1) as f64 / 1e9;
     s.threads
         .iter()
@@ -518,6 +524,16 @@ fn thread_views(s: &CounterSample, prev: Option<&CounterSample>, interval_ns: u6
                 send_window_budget: th.window_budget.filter(|_| prev.is_none()),
                 latency_p50_ns: latency.quantile(0.5),
                 latency_p99_ns: latency.quantile(0.99),
+                // A tick's state; the run's summary has none.
+                blocked_now: th
+                    .blocked_now
+                    .as_ref()
+                    .filter(|_| prev.is_some())
+                    .map(|b| BlockedNowView {
+                        since_s: b.since_ns.saturating_sub(start_ns) as f64 / 1e9,
+                        blocked_s: s.t_ns.saturating_sub(b.since_ns) as f64 / 1e9,
+                        wait_site: b.wait_site.clone(),
+                    }),
             })
         })
         .collect()

@@ -87,6 +87,20 @@ pub struct ThreadView {
     /// send syscall duration quantiles, ns
     pub latency_p50_ns: Option<f64>,
     pub latency_p99_ns: Option<f64>,
+    /// in a tick: the send the thread is blocked in at the tick's end, if it is
+    #[serde(default)]
+    pub blocked_now: Option<BlockedNowView>,
+}
+
+/// A send blocked at the end of a tick, seen while the block lasts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockedNowView {
+    /// seconds since attach when the thread blocked
+    pub since_s: f64,
+    /// seconds it has been blocked so far
+    pub blocked_s: f64,
+    /// innermost kernel function below the scheduler, e.g. `sock_alloc_send_pskb`
+    pub wait_site: String,
 }
 
 /// One row of the drop table.

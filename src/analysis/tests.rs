@@ -883,3 +883,62 @@ fn tick_lists_only_threads_that_sent_in_the_interval() {
     let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
     assert_eq!(tids, [101]);
 }
+
+/// A block in progress (issue 17: a sender blocked 2.6 s at a time was named only once a block
+/// ended): the tick in the middle of it shows the thread blocked now, since when and where, and
+/// its site's time so far; the tick it ends in adds only the rest, so the site's time adds up to
+/// the block's length across the ticks, and the summary has no block "now".
+#[test]
+fn a_block_in_progress_is_shown_at_its_site_from_its_first_tick() {
+    use crate::collect::{BlockSite, BlockedNow};
+    let site = |blocked_ns: u64, episodes: u64, in_progress: u64| BlockSite {
+        pid: 100,
+        wait_site: "sock_alloc_send_pskb".into(),
+        stack: vec!["sock_alloc_send_pskb+0x2a".into(), "udp_sendmsg+0x5".into()],
+        blocked_ns,
+        episodes,
+        in_progress,
+    };
+    let mut a = Analyzer::new(Some(1000.0), START);
+    // Tick 1: sending. Tick 2: blocked since +1.4 s (0.6 s so far). Tick 3: the block ended at
+    // +3.0 s (1.6 s in all, the probes' site total).
+    let mut t1 = sender(100, 101, 1000, START, START + 999 * MS);
+    t1.budget.send_ns = SEC;
+    let mut t2 = sender(100, 101, 1400, START, START + 1400 * MS);
+    t2.budget = TimeBudget {
+        send_ns: 400 * MS,
+        blocked_send_ns: 600 * MS,
+        ..t1.budget
+    };
+    t2.budget.send_ns += SEC;
+    t2.blocked_now = Some(BlockedNow {
+        since_ns: START + 1400 * MS,
+        wait_site: "sock_alloc_send_pskb".into(),
+    });
+    let mut t3 = sender(100, 101, 1400, START, START + 1400 * MS);
+    t3.budget = TimeBudget {
+        blocked_send_ns: 1600 * MS,
+        ..t2.budget
+    };
+    let s1 = sample(START + SEC).thread(t1).build();
+    let mut s2 = sample(START + 2 * SEC).thread(t2).build();
+    s2.block_sites = vec![site(600 * MS, 0, 1)];
+    let mut s3 = sample(START + 3 * SEC).thread(t3).build();
+    s3.block_sites = vec![site(1600 * MS, 1, 0)];
+    a.tick(&s1, &[]);
+    let mid = a.tick(&s2, &[]);
+    let now = mid.threads[0].blocked_now.as_ref().expect("blocked now");
+    assert_close(now.since_s, 1.4);
+    assert_close(now.blocked_s, 0.6);
+    assert_eq!(now.wait_site, "sock_alloc_send_pskb");
+    assert_eq!(mid.block_sites.len(), 1, "{:?}", mid.block_sites);
+    assert_eq!(mid.block_sites[0].wait_site, "sock_alloc_send_pskb");
+    assert_close(mid.block_sites[0].blocked_s, 0.6);
+    let end = a.tick(&s3, &[]);
+    assert_eq!(end.threads[0].blocked_now, None);
+    assert_close(end.block_sites[0].blocked_s, 1.0);
+    assert_eq!(end.block_sites[0].episodes, 1);
+    let sum = summary_of(&a, &s3);
+    assert!(sum.threads.iter().all(|t| t.blocked_now.is_none()));
+    assert_close(sum.block_sites[0].blocked_s, 1.6);
+}

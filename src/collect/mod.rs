@@ -139,6 +139,19 @@ pub struct ThreadCounters {
     /// packets to the exit of its latest; None before it sent (and in bundles older than it)
     #[serde(default)]
     pub window_budget: Option<TimeBudget>,
+    /// the send this thread is blocked in at the sample, if it is (its time so far is in the
+    /// budget's blocked_send_ns and in its block site's blocked_ns)
+    #[serde(default)]
+    pub blocked_now: Option<BlockedNow>,
+}
+
+/// A send blocked at the moment of the sample: a block in progress, seen before it ends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlockedNow {
+    /// CLOCK_MONOTONIC ns when the thread blocked
+    pub since_ns: u64,
+    /// innermost kernel function below the scheduler of the stack it blocked at
+    pub wait_site: String,
 }
 
 /// Drops counted at one (reason, location, device, class, process).
@@ -201,8 +214,13 @@ pub struct BlockSite {
     pub wait_site: String,
     /// symbolized kernel stack, innermost first
     pub stack: Vec<String>,
+    /// time blocked here, ns, the blocks still in progress at the sample included
     pub blocked_ns: u64,
+    /// blocking episodes that ended
     pub episodes: u64,
+    /// blocks in progress at the sample (their time so far is in blocked_ns)
+    #[serde(default)]
+    pub in_progress: u64,
 }
 
 /// The probes' own health: lost records and full maps, cumulative.
@@ -577,8 +595,13 @@ impl Collector {
         let raw_queues = self.probes.take_qdepth();
         let h = self.probes.health();
         let mut threads = Vec::new();
+        // Sends blocked right now: (tgid, tid, stack id, since), named below with the sites.
+        let mut open: Vec<(u32, u32, i32, u64)> = Vec::new();
         for raw in raw_threads {
             let counters = thread_counters(&raw, now_ns);
+            if let Some(b) = &counters.blocked_now {
+                open.push((raw.tgid, raw.tid, raw.block_stack, b.since_ns));
+            }
             if counters.exited {
                 self.probes.forget_thread(raw.tid);
                 self.retired.push(counters);
@@ -648,22 +671,55 @@ impl Collector {
             .collect();
 
         let mut stacks: HashMap<i32, Vec<String>> = HashMap::new();
-        let mut block_sites: Vec<BlockSite> = Vec::new();
-        for (k, v) in self.probes.block_sites() {
-            let stack = stacks
-                .entry(k.stack_id)
+        let mut stack_of = |id: i32| -> Vec<String> {
+            stacks
+                .entry(id)
                 .or_insert_with(|| {
-                    let addrs = self.probes.kernel_stack(k.stack_id).unwrap_or_default();
+                    let addrs = self.probes.kernel_stack(id).unwrap_or_default();
                     self.symbols.stack(&addrs)
                 })
-                .clone();
+                .clone()
+        };
+        let mut block_sites: Vec<BlockSite> = Vec::new();
+        let mut site_of: HashMap<(u32, i32), usize> = HashMap::new();
+        for (k, v) in self.probes.block_sites() {
+            let stack = stack_of(k.stack_id);
+            site_of.insert((k.tgid, k.stack_id), block_sites.len());
             block_sites.push(BlockSite {
                 pid: k.tgid,
                 wait_site: wait_site(&stack),
                 stack,
                 blocked_ns: v.ns,
                 episodes: v.count,
+                in_progress: 0,
             });
+        }
+        // A block in progress counts at its site from the moment it began (the probes add it
+        // to the site when it ends, with its whole length): a tick in the middle of a 2.6 s
+        // block names where the sender waits, and the site's time grows smoothly across ticks.
+        for (tgid, tid, stack_id, since_ns) in open {
+            let i = *site_of.entry((tgid, stack_id)).or_insert_with(|| {
+                let stack = stack_of(stack_id);
+                block_sites.push(BlockSite {
+                    pid: tgid,
+                    wait_site: wait_site(&stack),
+                    stack,
+                    blocked_ns: 0,
+                    episodes: 0,
+                    in_progress: 0,
+                });
+                block_sites.len() - 1
+            });
+            let site = &mut block_sites[i];
+            site.blocked_ns += now_ns.saturating_sub(since_ns);
+            site.in_progress += 1;
+            if let Some(b) = threads
+                .iter_mut()
+                .find(|t| t.tid == tid && t.pid == tgid)
+                .and_then(|t| t.blocked_now.as_mut())
+            {
+                b.wait_site = site.wait_site.clone();
+            }
         }
         block_sites.sort_by_key(|b| std::cmp::Reverse(b.blocked_ns));
 
@@ -809,6 +865,10 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
                 wakeup_wait_ns: Some(b.wakeup_ns),
             };
             at(&t.at_last_send).saturating_sub(&at(&t.at_first_send))
+        }),
+        blocked_now: (state == sp_sched_state::SP_ST_BLOCKED_SEND).then(|| BlockedNow {
+            since_ns: t.state_since_ns,
+            wait_site: String::new(),
         }),
     }
 }

@@ -89,6 +89,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             stack: vec!["sock_alloc_send_pskb+0x1".into()],
             blocked_ns: t / 4,
             episodes: 3,
+            in_progress: 0,
         }],
         health: Health::default(),
         self_cpu_ns: t / 100,

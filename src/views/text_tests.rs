@@ -408,6 +408,7 @@ fn the_time_budget_shown_is_the_send_windows_when_measured() {
         send_window_budget: Some(window),
         latency_p50_ns: None,
         latency_p99_ns: None,
+        blocked_now: None,
     }];
     let r = summary(&s);
     assert!(

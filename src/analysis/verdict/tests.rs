@@ -66,6 +66,7 @@ fn sender(packets: u64, budget: TimeBudget, window_s: f64) -> ThreadView {
         send_window_budget: None,
         latency_p50_ns: Some(2.0 * US),
         latency_p99_ns: Some(5.0 * US),
+        blocked_now: None,
     }
 }
 
@@ -2002,6 +2003,7 @@ fn the_analyzer_fills_verdicts_into_the_summary() {
             stack: vec!["sock_alloc_send_pskb+0x1".into()],
             blocked_ns: 6 * SEC,
             episodes: 2500,
+            in_progress: 0,
         }],
         // Every packet went through the device (the funnel after the syscall is whole).
         devices: vec![DeviceCounters {

@@ -789,6 +789,7 @@ mod tests {
             send_window_budget: None,
             latency_p50_ns: None,
             latency_p99_ns: None,
+            blocked_now: None,
         };
         rec.ticks[1].threads.push(th);
         let v = chrome_trace(&rec);

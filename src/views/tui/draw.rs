@@ -550,6 +550,22 @@ fn draw_budget(f: &mut Frame, app: &App, area: Rect) {
     if s.threads.is_empty() {
         lines.push(Line::from("no sends yet"));
     }
+    // Blocks in progress first: a sender stuck for seconds is named while it is stuck.
+    for (th, b) in s
+        .threads
+        .iter()
+        .filter_map(|t| t.blocked_now.as_ref().map(|b| (t, b)))
+    {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "blocked now in {} for {:.2}s (tid {})",
+                if b.wait_site.is_empty() { "?" } else { &b.wait_site },
+                b.blocked_s,
+                th.tid
+            ),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        )));
+    }
     for b in s.block_sites.iter().take(2) {
         lines.push(Line::from(Span::styled(
             format!(

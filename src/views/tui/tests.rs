@@ -790,3 +790,29 @@ fn resizing_mid_run_lays_out_as_a_fresh_draw_at_the_new_size() {
         assert_eq!(text, screen(&app, w, h), "after resizing to {w}x{h}");
     }
 }
+
+/// A send blocked for seconds is named while it lasts (issue 17: the view named the wait site
+/// only after a block ended, 13 of 52 ticks): the thread's block in progress, its site and how
+/// long so far, in red at 80x24 and 120x40.
+#[test]
+fn a_block_in_progress_is_named_with_its_site_and_length() {
+    let mut tick = rich_ticks().0.remove(0);
+    let th = tick.threads.first_mut().expect("a sender thread");
+    th.blocked_now = Some(crate::analysis::BlockedNowView {
+        since_s: 0.4,
+        blocked_s: 2.61,
+        wait_site: "sock_alloc_send_pskb".into(),
+    });
+    let tid = th.tid;
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    let line = format!("blocked now in sock_alloc_send_pskb for 2.61s (tid {tid})");
+    let s = screen(&app, 120, 40);
+    assert!(s.contains(&line), "120x40:\n{s}");
+    // At 80 columns the panel wraps it after the site.
+    let s = screen(&app, 80, 24);
+    let (site, rest) = line.split_at("blocked now in sock_alloc_send_pskb".len());
+    assert!(s.contains(site) && s.contains(rest.trim()), "80x24:\n{s}");
+    // Without a block in progress, no such line.
+    assert!(!screen(&live_app(false), 120, 40).contains("blocked now"));
+}
