@@ -12,14 +12,16 @@ use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
+use crate::collect::session::{
+    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
+};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::{ProbeOptions, ProbeStatus};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
 use crate::views::{json, text};
-use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
+use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
 use std::path::{Path, PathBuf};
 
 /// Raised by SIGINT, SIGTERM or SIGHUP (a closed terminal or SSH session): the session ends,
@@ -179,7 +181,57 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
             conflicts: rate.conflicts,
         },
         anchor_exe,
+        status: status_setups(profile, words, target, rate.per_target),
     }))
+}
+
+/// The machine-readable statuses (`[[status]]`) the scanner's words turn on, and where scanprof
+/// reads each: a file named relative to the scanner's working directory (for `run` scanprof's
+/// own, which the command inherits; for `attach` the process's, through /proc/PID/cwd and
+/// /proc/PID/root so that its mount namespace counts), or a stream only `run` can read.
+fn status_setups(
+    profile: &ScannerProfile,
+    words: &[String],
+    target: &Target,
+    per_target: f64,
+) -> Vec<StatusSetup> {
+    profile
+        .status
+        .iter()
+        .filter_map(|rule| {
+            let at = match (rule.locate(words)?, target) {
+                (StatusLocation::File(shown), Target::Command(_)) => {
+                    let p = PathBuf::from(&shown);
+                    let open = if p.is_absolute() {
+                        p
+                    } else {
+                        std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+                    };
+                    StatusAt::File { open, shown }
+                }
+                (StatusLocation::File(shown), Target::Pids(pids)) => {
+                    let open = match shown.strip_prefix('/') {
+                        Some(abs) => PathBuf::from(format!("/proc/{}/root", pids[0])).join(abs),
+                        None => PathBuf::from(format!("/proc/{}/cwd", pids[0])).join(&shown),
+                    };
+                    StatusAt::File { open, shown }
+                }
+                (StatusLocation::Stream(s), Target::Command(_)) => StatusAt::Stream(s),
+                (StatusLocation::Stream(s), Target::Pids(_)) => StatusAt::Unreadable(format!(
+                    "written to the scanner's {}, which only `scanprof run` can read (attach sees no one's output)",
+                    match s {
+                        OutputStream::Stdout => "stdout",
+                        OutputStream::Stderr => "stderr",
+                    }
+                )),
+            };
+            Some(StatusSetup {
+                rule: rule.clone(),
+                at,
+                per_target,
+            })
+        })
+        .collect()
 }
 
 /// A command's executable, as the shell would find it.
