@@ -826,6 +826,52 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::*;
 
+    /// Where a status file is read: for `run` against scanprof's working directory (which the
+    /// command inherits), for `attach` through the process's own cwd and root; a stream of an
+    /// attached process cannot be read and says so.
+    #[test]
+    fn a_status_file_is_found_relative_to_the_scanners_working_directory() {
+        let set = ProfileSet::builtin().unwrap();
+        let words = |l: &str| -> Vec<String> { l.split_whitespace().map(str::to_string).collect() };
+        let zmap = set.get("zmap").unwrap();
+        let attach = Target::Pids(vec![4242]);
+        let at = |argv: &str, t: &Target| status_setups(zmap, &words(argv), t, 4.0);
+        let rel = at("zmap -P 4 -u s.csv 10.0.0.0/8", &attach);
+        assert_eq!(rel.len(), 1);
+        assert_eq!(
+            rel[0].at,
+            StatusAt::File {
+                open: PathBuf::from("/proc/4242/cwd/s.csv"),
+                shown: "s.csv".into()
+            }
+        );
+        assert_eq!(rel[0].per_target, 4.0);
+        let abs = at("zmap --status-updates-file=/var/tmp/s.csv", &attach);
+        assert_eq!(
+            abs[0].at,
+            StatusAt::File {
+                open: PathBuf::from("/proc/4242/root/var/tmp/s.csv"),
+                shown: "/var/tmp/s.csv".into()
+            }
+        );
+        let run = Target::Command(words("zmap -u s.csv"));
+        let launched = at("zmap -u s.csv", &run);
+        let StatusAt::File { open, .. } = &launched[0].at else {
+            panic!("{launched:?}")
+        };
+        assert_eq!(open, &std::env::current_dir().unwrap().join("s.csv"));
+        assert!(at("zmap -r 10 10.0.0.0/8", &run).is_empty());
+
+        let masscan = set.get("masscan").unwrap();
+        let stream = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &attach, 1.0);
+        let StatusAt::Unreadable(why) = &stream[0].at else {
+            panic!("{stream:?}")
+        };
+        assert!(why.contains("only `scanprof run` can read"), "{why}");
+        let run = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &run, 1.0);
+        assert_eq!(run[0].at, StatusAt::Stream(OutputStream::Stderr));
+    }
+
     #[test]
     fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {
         // It read "following 1 process(es): 4242 (sh)": the root had not exec'd the command yet.
