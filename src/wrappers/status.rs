@@ -76,9 +76,13 @@ pub struct StatusRule {
     /// What it is, for people (`zmap --status-updates-file`).
     pub what: String,
     pub format: StatusFormat,
-    /// Options whose value names the file (`-u`, `--status-updates-file`); `-` is stdout.
+    /// Options whose value names the file (`-u`, `--status-updates-file`).
     #[serde(default)]
     pub file_flags: Vec<String>,
+    /// The file name `-` means the scanner's stdout (false: a file called `-`, as zmap 2.1.1
+    /// creates).
+    #[serde(default)]
+    pub dash_is_stdout: bool,
     /// Options without a value that switch the status on, written to `stream`
     /// (`--status-ndjson`).
     #[serde(default)]
@@ -120,7 +124,7 @@ impl StatusRule {
                     }
                 };
                 found = value.filter(|v| !v.is_empty()).map(|v| match v.as_str() {
-                    "-" => StatusLocation::Stream(OutputStream::Stdout),
+                    "-" if self.dash_is_stdout => StatusLocation::Stream(OutputStream::Stdout),
                     _ => StatusLocation::File(v),
                 });
             } else if self.switch_flags.iter().any(|f| f == arg) {
@@ -319,8 +323,14 @@ mod tests {
             z.locate(&words("zmap --status-updates-file s.csv")),
             file("s.csv")
         );
+        // zmap 2.1.1 writes `-u -` to a file called `-`; a scanner whose `-` is stdout says so.
+        assert_eq!(z.locate(&words("zmap -u -")), file("-"));
+        let dash = StatusRule {
+            dash_is_stdout: true,
+            ..z.clone()
+        };
         assert_eq!(
-            z.locate(&words("zmap -u -")),
+            dash.locate(&words("zmap -u -")),
             Some(StatusLocation::Stream(OutputStream::Stdout))
         );
         assert_eq!(z.locate(&words("zmap -r 100 10.0.0.0/8")), None);
