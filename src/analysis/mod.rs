@@ -157,10 +157,14 @@ impl Analyzer {
     }
 
     /// Rate figures the scanner printed about itself.
-    pub fn output_readings(&mut self, readings: impl Iterator<Item = crate::collect::output::OutputReading>) {
+    pub fn output_readings(&mut self, events: impl Iterator<Item = crate::collect::output::OutputEvent>) {
+        use crate::collect::output::OutputEvent;
         if let Some(m) = self.scanner.as_mut() {
-            for r in readings {
-                m.output_reading(r.claim, r.pps, r.ts_ns);
+            for e in events {
+                match e {
+                    OutputEvent::Reading(r) => m.output_reading(r.claim, r.value, r.ts_ns),
+                    OutputEvent::Note(n) => m.output_note(n),
+                }
             }
         }
     }

@@ -199,12 +199,67 @@ pub struct ClaimView {
     pub measured: Option<f64>,
     /// (claimed / measured - 1) * 100
     pub diff_pct: Option<f64>,
+    /// where scanprof read it (None in bundles written before claims said so)
+    #[serde(default)]
+    pub source: Option<ClaimSource>,
+    /// what kind of figure it is (None for the work-unit reports of a probe)
+    #[serde(default)]
+    pub figure: Option<StatusFigure>,
+}
+
+/// Where a claim was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimSource {
+    /// a message the scanner sent between its processes, read by a uprobe (a work unit's report)
+    Probe,
+    /// a human-readable status line in its output, matched by a profile's `[[claim]]` pattern
+    StatusLine,
+    /// its machine-readable status (a file or stream of a profile's `[[status]]`)
+    StatusFile,
+}
+
+impl ClaimSource {
+    /// Short label for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClaimSource::Probe => "probe",
+            ClaimSource::StatusLine => "status line",
+            ClaimSource::StatusFile => "status file",
+        }
+    }
+}
+
+/// One figure the scanner's output gives, as the model is told about it before the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimSpec {
+    /// what it is, for people (`zmap --status-updates-file: sent-total`)
+    pub what: String,
+    pub source: ClaimSource,
+    pub figure: StatusFigure,
+    /// the scanner counts totals from its own start, which scanprof saw (it launched it); false
+    /// when attached mid-run: totals are then shown without a measured figure beside them
+    pub totals_comparable: bool,
+}
+
+impl ClaimSpec {
+    /// A rate in a human-readable status line (`[[claim]]`).
+    pub fn status_line(what: &str) -> ClaimSpec {
+        ClaimSpec {
+            what: what.to_string(),
+            source: ClaimSource::StatusLine,
+            figure: StatusFigure::Rate,
+            totals_comparable: false,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The model: from the probes' calls to the view.
 
 use std::collections::BTreeMap;
+
+pub use crate::wrappers::StatusFigure;
 
 use crate::collect::family::ProcessInfo;
 use crate::collect::uprobes::{ProbeCall, UprobeState};
@@ -246,10 +301,15 @@ pub struct ScannerModel {
     open: BTreeMap<(u32, String), usize>,
     units: Vec<Unit>,
     ipc: BTreeMap<IpcKey, IpcCount>,
-    /// what each of the profile's output claims is
-    output_claims: Vec<String>,
-    /// (claim, pps, ns) read from the scanner's output
+    /// what each of the figures read from the scanner's output is
+    output_claims: Vec<ClaimSpec>,
+    /// (claim, value, ns) read from the scanner's output
     readings: Vec<(usize, f64, u64)>,
+    /// the latest reading of each total (claim -> (value, ns)): kept apart from `readings`,
+    /// which stop growing at their bound, so the last line always counts
+    latest: BTreeMap<usize, (f64, u64)>,
+    /// what could not be read from the scanner's status (bounded)
+    output_notes: Vec<String>,
     /// the profile's pacing modes
     pacers: Vec<PacerView>,
 }
@@ -288,6 +348,8 @@ impl ScannerModel {
             ipc: BTreeMap::new(),
             output_claims: Vec::new(),
             readings: Vec::new(),
+            latest: BTreeMap::new(),
+            output_notes: Vec::new(),
             pacers: Vec::new(),
         }
     }
@@ -298,16 +360,32 @@ impl ScannerModel {
         self
     }
 
-    /// Names the profile's output claims (`[[claim]]`), by index.
-    pub fn with_output_claims(mut self, what: Vec<String>) -> ScannerModel {
-        self.output_claims = what;
+    /// Names the figures read from the scanner's output (its `[[claim]]` status lines, then the
+    /// fields of its `[[status]]`), by index.
+    pub fn with_output_claims(mut self, specs: Vec<ClaimSpec>) -> ScannerModel {
+        self.output_claims = specs;
         self
     }
 
-    /// A rate the scanner printed about itself.
-    pub fn output_reading(&mut self, claim: usize, pps: f64, ts_ns: u64) {
-        if self.readings.len() < 100_000 {
-            self.readings.push((claim, pps, ts_ns));
+    /// A figure the scanner wrote about itself: claim `claim` (an index into the specs) is
+    /// `value` at `ts_ns`.
+    pub fn output_reading(&mut self, claim: usize, value: f64, ts_ns: u64) {
+        let Some(spec) = self.output_claims.get(claim) else {
+            return;
+        };
+        if spec.figure == StatusFigure::Rate {
+            if self.readings.len() < 100_000 {
+                self.readings.push((claim, value, ts_ns));
+            }
+        } else {
+            self.latest.insert(claim, (value, ts_ns));
+        }
+    }
+
+    /// Something in the scanner's status could not be read (a garbage line, a missing file).
+    pub fn output_note(&mut self, note: String) {
+        if self.output_notes.len() < 20 && !self.output_notes.contains(&note) {
+            self.output_notes.push(note);
         }
     }
 
@@ -317,12 +395,52 @@ impl ScannerModel {
     fn output_claim_views(&self, threads: &[ThreadCounters]) -> Vec<ClaimView> {
         let senders: Vec<&ThreadCounters> = threads.iter().filter(|t| t.packets > 0).collect();
         let packets: u64 = senders.iter().map(|t| t.packets).sum();
+        let failed: u64 = threads.iter().map(|t| t.failed_calls).sum();
         let first = senders.iter().map(|t| t.first_send_ns).min().unwrap_or(0);
         let last = senders.iter().map(|t| t.last_send_ns).max().unwrap_or(0);
         let measured =
             (packets > 1 && last > first).then(|| (packets - 1) as f64 * 1e9 / (last - first) as f64);
-        (0..self.output_claims.len())
-            .filter_map(|i| {
+        let diff = |claimed: f64, m: Option<f64>| m.filter(|m| *m > 0.0).map(|m| (claimed / m - 1.0) * 100.0);
+        self.output_claims
+            .iter()
+            .enumerate()
+            .filter_map(|(i, spec)| {
+                if spec.figure != StatusFigure::Rate {
+                    let (claimed, at_ns) = *self.latest.get(&i)?;
+                    // A total is set beside scanprof's only when both count the same span: from
+                    // the scanner's start (scanprof launched it) to after its last send (a
+                    // scanner may stop writing its status before its last packets: zmap 2.1.1
+                    // into a tbf wrote 25 of its 64 targets last).
+                    let stale = packets > 0 && at_ns < last;
+                    let measured = match spec.figure {
+                        _ if !spec.totals_comparable || stale => None,
+                        StatusFigure::Sent => Some(packets as f64),
+                        StatusFigure::SendFailures => Some(failed as f64),
+                        StatusFigure::PcapDrops | StatusFigure::Rate => None,
+                    };
+                    let since = if !spec.totals_comparable {
+                        format!(
+                            "last reading, at {:.1} s; counted from the scanner's start, not from attach",
+                            self.secs(at_ns)
+                        )
+                    } else if stale && spec.figure != StatusFigure::PcapDrops {
+                        format!(
+                            "last reading, at {:.1} s, before the last send at {:.1} s: not comparable",
+                            self.secs(at_ns),
+                            self.secs(last)
+                        )
+                    } else {
+                        format!("last reading, at {:.1} s", self.secs(at_ns))
+                    };
+                    return Some(ClaimView {
+                        what: format!("{} ({since})", spec.what),
+                        claimed,
+                        measured,
+                        diff_pct: diff(claimed, measured),
+                        source: Some(spec.source),
+                        figure: Some(spec.figure),
+                    });
+                }
                 let mine: Vec<(f64, u64)> = self
                     .readings
                     .iter()
@@ -356,10 +474,12 @@ impl ScannerModel {
                     )
                 };
                 Some(ClaimView {
-                    what: format!("{} ({which})", self.output_claims[i]),
+                    what: format!("{} ({which})", spec.what),
                     claimed,
                     measured,
-                    diff_pct: measured.filter(|m| *m > 0.0).map(|m| (claimed / m - 1.0) * 100.0),
+                    diff_pct: diff(claimed, measured),
+                    source: Some(spec.source),
+                    figure: Some(spec.figure),
                 })
             })
             .collect()
@@ -706,6 +826,8 @@ impl ScannerModel {
                     claimed: c,
                     measured: v.achieved_pps,
                     diff_pct: v.achieved_pps.filter(|m| *m > 0.0).map(|m| (c / m - 1.0) * 100.0),
+                    source: Some(ClaimSource::Probe),
+                    figure: Some(StatusFigure::Rate),
                 });
             }
             if let Some(c) = v.claimed_packets {
@@ -717,6 +839,8 @@ impl ScannerModel {
                         .packets
                         .filter(|m| *m > 0)
                         .map(|m| (c as f64 / m as f64 - 1.0) * 100.0),
+                    source: Some(ClaimSource::Probe),
+                    figure: Some(StatusFigure::Sent),
                 });
             }
         }
@@ -780,6 +904,7 @@ impl ScannerModel {
             .iter()
             .filter(|s| s.enabled && !s.attached)
             .filter_map(|s| s.note.clone())
+            .chain(self.output_notes.iter().cloned())
             .collect();
 
         ScannerView {

@@ -261,7 +261,8 @@ fn a_unit_without_a_done_message_is_counted_from_the_threads() {
 
 #[test]
 fn a_printed_status_rate_is_set_beside_the_measured_rate() {
-    let mut m = model(None, 20_000.0).with_output_claims(vec!["masscan's status rate".into()]);
+    let mut m =
+        model(None, 20_000.0).with_output_claims(vec![ClaimSpec::status_line("masscan's status rate")]);
     // Ramps up from zero, then says 20k while 3.2k were sent.
     for (i, pps) in [0.0, 5_000.0, 15_000.0, 19_800.0, 20_000.0, 20_100.0]
         .iter()
@@ -283,6 +284,7 @@ fn a_printed_status_rate_is_set_beside_the_measured_rate() {
     assert!((c.measured.unwrap() - 3_200.0).abs() < 1e-6);
     assert!((c.diff_pct.unwrap() - 525.0).abs() < 1e-6);
     assert!(c.what.starts_with("masscan's status rate"));
+    assert_eq!(c.source, Some(ClaimSource::StatusLine));
 }
 
 /// The master's `send_message(sock, 4, status, data, len)` decoded by the shipped unicornscan
@@ -343,4 +345,86 @@ fn a_listener_work_unit_is_not_read_as_a_sender_rate() {
     assert_eq!(v.work_units[0].sender_pid, Some(20));
     let kinds: Vec<&str> = v.ipc.iter().map(|i| i.kind.as_str()).collect();
     assert_eq!(kinds, ["WORKUNIT to listener", "WORKUNIT to sender"]);
+}
+
+/// A status file's totals: set beside scanprof's counts when scanprof launched the scanner and
+/// the last reading came after the last send; shown alone when attached mid-run or when the
+/// scanner stopped writing before its last packets.
+#[test]
+fn a_status_files_totals_are_compared_only_over_the_same_span() {
+    let spec = |figure: StatusFigure, launched: bool| ClaimSpec {
+        what: format!("zmap --status-updates-file z.csv: {figure:?}"),
+        source: ClaimSource::StatusFile,
+        figure,
+        totals_comparable: launched,
+    };
+    let threads = [ThreadCounters {
+        pid: 5,
+        tid: 6,
+        packets: 512,
+        failed_calls: 3,
+        first_send_ns: START,
+        last_send_ns: START + 5_000 * MS,
+        ..Default::default()
+    }];
+    let figures = [
+        StatusFigure::Rate,
+        StatusFigure::Sent,
+        StatusFigure::SendFailures,
+        StatusFigure::PcapDrops,
+    ];
+    let build = |launched: bool, last_at_ms: u64| {
+        let mut m =
+            model(None, 100.0).with_output_claims(figures.iter().map(|f| spec(*f, launched)).collect());
+        for s in 0..=6u64 {
+            m.output_reading(0, 100.0, START + s * 1_000 * MS);
+            // The totals grow; only the last one counts.
+            m.output_reading(1, (s * 100).min(512) as f64, START + s * 1_000 * MS);
+        }
+        m.output_reading(1, 512.0, START + last_at_ms * MS);
+        m.output_reading(2, 3.0, START + last_at_ms * MS);
+        m.output_reading(3, 7.0, START + last_at_ms * MS);
+        m.output_note(
+            "zmap --status-updates-file z.csv line 4: not a CSV record; the line is skipped".into(),
+        );
+        m.view(&[], &[], &threads)
+    };
+    let v = build(true, 6_000);
+    assert_eq!(v.claims.len(), 4, "{:?}", v.claims);
+    let by =
+        |v: &ScannerView, f: StatusFigure| v.claims.iter().find(|c| c.figure == Some(f)).cloned().unwrap();
+    let sent = by(&v, StatusFigure::Sent);
+    assert_eq!(
+        (sent.claimed, sent.measured, sent.diff_pct),
+        (512.0, Some(512.0), Some(0.0))
+    );
+    assert_eq!(sent.source, Some(ClaimSource::StatusFile));
+    assert!(sent.what.contains("last reading, at 6.0 s"), "{sent:?}");
+    let failed = by(&v, StatusFigure::SendFailures);
+    assert_eq!((failed.claimed, failed.measured), (3.0, Some(3.0)));
+    let drops = by(&v, StatusFigure::PcapDrops);
+    assert_eq!((drops.claimed, drops.measured), (7.0, None));
+    let rate = by(&v, StatusFigure::Rate);
+    assert_eq!(rate.claimed, 100.0);
+    assert!(rate.measured.is_some());
+    assert!(
+        v.notes.iter().any(|n| n.contains("line 4: not a CSV record")),
+        "{:?}",
+        v.notes
+    );
+
+    // Written before the last send: not comparable.
+    let v = build(true, 4_000);
+    let sent = by(&v, StatusFigure::Sent);
+    assert_eq!(sent.measured, None, "{sent:?}");
+    assert!(
+        sent.what
+            .contains("before the last send at 5.0 s: not comparable"),
+        "{sent:?}"
+    );
+    // Attached: the scanner counted from its start, scanprof from attach.
+    let v = build(false, 6_000);
+    let sent = by(&v, StatusFigure::Sent);
+    assert_eq!(sent.measured, None);
+    assert!(sent.what.contains("not from attach"), "{sent:?}");
 }

@@ -7,6 +7,7 @@ pub mod bpf_time;
 pub mod family;
 pub mod output;
 pub mod session;
+pub mod status_file;
 pub mod symbols;
 pub mod uprobes;
 

@@ -1,6 +1,7 @@
 //! The scanner's own rate figures in its output: a launched command's stdout or stderr is passed
 //! through to where it would have gone, and each line (ending at `\n` or `\r`, for status lines
-//! that overwrite themselves) is matched against the profile's `[[claim]]` patterns.
+//! that overwrite themselves) is matched against the profile's `[[claim]]` patterns, and read as
+//! its machine-readable status when a `[[status]]` goes to that stream (masscan `--status-ndjson`).
 
 use std::io::{Read, Write};
 use std::sync::mpsc::Sender;
@@ -14,13 +15,77 @@ use crate::wrappers::OutputClaim;
 /// One figure read from the output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputReading {
-    /// index into the profile's claims
+    /// index into the run's claim specs (the profile's claims, then its status fields)
     pub claim: usize,
-    /// packets per second
-    pub pps: f64,
+    /// packets per second for a rate, else a count
+    pub value: f64,
     /// CLOCK_MONOTONIC ns when the line was read
     pub ts_ns: u64,
 }
+
+/// What the readers of the scanner's output report to the collection thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputEvent {
+    /// a figure
+    Reading(OutputReading),
+    /// something that could not be read, for the scanner view's notes
+    Note(String),
+}
+
+/// A status parser on a stream or file, and where its fields start among the claim specs.
+#[derive(Debug, Clone)]
+pub struct StatusReader {
+    pub parser: crate::wrappers::StatusParser,
+    /// claim index of the status's first field
+    pub base: usize,
+    /// what it is, for notes (`zmap --status-updates-file /tmp/z.csv`)
+    pub what: String,
+}
+
+impl StatusReader {
+    /// Reads one complete line (1-based `number`) and reports its figures, or a note on the
+    /// first few bad lines; returns whether the line was bad.
+    pub fn line(&mut self, text: &str, number: u64, tx: &Sender<OutputEvent>, bad_so_far: u64) -> bool {
+        match self.parser.line(text) {
+            Ok(figures) => {
+                let now = monotonic_ns();
+                for (i, v) in figures {
+                    let _ = tx.send(OutputEvent::Reading(OutputReading {
+                        claim: self.base + i,
+                        value: v,
+                        ts_ns: now,
+                    }));
+                }
+                false
+            }
+            Err(why) => {
+                if bad_so_far < MAX_LINE_NOTES {
+                    let _ = tx.send(OutputEvent::Note(format!(
+                        "{} line {number}: {why}; the line is skipped",
+                        self.what
+                    )));
+                }
+                true
+            }
+        }
+    }
+
+    /// The note that sums up bad lines past the first few.
+    pub fn summary_note(&self, bad: u64) -> Option<String> {
+        (bad > MAX_LINE_NOTES).then(|| {
+            format!(
+                "{}: {} more unreadable lines not listed ({bad} in all)",
+                self.what,
+                bad - MAX_LINE_NOTES
+            )
+        })
+    }
+}
+
+/// Unreadable status lines named one by one; the rest are counted.
+pub const MAX_LINE_NOTES: u64 = 5;
+/// Longest status line kept; longer ones are skipped with a note.
+pub const MAX_LINE: usize = 64 * 1024;
 
 /// The claims of one stream, compiled.
 #[derive(Debug, Clone)]
@@ -62,12 +127,14 @@ impl Matcher {
     }
 }
 
-/// Copies `from` to `to` as it arrives and sends every figure `matcher` finds.
+/// Copies `from` to `to` as it arrives and sends every figure `matcher` finds and every figure
+/// of the status `status` reads from the stream.
 pub fn tee(
     mut from: impl Read + Send + 'static,
     mut to: Box<dyn Write + Send>,
-    matcher: Matcher,
-    tx: Sender<OutputReading>,
+    matcher: Option<Matcher>,
+    mut status: Option<StatusReader>,
+    tx: Sender<OutputEvent>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("scanprof-output".into())
@@ -76,6 +143,10 @@ pub fn tee(
             let _ = crate::system::privileges::drop_to(&[]);
             let mut buf = [0u8; 8192];
             let mut line: Vec<u8> = Vec::new();
+            // The status (NDJSON on stderr) ends its records at `\n` only; the status lines at
+            // `\r` too. Its line is kept apart, bounded by MAX_LINE.
+            let mut record: Vec<u8> = Vec::new();
+            let (mut number, mut bad, mut too_long) = (0u64, 0u64, false);
             loop {
                 let n = match from.read(&mut buf) {
                     Ok(0) | Err(_) => break,
@@ -85,19 +156,59 @@ pub fn tee(
                 let _ = to.flush();
                 for &b in &buf[..n] {
                     if b == b'\n' || b == b'\r' {
-                        let text = String::from_utf8_lossy(&line);
-                        let now = monotonic_ns();
-                        for (claim, pps) in matcher.scan(&text) {
-                            let _ = tx.send(OutputReading {
-                                claim,
-                                pps,
-                                ts_ns: now,
-                            });
+                        if let Some(m) = &matcher {
+                            let text = String::from_utf8_lossy(&line);
+                            let now = monotonic_ns();
+                            for (claim, value) in m.scan(&text) {
+                                let _ = tx.send(OutputEvent::Reading(OutputReading {
+                                    claim,
+                                    value,
+                                    ts_ns: now,
+                                }));
+                            }
                         }
                         line.clear();
                     } else if line.len() < 4096 {
                         line.push(b);
                     }
+                    let Some(st) = status.as_mut() else { continue };
+                    if b == b'\n' {
+                        number += 1;
+                        if too_long {
+                            bad += 1;
+                            if bad <= MAX_LINE_NOTES {
+                                let _ = tx.send(OutputEvent::Note(format!(
+                                    "{} line {number}: longer than {MAX_LINE} bytes; the line is skipped",
+                                    st.what
+                                )));
+                            }
+                        } else if !record.is_empty() {
+                            let text = String::from_utf8_lossy(&record);
+                            // Other lines share the stream (masscan's banner): only lines that
+                            // open like a record are the status's.
+                            if st.parser.may_be_record(&text) && st.line(&text, number, &tx, bad) {
+                                bad += 1;
+                            }
+                        }
+                        record.clear();
+                        too_long = false;
+                    } else if record.len() < MAX_LINE {
+                        record.push(b);
+                    } else {
+                        too_long = true;
+                    }
+                }
+            }
+            if let Some(st) = &status {
+                if !record.is_empty() {
+                    let _ = tx.send(OutputEvent::Note(format!(
+                        "{}: the last line ended without a newline ({} bytes): not read",
+                        st.what,
+                        record.len()
+                    )));
+                }
+                if let Some(n) = st.summary_note(bad) {
+                    let _ = tx.send(OutputEvent::Note(n));
                 }
             }
         })
@@ -173,12 +284,66 @@ mod tests {
             }
         }
         let input: &'static [u8] = b"rate: 10\rrate: 20\rdone\n";
-        tee(input, Box::new(Sink(out.clone())), m, tx)
+        tee(input, Box::new(Sink(out.clone())), Some(m), None, tx)
             .unwrap()
             .join()
             .unwrap();
-        let got: Vec<f64> = rx.try_iter().map(|r| r.pps).collect();
+        let got: Vec<f64> = rx
+            .try_iter()
+            .filter_map(|e| match e {
+                OutputEvent::Reading(r) => Some(r.value),
+                OutputEvent::Note(_) => None,
+            })
+            .collect();
         assert_eq!(got, [10.0, 20.0]);
+        assert_eq!(&*out.lock().unwrap(), input);
+    }
+
+    /// masscan --status-ndjson on stderr: its banner lines pass, its records are read, a record
+    /// cut in the middle is named, and what the scanner printed reaches its destination whole.
+    #[test]
+    fn a_status_stream_is_read_beside_the_status_lines() {
+        let sample = include_str!("../../tests/fixtures/status/masscan-1.3.9-status-ndjson.stderr");
+        let set = crate::wrappers::ProfileSet::builtin().unwrap();
+        let masscan = set.get("masscan").unwrap();
+        let reader = StatusReader {
+            parser: crate::wrappers::StatusParser::new(&masscan.status[0], 1.0),
+            base: 1,
+            what: "masscan --status-ndjson (stderr)".into(),
+        };
+        let mut input = sample.to_string();
+        input.push_str("{\"state\":\"running\",\"rate\n{\"state\":\"waiting\",\"rate\":{\"pps\":0.00}");
+        let input: &'static [u8] = Box::leak(input.into_bytes().into_boxed_slice());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Matcher::for_stream(&masscan.claims, "stderr");
+        tee(input, Box::new(Sink(out.clone())), lines, Some(reader), tx)
+            .unwrap()
+            .join()
+            .unwrap();
+        let (mut sent, mut notes) = (Vec::new(), Vec::new());
+        for e in rx.try_iter() {
+            match e {
+                OutputEvent::Reading(r) if r.claim == 2 => sent.push(r.value),
+                OutputEvent::Reading(_) => {}
+                OutputEvent::Note(n) => notes.push(n),
+            }
+        }
+        assert_eq!(sent.len(), 11, "{sent:?}");
+        assert_eq!(sent.last(), Some(&2000.0));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("line 15: not a JSON object"), "{notes:?}");
+        assert!(notes[1].contains("ended without a newline"), "{notes:?}");
         assert_eq!(&*out.lock().unwrap(), input);
     }
 }

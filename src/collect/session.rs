@@ -81,6 +81,76 @@ pub struct ScannerSetup {
     /// executable of the process attached to or launched: the profile's `paths` are relative
     /// to its directory
     pub anchor_exe: Option<std::path::PathBuf>,
+    /// the scanner's machine-readable status its command line turns on (`[[status]]`)
+    pub status: Vec<StatusSetup>,
+}
+
+/// A scanner's machine-readable status, and where scanprof reads it.
+#[derive(Debug, Clone)]
+pub struct StatusSetup {
+    pub rule: crate::wrappers::StatusRule,
+    pub at: StatusAt,
+    /// packets per target (zmap's `-P`), for the rule's per-target fields
+    pub per_target: f64,
+}
+
+/// Where a status is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusAt {
+    /// a file: the path scanprof opens (`/proc/PID/cwd/...` when attached), and as the command
+    /// line gave it
+    File { open: std::path::PathBuf, shown: String },
+    /// a stream of the launched command
+    Stream(crate::wrappers::OutputStream),
+    /// not readable by scanprof: why
+    Unreadable(String),
+}
+
+impl StatusSetup {
+    /// What it is, for notes and claims: `zmap --status-updates-file z.csv`.
+    pub fn label(&self) -> String {
+        match &self.at {
+            StatusAt::File { shown, .. } => format!("{} {shown}", self.rule.what),
+            StatusAt::Stream(crate::wrappers::OutputStream::Stdout) => format!("{} (stdout)", self.rule.what),
+            StatusAt::Stream(crate::wrappers::OutputStream::Stderr) => format!("{} (stderr)", self.rule.what),
+            StatusAt::Unreadable(_) => self.rule.what.clone(),
+        }
+    }
+}
+
+/// The figures a run reads from the scanner's output, in claim-index order: the profile's status
+/// lines (`[[claim]]`), then the fields of each readable status; and each status's first index.
+fn claim_specs(sc: &ScannerSetup, launched: bool) -> (Vec<crate::analysis::ClaimSpec>, Vec<Option<usize>>) {
+    use crate::analysis::{ClaimSource, ClaimSpec};
+    let mut specs: Vec<ClaimSpec> = sc
+        .profile
+        .claims
+        .iter()
+        .map(|c| ClaimSpec::status_line(&c.what))
+        .collect();
+    let mut bases = Vec::new();
+    for st in &sc.status {
+        if matches!(st.at, StatusAt::Unreadable(_)) {
+            bases.push(None);
+            continue;
+        }
+        bases.push(Some(specs.len()));
+        let label = st.label();
+        for f in &st.rule.fields {
+            let per = if f.per_target && st.per_target != 1.0 {
+                format!(" x {} probes per target", st.per_target)
+            } else {
+                String::new()
+            };
+            specs.push(ClaimSpec {
+                what: format!("{label}: {}{per}, {}", f.key, f.figure.describe()),
+                source: ClaimSource::StatusFile,
+                figure: f.figure,
+                totals_comparable: launched,
+            });
+        }
+    }
+    (specs, bases)
 }
 
 /// What the collection thread reports, in order: Started, Tick..., Done.
@@ -146,6 +216,8 @@ struct Launched {
     release: Option<OwnedFd>,
     /// how it ended, once reaped
     status: Option<std::process::ExitStatus>,
+    /// the threads reading its output (status lines and status streams)
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Launched {
@@ -156,7 +228,8 @@ impl Launched {
         output: &CommandOutput,
         run_as: Option<&crate::system::child::RunAs>,
         claims: &[crate::wrappers::OutputClaim],
-        readings: &Sender<super::output::OutputReading>,
+        mut status: Vec<(crate::wrappers::OutputStream, super::output::StatusReader)>,
+        readings: &Sender<super::output::OutputEvent>,
     ) -> anyhow::Result<Launched> {
         if argv.is_empty() {
             bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
@@ -224,10 +297,18 @@ impl Launched {
             Matcher::for_stream(claims, "stdout"),
             Matcher::for_stream(claims, "stderr"),
         );
-        if out_m.is_some() {
+        use crate::wrappers::OutputStream;
+        let mut take = |which: OutputStream| {
+            status
+                .iter()
+                .position(|(s, _)| *s == which)
+                .map(|i| status.remove(i).1)
+        };
+        let (out_s, err_s) = (take(OutputStream::Stdout), take(OutputStream::Stderr));
+        if out_m.is_some() || out_s.is_some() {
             cmd.stdout(std::process::Stdio::piped());
         }
-        if err_m.is_some() {
+        if err_m.is_some() || err_s.is_some() {
             cmd.stderr(std::process::Stdio::piped());
         }
         let mut child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
@@ -239,16 +320,24 @@ impl Launched {
                 _ => Box::new(std::io::stderr()),
             })
         };
-        if let (Some(m), Some(pipe)) = (out_m, child.stdout.take()) {
-            tee(pipe, dest(true)?, m, readings.clone()).context("reading the command's output")?;
+        let mut readers = Vec::new();
+        if let Some(pipe) = child.stdout.take() {
+            readers.push(
+                tee(pipe, dest(true)?, out_m, out_s, readings.clone())
+                    .context("reading the command's output")?,
+            );
         }
-        if let (Some(m), Some(pipe)) = (err_m, child.stderr.take()) {
-            tee(pipe, dest(false)?, m, readings.clone()).context("reading the command's output")?;
+        if let Some(pipe) = child.stderr.take() {
+            readers.push(
+                tee(pipe, dest(false)?, err_m, err_s, readings.clone())
+                    .context("reading the command's output")?,
+            );
         }
         Ok(Launched {
             child,
             release: Some(gate_wr),
             status: None,
+            readers,
         })
     }
 
@@ -259,8 +348,23 @@ impl Launched {
         Ok(())
     }
 
-    /// Ends the command if it outlived the run: SIGTERM, then SIGKILL after 2 s. Reaps it.
+    /// Ends the command if it outlived the run: SIGTERM, then SIGKILL after 2 s. Reaps it, and
+    /// waits (up to 2 s: something it forked may hold its output open) for the readers of its
+    /// output to reach the end, so that its last status line counts.
     fn finish(&mut self) {
+        self.end();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while self.readers.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for h in std::mem::take(&mut self.readers) {
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    fn end(&mut self) {
         self.release = None;
         if self.status.is_some() {
             return;
@@ -279,6 +383,28 @@ impl Launched {
         }
         self.status = self.child.wait().ok();
     }
+}
+
+/// A reader for each readable status of the scanner, with where it is read.
+fn status_readers(sc: Option<&ScannerSetup>, launched: bool) -> Vec<(StatusAt, super::output::StatusReader)> {
+    let Some(sc) = sc else {
+        return Vec::new();
+    };
+    let (_, bases) = claim_specs(sc, launched);
+    sc.status
+        .iter()
+        .zip(bases)
+        .filter_map(|(st, base)| {
+            Some((
+                st.at.clone(),
+                super::output::StatusReader {
+                    parser: crate::wrappers::StatusParser::new(&st.rule, st.per_target),
+                    base: base?,
+                    what: st.label(),
+                },
+            ))
+        })
+        .collect()
 }
 
 /// Whether `cmd` names an executable file: a path, or a name found on PATH.
@@ -301,6 +427,7 @@ fn collect(
     ready: Sender<anyhow::Result<BTreeMap<u32, String>>>,
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let mut launched = None;
+    let mut tails: Vec<super::status_file::StatusTail> = Vec::new();
     let (readings_tx, readings) = mpsc::channel();
     let mut setup = || -> anyhow::Result<(Collector, u64)> {
         mark("collection thread started");
@@ -312,11 +439,19 @@ fn collect(
                     .as_ref()
                     .map(|s| s.profile.claims.clone())
                     .unwrap_or_default();
+                let streams = status_readers(cfg.scanner.as_ref(), true)
+                    .into_iter()
+                    .filter_map(|(at, r)| match at {
+                        StatusAt::Stream(s) => Some((s, r)),
+                        _ => None,
+                    })
+                    .collect();
                 let l = Launched::spawn(
                     argv,
                     &cfg.command_output,
                     cfg.run_as.as_ref(),
                     &claims,
+                    streams,
                     &readings_tx,
                 )?;
                 let pid = l.child.id();
@@ -325,6 +460,21 @@ fn collect(
             }
         };
         mark("target named (run: command started, held before its exec)");
+        // Status files are tailed from before the command runs (run) or from now (attach).
+        let launched_cmd = matches!(cfg.target, Target::Command(_));
+        for (at, reader) in status_readers(cfg.scanner.as_ref(), launched_cmd) {
+            if let StatusAt::File { open, .. } = at {
+                let start = if launched_cmd {
+                    super::status_file::StartAt::Beginning
+                } else {
+                    super::status_file::StartAt::Now
+                };
+                match super::status_file::StatusTail::start(open, reader, start, readings_tx.clone()) {
+                    Ok(t) => tails.push(t),
+                    Err(e) => eprintln!("scanprof: warning: cannot read the scanner's status file: {e}"),
+                }
+            }
+        }
         // A launched command is held before its exec: it has no descendants to look for.
         let mut family = match cfg.target {
             Target::Command(_) => ProcessTable::roots(&roots)?,
@@ -424,31 +574,36 @@ fn collect(
     analyzer.set_baseline(cfg.baseline.clone());
     if let Some(sc) = &cfg.scanner {
         let tsc_hz = crate::senders::tsc::kernel_tsc_hz().or_else(crate::senders::tsc::perf_page_tsc_hz);
-        analyzer.set_scanner(
-            crate::analysis::ScannerModel::new(
-                &sc.profile.name,
-                sc.profile.message_types.clone(),
-                cfg.requested_pps,
-                sc.argv_rate.clone(),
-                tsc_hz,
-                start_ns,
-            )
-            .with_output_claims(sc.profile.claims.iter().map(|c| c.what.clone()).collect())
-            .with_pacers(
-                sc.profile
-                    .probes
-                    .iter()
-                    .filter_map(|p| {
-                        p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
-                            probe: p.name.clone(),
-                            name: pc.name.clone(),
-                            option: pc.option.clone(),
-                            waits: pc.waits,
-                        })
+        let (specs, _) = claim_specs(sc, matches!(cfg.target, Target::Command(_)));
+        let mut model = crate::analysis::ScannerModel::new(
+            &sc.profile.name,
+            sc.profile.message_types.clone(),
+            cfg.requested_pps,
+            sc.argv_rate.clone(),
+            tsc_hz,
+            start_ns,
+        )
+        .with_output_claims(specs)
+        .with_pacers(
+            sc.profile
+                .probes
+                .iter()
+                .filter_map(|p| {
+                    p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
+                        probe: p.name.clone(),
+                        name: pc.name.clone(),
+                        option: pc.option.clone(),
+                        waits: pc.waits,
                     })
-                    .collect(),
-            ),
+                })
+                .collect(),
         );
+        for st in &sc.status {
+            if let StatusAt::Unreadable(why) = &st.at {
+                model.output_note(format!("{}: {why}", st.rule.what));
+            }
+        }
+        analyzer.set_scanner(model);
     }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
@@ -527,6 +682,10 @@ fn collect(
         last = collector.sample(monotonic_ns());
         analyzer.absorb(&last);
     }
+    // The status files' last lines (written as the scanner ended) still belong to the run.
+    for t in tails {
+        t.finish();
+    }
     analyzer.output_readings(readings.try_iter());
     // Records streamed while the run ended (an exit) still belong to it.
     collector.poll_events();
@@ -576,6 +735,7 @@ mod tests {
             &CommandOutput::File(log.clone()),
             None,
             &[],
+            Vec::new(),
             &tx,
         )
         .err()
@@ -589,6 +749,7 @@ mod tests {
             &CommandOutput::File(log.clone()),
             None,
             &[],
+            Vec::new(),
             &tx,
         )
         .unwrap();

@@ -12,14 +12,16 @@ use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::{self, CommandOutput, ScannerSetup, SessionConfig, Target, Update};
+use crate::collect::session::{
+    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
+};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::{ProbeOptions, ProbeStatus};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
 use crate::views::{json, text};
-use crate::wrappers::{requested_rate, ProfileSet, ScannerProfile};
+use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
 use std::path::{Path, PathBuf};
 
 /// Raised by SIGINT, SIGTERM or SIGHUP (a closed terminal or SSH session): the session ends,
@@ -179,7 +181,57 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
             conflicts: rate.conflicts,
         },
         anchor_exe,
+        status: status_setups(profile, words, target, rate.per_target),
     }))
+}
+
+/// The machine-readable statuses (`[[status]]`) the scanner's words turn on, and where scanprof
+/// reads each: a file named relative to the scanner's working directory (for `run` scanprof's
+/// own, which the command inherits; for `attach` the process's, through /proc/PID/cwd and
+/// /proc/PID/root so that its mount namespace counts), or a stream only `run` can read.
+fn status_setups(
+    profile: &ScannerProfile,
+    words: &[String],
+    target: &Target,
+    per_target: f64,
+) -> Vec<StatusSetup> {
+    profile
+        .status
+        .iter()
+        .filter_map(|rule| {
+            let at = match (rule.locate(words)?, target) {
+                (StatusLocation::File(shown), Target::Command(_)) => {
+                    let p = PathBuf::from(&shown);
+                    let open = if p.is_absolute() {
+                        p
+                    } else {
+                        std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+                    };
+                    StatusAt::File { open, shown }
+                }
+                (StatusLocation::File(shown), Target::Pids(pids)) => {
+                    let open = match shown.strip_prefix('/') {
+                        Some(abs) => PathBuf::from(format!("/proc/{}/root", pids[0])).join(abs),
+                        None => PathBuf::from(format!("/proc/{}/cwd", pids[0])).join(&shown),
+                    };
+                    StatusAt::File { open, shown }
+                }
+                (StatusLocation::Stream(s), Target::Command(_)) => StatusAt::Stream(s),
+                (StatusLocation::Stream(s), Target::Pids(_)) => StatusAt::Unreadable(format!(
+                    "written to the scanner's {}, which only `scanprof run` can read (attach sees no one's output)",
+                    match s {
+                        OutputStream::Stdout => "stdout",
+                        OutputStream::Stderr => "stderr",
+                    }
+                )),
+            };
+            Some(StatusSetup {
+                rule: rule.clone(),
+                at,
+                per_target,
+            })
+        })
+        .collect()
 }
 
 /// A command's executable, as the shell would find it.
@@ -774,6 +826,52 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where a status file is read: for `run` against scanprof's working directory (which the
+    /// command inherits), for `attach` through the process's own cwd and root; a stream of an
+    /// attached process cannot be read and says so.
+    #[test]
+    fn a_status_file_is_found_relative_to_the_scanners_working_directory() {
+        let set = ProfileSet::builtin().unwrap();
+        let words = |l: &str| -> Vec<String> { l.split_whitespace().map(str::to_string).collect() };
+        let zmap = set.get("zmap").unwrap();
+        let attach = Target::Pids(vec![4242]);
+        let at = |argv: &str, t: &Target| status_setups(zmap, &words(argv), t, 4.0);
+        let rel = at("zmap -P 4 -u s.csv 10.0.0.0/8", &attach);
+        assert_eq!(rel.len(), 1);
+        assert_eq!(
+            rel[0].at,
+            StatusAt::File {
+                open: PathBuf::from("/proc/4242/cwd/s.csv"),
+                shown: "s.csv".into()
+            }
+        );
+        assert_eq!(rel[0].per_target, 4.0);
+        let abs = at("zmap --status-updates-file=/var/tmp/s.csv", &attach);
+        assert_eq!(
+            abs[0].at,
+            StatusAt::File {
+                open: PathBuf::from("/proc/4242/root/var/tmp/s.csv"),
+                shown: "/var/tmp/s.csv".into()
+            }
+        );
+        let run = Target::Command(words("zmap -u s.csv"));
+        let launched = at("zmap -u s.csv", &run);
+        let StatusAt::File { open, .. } = &launched[0].at else {
+            panic!("{launched:?}")
+        };
+        assert_eq!(open, &std::env::current_dir().unwrap().join("s.csv"));
+        assert!(at("zmap -r 10 10.0.0.0/8", &run).is_empty());
+
+        let masscan = set.get("masscan").unwrap();
+        let stream = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &attach, 1.0);
+        let StatusAt::Unreadable(why) = &stream[0].at else {
+            panic!("{stream:?}")
+        };
+        assert!(why.contains("only `scanprof run` can read"), "{why}");
+        let run = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &run, 1.0);
+        assert_eq!(run[0].at, StatusAt::Stream(OutputStream::Stderr));
+    }
 
     #[test]
     fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {

@@ -396,7 +396,8 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     for c in &sc.claims {
         let _ = writeln!(
             o,
-            "  claim: {}: {:.1}, measured {}{}",
+            "  claim{}: {}: {:.1}, measured {}{}",
+            c.source.map(|s| format!(" ({})", s.label())).unwrap_or_default(),
             c.what,
             c.claimed,
             c.measured

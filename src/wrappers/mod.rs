@@ -5,6 +5,7 @@
 
 mod profile;
 mod rate;
+mod status;
 
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole,
@@ -12,6 +13,9 @@ pub use profile::{
     Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
+pub use status::{
+    OutputStream, StatusField, StatusFigure, StatusFormat, StatusLocation, StatusParser, StatusRule,
+};
 
 /// The profiles shipped with scanprof: (file name, text), generic fallback last.
 const BUILTIN: &[(&str, &str)] = &[

@@ -70,6 +70,10 @@ pub struct ScannerProfile {
     /// launches it.
     #[serde(default, rename = "claim")]
     pub claims: Vec<OutputClaim>,
+    /// The scanner's machine-readable status (a file or stream its command line turns on), read
+    /// while it runs.
+    #[serde(default, rename = "status")]
+    pub status: Vec<super::status::StatusRule>,
 }
 
 /// A rate the scanner prints about itself, found with a regular expression in its output.
@@ -716,6 +720,32 @@ impl ScannerProfile {
                     ))
                 }
                 Err(e) => return Err(bad(format!("claim[{i}].pattern"), e.to_string())),
+            }
+        }
+        for (i, st) in self.status.iter().enumerate() {
+            let key = |k: &str| format!("status[{i}].{k}");
+            match (st.file_flags.is_empty(), st.switch_flags.is_empty(), st.stream) {
+                (false, true, None) | (true, false, Some(_)) => {}
+                _ => {
+                    return Err(bad(
+                        key("file_flags"),
+                        "give file_flags (options naming the file), or switch_flags with stream".into(),
+                    ))
+                }
+            }
+            if st.fields.is_empty() {
+                return Err(bad(key("field"), "at least one field".into()));
+            }
+            for (j, f) in st.fields.iter().enumerate() {
+                if st.fields[..j].iter().any(|g| g.figure == f.figure) {
+                    return Err(bad(
+                        key(&format!("field[{j}].figure")),
+                        "another field of this status gives the same figure".into(),
+                    ));
+                }
+                if f.key.is_empty() {
+                    return Err(bad(key(&format!("field[{j}].key")), "empty".into()));
+                }
             }
         }
         for key in self.message_types.keys() {

@@ -21,6 +21,8 @@ pub struct RequestedRate {
     pub provenance: Vec<String>,
     /// Contradictions found (argv over config, two rate options, unreadable values).
     pub conflicts: Vec<String>,
+    /// Packets per target from the `[[rate.multiplier]]` options (zmap `-P`), 1 without any.
+    pub per_target: f64,
 }
 
 /// The rate of one unicornscan work unit.
@@ -81,7 +83,7 @@ fn match_flag<'s>(arg: &'s str, flag: &str) -> Option<Option<&'s str>> {
 }
 
 /// Finds `arg` among `flags`; returns the flag and an inline value.
-fn find_flag<'s, 'f>(arg: &'s str, flags: &'f [String]) -> Option<(&'f str, Option<&'s str>)> {
+pub(super) fn find_flag<'s, 'f>(arg: &'s str, flags: &'f [String]) -> Option<(&'f str, Option<&'s str>)> {
     flags
         .iter()
         .find_map(|f| match_flag(arg, f).map(|v| (f.as_str(), v)))
@@ -422,6 +424,7 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
         work_units: Vec::new(),
         provenance: prov,
         conflicts,
+        per_target: factor,
     };
     if rules.kind == RateModel::Unicornscan {
         unicornscan_work_units(&mut out, mode.as_deref(), &targets);

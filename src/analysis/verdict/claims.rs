@@ -153,7 +153,11 @@ pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
     let above_left: Vec<&ClaimView> = v
         .claims
         .iter()
-        .filter(|c| c.what.contains("pps"))
+        // A rate claim (bundles written before claims carried their figure: by its name).
+        .filter(|c| match c.figure {
+            Some(f) => f == crate::wrappers::StatusFigure::Rate,
+            None => c.what.contains("pps"),
+        })
         .filter(|c| left.is_some_and(|l| c.claimed > l * (1.0 + CLAIM_TOLERANCE_PCT / 100.0)))
         .collect();
     if differing.is_empty() && above_left.is_empty() {

@@ -268,6 +268,8 @@ fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
         claimed,
         measured: Some(measured),
         diff_pct: Some((claimed / measured - 1.0) * 100.0),
+        source: Some(crate::analysis::ClaimSource::Probe),
+        figure: None,
     }
 }
 

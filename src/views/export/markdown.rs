@@ -681,6 +681,7 @@ fn scanner(o: &mut String, s: &Summary) {
             .map(|c| {
                 vec![
                     c.what.clone(),
+                    c.source.map_or("-", |s| s.label()).to_string(),
                     format!("{:.1}", c.claimed),
                     opt(c.measured, 1),
                     opt(c.diff_pct, 1),
@@ -689,7 +690,13 @@ fn scanner(o: &mut String, s: &Summary) {
             .collect();
         table(
             o,
-            &["Scanner's claim", "Claimed", "Measured", "Difference (%)"],
+            &[
+                "Scanner's claim",
+                "Read from",
+                "Claimed",
+                "Measured",
+                "Difference (%)",
+            ],
             &rows,
         );
     }

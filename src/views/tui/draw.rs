@@ -181,7 +181,11 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
         }
         for c in &sc.claims {
             let diff = c.diff_pct.map(|d| format!(" ({d:+.1}%)")).unwrap_or_default();
-            lines.push(Line::from(format!("  claim {}: {:.1}{diff}", c.what, c.claimed)));
+            let from = c.source.map(|s| format!(" ({})", s.label())).unwrap_or_default();
+            lines.push(Line::from(format!(
+                "  claim{from} {}: {:.1}{diff}",
+                c.what, c.claimed
+            )));
         }
         for n in &sc.notes {
             lines.push(Line::styled(
