@@ -743,6 +743,24 @@ mod tests {
     }
 
     #[test]
+    fn attach_and_run_take_a_pcap_file() {
+        let cli = parse(&["attach", "-p", "10", "--pcap", "drops.pcapng"]).unwrap();
+        match cli.command {
+            Command::Attach { run, .. } => assert_eq!(run.pcap, Some("drops.pcapng".into())),
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli = parse(&["run", "--pcap", "/tmp/d.pcapng", "--", "masscan"]).unwrap();
+        match cli.command {
+            Command::Run { run, .. } => assert_eq!(run.pcap, Some("/tmp/d.pcapng".into())),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            parse(&["run", "--pcap", "--", "masscan"]).is_err(),
+            "--pcap needs a file"
+        );
+    }
+
+    #[test]
     fn attach_requires_a_pid() {
         assert!(parse(&["attach"]).is_err());
     }

@@ -824,6 +824,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pcap_path_without_its_directory_is_refused_before_the_run() {
+        let e = check_pcap_path(Path::new("/nonexistent-scanprof-dir/d.pcapng")).unwrap_err();
+        assert!(e.to_string().contains("does not exist: create it"), "{e}");
+        let e = check_pcap_path(&std::env::temp_dir()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        check_pcap_path(&std::env::temp_dir().join("d.pcapng")).unwrap();
+        check_pcap_path(Path::new("d.pcapng")).unwrap();
+    }
+
+    #[test]
     fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {
         // It read "following 1 process(es): 4242 (sh)": the root had not exec'd the command yet.
         let argv: Vec<String> = [

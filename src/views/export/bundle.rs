@@ -642,6 +642,45 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    /// A run's own summary (with its sampled drop headers) gives drops.pcapng; a redacted bundle
+    /// has none (the headers hold addresses), and a summary read back (no headers) writes none.
+    #[test]
+    fn the_drop_pcapng_comes_from_a_runs_own_summary_and_never_redacted() {
+        use crate::collect::headers::{DroppedHeaders, Sampling};
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.dropped_headers = DroppedHeaders {
+                sampling: Some(Sampling::PROBES),
+                ..DroppedHeaders::default()
+            };
+        }
+        let dir = tempdir("pcap");
+        let files = write(&BundleDir::open(&dir, false).unwrap(), &rec, &Extras::default()).unwrap();
+        assert!(files.contains(&dir.join(PCAP)), "{files:?}");
+        let bytes = fs::read(dir.join(PCAP)).unwrap();
+        assert_eq!(&bytes[..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header");
+
+        let redact = Extras {
+            redact: true,
+            ..Extras::default()
+        };
+        let files = write(&BundleDir::open(&dir, true).unwrap(), &rec, &redact).unwrap();
+        assert!(!files.contains(&dir.join(PCAP)));
+        assert!(
+            !dir.join(PCAP).exists(),
+            "the earlier bundle's drops.pcapng is removed"
+        );
+
+        let (back, _) = read(&dir).unwrap();
+        assert_eq!(
+            back.summary.as_ref().unwrap().dropped_headers,
+            DroppedHeaders::default()
+        );
+        let files = write(&BundleDir::open(&dir, true).unwrap(), &back, &Extras::default()).unwrap();
+        assert!(!files.contains(&dir.join(PCAP)));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     /// A symlink planted under a bundle file's name (or its partial name) is replaced, never
     /// followed: the file it points to keeps its contents.
     #[test]
