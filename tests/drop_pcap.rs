@@ -16,7 +16,9 @@ use scanprof::collect::DropClass;
 use scanprof::lab::{Side, TbfConfig};
 
 const PORT: u16 = 9000;
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a run may take (stretched by SCANPROF_TEST_PATIENCE, as its 30 s --duration is: the
+/// duration only bounds a run that ends when its sender does).
+const RUN_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// A file or directory of this test, removed when dropped (also on failure).
 struct Scratch(PathBuf);
@@ -119,11 +121,12 @@ fn qdisc_run(tag: &str, count: u64) -> (Summary, u64, Vec<Packet>, Vec<Packet>, 
     let bundle = Scratch::new(&format!("{tag}-bundle"));
     let bound_s = patience(Duration::from_secs(5)).as_secs_f64();
     let sender = sender_argv(&lab.to(PORT), 5000.0, count, bound_s, &["--size", "512"]);
+    let duration = patience(Duration::from_secs(30)).as_secs().to_string();
     let mut args: Vec<String> = [
         "run",
         "--json",
         "--duration",
-        "30",
+        &duration,
         "--requested",
         "5000",
         "--pcap",
