@@ -333,7 +333,7 @@ pub struct RunOptions {
     /// this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
     /// each packet commented with its drop reason, location, device, namespace, pid and comm;
     /// a drop-table row's first 64 drops on each CPU, then 1 in 256 (stated in the file).
-    /// Bundles (-o) hold the same file as drops.pcapng.
+    /// Bundles (-o) hold the same file as drops.pcapng (unless --redact).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the run lasts, e.g.
