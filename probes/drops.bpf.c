@@ -140,6 +140,72 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	return SP_CLASS_UNRELATED;
 }
 
+/* Whether the i-th drop of a row on this CPU keeps its header (the rule in wire.h). */
+static __always_inline int pkt_sampled(__u64 i)
+{
+	return i <= SP_PKT_FIRST || (i <= SP_PKT_UNTIL && (i & (SP_PKT_EVERY - 1)) == 0);
+}
+
+/*
+ * Streams a family drop's first SP_PKT_HDR bytes from the network header, so that the bytes
+ * are IPv4 or IPv6 whatever the device (LINKTYPE_RAW). A drop before the network header was
+ * set streams the record without bytes. Only the linear part is copied: up to skb->tail.
+ */
+static __always_inline void capture_header(struct sk_buff *skb, const struct sp_drop_key *k, __u64 seq)
+{
+	/* read as numbers (not BTF pointers): 6.18's verifier keeps them untrusted pointers, and
+	 * a length computed from them cannot be a helper's size */
+	__u64 head = (__u64)BPF_CORE_READ(skb, head), data = (__u64)BPF_CORE_READ(skb, data);
+	__u16 nh = skb->network_header;
+	__s64 wire, lin;
+	struct sp_drop_pkt *p;
+	__u64 cap;
+
+	p = bpf_ringbuf_reserve(&events, sizeof(*p), 0);
+	if (!p) {
+		health_inc(SP_H_RB_LOST);
+		return;
+	}
+	p->ts_ns = bpf_ktime_get_ns();
+	p->kind = SP_EV_DROP_PKT;
+	p->cur_tgid = bpf_get_current_pid_tgid() >> 32;
+	p->key = *k;
+	p->seq = seq;
+	p->len = 0;
+	p->cap_len = 0;
+	p->flags = 0;
+	p->pad = 0;
+	bpf_get_current_comm(p->comm, sizeof(p->comm));
+	if (nh == (__u16)~0U) {
+		p->flags = SP_PKT_NO_NETWORK_HEADER;
+		event_submit((void *)p);
+		return;
+	}
+	/* skb->len counts from skb->data, which may be before or after the network header */
+	wire = (__s64)skb->len + (__s64)(data - head) - nh;
+	lin = (__s64)skb->tail - nh;
+	if (wire < 0)
+		wire = 0;
+	if (lin > wire)
+		lin = wire;
+	if (lin < 0)
+		lin = 0;
+	p->len = wire;
+	cap = lin;
+	if (cap > SP_PKT_HDR)
+		cap = SP_PKT_HDR;
+	/* again on a value the compiler cannot fold: 6.1's verifier loses the clamp above */
+	barrier_var(cap);
+	if (cap > SP_PKT_HDR)
+		cap = 0;
+	if (cap && bpf_probe_read_kernel(p->data, cap, (void *)(head + nh))) {
+		p->flags = SP_PKT_READ_FAILED;
+		cap = 0;
+	}
+	p->cap_len = cap;
+	event_submit((void *)p);
+}
+
 static __always_inline void count_drop(struct sk_buff *skb, void *location, __u32 reason,
 				       struct sock *rx_sk)
 {
@@ -172,8 +238,12 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 		}
 	}
 	n = bpf_map_lookup_elem(&drops, &slot);
-	if (n)
-		*n += 1;
+	if (!n)
+		return;
+	*n += 1;
+	/* the family's drops keep their header, the row's first ones and then a sample */
+	if (k.class != SP_CLASS_UNRELATED && pkt_sampled(*n))
+		capture_header(skb, &k, *n);
 }
 
 /* kfree_skb with rx_sk (kernels >= 6.8): the receiving socket names replies lost at the target. */

@@ -17,6 +17,7 @@ struct {
 
 /* Types that no map names, referenced here so that the Rust skeleton carries them. */
 struct sp_event abi_event;
+struct sp_drop_pkt abi_drop_pkt;
 struct sp_drop_key abi_drop_key;
 struct sp_dev_key abi_dev_key;
 struct sp_dev_stats abi_dev_stats;
@@ -30,6 +31,8 @@ enum sp_health abi_health;
 enum sp_event_kind abi_event_kind;
 enum sp_sock_kind abi_sock_kind;
 enum sp_send_call abi_send_call;
+enum sp_pkt_sampling abi_pkt_sampling;
+enum sp_pkt_flags abi_pkt_flags;
 
 static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
 {

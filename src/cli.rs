@@ -325,9 +325,17 @@ pub struct RunOptions {
     /// earlier bundle in it are removed first; other files are left alone.
     #[arg(long)]
     pub force: bool,
-    /// In bundles, replace IP addresses and the host name with consistent stand-ins.
+    /// In bundles, replace IP addresses and the host name with consistent stand-ins (a redacted
+    /// bundle has no drops.pcapng: its packet headers hold addresses).
     #[arg(long)]
     pub redact: bool,
+    /// Write the headers of the family's dropped packets (target_loss, reply_loss, expected) to
+    /// this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
+    /// each packet commented with its drop reason, location, device, namespace, pid and comm;
+    /// a drop-table row's first 64 drops on each CPU, then 1 in 256 (stated in the file).
+    /// Bundles (-o) hold the same file as drops.pcapng (unless --redact).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics while the run lasts, e.g.
     /// 127.0.0.1:9477 (docs/metrics.md). Port 0 picks a free port (named on stderr).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -732,6 +740,24 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn attach_and_run_take_a_pcap_file() {
+        let cli = parse(&["attach", "-p", "10", "--pcap", "drops.pcapng"]).unwrap();
+        match cli.command {
+            Command::Attach { run, .. } => assert_eq!(run.pcap, Some("drops.pcapng".into())),
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli = parse(&["run", "--pcap", "/tmp/d.pcapng", "--", "masscan"]).unwrap();
+        match cli.command {
+            Command::Run { run, .. } => assert_eq!(run.pcap, Some("/tmp/d.pcapng".into())),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            parse(&["run", "--pcap", "--", "masscan"]).is_err(),
+            "--pcap needs a file"
+        );
     }
 
     #[test]

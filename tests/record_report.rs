@@ -66,9 +66,19 @@ fn a_recorded_run_reports_offline_as_it_did_live() {
         "gaps.svg",
         "recount.bt",
         "system.json",
+        "drops.pcapng",
     ] {
         assert!(dir.join(f).is_file(), "{f} missing from the bundle");
     }
+    // The closed port's NO_SOCKET drops are the family's (expected): their headers are there,
+    // IPv4 from the network header (pcapng, one LINKTYPE_RAW interface).
+    let pcap = std::fs::read(dir.join("drops.pcapng")).unwrap();
+    assert_eq!(&pcap[..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header");
+    assert!(
+        pcap.windows(b"reason=NO_SOCKET".len())
+            .any(|w| w == b"reason=NO_SOCKET"),
+        "no NO_SOCKET packet comment in drops.pcapng"
+    );
     // The session's drop-reason table reached the bundle: its bpftrace script names reasons.
     let recount = std::fs::read_to_string(dir.join("recount.bt")).unwrap();
     assert!(recount.contains("\t@reason[2] = \"NOT_SPECIFIED\";"), "{recount}");

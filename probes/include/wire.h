@@ -202,6 +202,7 @@ enum sp_event_kind {
 	SP_EV_EXEC = 2,		/* a family process exec'd */
 	SP_EV_EXIT = 3,		/* a family process exited (its last thread) */
 	SP_EV_BLOCK = 4,	/* a blocking episode inside send longer than the threshold */
+	SP_EV_DROP_PKT = 5,	/* a family packet's drop, with its header (struct sp_drop_pkt) */
 };
 
 struct sp_event {
@@ -216,6 +217,42 @@ struct sp_event {
 	__s32 exit_code;	/* SP_EV_EXIT */
 	char comm[SP_COMM_LEN];
 	char path[SP_PATH_LEN];	/* SP_EV_EXEC: the file exec'd */
+};
+
+/*
+ * Which of the family's drops (classes target_loss, reply_loss, expected) stream their header:
+ * the i-th drop (from 1) of a drop-table row on a CPU (the row's per-CPU counter in `drops`) is
+ * kept when i <= SP_PKT_FIRST, or when i is a multiple of SP_PKT_EVERY (a power of two) and
+ * i <= SP_PKT_UNTIL. So a row keeps at most SP_PKT_FIRST + SP_PKT_UNTIL / SP_PKT_EVERY records
+ * per CPU, and the drop table's counts say how many were not kept.
+ */
+enum sp_pkt_sampling {
+	SP_PKT_HDR = 128,	/* bytes copied from the network header on */
+	SP_PKT_FIRST = 64,
+	SP_PKT_EVERY = 256,
+	SP_PKT_UNTIL = 1048576,
+};
+
+/* Flags of an sp_drop_pkt. */
+enum sp_pkt_flags {
+	SP_PKT_NO_NETWORK_HEADER = 1,	/* dropped before the network header was set: no bytes */
+	SP_PKT_READ_FAILED = 2,		/* the copy faulted: no bytes */
+};
+
+/* A family packet's drop with its first bytes, on the `events` ring buffer. Starts like
+ * sp_event (ts_ns, kind), so the reader tells the two apart by kind. */
+struct sp_drop_pkt {
+	__u64 ts_ns;		/* CLOCK_MONOTONIC of the drop */
+	__u32 kind;		/* SP_EV_DROP_PKT */
+	__u32 cur_tgid;		/* the task the drop ran in (often not the family's: softirq) */
+	struct sp_drop_key key;	/* the drop table's row */
+	__u64 seq;		/* i: this drop's number in its row on this CPU */
+	__u32 len;		/* bytes from the network header to the end of the packet */
+	__u32 cap_len;		/* bytes valid in data */
+	__u32 flags;		/* enum sp_pkt_flags */
+	__u32 pad;
+	char comm[SP_COMM_LEN];	/* comm of cur_tgid's thread */
+	__u8 data[SP_PKT_HDR];	/* the packet from its network header (IPv4 or IPv6) */
 };
 
 /* Indices of the per-CPU `health` counters. */

@@ -407,6 +407,7 @@ impl Analyzer {
             scanner,
             verdicts: Vec::new(),
             warnings,
+            dropped_headers: Default::default(),
         };
         summary.verdicts = verdict::for_summary(&summary);
         summary

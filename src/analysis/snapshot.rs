@@ -312,6 +312,10 @@ pub struct Summary {
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
     pub warnings: Vec<String>,
+    /// headers of the family's dropped packets (sampled): written as a pcapng (`--pcap`, the
+    /// bundle's drops.pcapng), not into the JSON, so empty in a summary read back
+    #[serde(skip)]
+    pub dropped_headers: crate::collect::headers::DroppedHeaders,
 }
 
 impl Summary {

@@ -5,6 +5,7 @@
 
 pub mod bpf_time;
 pub mod family;
+pub mod headers;
 pub mod output;
 pub mod session;
 pub mod status_file;
@@ -382,6 +383,12 @@ pub struct Collector {
     map_sizes: std::cell::OnceCell<BTreeMap<String, u32>>,
     /// when the kernel's BPF run-time statistics are on, and their sums
     bpf: bpf_time::BpfMeter,
+    /// headers of the family's dropped packets streamed so far (at most headers::MAX_HEADERS)
+    drop_pkts: Vec<probes::sp_drop_pkt>,
+    /// header records streamed beyond that cap
+    drop_pkts_over_cap: u64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at attach, ns
+    wall_offset_ns: i128,
 }
 
 impl Collector {
@@ -404,6 +411,9 @@ impl Collector {
             start_ns: now_ns,
             map_sizes: std::cell::OnceCell::new(),
             bpf: bpf_time::BpfMeter::new(bpf_time::StatsPolicy::DEFAULT),
+            drop_pkts: Vec::new(),
+            drop_pkts_over_cap: 0,
+            wall_offset_ns: crate::system::realtime_offset_ns(),
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -525,6 +535,7 @@ impl Collector {
             .iter()
             .filter_map(decode_event)
             .collect();
+        self.keep_drop_packets();
         for e in &events {
             match e {
                 FamilyEvent::Forked {
@@ -581,6 +592,52 @@ impl Collector {
             }
         }
         events
+    }
+
+    /// Moves the header records the last ring read gave into the run's list, up to its cap.
+    fn keep_drop_packets(&mut self) {
+        for p in self.probes.drain_drop_packets() {
+            if self.drop_pkts.len() < headers::MAX_HEADERS {
+                self.drop_pkts.push(p);
+            } else {
+                self.drop_pkts_over_cap += 1;
+            }
+        }
+    }
+
+    /// The headers of the family's dropped packets streamed so far, named as the drop table
+    /// names its rows (call after the last `sample`, so that every row's names are known).
+    pub fn take_dropped_headers(&mut self) -> headers::DroppedHeaders {
+        let _ = self.probes.drain_events();
+        self.keep_drop_packets();
+        let names = self.probes.device_names();
+        let raw = std::mem::take(&mut self.drop_pkts);
+        let members = self.family.members().to_vec();
+        let headers = raw
+            .iter()
+            .map(|p| {
+                let k = &p.key;
+                let reason = self
+                    .reasons
+                    .get(&k.reason)
+                    .cloned()
+                    .unwrap_or_else(|| format!("reason {}", k.reason));
+                let comm = members.iter().find(|m| m.pid == k.tgid).map(|m| m.comm.as_str());
+                headers::decode(
+                    p,
+                    reason,
+                    self.symbols.name(k.location),
+                    names.get(&(k.ifindex, k.netns)).map(|n| n.0.clone()),
+                    comm,
+                )
+            })
+            .collect();
+        headers::DroppedHeaders {
+            headers,
+            sampling: Some(headers::Sampling::PROBES),
+            over_cap: std::mem::take(&mut self.drop_pkts_over_cap),
+            wall_offset_ns: self.wall_offset_ns,
+        }
     }
 
     /// Reads every map as of `now_ns` (CLOCK_MONOTONIC).

@@ -692,14 +692,24 @@ fn collect(
     let mut final_warnings = warnings;
     if last.health.lost_events > 0 {
         final_warnings.push(format!(
-            "{} probe records were lost (ring buffer full): process and blocking events may be incomplete",
+            "{} probe records were lost (ring buffer full): process events, blocking events and dropped-packet headers may be incomplete",
             last.health.lost_events
         ));
     }
     final_warnings.extend(collector.full_map_warnings(&last.health));
     last.processes = collector.processes(&last.threads);
     collector.family.unguard();
-    let summary = analyzer.summary(&last, end_reason, probes, final_warnings);
+    let dropped_headers = collector.take_dropped_headers();
+    if dropped_headers.over_cap > 0 {
+        final_warnings.push(format!(
+            "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
+             the pcapng has the first ones",
+            dropped_headers.over_cap,
+            super::headers::MAX_HEADERS
+        ));
+    }
+    let mut summary = analyzer.summary(&last, end_reason, probes, final_warnings);
+    summary.dropped_headers = dropped_headers;
     let _ = tx.send(Update::Done(Box::new(summary)));
     // The probes detach here, when the collector (and its ProbeSet) is dropped.
     drop(collector);

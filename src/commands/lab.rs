@@ -974,6 +974,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         export: o.export.clone(),
         force: o.force,
         redact: false,
+        pcap: None,
         metrics: o.metrics,
         metrics_file: o.metrics_file.clone(),
         map_size: Vec::new(),

@@ -731,6 +731,49 @@ fn finish_export(rec: &mut Recorder, export_to: Option<&ExportTarget>) -> anyhow
     Ok(())
 }
 
+/// Refuses a `--pcap` path whose directory does not exist (or is a directory itself) before
+/// anything runs, rather than after a long run.
+fn check_pcap_path(path: &Path) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "--pcap {}: the directory {} does not exist: create it or give another path",
+            path.display(),
+            dir.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("--pcap {} is a directory: give a file name", path.display());
+    }
+    Ok(())
+}
+
+/// Writes the run's dropped-packet headers to `path` (`--pcap`), replacing it whole, and says
+/// how many of the family's drops they are.
+fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Result<()> {
+    let mut bytes = Vec::new();
+    let written = crate::views::export::pcap::write(&mut bytes, summary)?;
+    crate::views::metrics::write_atomically(path, &bytes)
+        .with_context(|| format!("writing the pcapng to {}", path.display()))?;
+    eprintln!(
+        "scanprof: pcapng written to {}: {} packet headers of the family's {} drops ({})",
+        path.display(),
+        written.packets,
+        written.family_drops,
+        summary
+            .dropped_headers
+            .sampling
+            .map_or("no sampling rule".to_string(), |s| format!(
+                "sampled: a row's first {} drops on each CPU, then 1 in {}",
+                s.first, s.every
+            )),
+    );
+    Ok(())
+}
+
 /// Why `pid` is not a target to attach to: scanprof itself, pid 1 (whose family is every
 /// process) or a kernel thread, unless `allow_system`; None when it is fine (or gone: the
 /// session then says it does not exist).
@@ -819,7 +862,13 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
         listen: opts.metrics,
         file: opts.metrics_file.clone(),
     };
+    if let Some(path) = &opts.pcap {
+        check_pcap_path(path)?;
+    }
     let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics, None)?;
+    if let (Some(path), Some(summary)) = (&opts.pcap, &rendered.rec.summary) {
+        write_pcap(path, summary)?;
+    }
     Ok(exit_code_of(rendered.status))
 }
 
@@ -871,6 +920,16 @@ mod tests {
         assert!(why.contains("only `scanprof run` can read"), "{why}");
         let run = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &run, 1.0);
         assert_eq!(run[0].at, StatusAt::Stream(OutputStream::Stderr));
+    }
+
+    #[test]
+    fn a_pcap_path_without_its_directory_is_refused_before_the_run() {
+        let e = check_pcap_path(Path::new("/nonexistent-scanprof-dir/d.pcapng")).unwrap_err();
+        assert!(e.to_string().contains("does not exist: create it"), "{e}");
+        let e = check_pcap_path(&std::env::temp_dir()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        check_pcap_path(&std::env::temp_dir().join("d.pcapng")).unwrap();
+        check_pcap_path(Path::new("d.pcapng")).unwrap();
     }
 
     #[test]

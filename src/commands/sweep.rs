@@ -203,6 +203,7 @@ fn run_step(
         export: None,
         force: false,
         redact: false,
+        pcap: None,
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         quiet: false,

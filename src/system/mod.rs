@@ -16,6 +16,14 @@ pub fn monotonic_ns() -> u64 {
         .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC now, in ns: adds to a probe's timestamp to give wall
+/// time (e.g. for a pcapng, whose readers show dates).
+pub fn realtime_offset_ns() -> i128 {
+    let real = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
+        .map_or(0, |t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128);
+    real - monotonic_ns() as i128
+}
+
 pub mod startup {
     //! Start-up timing under `SCANPROF_DEBUG`: one stderr line per phase of attaching
     //! (`scanprof: timing: probes loaded at +84.1 ms (+52.3)`), counted from `begin()` (called

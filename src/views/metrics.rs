@@ -454,7 +454,7 @@ impl Exporter {
             None => None,
         };
         if let Some(path) = &targets.file {
-            write_atomically(path, &state.render())
+            write_atomically(path, state.render())
                 .with_context(|| format!("writing the metrics file {}", path.display()))?;
         }
         Ok(Exporter {
@@ -588,7 +588,7 @@ fn serve(stream: TcpStream, body: &str) -> std::io::Result<()> {
 /// Replaces `path` with `text` at once: written to a new file beside it (created exclusively,
 /// never through a symbolic link), then renamed over it, so a reader sees the old or the new
 /// exposition, never a part.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -606,7 +606,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
+    let written = f.write_all(text.as_ref()).and_then(|()| f.sync_all());
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);

@@ -194,6 +194,7 @@ fn fixed_summary() -> Summary {
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
             "2 probe records were lost (ring buffer full): process and blocking events may be incomplete".to_string(),
         ],
+        dropped_headers: Default::default(),
     }
 }
 

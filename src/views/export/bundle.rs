@@ -16,7 +16,7 @@ use nix::sys::stat::Mode;
 use regex::Regex;
 use serde_json::Value;
 
-use super::{markdown, plots, recount, trace, Meta, Recording};
+use super::{markdown, pcap, plots, recount, trace, Meta, Recording};
 use crate::analysis::{Snapshot, Summary};
 use crate::views::json;
 
@@ -29,6 +29,9 @@ pub const GAPS_SVG: &str = "gaps.svg";
 pub const RECOUNT: &str = "recount.bt";
 /// Host facts and the capability check, as JSON: {"machine": ..., "checks": ...}.
 pub const SYSTEM: &str = "system.json";
+/// The family's dropped packets' headers (sampled), pcapng: only from a run's own summary (not
+/// a summary read back), and not in a redacted bundle (the headers hold addresses).
+pub const PCAP: &str = "drops.pcapng";
 
 /// What goes into a bundle besides the recording.
 #[derive(Debug, Default)]
@@ -44,7 +47,7 @@ pub struct Extras {
 /// Every file name a bundle may hold: what `--force` removes from an earlier bundle, and what a
 /// write replaces (a name this write does not produce, such as an old gaps.svg, is removed so
 /// that `report` cannot take it for this run's).
-pub const FILES: [&str; 7] = [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM];
+pub const FILES: [&str; 8] = [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM, PCAP];
 
 /// A bundle directory, opened once: every file is created relative to this handle, so a
 /// directory swapped for a symlink after the check cannot redirect the writes.
@@ -219,6 +222,11 @@ pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Resul
     let mut names = vec![EVENTS, TRACE, RATES_SVG];
     names.extend(gaps.is_some().then_some(GAPS_SVG));
     names.extend([REPORT, RECOUNT, SYSTEM]);
+    let pcap_of = rec
+        .summary
+        .as_ref()
+        .filter(|s| s.dropped_headers.sampling.is_some() && !extras.redact);
+    names.extend(pcap_of.is_some().then_some(PCAP));
     for stale in FILES.iter().filter(|n| !names.contains(n)) {
         dir.remove(stale)?;
     }
@@ -245,6 +253,11 @@ pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Resul
     put(RECOUNT, recount::bpftrace_script(rec))?;
     let system = serde_json::json!({ "machine": extras.machine, "checks": extras.checks });
     put(SYSTEM, serde_json::to_string_pretty(&system)?)?;
+    if let Some(summary) = pcap_of {
+        written.push(dir.write_with(PCAP, |w| {
+            pcap::write(w, summary).map(|_| ()).map_err(std::io::Error::other)
+        })?);
+    }
     Ok(written)
 }
 
@@ -626,6 +639,45 @@ mod tests {
         let (back, issues) = read(&dir).unwrap();
         assert!(issues.is_empty(), "{issues:?}");
         assert_eq!(back, rec);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A run's own summary (with its sampled drop headers) gives drops.pcapng; a redacted bundle
+    /// has none (the headers hold addresses), and a summary read back (no headers) writes none.
+    #[test]
+    fn the_drop_pcapng_comes_from_a_runs_own_summary_and_never_redacted() {
+        use crate::collect::headers::{DroppedHeaders, Sampling};
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.dropped_headers = DroppedHeaders {
+                sampling: Some(Sampling::PROBES),
+                ..DroppedHeaders::default()
+            };
+        }
+        let dir = tempdir("pcap");
+        let files = write(&BundleDir::open(&dir, false).unwrap(), &rec, &Extras::default()).unwrap();
+        assert!(files.contains(&dir.join(PCAP)), "{files:?}");
+        let bytes = fs::read(dir.join(PCAP)).unwrap();
+        assert_eq!(&bytes[..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header");
+
+        let redact = Extras {
+            redact: true,
+            ..Extras::default()
+        };
+        let files = write(&BundleDir::open(&dir, true).unwrap(), &rec, &redact).unwrap();
+        assert!(!files.contains(&dir.join(PCAP)));
+        assert!(
+            !dir.join(PCAP).exists(),
+            "the earlier bundle's drops.pcapng is removed"
+        );
+
+        let (back, _) = read(&dir).unwrap();
+        assert_eq!(
+            back.summary.as_ref().unwrap().dropped_headers,
+            DroppedHeaders::default()
+        );
+        let files = write(&BundleDir::open(&dir, true).unwrap(), &back, &Extras::default()).unwrap();
+        assert!(!files.contains(&dir.join(PCAP)));
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -5,6 +5,7 @@
 
 pub mod bundle;
 pub mod markdown;
+pub mod pcap;
 pub mod plots;
 pub mod recount;
 pub mod spool;
