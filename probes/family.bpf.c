@@ -30,6 +30,8 @@ enum sp_health abi_health;
 enum sp_event_kind abi_event_kind;
 enum sp_sock_kind abi_sock_kind;
 enum sp_send_call abi_send_call;
+enum sp_recv_call abi_recv_call;
+enum sp_recv_kind abi_recv_kind;
 
 static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
 {

@@ -134,11 +134,46 @@ pub struct ThreadCounters {
     /// send syscalls on unix sockets
     pub ipc_calls: u64,
     pub ipc_bytes: u64,
+    /// receive syscalls on network sockets (absent in bundles older than them)
+    #[serde(default)]
+    pub recv: RecvCounters,
     pub budget: TimeBudget,
     /// the budget over the thread's own send window, from the entry of its first call that sent
     /// packets to the exit of its latest; None before it sent (and in bundles older than it)
     #[serde(default)]
     pub window_budget: Option<TimeBudget>,
+}
+
+/// One thread's receive syscalls on network sockets (recvfrom, recvmsg, recvmmsg, read),
+/// cumulative. Packet-socket rings are read without syscalls and are not counted here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecvCounters {
+    /// receive calls on datagram and packet sockets, failed ones (EAGAIN...) included
+    pub calls: u64,
+    pub failed_calls: u64,
+    /// messages those calls read: one per successful call, recvmmsg's count
+    pub packets: u64,
+    /// bytes of those messages
+    pub bytes: u64,
+    /// receive calls on stream sockets (TCP), failed ones included: bytes, not packets
+    pub stream_calls: u64,
+    pub stream_bytes: u64,
+}
+
+impl RecvCounters {
+    /// Whether the thread ever called a receive on a network socket.
+    pub fn any(&self) -> bool {
+        self.calls + self.stream_calls > 0
+    }
+
+    pub fn add(&mut self, o: &RecvCounters) {
+        self.calls += o.calls;
+        self.failed_calls += o.failed_calls;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.stream_calls += o.stream_calls;
+        self.stream_bytes += o.stream_bytes;
+    }
 }
 
 /// Drops counted at one (reason, location, device, class, process).
@@ -292,6 +327,11 @@ pub struct CounterSample {
     /// the statistics were never on (turned off, refused, or a bundle recorded before them)
     #[serde(default)]
     pub bpf: Option<bpf_time::BpfRunTime>,
+    /// the receive sysctls (rmem_max, rmem_default, netdev_max_backlog) at the sample, read when
+    /// the family receives or replies to it were dropped (all None otherwise, and in bundles
+    /// older than them)
+    #[serde(default)]
+    pub tunables: crate::system::machine::ReceiveTunables,
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -679,8 +719,16 @@ impl Collector {
             Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
             None => (Vec::new(), Vec::new()),
         };
+        let receives =
+            threads.iter().any(|t| t.recv.any()) || drops.iter().any(|d| d.class == DropClass::ReplyLoss);
+        let tunables = if receives {
+            crate::system::machine::ReceiveTunables::read()
+        } else {
+            Default::default()
+        };
         CounterSample {
             t_ns: now_ns,
+            tunables,
             processes: self.processes(&threads),
             threads,
             drops,
@@ -798,6 +846,14 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         last_send_ns: t.last_pkt_ns,
         ipc_calls: t.ipc_calls,
         ipc_bytes: t.ipc_bytes,
+        recv: RecvCounters {
+            calls: t.recv_calls,
+            failed_calls: t.recv_failed_calls,
+            packets: t.recv_packets,
+            bytes: t.recv_bytes,
+            stream_calls: t.recv_stream_calls,
+            stream_bytes: t.recv_stream_bytes,
+        },
         budget,
         window_budget: (t.packets > 0).then(|| {
             let at = |b: &sp_budget| TimeBudget {

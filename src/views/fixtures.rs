@@ -137,6 +137,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
                 },
             ],
         }),
+        tunables: Default::default(),
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(
