@@ -896,6 +896,7 @@ mod tests {
             ("record", &["-o", "/nonexistent/b", "--", "true"]),
             ("report", &["/nonexistent/b"]),
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
+            ("recv", &["--port", "9000"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
