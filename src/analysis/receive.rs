@@ -34,6 +34,14 @@ pub struct ReceiveView {
     pub drops: Vec<DropRow>,
     /// the receive sysctls as last read (net.core.rmem_max, rmem_default, netdev_max_backlog)
     pub tunables: ReceiveTunables,
+    /// whether every drop at the family's sockets is seen as its (the kernel names the
+    /// receiving socket of a drop, 6.8 and newer); false: only replies to addresses it sent to
+    #[serde(default = "yes")]
+    pub socket_drops_seen: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ReceiveView {
@@ -115,6 +123,7 @@ pub fn receive_view(
             .cloned()
             .collect(),
         tunables: now.tunables,
+        socket_drops_seen: now.socket_drops_seen,
     })
 }
 

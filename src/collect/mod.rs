@@ -332,6 +332,15 @@ pub struct CounterSample {
     /// older than them)
     #[serde(default)]
     pub tunables: crate::system::machine::ReceiveTunables,
+    /// whether a drop at one of the family's sockets is attributed to it whatever its source
+    /// (the drop program sees the receiving socket: kfree_skb's rx_sk, kernels >= 6.8); true in
+    /// bundles older than the field
+    #[serde(default = "yes")]
+    pub socket_drops_seen: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -403,6 +412,8 @@ pub struct Collector {
     map_sizes: std::cell::OnceCell<BTreeMap<String, u32>>,
     /// when the kernel's BPF run-time statistics are on, and their sums
     bpf: bpf_time::BpfMeter,
+    /// the drop program sees the receiving socket (`rx_sk` of kfree_skb, kernels >= 6.8)
+    rx_sk: bool,
 }
 
 impl Collector {
@@ -425,6 +436,7 @@ impl Collector {
             start_ns: now_ns,
             map_sizes: std::cell::OnceCell::new(),
             bpf: bpf_time::BpfMeter::new(bpf_time::StatsPolicy::DEFAULT),
+            rx_sk: true,
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -472,6 +484,20 @@ impl Collector {
             return Vec::new();
         }
         health.full_map_warnings(|name| self.map_capacity(name))
+    }
+
+    /// Whether the kernel's kfree_skb names the receiving socket (KernelFeatures::kfree_skb_rx_sk).
+    pub fn set_rx_sk(&mut self, rx_sk: bool) {
+        self.rx_sk = rx_sk;
+    }
+
+    /// What the receive funnel misses on this kernel, once the family receives: without rx_sk,
+    /// a drop at the family's socket is the family's only by address (a reply to where it sent).
+    pub fn receive_warning(&self, s: &CounterSample) -> Option<String> {
+        (!self.rx_sk && s.threads.iter().any(|t| t.recv.any())).then(|| {
+            "the family receives, but this kernel's kfree_skb does not name the receiving socket              (rx_sk, kernels before 6.8): drops at its sockets (SOCKET_RCVBUFF...) count in              recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes              them all"
+                .to_string()
+        })
     }
 
     pub fn probes(&self) -> &ProbeSet {
@@ -729,6 +755,7 @@ impl Collector {
         CounterSample {
             t_ns: now_ns,
             tunables,
+            socket_drops_seen: self.rx_sk,
             processes: self.processes(&threads),
             threads,
             drops,

@@ -2174,6 +2174,7 @@ impl Run {
                 rmem_default: Some(212_992),
                 netdev_max_backlog: Some(1000),
             },
+            socket_drops_seen: true,
         });
         self.0.drops.extend(rows);
         self
@@ -2258,4 +2259,14 @@ fn a_scanner_that_reads_its_replies_gets_receiver_verdicts_not_reply_ones() {
     // A receive-side loss is no loss of the packets sent: no_gap stands.
     assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
     assert_share(&v, "rcvbuf_overflow", 0.25);
+}
+
+#[test]
+fn a_reader_is_not_said_to_keep_up_where_drops_at_its_socket_are_unseen() {
+    let mut r = run(None, 0.0, 10.0).receives(5000, 4800, &[]);
+    r.0.send_calls = 0;
+    if let Some(rx) = r.0.receive.as_mut() {
+        rx.socket_drops_seen = false;
+    }
+    assert!(causes(&r.verdicts()).is_empty(), "{:?}", causes(&r.verdicts()));
 }
