@@ -77,6 +77,11 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     // (they come from an address it never sent to), so the run says so instead, and does not
     // claim that the listener kept up.
     assert_eq!(receive.socket_drops_seen, rx_sk, "{receive:?}");
+    eprintln!(
+        "receive: scanprof read {read} = the listener's {own} = InDatagrams {snmp_in}; \
+         SOCKET_RCVBUFF {dropped} {} RcvbufErrors {snmp_dropped}",
+        if rx_sk { "=" } else { "(no rx_sk: unseen) vs" }
+    );
     if !rx_sk {
         assert_eq!(dropped, 0, "{receive:?}");
         assert!(
