@@ -33,6 +33,8 @@ enum sp_sock_kind abi_sock_kind;
 enum sp_send_call abi_send_call;
 enum sp_pkt_sampling abi_pkt_sampling;
 enum sp_pkt_flags abi_pkt_flags;
+enum sp_recv_call abi_recv_call;
+enum sp_recv_kind abi_recv_kind;
 
 static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
 {

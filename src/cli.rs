@@ -127,6 +127,9 @@ const MAN_EXAMPLES: &str = "Examples:
 const SEND_EXAMPLES: &str = "Examples:
   scanprof send --to 127.0.0.1:9000 --rate 5000 --count 10000 --pacer tsc
   scanprof send --to 127.0.0.1:9000 --rate 0 -d 2 --method sendmmsg --batch 32";
+const RECV_EXAMPLES: &str = "Examples:
+  scanprof recv --port 9000 --duration 10
+  scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -243,6 +246,11 @@ pub enum Command {
     /// this machine can do). Without --count or --duration: 1000 packets in at most 10 s.
     #[command(after_help = SEND_EXAMPLES)]
     Send(SendOptions),
+    /// Reference UDP receiver: counts the datagrams that reach a port, reading them one
+    /// recvfrom at a time, as fast as they come or paced (a listener to profile, and the count
+    /// to hold scanprof's receive funnel against).
+    #[command(after_help = RECV_EXAMPLES)]
+    Recv(RecvOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
     #[command(after_help = LAB_EXAMPLES)]
     Lab(LabOptions),
@@ -507,6 +515,31 @@ pub enum Scenario {
     /// The sender is stopped (SIGSTOP) for 20 ms of every 100 ms, per-packet slots: it waits
     /// outside its pacing, and the time is lost.
     Stalls,
+    /// A listener with a tiny receive buffer (SO_RCVBUF 4096) that reads 1,000 datagrams/s, fed
+    /// 5,000 pps by the reference sender: what it cannot hold its socket drops (SOCKET_RCVBUFF).
+    /// The listener is what is profiled.
+    RcvbufOverflow,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecvOptions {
+    /// UDP port to receive on (every address of the namespace it runs in).
+    #[arg(long, value_name = "PORT")]
+    pub port: u16,
+    /// Socket receive buffer to ask for with SO_RCVBUF, bytes, up to 1 GiB (the kernel doubles
+    /// it, within net.core.rmem_max; default: the kernel's).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
+    pub rcvbuf: Option<usize>,
+    /// Datagrams per second to read at most (a slow listener); default: as fast as they come.
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
+    pub read_rate: Option<f64>,
+    /// Seconds to receive for (at most 30 days).
+    #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Also write what was received as JSON to this file (`packets`, `bytes`, `rcvbuf`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -889,6 +922,7 @@ mod tests {
             ("record", &["-o", "/nonexistent/b", "--", "true"]),
             ("report", &["/nonexistent/b"]),
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
+            ("recv", &["--port", "9000"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
@@ -954,6 +988,10 @@ mod tests {
                 let _ = o.duration.map(Duration::from_secs_f64);
                 assert!(o.rate.is_finite() && o.rate >= 0.0);
                 assert!(o.size <= MAX_UDP_PAYLOAD);
+            }
+            Command::Recv(o) => {
+                let _ = Duration::from_secs_f64(o.duration);
+                assert!(o.read_rate.is_none_or(|r| r.is_finite() && r > 0.0));
             }
             Command::Lab(o) => {
                 let _ = Duration::from_secs_f64(o.duration + 10.0);

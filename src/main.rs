@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Watchdog => Ok(scanprof::system::watchdog::run()),
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
+        Command::Recv(o) => commands::recv::run(o),
         Command::Lab(o) => commands::lab::run(o),
         Command::Baseline(o) => commands::baseline::run(o),
         Command::Sweep(o) => commands::sweep::run(o),

@@ -352,3 +352,13 @@ fn a_sender_stopped_outside_its_pacing_idles() {
     assert!(truth > 0.1, "the stops cost too little: {}", run.lab);
     run.assert_diagnosis("gap", "idle_waits", Some(truth));
 }
+
+#[test]
+fn a_listener_with_a_tiny_receive_buffer_overflows_it() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("rcvbuf-overflow");
+    let (dropped, read) = (run.f64("target_rcvbuf_errors"), run.f64("target_udp_in"));
+    assert!(dropped > read, "the listener kept up: {}", run.lab);
+    run.assert_diagnosis("loss", "rcvbuf_overflow", Some(dropped / (dropped + read)));
+}

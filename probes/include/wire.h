@@ -45,6 +45,22 @@ enum sp_send_call {
 	SP_CALL_WRITEV = 5,
 };
 
+/* Which receive syscall a thread is inside, when it is inside one (send_path.bpf.c). */
+enum sp_recv_call {
+	SP_RECV_NONE = 0,
+	SP_RECV_RECVFROM = 1,	/* also recv(2), which is recvfrom on x86-64 */
+	SP_RECV_RECVMSG = 2,
+	SP_RECV_RECVMMSG = 3,
+	SP_RECV_READ = 4,
+};
+
+/* What kind of socket a receive reads from. */
+enum sp_recv_kind {
+	SP_RX_NONE = 0,		/* not a network socket (a file, a pipe, AF_UNIX): not counted */
+	SP_RX_DGRAM = 1,	/* UDP, raw IP, AF_PACKET: one packet per message read */
+	SP_RX_STREAM = 2,	/* TCP: calls and bytes, no packets */
+};
+
 /* What kind of socket a send went to. */
 enum sp_sock_kind {
 	SP_SOCK_NONE = 0,	/* not a socket: the call is not counted */
@@ -82,6 +98,17 @@ struct sp_thread {
 	__u64 fd_cache_gen;	/* fd_gen + 1 when cached, 0 when nothing is */
 	__s32 fd_cache_fd;
 	__u32 fd_cache_kind;	/* enum sp_sock_kind */
+	/* the receive in flight, and the same cache for the fd the thread last received on (a
+	 * scanner sends on one socket and reads replies from another: one cache would thrash) */
+	__u64 recv_arg;		/* recvmmsg: user address of the mmsghdr vector */
+	__u32 recv_call;	/* enum sp_recv_call, SP_RECV_NONE outside a receive */
+	__u32 recv_kind;	/* enum sp_recv_kind */
+	__u64 rx_cache_sk;
+	__u64 rx_cache_gen;
+	__s32 rx_cache_fd;
+	__u32 rx_cache_kind;	/* enum sp_recv_kind */
+	__u64 recv_sk;		/* the socket this thread last registered in target_socks by a
+				 * receive, bind or setsockopt */
 	__u32 sched_state;	/* enum sp_sched_state */
 	__s32 block_stack;	/* kernel stack id at the switch into SP_ST_BLOCKED_SEND */
 	__u64 state_since_ns;	/* when sched_state began */
@@ -110,6 +137,13 @@ struct sp_thread {
 	/* send syscalls on unix sockets (IPC between family members) */
 	__u64 ipc_calls;
 	__u64 ipc_bytes;
+	/* receive syscalls on network sockets (recvfrom, recvmsg, recvmmsg, read) */
+	__u64 recv_calls;	/* on datagram and packet sockets, failed ones (EAGAIN) included */
+	__u64 recv_failed_calls;
+	__u64 recv_packets;	/* messages read: 1 per successful call, recvmmsg's count */
+	__u64 recv_bytes;	/* bytes of those messages */
+	__u64 recv_stream_calls;	/* on stream sockets (TCP), failed ones included */
+	__u64 recv_stream_bytes;
 	__u64 errors[SP_ERRNO_SLOTS];	/* failed network sends by errno */
 	__u64 latency[SP_HIST_BUCKETS];	/* network send syscall duration, ns */
 	__u64 gap[SP_HIST_BUCKETS];	/* time between consecutive network send entries, ns */

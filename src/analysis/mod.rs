@@ -6,6 +6,7 @@ pub mod compare;
 pub mod hist;
 pub mod knee;
 pub mod probe_cost;
+pub mod receive;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;
@@ -250,6 +251,7 @@ impl Analyzer {
 
         let threads = thread_views(s, Some(&prev), interval_ns, self.start_ns);
         let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
+        let receive = receive::receive_view(s, Some(&prev), interval_s, &drops);
         let devices = device_views(&s.devices, &prev.devices, interval_s, s);
         let block_sites = block_site_views(s, Some(&prev));
         let gap = self.gap_view(&s.threads, Some(&prev.threads));
@@ -296,6 +298,7 @@ impl Analyzer {
                 }),
             },
             scanner: None,
+            receive,
             verdicts: Vec::new(),
             warnings: warnings.to_vec(),
         };
@@ -349,6 +352,7 @@ impl Analyzer {
         drops.sort_by_key(|d| (d.class, std::cmp::Reverse(d.count)));
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
+        let receive = receive::receive_view(last, None, duration_ns.max(1) as f64 / 1e9, &drops);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
@@ -405,6 +409,7 @@ impl Analyzer {
             },
             probes,
             scanner,
+            receive,
             verdicts: Vec::new(),
             warnings,
             dropped_headers: Default::default(),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::probe_cost::{ProbeCost, ProgramCost, PROBE_COST_ALERT};
+pub use super::receive::{ReceiveView, RECV_STAGES};
 pub use super::scanner::*;
 use super::stats::RunStats;
 pub use super::verdict::Verdict;
@@ -214,6 +215,9 @@ pub struct Snapshot {
     /// what the scanner's own functions said, when a profile with probes applies
     #[serde(default)]
     pub scanner: Option<ScannerView>,
+    /// the receive funnel over the tick, when the family receives (absent otherwise)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive: Option<ReceiveView>,
     /// ranked causes of the gap and of the losses so far, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -308,6 +312,9 @@ pub struct Summary {
     /// what the scanner's own functions said, when a profile applies
     #[serde(default)]
     pub scanner: Option<ScannerView>,
+    /// the receive funnel over the run (rates over its duration), when the family receives
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive: Option<ReceiveView>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,

@@ -187,6 +187,8 @@ fn histograms_decode_and_counters_map_to_their_fields() {
     t.last_pkt_ns = 222;
     t.ipc_calls = 6;
     t.ipc_bytes = 600;
+    (t.recv_calls, t.recv_failed_calls, t.recv_packets, t.recv_bytes) = (40, 8, 96, 9_600);
+    (t.recv_stream_calls, t.recv_stream_bytes) = (3, 4_096);
     let c = thread_counters(&t, NOW);
     assert_eq!(c.latency.nonzero_buckets().collect::<Vec<_>>(), [(960, 1024, 3)]);
     assert_eq!(
@@ -198,6 +200,10 @@ fn histograms_decode_and_counters_map_to_their_fields() {
     assert_eq!((c.gap_sum_ns, c.gap_count), (8005, 5));
     assert_eq!((c.first_send_ns, c.last_send_ns), (111, 222));
     assert_eq!((c.ipc_calls, c.ipc_bytes), (6, 600));
+    let r = c.recv;
+    assert_eq!((r.calls, r.failed_calls, r.packets, r.bytes), (40, 8, 96, 9_600));
+    assert_eq!((r.stream_calls, r.stream_bytes), (3, 4_096));
+    assert!(r.any());
 }
 
 #[test]

@@ -136,6 +136,9 @@ pub struct ThreadCounters {
     /// send syscalls on unix sockets
     pub ipc_calls: u64,
     pub ipc_bytes: u64,
+    /// receive syscalls on network sockets (absent in bundles older than them)
+    #[serde(default)]
+    pub recv: RecvCounters,
     pub budget: TimeBudget,
     /// the budget over the thread's own send window, from the entry of its first call that sent
     /// packets to the exit of its latest; None before it sent (and in bundles older than it)
@@ -154,6 +157,38 @@ pub struct BlockedNow {
     pub since_ns: u64,
     /// innermost kernel function below the scheduler of the stack it blocked at
     pub wait_site: String,
+}
+
+/// One thread's receive syscalls on network sockets (recvfrom, recvmsg, recvmmsg, read),
+/// cumulative. Packet-socket rings are read without syscalls and are not counted here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecvCounters {
+    /// receive calls on datagram and packet sockets, failed ones (EAGAIN...) included
+    pub calls: u64,
+    pub failed_calls: u64,
+    /// messages those calls read: one per successful call, recvmmsg's count
+    pub packets: u64,
+    /// bytes of those messages
+    pub bytes: u64,
+    /// receive calls on stream sockets (TCP), failed ones included: bytes, not packets
+    pub stream_calls: u64,
+    pub stream_bytes: u64,
+}
+
+impl RecvCounters {
+    /// Whether the thread ever called a receive on a network socket.
+    pub fn any(&self) -> bool {
+        self.calls + self.stream_calls > 0
+    }
+
+    pub fn add(&mut self, o: &RecvCounters) {
+        self.calls += o.calls;
+        self.failed_calls += o.failed_calls;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.stream_calls += o.stream_calls;
+        self.stream_bytes += o.stream_bytes;
+    }
 }
 
 /// Drops counted at one (reason, location, device, class, process).
@@ -312,6 +347,20 @@ pub struct CounterSample {
     /// the statistics were never on (turned off, refused, or a bundle recorded before them)
     #[serde(default)]
     pub bpf: Option<bpf_time::BpfRunTime>,
+    /// the receive sysctls (rmem_max, rmem_default, netdev_max_backlog) at the sample, read when
+    /// the family receives or replies to it were dropped (all None otherwise, and in bundles
+    /// older than them)
+    #[serde(default)]
+    pub tunables: crate::system::machine::ReceiveTunables,
+    /// whether a drop at one of the family's sockets is attributed to it whatever its source
+    /// (the drop program sees the receiving socket: kfree_skb's rx_sk, kernels >= 6.8); true in
+    /// bundles older than the field
+    #[serde(default = "yes")]
+    pub socket_drops_seen: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -389,6 +438,8 @@ pub struct Collector {
     drop_pkts_over_cap: u64,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC at attach, ns
     wall_offset_ns: i128,
+    /// the drop program sees the receiving socket (`rx_sk` of kfree_skb, kernels >= 6.8)
+    rx_sk: bool,
 }
 
 impl Collector {
@@ -414,6 +465,7 @@ impl Collector {
             drop_pkts: Vec::new(),
             drop_pkts_over_cap: 0,
             wall_offset_ns: crate::system::realtime_offset_ns(),
+            rx_sk: true,
         };
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
@@ -461,6 +513,20 @@ impl Collector {
             return Vec::new();
         }
         health.full_map_warnings(|name| self.map_capacity(name))
+    }
+
+    /// Whether the kernel's kfree_skb names the receiving socket (KernelFeatures::kfree_skb_rx_sk).
+    pub fn set_rx_sk(&mut self, rx_sk: bool) {
+        self.rx_sk = rx_sk;
+    }
+
+    /// What the receive funnel misses on this kernel, once the family receives: without rx_sk,
+    /// a drop at the family's socket is the family's only by address (a reply to where it sent).
+    pub fn receive_warning(&self, s: &CounterSample) -> Option<String> {
+        (!self.rx_sk && s.threads.iter().any(|t| t.recv.any())).then(|| {
+            "the family receives, but this kernel's kfree_skb does not name the receiving socket              (rx_sk, kernels before 6.8): drops at its sockets (SOCKET_RCVBUFF...) count in              recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes              them all"
+                .to_string()
+        })
     }
 
     pub fn probes(&self) -> &ProbeSet {
@@ -793,8 +859,17 @@ impl Collector {
             Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
             None => (Vec::new(), Vec::new()),
         };
+        let receives =
+            threads.iter().any(|t| t.recv.any()) || drops.iter().any(|d| d.class == DropClass::ReplyLoss);
+        let tunables = if receives {
+            crate::system::machine::ReceiveTunables::read()
+        } else {
+            Default::default()
+        };
         CounterSample {
             t_ns: now_ns,
+            tunables,
+            socket_drops_seen: self.rx_sk,
             processes: self.processes(&threads),
             threads,
             drops,
@@ -912,6 +987,14 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
         last_send_ns: t.last_pkt_ns,
         ipc_calls: t.ipc_calls,
         ipc_bytes: t.ipc_bytes,
+        recv: RecvCounters {
+            calls: t.recv_calls,
+            failed_calls: t.recv_failed_calls,
+            packets: t.recv_packets,
+            bytes: t.recv_bytes,
+            stream_calls: t.recv_stream_calls,
+            stream_bytes: t.recv_stream_bytes,
+        },
         budget,
         window_budget: (t.packets > 0).then(|| {
             let at = |b: &sp_budget| TimeBudget {

@@ -495,6 +495,7 @@ fn collect(
         mark("probes loaded and attached");
         let start_ns = monotonic_ns();
         let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+        collector.set_rx_sk(features.kfree_skb_rx_sk);
         collector.set_bpf_policy(cfg.bpf_stats);
         mark("family registered with the probes");
         if let Some(sc) = &cfg.scanner {
@@ -648,6 +649,11 @@ fn collect(
             let w = format!(
                 "BPF run-time statistics could not be turned on ({e}): the probes' own cost is not measured"
             );
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+        if let Some(w) = collector.receive_warning(&last) {
             if !warnings.contains(&w) {
                 warnings.push(w);
             }

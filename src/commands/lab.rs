@@ -62,7 +62,19 @@ pub struct Staging {
     pub echo: bool,
     /// the sender is stopped (SIGSTOP) for `pause` out of every `every` (then SIGCONT)
     pub stall: Option<Stall>,
+    /// a listener in the target namespace (`scanprof recv`) is what is profiled, and the
+    /// sender runs beside it unprofiled (instead of the counting receiver)
+    pub listener: Option<Listener>,
     pub expect: Expectation,
+}
+
+/// The profiled listener of a receive scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Listener {
+    /// SO_RCVBUF it asks for, bytes
+    pub rcvbuf: usize,
+    /// datagrams per second it reads at most
+    pub read_rate: f64,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -103,6 +115,10 @@ pub enum Truth {
     /// Replies the sender namespace's UDP sockets dropped for a full receive buffer (its
     /// `Udp: RcvbufErrors`) / the datagrams it sent (`Udp: OutDatagrams` and `SndbufErrors`).
     ReplyDrops,
+    /// Datagrams the target namespace dropped for a full receive buffer (its `Udp:
+    /// RcvbufErrors`) / those that reached its sockets (`Udp: InDatagrams`, counted as they are
+    /// read, + `RcvbufErrors`).
+    ListenerDrops,
 }
 
 impl Truth {
@@ -112,6 +128,7 @@ impl Truth {
             Truth::QdiscDrops => "tc drops/(sent + drops) at the sender's root qdisc",
             Truth::Undelivered => "1 - delivered/sent, target Ip InReceives over sender Udp OutDatagrams + SndbufErrors",
             Truth::ReplyDrops => "sender namespace Udp RcvbufErrors/(OutDatagrams + SndbufErrors)",
+            Truth::ListenerDrops => "target namespace Udp RcvbufErrors/(InDatagrams + RcvbufErrors)",
             Truth::GapLessRunDelay => {
                 "1 - delivered/(requested x duration) - run-queue delay/duration, target Ip InReceives and the sender's /proc/PID/schedstat"
             }
@@ -141,6 +158,7 @@ pub fn staging(s: Scenario) -> Staging {
         fast_neighbour_failure: false,
         echo: false,
         stall: None,
+        listener: None,
         expect: expect("gap", "no_gap", Truth::Gap),
     };
     match s {
@@ -238,6 +256,18 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("gap", "idle_waits", Truth::GapLessRunDelay),
             ..base
         },
+        // 5000 pps into a listener that reads 1000/s from an 8 kB buffer (4096 doubled): about
+        // four in five datagrams die at its socket.
+        Scenario::RcvbufOverflow => Staging {
+            rate: 5_000.0,
+            sink: false,
+            listener: Some(Listener {
+                rcvbuf: 4096,
+                read_rate: 1_000.0,
+            }),
+            expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
+            ..base
+        },
     }
 }
 
@@ -274,6 +304,16 @@ pub struct LabReport {
     pub sender_rcvbuf_errors: Option<u64>,
     /// replies the target's echo sent back
     pub echoed: Option<u64>,
+    /// UDP datagrams read from the target namespace's sockets (`Udp: InDatagrams`) and dropped
+    /// there for a full receive buffer (`Udp: RcvbufErrors`)
+    pub target_udp_in: Option<u64>,
+    pub target_rcvbuf_errors: Option<u64>,
+    /// the profiled listener's own count (receive scenarios)
+    pub listener: Option<super::recv::RecvReport>,
+    /// scanprof's receive funnel over the run: messages the family's receive calls read, and
+    /// its SOCKET_RCVBUFF drops before the read (receive scenarios; null when it saw none)
+    pub scanprof_recv_packets: Option<u64>,
+    pub scanprof_rcvbuf_drops: Option<u64>,
     /// times the sender was stopped
     pub stalls: Option<u64>,
     /// the CPU hog of the preemption scenario
@@ -353,6 +393,9 @@ struct Counts {
     sender_udp_out: Option<u64>,
     /// UDP datagrams the sender namespace dropped for a full receive buffer
     sender_rcvbuf_errors: Option<u64>,
+    /// UDP datagrams read from the target namespace's sockets, and dropped at them
+    target_udp_in: Option<u64>,
+    target_rcvbuf_errors: Option<u64>,
     /// the sender's run-queue delay over the run, s
     run_delay_s: Option<f64>,
 }
@@ -360,8 +403,13 @@ struct Counts {
 impl Counts {
     fn read(lab: &Lab) -> Counts {
         let sender = snmp(&lab.sender_ns);
+        let target = snmp(&lab.target_ns);
+        let target_count =
+            |proto: &str, field: &str| target.as_deref().and_then(|t| snmp_counter(t, proto, field));
         Counts {
-            target_ip_in: snmp(&lab.target_ns).and_then(|t| snmp_counter(&t, "Ip", "InReceives")),
+            target_ip_in: target_count("Ip", "InReceives"),
+            target_udp_in: target_count("Udp", "InDatagrams"),
+            target_rcvbuf_errors: target_count("Udp", "RcvbufErrors"),
             // A datagram a qdisc dropped counts as a send-buffer error, not as sent.
             sender_udp_out: sender.as_deref().and_then(|t| {
                 Some(snmp_counter(t, "Udp", "OutDatagrams")? + snmp_counter(t, "Udp", "SndbufErrors")?)
@@ -379,6 +427,8 @@ impl Counts {
             target_ip_in: d(self.target_ip_in, before.target_ip_in),
             sender_udp_out: d(self.sender_udp_out, before.sender_udp_out),
             sender_rcvbuf_errors: d(self.sender_rcvbuf_errors, before.sender_rcvbuf_errors),
+            target_udp_in: d(self.target_udp_in, before.target_udp_in),
+            target_rcvbuf_errors: d(self.target_rcvbuf_errors, before.target_rcvbuf_errors),
             run_delay_s: self.run_delay_s,
         }
     }
@@ -416,12 +466,142 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
             share(delivered, counts.sender_udp_out? as f64).map(|d| 1.0 - d)
         }
         Truth::ReplyDrops => share(counts.sender_rcvbuf_errors? as f64, counts.sender_udp_out? as f64),
+        Truth::ListenerDrops => {
+            let dropped = counts.target_rcvbuf_errors?;
+            share(dropped as f64, (counts.target_udp_in? + dropped) as f64)
+        }
         Truth::GapLessRunDelay => {
             let gap = 1.0 - share(counts.target_ip_in? as f64, rate * duration_s)?;
             let waited = share(counts.run_delay_s?, duration_s)?;
             Some((gap - waited).max(0.0))
         }
     }
+}
+
+/// The profiled listener of a receive scenario (`scanprof recv` in the target namespace) and
+/// the reference sender feeding it, started on a thread of its own once the port is bound.
+struct ListenerRun {
+    /// the listener's command line: what the session launches and profiles
+    argv: Vec<String>,
+    /// where the listener writes its own count
+    report: std::path::PathBuf,
+    /// the sender's thread: its exit status, None when it was never started
+    sender: Option<std::thread::JoinHandle<anyhow::Result<Option<std::process::ExitStatus>>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Longest the sender waits for the listener to bind its port.
+const LISTENER_BIND_WAIT: Duration = Duration::from_secs(30);
+/// The listener receives this much longer than the sender sends, s.
+const LISTENER_EXTRA_S: f64 = 1.0;
+
+impl ListenerRun {
+    fn start(
+        lab: &Lab,
+        l: Listener,
+        port: u16,
+        exe: &std::path::Path,
+        duration_s: f64,
+        send_argv: Vec<String>,
+    ) -> anyhow::Result<ListenerRun> {
+        let report = std::env::temp_dir().join(format!(
+            "scanprof-lab-listener-{}-{}.json",
+            std::process::id(),
+            lab.target_ns
+        ));
+        let _ = std::fs::remove_file(&report);
+        let argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns]
+            .map(String::from)
+            .into_iter()
+            .chain([exe.display().to_string()])
+            .chain(
+                [
+                    "recv",
+                    "--port",
+                    &port.to_string(),
+                    "--rcvbuf",
+                    &l.rcvbuf.to_string(),
+                    "--read-rate",
+                    &l.read_rate.to_string(),
+                    "--duration",
+                    &(duration_s + LISTENER_EXTRA_S).to_string(),
+                    "--report",
+                    &report.display().to_string(),
+                ]
+                .map(String::from),
+            )
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let ns = lab.target_ns.clone();
+        let sender = std::thread::Builder::new()
+            .name("lab-listener-feed".into())
+            .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
+                let deadline = std::time::Instant::now() + LISTENER_BIND_WAIT;
+                while !udp_port_bound(&ns, port) {
+                    if flag.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let status = Command::new(&send_argv[0])
+                    .args(&send_argv[1..])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .with_context(|| format!("cannot start the sender `{}`", send_argv.join(" ")))?;
+                Ok(Some(status))
+            })
+            .context("cannot start the listener's sender thread")?;
+        Ok(ListenerRun {
+            argv,
+            report,
+            sender: Some(sender),
+            stop,
+        })
+    }
+
+    /// Waits for the sender and reads the listener's own count.
+    fn finish(mut self) -> anyhow::Result<super::recv::RecvReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = match self.sender.take().map(|t| t.join()) {
+            Some(Ok(r)) => r?,
+            _ => None,
+        };
+        anyhow::ensure!(
+            sent.is_some(),
+            "the listener never bound its port, so the sender was not started"
+        );
+        let text = std::fs::read_to_string(&self.report)
+            .with_context(|| format!("the listener wrote no report to {}", self.report.display()))?;
+        serde_json::from_str(&text).context("the listener's report is not JSON")
+    }
+}
+
+impl Drop for ListenerRun {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.sender.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.report);
+    }
+}
+
+/// Whether a UDP socket is bound to `port` in namespace `ns` (its /proc/net/udp).
+fn udp_port_bound(ns: &str, port: u16) -> bool {
+    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/udp"]).is_ok_and(|t| udp_table_has_port(&t, port))
+}
+
+/// Whether a /proc/net/udp table lists a socket bound to local `port`.
+fn udp_table_has_port(table: &str, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .any(|local| local.ends_with(&want))
 }
 
 /// Sends every datagram that reaches the target's `port` back to the lab sender it came from,
@@ -957,13 +1137,26 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         None
     };
     let before = Counts::read(&lab);
-    let argv = sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration);
+    let send_argv = sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration);
+    // A receive scenario profiles the listener; the sender starts beside it, unprofiled, once
+    // the listener's port is bound.
+    let listening = stage
+        .listener
+        .map(|l| ListenerRun::start(&lab, l, stage.port, &exe, o.duration, send_argv.clone()))
+        .transpose()?;
+    let argv = listening.as_ref().map_or(send_argv, |l| l.argv.clone());
     let run_opts = RunOptions {
         interval: o.interval,
         // The sender ends itself; this bounds the run if it hangs.
         duration: Some(o.duration + RUN_GRACE_S),
-        requested: Some(rate),
-        profile: Some(o.profile.clone()),
+        // A listener is asked for no send rate: its funnel is the receive side.
+        requested: listening.is_none().then_some(rate),
+        // The reference sender's profile fits `scanprof send`, not the listener.
+        profile: Some(if listening.is_some() {
+            "generic".to_string()
+        } else {
+            o.profile.clone()
+        }),
         per_packet: None,
         json: o.json,
         no_tui: o.no_tui,
@@ -1006,6 +1199,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     std::thread::sleep(Duration::from_millis(300));
     let receiver = sink.map(|s| s.stop());
     let echoed = echo.map(Echo::finish);
+    let listener = listening.map(ListenerRun::finish).transpose()?;
     let qdisc = lab.sender_qdisc().unwrap_or_default();
     let mut counts = Counts::read(&lab).since(before);
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
@@ -1020,6 +1214,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         target_ip_in: counts.target_ip_in,
         sender_udp_out: counts.sender_udp_out,
         sender_rcvbuf_errors: counts.sender_rcvbuf_errors,
+        target_udp_in: counts.target_udp_in,
+        target_rcvbuf_errors: counts.target_rcvbuf_errors,
+        listener,
+        scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
+        scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
         echoed,
         stalls,
         hog,
@@ -1076,6 +1275,18 @@ fn lab_text(r: &LabReport) -> String {
     }
     if let (Some(echoed), Some(dropped)) = (r.echoed, r.sender_rcvbuf_errors) {
         o += &format!("  echo: {echoed} replies sent back; the sender namespace dropped {dropped} for a full receive buffer\n");
+    }
+    if let Some(l) = &r.listener {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        o += &format!(
+            "  listener (SO_RCVBUF {} bytes) read {} datagrams by its own count | SNMP of the target namespace: {} read (InDatagrams), {} dropped for a full buffer (RcvbufErrors) | scanprof: {} read, {} SOCKET_RCVBUFF\n",
+            l.rcvbuf,
+            l.packets,
+            opt(r.target_udp_in),
+            opt(r.target_rcvbuf_errors),
+            opt(r.scanprof_recv_packets),
+            opt(r.scanprof_rcvbuf_drops)
+        );
     }
     if let Some(n) = r.stalls {
         o += &format!("  the sender was stopped {n} times\n");
@@ -1324,11 +1535,22 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_port_is_found_in_proc_net_udp() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                     \x20 12: 00000000:2328 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 91234 2 0000000000000000 0\n";
+        assert!(udp_table_has_port(table, 9000));
+        assert!(!udp_table_has_port(table, 9001));
+        assert!(!udp_table_has_port(table, 0x0023));
+    }
+
+    #[test]
     fn truths_come_from_the_independent_counts() {
         let counts = Counts {
             target_ip_in: Some(2500),
             sender_udp_out: Some(10_000),
             sender_rcvbuf_errors: Some(9_000),
+            target_udp_in: Some(1_000),
+            target_rcvbuf_errors: Some(3_000),
             run_delay_s: Some(0.5),
         };
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
@@ -1339,6 +1561,8 @@ mod tests {
         assert!((undelivered - 0.75).abs() < 1e-9, "{undelivered}");
         let replies = measured_truth(Truth::ReplyDrops, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((replies - 0.9).abs() < 1e-9, "{replies}");
+        let listener = measured_truth(Truth::ListenerDrops, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((listener - 0.75).abs() < 1e-9, "{listener}");
         let tbf = QdiscStats {
             kind: "tbf".into(),
             sent_packets: 300,

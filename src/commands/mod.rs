@@ -6,6 +6,7 @@ pub mod compare;
 pub mod doctor;
 pub mod lab;
 pub mod profile;
+pub mod recv;
 pub mod report;
 pub mod send;
 pub mod sweep;

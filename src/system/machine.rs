@@ -25,6 +25,35 @@ const SYSCTLS: [(&str, &str); 4] = [
     ("net.core.wmem_default", "net/core/wmem_default"),
     ("net.core.netdev_max_backlog", "net/core/netdev_max_backlog"),
 ];
+/// The sysctls that bound a receiver: what its socket may ask for and what the CPUs' input
+/// backlogs hold. All three are global (one value for every network namespace).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiveTunables {
+    /// net.core.rmem_max: the largest SO_RCVBUF a socket may set (bytes; the kernel doubles it)
+    pub rmem_max: Option<u64>,
+    /// net.core.rmem_default: a new socket's receive buffer (bytes)
+    pub rmem_default: Option<u64>,
+    /// net.core.netdev_max_backlog: packets each CPU's input backlog holds
+    pub netdev_max_backlog: Option<u64>,
+}
+
+impl ReceiveTunables {
+    /// Reads the three sysctls now; an unreadable one is None.
+    pub fn read() -> ReceiveTunables {
+        let get = |path: &str| {
+            read_trimmed(&format!("/proc/sys/net/core/{path}"))
+                .ok()?
+                .parse()
+                .ok()
+        };
+        ReceiveTunables {
+            rmem_max: get("rmem_max"),
+            rmem_default: get("rmem_default"),
+            netdev_max_backlog: get("netdev_max_backlog"),
+        }
+    }
+}
+
 /// Sleeps measured for the nanosleep overshoot.
 const NANOSLEEP_SAMPLES: usize = 200;
 /// Length of each measured relative sleep, in ns.

@@ -138,6 +138,8 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
                 },
             ],
         }),
+        tunables: Default::default(),
+        socket_drops_seen: true,
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

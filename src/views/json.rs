@@ -75,6 +75,37 @@ mod tests {
     }
 
     #[test]
+    fn every_receive_field_is_documented_in_events_md() {
+        use crate::analysis::{DropRow, ReceiveView, Stage};
+        let (mut snap, mut summary) = crate::views::fixtures::rich_run();
+        let stage = |name: &str| Stage {
+            name: name.into(),
+            count: 5,
+            pps: 5.0,
+            total: 5,
+            ratio: None,
+        };
+        let receive = ReceiveView {
+            stages: crate::analysis::RECV_STAGES.iter().map(|n| stage(n)).collect(),
+            drops: vec![DropRow {
+                reason: "SOCKET_RCVBUFF".into(),
+                location: "udp_queue_rcv_one_skb+0x437".into(),
+                device: Some("lo".into()),
+                netns: 1,
+                class: crate::collect::DropClass::ReplyLoss,
+                pid: Some(7),
+                count: 5,
+                rate: 5.0,
+            }],
+            ..Default::default()
+        };
+        snap.receive = Some(receive.clone());
+        summary.receive = Some(receive);
+        let found = documented_keys(&[line("sample", &snap), line("summary", &summary)], "receive");
+        assert!(found.contains("receive") && found.contains("tunables") && found.contains("rmem_max"));
+    }
+
+    #[test]
     fn line_puts_type_first_and_keeps_fields() {
         let l = line("sample", &Probe { pps: 10.5, name: "x" });
         assert_eq!(l, r#"{"type":"sample","pps":10.5,"name":"x"}"#);

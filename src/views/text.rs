@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Cost, EndReason, ScannerView, Snapshot, Summary, Verdict, STAGES};
+use crate::analysis::{Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES};
 use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
@@ -208,6 +208,9 @@ pub fn summary(s: &Summary) -> String {
         let list: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "send errors: {}", list.join(", "));
     }
+    if let Some(r) = &s.receive {
+        receive_section(&mut o, r);
+    }
     // The budget the diagnosis uses: over the threads' own send windows where measured.
     let (b, over) = match s.send_window_budget() {
         Some(w) => (w, "over their send windows"),
@@ -322,6 +325,42 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+/// The receive funnel over the run: drops before the read, receive calls, messages read.
+pub fn receive_section(o: &mut String, r: &ReceiveView) {
+    let _ = writeln!(o, "\nreceive funnel (per second over the run):");
+    for st in &r.stages {
+        let mut line = format!("  {:<16} {:>12.1} /s {:>12}", st.name, st.pps, st.count);
+        match st.name.as_str() {
+            "recv_calls" if r.failed_calls > 0 => {
+                let _ = write!(line, "  ({} failed: nothing to read)", r.failed_calls);
+            }
+            "recv_packets" => {
+                let _ = write!(line, "  ({} bytes)", r.bytes);
+            }
+            _ => {}
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if r.stream_calls > 0 {
+        let _ = writeln!(
+            o,
+            "  stream reads {:>16} calls {:>12} bytes",
+            r.stream_calls, r.stream_bytes
+        );
+    }
+    for d in &r.drops {
+        let _ = writeln!(
+            o,
+            "  dropped before the read: {} {} at {} (pid {}, netns {})",
+            d.count,
+            d.reason,
+            d.location,
+            d.pid.map_or("-".to_string(), |p| p.to_string()),
+            d.netns
+        );
+    }
 }
 
 /// What the scanner's own functions said: where the requested rate comes from, calibrations,

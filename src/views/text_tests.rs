@@ -189,6 +189,7 @@ fn fixed_summary() -> Summary {
             error: Some("tracepoint skb:kfree_skb not found".to_string()),
         }],
         scanner: None,
+        receive: None,
         verdicts: Vec::new(),
         warnings: vec![
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
@@ -494,6 +495,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         health: Health::default(),
         cost: Default::default(),
         scanner: None,
+        receive: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }
@@ -764,4 +766,59 @@ fn drop_rows_in_several_namespaces_name_theirs() {
     let r = summary(&s);
     assert!(!r.contains("netns"), "{r}");
     assert!(r.contains("dev spv7503-0t  pid 7"), "{r}");
+}
+
+#[test]
+fn the_receive_funnel_is_reported_only_when_the_family_receives() {
+    use crate::analysis::{DropRow, ReceiveView, Stage};
+    let plain = summary(&fixed_summary());
+    assert!(!plain.contains("receive funnel"), "{plain}");
+    let stage = |name: &str, count: u64| Stage {
+        name: name.into(),
+        count,
+        pps: count as f64 / 3.0,
+        total: count,
+        ratio: None,
+    };
+    let s = Summary {
+        receive: Some(ReceiveView {
+            stages: vec![
+                stage("recv_drops", 900),
+                stage("recv_calls", 150),
+                stage("recv_packets", 120),
+            ],
+            failed_calls: 30,
+            bytes: 12_000,
+            drops: vec![DropRow {
+                reason: "SOCKET_RCVBUFF".into(),
+                location: "udp_queue_rcv_one_skb+0x437".into(),
+                device: Some("veth1".into()),
+                netns: 4026532001,
+                class: crate::collect::DropClass::ReplyLoss,
+                pid: Some(7),
+                count: 900,
+                rate: 300.0,
+            }],
+            ..Default::default()
+        }),
+        ..fixed_summary()
+    };
+    let r = summary(&s);
+    assert!(r.contains("receive funnel (per second over the run):"), "{r}");
+    assert_eq!(
+        line_of(&r, "recv_drops"),
+        "  recv_drops              300.0 /s          900"
+    );
+    assert_eq!(
+        line_of(&r, "recv_calls"),
+        "  recv_calls               50.0 /s          150  (30 failed: nothing to read)"
+    );
+    assert_eq!(
+        line_of(&r, "recv_packets"),
+        "  recv_packets             40.0 /s          120  (12000 bytes)"
+    );
+    assert!(
+        r.contains("dropped before the read: 900 SOCKET_RCVBUFF at udp_queue_rcv_one_skb+0x437 (pid 7, netns 4026532001)"),
+        "{r}"
+    );
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
 use crate::analysis::snapshot::{
-    Baseline, BlockSiteView, DeviceView, DropRow, GapView, ProbeCost, RequestedView, ScannerView, Snapshot,
-    Summary, ThreadView,
+    Baseline, BlockSiteView, DeviceView, DropRow, GapView, ProbeCost, ReceiveView, RequestedView,
+    ScannerView, Snapshot, Summary, ThreadView,
 };
 use crate::collect::family::ProcessInfo;
 use crate::collect::TimeBudget;
@@ -135,6 +135,10 @@ pub(super) struct Facts<'a> {
     pub probe: Option<&'a ProbeCost>,
     /// why every verdict over this interval is weak
     pub caveats: Vec<String>,
+    /// the receive funnel over the interval, when the family receives
+    pub receive: Option<&'a ReceiveView>,
+    /// length of the interval the receive funnel covers, s (the tick, or the whole run)
+    pub receive_s: f64,
 }
 
 impl<'a> Facts<'a> {
@@ -221,6 +225,8 @@ impl<'a> Facts<'a> {
             }),
             probe: s.cost.bpf.as_ref(),
             caveats,
+            receive: s.receive.as_ref(),
+            receive_s: s.interval_s,
         }
     }
 
@@ -317,6 +323,8 @@ impl<'a> Facts<'a> {
             }),
             probe: s.cost.bpf.as_ref(),
             caveats,
+            receive: s.receive.as_ref(),
+            receive_s: s.duration_s,
         }
     }
 

@@ -22,7 +22,11 @@ pub(super) struct GapVerdicts {
 pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
     let mut out = Vec::new();
     let Some(r) = f.requested else {
-        out.push(gap_unknown(f));
+        // A family that only receives (it never called a send) has no send rate to judge.
+        let only_receives = f.packets_total == 0 && f.calls == 0 && super::receive::reader(f).is_some();
+        if !only_receives {
+            out.push(gap_unknown(f));
+        }
         out.extend(bottleneck(f));
         out.extend(probe_cost(f, None));
         out.extend(send_errors_as_loss(f));

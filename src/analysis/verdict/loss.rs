@@ -24,11 +24,17 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
         Group::ReplyCapture,
         Group::ReplyOther,
     ];
+    // A family that reads has its receive-side drops diagnosed by `receive` (shares of what
+    // reached it, the receive sysctls); the reply_* verdicts are for one that never reads.
+    let reads = super::receive::reader(f).is_some();
     for g in groups {
         let mut rows: Vec<&Dropped> = f
             .drops
             .iter()
             .filter(|d| d.count > 0 && Group::of(d) == Some(g))
+            .filter(|d| {
+                !(reads && d.row.class == DropClass::ReplyLoss && super::receive::handles(&d.row.reason))
+            })
             .collect();
         if rows.is_empty() {
             continue;
@@ -88,6 +94,7 @@ pub(super) fn is_outgoing(v: &Verdict) -> bool {
     let maybe_requeued = v.cause == "device_refused" && v.confidence != super::STRONG;
     v.share > 0.0
         && !v.cause.starts_with("reply_")
+        && !super::receive::is_receive(&v.cause)
         && v.cause != "send_errors"
         && v.cause != "measurement_fault"
         && !maybe_requeued
@@ -333,9 +340,19 @@ impl Group {
             ),
             Group::ReplySocket => (
                 "reply_socket_buffer",
-                format!(
-                    "Replies were lost at the scanner's own socket ({where_}): {count} of them, its receive buffer was full."
-                ),
+                {
+                    if let Some(t) = f.receive.map(|r| r.tunables) {
+                        let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
+                        evidence.push(format!(
+                            "net.core.rmem_max = {}, net.core.rmem_default = {} bytes; the family never read from the socket",
+                            show(t.rmem_max),
+                            show(t.rmem_default)
+                        ));
+                    }
+                    format!(
+                        "Replies were lost at the scanner's own socket ({where_}): {count} of them, its receive buffer was full."
+                    )
+                },
                 "Raise the scanner's receive buffer (SO_RCVBUF; sysctl net.core.rmem_max and net.core.rmem_default), \
                  or have it read replies faster."
                     .to_string(),

@@ -8,6 +8,7 @@ mod claims;
 mod facts;
 mod gap;
 mod loss;
+mod receive;
 mod split;
 mod units;
 
@@ -81,7 +82,8 @@ pub fn for_summary(s: &Summary) -> Vec<Verdict> {
 
 fn diagnose(f: &Facts) -> Vec<Verdict> {
     let mut gap = gap::verdicts(f);
-    let loss = loss::verdicts(f);
+    let mut loss = loss::verdicts(f);
+    loss.extend(receive::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {

@@ -142,6 +142,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         cost: Cost::default(),
         probes: Vec::new(),
         scanner: None,
+        receive: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
         dropped_headers: Default::default(),
@@ -1888,6 +1889,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         health: Health::default(),
         cost: Cost::default(),
         scanner: None,
+        receive: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }
@@ -2134,4 +2136,142 @@ fn threads_that_send_in_turn_are_covered_by_their_own_windows() {
         "{:?}",
         v[0].evidence
     );
+}
+
+impl Run {
+    /// The family's receive funnel over the run: `calls` receive calls read `packets` of
+    /// 100 bytes; `drops` (reason, count) died before its read (also added as reply_loss rows).
+    fn receives(mut self, calls: u64, packets: u64, drops: &[(&str, u64)]) -> Run {
+        let secs = self.0.duration_s;
+        let stage = |name: &str, n: u64| Stage {
+            name: name.into(),
+            count: n,
+            pps: n as f64 / secs,
+            total: n,
+            ratio: None,
+        };
+        let dropped: u64 = drops.iter().map(|d| d.1).sum();
+        let rows: Vec<DropRow> = drops
+            .iter()
+            .map(|(reason, n)| {
+                drop_row(
+                    DropClass::ReplyLoss,
+                    reason,
+                    "udp_queue_rcv_one_skb+0x437",
+                    "lo",
+                    *n,
+                )
+            })
+            .collect();
+        self.0.receive = Some(ReceiveView {
+            stages: vec![
+                stage("recv_drops", dropped),
+                stage("recv_calls", calls),
+                stage("recv_packets", packets),
+            ],
+            failed_calls: 0,
+            bytes: packets * 100,
+            stream_calls: 0,
+            stream_bytes: 0,
+            drops: rows.clone(),
+            tunables: crate::system::machine::ReceiveTunables {
+                rmem_max: Some(212_992),
+                rmem_default: Some(212_992),
+                netdev_max_backlog: Some(1000),
+            },
+            socket_drops_seen: true,
+        });
+        self.0.drops.extend(rows);
+        self
+    }
+}
+
+/// A listener (it never sends) whose socket buffer overflows: 9,000 of 10,000 arrivals over 10 s.
+fn overflowing_listener() -> Vec<Verdict> {
+    let mut r = run(None, 0.0, 10.0).receives(1000, 1000, &[("SOCKET_RCVBUFF", 9000)]);
+    r.0.send_calls = 0;
+    r.verdicts()
+}
+
+#[test]
+fn a_full_receive_buffer_of_a_reader_is_rcvbuf_overflow_with_the_sysctls_and_a_figure() {
+    let v = overflowing_listener();
+    // Nothing was sent and no rate was asked for: no gap verdict, no reply_* verdict.
+    assert_eq!(causes(&v), ["rcvbuf_overflow"]);
+    let o = &v[0];
+    assert_share(&v, "rcvbuf_overflow", 0.9);
+    assert_eq!((o.kind.as_str(), o.confidence.as_str()), (LOSS, STRONG));
+    assert!(
+        o.evidence
+            .iter()
+            .any(|e| e.contains("net.core.rmem_max = 212992 bytes")),
+        "{:?}",
+        o.evidence
+    );
+    assert!(o
+        .evidence
+        .iter()
+        .any(|e| e.starts_with("9000 packets for the family dropped before its read")));
+    // 900 drops/s x (100 + 768) bytes = 781,200 bytes: 1 MiB, above rmem_max.
+    assert!(o.next_step.contains("SO_RCVBUF to 1048576"), "{}", o.next_step);
+    assert!(
+        o.next_step
+            .contains("net.core.rmem_max from 212992 to at least 1048576"),
+        "{}",
+        o.next_step
+    );
+    // 90% dropped: the reader is too slow for any buffer.
+    assert!(o.next_step.contains("recvmmsg"), "{}", o.next_step);
+}
+
+#[test]
+fn a_full_backlog_before_a_readers_socket_is_backlog_overflow_with_its_sysctl() {
+    let mut r = run(None, 0.0, 10.0).receives(5000, 5000, &[("CPU_BACKLOG", 500)]);
+    r.0.send_calls = 0;
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["backlog_overflow"]);
+    assert_share(&v, "backlog_overflow", 500.0 / 5500.0);
+    let b = &v[0];
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e == "net.core.netdev_max_backlog = 1000 packets per CPU"),
+        "{:?}",
+        b.evidence
+    );
+    assert!(b.next_step.contains("from 1000 to 4096"), "{}", b.next_step);
+    assert!(!b.next_step.contains("rmem"), "{}", b.next_step);
+}
+
+#[test]
+fn a_reader_with_nothing_dropped_keeps_up() {
+    let mut r = run(None, 0.0, 10.0).receives(5000, 4800, &[]);
+    r.0.send_calls = 0;
+    let v = r.verdicts();
+    assert_eq!(causes(&v), ["receiver_keeps_up"]);
+    assert_eq!(v[0].share, 0.0);
+    assert_eq!(v[0].confidence, STRONG);
+}
+
+#[test]
+fn a_scanner_that_reads_its_replies_gets_receiver_verdicts_not_reply_ones() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .receives(2000, 7500, &[("SOCKET_RCVBUFF", 2500)])
+        .verdicts();
+    assert!(causes(&v).contains(&"rcvbuf_overflow"), "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&"reply_socket_buffer"), "{:?}", causes(&v));
+    // A receive-side loss is no loss of the packets sent: no_gap stands.
+    assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
+    assert_share(&v, "rcvbuf_overflow", 0.25);
+}
+
+#[test]
+fn a_reader_is_not_said_to_keep_up_where_drops_at_its_socket_are_unseen() {
+    let mut r = run(None, 0.0, 10.0).receives(5000, 4800, &[]);
+    r.0.send_calls = 0;
+    if let Some(rx) = r.0.receive.as_mut() {
+        rx.socket_drops_seen = false;
+    }
+    assert!(causes(&r.verdicts()).is_empty(), "{:?}", causes(&r.verdicts()));
 }

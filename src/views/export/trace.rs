@@ -610,6 +610,7 @@ mod tests {
             health: Health::default(),
             cost: Cost::default(),
             scanner: None,
+            receive: None,
             verdicts: Vec::new(),
             warnings: vec![],
         }

@@ -366,6 +366,7 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         health: sum.health,
         cost: sum.cost.clone(),
         scanner: sum.scanner.clone(),
+        receive: sum.receive.clone(),
         verdicts: sum.verdicts.clone(),
         warnings: sum.warnings.clone(),
     }

@@ -12,7 +12,7 @@ use ratatui::Frame;
 
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
-use crate::analysis::{DropRow, EndReason, Snapshot};
+use crate::analysis::{DropRow, EndReason, Snapshot, Stage};
 use crate::collect::DropClass;
 
 /// The smallest terminal the live view lays out its panels in; below it, it says so.
@@ -38,8 +38,12 @@ pub fn draw(f: &mut Frame, app: &App) {
     match (app.zoomed, app.focus) {
         (true, Some(p)) => draw_panel(f, app, p, body),
         _ => {
+            // The funnel's stages and the receive stages after them when the family receives,
+            // as far as the body leaves 10 rows to the panels below (zoomed, it shows them all).
+            let rows = app.shown.as_ref().map_or(0, |s| funnel_stages(s).len() as u16);
+            let top_height = (rows + 3).min(body.height.saturating_sub(10)).max(10);
             let [top, middle, bottom] = Layout::vertical([
-                Constraint::Length(10),
+                Constraint::Length(top_height),
                 Constraint::Percentage(45),
                 Constraint::Percentage(55),
             ])
@@ -450,6 +454,20 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
+/// The funnel panel's rows: the send stages, then the receive stages when the family receives;
+/// a family that only receives (nothing ever passed its send syscalls) sees the receive stages
+/// alone.
+fn funnel_stages(s: &Snapshot) -> Vec<&Stage> {
+    let sent = s.stages.iter().any(|st| st.total > 0);
+    let received = s.receive.as_ref().map_or(&[][..], |r| &r.stages[..]);
+    let send_rows = if sent || received.is_empty() {
+        &s.stages[..]
+    } else {
+        &[][..]
+    };
+    send_rows.iter().chain(received).collect()
+}
+
 fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     let requested = app.shown.as_ref().and_then(|s| s.requested_pps);
     let title = match (requested, app.ended()) {
@@ -466,13 +484,13 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         .stages
         .iter()
         .any(|st| st.name == "qdisc_enqueue" && st.total == 0);
-    let rows = s.stages.iter().map(|st| {
+    let rows = funnel_stages(s).into_iter().map(|st| {
         let shown = if no_qdisc && st.name.starts_with("qdisc") {
             "-".to_string()
         } else {
             rate(st.pps)
         };
-        let style = if st.name == "target_drops" && st.count > 0 {
+        let style = if (st.name == "target_drops" || st.name == "recv_drops") && st.count > 0 {
             Style::new().fg(Color::Red)
         } else {
             Style::new()

@@ -816,3 +816,51 @@ fn a_block_in_progress_is_named_with_its_site_and_length() {
     // Without a block in progress, no such line.
     assert!(!screen(&live_app(false), 120, 40).contains("blocked now"));
 }
+
+/// The fixture's first tick with a receive funnel; `sent` keeps its send stages, else they are
+/// zeroed (a family that only receives).
+fn app_receiving(sent: bool) -> App {
+    use crate::analysis::{ReceiveView, Stage};
+    let mut tick = rich_ticks().0.remove(0);
+    let stage = |name: &str, count: u64| Stage {
+        name: name.into(),
+        count,
+        pps: count as f64,
+        total: count,
+        ratio: None,
+    };
+    tick.receive = Some(ReceiveView {
+        stages: vec![
+            stage("recv_drops", 4321),
+            stage("recv_calls", 812),
+            stage("recv_packets", 811),
+        ],
+        ..Default::default()
+    });
+    if !sent {
+        for st in &mut tick.stages {
+            (st.count, st.pps, st.total) = (0, 0.0, 0);
+        }
+    }
+    let mut app = App::new("run receiver".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    app
+}
+
+#[test]
+fn the_funnel_panel_shows_the_receive_stages_when_the_family_receives() {
+    let plain = screen(&live_app(false), 120, 40);
+    assert!(!plain.contains("recv_"), "{plain}");
+    // A sender that also receives: both funnels, the send stages first.
+    let both = screen(&app_receiving(true), 120, 40);
+    let send_at = both.find("send_calls").expect("send stages shown");
+    let recv_at = both.find("recv_drops").expect("receive stages shown");
+    assert!(send_at < recv_at, "{both}");
+    assert!(both.contains("4321") && both.contains("811"), "{both}");
+    // A family that only receives: the receive stages alone, also at 80x24.
+    let only = screen(&app_receiving(false), 80, 24);
+    assert!(!only.contains("send_calls"), "{only}");
+    for name in ["recv_drops", "recv_calls", "recv_packets"] {
+        assert!(only.contains(name), "{name} missing:\n{only}");
+    }
+}

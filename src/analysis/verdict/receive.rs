@@ -1,0 +1,209 @@
+//! Causes on the receive side of a family that reads (it called a receive syscall): its socket's
+//! receive buffer overflowed (`rcvbuf_overflow`), a CPU's input backlog overflowed before the
+//! socket (`backlog_overflow`), or it kept up (`receiver_keeps_up`). Each share is the drops as
+//! a share of the packets that reached the family (read + dropped before the read). A family that
+//! never reads gets the `reply_*` verdicts of `loss` instead.
+
+use super::facts::Facts;
+use super::units::{pct, pps};
+use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use crate::analysis::receive::ReceiveView;
+use crate::analysis::snapshot::DropRow;
+
+/// Drop reasons of a full socket: its receive buffer, the protocol's memory, its backlog.
+pub(super) const SOCKET_REASONS: [&str; 3] = ["SOCKET_RCVBUFF", "PROTO_MEM", "SOCKET_BACKLOG"];
+/// Drop reason of a full per-CPU input backlog (netdev_max_backlog).
+pub(super) const BACKLOG_REASON: &str = "CPU_BACKLOG";
+/// What the kernel charges a datagram beyond its payload (the skb and its head), bytes: the
+/// socket buffer fills by this much more per packet than the bytes read say.
+const SKB_OVERHEAD: u64 = 768;
+
+/// The family's receive funnel when it reads: the rules here apply, and `loss` leaves the
+/// matching `reply_*` drops to them.
+pub(super) fn reader<'a>(f: &Facts<'a>) -> Option<&'a ReceiveView> {
+    f.receive
+        .filter(|r| r.stream_calls > 0 || r.stages.iter().any(|s| s.name == "recv_calls" && s.total > 0))
+}
+
+pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
+    let Some(r) = reader(f) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    out.extend(rcvbuf_overflow(f, r));
+    out.extend(backlog_overflow(f, r));
+    if out.is_empty() {
+        out.extend(keeps_up(f, r));
+    }
+    out
+}
+
+fn rows<'a>(r: &'a ReceiveView, reasons: &[&str]) -> Vec<&'a DropRow> {
+    let mut rows: Vec<&DropRow> = r
+        .drops
+        .iter()
+        .filter(|d| reasons.contains(&d.reason.as_str()))
+        .collect();
+    rows.sort_by_key(|d| std::cmp::Reverse(d.count));
+    rows
+}
+
+/// The evidence lines every receiver verdict starts with: the funnel's figures.
+fn funnel_lines(f: &Facts, r: &ReceiveView, dropped: u64) -> Vec<String> {
+    let read = r.count("recv_packets");
+    let over = if f.live { "in this tick" } else { "over the run" };
+    let per_s = |n: u64| pps(n as f64 / f.receive_s.max(1e-9));
+    vec![
+        format!(
+            "{read} packets read by {} receive calls {over} ({}), {} calls found nothing to read",
+            r.count("recv_calls"),
+            per_s(read),
+            r.failed_calls
+        ),
+        format!(
+            "{dropped} packets for the family dropped before its read {over} ({}): {} of the {} that reached it",
+            per_s(dropped),
+            pct(dropped as f64 / (read + dropped).max(1) as f64),
+            read + dropped
+        ),
+    ]
+}
+
+fn drop_lines(rows: &[&DropRow], evidence: &mut Vec<String>) {
+    for d in rows.iter().take(3) {
+        evidence.push(format!(
+            "{} at {} (pid {}, netns {}): {}",
+            d.reason,
+            d.location,
+            d.pid.map_or("-".to_string(), |p| p.to_string()),
+            d.netns,
+            d.count
+        ));
+    }
+}
+
+fn weak(r: &ReceiveView, dropped: u64) -> bool {
+    dropped < MIN_DROPS || r.count("recv_packets") + dropped < MIN_PACKETS
+}
+
+/// A power of two at least `n`, at least 1 MiB: a buffer size people type.
+fn buffer_figure(n: u64) -> u64 {
+    n.max(1 << 20).next_power_of_two()
+}
+
+/// The family's socket buffer overflowed (SOCKET_RCVBUFF and kin): what it asked for, what the
+/// sysctls allow, and the buffer that would hold a second of what was dropped.
+fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+    let rows = rows(r, &SOCKET_REASONS);
+    let dropped: u64 = rows.iter().map(|d| d.count).sum();
+    if dropped == 0 {
+        return None;
+    }
+    let read = r.count("recv_packets");
+    let share = dropped as f64 / (read + dropped).max(1) as f64;
+    let mut evidence = funnel_lines(f, r, dropped);
+    drop_lines(&rows, &mut evidence);
+    let t = r.tunables;
+    let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| format!("{v} bytes"));
+    evidence.push(format!(
+        "net.core.rmem_max = {} (the largest SO_RCVBUF a socket may set), net.core.rmem_default = {} (a new socket's buffer)",
+        show(t.rmem_max),
+        show(t.rmem_default)
+    ));
+    let bytes_per_packet = r.bytes.checked_div(read).unwrap_or(0) + SKB_OVERHEAD;
+    let drop_pps = dropped as f64 / f.receive_s.max(1e-9);
+    let figure = buffer_figure((drop_pps * bytes_per_packet as f64).ceil() as u64);
+    evidence.push(format!(
+        "a second of the dropped packets takes ~{figure} bytes of buffer ({} x ~{bytes_per_packet} bytes each, payload and skb)",
+        pps(drop_pps)
+    ));
+    let sysctl = match t.rmem_max {
+        Some(m) if m >= figure => format!("net.core.rmem_max ({m}) already allows it"),
+        Some(m) => format!("raise net.core.rmem_max from {m} to at least {figure} first (`sysctl -w net.core.rmem_max={figure}`): SO_RCVBUF is capped there"),
+        None => format!("net.core.rmem_max must allow it (`sysctl -w net.core.rmem_max={figure}`)"),
+    };
+    let keep_up = if share > 0.5 {
+        " More than half of what arrived was dropped: the reader is slower than the traffic, so a buffer only delays the drops; read in batches (recvmmsg) or from more threads."
+    } else {
+        ""
+    };
+    Some(verdict(
+        "rcvbuf_overflow",
+        LOSS,
+        format!(
+            "The family's receive buffer was too small: {dropped} packets ({}) were dropped at its socket before it read them.",
+            pct(share)
+        ),
+        share,
+        evidence,
+        format!("Set SO_RCVBUF to {figure} on the receiving socket; {sysctl}.{keep_up}"),
+        weak(r, dropped),
+    ))
+}
+
+/// A CPU's input backlog overflowed before the packets reached the family's socket.
+fn backlog_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+    let rows = rows(r, &[BACKLOG_REASON]);
+    let dropped: u64 = rows.iter().map(|d| d.count).sum();
+    if dropped == 0 {
+        return None;
+    }
+    let read = r.count("recv_packets");
+    let share = dropped as f64 / (read + dropped).max(1) as f64;
+    let mut evidence = funnel_lines(f, r, dropped);
+    drop_lines(&rows, &mut evidence);
+    let now = r.tunables.netdev_max_backlog;
+    evidence.push(format!(
+        "net.core.netdev_max_backlog = {} packets per CPU",
+        now.map_or("unknown".to_string(), |v| v.to_string())
+    ));
+    let figure = now.map_or(4096, |v| (v * 4).next_power_of_two());
+    Some(verdict(
+        "backlog_overflow",
+        LOSS,
+        format!(
+            "A CPU's input backlog overflowed: {dropped} packets for the family ({}) were dropped before any socket saw them.",
+            pct(share)
+        ),
+        share,
+        evidence,
+        format!(
+            "Raise net.core.netdev_max_backlog{} to {figure} (`sysctl -w net.core.netdev_max_backlog={figure}`), and spread receive processing over CPUs (RPS: /sys/class/net/DEV/queues/rx-0/rps_cpus).",
+            now.map_or(String::new(), |v| format!(" from {v}"))
+        ),
+        weak(r, dropped),
+    ))
+}
+
+/// The family read everything that reached it: nothing dropped before its read. Not claimed
+/// where the kernel cannot name the socket a drop was at (before 6.8): drops there are unseen.
+fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+    if !r.drops.is_empty() || !r.socket_drops_seen {
+        return None;
+    }
+    let read = r.count("recv_packets");
+    Some(verdict(
+        "receiver_keeps_up",
+        LOSS,
+        format!(
+            "The family's receiver kept up: it read {read} packets and none for it was dropped before its read."
+        ),
+        0.0,
+        funnel_lines(f, r, 0),
+        "Nothing to tune on the receive side.".to_string(),
+        read < MIN_PACKETS,
+    ))
+}
+
+/// Whether a drop row is one the rules here diagnose for a family that reads.
+pub(super) fn handles(reason: &str) -> bool {
+    SOCKET_REASONS.contains(&reason) || reason == BACKLOG_REASON
+}
+
+/// Whether a verdict is one of this module's (about the receive side, not the packets sent).
+pub(super) fn is_receive(cause: &str) -> bool {
+    matches!(
+        cause,
+        "rcvbuf_overflow" | "backlog_overflow" | "receiver_keeps_up"
+    )
+}
