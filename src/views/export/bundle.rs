@@ -254,7 +254,7 @@ fn events_lines(rec: &Recording) -> impl Iterator<Item = String> + '_ {
         json::line("meta", &rec.meta),
         json::line(
             "started",
-            &serde_json::json!({ "processes": rec.processes, "probes": rec.probes }),
+            &serde_json::json!({ "processes": rec.processes, "probes": rec.probes, "clocks": rec.clocks }),
         ),
     ];
     head.into_iter()
@@ -476,6 +476,7 @@ pub fn parse(mut reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording
             "started" => serde_json::from_value::<Started>(value).map(|s| {
                 rec.processes = s.processes;
                 rec.probes = s.probes;
+                rec.clocks = s.clocks;
             }),
             "sample" => serde_json::from_value::<Snapshot>(value).map(|s| rec.ticks.push(s)),
             "summary" => serde_json::from_value::<Summary>(value).map(|s| rec.summary = Some(s)),
@@ -524,6 +525,9 @@ struct Started {
     processes: Vec<crate::collect::family::ProcessInfo>,
     #[serde(default)]
     probes: Vec<crate::probes::ProbeStatus>,
+    /// absent (or null) in bundles written before the clocks were recorded
+    #[serde(default)]
+    clocks: Option<crate::system::ClockReadings>,
 }
 
 /// Replaces IPv4 and IPv6 addresses and the host name with stand-ins, the same stand-in for the

@@ -18,6 +18,7 @@ use crate::analysis::{Snapshot, Summary};
 use crate::collect::family::ProcessInfo;
 use crate::collect::session::Update;
 use crate::probes::ProbeStatus;
+use crate::system::ClockReadings;
 
 /// Where and when a recording was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,8 @@ pub struct Recording {
     /// the family at attach
     pub processes: Vec<ProcessInfo>,
     pub probes: Vec<ProbeStatus>,
+    /// the clocks at attach (None in a bundle written before scanprof recorded them)
+    pub clocks: Option<ClockReadings>,
     pub ticks: Vec<Snapshot>,
     pub summary: Option<Summary>,
 }
@@ -69,9 +72,14 @@ impl Recording {
     /// Takes one update, in the order the session sends them.
     pub fn apply(&mut self, update: &Update) {
         match update {
-            Update::Started { processes, probes } => {
+            Update::Started {
+                processes,
+                probes,
+                clocks,
+            } => {
                 self.processes = processes.clone();
                 self.probes = probes.clone();
+                self.clocks = Some(*clocks);
             }
             Update::Tick(s) => self.ticks.push((**s).clone()),
             Update::Done(s) => self.summary = Some((**s).clone()),
