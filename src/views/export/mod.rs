@@ -1,10 +1,11 @@
 //! Trace bundles: everything a run produced, as the views received it (`Recording`), written as
-//! files a maintainer can open without root or scanprof (events.ndjson, a Chrome/Perfetto
-//! trace, report.md with SVG plots, a bpftrace script that re-counts the core figures), and
-//! read back by `scanprof report`.
+//! files a maintainer can open without root or scanprof (events.ndjson, a Perfetto trace and
+//! its Chrome JSON twin, report.md with SVG plots, a bpftrace script that re-counts the core
+//! figures), and read back by `scanprof report`.
 
 pub mod bundle;
 pub mod markdown;
+pub mod perfetto;
 pub mod plots;
 pub mod recount;
 pub mod spool;
