@@ -200,7 +200,11 @@ pub fn perfetto_trace(model: &TraceModel, text: &mut dyn FnMut(&str) -> String) 
                 ],
                 primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
             }),
-            ..packet(0)
+            // The snapshot's own packet is stamped on the default clock (BOOTTIME), from its
+            // own readings, so that placing it needs no clock it has not declared yet.
+            timestamp: Some(c.boottime_ns),
+            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+            ..Default::default()
         });
     }
     let i = &model.info;
@@ -511,6 +515,11 @@ mod tests {
             ]
         );
         assert_eq!(t.packet[0].sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
+        assert_eq!(
+            (t.packet[0].timestamp, t.packet[0].timestamp_clock_id),
+            (Some(clocks.boottime_ns), None),
+            "the snapshot's packet on the default clock"
+        );
         for (p, _) in events(&t) {
             assert_eq!(p.timestamp_clock_id, Some(CLOCK_MONOTONIC));
             assert_eq!(p.trusted_packet_sequence_id, Some(SEQUENCE_ID));
