@@ -153,6 +153,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
         },
         processes: first.processes.clone(),
         probes: first.probes.clone(),
+        clocks: None,
         ticks: Vec::new(),
         summary: Some(first.clone()),
     };

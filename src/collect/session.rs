@@ -159,6 +159,8 @@ pub enum Update {
     Started {
         processes: Vec<ProcessInfo>,
         probes: Vec<ProbeStatus>,
+        /// the clocks at attach: `monotonic_ns` is the zero of every `_s` time of the run
+        clocks: crate::system::ClockReadings,
     },
     Tick(Box<Snapshot>),
     Done(Box<Summary>),
@@ -567,6 +569,7 @@ fn collect(
     let _ = tx.send(Update::Started {
         processes: collector.family.members().to_vec(),
         probes: probes.clone(),
+        clocks: crate::system::ClockReadings::at(start_ns),
     });
     let _ = ready.send(Ok(collector.drop_reasons().clone()));
     mark("probes active, command released");

@@ -580,9 +580,14 @@ pub fn render_with(
     for update in session.updates.iter() {
         rec.apply(&update);
         let (out, err): (Option<String>, Option<String>) = match update {
-            Update::Started { processes, probes } => {
+            Update::Started {
+                processes,
+                probes,
+                clocks,
+            } => {
                 if json_out {
-                    let started = serde_json::json!({ "processes": processes, "probes": probes });
+                    let started =
+                        serde_json::json!({ "processes": processes, "probes": probes, "clocks": clocks });
                     (Some(json::line("started", &started) + "\n"), None)
                 } else {
                     let mut e = started_line(&probes, &processes, command.as_deref());

@@ -11,9 +11,46 @@ pub mod watchdog;
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns()` reads, so the probes' timestamps,
 /// the collector's ticks, the pacers and the lab receiver all compare directly.
 pub fn monotonic_ns() -> u64 {
-    // CLOCK_MONOTONIC always exists on Linux, so the error arm cannot happen.
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    clock_ns(nix::time::ClockId::CLOCK_MONOTONIC)
+}
+
+/// A clock now, in ns; 0 if the kernel lacks it (MONOTONIC, BOOTTIME and REALTIME always exist).
+fn clock_ns(id: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(id).map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// The three clocks a trace viewer may align on, read back to back at one moment (within a
+/// few microseconds of each other): a trace in the BPF side's clock (MONOTONIC) declares it
+/// and the others, so that Perfetto can place it beside traces in BOOTTIME or wall-clock time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClockReadings {
+    /// CLOCK_MONOTONIC, ns: the clock of every BPF timestamp (`bpf_ktime_get_ns()`)
+    pub monotonic_ns: u64,
+    /// CLOCK_BOOTTIME, ns (MONOTONIC plus the time spent suspended): Perfetto's default clock
+    pub boottime_ns: u64,
+    /// CLOCK_REALTIME, ns since the Unix epoch
+    pub realtime_ns: u64,
+}
+
+impl ClockReadings {
+    /// The clocks at the CLOCK_MONOTONIC time `monotonic_ns` (the moment the caller took as its
+    /// zero, a little earlier): each other clock is read between two MONOTONIC readings, and
+    /// its offset from MONOTONIC (against their midpoint) applied to `monotonic_ns`.
+    pub fn at(monotonic_ns: u64) -> ClockReadings {
+        use nix::time::ClockId;
+        let offset = |id: ClockId| -> i128 {
+            let before = clock_ns(ClockId::CLOCK_MONOTONIC);
+            let x = clock_ns(id);
+            let after = clock_ns(ClockId::CLOCK_MONOTONIC);
+            i128::from(x) - (i128::from(before) + i128::from(after)) / 2
+        };
+        let moved = |off: i128| u64::try_from(i128::from(monotonic_ns) + off).unwrap_or(0);
+        ClockReadings {
+            monotonic_ns,
+            boottime_ns: moved(offset(ClockId::CLOCK_BOOTTIME)),
+            realtime_ns: moved(offset(ClockId::CLOCK_REALTIME)),
+        }
+    }
 }
 
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC now, in ns: adds to a probe's timestamp to give wall
@@ -58,5 +95,26 @@ pub mod startup {
             now.saturating_sub(begin) as f64 / 1e6,
             now.saturating_sub(last) as f64 / 1e6
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_readings_keep_boottime_at_or_after_monotonic_and_realtime_near_now() {
+        for _ in 0..1000 {
+            let m = monotonic_ns();
+            let c = ClockReadings::at(m);
+            assert_eq!(c.monotonic_ns, m);
+            // BOOTTIME = MONOTONIC + time suspended: never behind, to the reading's error.
+            assert!(c.boottime_ns + 1_000 >= m, "{c:?}");
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let c = ClockReadings::at(monotonic_ns());
+        assert!(now.abs_diff(c.realtime_ns) < 1_000_000_000, "{c:?} vs {now}");
     }
 }

@@ -268,6 +268,12 @@ pub fn rich_recording() -> crate::views::export::Recording {
         },
         processes: ticks[0].processes.clone(),
         probes: summary.probes.clone(),
+        // A host up for about 2.8 hours, suspended for 5 s once, at 06:00:00 UTC.
+        clocks: Some(crate::system::ClockReadings {
+            monotonic_ns: 10_000_000_000_000,
+            boottime_ns: 10_005_000_000_000,
+            realtime_ns: 1_795_240_800_000_000_000,
+        }),
         ticks,
         summary: Some(summary),
     }

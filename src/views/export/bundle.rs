@@ -1,7 +1,7 @@
-//! A bundle on disk: one directory holding the run's NDJSON event stream, a Chrome/Perfetto
-//! trace, report.md with its SVG plots, a bpftrace script, and the host facts. `write` makes one
-//! from a Recording; `read` takes one back, line by line, keeping what it can when the input is
-//! truncated or corrupt and saying where it stopped.
+//! A bundle on disk: one directory holding the run's NDJSON event stream, a Perfetto trace
+//! and its Chrome JSON twin, report.md with its SVG plots, a bpftrace script, and the host
+//! facts. `write` makes one from a Recording; `read` takes one back, line by line, keeping
+//! what it can when the input is truncated or corrupt and saying where it stopped.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,13 +16,16 @@ use nix::sys::stat::Mode;
 use regex::Regex;
 use serde_json::Value;
 
-use super::{markdown, pcap, plots, recount, trace, Meta, Recording};
+use super::{markdown, pcap, perfetto, plots, recount, trace, Meta, Recording};
 use crate::analysis::{Snapshot, Summary};
 use crate::views::json;
 
 /// The event stream: `meta`, `started`, `sample`..., `summary` lines (docs/events.md).
 pub const EVENTS: &str = "events.ndjson";
+/// Chrome trace-event JSON (trace::chrome_text).
 pub const TRACE: &str = "trace.json";
+/// Perfetto's native protobuf trace (perfetto::perfetto_trace), on the BPF side's clock.
+pub const PERFETTO: &str = "trace.perfetto-trace";
 pub const REPORT: &str = "report.md";
 pub const RATES_SVG: &str = "rates.svg";
 pub const GAPS_SVG: &str = "gaps.svg";
@@ -47,7 +50,9 @@ pub struct Extras {
 /// Every file name a bundle may hold: what `--force` removes from an earlier bundle, and what a
 /// write replaces (a name this write does not produce, such as an old gaps.svg, is removed so
 /// that `report` cannot take it for this run's).
-pub const FILES: [&str; 8] = [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM, PCAP];
+pub const FILES: [&str; 9] = [
+    EVENTS, TRACE, PERFETTO, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM, PCAP,
+];
 
 /// A bundle directory, opened once: every file is created relative to this handle, so a
 /// directory swapped for a symlink after the check cannot redirect the writes.
@@ -219,7 +224,7 @@ pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Resul
     if gaps.is_some() {
         plot_list.push((GAPS_SVG, "inter-send gaps against the requested slot (CDF)"));
     }
-    let mut names = vec![EVENTS, TRACE, RATES_SVG];
+    let mut names = vec![EVENTS, TRACE, PERFETTO, RATES_SVG];
     names.extend(gaps.is_some().then_some(GAPS_SVG));
     names.extend([REPORT, RECOUNT, SYSTEM]);
     let pcap_of = rec
@@ -237,11 +242,20 @@ pub fn write(dir: &BundleDir, rec: &Recording, extras: &Extras) -> anyhow::Resul
         }
         Ok(())
     })?];
+    // One model of the trace, rendered twice (and dropped before the next file). The binary
+    // file is redacted string by string: a text pass over it would break its lengths.
+    {
+        let model = trace::TraceModel::of(rec);
+        let json = trace::chrome_text(&model);
+        written.push(dir.write_file(TRACE, redactor.apply(&json).as_bytes())?);
+        drop(json);
+        let bytes = perfetto::perfetto_trace(&model, &mut |s| redactor.apply(s).into_owned());
+        written.push(dir.write_file(PERFETTO, &bytes)?);
+    }
     let mut put = |name: &str, text: String| -> anyhow::Result<()> {
         written.push(dir.write_file(name, redactor.apply(&text).as_bytes())?);
         Ok(())
     };
-    put(TRACE, trace::chrome_trace_text(rec))?;
     put(RATES_SVG, plots::rates_svg(rec))?;
     if let Some(svg) = gaps {
         put(GAPS_SVG, svg)?;
@@ -267,7 +281,7 @@ fn events_lines(rec: &Recording) -> impl Iterator<Item = String> + '_ {
         json::line("meta", &rec.meta),
         json::line(
             "started",
-            &serde_json::json!({ "processes": rec.processes, "probes": rec.probes }),
+            &serde_json::json!({ "processes": rec.processes, "probes": rec.probes, "clocks": rec.clocks }),
         ),
     ];
     head.into_iter()
@@ -489,6 +503,7 @@ pub fn parse(mut reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording
             "started" => serde_json::from_value::<Started>(value).map(|s| {
                 rec.processes = s.processes;
                 rec.probes = s.probes;
+                rec.clocks = s.clocks;
             }),
             "sample" => serde_json::from_value::<Snapshot>(value).map(|s| rec.ticks.push(s)),
             "summary" => serde_json::from_value::<Summary>(value).map(|s| rec.summary = Some(s)),
@@ -537,6 +552,9 @@ struct Started {
     processes: Vec<crate::collect::family::ProcessInfo>,
     #[serde(default)]
     probes: Vec<crate::probes::ProbeStatus>,
+    /// absent (or null) in bundles written before the clocks were recorded
+    #[serde(default)]
+    clocks: Option<crate::system::ClockReadings>,
 }
 
 /// Replaces IPv4 and IPv6 addresses and the host name with stand-ins, the same stand-in for the
@@ -633,7 +651,8 @@ mod tests {
         let rec = rich_recording();
         let dir = tempdir("roundtrip");
         let files = write(&BundleDir::open(&dir, false).unwrap(), &rec, &Extras::default()).unwrap();
-        for name in [EVENTS, TRACE, REPORT, RATES_SVG, GAPS_SVG, RECOUNT, SYSTEM] {
+        // All but drops.pcapng, which needs a run's own sampled headers (tested below).
+        for name in FILES.iter().filter(|n| **n != PCAP) {
             assert!(files.contains(&dir.join(name)), "{name} not written");
         }
         let (back, issues) = read(&dir).unwrap();
@@ -907,9 +926,25 @@ mod tests {
         )
         .unwrap();
         for entry in fs::read_dir(&dir).unwrap() {
-            let text = fs::read_to_string(entry.unwrap().path()).unwrap();
-            assert!(!text.contains("10.99.0.2") && !text.contains("lab-host"));
+            // trace.perfetto-trace is binary; its strings are UTF-8 in it all the same.
+            let path = entry.unwrap().path();
+            let bytes = fs::read(&path).unwrap();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                !text.contains("10.99.0.2") && !text.contains("lab-host"),
+                "{}",
+                path.display()
+            );
         }
+        // The redacted Perfetto trace still decodes: its strings were replaced before encoding.
+        let bytes = fs::read(dir.join(PERFETTO)).unwrap();
+        let t = <perfetto::Trace as prost::Message>::decode(bytes.as_slice()).unwrap();
+        let named_host = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref()?.description.as_ref())
+            .any(|d| d.contains("host-1"));
+        assert!(named_host, "the stand-in is in the trace's description");
         let (back, _) = read(&dir).unwrap();
         assert!(
             back.meta.command_line.iter().any(|a| a.contains("ipv4-1")),

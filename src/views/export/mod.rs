@@ -1,11 +1,12 @@
 //! Trace bundles: everything a run produced, as the views received it (`Recording`), written as
-//! files a maintainer can open without root or scanprof (events.ndjson, a Chrome/Perfetto
-//! trace, report.md with SVG plots, a bpftrace script that re-counts the core figures), and
-//! read back by `scanprof report`.
+//! files a maintainer can open without root or scanprof (events.ndjson, a Perfetto trace and
+//! its Chrome JSON twin, report.md with SVG plots, a bpftrace script that re-counts the core
+//! figures), and read back by `scanprof report`.
 
 pub mod bundle;
 pub mod markdown;
 pub mod pcap;
+pub mod perfetto;
 pub mod plots;
 pub mod recount;
 pub mod spool;
@@ -19,6 +20,7 @@ use crate::analysis::{Snapshot, Summary};
 use crate::collect::family::ProcessInfo;
 use crate::collect::session::Update;
 use crate::probes::ProbeStatus;
+use crate::system::ClockReadings;
 
 /// Where and when a recording was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,6 +47,8 @@ pub struct Recording {
     /// the family at attach
     pub processes: Vec<ProcessInfo>,
     pub probes: Vec<ProbeStatus>,
+    /// the clocks at attach (None in a bundle written before scanprof recorded them)
+    pub clocks: Option<ClockReadings>,
     pub ticks: Vec<Snapshot>,
     pub summary: Option<Summary>,
 }
@@ -70,9 +74,14 @@ impl Recording {
     /// Takes one update, in the order the session sends them.
     pub fn apply(&mut self, update: &Update) {
         match update {
-            Update::Started { processes, probes } => {
+            Update::Started {
+                processes,
+                probes,
+                clocks,
+            } => {
                 self.processes = processes.clone();
                 self.probes = probes.clone();
+                self.clocks = Some(*clocks);
             }
             Update::Tick(s) => self.ticks.push((**s).clone()),
             Update::Done(s) => self.summary = Some((**s).clone()),

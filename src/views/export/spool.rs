@@ -145,6 +145,7 @@ impl SpooledRecording {
             meta: self.latest.meta.clone(),
             processes: self.latest.processes.clone(),
             probes: self.latest.probes.clone(),
+            clocks: self.latest.clocks,
             ticks,
             summary: self.latest.summary.clone(),
         })
@@ -160,6 +161,7 @@ mod tests {
         into.apply(&Update::Started {
             processes: rec.processes.clone(),
             probes: rec.probes.clone(),
+            clocks: rec.clocks.unwrap_or_default(),
         })
         .unwrap();
         for _ in 0..rounds {

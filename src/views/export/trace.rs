@@ -1,7 +1,9 @@
-//! The bundle's trace.json: a `Recording` rendered as Chrome trace-event JSON, which
-//! ui.perfetto.dev and chrome://tracing open. Per-tick figures become counter tracks, blocking
-//! episodes become slices on the blocked thread, and process starts and exits become instants,
-//! with a flow arrow from parent to child. Pure: it reads only the Snapshots the views received.
+//! What a run's trace holds, built once from a `Recording` ([`TraceModel`]: counter tracks for
+//! the per-tick figures, slices for blocking episodes on the blocked thread, instants for
+//! process starts and exits, a flow arrow from parent to child), and its rendering as the
+//! bundle's trace.json (Chrome trace-event JSON). The bundle's trace.perfetto-trace renders the
+//! same model (`super::perfetto`), so the two cannot disagree. Pure: it reads only the
+//! Snapshots the views received.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -10,14 +12,17 @@ use serde_json::{json, Map, Value};
 use super::Recording;
 use crate::analysis::{Snapshot, SCHEMA_VERSION};
 use crate::collect::DropClass;
+use crate::system::ClockReadings;
 
 /// pid of the pseudo-process "scanprof" that carries the run-wide counter tracks.
 pub const SCANPROF_PID: u32 = 0;
 
 /// Category of every flow arrow (ids are unique within a trace whatever the arrow links).
 const FLOW_CAT: &str = "flow";
-/// Length of the slices that anchor a flow arrow's ends (Perfetto binds flows to slices), us.
-const ANCHOR_US: f64 = 1.0;
+/// Length of the slices that anchor a flow arrow's ends (Perfetto binds flows to slices), ns.
+const ANCHOR_NS: u64 = 1_000;
+/// Name of the parent-to-child arrows.
+const SPAWN: &str = "spawn";
 
 const REQUESTED: &str = "requested pps";
 /// Prefix of the per-stage rate tracks, one track a stage: Chrome's viewer stacks the series of
@@ -29,14 +34,236 @@ const CPU: &str = "scanprof CPU %";
 const PROBES_SHARE: &str = "scanprof probes % of target CPU";
 /// scanprof's BPF programs' run time per target packet, per tick.
 const PROBES_NS: &str = "scanprof probes ns/packet";
+/// The series of a counter with a single one.
+pub(super) const VALUE: &str = "value";
+
+/// Everything a trace of one recording shows, in the recording's own terms; each renderer
+/// only encodes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceModel {
+    /// every process the trace puts events on (the scanprof pseudo-process aside), in order of
+    /// first sighting
+    pub processes: Vec<TraceProcess>,
+    /// every thread the trace puts events on, by (pid, tid)
+    pub threads: Vec<TraceThread>,
+    /// timed events, in time order (events at one time in the order they were made)
+    pub events: Vec<TraceEvent>,
+    /// the clocks at attach, if the recording has them: times since attach plus
+    /// `monotonic_ns` are on the BPF side's clock
+    pub clocks: Option<ClockReadings>,
+    /// where and when the recording was made
+    pub info: RunInfo,
+}
+
+/// A process of the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceProcess {
+    pub pid: u32,
+    /// its latest comm (`pid N` if the recording never named it)
+    pub comm: String,
+    /// its command line as recorded: the executable path, if known
+    pub exe: Option<String>,
+}
+
+/// A thread of the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceThread {
+    pub pid: u32,
+    pub tid: u32,
+    /// the thread's comm (its process's when it was never listed itself)
+    pub comm: String,
+}
+
+/// One timed event, on the track of thread `tid` of process `pid` (pid [`SCANPROF_PID`]:
+/// scanprof's run-wide tracks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEvent {
+    /// ns since attach
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: EventKind,
+}
+
+/// What a timed event is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventKind {
+    /// A sample of the counter `name`: one value per series (a series keeps its value until
+    /// the counter's next sample). Chrome JSON draws the series of one counter stacked;
+    /// Perfetto gets one counter track per series.
+    Counter {
+        name: String,
+        series: Vec<(String, f64)>,
+    },
+    /// A span of `dur_ns` on the thread, maybe one end of a flow arrow.
+    Slice {
+        name: String,
+        category: Category,
+        dur_ns: u64,
+        args: Vec<(&'static str, Arg)>,
+        flow: Option<FlowEnd>,
+    },
+    /// A moment in the process's life, on its main thread.
+    Instant {
+        name: String,
+        category: Category,
+        args: Vec<(&'static str, Arg)>,
+    },
+}
+
+/// Which kind of event a slice or instant is (Chrome's `cat`, Perfetto's category).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// a blocking episode
+    Blocking,
+    /// a process starting or exiting, and the anchors of the spawn arrows
+    Process,
+    /// a tick's drops at one place for one reason
+    Drop,
+}
+
+impl Category {
+    /// The name both renderers give the category.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Blocking => "blocking",
+            Category::Process => "process",
+            Category::Drop => "drop",
+        }
+    }
+}
+
+/// A value carried with a slice or an instant.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    Uint(u64),
+    Int(i64),
+    Str(String),
+}
+
+impl Arg {
+    fn json(&self) -> Value {
+        match self {
+            Arg::Uint(n) => json!(n),
+            Arg::Int(n) => json!(n),
+            Arg::Str(s) => json!(s),
+        }
+    }
+}
+
+/// One end of a flow arrow, bound to the slice that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowEnd {
+    /// the arrow `id` leaves this slice
+    Out { id: u64 },
+    /// the arrow `id` arrives at this slice
+    In { id: u64 },
+}
+
+/// Where and when a recording was made, as the trace's metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// scanprof's command line, quoted for a shell
+    pub command_line: String,
+    pub version: String,
+    /// wall-clock start, RFC 3339 UTC
+    pub started_at: String,
+    pub hostname: String,
+    pub kernel: String,
+    pub schema_version: u32,
+}
+
+impl TraceModel {
+    /// The trace of a whole recording. Counters carry one sample per tick at the tick's start
+    /// (viewers hold a counter's value until its next sample, so each step covers the tick it
+    /// measured), and a closing sample with the last values at the last tick's end.
+    pub fn of(rec: &Recording) -> TraceModel {
+        let names = Names::of(rec);
+        let mut timed = Timed::default();
+        if !rec.ticks.is_empty() {
+            run_counters(rec, &mut timed);
+            budget_counters(rec, &mut timed);
+        }
+        episode_slices(rec, &mut timed);
+        lifecycle(rec, &mut timed);
+        drop_instants(rec, &mut timed);
+        let exe_of = |pid: u32| {
+            rec.ticks
+                .iter()
+                .rev()
+                .flat_map(|t| t.processes.iter())
+                .chain(rec.processes.iter())
+                .find(|p| p.pid == pid && !p.exe.is_empty())
+                .map(|p| p.exe.clone())
+        };
+        TraceModel {
+            processes: names
+                .processes
+                .iter()
+                .map(|(pid, comm)| TraceProcess {
+                    pid: *pid,
+                    comm: comm.clone(),
+                    exe: exe_of(*pid),
+                })
+                .collect(),
+            threads: names
+                .threads
+                .iter()
+                .map(|((pid, tid), comm)| TraceThread {
+                    pid: *pid,
+                    tid: *tid,
+                    comm: comm.clone(),
+                })
+                .collect(),
+            events: timed.into_sorted(),
+            clocks: rec.clocks,
+            info: run_info(rec),
+        }
+    }
+
+    /// How many samples, slices, instants and flow arrows the model holds: what a rendering
+    /// must carry.
+    pub fn counts(&self) -> ModelCounts {
+        let mut c = ModelCounts::default();
+        let mut tracks = BTreeSet::new();
+        for e in &self.events {
+            match &e.kind {
+                EventKind::Counter { name, series } => {
+                    for (s, _) in series {
+                        tracks.insert((e.pid, e.tid, name.as_str(), s.as_str()));
+                    }
+                    c.counter_values += series.len();
+                }
+                EventKind::Slice { flow, .. } => {
+                    c.slices += 1;
+                    c.flow_ends += usize::from(flow.is_some());
+                }
+                EventKind::Instant { .. } => c.instants += 1,
+            }
+        }
+        c.counter_tracks = tracks.len();
+        c
+    }
+}
+
+/// The size of a [`TraceModel`], in the units a Perfetto trace has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelCounts {
+    /// one per (thread, counter, series)
+    pub counter_tracks: usize,
+    /// one per series per sample
+    pub counter_values: usize,
+    pub slices: usize,
+    pub instants: usize,
+    /// slices that carry an end of a flow arrow (two per arrow)
+    pub flow_ends: usize,
+}
 
 /// The trace of a whole recording as a Chrome trace-event JSON object:
 /// `{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`.
 ///
 /// `ts` and `dur` are microseconds since attach. Metadata events come first, then every timed
-/// event in time order. Counters carry one sample per tick at the tick's start (viewers hold a
-/// counter's value until its next sample, so each step covers the tick it measured), and a
-/// closing sample with the last values at the last tick's end.
+/// event in time order.
 pub fn chrome_trace(rec: &Recording) -> Value {
     serde_json::from_str(&chrome_trace_text(rec)).unwrap_or(Value::Null)
 }
@@ -44,42 +271,123 @@ pub fn chrome_trace(rec: &Recording) -> Value {
 /// [`chrome_trace`] as the text of trace.json. Each event is serialized as it is made (a long
 /// run has a few dozen counter events per tick, each far smaller as text than as a `Value`).
 pub fn chrome_trace_text(rec: &Recording) -> String {
-    let names = Names::of(rec);
-    let mut timed = Timed::default();
-    if !rec.ticks.is_empty() {
-        run_counters(rec, &mut timed);
-        budget_counters(rec, &mut timed);
-    }
-    episode_slices(rec, &mut timed);
-    lifecycle(rec, &mut timed);
+    chrome_text(&TraceModel::of(rec))
+}
 
+/// A model rendered as the text of trace.json.
+pub fn chrome_text(model: &TraceModel) -> String {
     let mut out = String::from("{\"traceEvents\":[");
     let mut first = true;
-    let metadata = names.metadata().into_iter().map(|e| e.to_string());
-    for e in metadata.chain(timed.into_sorted()) {
+    let mut put = |e: Value| {
         if !first {
             out.push(',');
         }
         first = false;
-        out.push_str(&e);
+        out.push_str(&e.to_string());
+    };
+    for e in chrome_metadata(model) {
+        put(e);
+    }
+    for e in &model.events {
+        for v in chrome_events(e) {
+            put(v);
+        }
     }
     out.push_str("],\"displayTimeUnit\":\"ms\",\"otherData\":");
-    out.push_str(&other_data(rec).to_string());
+    out.push_str(&other_data(&model.info).to_string());
     out.push('}');
     out
+}
+
+/// The process and thread names, as Chrome metadata events.
+fn chrome_metadata(model: &TraceModel) -> Vec<Value> {
+    let meta = |name: &str, pid: u32, tid: u32, args: Value| json!({ "ph": "M", "name": name, "pid": pid, "tid": tid, "args": args });
+    let mut out = vec![
+        meta("process_name", SCANPROF_PID, 0, json!({ "name": "scanprof" })),
+        meta("process_sort_index", SCANPROF_PID, 0, json!({ "sort_index": 0 })),
+    ];
+    for (i, p) in model.processes.iter().enumerate() {
+        out.push(meta(
+            "process_name",
+            p.pid,
+            0,
+            json!({ "name": format!("{} ({})", p.comm, p.pid) }),
+        ));
+        out.push(meta(
+            "process_sort_index",
+            p.pid,
+            0,
+            json!({ "sort_index": i + 1 }),
+        ));
+    }
+    for t in &model.threads {
+        out.push(meta(
+            "thread_name",
+            t.pid,
+            t.tid,
+            json!({ "name": format!("{} ({})", t.comm, t.tid) }),
+        ));
+    }
+    out
+}
+
+/// One model event as Chrome events: the event, and after a slice, the flow end it carries.
+fn chrome_events(e: &TraceEvent) -> Vec<Value> {
+    let ts = e.ts_ns as f64 / 1e3;
+    let (pid, tid) = (e.pid, e.tid);
+    let args = |a: &[(&str, Arg)]| -> Map<String, Value> {
+        a.iter().map(|(k, v)| (k.to_string(), v.json())).collect()
+    };
+    match &e.kind {
+        EventKind::Counter { name, series: s } => {
+            let args: Map<String, Value> = s.iter().map(|(k, v)| (k.clone(), num(*v))).collect();
+            vec![json!({ "ph": "C", "name": name, "pid": pid, "tid": tid, "ts": num(ts), "args": args })]
+        }
+        EventKind::Slice {
+            name,
+            category,
+            dur_ns,
+            args: a,
+            flow,
+        } => {
+            let mut out = vec![json!({
+                "ph": "X", "name": name, "cat": category.name(), "pid": pid, "tid": tid,
+                "ts": num(ts), "dur": num(*dur_ns as f64 / 1e3), "args": args(a),
+            })];
+            if let Some(f) = flow {
+                let (ph, id) = match f {
+                    FlowEnd::Out { id } => ("s", id),
+                    FlowEnd::In { id } => ("f", id),
+                };
+                out.push(flow_end(ph, *id, (pid, tid, ts), SPAWN));
+            }
+            out
+        }
+        EventKind::Instant {
+            name,
+            category,
+            args: a,
+        } => vec![json!({
+            "ph": "i", "s": "p", "name": name, "cat": category.name(), "pid": pid, "tid": tid,
+            "ts": num(ts), "args": args(a),
+        })],
+    }
+}
+
+/// One end (`ph` "s" or "f") of a flow arrow, bound to the slice that encloses it on its thread
+/// (`bp: "e"`); `at` is (pid, tid, ts in us since attach).
+fn flow_end(ph: &str, id: u64, (pid, tid, ts): (u32, u32, f64), name: &str) -> Value {
+    json!({
+        "ph": ph, "name": name, "cat": FLOW_CAT, "id": id, "bp": "e",
+        "pid": pid, "tid": tid, "ts": num(ts),
+    })
 }
 
 /// A flow arrow from one thread's track to another's: the `s` and `f` events, sharing `id`.
 /// `from` and `to` are (pid, tid, ts in us since attach). Both ends bind to the slice that
 /// encloses them on their thread (`bp: "e"`), so each end needs a slice around its `ts`.
 pub fn flow_pair(id: u64, from: (u32, u32, f64), to: (u32, u32, f64), name: &str) -> [Value; 2] {
-    let end = |ph: &str, (pid, tid, ts): (u32, u32, f64)| {
-        json!({
-            "ph": ph, "name": name, "cat": FLOW_CAT, "id": id, "bp": "e",
-            "pid": pid, "tid": tid, "ts": num(ts),
-        })
-    };
-    [end("s", from), end("f", to)]
+    [flow_end("s", id, from, name), flow_end("f", id, to, name)]
 }
 
 /// Checks what Perfetto and chrome://tracing rely on: every event has `ph`, `name`, `pid`,
@@ -195,8 +503,14 @@ pub fn check_trace(v: &Value) -> Result<(), String> {
 }
 
 /// us since attach of a time in s since attach, to the ns.
+#[cfg(test)]
 fn us(s: f64) -> f64 {
-    (s * 1e9).round() / 1e3
+    ns(s) as f64 / 1e3
+}
+
+/// ns since attach of a time in s since attach (0 for a negative or NaN time).
+fn ns(s: f64) -> u64 {
+    (s * 1e9).round() as u64
 }
 
 /// A JSON number to three decimals (exact through a text round trip); 0 if not finite.
@@ -205,32 +519,36 @@ fn num(x: f64) -> Value {
     serde_json::Number::from_f64(if r.is_finite() { r } else { 0.0 }).map_or(json!(0), Value::Number)
 }
 
-/// Timed events, kept with their ts so that they can be put in time order.
+/// Timed events as they are made.
 #[derive(Default)]
-struct Timed(Vec<(f64, String)>);
+struct Timed(Vec<TraceEvent>);
 
 impl Timed {
-    /// Keeps `e` serialized.
-    fn push(&mut self, ts: f64, e: Value) {
-        self.0.push((ts, e.to_string()));
+    fn push(&mut self, ts_ns: u64, pid: u32, tid: u32, kind: EventKind) {
+        self.0.push(TraceEvent {
+            ts_ns,
+            pid,
+            tid,
+            kind,
+        });
     }
 
-    fn counter(&mut self, pid: u32, tid: u32, name: &str, ts: f64, args: Map<String, Value>) {
-        let e = json!({ "ph": "C", "name": name, "pid": pid, "tid": tid, "ts": num(ts), "args": args });
-        self.push(ts, e);
+    fn counter(&mut self, pid: u32, tid: u32, name: &str, ts_ns: u64, series: Vec<(String, f64)>) {
+        let name = name.to_string();
+        self.push(ts_ns, pid, tid, EventKind::Counter { name, series });
     }
 
-    /// In time order; events at the same ts keep the order they were pushed in, so a slice
+    /// In time order; events at the same time keep the order they were pushed in, so a slice
     /// pushed before a flow end at its start encloses it.
-    fn into_sorted(mut self) -> Vec<String> {
-        self.0.sort_by(|a, b| a.0.total_cmp(&b.0));
-        self.0.into_iter().map(|(_, e)| e).collect()
+    fn into_sorted(mut self) -> Vec<TraceEvent> {
+        self.0.sort_by_key(|e| e.ts_ns);
+        self.0
     }
 }
 
-/// Series name -> value, as counter args.
-fn series<'a>(values: impl IntoIterator<Item = (&'a str, f64)>) -> Map<String, Value> {
-    values.into_iter().map(|(k, v)| (k.to_string(), num(v))).collect()
+/// Series name -> value, as a counter sample's series.
+fn series<'a>(values: impl IntoIterator<Item = (&'a str, f64)>) -> Vec<(String, f64)> {
+    values.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// Every process and thread the trace puts events on, named.
@@ -280,43 +598,12 @@ impl Names {
         }
         Names { processes, threads }
     }
-
-    fn metadata(&self) -> Vec<Value> {
-        let meta = |name: &str, pid: u32, tid: u32, args: Value| json!({ "ph": "M", "name": name, "pid": pid, "tid": tid, "args": args });
-        let mut out = vec![
-            meta("process_name", SCANPROF_PID, 0, json!({ "name": "scanprof" })),
-            meta("process_sort_index", SCANPROF_PID, 0, json!({ "sort_index": 0 })),
-        ];
-        for (i, (pid, comm)) in self.processes.iter().enumerate() {
-            out.push(meta(
-                "process_name",
-                *pid,
-                0,
-                json!({ "name": format!("{comm} ({pid})") }),
-            ));
-            out.push(meta(
-                "process_sort_index",
-                *pid,
-                0,
-                json!({ "sort_index": i + 1 }),
-            ));
-        }
-        for ((pid, tid), comm) in &self.threads {
-            out.push(meta(
-                "thread_name",
-                *pid,
-                *tid,
-                json!({ "name": format!("{comm} ({tid})") }),
-            ));
-        }
-        out
-    }
 }
 
 /// The run-wide tracks on the scanprof pseudo-process: requested rate, stage rates, target
 /// drop rates by reason, scanprof's CPU.
 fn run_counters(rec: &Recording, out: &mut Timed) {
-    let c = |out: &mut Timed, name: &str, ts: f64, args| out.counter(SCANPROF_PID, 0, name, ts, args);
+    let c = |out: &mut Timed, name: &str, ts, values| out.counter(SCANPROF_PID, 0, name, ts, values);
     let stage_names: BTreeSet<&str> = rec
         .ticks
         .iter()
@@ -329,22 +616,22 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
     // end with its last values: every step then covers exactly the tick it measured.
     let last = rec.ticks.len().saturating_sub(1);
     for (i, t) in rec.ticks.iter().enumerate() {
-        let mut at = vec![us((t.t_s - t.interval_s).max(0.0))];
+        let mut at = vec![ns((t.t_s - t.interval_s).max(0.0))];
         if i == last {
-            at.push(us(t.t_s));
+            at.push(ns(t.t_s));
         }
         let pps = |name: &str| t.stages.iter().find(|s| s.name == name).map_or(0.0, |s| s.pps);
         let rates = drop_rates(t);
         for ts in at {
             if let Some(r) = t.requested_pps {
-                c(out, REQUESTED, ts, series([("value", r)]));
+                c(out, REQUESTED, ts, series([(VALUE, r)]));
             }
             for stage in &stage_names {
                 c(
                     out,
                     &format!("{STAGES} {stage}"),
                     ts,
-                    series([("value", pps(stage))]),
+                    series([(VALUE, pps(stage))]),
                 );
             }
             // Drops by reason stack into the total drop rate, so they share one counter; every
@@ -358,19 +645,18 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
                     series(reasons.iter().map(|r| (r.as_str(), rate(r)))),
                 );
             }
-            c(out, CPU, ts, series([("value", t.cost.cpu * 100.0)]));
+            c(out, CPU, ts, series([(VALUE, t.cost.cpu * 100.0)]));
             if let Some(b) = &t.cost.bpf {
                 if let Some(share) = b.share_of_target {
-                    c(out, PROBES_SHARE, ts, series([("value", share * 100.0)]));
+                    c(out, PROBES_SHARE, ts, series([(VALUE, share * 100.0)]));
                 }
-                if let Some(ns) = b.ns_per_packet {
-                    c(out, PROBES_NS, ts, series([("value", ns)]));
+                if let Some(v) = b.ns_per_packet {
+                    c(out, PROBES_NS, ts, series([(VALUE, v)]));
                 }
             }
         }
     }
 }
-
 /// Drops per second of the family's packets in a tick, by reason summed over locations:
 /// outgoing losses under the reason's name, losses of replies as "<reason> (reply)".
 fn drop_rates(t: &Snapshot) -> BTreeMap<String, f64> {
@@ -396,7 +682,7 @@ fn budget_counters(rec: &Recording, out: &mut Timed) {
     let last = rec.ticks.len().saturating_sub(1);
     for (i, t) in rec.ticks.iter().enumerate() {
         // Sampled at the tick's start, like the run counters (a step covers its own tick).
-        let start = us((t.t_s - t.interval_s).max(0.0));
+        let start = ns((t.t_s - t.interval_s).max(0.0));
         let mut now = BTreeSet::new();
         for th in &t.threads {
             let key = (th.pid, th.tid);
@@ -414,7 +700,7 @@ fn budget_counters(rec: &Recording, out: &mut Timed) {
             let values = series(pct.map(|(k, v)| (k, v * 100.0)));
             out.counter(th.pid, th.tid, &name(th.tid), start, values.clone());
             if i == last {
-                out.counter(th.pid, th.tid, &name(th.tid), us(t.t_s), values);
+                out.counter(th.pid, th.tid, &name(th.tid), ns(t.t_s), values);
             }
         }
         for (pid, tid) in present.difference(&now) {
@@ -427,15 +713,17 @@ fn budget_counters(rec: &Recording, out: &mut Timed) {
 /// One slice per blocking episode, on the blocked thread.
 fn episode_slices(rec: &Recording, out: &mut Timed) {
     for e in rec.ticks.iter().flat_map(|t| t.episodes.iter()) {
-        let ts = us(e.start_s);
-        out.push(
-            ts,
-            json!({
-                "ph": "X", "name": format!("blocked in {}", e.wait_site), "cat": "blocking",
-                "pid": e.pid, "tid": e.tid, "ts": num(ts), "dur": num(e.duration_ns as f64 / 1e3),
-                "args": { "duration_ns": e.duration_ns, "wait_site": e.wait_site },
-            }),
-        );
+        let slice = EventKind::Slice {
+            name: format!("blocked in {}", e.wait_site),
+            category: Category::Blocking,
+            dur_ns: e.duration_ns,
+            args: vec![
+                ("duration_ns", Arg::Uint(e.duration_ns)),
+                ("wait_site", Arg::Str(e.wait_site.clone())),
+            ],
+            flow: None,
+        };
+        out.push(ns(e.start_s), e.pid, e.tid, slice);
     }
 }
 
@@ -454,80 +742,142 @@ fn lifecycle(rec: &Recording, out: &mut Timed) {
     let mut exited: BTreeSet<u32> = BTreeSet::new();
     let mut next_flow = 1;
     for t in &rec.ticks {
-        let tick_end = us(t.t_s);
+        let tick_end = ns(t.t_s);
+        let tick = || ("tick", Arg::Uint(t.tick));
         let new: Vec<_> = t.processes.iter().filter(|p| !known.contains(&p.pid)).collect();
         known.extend(new.iter().map(|p| p.pid));
         for p in new {
-            let ts = p.start_s.map_or(tick_end, us);
-            let instant = json!({
-                "ph": "i", "s": "p", "name": format!("started {}", p.comm), "cat": "process",
-                "pid": p.pid, "tid": p.pid, "ts": num(ts),
-                "args": { "pid": p.pid, "ppid": p.ppid, "exe": p.exe, "tick": t.tick },
-            });
-            out.push(ts, instant);
+            let ts = p.start_s.map_or(tick_end, ns);
+            let started = EventKind::Instant {
+                name: format!("started {}", p.comm),
+                category: Category::Process,
+                args: vec![
+                    ("pid", Arg::Uint(p.pid.into())),
+                    ("ppid", Arg::Uint(p.ppid.into())),
+                    ("exe", Arg::Str(p.exe.clone())),
+                    tick(),
+                ],
+            };
+            out.push(ts, p.pid, p.pid, started);
             if p.ppid == p.pid || !known.contains(&p.ppid) {
                 continue;
             }
-            // Anchor slices first, so that each flow end finds its slice open at ts.
-            let anchor = |pid: u32, name: String| {
-                json!({
-                    "ph": "X", "name": name, "cat": "process", "pid": pid, "tid": pid,
-                    "ts": num(ts), "dur": num(ANCHOR_US), "args": { "tick": t.tick },
-                })
+            // Each end of the arrow binds to a short slice that holds it.
+            let anchor = |name: String, flow| EventKind::Slice {
+                name,
+                category: Category::Process,
+                dur_ns: ANCHOR_NS,
+                args: vec![tick()],
+                flow: Some(flow),
             };
-            out.push(ts, anchor(p.ppid, format!("spawned {} ({})", p.comm, p.pid)));
-            out.push(ts, anchor(p.pid, "first seen".to_string()));
-            let [s, f] = flow_pair(next_flow, (p.ppid, p.ppid, ts), (p.pid, p.pid, ts), "spawn");
+            let id = next_flow;
             next_flow += 1;
-            out.push(ts, s);
-            out.push(ts, f);
+            let spawned = anchor(format!("spawned {} ({})", p.comm, p.pid), FlowEnd::Out { id });
+            out.push(ts, p.ppid, p.ppid, spawned);
+            out.push(ts, p.pid, p.pid, anchor("first seen".into(), FlowEnd::In { id }));
         }
         for p in &t.processes {
             if (p.alive && p.exit_code.is_none()) || !exited.insert(p.pid) {
                 continue;
             }
-            let ts = p.exit_s.map_or(tick_end, us);
+            let ts = p.exit_s.map_or(tick_end, ns);
             let (how, args) = match p.exit_code {
                 Some(c) if c & 0x7f != 0 => (
                     format!(" (signal {})", c & 0x7f),
-                    json!({ "exit_status": c, "signal": c & 0x7f }),
+                    vec![
+                        ("exit_status", Arg::Int(c.into())),
+                        ("signal", Arg::Int((c & 0x7f).into())),
+                    ],
                 ),
                 Some(c) => {
                     let code = (c >> 8) & 0xff;
                     (
                         format!(" (code {code})"),
-                        json!({ "exit_status": c, "code": code }),
+                        vec![
+                            ("exit_status", Arg::Int(c.into())),
+                            ("code", Arg::Int(code.into())),
+                        ],
                     )
                 }
-                None => (String::new(), json!({})),
+                None => (String::new(), vec![]),
             };
-            out.push(
-                ts,
-                json!({
-                    "ph": "i", "s": "p", "name": format!("exited {}{how}", p.comm), "cat": "process",
-                    "pid": p.pid, "tid": p.pid, "ts": num(ts), "args": args,
-                }),
-            );
+            let exited = EventKind::Instant {
+                name: format!("exited {}{how}", p.comm),
+                category: Category::Process,
+                args,
+            };
+            out.push(ts, p.pid, p.pid, exited);
         }
     }
 }
 
-/// Where and when the recording was made, as trace metadata.
-fn other_data(rec: &Recording) -> Value {
+/// One instant per drop row of each tick (a place and reason where the tick dropped
+/// packets), at the tick's end: on the main thread of the process whose packets they were, or
+/// on scanprof's track when the row names none or a process outside the family.
+fn drop_instants(rec: &Recording, out: &mut Timed) {
+    let family: BTreeSet<u32> = rec
+        .processes
+        .iter()
+        .chain(rec.ticks.iter().flat_map(|t| t.processes.iter()))
+        .map(|p| p.pid)
+        .collect();
+    for t in &rec.ticks {
+        for d in &t.drops {
+            let name = match d.class {
+                DropClass::TargetLoss => format!("drop {}", d.reason),
+                other => format!("drop {} ({})", d.reason, other.name()),
+            };
+            let mut args = vec![
+                ("count", Arg::Uint(d.count)),
+                ("reason", Arg::Str(d.reason.clone())),
+                ("location", Arg::Str(d.location.clone())),
+                ("class", Arg::Str(d.class.name().into())),
+                ("netns", Arg::Uint(d.netns.into())),
+                ("tick", Arg::Uint(t.tick)),
+            ];
+            args.extend(d.device.as_ref().map(|dev| ("device", Arg::Str(dev.clone()))));
+            let (pid, tid) = match d.pid {
+                Some(p) if family.contains(&p) => (p, p),
+                _ => (SCANPROF_PID, 0),
+            };
+            let instant = EventKind::Instant {
+                name,
+                category: Category::Drop,
+                args,
+            };
+            out.push(ns(t.t_s), pid, tid, instant);
+        }
+    }
+}
+
+/// Where and when the recording was made.
+fn run_info(rec: &Recording) -> RunInfo {
     let m = &rec.meta;
-    let schema = rec
+    let schema_version = rec
         .ticks
         .first()
         .map(|t| t.schema_version)
         .or(rec.summary.as_ref().map(|s| s.schema_version))
         .unwrap_or(SCHEMA_VERSION);
+    RunInfo {
+        command_line: shell_words(&m.command_line),
+        version: m.version.clone(),
+        started_at: m.started_at.clone(),
+        hostname: m.hostname.clone(),
+        kernel: m.kernel.clone(),
+        schema_version,
+    }
+}
+
+/// The run's metadata as trace.json's `otherData`.
+fn other_data(i: &RunInfo) -> Value {
     json!({
-        "command_line": shell_words(&m.command_line),
-        "version": m.version,
-        "started_at": m.started_at,
-        "hostname": m.hostname,
-        "kernel": m.kernel,
-        "schema_version": schema,
+        "command_line": i.command_line,
+        "version": i.version,
+        "started_at": i.started_at,
+        "hostname": i.hostname,
+        "kernel": i.kernel,
+        "schema_version": i.schema_version,
     })
 }
 
@@ -752,6 +1102,72 @@ mod tests {
         // Absent in the other ticks: zero, not left out.
         assert_eq!(drops[2]["args"]["NETFILTER_DROP (reply)"], 0.0);
         check_trace(&v).expect("valid");
+    }
+
+    #[test]
+    fn each_drop_row_of_a_tick_is_an_instant_on_its_process_at_the_ticks_end() {
+        let mut rec = rich_recording();
+        let row = |reason: &str, class, pid| DropRow {
+            reason: reason.into(),
+            location: "x+0x1".into(),
+            device: Some("veth0".into()),
+            netns: 1,
+            class,
+            pid,
+            count: 4,
+            rate: 4.0,
+        };
+        rec.ticks[1]
+            .drops
+            .push(row("QDISC_DROP", DropClass::TargetLoss, Some(7)));
+        rec.ticks[1]
+            .drops
+            .push(row("NO_SOCKET", DropClass::Unrelated, Some(4242)));
+        let rows: usize = rec.ticks.iter().map(|t| t.drops.len()).sum();
+        let v = chrome_trace(&rec);
+        check_trace(&v).expect("valid");
+        let drops = find(&v, |e| e["ph"] == "i" && e["cat"] == "drop");
+        assert_eq!(drops.len(), rows);
+        let qdisc = find(&v, |e| e["ph"] == "i" && e["name"] == "drop QDISC_DROP");
+        // The fixture's own QDISC_DROP rows (count 50) and the one added to tick 2 (count 4).
+        let qdisc = qdisc
+            .iter()
+            .find(|e| e["args"]["tick"] == 2 && e["args"]["count"] == 4)
+            .expect("tick 2's added row");
+        assert_eq!((&qdisc["pid"], &qdisc["tid"]), (&json!(7), &json!(7)));
+        assert_eq!(qdisc["ts"], 2_000_000.0, "at the end of tick 2");
+        assert_eq!(qdisc["args"]["count"], 4);
+        assert_eq!(qdisc["args"]["device"], "veth0");
+        // Another process's packets: on scanprof's track, not a new process of the trace.
+        let other = find(&v, |e| e["name"] == "drop NO_SOCKET (unrelated)");
+        assert_eq!((&other[0]["pid"], &other[0]["tid"]), (&json!(0), &json!(0)));
+        assert!(find(&v, |e| e["ph"] == "M" && e["pid"] == 4242).is_empty());
+    }
+
+    /// The Chrome rendering carries exactly what the model holds (Perfetto's is checked in
+    /// `perfetto::tests` against the same counts).
+    #[test]
+    fn trace_json_holds_the_models_counts() {
+        let mut rec = two_processes();
+        rec.ticks[1].episodes.push(EpisodeView {
+            pid: 10,
+            tid: 10,
+            start_s: 1.5,
+            duration_ns: 1_000_000,
+            wait_site: "sock_alloc_send_pskb".into(),
+        });
+        for rec in [rec, rich_recording()] {
+            let c = TraceModel::of(&rec).counts();
+            let v = chrome_trace(&rec);
+            let series: usize = find(&v, |e| e["ph"] == "C")
+                .iter()
+                .map(|e| e["args"].as_object().expect("args").len())
+                .sum();
+            assert_eq!(series, c.counter_values);
+            assert_eq!(find(&v, |e| e["ph"] == "X").len(), c.slices);
+            assert_eq!(find(&v, |e| e["ph"] == "i").len(), c.instants);
+            assert_eq!(find(&v, |e| e["ph"] == "s" || e["ph"] == "f").len(), c.flow_ends);
+        }
     }
 
     #[test]

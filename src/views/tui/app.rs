@@ -142,7 +142,9 @@ impl App {
     /// Takes one update from the collection thread.
     pub fn apply(&mut self, update: Update) {
         match update {
-            Update::Started { processes, probes } => {
+            Update::Started {
+                processes, probes, ..
+            } => {
                 self.processes = processes;
                 self.probes = probes;
             }

@@ -43,6 +43,7 @@ fn live_app(missing_probe: bool) -> App {
     app.apply(Update::Started {
         processes: ticks[0].processes.clone(),
         probes: probes(missing_probe),
+        clocks: Default::default(),
     });
     for t in ticks {
         app.apply(Update::Tick(Box::new(t)));
@@ -166,6 +167,7 @@ fn empty_state_before_the_first_tick() {
     app.apply(Update::Started {
         processes: vec![],
         probes: probes(false),
+        clocks: Default::default(),
     });
     let s = screen(&app, 80, 24);
     assert!(s.contains("waiting for the first tick"), "{s}");
@@ -523,6 +525,7 @@ fn started(ticks: &[crate::analysis::Snapshot]) -> App {
     app.apply(Update::Started {
         processes: ticks[0].processes.clone(),
         probes: probes(false),
+        clocks: Default::default(),
     });
     app
 }
