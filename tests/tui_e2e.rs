@@ -2,7 +2,7 @@
 //! view on a lab whose sender link drops most packets at a tbf qdisc; the screen must show the
 //! requested and achieved rates and the drop location, and the user's command as its title; at the
 //! end, the run's summary with the printed report's figures; `q` must end it and restore the
-//! terminal.
+//! terminal. A sender blocked in its sends is named while a block lasts.
 //! Needs root (BPF, namespaces) and tmux, both of which CI has: it fails rather than skips.
 
 use std::process::Command;
@@ -14,8 +14,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 struct Tmux(String);
 
 impl Tmux {
-    fn start(cols: u16, rows: u16, shell_cmd: &str) -> Tmux {
-        let name = format!("scanprof-e2e-{}", std::process::id());
+    /// A session named after this process and `tag` (the tests of this file may run at once).
+    fn start(tag: &str, cols: u16, rows: u16, shell_cmd: &str) -> Tmux {
+        let name = format!("scanprof-e2e-{}-{tag}", std::process::id());
         let ok = Command::new("tmux")
             .args([
                 "new-session",
@@ -114,6 +115,7 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
     let bundle = std::env::temp_dir().join(format!("scanprof-e2e-bundle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&bundle);
     let tmux = Tmux::start(
+        "qdisc",
         100,
         30,
         &format!(
@@ -226,8 +228,12 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
         "final bundle has the summary"
     );
     let _ = std::fs::remove_dir_all(&bundle);
-    // The launched sender's output went to a log the summary names; scanprof keeps it for the
-    // user, the test removes it.
+    remove_command_log(&scrollback);
+}
+
+/// The launched sender's output went to a log the summary (in `scrollback`) names; scanprof
+/// keeps it for the user, the test removes it.
+fn remove_command_log(scrollback: &str) {
     let log = scrollback
         .lines()
         .find_map(|l| l.split("the command's own output is in ").nth(1))
@@ -239,4 +245,49 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
             let _ = std::fs::remove_dir(dir);
         }
     }
+}
+
+/// A block in progress is on screen while it lasts (issue 17: the view named the wait site only
+/// after a block ended): in the `blocking` lab (a 16 kB send buffer behind a 2 Mbit/s tbf, the
+/// sender blocked most of the time), a screen shows the line that exists only while a send is
+/// blocked at the tick's end, with its kernel wait site and how long so far.
+#[test]
+fn a_block_in_progress_is_on_screen_while_it_lasts() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the terminal view test needs root (BPF and namespaces); CI runs as root"
+    );
+    let tmux = Tmux::start(
+        "block",
+        120,
+        40,
+        &format!("{BIN} lab blocking --duration 4 --interval 0.25; echo SCANPROF-EXIT=$?; sleep 60"),
+    );
+    let live = tmux.wait_for("a block in progress", Duration::from_secs(40), |s| {
+        s.contains("LIVE") && s.contains("blocked now in ")
+    });
+    let line = live
+        .lines()
+        .find(|l| l.contains("blocked now in "))
+        .expect("the line");
+    assert!(
+        line.contains("blocked now in sock_alloc_send_pskb for "),
+        "{live}"
+    );
+    let secs: f64 = line
+        .split("for ")
+        .nth(1)
+        .and_then(|r| r.split('s').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {line:?}"));
+    assert!(secs > 0.0 && secs < 4.0, "{line}");
+    let _ = tmux.wait_for("the ended state", Duration::from_secs(40), |s| {
+        s.contains("ENDED")
+    });
+    tmux.keys("q");
+    let after = tmux.wait_for("scanprof to exit", Duration::from_secs(20), |s| {
+        s.contains("SCANPROF-EXIT=")
+    });
+    assert!(after.contains("SCANPROF-EXIT=0"), "{after}");
+    remove_command_log(&tmux.history());
 }
