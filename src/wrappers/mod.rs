@@ -80,8 +80,9 @@ impl ProfileSet {
 
     /// Which profile and process role a process belongs to, from its executable (path or name,
     /// as /proc/PID/exe) and its comm. A profile's process matches on the exe's basename or full
-    /// path, or on the comm (15-byte truncation). A fallback profile takes anything left, with
-    /// the role of its first process.
+    /// path, or on the comm (15-byte truncation); one that names a `subcommand` never matches
+    /// here, without the arguments. A fallback profile takes anything left, with the role of its
+    /// first process.
     pub fn recognise(&self, exe: &str, comm: &str) -> Option<(&ScannerProfile, &str)> {
         let base = exe.rsplit('/').next().unwrap_or(exe);
         let comm_eq = |c: &str| {
@@ -92,8 +93,9 @@ impl ProfileSet {
             p.processes
                 .iter()
                 .find(|r| {
-                    r.exe.iter().any(|e| !exe.is_empty() && (e == exe || e == base))
-                        || r.comm.iter().any(|c| comm_eq(c))
+                    r.subcommand.is_empty()
+                        && (r.exe.iter().any(|e| !exe.is_empty() && (e == exe || e == base))
+                            || r.comm.iter().any(|c| comm_eq(c)))
                 })
                 .map(|r| (p, r.role.as_str()))
         });
@@ -109,17 +111,21 @@ impl ProfileSet {
 impl ProfileSet {
     /// The scanner in a command line that may start with wrappers (`ip netns exec NS`, `sudo`,
     /// `env`, `taskset`...): the first word a specific (non-fallback) profile recognises by its
-    /// executable name, with its index. None when no specific profile knows any word.
+    /// executable name (and, where the profile names one, the subcommand after it), with its
+    /// index. None when no specific profile knows any word.
     pub fn find_in_argv(&self, argv: &[String]) -> Option<(&ScannerProfile, usize)> {
         argv.iter().enumerate().find_map(|(i, word)| {
             let base = word.rsplit('/').next().unwrap_or(word);
+            let next = argv.get(i + 1).map(String::as_str);
             self.profiles
                 .iter()
                 .filter(|p| !p.fallback)
                 .find(|p| {
-                    p.processes
-                        .iter()
-                        .any(|r| r.exe.iter().any(|e| e == base || e == word))
+                    p.processes.iter().any(|r| {
+                        r.exe.iter().any(|e| e == base || e == word)
+                            && (r.subcommand.is_empty()
+                                || next.is_some_and(|n| r.subcommand.iter().any(|s| s == n)))
+                    })
                 })
                 .map(|p| (p, i))
         })

@@ -114,6 +114,11 @@ pub struct ProcessRule {
     /// `comm` values (compared on the kernel's 15-byte truncation).
     #[serde(default)]
     pub comm: Vec<String>,
+    /// When not empty, the process is this one only if the first argument after the executable
+    /// is one of these (`scanprof send`, not `scanprof recv`): recognition then needs the
+    /// command line, and a process known only by its exe or comm is not matched.
+    #[serde(default)]
+    pub subcommand: Vec<String>,
     /// Role of the process that starts this one, if not the user.
     #[serde(default)]
     pub parent: Option<String>,

@@ -273,10 +273,12 @@ fn recognises_scanners_and_roles() {
         ("/usr/sbin/zmap", "zmap", "zmap", "scanner"),
         ("/usr/bin/nmap", "nmap", "nmap", "scanner"),
         ("/usr/sbin/hping3", "hping3", "hping3", "scanner"),
+        // scanprof-send names the `send` subcommand: without the arguments a scanprof process
+        // (`scanprof recv`, a listener, say) is nobody's in particular.
         (
             "/work/main/target/debug/scanprof",
             "scanprof",
-            "scanprof-send",
+            "generic",
             "sender",
         ),
         ("/usr/bin/python3", "python3", "generic", "sender"),
@@ -649,6 +651,16 @@ fn finds_the_scanner_behind_wrappers_in_a_command_line() {
         .find_in_argv(&argv("ip netns exec ns mysender --pps 5"))
         .is_none());
     assert_eq!(set.fallback().unwrap().name, "generic");
+    // A profile that names a subcommand matches that subcommand only: `scanprof recv` got the
+    // reference sender's default rate of 1000 pps and a never_sent verdict before.
+    let (p, i) = set
+        .find_in_argv(&argv(
+            "ip netns exec ns /work/target/debug/scanprof send --to 10.0.0.2:9",
+        ))
+        .unwrap();
+    assert_eq!((p.name.as_str(), i), ("scanprof-send", 4));
+    assert!(set.find_in_argv(&argv("scanprof recv --port 9000")).is_none());
+    assert!(set.find_in_argv(&argv("scanprof")).is_none());
 }
 
 #[test]
