@@ -1021,10 +1021,10 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
     let bpf = BpfBaseline::take();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
-    const COUNT: u64 = 1500;
-
-    // 1.5 s of packets (count bound), though allowed 30 s.
-    let argv = sender_argv(&lab.to(PORT), 1000.0, COUNT, 30.0, &[]);
+    // 3 s of packets (count bound; longer under an emulator), though allowed 30 s: attaching
+    // takes 0.1-0.2 s here, but under load (10 on two CPUs) it outlasted a 1.5 s send once.
+    let count: u64 = (3000.0 * patience(Duration::from_secs(1)).as_secs_f64()) as u64;
+    let argv = sender_argv(&lab.to(PORT), 1000.0, count, 30.0, &[]);
     let sender = Proc::spawn("sender", lab.lab.command_in_sender(&argv[0], &argv[1..]), false);
     let deadline = Instant::now() + patience(Duration::from_secs(5));
     while sink.packets_so_far() < 100 {
@@ -1052,10 +1052,15 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
     sender.assert_success();
     assert_all_probes_attached(&started);
     let s = run.summary();
+    assert!(
+        at_started < count && rx.last_ns > t_started,
+        "the sender had sent all {count} packets before scanprof started ({at_started} received): \
+         attaching took too long to test anything"
+    );
     // The receiver's rate from scanprof's start to the last packet: the window scanprof saw.
     let rx_attached = (rx.packets - at_started) as f64 * 1e9 / (rx.last_ns - t_started) as f64;
     eprintln!(
-        "target exits: scanprof {} packets (receiver had {before}..{at_started} of {COUNT} before attach), \
+        "target exits: scanprof {} packets (receiver had {before}..{at_started} of {count} before attach), \
          {:.2} pps vs receiver {:.2} while attached ({:.2} overall); ended {:.2} s after start-up",
         s.packets,
         s.achieved_pps,
@@ -1071,15 +1076,15 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
     );
     let p = assert_sender_process(&s, sender.pid);
     assert!(!p.alive && p.exit_code == Some(0), "{p:?}");
-    assert_eq!(rx.packets, COUNT);
+    assert_eq!(rx.packets, count);
     // Counted from attach on: between the receiver's count before scanprof started and its count
     // once scanprof said it had started (a packet or two may be in flight).
     assert!(
-        s.packets <= COUNT - before && s.packets + 2 >= COUNT - at_started,
+        s.packets <= count - before && s.packets + 2 >= count - at_started,
         "scanprof counted {}: expected {}..={}",
         s.packets,
-        COUNT - at_started,
-        COUNT - before
+        count - at_started,
+        count - before
     );
     assert_within(
         "achieved_pps vs the receiver's pps while attached",

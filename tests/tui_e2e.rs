@@ -274,11 +274,18 @@ fn a_block_in_progress_is_on_screen_while_it_lasts() {
         line.contains("blocked now in sock_alloc_send_pskb for "),
         "{live}"
     );
-    let secs: f64 = line
+    // How long so far: "2.61s", "33.20ms" or "850.0us" (a block that has just begun).
+    let token = line
         .split("for ")
         .nth(1)
-        .and_then(|r| r.split('s').next())
-        .and_then(|v| v.trim().parse().ok())
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no duration in {line:?}"));
+    let secs = [("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0)]
+        .iter()
+        .find_map(|(unit, scale)| {
+            let v: f64 = token.strip_suffix(unit)?.parse().ok()?;
+            Some(v * scale)
+        })
         .unwrap_or_else(|| panic!("no duration in {line:?}"));
     assert!(secs > 0.0 && secs < 4.0, "{line}");
     let _ = tmux.wait_for("the ended state", Duration::from_secs(40), |s| {

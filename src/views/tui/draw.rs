@@ -580,9 +580,14 @@ fn draw_budget(f: &mut Frame, app: &App, area: Rect) {
     {
         lines.push(Line::from(Span::styled(
             format!(
-                "blocked now in {} for {:.2}s (tid {})",
+                "blocked now in {} for {} (tid {})",
                 if b.wait_site.is_empty() { "?" } else { &b.wait_site },
-                b.blocked_s,
+                // A block that has just begun reads in ms, not as "0.00s".
+                if b.blocked_s >= 1.0 {
+                    format!("{:.2}s", b.blocked_s)
+                } else {
+                    dur(b.blocked_s * 1e9)
+                },
                 th.tid
             ),
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),

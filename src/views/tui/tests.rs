@@ -867,3 +867,22 @@ fn the_funnel_panel_shows_the_receive_stages_when_the_family_receives() {
         assert!(only.contains(name), "{name} missing:\n{only}");
     }
 }
+
+/// A block that has just begun reads in milliseconds, not as "0.00s".
+#[test]
+fn a_block_that_has_just_begun_reads_in_milliseconds() {
+    let mut tick = rich_ticks().0.remove(0);
+    let th = tick.threads.first_mut().expect("a sender thread");
+    th.blocked_now = Some(crate::analysis::BlockedNowView {
+        since_s: 0.4,
+        blocked_s: 0.0032,
+        wait_site: "sock_alloc_send_pskb".into(),
+    });
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    let s = screen(&app, 120, 40);
+    assert!(
+        s.contains("blocked now in sock_alloc_send_pskb for 3.20ms"),
+        "{s}"
+    );
+}
