@@ -1,5 +1,6 @@
 //! scanprof: parse the command line and hand it to the subcommand; print errors as one clear line.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use scanprof::cli::Command;
@@ -35,7 +36,8 @@ fn main() -> ExitCode {
         Command::Compare { a, b, format } => commands::compare::run(a, b, *format),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("scanprof: {e:#}");
+        // Not eprintln!, which panics when stderr is gone (a closed terminal).
+        let _ = writeln!(std::io::stderr(), "scanprof: {e:#}");
         ExitCode::from(2)
     })
 }

@@ -253,6 +253,7 @@ fn remove_command_log(scrollback: &str) {
 /// blocked at the tick's end, with its kernel wait site and how long so far.
 #[test]
 fn a_block_in_progress_is_on_screen_while_it_lasts() {
+    let test_start = std::time::SystemTime::now();
     assert!(
         nix::unistd::geteuid().is_root(),
         "the terminal view test needs root (BPF and namespaces); CI runs as root"
@@ -291,10 +292,65 @@ fn a_block_in_progress_is_on_screen_while_it_lasts() {
     let _ = tmux.wait_for("the ended state", Duration::from_secs(40), |s| {
         s.contains("ENDED")
     });
-    tmux.keys("q");
-    let after = tmux.wait_for("scanprof to exit", Duration::from_secs(20), |s| {
-        s.contains("SCANPROF-EXIT=")
-    });
-    assert!(after.contains("SCANPROF-EXIT=0"), "{after}");
-    remove_command_log(&tmux.history());
+    // The terminal closes on the ended view (SIGHUP, nobody left to press q): scanprof ends, and
+    // its lab with it. It used to stay, spinning on the closed terminal, SIGTERM ignored too.
+    let pid = scanprof_pid(&tmux);
+    drop(tmux);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+    if alive {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(!alive, "scanprof {pid} outlived its closed terminal by 15 s");
+    for side in ["s", "t"] {
+        let ns = format!("sp{pid}-0{side}");
+        assert!(
+            !std::path::Path::new("/run/netns").join(&ns).exists(),
+            "lab namespace {ns} left behind"
+        );
+    }
+    // Its summary, naming the command log, went to the closed terminal: the log is found as
+    // the private directory made during this test that holds only a command log of this lab.
+    remove_command_logs_since(test_start);
+}
+
+/// Removes the command logs (a `/tmp/scanprof-XXXXXX` directory holding only `command.log`)
+/// made since `since`.
+fn remove_command_logs_since(since: std::time::SystemTime) {
+    let Ok(dir) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in dir.filter_map(Result::ok) {
+        let path = e.path();
+        let named = e.file_name().to_string_lossy().starts_with("scanprof-");
+        let new = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+        let only_log = std::fs::read_dir(&path)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|f| f.file_name())
+                    .collect::<Vec<_>>()
+            })
+            .is_ok_and(|f| f.len() == 1 && f[0] == "command.log");
+        if named && new && only_log {
+            let _ = std::fs::remove_file(path.join("command.log"));
+            let _ = std::fs::remove_dir(&path);
+        }
+    }
+}
+
+/// The pid of the scanprof the pane's shell started.
+fn scanprof_pid(tmux: &Tmux) -> u32 {
+    let pane = tmux.pane_pid();
+    let pgrep = Command::new("pgrep")
+        .args(["-P", &pane.to_string(), "-x", "scanprof"])
+        .output()
+        .expect("pgrep");
+    String::from_utf8_lossy(&pgrep.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no scanprof child of the pane's shell {pane}"))
 }
