@@ -132,20 +132,24 @@ pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
     o
 }
 
-const HEADER: [&str; 10] = [
+/// Columns of the table.
+const COLUMNS: usize = 11;
+
+const HEADER: [&str; COLUMNS] = [
     "requested",
     "achieved",
     "ach/req",
     "kept",
     "lost",
     "xmit",
+    "rx/pkt",
     "budget send/blk/sleep/pre/other %",
     "scanprof cpu/bpf",
     "top verdict",
     "lab rx / tc drops",
 ];
 
-fn row(s: &SweepStep) -> [String; 10] {
+fn row(s: &SweepStep) -> [String; COLUMNS] {
     [
         rate(s.requested_pps),
         format!("{:.1}", s.achieved_pps),
@@ -157,6 +161,8 @@ fn row(s: &SweepStep) -> [String; 10] {
             "0".to_string()
         },
         s.xmit_packets.to_string(),
+        s.received_per_packet
+            .map_or("-".to_string(), |r| format!("{r:.3}")),
         budget(s),
         cost(s),
         top(s),
@@ -176,7 +182,7 @@ fn losses(s: &SweepStep) -> Vec<String> {
 
 /// The sweep as a text table, each step's losses under its row, and the knee.
 pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
-    let rows: Vec<[String; 10]> = steps.iter().map(row).collect();
+    let rows: Vec<[String; COLUMNS]> = steps.iter().map(row).collect();
     let width = |i: usize| {
         rows.iter()
             .map(|r| r[i].chars().count())
@@ -188,7 +194,7 @@ pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
     let line = |cells: &[String]| -> String {
         let mut l = String::from(" ");
         for (i, c) in cells.iter().enumerate() {
-            if i < 3 || i == 5 {
+            if i < 3 || i == 5 || i == 6 {
                 let _ = write!(l, " {c:>w$}", w = widths[i]);
             } else {
                 let _ = write!(l, " {c:<w$}", w = widths[i]);
@@ -315,7 +321,9 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_shows_each_step_its_losses_and_the_knee() {
-        let (steps, sum) = fixture_steps();
+        let (mut steps, sum) = fixture_steps();
+        steps[0].received_per_packet = None;
+        steps[1].received_per_packet = Some(0.5);
         let t = table_text(&steps, &sum);
         assert!(t.contains("3 of 4 steps") && t.contains("interrupted"), "{t}");
         assert_eq!(t.lines().filter(|l| l.contains(" yes ")).count(), 2, "{t}");
@@ -325,6 +333,16 @@ pub(crate) mod tests {
             "{t}"
         );
         assert_eq!(t.matches("lost: ").count(), 1, "{t}");
+        // Received per packet sent: a figure where the family read replies, a dash where not.
+        assert!(t.contains("rx/pkt"), "{t}");
+        let row_of = |r: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(r))
+                .unwrap()
+                .to_string()
+        };
+        assert!(row_of("2000").contains(" 0.500 "), "{t}");
+        assert!(!row_of("1000").contains("0.500"), "{t}");
         let md = table_md(&steps, &sum, Some("sweep.svg"));
         assert!(md.contains("![achieved against requested](sweep.svg)"), "{md}");
         assert_eq!(md.lines().filter(|l| l.starts_with("| 1000 ")).count(), 1, "{md}");
