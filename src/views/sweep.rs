@@ -83,6 +83,23 @@ pub fn progress_line(s: &SweepStep, of: usize) -> String {
     )
 }
 
+/// Where the sweep is while a step runs (stderr, rewritten each tick on a terminal): step k of
+/// n, its requested rate, the step's seconds so far of its bound, and the last tick's achieved
+/// rate (the family's send syscalls over that tick).
+pub fn running_line(
+    step: usize,
+    of: usize,
+    requested_pps: f64,
+    t_s: f64,
+    bound_s: f64,
+    tick_pps: f64,
+) -> String {
+    format!(
+        "scanprof sweep: step {step}/{of} at {} pps: {t_s:.0} of {bound_s:.0} s, {tick_pps:.1} pps achieved in the last tick",
+        rate(requested_pps)
+    )
+}
+
 /// What the knee says, in one or two sentences.
 pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
     let mut o = match (k.knee_pps, k.above_pps) {
@@ -309,6 +326,16 @@ pub(crate) mod tests {
             knee: knee(&steps),
         };
         (steps, sum)
+    }
+
+    #[test]
+    fn the_running_line_names_the_step_of_the_sweep_and_its_rate() {
+        let l = running_line(2, 5, 2500.0, 1.96, 3.0, 2493.04);
+        assert_eq!(
+            l,
+            "scanprof sweep: step 2/5 at 2500 pps: 2 of 3 s, 2493.0 pps achieved in the last tick"
+        );
+        assert!(running_line(1, 1, 12.5, 0.0, 10.0, 0.0).contains("step 1/1 at 12.5 pps"));
     }
 
     #[test]
