@@ -188,8 +188,22 @@ struct CaptureReport {
     user_last_ns: u64,
     /// frames by length
     sizes: BTreeMap<usize, u64>,
+    /// every outgoing frame's kernel timestamp (CLOCK_REALTIME, ns), in order seen
+    times: FrameTimes,
+    /// frames that came in to the sender (replies), not counted in `packets`
+    incoming: u64,
     /// frames the kernel dropped because the capture's buffer was full
     drops: u32,
+}
+
+/// Frame timestamps; shown by their count in a failure message, not one by one.
+#[derive(Clone, Default)]
+struct FrameTimes(Vec<u64>);
+
+impl std::fmt::Debug for FrameTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{} timestamps]", self.0.len())
+    }
 }
 
 impl CaptureReport {
@@ -389,6 +403,7 @@ fn capture_loop(fd: OwnedFd, stop: &AtomicBool, seen: &AtomicU64) -> CaptureRepo
         }
         let user_ns = monotonic_ns();
         if addr.sll_pkttype != libc::PACKET_OUTGOING {
+            report.incoming += 1;
             continue;
         }
         let mut kernel_ns = None;
@@ -411,6 +426,7 @@ fn capture_loop(fd: OwnedFd, stop: &AtomicBool, seen: &AtomicU64) -> CaptureRepo
         report.last_ns = ts;
         report.user_last_ns = user_ns;
         report.packets += 1;
+        report.times.0.push(ts);
         *report.sizes.entry(n as usize).or_default() += 1;
         seen.store(report.packets, Ordering::Relaxed);
     }
@@ -1118,6 +1134,222 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
     );
     drop(run);
     bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// ---- a sweep of a real scanner: every step against the capture ---------------------------------
+
+/// masscan's requested rates in the sweep: two below what the 2 Mbit/s tbf passes of its
+/// 60-byte SYNs (~4,000 a second, as in the test above), one well above it.
+const SWEEP_RATES: [u32; 3] = [1000, 2500, 10_000];
+/// Seconds per step (`sweep --duration`): masscan's 65,535 ports take longer at every rate, so
+/// each step is ended by the sweep (SIGTERM) after this long.
+const SWEEP_STEP_S: u32 = 3;
+
+/// The root qdisc's drops on the sender's veth so far (`tc -s qdisc`).
+fn root_qdisc_drops(lab: &ScanLab) -> u64 {
+    lab.lab()
+        .sender_qdisc()
+        .unwrap_or_else(|e| panic!("tc -s qdisc of the sender veth failed: {e:#}"))
+        .into_iter()
+        .find(|q| q.parent.is_none())
+        .map_or(0, |q| q.drops)
+}
+
+/// (frames - 1) / (last - first) over some of the capture's frame timestamps.
+fn pps_of(times: &[u64]) -> f64 {
+    let (Some(first), Some(last)) = (times.first(), times.last()) else {
+        return 0.0;
+    };
+    if times.len() < 2 || last <= first {
+        return 0.0;
+    }
+    (times.len() - 1) as f64 * 1e9 / (last - first) as f64
+}
+
+/// `scanprof sweep --rates 1000,2500,10000 --max-rate 10000 --duration 3 --profile masscan
+/// --json -- <sender namespace> masscan ... --rate {} ...` into a lab whose sender veth is a
+/// 2 Mbit/s tbf. Each step is checked, as its `sweep_step` line arrives, against the frames the
+/// capture saw leave the veth in that step (after the tbf) and tc's drops in it: below the
+/// tbf's rate the step's achieved rate is the capture's and it is kept; above it what left is
+/// near the tbf's rate, the qdisc dropped or refused the rest, the step is not kept, and the
+/// knee is the rate below. The sweep's table has the three steps. Figures printed (with
+/// --nocapture) are the table in docs/scanners-lab.md.
+#[test]
+fn masscan_swept_across_a_narrow_tbf_each_step_against_the_capture() {
+    require_root();
+    let _serial = serial();
+    require_scanner("masscan");
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::with(LabConfig {
+        tbf: Some(TbfConfig {
+            rate: "2mbit".into(),
+            burst: "4kb".into(),
+            limit: "8kb".into(),
+        }),
+    });
+    let mut argv = masscan(&lab, 0, 65_535).argv;
+    let r = argv
+        .iter()
+        .position(|a| a == "--rate")
+        .expect("--rate in masscan's argv");
+    argv[r + 1] = "{}".into();
+    let rates = SWEEP_RATES.map(|r| r.to_string()).join(",");
+    let max = SWEEP_RATES.iter().max().unwrap().to_string();
+    let mut args = strings(&[
+        "sweep",
+        "--rates",
+        &rates,
+        "--max-rate",
+        &max,
+        "--duration",
+        &SWEEP_STEP_S.to_string(),
+        "--profile",
+        "masscan",
+        "--json",
+        "--",
+    ]);
+    args.extend(in_sender(&lab, &argv));
+    eprintln!("scanprof {}", sh_join(&args));
+
+    let capture = TxCapture::start(lab.lab());
+    let mut p = Proc::scanprof(&args);
+    // Step boundaries: the capture's frame count and tc's drops when each step's line arrives.
+    // The next step's masscan starts only after its probes are attached (hundreds of ms) and
+    // sends its first frame ~60 ms after exec; the tbf's 8 kB queue drains in 32 ms.
+    let mut marks: Vec<(usize, u64)> = Vec::new();
+    let mut steps = Vec::new();
+    for _ in SWEEP_RATES {
+        let step = p.wait_for_json("sweep_step", Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(40));
+        marks.push((capture.packets_so_far() as usize, root_qdisc_drops(&lab)));
+        steps.push(step);
+    }
+    let sweep = p.wait_for_json("sweep", Duration::from_secs(10));
+    let done = p.finish(Duration::from_secs(20));
+    let cap = capture.stop();
+    done.assert_success();
+    assert_eq!(cap.drops, 0, "the capture lost frames");
+
+    let mut report = String::new();
+    let mut truth = Vec::new();
+    let (mut from, mut drops0) = (0usize, 0u64);
+    for (s, &(to, drops)) in steps.iter().zip(&marks) {
+        let frames = &cap.times.0[from..to];
+        if let Some(next) = cap.times.0.get(to) {
+            let gap_ms = next.saturating_sub(*frames.last().unwrap_or(&0)) as f64 / 1e6;
+            assert!(
+                gap_ms > 40.0,
+                "step boundary within a burst of frames ({gap_ms:.1} ms gap): the marks are off"
+            );
+        }
+        let (n, wire, tc) = (frames.len() as u64, pps_of(frames), drops - drops0);
+        report += &format!(
+            "{} pps: achieved {:.1} (ratio {:.3}), packets {}, xmit {}, lost {}, kept {}, top {:?}, end {}, received {} ({} per packet) | capture {n} frames at {wire:.1} pps, tc drops {tc}\n",
+            s["requested_pps"],
+            f64_of(s, "achieved_pps"),
+            f64_of(s, "ratio"),
+            s["packets"],
+            s["xmit_packets"],
+            s["lost"],
+            s["kept"],
+            s["verdicts"][0]["cause"],
+            s["end_reason"],
+            s["received_packets"],
+            s["received_per_packet"],
+        );
+        truth.push((n, wire, tc));
+        (from, drops0) = (to, drops);
+    }
+    eprintln!("{report}sweep: {sweep}");
+    assert_eq!(from, cap.times.0.len(), "frames after the last step\n{report}");
+    // Replies: the target's RSTs reach the sender's veth, and masscan reads them with libpcap
+    // (a TPACKET_V3 ring, no receive syscalls); whatever the receive funnel counts, it cannot
+    // be more than came in.
+    let received: u64 = steps.iter().map(|s| u64_of(s, "received_packets")).sum();
+    eprintln!(
+        "replies: {} frames came in to the sender's veth; the family read {received} through receive syscalls",
+        cap.incoming
+    );
+    assert!(cap.incoming > 0, "no replies came back");
+    assert!(
+        received <= cap.incoming,
+        "{received} read, {} came in",
+        cap.incoming
+    );
+
+    let tbf_pps = 2e6 / 8.0 / 60.0;
+    for (i, (s, &(n, wire, tc))) in steps.iter().zip(&truth).enumerate() {
+        let rate = f64_of(s, "requested_pps");
+        let achieved = f64_of(s, "achieved_pps");
+        // The packets of the sends the kernel accepted are the frames that left (masscan's
+        // refused ones, with ENOBUFS, are not packets).
+        let packets = u64_of(s, "packets");
+        assert!(
+            packets.abs_diff(n) <= 2 + n / 1000,
+            "{rate} pps: packets {packets} vs {n} frames captured\n{report}"
+        );
+        // What the driver took while the family lived: all of it but what the tbf still held
+        // when the sweep ended masscan (its 8 kB queue: 136 frames of 60 bytes at most).
+        let xmit = u64_of(s, "xmit_packets");
+        assert!(
+            xmit <= n && n - xmit <= 2 + 8192 / 60,
+            "{rate} pps: xmit {xmit} vs {n} frames captured\n{report}"
+        );
+        assert!(
+            n as f64 > rate.min(tbf_pps) * 1.5,
+            "{rate} pps: too few frames ({n}) for a {SWEEP_STEP_S} s step\n{report}"
+        );
+        assert_within(
+            &format!("{rate} pps: achieved vs the capture"),
+            achieved,
+            wire,
+            0.03,
+        );
+        // Every loss is the tbf's: scanprof's count is tc's, exactly.
+        assert_eq!(u64_of(s, "lost"), tc, "{rate} pps: lost vs tc drops\n{report}");
+        let kept = (f64_of(s, "ratio") - 1.0).abs() <= 0.02 && tc == 0;
+        assert_eq!(s["kept"], kept, "{rate} pps: kept\n{report}");
+        if i == 0 {
+            // Far below the tbf: kept.
+            assert_within(
+                &format!("{rate} pps: achieved vs requested"),
+                achieved,
+                rate,
+                0.02,
+            );
+            assert_eq!(tc, 0, "{rate} pps lost\n{report}");
+        }
+        if rate > tbf_pps * 1.5 {
+            assert!(
+                wire < tbf_pps * 1.2,
+                "{rate} pps: the tbf should hold the wire near {tbf_pps:.0} pps\n{report}"
+            );
+            assert!(tc > 0, "{rate} pps: tc dropped nothing\n{report}");
+            assert!(achieved < rate * 0.6, "{rate} pps\n{report}");
+            let top = s["verdicts"][0]["cause"].as_str().unwrap_or("");
+            assert!(
+                matches!(top, "qdisc_drop" | "send_errors"),
+                "{rate} pps: top verdict {top:?}, not the narrow path\n{report}"
+            );
+        }
+    }
+    // The knee: the last rate before the first step not kept (by the truth above).
+    let first_lost = steps
+        .iter()
+        .position(|s| s["kept"] == false)
+        .expect("the top rate is not kept");
+    assert!(first_lost >= 1, "{report}");
+    let knee = f64_of(&steps[first_lost - 1], "requested_pps");
+    assert_eq!(sweep["steps_run"], 3, "{sweep}");
+    assert_eq!(sweep["knee"]["knee_pps"], knee, "{sweep}");
+    assert_eq!(
+        sweep["knee"]["above_pps"],
+        f64_of(&steps[first_lost], "requested_pps"),
+        "{sweep}"
+    );
+    drop(done);
+    bpf.assert_released("scanprof sweep");
     lab.destroy();
 }
 

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::receive::RECV_STAGES;
 use super::verdict::NO_GAP_TOLERANCE;
 use super::{BudgetShares, EndReason, Summary, Verdict};
 use crate::collect::DropClass;
@@ -83,6 +84,14 @@ pub struct SweepStep {
     pub packets: u64,
     /// the family's packets the driver accepted over the step (the funnel's `dev_xmit`)
     pub xmit_packets: u64,
+    /// messages the family read through its receive syscalls over the step (the receive
+    /// funnel's `recv_packets`; 0 when it has none)
+    #[serde(default)]
+    pub received_packets: u64,
+    /// received_packets / packets: what came back per packet sent; None when the family received
+    /// nothing through its receive syscalls (or sent nothing)
+    #[serde(default)]
+    pub received_per_packet: Option<f64>,
     /// the target's own packets dropped after it sent them (class `target_loss`), over the step
     pub lost: u64,
     /// lost / packets (0 without packets)
@@ -149,6 +158,7 @@ impl SweepStep {
             .filter(|b| b.total_ns() > 0)
             .map(|b| BudgetShares::of(&b, b.total_ns()));
         let kept = s.packets > 0 && (ratio - 1.0).abs() <= KEEP_TOLERANCE && lost == 0;
+        let received = s.receive.as_ref().map_or(0, |r| r.count(RECV_STAGES[2]));
         SweepStep {
             step,
             requested_pps,
@@ -158,6 +168,8 @@ impl SweepStep {
             send_window_s: s.send_window_s,
             packets: s.packets,
             xmit_packets: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
+            received_packets: received,
+            received_per_packet: received_per_packet(received, s.packets),
             lost,
             loss_share: if s.packets > 0 {
                 lost as f64 / s.packets as f64
@@ -180,6 +192,11 @@ impl SweepStep {
     pub fn top(&self) -> Option<&VerdictBrief> {
         self.verdicts.first()
     }
+}
+
+/// Packets received per packet sent; None when nothing was received (or nothing sent).
+pub fn received_per_packet(received: u64, sent: u64) -> Option<f64> {
+    (received > 0 && sent > 0).then(|| received as f64 / sent as f64)
 }
 
 /// How a cause differs above the knee.
@@ -301,6 +318,8 @@ mod tests {
             send_window_s: 3.0,
             packets: (achieved * 3.0) as u64,
             xmit_packets: 0,
+            received_packets: 0,
+            received_per_packet: None,
             lost,
             loss_share: 0.0,
             losses: Vec::new(),
@@ -416,6 +435,44 @@ mod tests {
             let sum = b.send + b.blocked_send + b.sleep + b.preempted + b.other;
             assert!((sum - 1.0).abs() < 1e-9, "{b:?}");
         }
+    }
+
+    #[test]
+    fn replies_per_packet_come_from_the_receive_funnel_and_are_null_without_it() {
+        let (_, mut s) = crate::views::fixtures::rich_run();
+        s.packets = 4000;
+        s.receive = None;
+        let st = SweepStep::of(1, 1000.0, &s);
+        assert_eq!((st.received_packets, st.received_per_packet), (0, None));
+        let stage = |name: &str, count: u64| crate::analysis::snapshot::Stage {
+            name: name.into(),
+            count,
+            pps: 0.0,
+            total: count,
+            ratio: None,
+        };
+        s.receive = Some(crate::analysis::receive::ReceiveView {
+            stages: vec![
+                stage("recv_drops", 7),
+                stage("recv_calls", 3100),
+                stage("recv_packets", 3000),
+            ],
+            ..Default::default()
+        });
+        let st = SweepStep::of(1, 1000.0, &s);
+        assert_eq!((st.received_packets, st.received_per_packet), (3000, Some(0.75)));
+        // A funnel with drops before the read but nothing read: null, not 0.
+        s.receive.as_mut().unwrap().stages[2].count = 0;
+        assert_eq!(SweepStep::of(1, 1000.0, &s).received_per_packet, None);
+        assert_eq!(received_per_packet(5, 0), None);
+        // The JSON line carries it, null when absent; an older line without it still reads.
+        let line = serde_json::to_value(SweepStep::of(1, 1000.0, &s)).unwrap();
+        assert!(line["received_per_packet"].is_null(), "{line}");
+        let mut old = line.as_object().unwrap().clone();
+        old.remove("received_per_packet");
+        old.remove("received_packets");
+        let back: SweepStep = serde_json::from_value(serde_json::Value::Object(old)).unwrap();
+        assert_eq!((back.received_packets, back.received_per_packet), (0, None));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! with the knee (analysis::knee). With `--lab`, it makes a private lab first and sends the
 //! reference sender (or runs the command) in it, taking the lab's own counts around each step.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -175,12 +175,21 @@ impl SweepLab {
 
 /// Runs one step: a session on `argv` at `rate`, its updates taken into a Recording (every
 /// tick when the sweep exports, else the latest).
+/// Where a step stands in the sweep: shown on stderr while it runs when stderr is a terminal.
+struct StepPlace {
+    /// 1-based
+    step: usize,
+    of: usize,
+    live: bool,
+}
+
 fn run_step(
     o: &SweepOptions,
     argv: Vec<String>,
     rate: f64,
     stop: &Arc<AtomicBool>,
     keep_ticks: bool,
+    place: &StepPlace,
 ) -> anyhow::Result<Recording> {
     let run_opts = RunOptions {
         interval: o.interval,
@@ -226,11 +235,28 @@ fn run_step(
                 );
             }
         }
+        if let (true, Update::Tick(snap)) = (place.live, &u) {
+            // One line, rewritten in place (\r, then erase to its end).
+            eprint!(
+                "\r{}\x1b[K",
+                view::running_line(
+                    place.step,
+                    place.of,
+                    rate,
+                    snap.t_s,
+                    run_opts.duration.unwrap_or(o.duration),
+                    snap.achieved_pps
+                )
+            );
+        }
         if keep_ticks {
             rec.apply(&u);
         } else {
             rec.apply_latest(&u);
         }
+    }
+    if place.live {
+        eprint!("\r\x1b[K");
     }
     session.join()?;
     rec.summary.as_ref().context("the step ended without a summary")?;
@@ -345,7 +371,12 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
             Some(l) if o.command.is_empty() => Some(l.lab.udp_sink(SINK_PORT)?),
             _ => None,
         };
-        let rec = match run_step(o, argv, rate, &stop, export.is_some()) {
+        let place = StepPlace {
+            step: i + 1,
+            of: rates.len(),
+            live: std::io::stderr().is_terminal(),
+        };
+        let rec = match run_step(o, argv, rate, &stop, export.is_some(), &place) {
             Ok(rec) => rec,
             Err(e) => {
                 failure = Some(e.context(format!("step {} at {} pps", i + 1, rate_word(rate))));

@@ -83,6 +83,23 @@ pub fn progress_line(s: &SweepStep, of: usize) -> String {
     )
 }
 
+/// Where the sweep is while a step runs (stderr, rewritten each tick on a terminal): step k of
+/// n, its requested rate, the step's seconds so far of its bound, and the last tick's achieved
+/// rate (the family's send syscalls over that tick).
+pub fn running_line(
+    step: usize,
+    of: usize,
+    requested_pps: f64,
+    t_s: f64,
+    bound_s: f64,
+    tick_pps: f64,
+) -> String {
+    format!(
+        "scanprof sweep: step {step}/{of} at {} pps: {t_s:.0} of {bound_s:.0} s, {tick_pps:.1} pps achieved in the last tick",
+        rate(requested_pps)
+    )
+}
+
 /// What the knee says, in one or two sentences.
 pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
     let mut o = match (k.knee_pps, k.above_pps) {
@@ -132,20 +149,24 @@ pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
     o
 }
 
-const HEADER: [&str; 10] = [
+/// Columns of the table.
+const COLUMNS: usize = 11;
+
+const HEADER: [&str; COLUMNS] = [
     "requested",
     "achieved",
     "ach/req",
     "kept",
     "lost",
     "xmit",
+    "rx/pkt",
     "budget send/blk/sleep/pre/other %",
     "scanprof cpu/bpf",
     "top verdict",
     "lab rx / tc drops",
 ];
 
-fn row(s: &SweepStep) -> [String; 10] {
+fn row(s: &SweepStep) -> [String; COLUMNS] {
     [
         rate(s.requested_pps),
         format!("{:.1}", s.achieved_pps),
@@ -157,6 +178,8 @@ fn row(s: &SweepStep) -> [String; 10] {
             "0".to_string()
         },
         s.xmit_packets.to_string(),
+        s.received_per_packet
+            .map_or("-".to_string(), |r| format!("{r:.3}")),
         budget(s),
         cost(s),
         top(s),
@@ -176,7 +199,7 @@ fn losses(s: &SweepStep) -> Vec<String> {
 
 /// The sweep as a text table, each step's losses under its row, and the knee.
 pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
-    let rows: Vec<[String; 10]> = steps.iter().map(row).collect();
+    let rows: Vec<[String; COLUMNS]> = steps.iter().map(row).collect();
     let width = |i: usize| {
         rows.iter()
             .map(|r| r[i].chars().count())
@@ -188,7 +211,7 @@ pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
     let line = |cells: &[String]| -> String {
         let mut l = String::from(" ");
         for (i, c) in cells.iter().enumerate() {
-            if i < 3 || i == 5 {
+            if i < 3 || i == 5 || i == 6 {
                 let _ = write!(l, " {c:>w$}", w = widths[i]);
             } else {
                 let _ = write!(l, " {c:<w$}", w = widths[i]);
@@ -306,6 +329,16 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_running_line_names_the_step_of_the_sweep_and_its_rate() {
+        let l = running_line(2, 5, 2500.0, 1.96, 3.0, 2493.04);
+        assert_eq!(
+            l,
+            "scanprof sweep: step 2/5 at 2500 pps: 2 of 3 s, 2493.0 pps achieved in the last tick"
+        );
+        assert!(running_line(1, 1, 12.5, 0.0, 10.0, 0.0).contains("step 1/1 at 12.5 pps"));
+    }
+
+    #[test]
     fn every_sweep_json_key_is_documented_in_events_md() {
         let (steps, sum) = fixture_steps();
         let lines: Vec<String> = steps.iter().map(step_line).chain([summary_line(&sum)]).collect();
@@ -315,7 +348,9 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_shows_each_step_its_losses_and_the_knee() {
-        let (steps, sum) = fixture_steps();
+        let (mut steps, sum) = fixture_steps();
+        steps[0].received_per_packet = None;
+        steps[1].received_per_packet = Some(0.5);
         let t = table_text(&steps, &sum);
         assert!(t.contains("3 of 4 steps") && t.contains("interrupted"), "{t}");
         assert_eq!(t.lines().filter(|l| l.contains(" yes ")).count(), 2, "{t}");
@@ -325,6 +360,16 @@ pub(crate) mod tests {
             "{t}"
         );
         assert_eq!(t.matches("lost: ").count(), 1, "{t}");
+        // Received per packet sent: a figure where the family read replies, a dash where not.
+        assert!(t.contains("rx/pkt"), "{t}");
+        let row_of = |r: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(r))
+                .unwrap()
+                .to_string()
+        };
+        assert!(row_of("2000").contains(" 0.500 "), "{t}");
+        assert!(!row_of("1000").contains("0.500"), "{t}");
         let md = table_md(&steps, &sum, Some("sweep.svg"));
         assert!(md.contains("![achieved against requested](sweep.svg)"), "{md}");
         assert_eq!(md.lines().filter(|l| l.starts_with("| 1000 ")).count(), 1, "{md}");
