@@ -353,6 +353,11 @@ impl Analyzer {
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
         let receive = receive::receive_view(last, None, duration_ns.max(1) as f64 / 1e9, &drops);
+        let mut connects = crate::collect::ConnectCounters::default();
+        for th in &last.threads {
+            connects.add(&th.connect);
+        }
+        let connect = ConnectView::of(&connects, t.calls, window_s);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
@@ -409,6 +414,7 @@ impl Analyzer {
             },
             probes,
             scanner,
+            connect,
             receive,
             verdicts: Vec::new(),
             warnings,

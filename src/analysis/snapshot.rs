@@ -29,6 +29,48 @@ pub const STAGES: [&str; 7] = [
     "target_drops",
 ];
 
+/// The family's connect(2) calls on TCP sockets over the run: a connect scanner's connection
+/// attempts. They are also its send calls (the funnel's `send_calls`), and the SYNs they sent
+/// its packets (`syscall_packets`), so a connect scanner's achieved pps is connection attempts
+/// per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectView {
+    /// connect calls on TCP sockets, failed ones included
+    pub attempts: u64,
+    /// attempts whose SYN went out (returned 0, EINPROGRESS, or an answer to the SYN)
+    pub syns: u64,
+    /// of those, calls that returned the answer itself: ECONNREFUSED (a closed port's RST),
+    /// ETIMEDOUT, EHOSTUNREACH; a scan's normal outcomes, not failures
+    pub answered: u64,
+    /// attempts that failed before their SYN (EADDRNOTAVAIL, ENETUNREACH...): in the summary's
+    /// failed_calls and errors
+    pub failed: u64,
+    /// attempts per second over the send window
+    pub attempts_pps: f64,
+    /// whether connection attempts are most of the family's send calls: its packets are SYNs
+    /// and the views name its rate "connection attempts/s"
+    pub connect_scanner: bool,
+}
+
+impl ConnectView {
+    /// The view of `c` among `send_calls` send calls over a `window_s`-second send window;
+    /// None when the family made no connection attempt.
+    pub fn of(c: &crate::collect::ConnectCounters, send_calls: u64, window_s: f64) -> Option<ConnectView> {
+        (c.calls > 0).then(|| ConnectView {
+            attempts: c.calls,
+            syns: c.syns,
+            answered: c.answered,
+            failed: c.calls.saturating_sub(c.syns),
+            attempts_pps: if window_s > 0.0 {
+                c.calls as f64 / window_s
+            } else {
+                0.0
+            },
+            connect_scanner: c.calls * 2 > send_calls,
+        })
+    }
+}
+
 /// One stage of the funnel over a tick or a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
@@ -312,6 +354,10 @@ pub struct Summary {
     /// what the scanner's own functions said, when a profile applies
     #[serde(default)]
     pub scanner: Option<ScannerView>,
+    /// the family's connection attempts (connect scanners), when it made any (absent in
+    /// summaries older than them)
+    #[serde(default)]
+    pub connect: Option<ConnectView>,
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,

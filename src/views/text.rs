@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES};
+use crate::analysis::{
+    ConnectView, Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES,
+};
 use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
@@ -128,7 +130,19 @@ pub fn summary(s: &Summary) -> String {
             let _ = write!(o, "requested rate unknown (--requested PPS), ");
         }
     }
-    let _ = write!(o, "achieved {:.1} pps", s.achieved_pps);
+    let connect = s.connect.filter(|c| c.connect_scanner);
+    match connect {
+        Some(_) => {
+            let _ = write!(
+                o,
+                "achieved {:.1} connection attempts/s (SYNs sent)",
+                s.achieved_pps
+            );
+        }
+        None => {
+            let _ = write!(o, "achieved {:.1} pps", s.achieved_pps);
+        }
+    }
     if let Some(r) = s.ratio {
         let _ = write!(o, " ({})", pct(r));
     }
@@ -137,6 +151,9 @@ pub fn summary(s: &Summary) -> String {
         ": {} packets in a {:.3} s send window, {} send calls, {} failed",
         s.packets, s.send_window_s, s.send_calls, s.failed_calls
     );
+    if let Some(c) = &s.connect {
+        let _ = writeln!(o, "{}", connect_line(c));
+    }
     if let Some(b) = &s.baseline {
         let _ = write!(
             o,
@@ -543,5 +560,14 @@ pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
         m.low.median,
         m.low.min,
         m.low.max
+    )
+}
+
+/// The family's connection attempts: how many sent their SYN, returned its answer, or failed
+/// before it (those failures' errnos are in the errors line).
+fn connect_line(c: &ConnectView) -> String {
+    format!(
+        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} returned the answer: refused, timed out or unreachable), {} failed before their SYN",
+        c.attempts, c.attempts_pps, c.syns, c.answered, c.failed
     )
 }

@@ -142,6 +142,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         cost: Cost::default(),
         probes: Vec::new(),
         scanner: None,
+        connect: None,
         receive: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
