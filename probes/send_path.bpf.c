@@ -126,7 +126,7 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
 }
 
 /* The socket behind fd and its kind, from the thread's cache while the family's fds have not
- * changed, else from the fd table (and cached). */
+ * changed, or from its receive cache when that holds fd, else from the fd table (and cached). */
 static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kind)
 {
 	__u64 g = gen_now(&fd_gen) + 1;
@@ -136,8 +136,15 @@ static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kin
 		*kind = t->fd_cache_kind;
 		return t->fd_cache_sk;
 	}
-	sk = fd_sock(fd);
-	*kind = sk ? sock_kind(sk) : SP_SOCK_NONE;
+	if (t->rx_cache_gen == g && t->rx_cache_fd == fd && t->rx_cache_kind != SP_RX_NONE) {
+		/* just configured (a connect scanner's setsockopt before each connect): a network
+		 * socket, resolved then; no second walk of the fd table */
+		sk = (struct sock *)t->rx_cache_sk;
+		*kind = SP_SOCK_NET;
+	} else {
+		sk = fd_sock(fd);
+		*kind = sk ? sock_kind(sk) : SP_SOCK_NONE;
+	}
 	t->fd_cache_sk = (__u64)sk;
 	t->fd_cache_kind = *kind;
 	t->fd_cache_fd = fd;
