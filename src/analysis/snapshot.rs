@@ -260,6 +260,10 @@ pub struct Snapshot {
     /// the receive funnel over the tick, when the family receives (absent otherwise)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// whether connection attempts (connect on TCP sockets) are most of the family's send calls
+    /// since attach: its packets are then SYNs, and achieved_pps connection attempts per second
+    #[serde(default)]
+    pub connect_scanner: bool,
     /// ranked causes of the gap and of the losses so far, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -371,7 +375,29 @@ pub struct Summary {
     pub dropped_headers: crate::collect::headers::DroppedHeaders,
 }
 
+/// What a family's achieved rate counts: packets, or a connect scanner's connection attempts
+/// (the SYNs of its connect calls).
+pub fn rate_unit(connect_scanner: bool) -> &'static str {
+    if connect_scanner {
+        "connection attempts/s"
+    } else {
+        "pps"
+    }
+}
+
+impl Snapshot {
+    /// The unit of achieved_pps as the views name it.
+    pub fn rate_unit(&self) -> &'static str {
+        rate_unit(self.connect_scanner)
+    }
+}
+
 impl Summary {
+    /// The unit of achieved_pps as the views name it.
+    pub fn rate_unit(&self) -> &'static str {
+        rate_unit(self.connect.is_some_and(|c| c.connect_scanner))
+    }
+
     /// The sending threads' budgets over their own send windows, summed; None when a sending
     /// thread has none (a bundle recorded before they existed).
     pub fn send_window_budget(&self) -> Option<TimeBudget> {

@@ -947,7 +947,7 @@ fn a_block_in_progress_is_shown_at_its_site_from_its_first_tick() {
 fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
     // nmap -sT at 500 attempts/s for 2 s: 1000 connects on TCP sockets, 990 sent their SYN (20
     // of them came back ECONNREFUSED inside the call), 10 failed before it (EADDRNOTAVAIL).
-    let a = Analyzer::new(Some(500.0), START);
+    let mut a = Analyzer::new(Some(500.0), START);
     let th = ThreadCounters {
         calls: 1000,
         failed_calls: 10,
@@ -959,7 +959,10 @@ fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
         },
         ..sender(100, 101, 990, START + 1, START + 2 * SEC)
     };
-    let s = summary_of(&a, &sample(START + 2 * SEC).thread(th).build());
+    let last = sample(START + 2 * SEC).thread(th).build();
+    assert!(a.tick(&last, &[]).connect_scanner, "the tick names the rate too");
+    let s = summary_of(&a, &last);
+    assert_eq!(s.rate_unit(), "connection attempts/s");
     let c = s.connect.expect("a connect view");
     assert_eq!((c.attempts, c.syns, c.answered, c.failed), (1000, 990, 20, 10));
     assert!(c.connect_scanner);
@@ -987,8 +990,11 @@ fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
         },
         ..sender(100, 101, 1000, START + 1, START + 2 * SEC)
     };
-    let s = summary_of(&a, &sample(START + 2 * SEC).thread(th).build());
+    let last = sample(START + 2 * SEC).thread(th).build();
+    assert!(!Analyzer::new(Some(500.0), START).tick(&last, &[]).connect_scanner);
+    let s = summary_of(&a, &last);
     assert!(!s.connect.expect("a connect view").connect_scanner);
+    assert_eq!(s.rate_unit(), "pps");
     // and one that made none has no view
     let th = sender(100, 101, 1000, START + 1, START + 2 * SEC);
     assert_eq!(

@@ -9,7 +9,12 @@ use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
 pub fn tick_line(s: &Snapshot) -> String {
-    let mut out = format!("[{:7.1} s] achieved {:>10.1} pps", s.t_s, s.achieved_pps);
+    let mut out = format!(
+        "[{:7.1} s] achieved {:>10.1} {}",
+        s.t_s,
+        s.achieved_pps,
+        s.rate_unit()
+    );
     if let (Some(req), Some(r)) = (s.requested_pps, s.ratio) {
         let _ = write!(out, " of {req:.0} requested ({:5.1}%)", r * 100.0);
     }
@@ -130,19 +135,7 @@ pub fn summary(s: &Summary) -> String {
             let _ = write!(o, "requested rate unknown (--requested PPS), ");
         }
     }
-    let connect = s.connect.filter(|c| c.connect_scanner);
-    match connect {
-        Some(_) => {
-            let _ = write!(
-                o,
-                "achieved {:.1} connection attempts/s (SYNs sent)",
-                s.achieved_pps
-            );
-        }
-        None => {
-            let _ = write!(o, "achieved {:.1} pps", s.achieved_pps);
-        }
-    }
+    let _ = write!(o, "achieved {:.1} {}", s.achieved_pps, s.rate_unit());
     if let Some(r) = s.ratio {
         let _ = write!(o, " ({})", pct(r));
     }

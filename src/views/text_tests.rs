@@ -497,6 +497,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         cost: Default::default(),
         scanner: None,
         receive: None,
+        connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }
@@ -842,7 +843,7 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
         ..fixed_summary()
     };
     let r = summary(&s);
-    assert!(r.contains("connection attempts/s (SYNs sent)"), "{r}");
+    assert!(r.contains("achieved 1500.0 connection attempts/s ("), "{r}");
     assert!(!r.contains(" pps ("), "{r}");
     assert!(
         r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 returned the answer: refused, timed out or unreachable), 10 failed before their SYN"),
@@ -861,5 +862,17 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
     assert!(
         r.contains("connection attempts (connect on TCP sockets): 1000"),
         "{r}"
+    );
+}
+
+#[test]
+fn a_connect_scanner_s_tick_line_counts_connection_attempts() {
+    let mut s = snapshot(Some(500.0), 498.0, Vec::new());
+    assert!(tick_line(&s).contains("498.0 pps"), "{}", tick_line(&s));
+    s.connect_scanner = true;
+    let line = tick_line(&s);
+    assert!(
+        line.contains("498.0 connection attempts/s of 500 requested"),
+        "{line}"
     );
 }

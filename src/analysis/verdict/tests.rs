@@ -1891,6 +1891,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         cost: Cost::default(),
         scanner: None,
         receive: None,
+        connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }

@@ -867,3 +867,23 @@ fn the_funnel_panel_shows_the_receive_stages_when_the_family_receives() {
         assert!(only.contains(name), "{name} missing:\n{only}");
     }
 }
+
+/// A connect scanner's rate is named connection attempts per second in the header, not pps.
+#[test]
+fn a_connect_scanner_s_rate_is_connection_attempts_in_the_header() {
+    let (mut ticks, _) = rich_ticks();
+    let plain = {
+        let mut app = App::new("nmap -sT".into());
+        app.apply(Update::Tick(Box::new(ticks[0].clone())));
+        screen(&app, 120, 40)
+    };
+    assert!(
+        plain.contains(" pps") && !plain.contains("connection attempts/s"),
+        "{plain}"
+    );
+    ticks[0].connect_scanner = true;
+    let mut app = App::new("nmap -sT".into());
+    app.apply(Update::Tick(Box::new(ticks.remove(0))));
+    let text = screen(&app, 120, 40);
+    assert!(text.contains("connection attempts/s"), "{text}");
+}
