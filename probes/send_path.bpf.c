@@ -20,6 +20,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_CLOSE 3
 #define NR_WRITEV 20
 #define NR_DUP2 33
+#define NR_CONNECT 42
 #define NR_SENDTO 44
 #define NR_RECVFROM 45
 #define NR_SENDMSG 46
@@ -45,6 +46,7 @@ static __always_inline __u32 call_of(long id)
 	case NR_SENDMMSG: return SP_CALL_SENDMMSG;
 	case NR_WRITE: return SP_CALL_WRITE;
 	case NR_WRITEV: return SP_CALL_WRITEV;
+	case NR_CONNECT: return SP_CALL_CONNECT;
 	case NR_RECVFROM: return RX_BASE + SP_RECV_RECVFROM;
 	case NR_RECVMSG: return RX_BASE + SP_RECV_RECVMSG;
 	case NR_RECVMMSG: return RX_BASE + SP_RECV_RECVMMSG;
@@ -94,6 +96,24 @@ static __always_inline __u32 sock_kind(struct sock *sk)
 	}
 }
 
+/* Whether sk is a TCP socket (IPv4 or IPv6): its connect(2) is a connection attempt. A connect
+ * on anything else (UDP: a route lookup, AF_UNIX: IPC) is not a packet. */
+static __always_inline int is_tcp(struct sock *sk)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+
+	return (family == 2 || family == 10) && BPF_CORE_READ(sk, sk_type) == 1 /* SOCK_STREAM */ &&
+	       BPF_CORE_READ(sk, sk_protocol) == 6 /* IPPROTO_TCP */;
+}
+
+/* Errors a connect(2) returns only after its SYN went out: the RST of a closed port, no answer,
+ * no neighbour for the next hop. Others (EADDRNOTAVAIL, ENETUNREACH, EACCES...) fail before. */
+static __always_inline int answered_syn(long err)
+{
+	return err == 111 /* ECONNREFUSED */ || err == 110 /* ETIMEDOUT */ ||
+	       err == 113 /* EHOSTUNREACH */;
+}
+
 /* Copies the thread's time budget, accounted up to the current moment by the caller. */
 static __always_inline void budget_at(const struct sp_thread *t, struct sp_budget *b)
 {
@@ -106,7 +126,7 @@ static __always_inline void budget_at(const struct sp_thread *t, struct sp_budge
 }
 
 /* The socket behind fd and its kind, from the thread's cache while the family's fds have not
- * changed, else from the fd table (and cached). */
+ * changed, or from its receive cache when that holds fd, else from the fd table (and cached). */
 static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kind)
 {
 	__u64 g = gen_now(&fd_gen) + 1;
@@ -116,8 +136,15 @@ static __always_inline __u64 thread_sock(struct sp_thread *t, int fd, __u32 *kin
 		*kind = t->fd_cache_kind;
 		return t->fd_cache_sk;
 	}
-	sk = fd_sock(fd);
-	*kind = sk ? sock_kind(sk) : SP_SOCK_NONE;
+	if (t->rx_cache_gen == g && t->rx_cache_fd == fd && t->rx_cache_kind != SP_RX_NONE) {
+		/* just configured (a connect scanner's setsockopt before each connect): a network
+		 * socket, resolved then; no second walk of the fd table */
+		sk = (struct sock *)t->rx_cache_sk;
+		*kind = SP_SOCK_NET;
+	} else {
+		sk = fd_sock(fd);
+		*kind = sk ? sock_kind(sk) : SP_SOCK_NONE;
+	}
 	t->fd_cache_sk = (__u64)sk;
 	t->fd_cache_kind = *kind;
 	t->fd_cache_fd = fd;
@@ -223,6 +250,8 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	skp = thread_sock(t, (int)regs->di, &kind);
 	if (kind == SP_SOCK_NONE)
+		return 0;
+	if (call == SP_CALL_CONNECT && (kind != SP_SOCK_NET || !is_tcp((struct sock *)skp)))
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (t->sched_state == SP_ST_RUNNING) {
@@ -360,6 +389,21 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	d = now - t->send_enter_ns;
 	t->calls += 1;
 	hist_add(t->latency, d);
+	if (call == SP_CALL_CONNECT) {
+		/* a connection attempt: one SYN, unless it failed before sending it (EINPROGRESS,
+		 * a non-blocking connect's normal answer, is not a failure) */
+		t->connect_calls += 1;
+		if (ret < 0 && ret != -115 /* EINPROGRESS */) {
+			if (!answered_syn(-ret)) {
+				t->failed_calls += 1;
+				slot_add(t->errors, SP_ERRNO_SLOTS, (__u64)-ret);
+				return 0;
+			}
+			t->connect_answered += 1;
+		}
+		t->connect_syns += 1;
+		ret = 0;
+	}
 	if (ret < 0) {
 		t->failed_calls += 1;
 		slot_add(t->errors, SP_ERRNO_SLOTS, (__u64)-ret);

@@ -519,6 +519,9 @@ pub enum Scenario {
     /// 5,000 pps by the reference sender: what it cannot hold its socket drops (SOCKET_RCVBUFF).
     /// The listener is what is profiled.
     RcvbufOverflow,
+    /// nmap's connect scan (`nmap -sT`, --max-rate and --min-rate at the rate) of closed ports
+    /// 1 to rate x duration: every packet is the SYN of a connect(2), answered by a RST.
+    ConnectScan,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -362,3 +362,30 @@ fn a_listener_with_a_tiny_receive_buffer_overflows_it() {
     assert!(dropped > read, "the listener kept up: {}", run.lab);
     run.assert_diagnosis("loss", "rcvbuf_overflow", Some(dropped / (dropped + read)));
 }
+
+#[test]
+fn a_connect_scan_s_syns_are_its_packets() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("connect-scan");
+    // The SYNs: the sender namespace's TCP ActiveOpens, the capture-free count of them.
+    let opens = run.f64("sender_tcp_active_opens");
+    let asked = run.f64("requested_pps") * run.f64("duration_s");
+    assert!(opens >= asked * 0.5, "nmap sent too few SYNs: {}", run.lab);
+    let s = &run.summary;
+    let c = s.connect.expect("a connect scan has a connect view");
+    assert!(c.connect_scanner, "{c:?}");
+    assert_eq!(
+        c.syns as f64, opens,
+        "scanprof's SYNs vs Tcp ActiveOpens\n{}",
+        run.lab
+    );
+    assert_eq!(s.packets, c.syns, "a connect scan's packets are its SYNs");
+    assert_eq!(c.failed, 0, "{c:?}");
+    assert!(
+        s.verdicts.iter().all(|v| v.cause != "never_sent"),
+        "{:#?}",
+        s.verdicts
+    );
+    run.assert_diagnosis("gap", "no_gap", Some((1.0 - opens / asked).clamp(0.0, 1.0)));
+}

@@ -508,6 +508,9 @@ struct Scan {
     nudge: bool,
     /// scanprof --duration: a bound only, every scan ends well before it
     bound_s: f64,
+    /// a connect scan: its packets are the SYNs of its connect calls, which the summary's
+    /// `connect` object counts as connection attempts (null for every other scan)
+    connect_scan: bool,
 }
 
 /// Probes in each profile that are in the binary; the rest must report attached=false.
@@ -557,6 +560,7 @@ fn masscan(lab: &ScanLab, rate: u32, ports: u32) -> Scan {
         per_packet: false,
         nudge: true,
         bound_s: 20.0,
+        connect_scan: false,
     }
 }
 
@@ -609,6 +613,7 @@ fn zmap(lab: &ScanLab, targets_per_s: u32, probes: u32, per_packet: bool) -> Sca
         per_packet,
         nudge: false,
         bound_s: 15.0,
+        connect_scan: false,
     }
 }
 
@@ -647,7 +652,19 @@ fn nmap(lab: &ScanLab, rate: u32, ports: u32, per_packet: bool) -> Scan {
         per_packet,
         nudge: false,
         bound_s: 15.0,
+        connect_scan: false,
     }
+}
+
+/// `nmap -sT -n -Pn --disable-arp-ping --max-retries 0 --max-rate RATE -p1-PORTS 10.99.0.2`:
+/// one connect(2) per port, each one SYN that the target's closed port answers with a RST (the
+/// kernel sends it, not nmap: no raw socket, no per-packet nmap function).
+fn nmap_connect(lab: &ScanLab, rate: u32, ports: u32) -> Scan {
+    let mut scan = nmap(lab, rate, ports, false);
+    scan.argv[1] = "-sT".into();
+    scan.exact_hits = vec![("ultra_scan", 1, 1)];
+    scan.connect_scan = true;
+    scan
 }
 
 /// `hping3 --udp -p 9 -i uPERIOD -c COUNT -q 10.99.0.2`: one datagram per timer period.
@@ -676,6 +693,7 @@ fn hping3(lab: &ScanLab, period_us: u32, count: u32) -> Scan {
         per_packet: false,
         nudge: false,
         bound_s: 15.0,
+        connect_scan: false,
     }
 }
 
@@ -796,6 +814,22 @@ fn check_scanprof(run: &Finished, scan: &Scan, independent_pps: f64) {
         independent_pps,
         0.01,
     );
+
+    // Connection attempts: each of a connect scan's packets is the SYN of a connect call.
+    let c = &s["connect"];
+    if scan.connect_scan {
+        assert_eq!(c["attempts"].as_u64(), Some(scan.packets), "connect: {c}");
+        assert_eq!(c["syns"].as_u64(), Some(scan.packets), "connect: {c}");
+        assert_eq!(c["failed"].as_u64(), Some(0), "connect: {c}");
+        assert_eq!(c["connect_scanner"], true, "connect: {c}");
+        assert_eq!(s["send_calls"].as_u64(), Some(scan.packets), "{s}");
+        assert_eq!(s["failed_calls"].as_u64(), Some(0), "{s}");
+    } else {
+        assert!(
+            c.is_null(),
+            "a scan without connect calls has a connect object: {c}"
+        );
+    }
 
     // ---- the `scanner` object (pending contract) ----
     let sc = &s["scanner"];
@@ -1044,6 +1078,13 @@ fn nmap_at_500_pps_with_per_packet_probes() {
 #[test]
 fn nmap_at_10000_pps() {
     run_scan(|lab| nmap(lab, 10_000, 20_000, false));
+}
+
+/// A connect scan (issue 13 item 9): scanprof's packets are the SYNs the capture saw leave, one
+/// per connect call, and its achieved rate is theirs.
+#[test]
+fn nmap_connect_scan_at_500_pps_counts_its_syns() {
+    run_scan(|lab| nmap_connect(lab, 500, 1000));
 }
 
 // ---- hping3: -i uN is a timer period ------------------------------------------------------------

@@ -43,6 +43,7 @@ enum sp_send_call {
 	SP_CALL_SENDMMSG = 3,
 	SP_CALL_WRITE = 4,
 	SP_CALL_WRITEV = 5,
+	SP_CALL_CONNECT = 6,	/* connect(2) on a TCP socket: a connection attempt, one SYN */
 };
 
 /* Which receive syscall a thread is inside, when it is inside one (send_path.bpf.c). */
@@ -144,7 +145,13 @@ struct sp_thread {
 	__u64 recv_bytes;	/* bytes of those messages */
 	__u64 recv_stream_calls;	/* on stream sockets (TCP), failed ones included */
 	__u64 recv_stream_bytes;
-	__u64 errors[SP_ERRNO_SLOTS];	/* failed network sends by errno */
+	/* connect(2) on TCP sockets: connection attempts, also counted in calls (and, when their
+	 * SYN went out, in packets; when it did not, in failed_calls and errors[]) */
+	__u64 connect_calls;
+	__u64 connect_syns;	/* returned 0 or EINPROGRESS, or an answer to the SYN */
+	__u64 connect_answered;	/* of those, returned an error only a sent SYN earns: ECONNREFUSED
+				 * (the port's RST), ETIMEDOUT, EHOSTUNREACH (no neighbour) */
+	__u64 errors[SP_ERRNO_SLOTS];	/* failed network sends (and connects) by errno */
 	__u64 latency[SP_HIST_BUCKETS];	/* network send syscall duration, ns */
 	__u64 gap[SP_HIST_BUCKETS];	/* time between consecutive network send entries, ns */
 };

@@ -93,6 +93,14 @@ impl Totals {
     }
 }
 
+/// Whether connection attempts are most of the threads' send calls since attach (the rule of
+/// [`ConnectView::of`]).
+fn connect_scanner(threads: &[ThreadCounters]) -> bool {
+    let attempts: u64 = threads.iter().map(|t| t.connect.calls).sum();
+    let calls: u64 = threads.iter().map(|t| t.calls).sum();
+    attempts > 0 && attempts * 2 > calls
+}
+
 /// How often a live tick's rate statistics are recomputed, ns of sample time (ticks in
 /// between repeat the last).
 const LIVE_STATS_EVERY_NS: u64 = 500_000_000;
@@ -298,6 +306,7 @@ impl Analyzer {
                 }),
             },
             scanner: None,
+            connect_scanner: connect_scanner(&s.threads),
             receive,
             verdicts: Vec::new(),
             warnings: warnings.to_vec(),
@@ -353,6 +362,11 @@ impl Analyzer {
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
         let receive = receive::receive_view(last, None, duration_ns.max(1) as f64 / 1e9, &drops);
+        let mut connects = crate::collect::ConnectCounters::default();
+        for th in &last.threads {
+            connects.add(&th.connect);
+        }
+        let connect = ConnectView::of(&connects, t.calls, window_s);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
@@ -409,6 +423,7 @@ impl Analyzer {
             },
             probes,
             scanner,
+            connect,
             receive,
             verdicts: Vec::new(),
             warnings,

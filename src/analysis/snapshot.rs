@@ -29,6 +29,48 @@ pub const STAGES: [&str; 7] = [
     "target_drops",
 ];
 
+/// The family's connect(2) calls on TCP sockets over the run: a connect scanner's connection
+/// attempts. They are also its send calls (the funnel's `send_calls`), and the SYNs they sent
+/// its packets (`syscall_packets`), so a connect scanner's achieved pps is connection attempts
+/// per second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConnectView {
+    /// connect calls on TCP sockets, failed ones included
+    pub attempts: u64,
+    /// attempts whose SYN went out (returned 0, EINPROGRESS, or an answer to the SYN)
+    pub syns: u64,
+    /// of those, calls that returned the answer itself: ECONNREFUSED (a closed port's RST),
+    /// ETIMEDOUT, EHOSTUNREACH; a scan's normal outcomes, not failures
+    pub answered: u64,
+    /// attempts that failed before their SYN (EADDRNOTAVAIL, ENETUNREACH...): in the summary's
+    /// failed_calls and errors
+    pub failed: u64,
+    /// attempts per second over the send window
+    pub attempts_pps: f64,
+    /// whether connection attempts are most of the family's send calls: its packets are SYNs
+    /// and the views name its rate "connection attempts/s"
+    pub connect_scanner: bool,
+}
+
+impl ConnectView {
+    /// The view of `c` among `send_calls` send calls over a `window_s`-second send window;
+    /// None when the family made no connection attempt.
+    pub fn of(c: &crate::collect::ConnectCounters, send_calls: u64, window_s: f64) -> Option<ConnectView> {
+        (c.calls > 0).then(|| ConnectView {
+            attempts: c.calls,
+            syns: c.syns,
+            answered: c.answered,
+            failed: c.calls.saturating_sub(c.syns),
+            attempts_pps: if window_s > 0.0 {
+                c.calls as f64 / window_s
+            } else {
+                0.0
+            },
+            connect_scanner: c.calls * 2 > send_calls,
+        })
+    }
+}
+
 /// One stage of the funnel over a tick or a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
@@ -218,6 +260,10 @@ pub struct Snapshot {
     /// the receive funnel over the tick, when the family receives (absent otherwise)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// whether connection attempts (connect on TCP sockets) are most of the family's send calls
+    /// since attach: its packets are then SYNs, and achieved_pps connection attempts per second
+    #[serde(default)]
+    pub connect_scanner: bool,
     /// ranked causes of the gap and of the losses so far, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -312,6 +358,10 @@ pub struct Summary {
     /// what the scanner's own functions said, when a profile applies
     #[serde(default)]
     pub scanner: Option<ScannerView>,
+    /// the family's connection attempts (connect scanners), when it made any (absent in
+    /// summaries older than them)
+    #[serde(default)]
+    pub connect: Option<ConnectView>,
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
@@ -325,7 +375,29 @@ pub struct Summary {
     pub dropped_headers: crate::collect::headers::DroppedHeaders,
 }
 
+/// What a family's achieved rate counts: packets, or a connect scanner's connection attempts
+/// (the SYNs of its connect calls).
+pub fn rate_unit(connect_scanner: bool) -> &'static str {
+    if connect_scanner {
+        "connection attempts/s"
+    } else {
+        "pps"
+    }
+}
+
+impl Snapshot {
+    /// The unit of achieved_pps as the views name it.
+    pub fn rate_unit(&self) -> &'static str {
+        rate_unit(self.connect_scanner)
+    }
+}
+
 impl Summary {
+    /// The unit of achieved_pps as the views name it.
+    pub fn rate_unit(&self) -> &'static str {
+        rate_unit(self.connect.is_some_and(|c| c.connect_scanner))
+    }
+
     /// The sending threads' budgets over their own send windows, summed; None when a sending
     /// thread has none (a bundle recorded before they existed).
     pub fn send_window_budget(&self) -> Option<TimeBudget> {

@@ -942,3 +942,63 @@ fn a_block_in_progress_is_shown_at_its_site_from_its_first_tick() {
     assert!(sum.threads.iter().all(|t| t.blocked_now.is_none()));
     assert_close(sum.block_sites[0].blocked_s, 1.6);
 }
+
+#[test]
+fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
+    // nmap -sT at 500 attempts/s for 2 s: 1000 connects on TCP sockets, 990 sent their SYN (20
+    // of them came back ECONNREFUSED inside the call), 10 failed before it (EADDRNOTAVAIL).
+    let mut a = Analyzer::new(Some(500.0), START);
+    let th = ThreadCounters {
+        calls: 1000,
+        failed_calls: 10,
+        errors: [("EADDRNOTAVAIL".to_string(), 10)].into(),
+        connect: crate::collect::ConnectCounters {
+            calls: 1000,
+            syns: 990,
+            answered: 20,
+        },
+        ..sender(100, 101, 990, START + 1, START + 2 * SEC)
+    };
+    let last = sample(START + 2 * SEC).thread(th).build();
+    assert!(a.tick(&last, &[]).connect_scanner, "the tick names the rate too");
+    let s = summary_of(&a, &last);
+    assert_eq!(s.rate_unit(), "connection attempts/s");
+    let c = s.connect.expect("a connect view");
+    assert_eq!((c.attempts, c.syns, c.answered, c.failed), (1000, 990, 20, 10));
+    assert!(c.connect_scanner);
+    assert_eq!(s.stage_counts["send_calls"], 1000);
+    assert_eq!(s.stage_counts["syscall_packets"], 990);
+    assert!(
+        s.achieved_pps > 480.0 && s.achieved_pps < 500.0,
+        "{}",
+        s.achieved_pps
+    );
+    assert_eq!(s.errors["EADDRNOTAVAIL"], 10);
+    assert!(!s.errors.contains_key("ECONNREFUSED"), "{:?}", s.errors);
+    assert!(
+        s.verdicts.iter().all(|v| v.cause != "never_sent"),
+        "{:#?}",
+        s.verdicts
+    );
+    // a sender that made a few connects among many sends is not a connect scanner
+    let th = ThreadCounters {
+        calls: 1000,
+        connect: crate::collect::ConnectCounters {
+            calls: 3,
+            syns: 3,
+            answered: 0,
+        },
+        ..sender(100, 101, 1000, START + 1, START + 2 * SEC)
+    };
+    let last = sample(START + 2 * SEC).thread(th).build();
+    assert!(!Analyzer::new(Some(500.0), START).tick(&last, &[]).connect_scanner);
+    let s = summary_of(&a, &last);
+    assert!(!s.connect.expect("a connect view").connect_scanner);
+    assert_eq!(s.rate_unit(), "pps");
+    // and one that made none has no view
+    let th = sender(100, 101, 1000, START + 1, START + 2 * SEC);
+    assert_eq!(
+        summary_of(&a, &sample(START + 2 * SEC).thread(th).build()).connect,
+        None
+    );
+}

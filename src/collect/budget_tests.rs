@@ -189,6 +189,7 @@ fn histograms_decode_and_counters_map_to_their_fields() {
     t.ipc_bytes = 600;
     (t.recv_calls, t.recv_failed_calls, t.recv_packets, t.recv_bytes) = (40, 8, 96, 9_600);
     (t.recv_stream_calls, t.recv_stream_bytes) = (3, 4_096);
+    (t.connect_calls, t.connect_syns, t.connect_answered) = (9, 7, 2);
     let c = thread_counters(&t, NOW);
     assert_eq!(c.latency.nonzero_buckets().collect::<Vec<_>>(), [(960, 1024, 3)]);
     assert_eq!(
@@ -204,6 +205,8 @@ fn histograms_decode_and_counters_map_to_their_fields() {
     assert_eq!((r.calls, r.failed_calls, r.packets, r.bytes), (40, 8, 96, 9_600));
     assert_eq!((r.stream_calls, r.stream_bytes), (3, 4_096));
     assert!(r.any());
+    let k = c.connect;
+    assert_eq!((k.calls, k.syns, k.answered), (9, 7, 2));
 }
 
 #[test]

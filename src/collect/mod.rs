@@ -139,6 +139,10 @@ pub struct ThreadCounters {
     /// receive syscalls on network sockets (absent in bundles older than them)
     #[serde(default)]
     pub recv: RecvCounters,
+    /// connect(2) calls on TCP sockets, also counted in calls, packets (their SYNs) and
+    /// failed_calls (absent in bundles older than them)
+    #[serde(default)]
+    pub connect: ConnectCounters,
     pub budget: TimeBudget,
     /// the budget over the thread's own send window, from the entry of its first call that sent
     /// packets to the exit of its latest; None before it sent (and in bundles older than it)
@@ -188,6 +192,37 @@ impl RecvCounters {
         self.bytes += o.bytes;
         self.stream_calls += o.stream_calls;
         self.stream_bytes += o.stream_bytes;
+    }
+}
+
+/// One thread's connect(2) calls on TCP sockets, cumulative: a connect scanner's packets. Each
+/// is also a send call; its SYN is a packet; a call that failed before its SYN (EADDRNOTAVAIL,
+/// ENETUNREACH...) is a failed call with its errno in `errors`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectCounters {
+    /// connection attempts: connect calls on TCP sockets, failed ones included
+    pub calls: u64,
+    /// attempts whose SYN went out: returned 0, EINPROGRESS or an answer to the SYN
+    pub syns: u64,
+    /// of those, calls that returned the answer: ECONNREFUSED (the port's RST), ETIMEDOUT or
+    /// EHOSTUNREACH; normal outcomes for a scan, not failures
+    pub answered: u64,
+}
+
+impl ConnectCounters {
+    pub fn add(&mut self, o: &ConnectCounters) {
+        self.calls += o.calls;
+        self.syns += o.syns;
+        self.answered += o.answered;
+    }
+
+    /// The counts since `o`, an earlier sample of the same counters.
+    pub fn since(&self, o: &ConnectCounters) -> ConnectCounters {
+        ConnectCounters {
+            calls: self.calls.saturating_sub(o.calls),
+            syns: self.syns.saturating_sub(o.syns),
+            answered: self.answered.saturating_sub(o.answered),
+        }
     }
 }
 
@@ -994,6 +1029,11 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
             bytes: t.recv_bytes,
             stream_calls: t.recv_stream_calls,
             stream_bytes: t.recv_stream_bytes,
+        },
+        connect: ConnectCounters {
+            calls: t.connect_calls,
+            syns: t.connect_syns,
+            answered: t.connect_answered,
         },
         budget,
         window_budget: (t.packets > 0).then(|| {

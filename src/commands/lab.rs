@@ -65,6 +65,9 @@ pub struct Staging {
     /// a listener in the target namespace (`scanprof recv`) is what is profiled, and the
     /// sender runs beside it unprofiled (instead of the counting receiver)
     pub listener: Option<Listener>,
+    /// the sender is nmap's connect scan of ports 1 to rate x duration (see [`connect_argv`]),
+    /// profiled with the nmap profile, instead of the reference sender
+    pub connect_scan: bool,
     pub expect: Expectation,
 }
 
@@ -119,6 +122,9 @@ pub enum Truth {
     /// RcvbufErrors`) / those that reached its sockets (`Udp: InDatagrams`, counted as they are
     /// read, + `RcvbufErrors`).
     ListenerDrops,
+    /// The gap in connection attempts, 1 - SYNs / (requested x duration): the SYNs are the
+    /// sender namespace's `Tcp: ActiveOpens` (one per connect that sent its SYN).
+    SynGap,
 }
 
 impl Truth {
@@ -129,6 +135,7 @@ impl Truth {
             Truth::Undelivered => "1 - delivered/sent, target Ip InReceives over sender Udp OutDatagrams + SndbufErrors",
             Truth::ReplyDrops => "sender namespace Udp RcvbufErrors/(OutDatagrams + SndbufErrors)",
             Truth::ListenerDrops => "target namespace Udp RcvbufErrors/(InDatagrams + RcvbufErrors)",
+            Truth::SynGap => "1 - SYNs/(requested x duration), sender namespace Tcp ActiveOpens",
             Truth::GapLessRunDelay => {
                 "1 - delivered/(requested x duration) - run-queue delay/duration, target Ip InReceives and the sender's /proc/PID/schedstat"
             }
@@ -159,6 +166,7 @@ pub fn staging(s: Scenario) -> Staging {
         echo: false,
         stall: None,
         listener: None,
+        connect_scan: false,
         expect: expect("gap", "no_gap", Truth::Gap),
     };
     match s {
@@ -268,7 +276,43 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
             ..base
         },
+        // 500 connects/s to closed ports: nothing in the way, every SYN answered by a RST.
+        Scenario::ConnectScan => Staging {
+            rate: 500.0,
+            sink: false,
+            connect_scan: true,
+            expect: expect("gap", "no_gap", Truth::SynGap),
+            ..base
+        },
     }
+}
+
+/// The scanner profile of a connect scan's sender.
+const CONNECT_SCAN_PROFILE: &str = "nmap";
+
+/// `nmap -sT -n -Pn --disable-arp-ping --max-retries 0 --min-rate R --max-rate R -p1-N TARGET`
+/// with N = rate x duration (at most 65535): one connect(2) per port of the target, whose
+/// closed ports answer each SYN with a RST; no host discovery, no ARP, no retry.
+pub(crate) fn connect_argv(lab: &Lab, rate: f64, duration_s: f64) -> Vec<String> {
+    let ports = ((rate * duration_s).round() as u64).clamp(1, 65_535);
+    let rate = format!("{rate}");
+    [
+        "nmap",
+        "-sT",
+        "-n",
+        "-Pn",
+        "--disable-arp-ping",
+        "--max-retries",
+        "0",
+        "--min-rate",
+        &rate,
+        "--max-rate",
+        &rate,
+        &format!("-p1-{ports}"),
+        &lab.target_addr.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// The name a scenario has on the command line (`qdisc-drop`).
@@ -308,6 +352,10 @@ pub struct LabReport {
     /// there for a full receive buffer (`Udp: RcvbufErrors`)
     pub target_udp_in: Option<u64>,
     pub target_rcvbuf_errors: Option<u64>,
+    /// TCP connections the sender namespace opened, one per SYN sent by a connect (`Tcp:
+    /// ActiveOpens`), and scanprof's count of them (connect scenarios; null otherwise)
+    pub sender_tcp_active_opens: Option<u64>,
+    pub scanprof_connect_syns: Option<u64>,
     /// the profiled listener's own count (receive scenarios)
     pub listener: Option<super::recv::RecvReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
@@ -396,6 +444,8 @@ struct Counts {
     /// UDP datagrams read from the target namespace's sockets, and dropped at them
     target_udp_in: Option<u64>,
     target_rcvbuf_errors: Option<u64>,
+    /// the sender namespace's TCP connections that sent their SYN (`Tcp: ActiveOpens`)
+    sender_tcp_active_opens: Option<u64>,
     /// the sender's run-queue delay over the run, s
     run_delay_s: Option<f64>,
 }
@@ -417,6 +467,9 @@ impl Counts {
             sender_rcvbuf_errors: sender
                 .as_deref()
                 .and_then(|t| snmp_counter(t, "Udp", "RcvbufErrors")),
+            sender_tcp_active_opens: sender
+                .as_deref()
+                .and_then(|t| snmp_counter(t, "Tcp", "ActiveOpens")),
             run_delay_s: None,
         }
     }
@@ -429,6 +482,7 @@ impl Counts {
             sender_rcvbuf_errors: d(self.sender_rcvbuf_errors, before.sender_rcvbuf_errors),
             target_udp_in: d(self.target_udp_in, before.target_udp_in),
             target_rcvbuf_errors: d(self.target_rcvbuf_errors, before.target_rcvbuf_errors),
+            sender_tcp_active_opens: d(self.sender_tcp_active_opens, before.sender_tcp_active_opens),
             run_delay_s: self.run_delay_s,
         }
     }
@@ -469,6 +523,10 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
         Truth::ListenerDrops => {
             let dropped = counts.target_rcvbuf_errors?;
             share(dropped as f64, (counts.target_udp_in? + dropped) as f64)
+        }
+        Truth::SynGap => {
+            let syns = counts.sender_tcp_active_opens? as f64;
+            share(syns, rate * duration_s).map(|d| 1.0 - d)
         }
         Truth::GapLessRunDelay => {
             let gap = 1.0 - share(counts.target_ip_in? as f64, rate * duration_s)?;
@@ -1029,6 +1087,10 @@ pub(crate) fn sender_argv(
         );
     }
     argv.extend(["taskset".to_string(), "-c".to_string(), cpu.to_string()]);
+    if stage.connect_scan {
+        argv.extend(connect_argv(lab, rate, duration_s));
+        return argv;
+    }
     argv.push(exe.display().to_string());
     argv.extend(
         [
@@ -1154,6 +1216,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         // The reference sender's profile fits `scanprof send`, not the listener.
         profile: Some(if listening.is_some() {
             "generic".to_string()
+        } else if stage.connect_scan {
+            CONNECT_SCAN_PROFILE.to_string()
         } else {
             o.profile.clone()
         }),
@@ -1216,6 +1280,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         sender_rcvbuf_errors: counts.sender_rcvbuf_errors,
         target_udp_in: counts.target_udp_in,
         target_rcvbuf_errors: counts.target_rcvbuf_errors,
+        sender_tcp_active_opens: counts.sender_tcp_active_opens.filter(|_| stage.connect_scan),
+        scanprof_connect_syns: summary.connect.map(|c| c.syns),
         listener,
         scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
         scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
@@ -1272,6 +1338,13 @@ fn lab_text(r: &LabReport) -> String {
         r.target_ip_in,
     ) {
         o += &format!("  SNMP: the sender namespace sent {out} UDP datagrams, the target namespace received {inn} IP packets\n");
+    }
+    if let Some(opens) = r.sender_tcp_active_opens {
+        o += &format!(
+            "  SNMP: the sender namespace opened {opens} TCP connections (ActiveOpens: SYNs sent) | scanprof: {} SYNs, {} packets\n",
+            r.scanprof_connect_syns.unwrap_or(0),
+            r.scanprof_packets
+        );
     }
     if let (Some(echoed), Some(dropped)) = (r.echoed, r.sender_rcvbuf_errors) {
         o += &format!("  echo: {echoed} replies sent back; the sender namespace dropped {dropped} for a full receive buffer\n");
@@ -1551,6 +1624,7 @@ mod tests {
             sender_rcvbuf_errors: Some(9_000),
             target_udp_in: Some(1_000),
             target_rcvbuf_errors: Some(3_000),
+            sender_tcp_active_opens: Some(4_000),
             run_delay_s: Some(0.5),
         };
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
@@ -1563,6 +1637,8 @@ mod tests {
         assert!((replies - 0.9).abs() < 1e-9, "{replies}");
         let listener = measured_truth(Truth::ListenerDrops, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((listener - 0.75).abs() < 1e-9, "{listener}");
+        let syns = measured_truth(Truth::SynGap, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((syns - 0.2).abs() < 1e-9, "{syns}");
         let tbf = QdiscStats {
             kind: "tbf".into(),
             sent_packets: 300,

@@ -61,10 +61,10 @@ pub const ERRNO_SLOTS: usize = 128;
 pub const HEALTH_SLOTS: usize = 8;
 
 // ABI drift between wire.h and the Rust side is a build error: the generated types follow the C
-// header, these constants and sizes must follow them (320 bytes of scalars, of which 96 are the
-// receive side's, and two 48-byte budget snapshots in sp_thread, then the errno slots and two
+// header, these constants and sizes must follow them (344 bytes of scalars, of which 96 are the
+// receive side's and 24 connect's, and two 48-byte budget snapshots in sp_thread, then the errno slots and two
 // histograms; 48 bytes of scalars in sp_event, then comm and path).
-const _: () = assert!(size_of::<sp_thread>() == 320 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
+const _: () = assert!(size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 // sp_drop_pkt: 16 bytes of header, the 32-byte drop key, 24 of scalars, comm, then the bytes.

@@ -106,6 +106,21 @@ mod tests {
     }
 
     #[test]
+    fn every_connect_field_is_documented_in_events_md() {
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.connect = Some(crate::analysis::ConnectView {
+            attempts: 3,
+            syns: 2,
+            answered: 1,
+            failed: 1,
+            attempts_pps: 3.0,
+            connect_scanner: true,
+        });
+        let found = documented_keys(&[line("summary", &summary)], "connect");
+        assert!(found.contains("connect") && found.contains("connect_scanner"));
+    }
+
+    #[test]
     fn line_puts_type_first_and_keeps_fields() {
         let l = line("sample", &Probe { pps: 10.5, name: "x" });
         assert_eq!(l, r#"{"type":"sample","pps":10.5,"name":"x"}"#);

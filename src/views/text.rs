@@ -2,12 +2,19 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES};
+use crate::analysis::{
+    ConnectView, Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES,
+};
 use crate::collect::DropClass;
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
 pub fn tick_line(s: &Snapshot) -> String {
-    let mut out = format!("[{:7.1} s] achieved {:>10.1} pps", s.t_s, s.achieved_pps);
+    let mut out = format!(
+        "[{:7.1} s] achieved {:>10.1} {}",
+        s.t_s,
+        s.achieved_pps,
+        s.rate_unit()
+    );
     if let (Some(req), Some(r)) = (s.requested_pps, s.ratio) {
         let _ = write!(out, " of {req:.0} requested ({:5.1}%)", r * 100.0);
     }
@@ -128,7 +135,7 @@ pub fn summary(s: &Summary) -> String {
             let _ = write!(o, "requested rate unknown (--requested PPS), ");
         }
     }
-    let _ = write!(o, "achieved {:.1} pps", s.achieved_pps);
+    let _ = write!(o, "achieved {:.1} {}", s.achieved_pps, s.rate_unit());
     if let Some(r) = s.ratio {
         let _ = write!(o, " ({})", pct(r));
     }
@@ -137,6 +144,9 @@ pub fn summary(s: &Summary) -> String {
         ": {} packets in a {:.3} s send window, {} send calls, {} failed",
         s.packets, s.send_window_s, s.send_calls, s.failed_calls
     );
+    if let Some(c) = &s.connect {
+        let _ = writeln!(o, "{}", connect_line(c));
+    }
     if let Some(b) = &s.baseline {
         let _ = write!(
             o,
@@ -543,5 +553,14 @@ pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
         m.low.median,
         m.low.min,
         m.low.max
+    )
+}
+
+/// The family's connection attempts: how many sent their SYN, returned its answer, or failed
+/// before it (those failures' errnos are in the errors line).
+fn connect_line(c: &ConnectView) -> String {
+    format!(
+        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} returned the answer: refused, timed out or unreachable), {} failed before their SYN",
+        c.attempts, c.attempts_pps, c.syns, c.answered, c.failed
     )
 }

@@ -189,6 +189,7 @@ fn fixed_summary() -> Summary {
             error: Some("tracepoint skb:kfree_skb not found".to_string()),
         }],
         scanner: None,
+        connect: None,
         receive: None,
         verdicts: Vec::new(),
         warnings: vec![
@@ -496,6 +497,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         cost: Default::default(),
         scanner: None,
         receive: None,
+        connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }
@@ -820,5 +822,57 @@ fn the_receive_funnel_is_reported_only_when_the_family_receives() {
     assert!(
         r.contains("dropped before the read: 900 SOCKET_RCVBUFF at udp_queue_rcv_one_skb+0x437 (pid 7, netns 4026532001)"),
         "{r}"
+    );
+}
+
+#[test]
+fn a_connect_scanner_s_rate_is_named_connection_attempts() {
+    use crate::analysis::ConnectView;
+    let plain = summary(&fixed_summary());
+    assert!(!plain.contains("connection attempts"), "{plain}");
+    let view = ConnectView {
+        attempts: 1000,
+        syns: 990,
+        answered: 20,
+        failed: 10,
+        attempts_pps: 500.0,
+        connect_scanner: true,
+    };
+    let s = Summary {
+        connect: Some(view),
+        ..fixed_summary()
+    };
+    let r = summary(&s);
+    assert!(r.contains("achieved 1500.0 connection attempts/s ("), "{r}");
+    assert!(!r.contains(" pps ("), "{r}");
+    assert!(
+        r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 returned the answer: refused, timed out or unreachable), 10 failed before their SYN"),
+        "{r}"
+    );
+    // a few connects beside many sends: the rate stays packets per second
+    let s = Summary {
+        connect: Some(ConnectView {
+            connect_scanner: false,
+            ..view
+        }),
+        ..fixed_summary()
+    };
+    let r = summary(&s);
+    assert!(!r.contains("connection attempts/s"), "{r}");
+    assert!(
+        r.contains("connection attempts (connect on TCP sockets): 1000"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_connect_scanner_s_tick_line_counts_connection_attempts() {
+    let mut s = snapshot(Some(500.0), 498.0, Vec::new());
+    assert!(tick_line(&s).contains("498.0 pps"), "{}", tick_line(&s));
+    s.connect_scanner = true;
+    let line = tick_line(&s);
+    assert!(
+        line.contains("498.0 connection attempts/s of 500 requested"),
+        "{line}"
     );
 }

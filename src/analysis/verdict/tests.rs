@@ -142,6 +142,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         cost: Cost::default(),
         probes: Vec::new(),
         scanner: None,
+        connect: None,
         receive: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
@@ -1890,6 +1891,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         cost: Cost::default(),
         scanner: None,
         receive: None,
+        connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }

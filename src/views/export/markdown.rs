@@ -276,8 +276,16 @@ fn overview(o: &mut String, s: &Summary) {
     let _ = writeln!(o, "## Run\n");
     let _ = writeln!(o, "Run of {:.2} s ended: {why}.\n", s.duration_s);
     let mut line = match s.requested_pps {
-        Some(r) => format!("Requested {r:.0} pps, achieved {:.1} pps", s.achieved_pps),
-        None => format!("Requested rate unknown, achieved {:.1} pps", s.achieved_pps),
+        Some(r) => format!(
+            "Requested {r:.0} pps, achieved {:.1} {}",
+            s.achieved_pps,
+            s.rate_unit()
+        ),
+        None => format!(
+            "Requested rate unknown, achieved {:.1} {}",
+            s.achieved_pps,
+            s.rate_unit()
+        ),
     };
     if let Some(r) = s.ratio {
         let _ = write!(line, " ({})", pct(r));

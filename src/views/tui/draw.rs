@@ -324,7 +324,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         (Some(s), true) => {
             let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
             line1.push(Span::styled(
-                format!(" achieved {:.1} pps{ratio} ", s.achieved_pps),
+                format!(" achieved {:.1} {}{ratio} ", s.achieved_pps, s.rate_unit()),
                 Style::new().bold(),
             ));
             line1.push(Span::raw("of "));
@@ -339,7 +339,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             if let Some(s) = s {
                 let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
                 line1.push(Span::styled(
-                    format!("achieved {} pps{ratio}", rate(s.achieved_pps)),
+                    format!("achieved {} {}{ratio}", rate(s.achieved_pps), s.rate_unit()),
                     Style::new().bold(),
                 ));
             }

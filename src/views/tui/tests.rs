@@ -886,3 +886,23 @@ fn a_block_that_has_just_begun_reads_in_milliseconds() {
         "{s}"
     );
 }
+
+/// A connect scanner's rate is named connection attempts per second in the header, not pps.
+#[test]
+fn a_connect_scanner_s_rate_is_connection_attempts_in_the_header() {
+    let (mut ticks, _) = rich_ticks();
+    let plain = {
+        let mut app = App::new("nmap -sT".into());
+        app.apply(Update::Tick(Box::new(ticks[0].clone())));
+        screen(&app, 120, 40)
+    };
+    assert!(
+        plain.contains(" pps") && !plain.contains("connection attempts/s"),
+        "{plain}"
+    );
+    ticks[0].connect_scanner = true;
+    let mut app = App::new("nmap -sT".into());
+    app.apply(Update::Tick(Box::new(ticks.remove(0))));
+    let text = screen(&app, 120, 40);
+    assert!(text.contains("connection attempts/s"), "{text}");
+}
