@@ -167,7 +167,8 @@ fn measure(workers: usize, port: u16) {
             "worker {i}: user {user} + system {system} vs on-CPU {}",
             t.cost.oncpu_ns
         );
-        rows.push((packets, got, want, user, system));
+        let probes = t.cost.probes_oncpu_ns as f64 / packets as f64;
+        rows.push((packets, got, want, user, system, probes));
     }
     let all = receive.cost.as_ref().expect("a receive cost in all");
     assert_eq!((all.workers, all.packets), (workers, total), "{all:?}");
@@ -195,9 +196,10 @@ fn measure(workers: usize, port: u16) {
         g10.cpus,
         g10.cpus_per_worker
     );
-    for (i, (packets, got, want, user, system)) in rows.iter().enumerate() {
+    for (i, (packets, got, want, user, system, probes)) in rows.iter().enumerate() {
         eprintln!(
-            "  worker {i}: {packets} packets, scanprof {got:.0} ns/pkt, own clock {want:.0} ns/pkt, user {:.0} system {:.0} ns/pkt",
+            "  worker {i}: {packets} packets, scanprof {got:.0} ns/pkt, own clock {want:.0} ns/pkt, \
+             user {:.0} system {:.0} ns/pkt; the scheduler probes' on-CPU {probes:.0} ns/pkt",
             *user as f64 / *packets as f64,
             *system as f64 / *packets as f64
         );
