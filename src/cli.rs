@@ -129,7 +129,8 @@ const SEND_EXAMPLES: &str = "Examples:
   scanprof send --to 127.0.0.1:9000 --rate 0 -d 2 --method sendmmsg --batch 32";
 const RECV_EXAMPLES: &str = "Examples:
   scanprof recv --port 9000 --duration 10
-  scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind";
+  scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind
+  scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -540,7 +541,14 @@ pub struct RecvOptions {
     /// Seconds to receive for (at most 30 days).
     #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: f64,
-    /// Also write what was received as JSON to this file (`packets`, `bytes`, `rcvbuf`).
+    /// Worker threads, 1 to 64, each reading its own socket on the port (SO_REUSEPORT): a
+    /// datagram goes to worker (source port mod N), so senders choose the worker by their
+    /// source port. Each counts its own datagrams and CPU time.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub workers: usize,
+    /// Also write what was received as JSON to this file (`packets`, `bytes`, `rcvbuf`, and
+    /// per worker `tid`, `packets`, `bytes`, `cpu_ns`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 }

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::{DropRow, Stage};
-use crate::collect::{CounterSample, DropClass, RecvCounters};
+use crate::collect::{CounterSample, DropClass, RecvCounters, ThreadCounters, ThreadCpuTime};
 use crate::system::machine::ReceiveTunables;
 
 /// Stage names of the receive funnel, in the order a packet for the family meets them: dropped
@@ -38,6 +38,229 @@ pub struct ReceiveView {
     /// receiving socket of a drop, 6.8 and newer); false: only replies to addresses it sent to
     #[serde(default = "yes")]
     pub socket_drops_seen: bool,
+    /// what reading cost, per thread that read packets in the interval, most packets first
+    #[serde(default)]
+    pub threads: Vec<ThreadReceiveCost>,
+    /// what reading cost over all those threads together, with the capacity it implies; None
+    /// when no packet was read in the interval (and in bundles older than it)
+    #[serde(default)]
+    pub cost: Option<ReceiveCost>,
+}
+
+/// Bytes a frame carries on Ethernet besides its IP packet: header (14), frame check sequence
+/// (4), preamble and start delimiter (8), inter-frame gap (12).
+pub const ETHERNET_OVERHEAD_BYTES: f64 = 38.0;
+/// Headers of a UDP datagram on IPv4 that a UDP socket's read does not return (IP 20, UDP 8).
+pub const UDP_IPV4_HEADER_BYTES: f64 = 28.0;
+/// The line rates the capacity is figured for, bits per second.
+pub const LINE_RATES_BPS: [f64; 2] = [1e9, 10e9];
+
+/// Where a receive cost's on-CPU time comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OncpuSource {
+    /// the kernel's own run time of the threads (/proc/PID/task/TID/schedstat, read each tick)
+    #[default]
+    Kernel,
+    /// scanprof's scheduler probes (the thread budget's `send_ns + other_ns`), when the kernel's
+    /// figure is missing for a thread (no CONFIG_SCHED_INFO, or it began to read this tick)
+    SchedulerProbes,
+}
+
+/// What reading packets cost a thread, or a set of threads, over an interval: its on-CPU time
+/// per packet read: everything the thread ran, user code and syscalls, not only the receive
+/// calls. `user` and `system` are the kernel's own split of it (utime, stime), in clock-tick steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReceiveCost {
+    /// threads counted: 1 for a thread, the threads that read packets for the whole
+    pub workers: usize,
+    /// messages read in the interval
+    pub packets: u64,
+    /// messages read per second over the interval
+    pub pps: f64,
+    /// bytes those messages carried
+    pub bytes: u64,
+    /// on CPU over the interval, ns (from `oncpu_source`)
+    pub oncpu_ns: u64,
+    /// where `oncpu_ns` comes from
+    pub oncpu_source: OncpuSource,
+    /// on CPU over the interval by scanprof's scheduler probes (the budget's `send_ns +
+    /// other_ns`), ns: beside the kernel's figure, it shows what the probes miss (a few us
+    /// per wake-up, measured here)
+    pub probes_oncpu_ns: u64,
+    /// `oncpu_ns / packets`, ns; None without packets
+    pub ns_per_packet: Option<f64>,
+    /// user and system CPU time over the interval (/proc utime and stime), ns; None when not read
+    pub user_ns: Option<u64>,
+    pub system_ns: Option<u64>,
+    /// `user_ns / packets` and `system_ns / packets`, ns
+    pub user_ns_per_packet: Option<f64>,
+    pub system_ns_per_packet: Option<f64>,
+    /// the share of a CPU needed to read a full line of such packets, at 1 and 10 Gbit/s
+    pub capacity: Option<Capacity>,
+}
+
+/// One thread's receive cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadReceiveCost {
+    pub tid: u32,
+    pub pid: u32,
+    #[serde(flatten)]
+    pub cost: ReceiveCost,
+}
+
+/// CPU needed to read a full line of packets of the measured mean size at the measured cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// mean IP packet, bytes: mean bytes read + 28 (IPv4 and UDP headers, which a UDP socket's
+    /// read does not return)
+    pub packet_bytes: f64,
+    /// the same on the wire, bytes: + 38 (Ethernet header, FCS, preamble, inter-frame gap)
+    pub wire_bytes: f64,
+    /// one row per line rate (`LINE_RATES_BPS`)
+    pub line_rates: Vec<LineRate>,
+}
+
+/// One line rate and the CPU its packets need.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LineRate {
+    /// bits per second
+    pub bps: f64,
+    /// packets per second at that rate: `bps / (8 x wire_bytes)`
+    pub pps: f64,
+    /// CPUs needed: `pps x ns_per_packet / 1e9` (1.0 = one CPU busy all the time)
+    pub cpus: f64,
+    /// the share of one worker's CPU when the packets are spread evenly: `cpus / workers`
+    /// (above 1.0: these workers cannot keep up)
+    pub cpus_per_worker: f64,
+}
+
+/// The capacity a cost per packet and a mean message size imply, for `workers` threads.
+pub fn capacity(ns_per_packet: f64, mean_read_bytes: f64, workers: usize) -> Capacity {
+    let packet_bytes = mean_read_bytes + UDP_IPV4_HEADER_BYTES;
+    let wire_bytes = packet_bytes + ETHERNET_OVERHEAD_BYTES;
+    let line_rates = LINE_RATES_BPS
+        .iter()
+        .map(|&bps| {
+            let pps = bps / (8.0 * wire_bytes);
+            let cpus = pps * ns_per_packet / 1e9;
+            LineRate {
+                bps,
+                pps,
+                cpus,
+                cpus_per_worker: cpus / workers.max(1) as f64,
+            }
+        })
+        .collect();
+    Capacity {
+        packet_bytes,
+        wire_bytes,
+        line_rates,
+    }
+}
+
+/// Totals of one or more threads over an interval, before dividing.
+#[derive(Default)]
+struct CostSums {
+    workers: usize,
+    packets: u64,
+    bytes: u64,
+    /// the scheduler probes' on-CPU time
+    probes_oncpu_ns: u64,
+    /// the kernel's figures; None when missing for any thread
+    cpu: Option<ThreadCpuTime>,
+}
+
+impl CostSums {
+    fn add(&mut self, o: &CostSums) {
+        // The kernel's figures hold for the whole only when every thread has them.
+        self.cpu = match (self.workers, self.cpu, o.cpu) {
+            (0, _, c) => c,
+            (_, Some(a), Some(b)) => Some(ThreadCpuTime {
+                oncpu_ns: a.oncpu_ns.zip(b.oncpu_ns).map(|(x, y)| x + y),
+                user_ns: a.user_ns + b.user_ns,
+                system_ns: a.system_ns + b.system_ns,
+            }),
+            _ => None,
+        };
+        self.workers += o.workers;
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.probes_oncpu_ns += o.probes_oncpu_ns;
+    }
+
+    fn cost(&self, interval_s: f64) -> ReceiveCost {
+        let per = |ns: u64| (self.packets > 0).then(|| ns as f64 / self.packets as f64);
+        let (oncpu_ns, oncpu_source) = match self.cpu.and_then(|c| c.oncpu_ns) {
+            Some(ns) => (ns, OncpuSource::Kernel),
+            None => (self.probes_oncpu_ns, OncpuSource::SchedulerProbes),
+        };
+        let ns_per_packet = per(oncpu_ns);
+        ReceiveCost {
+            workers: self.workers,
+            packets: self.packets,
+            pps: self.packets as f64 / interval_s,
+            bytes: self.bytes,
+            oncpu_ns,
+            oncpu_source,
+            probes_oncpu_ns: self.probes_oncpu_ns,
+            ns_per_packet,
+            user_ns: self.cpu.map(|c| c.user_ns),
+            system_ns: self.cpu.map(|c| c.system_ns),
+            user_ns_per_packet: self.cpu.and_then(|c| per(c.user_ns)),
+            system_ns_per_packet: self.cpu.and_then(|c| per(c.system_ns)),
+            capacity: ns_per_packet
+                .map(|ns| capacity(ns, self.bytes as f64 / self.packets as f64, self.workers)),
+        }
+    }
+}
+
+/// One thread's figures between `before` (None: since attach) and `now`.
+fn thread_sums(now: &ThreadCounters, before: Option<&ThreadCounters>) -> CostSums {
+    let zero = ThreadCounters::default();
+    let b = before.unwrap_or(&zero);
+    let budget = now.budget.saturating_sub(&b.budget);
+    let cpu = match (now.cpu, before.map(|b| b.cpu)) {
+        (Some(n), None) => Some(n),
+        (Some(n), Some(Some(p))) => Some(n.saturating_sub(&p)),
+        // First read this tick (the thread began to receive): the time before it is unknown.
+        _ => None,
+    };
+    CostSums {
+        workers: 1,
+        packets: now.recv.packets.saturating_sub(b.recv.packets),
+        bytes: now.recv.bytes.saturating_sub(b.recv.bytes),
+        probes_oncpu_ns: budget.send_ns + budget.other_ns,
+        cpu,
+    }
+}
+
+/// The receive cost per thread that read packets between `prev` (None: since attach) and
+/// `now`, most packets first, and over all of them.
+pub fn receive_costs(
+    now: &CounterSample,
+    prev: Option<&CounterSample>,
+    interval_s: f64,
+) -> (Vec<ThreadReceiveCost>, Option<ReceiveCost>) {
+    let interval_s = interval_s.max(1e-9);
+    let mut all = CostSums::default();
+    let mut threads = Vec::new();
+    for t in &now.threads {
+        let before = prev.and_then(|p| p.threads.iter().find(|b| b.tid == t.tid && b.pid == t.pid));
+        let sums = thread_sums(t, before);
+        if sums.packets == 0 {
+            continue;
+        }
+        all.add(&sums);
+        threads.push(ThreadReceiveCost {
+            tid: t.tid,
+            pid: t.pid,
+            cost: sums.cost(interval_s),
+        });
+    }
+    threads.sort_by_key(|t| (std::cmp::Reverse(t.cost.packets), t.tid));
+    let total = (all.packets > 0).then(|| all.cost(interval_s));
+    (threads, total)
 }
 
 fn yes() -> bool {
@@ -97,6 +320,7 @@ pub fn receive_view(
         (recv_totals(p), drops_before_read(p))
     });
     let interval_s = interval_s.max(1e-9);
+    let (threads, cost) = receive_costs(now, prev, interval_s);
     let stage = |name: &str, total: u64, before: u64| {
         let count = total.saturating_sub(before);
         Stage {
@@ -124,6 +348,8 @@ pub fn receive_view(
             .collect(),
         tunables: now.tunables,
         socket_drops_seen: now.socket_drops_seen,
+        threads,
+        cost,
     })
 }
 
@@ -211,5 +437,123 @@ mod tests {
         let s = sample(1_000_000_000, RecvCounters::default(), 5);
         let v = receive_view(&s, None, 1.0, &[]).expect("drops before a read");
         assert_eq!((v.count("recv_drops"), v.count("recv_packets")), (5, 0));
+    }
+
+    /// A reading thread: `probes_ns` on CPU by the scheduler probes, and the kernel's
+    /// (on-CPU, user, system) when read.
+    fn worker(tid: u32, packets: u64, probes_ns: u64, cpu: Option<(u64, u64, u64)>) -> ThreadCounters {
+        ThreadCounters {
+            tid,
+            pid: 7,
+            recv: RecvCounters {
+                calls: packets,
+                packets,
+                bytes: packets * 100,
+                ..Default::default()
+            },
+            budget: crate::collect::TimeBudget {
+                other_ns: probes_ns,
+                ..Default::default()
+            },
+            cpu: cpu.map(|(oncpu, user_ns, system_ns)| ThreadCpuTime {
+                oncpu_ns: Some(oncpu),
+                user_ns,
+                system_ns,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn at(t_ns: u64, threads: Vec<ThreadCounters>) -> CounterSample {
+        CounterSample {
+            t_ns,
+            threads,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_cost_per_packet_is_each_threads_oncpu_time_over_its_packets_in_the_interval() {
+        let prev = at(
+            1_000_000_000,
+            vec![
+                worker(1, 1_000, 2_000_000, Some((3_000_000, 1_000_000, 2_000_000))),
+                worker(2, 500, 1_000_000, Some((1_000_000, 0, 0))),
+            ],
+        );
+        let now = at(
+            3_000_000_000,
+            vec![
+                // 20,000 packets in 2 s on 20 ms of CPU by the kernel (the probes saw 15 ms):
+                // 1,000 ns each, a third of it user.
+                worker(1, 21_000, 17_000_000, Some((23_000_000, 7_666_666, 15_333_334))),
+                // 10,000 packets; the kernel's figure was not read this time: the probes' 30 ms.
+                worker(2, 10_500, 31_000_000, None),
+                // Never read a packet: not a worker.
+                worker(3, 0, 50_000_000, Some((50_000_000, 0, 50_000_000))),
+            ],
+        );
+        let v = receive_view(&now, Some(&prev), 2.0, &[]).expect("the family receives");
+        assert_eq!(v.threads.len(), 2);
+        let t1 = &v.threads[0].cost;
+        assert_eq!((v.threads[0].tid, t1.packets, t1.pps), (1, 20_000, 10_000.0));
+        assert_eq!(
+            (t1.oncpu_source, t1.oncpu_ns, t1.probes_oncpu_ns),
+            (OncpuSource::Kernel, 20_000_000, 15_000_000)
+        );
+        assert_eq!(t1.ns_per_packet, Some(1_000.0));
+        assert_eq!((t1.user_ns, t1.system_ns), (Some(6_666_666), Some(13_333_334)));
+        assert!((t1.user_ns_per_packet.unwrap() - 333.3).abs() < 0.1);
+        let t2 = &v.threads[1].cost;
+        assert_eq!(
+            (t2.oncpu_source, t2.ns_per_packet),
+            (OncpuSource::SchedulerProbes, Some(3_000.0))
+        );
+        assert_eq!(t2.user_ns, None);
+        // One thread without the kernel's figures: the whole takes the probes' for all.
+        let all = v.cost.as_ref().expect("packets were read");
+        assert_eq!((all.workers, all.packets, all.oncpu_ns), (2, 30_000, 45_000_000));
+        assert_eq!(
+            (all.oncpu_source, all.user_ns),
+            (OncpuSource::SchedulerProbes, None)
+        );
+        assert_eq!(all.ns_per_packet, Some(1_500.0));
+        // Since attach (the summary): the sample's totals.
+        let run = receive_view(&now, None, 3.0, &[]).unwrap();
+        assert_eq!(run.threads[0].cost.ns_per_packet, Some(23_000_000.0 / 21_000.0));
+        assert_eq!(run.threads[0].cost.user_ns, Some(7_666_666));
+        // Both with the kernel's figures: the sums.
+        let both = at(
+            3_000_000_000,
+            vec![
+                worker(1, 21_000, 17_000_000, Some((23_000_000, 7_666_666, 15_333_334))),
+                worker(2, 10_500, 31_000_000, Some((31_000_000, 1_000_000, 29_000_000))),
+            ],
+        );
+        let v = receive_view(&both, Some(&prev), 2.0, &[]).unwrap();
+        let all = v.cost.as_ref().unwrap();
+        assert_eq!(
+            (all.oncpu_source, all.oncpu_ns, all.probes_oncpu_ns),
+            (OncpuSource::Kernel, 50_000_000, 45_000_000)
+        );
+        assert_eq!((all.user_ns, all.system_ns), (Some(7_666_666), Some(42_333_334)));
+    }
+
+    #[test]
+    fn capacity_counts_packets_on_the_wire_with_udp_ip_and_ethernet_framing() {
+        // 100 bytes read: a 128-byte IP packet, 166 bytes on the wire.
+        let c = capacity(1_000.0, 100.0, 2);
+        assert_eq!((c.packet_bytes, c.wire_bytes), (128.0, 166.0));
+        let g1 = &c.line_rates[0];
+        assert_eq!(g1.bps, 1e9);
+        assert!((g1.pps - 753_012.05).abs() < 0.01, "{g1:?}");
+        // 753,012 pps at 1 us each: 0.75 of a CPU, 0.38 of each of the two workers.
+        assert!((g1.cpus - 0.753_012).abs() < 1e-6, "{g1:?}");
+        assert!((g1.cpus_per_worker - 0.376_506).abs() < 1e-6, "{g1:?}");
+        let g10 = &c.line_rates[1];
+        assert!((g10.pps - 7_530_120.48).abs() < 0.01 && (g10.cpus - 7.530_120).abs() < 1e-6);
+        // Full-size frames: 1472 bytes read are a 1500-byte packet, 1538 on the wire.
+        let big = capacity(1_000.0, 1472.0, 1);
+        assert!((big.line_rates[0].pps - 81_274.38).abs() < 0.01);
     }
 }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::probe_cost::{ProbeCost, ProgramCost, PROBE_COST_ALERT};
-pub use super::receive::{ReceiveView, RECV_STAGES};
+pub use super::receive::{
+    Capacity, LineRate, OncpuSource, ReceiveCost, ReceiveView, ThreadReceiveCost, RECV_STAGES,
+};
 pub use super::scanner::*;
 use super::stats::RunStats;
 pub use super::verdict::Verdict;

@@ -152,6 +152,54 @@ pub struct ThreadCounters {
     /// budget's blocked_send_ns and in its block site's blocked_ns)
     #[serde(default)]
     pub blocked_now: Option<BlockedNow>,
+    /// its CPU time as the kernel accounts it (/proc/PID/task/TID/schedstat and stat), read
+    /// with each sample for threads that call receive syscalls; None for the others, when
+    /// unreadable, and in bundles older than it
+    #[serde(default)]
+    pub cpu: Option<ThreadCpuTime>,
+}
+
+/// A thread's CPU time as the kernel accounts it, cumulative, ns: its exact run time, and the
+/// split into user and system (`utime`, `stime`: the run time divided by where the scheduler
+/// tick found the thread, so in steps of one clock tick, 10 ms at USER_HZ 100).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCpuTime {
+    /// on CPU (the scheduler's `sum_exec_runtime`, /proc/PID/task/TID/schedstat; what the
+    /// thread's CLOCK_THREAD_CPUTIME_ID reads), ns; None without CONFIG_SCHED_INFO
+    #[serde(default)]
+    pub oncpu_ns: Option<u64>,
+    /// in user mode, ns
+    pub user_ns: u64,
+    /// in the kernel on its behalf (syscalls, and the softirq work run in them), ns
+    pub system_ns: u64,
+}
+
+impl ThreadCpuTime {
+    pub fn saturating_sub(&self, o: &ThreadCpuTime) -> ThreadCpuTime {
+        ThreadCpuTime {
+            oncpu_ns: match (self.oncpu_ns, o.oncpu_ns) {
+                (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+                _ => None,
+            },
+            user_ns: self.user_ns.saturating_sub(o.user_ns),
+            system_ns: self.system_ns.saturating_sub(o.system_ns),
+        }
+    }
+}
+
+/// A thread's CPU time now, from /proc/PID/task/TID/stat and schedstat; None once it is gone.
+fn read_thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpuTime> {
+    let task = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .task_from_tid(tid as i32)
+        .ok()?;
+    let st = task.stat().ok()?;
+    let ns = |ticks: u64| ticks * 1_000_000_000 / procfs::ticks_per_second().max(1);
+    Some(ThreadCpuTime {
+        oncpu_ns: task.schedstat().ok().map(|s| s.sum_exec_runtime),
+        user_ns: ns(st.utime),
+        system_ns: ns(st.stime),
+    })
 }
 
 /// A send blocked at the moment of the sample: a block in progress, seen before it ends.
@@ -475,6 +523,9 @@ pub struct Collector {
     wall_offset_ns: i128,
     /// the drop program sees the receiving socket (`rx_sk` of kfree_skb, kernels >= 6.8)
     rx_sk: bool,
+    /// the latest user/system CPU time read for each receiving thread (kept for its exit, when
+    /// /proc no longer has it)
+    thread_cpu: HashMap<u32, ThreadCpuTime>,
 }
 
 impl Collector {
@@ -492,6 +543,7 @@ impl Collector {
             symbols: KernelSymbols::default(),
             reasons,
             retired: Vec::new(),
+            thread_cpu: HashMap::new(),
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
@@ -757,12 +809,20 @@ impl Collector {
         // Sends blocked right now: (tgid, tid, stack id, since), named below with the sites.
         let mut open: Vec<(u32, u32, i32, u64)> = Vec::new();
         for raw in raw_threads {
-            let counters = thread_counters(&raw, now_ns);
+            let mut counters = thread_counters(&raw, now_ns);
+            // A receiving thread's user/system split: one small /proc read per thread and tick.
+            if counters.recv.any() {
+                if let Some(c) = read_thread_cpu(raw.tgid, raw.tid) {
+                    self.thread_cpu.insert(raw.tid, c);
+                }
+                counters.cpu = self.thread_cpu.get(&raw.tid).copied();
+            }
             if let Some(b) = &counters.blocked_now {
                 open.push((raw.tgid, raw.tid, raw.block_stack, b.since_ns));
             }
             if counters.exited {
                 self.probes.forget_thread(raw.tid);
+                self.thread_cpu.remove(&raw.tid);
                 self.retired.push(counters);
             } else {
                 threads.push(counters);
@@ -1051,6 +1111,7 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
             since_ns: t.state_since_ns,
             wait_site: String::new(),
         }),
+        cpu: None,
     }
 }
 

@@ -85,6 +85,21 @@ mod tests {
             total: 5,
             ratio: None,
         };
+        let cost = crate::analysis::ReceiveCost {
+            workers: 1,
+            packets: 5,
+            pps: 5.0,
+            bytes: 500,
+            oncpu_ns: 10_000,
+            oncpu_source: crate::analysis::OncpuSource::Kernel,
+            probes_oncpu_ns: 8_000,
+            ns_per_packet: Some(2_000.0),
+            user_ns: Some(0),
+            system_ns: Some(10_000),
+            user_ns_per_packet: Some(0.0),
+            system_ns_per_packet: Some(2_000.0),
+            capacity: Some(crate::analysis::receive::capacity(2_000.0, 100.0, 1)),
+        };
         let receive = ReceiveView {
             stages: crate::analysis::RECV_STAGES.iter().map(|n| stage(n)).collect(),
             drops: vec![DropRow {
@@ -97,12 +112,19 @@ mod tests {
                 count: 5,
                 rate: 5.0,
             }],
+            threads: vec![crate::analysis::ThreadReceiveCost {
+                tid: 8,
+                pid: 7,
+                cost: cost.clone(),
+            }],
+            cost: Some(cost),
             ..Default::default()
         };
         snap.receive = Some(receive.clone());
         summary.receive = Some(receive);
         let found = documented_keys(&[line("sample", &snap), line("summary", &summary)], "receive");
         assert!(found.contains("receive") && found.contains("tunables") && found.contains("rmem_max"));
+        assert!(found.contains("cpus_per_worker") && found.contains("system_ns_per_packet"));
     }
 
     #[test]

@@ -360,6 +360,7 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
             r.stream_calls, r.stream_bytes
         );
     }
+    receive_cost_section(o, r);
     for d in &r.drops {
         let _ = writeln!(
             o,
@@ -369,6 +370,75 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
             d.location,
             d.pid.map_or("-".to_string(), |p| p.to_string()),
             d.netns
+        );
+    }
+}
+
+/// What reading cost over the run, per thread and in all, and the CPU a full line would need.
+fn receive_cost_section(o: &mut String, r: &ReceiveView) {
+    let Some(all) = &r.cost else { return };
+    let us = |ns: Option<f64>| ns.map_or("-".to_string(), |n| format!("{:.2}", n / 1e3));
+    let source = match all.oncpu_source {
+        crate::analysis::OncpuSource::Kernel => "the kernel's run time (schedstat)",
+        crate::analysis::OncpuSource::SchedulerProbes => "scanprof's scheduler probes",
+    };
+    let _ = writeln!(
+        o,
+        "  cost per packet read (on-CPU time of each reading thread over the run, by {source}, / \
+         packets it read; user/system: the kernel's utime/stime split, 10 ms steps):"
+    );
+    let _ = writeln!(
+        o,
+        "    {:<12} {:>10} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "thread", "packets", "pps", "us/pkt", "user", "system", "CPU@1G", "CPU@10G"
+    );
+    let line_cpus = |c: &crate::analysis::ReceiveCost, i: usize| {
+        c.capacity
+            .as_ref()
+            .and_then(|cap| cap.line_rates.get(i))
+            .map_or("-".to_string(), |l| format!("{:.2}", l.cpus))
+    };
+    let row = |o: &mut String, name: String, c: &crate::analysis::ReceiveCost| {
+        let _ = writeln!(
+            o,
+            "    {:<12} {:>10} {:>12.0} {:>9} {:>9} {:>9} {:>10} {:>10}",
+            name,
+            c.packets,
+            c.pps,
+            us(c.ns_per_packet),
+            us(c.user_ns_per_packet),
+            us(c.system_ns_per_packet),
+            line_cpus(c, 0),
+            line_cpus(c, 1)
+        );
+    };
+    for t in &r.threads {
+        row(o, format!("tid {}", t.tid), &t.cost);
+    }
+    if r.threads.len() > 1 {
+        row(o, format!("all ({})", all.workers), all);
+    }
+    if let Some(cap) = &all.capacity {
+        let per_worker: Vec<String> = cap
+            .line_rates
+            .iter()
+            .map(|l| {
+                format!(
+                    "{:.0} Gbit/s = {:.0} pps: {:.2} CPUs, {:.2} of each of {} workers",
+                    l.bps / 1e9,
+                    l.pps,
+                    l.cpus,
+                    l.cpus_per_worker,
+                    all.workers
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  capacity at {:.0}-byte packets ({:.0} on the wire; pps = bits / (8 x (packet + 38))): {}",
+            cap.packet_bytes,
+            cap.wire_bytes,
+            per_worker.join("; ")
         );
     }
 }

@@ -876,3 +876,58 @@ fn a_connect_scanner_s_tick_line_counts_connection_attempts() {
         "{line}"
     );
 }
+
+#[test]
+fn the_receive_cost_is_reported_per_thread_and_in_all_with_the_capacity() {
+    use crate::analysis::receive::capacity;
+    use crate::analysis::{ReceiveCost, ReceiveView, ThreadReceiveCost};
+    let cost = |workers: usize, packets: u64, ns: f64, split: Option<(f64, f64)>| ReceiveCost {
+        workers,
+        packets,
+        pps: packets as f64 / 10.0,
+        bytes: packets * 100,
+        oncpu_ns: (packets as f64 * ns) as u64,
+        oncpu_source: crate::analysis::OncpuSource::Kernel,
+        probes_oncpu_ns: (packets as f64 * ns * 0.7) as u64,
+        ns_per_packet: Some(ns),
+        user_ns: split.map(|(u, _)| (packets as f64 * u) as u64),
+        system_ns: split.map(|(_, s)| (packets as f64 * s) as u64),
+        user_ns_per_packet: split.map(|(u, _)| u),
+        system_ns_per_packet: split.map(|(_, s)| s),
+        capacity: Some(capacity(ns, 100.0, workers)),
+    };
+    let s = Summary {
+        receive: Some(ReceiveView {
+            threads: vec![
+                ThreadReceiveCost {
+                    tid: 11,
+                    pid: 10,
+                    cost: cost(1, 60_000, 2_000.0, Some((500.0, 1_500.0))),
+                },
+                ThreadReceiveCost {
+                    tid: 12,
+                    pid: 10,
+                    cost: cost(1, 40_000, 2_500.0, Some((500.0, 2_000.0))),
+                },
+            ],
+            cost: Some(cost(2, 100_000, 2_200.0, Some((500.0, 1_700.0)))),
+            ..Default::default()
+        }),
+        ..fixed_summary()
+    };
+    let r = summary(&s);
+    assert!(r.contains("cost per packet read"), "{r}");
+    // 2 us a packet at 753,012 pps (1 Gbit/s of 100-byte datagrams): 1.51 CPUs.
+    assert_eq!(
+        line_of(&r, "tid 11"),
+        "    tid 11            60000         6000      2.00      0.50      1.50       1.51      15.06"
+    );
+    assert_eq!(
+        line_of(&r, "all (2)"),
+        "    all (2)          100000        10000      2.20      0.50      1.70       1.66      16.57"
+    );
+    assert!(
+        r.contains("capacity at 128-byte packets (166 on the wire; pps = bits / (8 x (packet + 38))): 1 Gbit/s = 753012 pps: 1.66 CPUs, 0.83 of each of 2 workers; 10 Gbit/s = 7530120 pps: 16.57 CPUs, 8.28 of each of 2 workers"),
+        "{r}"
+    );
+}

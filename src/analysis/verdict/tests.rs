@@ -2182,6 +2182,8 @@ impl Run {
                 netdev_max_backlog: Some(1000),
             },
             socket_drops_seen: true,
+            threads: Vec::new(),
+            cost: None,
         });
         self.0.drops.extend(rows);
         self

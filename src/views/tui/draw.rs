@@ -475,11 +475,14 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         (Some(r), true) => format!(" funnel (run): requested {} pps ", rate(r)),
         (None, _) => format!(" funnel{} (no requested rate) ", run_mark(app)),
     };
-    let block = panel_block(app, Panel::Funnel, title);
+    let mut block = panel_block(app, Panel::Funnel, title);
     let Some(s) = &app.shown else {
         f.render_widget(Paragraph::new("waiting for the first tick...").block(block), area);
         return;
     };
+    if let Some(cost) = s.receive.as_ref().and_then(|r| r.cost.as_ref()) {
+        block = block.title_bottom(receive_cost_title(cost));
+    }
     let no_qdisc = s
         .stages
         .iter()
@@ -515,6 +518,20 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     .header(Row::new(vec!["stage", per_second_heading(app), "total", "ratio"]).style(Style::new().bold()))
     .block(block);
     f.render_widget(table, area);
+}
+
+/// The funnel's bottom line while the family reads: its on-CPU time per packet read and the
+/// CPUs a full 10 Gbit/s line of such packets would need at that cost.
+fn receive_cost_title(cost: &crate::analysis::ReceiveCost) -> String {
+    let us = cost
+        .ns_per_packet
+        .map_or("-".to_string(), |ns| format!("{:.2}", ns / 1e3));
+    let ten = cost
+        .capacity
+        .as_ref()
+        .and_then(|c| c.line_rates.last())
+        .map_or(String::new(), |l| format!(", 10G: {:.1} CPUs", l.cpus));
+    format!(" read {us} us/pkt{ten} ")
 }
 
 fn draw_budget(f: &mut Frame, app: &App, area: Rect) {

@@ -906,3 +906,25 @@ fn a_connect_scanner_s_rate_is_connection_attempts_in_the_header() {
     let text = screen(&app, 120, 40);
     assert!(text.contains("connection attempts/s"), "{text}");
 }
+
+#[test]
+fn the_funnel_panel_shows_the_receive_cost_while_the_family_reads() {
+    let mut app = app_receiving(false);
+    assert!(!screen(&app, 80, 24).contains("10G:"));
+    let cost = crate::analysis::ReceiveCost {
+        workers: 1,
+        packets: 811,
+        pps: 811.0,
+        bytes: 81_100,
+        oncpu_ns: 3_406_200,
+        ns_per_packet: Some(4_200.0),
+        capacity: Some(crate::analysis::receive::capacity(4_200.0, 100.0, 1)),
+        ..Default::default()
+    };
+    let mut tick = app.shown.clone().expect("a tick");
+    tick.receive.as_mut().expect("receiving").cost = Some(cost);
+    app.apply(Update::Tick(Box::new(tick)));
+    // 7,530,120 pps at 4.2 us: 31.6 CPUs.
+    let shown = screen(&app, 80, 24);
+    assert!(shown.contains("read 4.20 us/pkt, 10G: 31.6 CPUs"), "{shown}");
+}
