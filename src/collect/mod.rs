@@ -33,6 +33,9 @@ pub enum DropClass {
     Expected,
     /// a reply to the target died for another reason
     ReplyLoss,
+    /// expected reply-side traffic the target did not send: the kernel's own replies (TCP RST,
+    /// ICMP error) to the target's peers, replies purged unread when a target socket closed
+    ReplySide,
     /// somebody else's packet
     Unrelated,
 }
@@ -44,6 +47,7 @@ impl DropClass {
             DropClass::TargetLoss => "target_loss",
             DropClass::Expected => "expected",
             DropClass::ReplyLoss => "reply_loss",
+            DropClass::ReplySide => "reply_side",
             DropClass::Unrelated => "unrelated",
         }
     }
@@ -53,6 +57,7 @@ impl DropClass {
             sp_drop_class::SP_CLASS_TARGET_LOSS => DropClass::TargetLoss,
             sp_drop_class::SP_CLASS_EXPECTED => DropClass::Expected,
             sp_drop_class::SP_CLASS_REPLY_LOSS => DropClass::ReplyLoss,
+            sp_drop_class::SP_CLASS_REPLY_SIDE => DropClass::ReplySide,
             _ => DropClass::Unrelated,
         }
     }
