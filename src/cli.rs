@@ -474,6 +474,10 @@ pub struct SendOptions {
     /// With --method packet: the egress interface (default: the route's).
     #[arg(long, value_name = "IFACE")]
     pub dev: Option<String>,
+    /// With --method packet: the socket also receives every frame of its namespace and never
+    /// reads them, so the replies are still queued, unread, when it closes (a lab fault).
+    #[arg(long, hide = true)]
+    pub keep_replies: bool,
     /// Source port to bind (0: any).
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
@@ -519,6 +523,12 @@ pub enum Scenario {
     /// 5,000 pps by the reference sender: what it cannot hold its socket drops (SOCKET_RCVBUFF).
     /// The listener is what is profiled.
     RcvbufOverflow,
+    /// nmap -sS of 400 TCP ports of the target, each with a listener: every SYN is answered,
+    /// and the sender host's kernel answers each SYN-ACK with a RST of its own. No loss.
+    KernelReply,
+    /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
+    /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
+    SocketClosePurge,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -80,6 +80,8 @@ pub struct Target {
     pub sndbuf: Option<usize>,
     /// 0: any (UDP sockets) or [`DEFAULT_RAW_SRC_PORT`] (raw and packet)
     pub src_port: u16,
+    /// a packet socket receives every frame of the namespace (ETH_P_ALL), never read
+    pub keep_replies: bool,
 }
 
 /// Which destinations a send may go to.
@@ -166,9 +168,15 @@ impl Sender {
             }
             Method::Packet { ring, batch, dev } => {
                 let link = Link::find(dev.as_deref(), target.to)?;
-                // Protocol 0: this socket receives nothing, it only sends.
+                // Protocol 0: this socket receives nothing, it only sends; ETH_P_ALL (network
+                // order) with keep_replies: every frame queues on it, unread until it closes.
+                let protocol = if target.keep_replies {
+                    i32::from((libc::ETH_P_ALL as u16).to_be())
+                } else {
+                    0
+                };
                 // SAFETY: plain socket(2); the fd is owned by the OwnedFd right away.
-                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol) };
                 let fd =
                     owned(fd).context("cannot open an AF_PACKET socket (needs CAP_NET_RAW: run as root)")?;
                 set_sndbuf(&fd, target.sndbuf)?;
@@ -817,6 +825,7 @@ mod tests {
             size: 64,
             sndbuf: None,
             src_port: 1234,
+            keep_replies: false,
         }
     }
 
