@@ -328,16 +328,16 @@ static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow
 	return -1;
 }
 
-/* Reads the IP and transport headers at the network header into *l (zeroed when unreadable).
- * The fingerprint keeps only fields no hop changes (not the TTL or the IP checksum). */
+/* Reads the IP and transport headers at the network header into *l (zeroed when unreadable),
+ * in one read when the IP header has no options. The fingerprint keeps only fields no hop
+ * changes (not the TTL or the IP checksum). */
 static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 {
 	unsigned char *head = skb->head;
 	__u16 nh = skb->network_header;
 	__u16 proto = bpf_ntohs(skb->protocol);
-	__u8 t[14] = {};
-	__u64 word = 0, ip = 0;
-	__u32 off;
+	__u8 b[56] = {}, *t;	/* an IPv6 header and 16 bytes of what follows */
+	__u64 word, ip;
 	__u8 p;
 
 	l->print = 0;
@@ -345,29 +345,28 @@ static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 	l->ok = 0;
 	if (nh == (__u16)~0U)
 		return;
-	if (proto == 0x0800) {
-		struct iphdr h;
+	if (bpf_probe_read_kernel(b, sizeof(b), head + nh))
+		return;
+	if (proto == 0x0800 && (b[0] >> 4) == 4) {
+		__u32 ihl = b[0] & 0xf;
 
-		if (bpf_probe_read_kernel(&h, sizeof(h), head + nh))
+		p = b[9];
+		ip = ((__u64)b[4] << 16 | (__u64)b[5] << 8) | p;	/* IP id, protocol */
+		if (ihl < 5)
 			return;
-		p = h.protocol;
-		off = (h.ihl & 0xf) * 4;
-		ip = ((__u64)h.id << 8) | p;
-	} else if (proto == 0x86DD) {
-		struct ipv6hdr h;
-
-		if (bpf_probe_read_kernel(&h, sizeof(h), head + nh))
-			return;
-		p = h.nexthdr;
-		off = sizeof(h);
-		ip = ((__u64)h.flow_lbl[0] << 24 | (__u64)h.flow_lbl[1] << 16 | (__u64)h.flow_lbl[2] << 8) | p;
+		if (ihl > 5) {
+			/* options: the transport header is further on, read it apart */
+			if (bpf_probe_read_kernel(b + 20, 16, head + nh + ihl * 4))
+				return;
+		}
+		t = b + 20;
+	} else if (proto == 0x86DD && (b[0] >> 4) == 6) {
+		p = b[6];
+		ip = ((__u64)(b[1] & 0xf) << 24 | (__u64)b[2] << 16 | (__u64)b[3] << 8) | p;	/* flow label */
+		t = b + 40;
 	} else {
 		return;
 	}
-	if (off < 20)
-		return;
-	if (bpf_probe_read_kernel(t, sizeof(t), head + nh + off))
-		return;
 	__builtin_memcpy(&word, t, sizeof(word));
 	l->print = word ^ (ip * 0x9E3779B97F4A7C15ULL);
 	l->ok = 1;
