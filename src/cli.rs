@@ -337,8 +337,8 @@ pub struct RunOptions {
     /// bundle has no drops.pcapng: its packet headers hold addresses).
     #[arg(long)]
     pub redact: bool,
-    /// Write the headers of the family's dropped packets (target_loss, reply_loss, expected) to
-    /// this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
+    /// Write the headers of the family's dropped packets (target_loss, reply_loss, expected,
+    /// reply_side) to this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
     /// each packet commented with its drop reason, location, device, namespace, pid and comm;
     /// a drop-table row's first 64 drops on each CPU, then 1 in 256 (stated in the file).
     /// Bundles (-o) hold the same file as drops.pcapng (unless --redact).

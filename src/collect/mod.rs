@@ -1068,3 +1068,44 @@ mod health_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod drop_class_tests {
+    use super::DropClass;
+    use crate::probes::sp_drop_class;
+
+    #[test]
+    fn every_wire_class_has_its_own_name_in_the_json() {
+        let classes = [
+            (
+                sp_drop_class::SP_CLASS_UNRELATED,
+                DropClass::Unrelated,
+                "unrelated",
+            ),
+            (
+                sp_drop_class::SP_CLASS_TARGET_LOSS,
+                DropClass::TargetLoss,
+                "target_loss",
+            ),
+            (sp_drop_class::SP_CLASS_EXPECTED, DropClass::Expected, "expected"),
+            (
+                sp_drop_class::SP_CLASS_REPLY_LOSS,
+                DropClass::ReplyLoss,
+                "reply_loss",
+            ),
+            (
+                sp_drop_class::SP_CLASS_REPLY_SIDE,
+                DropClass::ReplySide,
+                "reply_side",
+            ),
+        ];
+        for (wire, class, name) in classes {
+            assert_eq!(DropClass::from_wire(wire.0), class);
+            assert_eq!(class.name(), name);
+            // serde's name is the one the text and the views print: one name per class.
+            assert_eq!(serde_json::to_string(&class).unwrap(), format!("\"{name}\""));
+        }
+        // A class this build does not know is nobody's loss.
+        assert_eq!(DropClass::from_wire(99), DropClass::Unrelated);
+    }
+}

@@ -443,11 +443,10 @@ fn check_no_loss(
 ) -> DiagnosisCheck {
     let first = verdicts.first();
     let cause_matches = first.is_none_or(|v| v.kind != "loss" || v.share <= 0.0);
-    let lost: f64 = verdicts
+    let lost = verdicts
         .iter()
         .filter(|v| v.kind == "loss")
-        .map(|v| v.share)
-        .sum();
+        .fold(0.0, |sum, v| sum + v.share);
     let share_within = truth.map(|t| (lost - t).abs() <= SHARE_TOLERANCE + 1e-9);
     DiagnosisCheck {
         expected_kind: expect.kind.to_string(),
