@@ -180,6 +180,13 @@ impl Sender {
                 let fd =
                     owned(fd).context("cannot open an AF_PACKET socket (needs CAP_NET_RAW: run as root)")?;
                 set_sndbuf(&fd, target.sndbuf)?;
+                if target.keep_replies {
+                    // Room for minutes of unread replies at a lab's rate: they must still be
+                    // queued when the socket closes, not dropped for a full buffer before.
+                    setsockopt(&fd, sockopt::RcvBufForce, &KEPT_REPLIES_RCVBUF)
+                        .or_else(|_| setsockopt(&fd, sockopt::RcvBuf, &KEPT_REPLIES_RCVBUF))
+                        .context("cannot size the receive buffer for --keep-replies")?;
+                }
                 let frame = Frame::new(Some((link.mac, link.peer_mac)), link.src, target);
                 let addr = link.sockaddr();
                 if *ring {
@@ -292,6 +299,10 @@ fn owned(fd: RawFd) -> Result<OwnedFd> {
     // SAFETY: fd was just returned by socket(2) and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// SO_RCVBUF of a packet socket that keeps its replies unread (`--keep-replies`): 8 MiB, some
+/// 7,000 small frames.
+const KEPT_REPLIES_RCVBUF: usize = 8 << 20;
 
 fn set_sndbuf(fd: &impl std::os::fd::AsFd, bytes: Option<usize>) -> Result<()> {
     if let Some(bytes) = bytes {
