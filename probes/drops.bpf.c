@@ -9,8 +9,10 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Filled in by user space from the running kernel's enum skb_drop_reason before load. */
+/* Filled in by user space from the running kernel's enum skb_drop_reason before load
+ * (reason_queue_purge: ~0 on kernels without QUEUE_PURGE). */
 const volatile __u32 reason_no_socket = 3;
+const volatile __u32 reason_queue_purge = ~0U;
 
 /* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h); the
  * three maps of the table have SP_DROP_SLOTS entries (a power of two). */
@@ -70,6 +72,37 @@ struct {
 	__type(value, struct last_drop);
 } last_drop SEC(".maps");
 
+/* Whether a packet came in (received on a device, or a tap's copy of an outgoing packet) rather
+ * than being one a socket of this host sent. */
+static __always_inline int skb_came_in(struct sk_buff *skb)
+{
+	return skb->skb_iif != 0 || BPF_CORE_READ_BITFIELD_PROBED(skb, pkt_type) == 4 /* PACKET_OUTGOING */;
+}
+
+/*
+ * A socket-less packet to an address the family sent to, in a namespace its traffic reached:
+ * the family's only if it is one of the packets it sent (sent_skbs, the same headers), else the
+ * kernel's own reply to that peer (a RST or ICMP error, e.g. the scanner host answering a
+ * SYN-ACK) or somebody else's packet to the same address.
+ */
+static __always_inline __u32 sent_class(struct sk_buff *skb, __u32 reason, __u32 owner, __u32 *tgid)
+{
+	__u64 key = (__u64)skb;
+	struct sp_sent *sent = bpf_map_lookup_elem(&sent_skbs, &key);
+	struct sp_l4 l;
+
+	skb_l4(skb, &l);
+	if (sent && l.ok && sent->print == l.print) {
+		*tgid = sent->tgid;
+		return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
+	}
+	if (l.reply_like) {
+		*tgid = owner;
+		return SP_CLASS_REPLY_SIDE;
+	}
+	return SP_CLASS_UNRELATED;
+}
+
 static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
 				      __u32 netns, __u32 *tgid)
 {
@@ -93,6 +126,7 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	 * No owner any more (it crossed a veth, or is a reply): recognise it by address, but only
 	 * if it has no socket (a packet of another socket is somebody else's) and only in a
 	 * namespace the family's traffic reached (another namespace may use the same addresses).
+	 * An address match alone does not make a packet the family's (sent_class).
 	 */
 	if (skb->sk)
 		return SP_CLASS_UNRELATED;
@@ -105,8 +139,7 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 		if (!last->known)
 			return SP_CLASS_UNRELATED;
 		if (last->tgid) {
-			*tgid = last->tgid;
-			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
+			return sent_class(skb, reason, last->tgid, tgid);
 		}
 	} else {
 		__u32 known = bpf_map_lookup_elem(&target_netns, &netns) != 0, owner = 0;
@@ -125,10 +158,8 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 		}
 		if (!known)
 			return SP_CLASS_UNRELATED;
-		if (owner) {
-			*tgid = owner;
-			return reason == reason_no_socket ? SP_CLASS_EXPECTED : SP_CLASS_TARGET_LOSS;
-		}
+		if (owner)
+			return sent_class(skb, reason, owner, tgid);
 	}
 	if (!skb_addr(skb, 0, &fk)) {
 		who = bpf_map_lookup_elem(&flows, &fk);
@@ -222,6 +253,13 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	__u64 *n;
 
 	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
+	/* A packet that came in, purged unread from a queue: in a family socket's (it owns the
+	 * skb), or a reply to the family (found by source; UDP's queue keeps no owner). Delivered,
+	 * not lost. A family packet forwarded by a far namespace and purged there stays a loss. */
+	if (reason == reason_queue_purge &&
+	    ((k.class == SP_CLASS_TARGET_LOSS && skb->sk) || k.class == SP_CLASS_REPLY_LOSS) &&
+	    skb_came_in(skb))
+		k.class = SP_CLASS_REPLY_SIDE;
 	last = bpf_map_lookup_elem(&last_drop_row, &zero);
 	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
 		slot = last->slot;

@@ -286,6 +286,29 @@ int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, 
 	return 0;
 }
 
+/* Remembers a family packet by its skb and headers: past this driver it has no socket, and a
+ * drop in a far namespace is the family's only if it is this packet (drops: classify). */
+static __always_inline void note_sent(struct sk_buff *skb, __u32 tgid)
+{
+	struct sp_sent v = { .tgid = tgid }, *old;
+	__u64 key = (__u64)skb;
+	struct sp_l4 l;
+
+	skb_l4(skb, &l);
+	if (!l.ok)
+		return;
+	/* A sender's skbs come back from the slab at the same few addresses: rewrite the entry in
+	 * place (an LRU insert takes a lock and costs ~300 ns here) */
+	old = bpf_map_lookup_elem(&sent_skbs, &key);
+	if (old) {
+		old->print = l.print;
+		old->tgid = tgid;
+		return;
+	}
+	v.print = l.print;
+	bpf_map_update_elem(&sent_skbs, &key, &v, BPF_ANY);
+}
+
 /* net_dev_start_xmit: the family's packet goes to the driver; veth and lo deliver it to the far
  * side (netif_rx) before the driver returns, so it is marked here, not at net_dev_xmit. */
 SEC("tp_btf/net_dev_start_xmit")
@@ -301,6 +324,7 @@ int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_devi
 		x->skb = (__u64)skb;
 		x->tgid = tgid;
 	}
+	note_sent((struct sk_buff *)skb, tgid);
 	return 0;
 }
 

@@ -338,8 +338,8 @@ pub struct RunOptions {
     /// bundle has no drops.pcapng: its packet headers hold addresses).
     #[arg(long)]
     pub redact: bool,
-    /// Write the headers of the family's dropped packets (target_loss, reply_loss, expected) to
-    /// this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
+    /// Write the headers of the family's dropped packets (target_loss, reply_loss, expected,
+    /// reply_side) to this pcapng file at the end: the first 128 bytes from the network header (LINKTYPE_RAW),
     /// each packet commented with its drop reason, location, device, namespace, pid and comm;
     /// a drop-table row's first 64 drops on each CPU, then 1 in 256 (stated in the file).
     /// Bundles (-o) hold the same file as drops.pcapng (unless --redact).
@@ -475,6 +475,10 @@ pub struct SendOptions {
     /// With --method packet: the egress interface (default: the route's).
     #[arg(long, value_name = "IFACE")]
     pub dev: Option<String>,
+    /// With --method packet: the socket also receives every frame of its namespace and never
+    /// reads them, so the replies are still queued, unread, when it closes (a lab fault).
+    #[arg(long, hide = true)]
+    pub keep_replies: bool,
     /// Source port to bind (0: any).
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
@@ -523,6 +527,12 @@ pub enum Scenario {
     /// nmap's connect scan (`nmap -sT`, --max-rate and --min-rate at the rate) of closed ports
     /// 1 to rate x duration: every packet is the SYN of a connect(2), answered by a RST.
     ConnectScan,
+    /// nmap -sS of 400 TCP ports of the target, each with a listener: every SYN is answered,
+    /// and the sender host's kernel answers each SYN-ACK with a RST of its own. No loss.
+    KernelReply,
+    /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
+    /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
+    SocketClosePurge,
 }
 
 #[derive(Debug, Clone, Args)]

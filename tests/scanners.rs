@@ -705,17 +705,6 @@ fn in_sender(lab: &ScanLab, argv: &[String]) -> Vec<String> {
     in_netns(&lab.lab().sender_ns, &v)
 }
 
-/// Fails unless the scanner is installed: these tests never skip.
-fn require_scanner(name: &str) {
-    let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
-        .iter()
-        .any(|d| std::path::Path::new(d).join(name).exists());
-    assert!(
-        found,
-        "{name} is not installed: run scripts/setup (it installs masscan zmap nmap hping3)"
-    );
-}
-
 fn f64_at(v: &Value, what: &str) -> f64 {
     v.as_f64()
         .unwrap_or_else(|| panic!("{what} is not a number: {v}"))

@@ -58,6 +58,30 @@ struct {
 	__type(value, __u32);
 } target_netns SEC(".maps");
 
+/* What a packet's headers say about it (skb_l4): a fingerprint to recognise the same packet
+ * later, and whether it is a reply the kernel makes on its own (TCP RST, ICMP error). */
+struct sp_l4 {
+	__u64 print;		/* IP id or flow label, protocol, first 8 bytes of the transport header */
+	__u32 reply_like;	/* a TCP RST, or an ICMP/ICMPv6 error */
+	__u32 ok;		/* the headers could be read */
+};
+
+/* A packet a family socket handed to a device (netdev: net_dev_start_xmit), by skb address:
+ * the driver orphans it (veth, lo), so a drop found later by its address pair is the family's
+ * only if it is this very packet. Not deleted when freed: `print` tells a reused skb apart. */
+struct sp_sent {
+	__u64 print;		/* sp_l4.print when it was sent */
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct sp_sent);
+} sent_skbs SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
@@ -302,6 +326,56 @@ static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow
 		return 0;
 	}
 	return -1;
+}
+
+/* Reads the IP and transport headers at the network header into *l (zeroed when unreadable),
+ * in one read when the IP header has no options. The fingerprint keeps only fields no hop
+ * changes (not the TTL or the IP checksum). */
+static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
+{
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 proto = bpf_ntohs(skb->protocol);
+	__u8 b[56] = {}, *t;	/* an IPv6 header and 16 bytes of what follows */
+	__u64 word, ip;
+	__u8 p;
+
+	l->print = 0;
+	l->reply_like = 0;
+	l->ok = 0;
+	if (nh == (__u16)~0U)
+		return;
+	if (bpf_probe_read_kernel(b, sizeof(b), head + nh))
+		return;
+	if (proto == 0x0800 && (b[0] >> 4) == 4) {
+		__u32 ihl = b[0] & 0xf;
+
+		p = b[9];
+		ip = ((__u64)b[4] << 16 | (__u64)b[5] << 8) | p;	/* IP id, protocol */
+		if (ihl < 5)
+			return;
+		if (ihl > 5) {
+			/* options: the transport header is further on, read it apart */
+			if (bpf_probe_read_kernel(b + 20, 16, head + nh + ihl * 4))
+				return;
+		}
+		t = b + 20;
+	} else if (proto == 0x86DD && (b[0] >> 4) == 6) {
+		p = b[6];
+		ip = ((__u64)(b[1] & 0xf) << 24 | (__u64)b[2] << 16 | (__u64)b[3] << 8) | p;	/* flow label */
+		t = b + 40;
+	} else {
+		return;
+	}
+	__builtin_memcpy(&word, t, sizeof(word));
+	l->print = word ^ (ip * 0x9E3779B97F4A7C15ULL);
+	l->ok = 1;
+	if (p == 6)
+		l->reply_like = (t[13] & 0x04) != 0;			/* RST */
+	else if (p == 1)
+		l->reply_like = t[0] == 3 || t[0] == 11 || t[0] == 12;	/* unreachable, time, param */
+	else if (p == 58)
+		l->reply_like = t[0] >= 1 && t[0] <= 4;			/* ICMPv6 errors */
 }
 
 /* Whether two flow keys name the same address (word by word: no memcmp in BPF). */

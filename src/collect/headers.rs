@@ -43,7 +43,7 @@ impl Sampling {
     /// The rule in words, for the pcapng's section comment and the run's messages.
     pub fn describe(&self) -> String {
         format!(
-            "the family's drops (target_loss, reply_loss, expected) keep their first {} bytes from \
+            "the family's drops (target_loss, reply_loss, expected, reply_side) keep their first {} bytes from \
              the network header: every one of a drop-table row's first {} drops on each CPU, then \
              1 in {} up to its {}th on that CPU; the drop table counts every drop",
             self.bytes, self.first, self.every, self.until

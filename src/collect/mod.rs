@@ -33,6 +33,9 @@ pub enum DropClass {
     Expected,
     /// a reply to the target died for another reason
     ReplyLoss,
+    /// expected reply-side traffic the target did not send: the kernel's own replies (TCP RST,
+    /// ICMP error) to the target's peers, replies purged unread when a target socket closed
+    ReplySide,
     /// somebody else's packet
     Unrelated,
 }
@@ -44,6 +47,7 @@ impl DropClass {
             DropClass::TargetLoss => "target_loss",
             DropClass::Expected => "expected",
             DropClass::ReplyLoss => "reply_loss",
+            DropClass::ReplySide => "reply_side",
             DropClass::Unrelated => "unrelated",
         }
     }
@@ -53,6 +57,7 @@ impl DropClass {
             sp_drop_class::SP_CLASS_TARGET_LOSS => DropClass::TargetLoss,
             sp_drop_class::SP_CLASS_EXPECTED => DropClass::Expected,
             sp_drop_class::SP_CLASS_REPLY_LOSS => DropClass::ReplyLoss,
+            sp_drop_class::SP_CLASS_REPLY_SIDE => DropClass::ReplySide,
             _ => DropClass::Unrelated,
         }
     }
@@ -1162,5 +1167,46 @@ mod health_tests {
                  raise it with --map-size block_sites=32768",
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod drop_class_tests {
+    use super::DropClass;
+    use crate::probes::sp_drop_class;
+
+    #[test]
+    fn every_wire_class_has_its_own_name_in_the_json() {
+        let classes = [
+            (
+                sp_drop_class::SP_CLASS_UNRELATED,
+                DropClass::Unrelated,
+                "unrelated",
+            ),
+            (
+                sp_drop_class::SP_CLASS_TARGET_LOSS,
+                DropClass::TargetLoss,
+                "target_loss",
+            ),
+            (sp_drop_class::SP_CLASS_EXPECTED, DropClass::Expected, "expected"),
+            (
+                sp_drop_class::SP_CLASS_REPLY_LOSS,
+                DropClass::ReplyLoss,
+                "reply_loss",
+            ),
+            (
+                sp_drop_class::SP_CLASS_REPLY_SIDE,
+                DropClass::ReplySide,
+                "reply_side",
+            ),
+        ];
+        for (wire, class, name) in classes {
+            assert_eq!(DropClass::from_wire(wire.0), class);
+            assert_eq!(class.name(), name);
+            // serde's name is the one the text and the views print: one name per class.
+            assert_eq!(serde_json::to_string(&class).unwrap(), format!("\"{name}\""));
+        }
+        // A class this build does not know is nobody's loss.
+        assert_eq!(DropClass::from_wire(99), DropClass::Unrelated);
     }
 }

@@ -29,6 +29,11 @@ use crate::views::json;
 
 /// UDP port of the lab receiver; the closed-port scenario aims at a port nobody listens on.
 const SINK_PORT: u16 = 9000;
+/// First TCP port of the listeners a SYN scan finds open.
+const OPEN_TCP_BASE: u16 = 20_000;
+/// The cause of a scenario in which nothing is lost: no loss verdict comes first, and the loss
+/// verdicts' shares sum to the truth (about 0).
+pub const NO_LOSS: &str = "no_loss";
 const CLOSED_PORT: u16 = 9;
 /// A verdict's share must be this close to the measured truth (a fraction: 10 points).
 pub const SHARE_TOLERANCE: f64 = 0.10;
@@ -68,6 +73,9 @@ pub struct Staging {
     /// the sender is nmap's connect scan of ports 1 to rate x duration (see [`connect_argv`]),
     /// profiled with the nmap profile, instead of the reference sender
     pub connect_scan: bool,
+    /// instead of the reference sender, `nmap -sS` of this many TCP ports of the target, each
+    /// with a listener the lab opens there (at `--rate` as nmap's --max-rate)
+    pub syn_scan_ports: Option<u16>,
     pub expect: Expectation,
 }
 
@@ -125,6 +133,11 @@ pub enum Truth {
     /// The gap in connection attempts, 1 - SYNs / (requested x duration): the SYNs are the
     /// sender namespace's `Tcp: ActiveOpens` (one per connect that sent its SYN).
     SynGap,
+    /// 1 - answers/probes: answers the target namespace's TCP segments out (`Tcp: OutSegs`)
+    /// plus the lab echo's replies; probes the packets the sender's veth transmitted (`ip -s
+    /// link`) less those the sender namespace's kernel made itself (`Tcp: OutSegs`, `Icmp:
+    /// OutMsgs`: its RSTs and port unreachables).
+    Unanswered,
 }
 
 impl Truth {
@@ -136,6 +149,9 @@ impl Truth {
             Truth::ReplyDrops => "sender namespace Udp RcvbufErrors/(OutDatagrams + SndbufErrors)",
             Truth::ListenerDrops => "target namespace Udp RcvbufErrors/(InDatagrams + RcvbufErrors)",
             Truth::SynGap => "1 - SYNs/(requested x duration), sender namespace Tcp ActiveOpens",
+            Truth::Unanswered => {
+                "1 - answers/probes, target Tcp OutSegs + echoed over sender veth tx packets - sender Tcp OutSegs - Icmp OutMsgs"
+            }
             Truth::GapLessRunDelay => {
                 "1 - delivered/(requested x duration) - run-queue delay/duration, target Ip InReceives and the sender's /proc/PID/schedstat"
             }
@@ -167,6 +183,7 @@ pub fn staging(s: Scenario) -> Staging {
         stall: None,
         listener: None,
         connect_scan: false,
+        syn_scan_ports: None,
         expect: expect("gap", "no_gap", Truth::Gap),
     };
     match s {
@@ -284,6 +301,25 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("gap", "no_gap", Truth::SynGap),
             ..base
         },
+        // 400 SYNs at 400 pps, all answered; the sender's kernel RSTs every SYN-ACK (nmap's raw
+        // socket is no TCP socket), and the target drops those RSTs: replies, not lost probes.
+        Scenario::KernelReply => Staging {
+            rate: 400.0,
+            sink: false,
+            syn_scan_ports: Some(400),
+            expect: expect("loss", NO_LOSS, Truth::Unanswered),
+            ..base
+        },
+        // 20 pps for the run (100 frames in 5 s; the socket's 8 MiB receive buffer holds ~7,000),
+        // each echoed back and queued unread on the sending packet socket until it closes.
+        Scenario::SocketClosePurge => Staging {
+            rate: 20.0,
+            sink: false,
+            echo: true,
+            flags: &["--method", "packet", "--keep-replies"],
+            expect: expect("loss", NO_LOSS, Truth::Unanswered),
+            ..base
+        },
     }
 }
 
@@ -356,6 +392,13 @@ pub struct LabReport {
     /// ActiveOpens`), and scanprof's count of them (connect scenarios; null otherwise)
     pub sender_tcp_active_opens: Option<u64>,
     pub scanprof_connect_syns: Option<u64>,
+    /// TCP segments the target namespace sent (`Tcp: OutSegs`: its SYN-ACKs to a SYN scan)
+    pub target_tcp_out: Option<u64>,
+    /// packets the sender namespace's kernel made itself (`Tcp: OutSegs` + `Icmp: OutMsgs`:
+    /// its RSTs to SYN-ACKs, its port unreachables)
+    pub sender_kernel_out: Option<u64>,
+    /// packets the sender's veth transmitted (`ip -s link`)
+    pub sender_link_tx: Option<u64>,
     /// the profiled listener's own count (receive scenarios)
     pub listener: Option<super::recv::RecvReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
@@ -413,6 +456,9 @@ pub struct DiagnosisCheck {
 
 /// Compares the summary's verdicts with what the scenario staged.
 pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> DiagnosisCheck {
+    if expect.cause == NO_LOSS {
+        return check_no_loss(expect, &s.verdicts, truth);
+    }
     let top = s.verdicts.iter().find(|v| v.kind == expect.kind);
     let cause_matches = top.is_some_and(|v| v.cause == expect.cause);
     let share_within = match (top, truth) {
@@ -426,6 +472,37 @@ pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> Diagnosis
         top_share: top.map(|v| v.share),
         top_confidence: top.map(|v| v.confidence.clone()),
         first_cause: s.verdicts.first().map(|v| v.cause.clone()),
+        cause_matches,
+        truth,
+        truth_basis: expect.truth.basis().to_string(),
+        share_within,
+        ok: cause_matches && share_within == Some(true),
+    }
+}
+
+/// A scenario in which nothing is lost: the top verdict overall must not be a loss verdict (one
+/// of kind `loss` with a share: `receiver_keeps_up`, of share 0, says nothing was lost), and the
+/// loss verdicts' shares, summed (0 without any), must be within 10 points of the truth.
+/// `top_cause` is then the top verdict overall, `top_share` that sum.
+fn check_no_loss(
+    expect: &Expectation,
+    verdicts: &[crate::analysis::verdict::Verdict],
+    truth: Option<f64>,
+) -> DiagnosisCheck {
+    let first = verdicts.first();
+    let cause_matches = first.is_none_or(|v| v.kind != "loss" || v.share <= 0.0);
+    let lost = verdicts
+        .iter()
+        .filter(|v| v.kind == "loss")
+        .fold(0.0, |sum, v| sum + v.share);
+    let share_within = truth.map(|t| (lost - t).abs() <= SHARE_TOLERANCE + 1e-9);
+    DiagnosisCheck {
+        expected_kind: expect.kind.to_string(),
+        expected_cause: expect.cause.to_string(),
+        top_cause: first.map(|v| v.cause.clone()),
+        top_share: Some(lost),
+        top_confidence: first.map(|v| v.confidence.clone()),
+        first_cause: first.map(|v| v.cause.clone()),
         cause_matches,
         truth,
         truth_basis: expect.truth.basis().to_string(),
@@ -448,6 +525,14 @@ struct Counts {
     sender_tcp_active_opens: Option<u64>,
     /// the sender's run-queue delay over the run, s
     run_delay_s: Option<f64>,
+    /// TCP segments the target namespace sent (`Tcp: OutSegs`)
+    target_tcp_out: Option<u64>,
+    /// packets the sender namespace's kernel made: `Tcp: OutSegs` + `Icmp: OutMsgs`
+    sender_kernel_out: Option<u64>,
+    /// packets the sender's veth transmitted
+    sender_link_tx: Option<u64>,
+    /// replies the lab echo sent (set after the run)
+    echoed: Option<u64>,
 }
 
 impl Counts {
@@ -471,6 +556,12 @@ impl Counts {
                 .as_deref()
                 .and_then(|t| snmp_counter(t, "Tcp", "ActiveOpens")),
             run_delay_s: None,
+            target_tcp_out: target_count("Tcp", "OutSegs"),
+            sender_kernel_out: sender
+                .as_deref()
+                .and_then(|t| Some(snmp_counter(t, "Tcp", "OutSegs")? + snmp_counter(t, "Icmp", "OutMsgs")?)),
+            sender_link_tx: lab.link(crate::lab::Side::Sender).ok().map(|l| l.tx_packets),
+            echoed: None,
         }
     }
 
@@ -484,6 +575,10 @@ impl Counts {
             target_rcvbuf_errors: d(self.target_rcvbuf_errors, before.target_rcvbuf_errors),
             sender_tcp_active_opens: d(self.sender_tcp_active_opens, before.sender_tcp_active_opens),
             run_delay_s: self.run_delay_s,
+            target_tcp_out: d(self.target_tcp_out, before.target_tcp_out),
+            sender_kernel_out: d(self.sender_kernel_out, before.sender_kernel_out),
+            sender_link_tx: d(self.sender_link_tx, before.sender_link_tx),
+            echoed: self.echoed,
         }
     }
 }
@@ -527,6 +622,11 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
         Truth::SynGap => {
             let syns = counts.sender_tcp_active_opens? as f64;
             share(syns, rate * duration_s).map(|d| 1.0 - d)
+        }
+        Truth::Unanswered => {
+            let answers = counts.target_tcp_out? + counts.echoed.unwrap_or(0);
+            let probes = counts.sender_link_tx?.saturating_sub(counts.sender_kernel_out?);
+            share(answers as f64, probes as f64).map(|a| 1.0 - a)
         }
         Truth::GapLessRunDelay => {
             let gap = 1.0 - share(counts.target_ip_in? as f64, rate * duration_s)?;
@@ -1121,6 +1221,34 @@ pub(crate) fn sender_argv(
     argv
 }
 
+/// `ip netns exec SENDER taskset -c CPU nmap -sS ... -p BASE-(BASE+ports-1) TARGET`: one SYN
+/// per port, to the lab's target only (--disable-arp-ping: no ARP request first, even with -Pn).
+fn syn_scan_argv(lab: &Lab, ports: u16, cpu: usize, rate: f64) -> Vec<String> {
+    let last = OPEN_TCP_BASE + ports.saturating_sub(1);
+    #[rustfmt::skip]
+    let argv = [
+        "ip", "netns", "exec", &lab.sender_ns, "taskset", "-c", &cpu.to_string(),
+        "nmap", "-sS", "-n", "-Pn", "--disable-arp-ping", "--max-retries", "0",
+        "--max-rate", &format!("{}", rate.round().max(1.0)),
+        "-p", &format!("{OPEN_TCP_BASE}-{last}"), &lab.target_addr.to_string(),
+    ];
+    argv.map(String::from).to_vec()
+}
+
+/// `ports` TCP listeners on the target's address from OPEN_TCP_BASE, bound in its namespace:
+/// nmap finds them open. They accept nothing (a SYN scan completes no connection).
+fn open_tcp_listeners(lab: &Lab, ports: u16) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    let addr = lab.target_addr;
+    lab.in_target(move || -> anyhow::Result<Vec<std::net::TcpListener>> {
+        (0..ports)
+            .map(|i| {
+                let at = SocketAddrV4::new(addr, OPEN_TCP_BASE + i);
+                std::net::TcpListener::bind(at).with_context(|| format!("cannot listen on {at}"))
+            })
+            .collect()
+    })?
+}
+
 /// The live view's title: the scenario and the reference sender's own command (`scanprof send
 /// --to ...`), not the wrappers that place it in the lab (`ip netns exec`, `setsid sh -c`,
 /// `nice`, `taskset`); the binary by its name, not its build path.
@@ -1198,8 +1326,16 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // Held open until the lab is gone: a SYN to any of them is answered with a SYN-ACK.
+    let _listeners = stage
+        .syn_scan_ports
+        .map(|n| open_tcp_listeners(&lab, n))
+        .transpose()?;
     let before = Counts::read(&lab);
-    let send_argv = sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration);
+    let send_argv = match stage.syn_scan_ports {
+        Some(n) => syn_scan_argv(&lab, n, placement.sender_cpu, rate),
+        None => sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration),
+    };
     // A receive scenario profiles the listener; the sender starts beside it, unprofiled, once
     // the listener's port is bound.
     let listening = stage
@@ -1211,13 +1347,16 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         interval: o.interval,
         // The sender ends itself; this bounds the run if it hangs.
         duration: Some(o.duration + RUN_GRACE_S),
-        // A listener is asked for no send rate: its funnel is the receive side.
-        requested: listening.is_none().then_some(rate),
-        // The reference sender's profile fits `scanprof send`, not the listener.
+        // A listener is asked for no send rate: its funnel is the receive side. nmap's
+        // --max-rate is a cap, not a rate asked for.
+        requested: (listening.is_none() && stage.syn_scan_ports.is_none()).then_some(rate),
+        // The reference sender's profile fits `scanprof send`, not the listener or nmap.
         profile: Some(if listening.is_some() {
             "generic".to_string()
         } else if stage.connect_scan {
             CONNECT_SCAN_PROFILE.to_string()
+        } else if stage.syn_scan_ports.is_some() {
+            "nmap".to_string()
         } else {
             o.profile.clone()
         }),
@@ -1267,6 +1406,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let qdisc = lab.sender_qdisc().unwrap_or_default();
     let mut counts = Counts::read(&lab).since(before);
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
+    counts.echoed = echoed;
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
     let report = LabReport {
         scenario: scenario_name(o.scenario),
@@ -1282,6 +1422,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         target_rcvbuf_errors: counts.target_rcvbuf_errors,
         sender_tcp_active_opens: counts.sender_tcp_active_opens.filter(|_| stage.connect_scan),
         scanprof_connect_syns: summary.connect.map(|c| c.syns),
+        target_tcp_out: counts.target_tcp_out,
+        sender_kernel_out: counts.sender_kernel_out,
+        sender_link_tx: counts.sender_link_tx,
         listener,
         scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
         scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
@@ -1626,6 +1769,10 @@ mod tests {
             target_rcvbuf_errors: Some(3_000),
             sender_tcp_active_opens: Some(4_000),
             run_delay_s: Some(0.5),
+            target_tcp_out: Some(380),
+            sender_kernel_out: Some(400),
+            sender_link_tx: Some(800),
+            echoed: None,
         };
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((gap - 0.5).abs() < 1e-9, "{gap}");
@@ -1648,6 +1795,18 @@ mod tests {
         let drops = measured_truth(Truth::QdiscDrops, 1000.0, 5.0, counts, &[tbf]).unwrap();
         assert!((drops - 0.7).abs() < 1e-9, "{drops}");
         assert_eq!(measured_truth(Truth::QdiscDrops, 1000.0, 5.0, counts, &[]), None);
+        // 400 probes (800 out, 400 of them the kernel's RSTs), 380 answered.
+        let unanswered = measured_truth(Truth::Unanswered, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((unanswered - 0.05).abs() < 1e-9, "{unanswered}");
+        // The echo's replies are answers too.
+        let echo = Counts {
+            target_tcp_out: Some(0),
+            sender_kernel_out: Some(0),
+            sender_link_tx: Some(100),
+            echoed: Some(100),
+            ..counts
+        };
+        assert_eq!(measured_truth(Truth::Unanswered, 20.0, 5.0, echo, &[]), Some(0.0));
     }
 
     #[test]
@@ -1655,7 +1814,7 @@ mod tests {
         let mut causes: Vec<&str> = Scenario::value_variants()
             .iter()
             .map(|s| staging(*s).expect.cause)
-            .filter(|c| *c != "no_gap")
+            .filter(|c| *c != "no_gap" && *c != NO_LOSS)
             .collect();
         let n = causes.len();
         causes.sort();
@@ -1667,6 +1826,48 @@ mod tests {
             scenario_name(Scenario::UnresolvedNeighbour),
             "unresolved-neighbour"
         );
+    }
+
+    fn verdict(kind: &str, cause: &str, share: f64) -> crate::analysis::verdict::Verdict {
+        crate::analysis::verdict::Verdict {
+            kind: kind.into(),
+            cause: cause.into(),
+            sentence: String::new(),
+            share,
+            evidence: Vec::new(),
+            next_step: String::new(),
+            confidence: "weak".into(),
+        }
+    }
+
+    #[test]
+    fn a_no_loss_scenario_fails_on_a_loss_verdict_first_or_a_loss_share_off_the_truth() {
+        let expect = staging(Scenario::KernelReply).expect;
+        assert_eq!(expect.cause, NO_LOSS);
+        // Nothing lost: no_gap first, receiver_keeps_up (share 0) does not count as loss.
+        let v = vec![
+            verdict("loss", "receiver_keeps_up", 0.0),
+            verdict("gap", "no_gap", 0.0),
+        ];
+        let c = check_no_loss(&expect, &v, Some(0.0));
+        assert!(c.ok, "{c:?}");
+        assert_eq!(c.top_cause.as_deref(), Some("receiver_keeps_up"));
+        // The kernel's RSTs read as lost probes (the bug): a loss verdict comes first.
+        let v = vec![
+            verdict("loss", "target_other", 0.83),
+            verdict("gap", "no_gap", 0.0),
+        ];
+        let c = check_no_loss(&expect, &v, Some(0.0));
+        assert!(!c.ok && !c.cause_matches, "{c:?}");
+        // A loss ranked after a gap verdict still counts in the share.
+        let v = vec![
+            verdict("gap", "cpu_bound", 0.3),
+            verdict("loss", "target_other", 0.5),
+        ];
+        let c = check_no_loss(&expect, &v, Some(0.0));
+        assert!(c.cause_matches && c.share_within == Some(false) && !c.ok, "{c:?}");
+        // No truth measured: not ok.
+        assert!(!check_no_loss(&expect, &[], None).ok);
     }
 
     #[test]

@@ -78,6 +78,7 @@ pub fn config_for(o: &SendOptions, destinations: Destinations) -> anyhow::Result
             dev: o.dev.clone(),
         },
     };
+    cfg.keep_replies = o.keep_replies && o.method == SendMethodArg::Packet;
     cfg.validate()?;
     Ok(cfg)
 }

@@ -19,6 +19,8 @@ pub struct KernelFeatures {
     pub kfree_skb_reason: bool,
     /// numeric value of SKB_DROP_REASON_NO_SOCKET on this kernel
     pub drop_reason_no_socket: u32,
+    /// numeric value of SKB_DROP_REASON_QUEUE_PURGE on this kernel, u32::MAX where it has none
+    pub drop_reason_queue_purge: u32,
     /// the kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix
     #[serde(skip)]
     pub drop_reasons: BTreeMap<u32, String>,
@@ -51,12 +53,18 @@ impl KernelFeatures {
             .find(|(_, n)| n.as_str() == "NO_SOCKET")
             .map(|(v, _)| *v)
             .unwrap_or(3);
+        let queue_purge = reasons
+            .iter()
+            .find(|(_, n)| n.as_str() == "QUEUE_PURGE")
+            .map(|(v, _)| *v)
+            .unwrap_or(u32::MAX);
         KernelFeatures {
             btf,
             // (void *ctx, skb, location, reason, rx_sk)
             kfree_skb_rx_sk: params >= 5,
             kfree_skb_reason: params >= 4,
             drop_reason_no_socket: no_socket,
+            drop_reason_queue_purge: queue_purge,
             drop_reasons: reasons,
             tracepoints,
         }

@@ -827,7 +827,8 @@ fn load_stage(
         reuse_shared(obj, shared)?;
         match name {
             "drops" => set_rodata::<drops_skel::types::rodata>(obj, |r| {
-                r.reason_no_socket = features.drop_reason_no_socket
+                r.reason_no_socket = features.drop_reason_no_socket;
+                r.reason_queue_purge = features.drop_reason_queue_purge;
             }),
             "sched" => set_rodata::<sched_skel::types::rodata>(obj, |r| {
                 r.block_event_min_ns = opts.block_event_min_ns

@@ -44,10 +44,11 @@ pub const MEMORY_BUDGET: u64 = 16_000_000;
 /// `*_rows`: sized together with the arrays they index, by constants of the C code). Every name
 /// asked for is checked against the objects at load, so a map renamed or turned into an array
 /// stops the load instead of being sized wrongly.
-pub const RESIZABLE: [&str; 14] = [
+pub const RESIZABLE: [&str; 15] = [
     "threads",
     "family",
     "flows",
+    "sent_skbs",
     "target_socks",
     "target_netns",
     "stacks",

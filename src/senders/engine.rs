@@ -39,6 +39,9 @@ pub struct SendConfig {
     pub size: usize,
     /// SO_SNDBUF to request in bytes (SO_SNDBUFFORCE falling back to SO_SNDBUF)
     pub sndbuf: Option<usize>,
+    /// with a packet socket: receive every frame too (ETH_P_ALL) and never read them, so that
+    /// replies are left unread when the socket closes (the socket-close-purge lab)
+    pub keep_replies: bool,
     pub pacer: PacerKind,
     pub tsc_source: TscSource,
     pub slot: SlotModel,
@@ -67,6 +70,7 @@ impl SendConfig {
             duration,
             size: 64,
             sndbuf: None,
+            keep_replies: false,
             pacer: PacerKind::Clock,
             tsc_source: TscSource::Calibrate,
             slot: SlotModel::Deadline,
@@ -151,6 +155,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
         size: cfg.size,
         sndbuf: cfg.sndbuf,
         src_port: cfg.src_port,
+        keep_replies: cfg.keep_replies,
     };
     let mut sender = Sender::open(&cfg.method, &target)?;
     symbols::plan_slots(cfg.slot, batch);

@@ -80,6 +80,8 @@ pub struct Target {
     pub sndbuf: Option<usize>,
     /// 0: any (UDP sockets) or [`DEFAULT_RAW_SRC_PORT`] (raw and packet)
     pub src_port: u16,
+    /// a packet socket receives every frame of the namespace (ETH_P_ALL), never read
+    pub keep_replies: bool,
 }
 
 /// Which destinations a send may go to.
@@ -166,12 +168,25 @@ impl Sender {
             }
             Method::Packet { ring, batch, dev } => {
                 let link = Link::find(dev.as_deref(), target.to)?;
-                // Protocol 0: this socket receives nothing, it only sends.
+                // Protocol 0: this socket receives nothing, it only sends; ETH_P_ALL (network
+                // order) with keep_replies: every frame queues on it, unread until it closes.
+                let protocol = if target.keep_replies {
+                    i32::from((libc::ETH_P_ALL as u16).to_be())
+                } else {
+                    0
+                };
                 // SAFETY: plain socket(2); the fd is owned by the OwnedFd right away.
-                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol) };
                 let fd =
                     owned(fd).context("cannot open an AF_PACKET socket (needs CAP_NET_RAW: run as root)")?;
                 set_sndbuf(&fd, target.sndbuf)?;
+                if target.keep_replies {
+                    // Room for minutes of unread replies at a lab's rate: they must still be
+                    // queued when the socket closes, not dropped for a full buffer before.
+                    setsockopt(&fd, sockopt::RcvBufForce, &KEPT_REPLIES_RCVBUF)
+                        .or_else(|_| setsockopt(&fd, sockopt::RcvBuf, &KEPT_REPLIES_RCVBUF))
+                        .context("cannot size the receive buffer for --keep-replies")?;
+                }
                 let frame = Frame::new(Some((link.mac, link.peer_mac)), link.src, target);
                 let addr = link.sockaddr();
                 if *ring {
@@ -284,6 +299,10 @@ fn owned(fd: RawFd) -> Result<OwnedFd> {
     // SAFETY: fd was just returned by socket(2) and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// SO_RCVBUF of a packet socket that keeps its replies unread (`--keep-replies`): 8 MiB, some
+/// 7,000 small frames.
+const KEPT_REPLIES_RCVBUF: usize = 8 << 20;
 
 fn set_sndbuf(fd: &impl std::os::fd::AsFd, bytes: Option<usize>) -> Result<()> {
     if let Some(bytes) = bytes {
@@ -817,6 +836,7 @@ mod tests {
             size: 64,
             sndbuf: None,
             src_port: 1234,
+            keep_replies: false,
         }
     }
 

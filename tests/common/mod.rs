@@ -51,6 +51,18 @@ pub fn require_root() {
     }
 }
 
+/// Fails unless the scanner `name` is installed (scripts/setup installs masscan, zmap, nmap and
+/// hping3): the tests that run one never skip.
+pub fn require_scanner(name: &str) {
+    let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join(name).exists());
+    assert!(
+        found,
+        "{name} is not installed: run scripts/setup (it installs masscan zmap nmap hping3)"
+    );
+}
+
 /// A wait of `d`, stretched by SCANPROF_TEST_PATIENCE (a factor, at least 1; default 1):
 /// scripts/kernel-matrix runs tests in emulated VMs (QEMU TCG), several times slower than this
 /// machine. It stretches how long a test waits for a process or a line, never a measured figure.

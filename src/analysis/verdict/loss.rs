@@ -115,7 +115,8 @@ enum Group {
 }
 
 impl Group {
-    /// Where a drop row belongs; None for drops that are no loss (expected, unrelated).
+    /// Where a drop row belongs; None for drops that are no loss (expected, reply_side,
+    /// unrelated).
     fn of(d: &Dropped) -> Option<Group> {
         let (reason, loc) = (d.row.reason.as_str(), d.row.location.as_str());
         let at = |names: &[&str]| names.iter().any(|n| loc.contains(n));
@@ -178,7 +179,7 @@ impl Group {
                     Group::ReplyOther
                 },
             ),
-            DropClass::Expected | DropClass::Unrelated => None,
+            DropClass::Expected | DropClass::ReplySide | DropClass::Unrelated => None,
         }
     }
 

@@ -2279,3 +2279,30 @@ fn a_reader_is_not_said_to_keep_up_where_drops_at_its_socket_are_unseen() {
     }
     assert!(causes(&r.verdicts()).is_empty(), "{:?}", causes(&r.verdicts()));
 }
+
+#[test]
+fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
+    // Issue 13 item 1: a SYN scan whose every probe was answered. The sender host's kernel RSTs
+    // each SYN-ACK and the target drops those RSTs; unread replies are purged at close. As
+    // target_loss they read "83% of the sent packets dropped after sending"; as reply_side
+    // they are no loss, and no_gap stands.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .drop(DropClass::ReplySide, "NOT_SPECIFIED", "tcp_v4_rcv+0x91", 8300)
+        .drop(
+            DropClass::ReplySide,
+            "QUEUE_PURGE",
+            "skb_queue_purge_reason+0xdf",
+            900,
+        )
+        .drop(DropClass::Expected, "NO_SOCKET", "tcp_v4_rcv+0x91", 8300)
+        .verdicts();
+    assert_eq!(causes(&v), ["no_gap"]);
+    // The same drops as the family's lost packets were a loss verdict first (the bug).
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "tcp_v4_rcv+0x91", 8300)
+        .verdicts();
+    assert_eq!(v[0].kind, LOSS, "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&"no_gap"));
+}

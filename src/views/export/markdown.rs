@@ -515,7 +515,8 @@ fn class_rank(c: DropClass) -> u8 {
         DropClass::TargetLoss => 0,
         DropClass::ReplyLoss => 1,
         DropClass::Expected => 2,
-        DropClass::Unrelated => 3,
+        DropClass::ReplySide => 3,
+        DropClass::Unrelated => 4,
     }
 }
 

@@ -665,7 +665,7 @@ fn drop_rates(t: &Snapshot) -> BTreeMap<String, f64> {
         let key = match d.class {
             DropClass::TargetLoss => d.reason.clone(),
             DropClass::ReplyLoss => format!("{} (reply)", d.reason),
-            DropClass::Expected | DropClass::Unrelated => continue,
+            DropClass::Expected | DropClass::ReplySide | DropClass::Unrelated => continue,
         };
         *rates.entry(key).or_insert(0.0) += d.rate;
     }

@@ -786,7 +786,7 @@ fn draw_drops(f: &mut Frame, app: &App, area: Rect) {
         let style = match d.class {
             DropClass::TargetLoss => Style::new().fg(Color::Red).bold(),
             DropClass::ReplyLoss => Style::new().fg(Color::Magenta),
-            DropClass::Expected => Style::new().fg(Color::Gray),
+            DropClass::Expected | DropClass::ReplySide => Style::new().fg(Color::Gray),
             DropClass::Unrelated => Style::new().add_modifier(Modifier::DIM),
         };
         Row::new(layout.cells(d)).style(style)
