@@ -218,6 +218,19 @@ pub fn tee(
 mod tests {
     use super::*;
 
+    /// A destination for the tee that keeps what it was given, for the test to read.
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     fn claim(pattern: &str, scale: f64, units: &[(&str, f64)]) -> OutputClaim {
         OutputClaim {
             name: "rate".into(),
@@ -273,16 +286,6 @@ mod tests {
         let m = Matcher::for_stream(&[claim(r"rate: ([0-9.]+)", 1.0, &[])], "stderr").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let input: &'static [u8] = b"rate: 10\rrate: 20\rdone\n";
         tee(input, Box::new(Sink(out.clone())), Some(m), None, tx)
             .unwrap()
@@ -316,16 +319,6 @@ mod tests {
         let input: &'static [u8] = Box::leak(input.into_bytes().into_boxed_slice());
         let (tx, rx) = std::sync::mpsc::channel();
         let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let lines = Matcher::for_stream(&masscan.claims, "stderr");
         tee(input, Box::new(Sink(out.clone())), lines, Some(reader), tx)
             .unwrap()

@@ -91,18 +91,45 @@ fn buffer_figure(n: u64) -> u64 {
     n.max(1 << 20).next_power_of_two()
 }
 
-/// The family's socket buffer overflowed (SOCKET_RCVBUFF and kin): what it asked for, what the
-/// sysctls allow, and the buffer that would hold a second of what was dropped.
-fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
-    let rows = rows(r, &SOCKET_REASONS);
+/// The family's packets dropped for some reasons before its read.
+struct DroppedBeforeRead {
+    dropped: u64,
+    /// packets the family read
+    read: u64,
+    /// of what arrived (read + dropped)
+    share: f64,
+    /// the funnel's lines and the drop rows
+    evidence: Vec<String>,
+}
+
+/// The drops at `reasons` before the family's read, with their evidence; None when there are
+/// none.
+fn dropped_before_read(f: &Facts, r: &ReceiveView, reasons: &[&str]) -> Option<DroppedBeforeRead> {
+    let rows = rows(r, reasons);
     let dropped: u64 = rows.iter().map(|d| d.count).sum();
     if dropped == 0 {
         return None;
     }
     let read = r.count("recv_packets");
-    let share = dropped as f64 / (read + dropped).max(1) as f64;
     let mut evidence = funnel_lines(f, r, dropped);
     drop_lines(&rows, &mut evidence);
+    Some(DroppedBeforeRead {
+        dropped,
+        read,
+        share: dropped as f64 / (read + dropped).max(1) as f64,
+        evidence,
+    })
+}
+
+/// The family's socket buffer overflowed (SOCKET_RCVBUFF and kin): what it asked for, what the
+/// sysctls allow, and the buffer that would hold a second of what was dropped.
+fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+    let DroppedBeforeRead {
+        dropped,
+        read,
+        share,
+        mut evidence,
+    } = dropped_before_read(f, r, &SOCKET_REASONS)?;
     let t = r.tunables;
     let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| format!("{v} bytes"));
     evidence.push(format!(
@@ -143,15 +170,12 @@ fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
 
 /// A CPU's input backlog overflowed before the packets reached the family's socket.
 fn backlog_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
-    let rows = rows(r, &[BACKLOG_REASON]);
-    let dropped: u64 = rows.iter().map(|d| d.count).sum();
-    if dropped == 0 {
-        return None;
-    }
-    let read = r.count("recv_packets");
-    let share = dropped as f64 / (read + dropped).max(1) as f64;
-    let mut evidence = funnel_lines(f, r, dropped);
-    drop_lines(&rows, &mut evidence);
+    let DroppedBeforeRead {
+        dropped,
+        share,
+        mut evidence,
+        ..
+    } = dropped_before_read(f, r, &[BACKLOG_REASON])?;
     let now = r.tunables.netdev_max_backlog;
     evidence.push(format!(
         "net.core.netdev_max_backlog = {} packets per CPU",
