@@ -551,9 +551,9 @@ impl Split {
                 format!(
                     "Cut the per-packet work: batch the sends (sendmmsg, an AF_PACKET TX ring), spread the scan \
                      over more sender threads, or request at most {} (what its CPU time per packet allows); \
-                     `scanprof send --rate {:.0} --pacer tsc` shows what this machine does at this rate.",
+                     {}.",
                     pps(max_pps),
-                    r
+                    reference_comparison(f, r)
                 ),
                 ambiguous,
             );
@@ -925,11 +925,19 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
             format!("{}: {}", member(p), how(p))
         });
     }
+    // A count of 0 says something only where the profile watches the scanner's IPC.
     let ipc = match f.scanner {
-        Some(_) => {
+        Some(v) if watches_ipc(v) => {
             let n = ipc_messages(f);
             evidence.push(format!("{n} IPC messages sent between the scanner's processes"));
             Some(n)
+        }
+        Some(v) => {
+            evidence.push(format!(
+                "IPC between its processes not counted (the `{}` profile has no IPC probe attached)",
+                v.profile
+            ));
+            None
         }
         None => {
             evidence.push("IPC between its processes not counted (no scanner profile applies)".to_string());
@@ -984,6 +992,13 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
         next,
         f.live,
     )
+}
+
+/// Whether the profile has an IPC probe attached: only then is a count of messages (0 too) seen.
+fn watches_ipc(v: &crate::analysis::snapshot::ScannerView) -> bool {
+    v.probes
+        .iter()
+        .any(|p| p.attached && (p.role == "ipc_send" || p.role == "ipc_recv"))
 }
 
 fn ipc_messages(f: &Facts) -> u64 {
@@ -1162,7 +1177,38 @@ fn pacer_line(f: &Facts) -> Option<String> {
     })
 }
 
+/// The profile of scanprof's own reference sender (`scanprof send`).
+const REFERENCE_PROFILE: &str = "scanprof-send";
+
+/// The reference sender's option for the pacer this run used, when the run is the reference
+/// sender itself (`--pacer tsc`): a comparison with `scanprof send` in that mode is no advice.
+fn reference_pacer_in_use<'a>(f: &Facts<'a>) -> Option<&'a str> {
+    let v = f.scanner.filter(|v| v.profile == REFERENCE_PROFILE)?;
+    v.pacer_in_use()?.option.as_deref()
+}
+
+/// `scanprof send` at this rate with its tsc pacer, to show what this machine does: unless the
+/// run is that already, then `scanprof baseline`, which measures every pacer.
+fn reference_comparison(f: &Facts, r: f64) -> String {
+    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+        format!(
+            "`scanprof baseline --rates {r:.0}` shows what this machine does at this rate with each pacer"
+        )
+    } else {
+        format!("`scanprof send --rate {r:.0} --pacer tsc` shows what this machine does at this rate")
+    }
+}
+
 fn calibration_next(f: &Facts, r: f64) -> String {
+    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+        // The reference sender on its tsc pacer: not "use the tsc pacer", but where its
+        // frequency comes from, or a pacer that reads the clock.
+        return format!(
+            "Check the calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`): take the kernel's \
+             frequency instead of calibrating (`scanprof send --rate {r:.0} --pacer tsc --tsc-source kernel`), or \
+             pace by reading the clock (`--pacer clock`)."
+        );
+    }
     let mut next = match other_pacers(f, None) {
         Some(others) => format!(
             "Check the scanner's clock calibration (the slot it derived against the one the rate needs; \

@@ -1211,6 +1211,7 @@ fn a_scanner_that_never_sends_is_told_what_was_seen() {
     // rate is missing for a reason scanprof cannot see ... (is the sched probe attached?)".
     let mut r = run(Some(1000.0), 0.0, 5.0).scanner(ScannerView {
         profile: "unicornscan".into(),
+        probes: vec![ipc_probe("master_send_message")],
         ..Default::default()
     });
     r.0.send_window_s = 0.0;
@@ -2305,4 +2306,154 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
         .verdicts();
     assert_eq!(v[0].kind, LOSS, "{:?}", causes(&v));
     assert!(!causes(&v).contains(&"no_gap"));
+}
+
+/// An attached IPC probe of a profile (unicornscan's `send_message`), which saw no call.
+fn ipc_probe(name: &str) -> UprobeView {
+    UprobeView {
+        name: name.into(),
+        role: "ipc_send".into(),
+        symbol: "send_message".into(),
+        binary: Some("/usr/bin/unicornscan".into()),
+        per_packet: false,
+        attached: true,
+        pids: vec![100],
+        hits: 0,
+        returns: 0,
+        inside_ns: 0,
+        note: None,
+    }
+}
+
+#[test]
+fn never_sent_counts_ipc_only_where_the_profile_watches_it() {
+    // A shell family under the generic profile (no IPC probe): its children exit with 3 and 4,
+    // itself with 1. No count of IPC messages can be claimed, not even 0.
+    let mut r = run(Some(1000.0), 0.0, 4.0).scanner(ScannerView {
+        profile: "generic".into(),
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(200, "sh", "sender", Some((1 << 8, 1.0))),
+        member(201, "sh", "sender", Some((3 << 8, 0.5))),
+        member(202, "sh", "sender", Some((4 << 8, 1.0))),
+    ];
+    let v = r.verdicts();
+    let n = find(&v, "never_sent");
+    assert!(
+        n.evidence.iter().any(|e| e
+            == "IPC between its processes not counted (the `generic` profile has no IPC probe attached)"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(!n.sentence.contains("IPC"), "{}", n.sentence);
+    assert!(
+        !n.evidence.iter().any(|e| e.contains("0 IPC messages")),
+        "{:?}",
+        n.evidence
+    );
+    for s in [
+        "exited with status 3 at 500.000 ms",
+        "exited with status 4 at 1.000 s",
+        "exited with status 1",
+    ] {
+        assert!(n.sentence.contains(s), "{s}: {}", n.sentence);
+    }
+    // A killed member says its signal.
+    r.0.processes[2] = member(202, "sh", "sender", Some((9, 1.0)));
+    let v = r.verdicts();
+    assert!(
+        find(&v, "never_sent").sentence.contains("was killed by signal 9"),
+        "{v:#?}"
+    );
+}
+
+/// The reference sender's pacing modes as its profile names them: the tsc pacer, by the
+/// calibration probe that runs only for it.
+fn reference_sender_on_tsc(error_pct: f64, r: f64) -> ScannerView {
+    let mut cal = calibration(error_pct, r);
+    cal.probe = "tsc_slot".into();
+    ScannerView {
+        profile: "scanprof-send".into(),
+        calibrations: vec![cal],
+        pacers: vec![PacerView {
+            probe: "tsc_slot".into(),
+            name: "TSC busy-wait".into(),
+            option: Some("--pacer tsc".into()),
+            waits: PacerWait::Spin,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_short_reference_run_on_the_tsc_pacer_is_not_told_to_use_the_tsc_pacer() {
+    // `scanprof send --pacer tsc --calibration-skew 200 --count 12` at 1000 pps: 12 packets
+    // over 2.2 s (5 pps), the slot read from scanprof_sender_tsc_slot +19900%, spinning on the
+    // CPU through each 200 ms slot. Judged from the calibration, however few the packets.
+    let v = run(Some(1000.0), 5.0, 2.2)
+        .time(0.0005, 0.0, 0.0, 0.002, 0.9975)
+        .gaps(200.0 * MS, 200.0 * MS, 201.0 * MS)
+        .scanner(reference_sender_on_tsc(19_900.0, 1000.0))
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    // All of the 99.5% gap but the 0.2% preempted, too small to be named.
+    let m = &v[0];
+    assert!((m.share - 0.993).abs() < 1e-3, "{m:#?}");
+    assert!(
+        m.evidence.iter().any(|e| e.starts_with("tsc_slot: slot 200.")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("pacer in use: TSC busy-wait (`--pacer tsc`)")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(!m.next_step.contains("--pacer tsc`"), "{}", m.next_step);
+    assert!(m.next_step.contains("--tsc-source kernel"), "{}", m.next_step);
+    assert!(m.next_step.contains("`--pacer clock`"), "{}", m.next_step);
+    // Another scanner's calibration fault may still be compared with the reference tsc pacer.
+    let mut other = reference_sender_on_tsc(19_900.0, 1000.0);
+    other.profile = "unicornscan".into();
+    other.pacers.clear();
+    let v = run(Some(1000.0), 5.0, 2.2)
+        .time(0.0005, 0.0, 0.0, 0.002, 0.9975)
+        .gaps(200.0 * MS, 200.0 * MS, 201.0 * MS)
+        .scanner(other)
+        .verdicts();
+    assert!(
+        v[0].next_step.contains("--pacer tsc --tsc-source kernel`"),
+        "{}",
+        v[0].next_step
+    );
+}
+
+#[test]
+fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
+    // The reference sender on its tsc pacer asked for 1M pps, reaching 120k: CPU-bound (no
+    // calibration error). Its advice compares with `scanprof baseline`, not with itself.
+    let on_tsc = || reference_sender_on_tsc(0.0, 1_000_000.0);
+    let v = run(Some(1_000_000.0), 120_000.0, 4.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(on_tsc())
+        .verdicts();
+    let c = find(&v, "cpu_bound");
+    assert!(!c.next_step.contains("--pacer tsc"), "{}", c.next_step);
+    assert!(
+        c.next_step.contains("`scanprof baseline --rates 1000000`"),
+        "{}",
+        c.next_step
+    );
+    // Any other sender is still pointed at the reference tsc pacer.
+    let v = run(Some(1_000_000.0), 120_000.0, 4.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .verdicts();
+    assert!(
+        find(&v, "cpu_bound").next_step.contains("--pacer tsc` shows"),
+        "{v:#?}"
+    );
 }
