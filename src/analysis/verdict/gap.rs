@@ -976,10 +976,13 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
         }
     );
     let next = if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
-        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why;          at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it          could not get or drop. Run it again by hand with its verbose option."
+        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why; \
+         at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it \
+         could not get or drop. Run it again by hand with its verbose option."
             .to_string()
     } else {
-        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0,          a dry-run mode), and its own output."
+        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0, \
+         a dry-run mode), and its own output."
             .to_string()
     };
     // What was seen is certain over a run; a tick may be the start-up.

@@ -2457,3 +2457,16 @@ fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
         "{v:#?}"
     );
 }
+
+#[test]
+fn never_sent_advice_reads_as_one_sentence() {
+    // Its next step was written with the source's indentation inside the string.
+    let mut r = run(Some(1000.0), 0.0, 4.0);
+    r.0.send_window_s = 0.0;
+    for exit in [Some((3 << 8, 0.5)), None] {
+        r.0.processes = vec![member(200, "sh", "sender", exit)];
+        let v = r.verdicts();
+        let n = find(&v, "never_sent");
+        assert!(!n.next_step.contains("  "), "{:?}", n.next_step);
+    }
+}
