@@ -482,7 +482,10 @@ fn a_gettimeofday_calibration_is_read_in_microseconds_and_judged() {
 
     let mis = verdict(&summary, "miscalibrated");
     assert_eq!(mis["confidence"], "strong", "{mis}");
-    assert!(f(&mis["share"]) > 0.1, "{mis}");
+    // A slot 1.25x long costs 0.25 slots per packet: 0.25 x achieved/requested of the rate
+    // (the rest of the gap is whatever else slowed the busy-wait, such as preemption).
+    let expected = 0.25 * f(&summary["achieved_pps"]) / 2000.0;
+    assert!((f(&mis["share"]) - expected).abs() < 0.02, "{expected}: {mis}");
     let evidence = mis["evidence"].to_string();
     assert!(
         evidence.contains("pacer in use: gettimeofday busy-wait (`-d 2`)"),

@@ -347,9 +347,14 @@ mod tests {
         assert!(cfg.validate().is_err(), "skew with the clock pacer accepted");
         cfg.pacer = PacerKind::Tsc;
         assert!(cfg.validate().is_ok());
-        for bad in [0.0, 0.2, 5.0, f64::NAN] {
+        for bad in [0.0, 0.2, 1000.5, f64::NAN, f64::INFINITY] {
             cfg.calibration_skew = bad;
             assert!(cfg.validate().is_err(), "skew {bad} accepted");
+        }
+        // Slots far too long are a fault the lab stages (short-miscalibration: 200x).
+        for good in [0.25, 200.0, 1000.0] {
+            cfg.calibration_skew = good;
+            assert!(cfg.validate().is_ok(), "skew {good} refused");
         }
     }
 

@@ -36,6 +36,17 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
             has_gap: false,
         };
     };
+    // A --requested off from the scanner's own packet rate by its packets per target was given
+    // in the other unit: judge the run against the scanner's packet rate, and say so.
+    if let Some(p) = super::rate_unit::mismatch(f, r) {
+        let mut own = f.clone();
+        own.requested = Some(p);
+        let judged = verdicts(&own);
+        return GapVerdicts {
+            verdicts: super::rate_unit::rejudged(f, r, p, judged.verdicts),
+            has_gap: 1.0 - f.achieved / r >= NO_GAP_TOLERANCE,
+        };
+    }
     let ratio = f.achieved / r;
     let calibration = Calibration::of(f);
     let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
@@ -57,6 +68,7 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
         }
         out.extend(send_errors_as_loss(f));
     }
+    out.extend(super::rate_unit::finding(f, r));
     out.extend(claim_mismatch(f));
     GapVerdicts {
         verdicts: out,

@@ -2470,3 +2470,135 @@ fn never_sent_advice_reads_as_one_sentence() {
         assert!(!n.next_step.contains("  "), "{:?}", n.next_step);
     }
 }
+
+/// A profile's reading of a rate in another unit than packets: `counts` with `n` packets per
+/// target, the scanner's own packet rate `packet_pps`.
+fn rate_in_units(profile: &str, counts: RateCounts, n: f64, source: &str, packet_pps: f64) -> ScannerView {
+    ScannerView {
+        profile: profile.into(),
+        requested: RequestedView {
+            pps: Some(packet_pps),
+            kind: "exact".into(),
+            unit: Some(RateUnitView {
+                counts,
+                packets_per_target: n,
+                source: source.into(),
+                packet_pps,
+                target_pps: packet_pps / n,
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_rate_that_counts_targets_is_shown_per_target() {
+    // zmap -r 100 -P 4: the profile reads 400 pps; it sends 398 pps, 99.5 targets/s.
+    let zmap = || rate_in_units("zmap", RateCounts::Targets, 4.0, "argv: -P 4", 400.0);
+    let v = run(None, 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(zmap())
+        .verdicts();
+    assert_eq!(v[0].cause, "no_gap", "{v:#?}");
+    let u = find(&v, "rate_unit");
+    assert_eq!((u.share, u.kind.as_str()), (0.0, GAP));
+    assert!(
+        u.sentence
+            .starts_with("zmap's rate counts targets, not packets: each target gets 4 packets (argv: -P 4), so the 100 targets/s asked are 400 pps"),
+        "{}",
+        u.sentence
+    );
+    assert!(u.sentence.contains("99.5 targets/s"), "{}", u.sentence);
+    assert!(
+        u.evidence
+            .iter()
+            .any(|e| e.contains("100 targets/s x 4 packets per target = 400 pps")),
+        "{:?}",
+        u.evidence
+    );
+    // --requested 100 (the target rate taken for packets): the old verdict was above_requested
+    // +298%; the run is judged against the 400 pps zmap was asked for.
+    let v = run(Some(100.0), 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(zmap())
+        .verdicts();
+    assert!(!causes(&v).contains(&"above_requested"), "{v:#?}");
+    assert!(causes(&v).contains(&"no_gap"), "{v:#?}");
+    let u = find(&v, "rate_unit");
+    assert_eq!(u.share, 0.0);
+    assert!(
+        u.sentence.starts_with("The rate was set for the wrong unit"),
+        "{}",
+        u.sentence
+    );
+    assert!(u.next_step.contains("--requested 400"), "{}", u.next_step);
+    assert_eq!(
+        causes(&v).iter().filter(|c| **c == "rate_unit").count(),
+        1,
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
+    // unicornscan -r 1000 with repeats 3, while scanprof was told --requested 3000 (1000 ports/s x
+    // 3 packets each): the sender paces 1000 pps and reaches 990. Two thirds of the requested
+    // rate were never asked of it (rate_unit); the rest, 10 of its 1000 pps, is its own gap:
+    // 1% of 1000, a third of that of 3000, scaled.
+    let uni = rate_in_units(
+        "unicornscan",
+        RateCounts::Packets,
+        3.0,
+        "work unit 1: repeats=3",
+        1000.0,
+    );
+    let v = run(Some(3000.0), 990.0, 4.0)
+        .time(0.02, 0.0, 0.0, 0.02, 0.96)
+        .gaps(1.0 * MS, 1.0101 * MS, 1.2 * MS)
+        .scanner(uni)
+        .verdicts();
+    assert_eq!(v[0].cause, "rate_unit", "{v:#?}");
+    assert_share(&v, "rate_unit", 2.0 / 3.0);
+    assert!(gap_sum(&v) <= 1.0 - 990.0 / 3000.0 + 1e-6, "{v:#?}");
+    let u = &v[0];
+    assert!(
+        u.sentence
+            .contains("unicornscan's rate counts packets, not targets: each target gets 3 of them"),
+        "{}",
+        u.sentence
+    );
+    assert!(
+        u.evidence
+            .iter()
+            .any(|e| e.contains("330 targets/s (99.0% of the 333.3 targets/s asked)")),
+        "{:?}",
+        u.evidence
+    );
+    // Without a mismatch, a finding with the rate per target.
+    let uni = rate_in_units(
+        "unicornscan",
+        RateCounts::Packets,
+        3.0,
+        "work unit 1: repeats=3",
+        1000.0,
+    );
+    let v = run(None, 998.0, 4.0)
+        .time(0.02, 0.0, 0.0, 0.0, 0.98)
+        .scanner(uni)
+        .verdicts();
+    let u = find(&v, "rate_unit");
+    assert_eq!(u.share, 0.0);
+    assert!(
+        u.sentence.contains("so 1000 pps covers 333.3 targets/s"),
+        "{}",
+        u.sentence
+    );
+    // A multiplier of 1 says nothing.
+    let one = rate_in_units("zmap", RateCounts::Targets, 1.0, "argv: -P 1 by default", 400.0);
+    let v = run(None, 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(one)
+        .verdicts();
+    assert!(!causes(&v).contains(&"rate_unit"), "{v:#?}");
+}
