@@ -95,15 +95,16 @@ pub(super) fn rejudged(f: &Facts, r: f64, p: f64, mut out: Vec<Verdict>) -> Vec<
     let n = u.packets_per_target;
     let wrong_way = if r > p {
         format!(
-            "{} asked of scanprof is {n}x the scanner's packet rate: its {} targets/s are {} at {n} packets each",
-            pps(r),
+            "the {} pps asked of scanprof are {n}x the scanner's packet rate: its {} targets/s are {} at {n} \
+             packets each",
+            fmt(r),
             fmt(u.target_pps),
             pps(p)
         )
     } else {
         format!(
-            "{} asked of scanprof is the scanner's target rate, and its packet rate is {n}x that: {}",
-            pps(r),
+            "the {} pps asked of scanprof are the scanner's target rate, and its packet rate is {n}x that: {}",
+            fmt(r),
             pps(p)
         )
     };
@@ -128,11 +129,11 @@ pub(super) fn rejudged(f: &Facts, r: f64, p: f64, mut out: Vec<Verdict>) -> Vec<
     }
     caveat_lines(f, &mut evidence);
     let next = format!(
-        "Compare in one unit: pass `--requested {:.0}` (packets per second), or to send {} packets per second ask \
-         the scanner for {:.0} targets/s at {n} packets per target.",
+        "Compare in one unit: pass `--requested {:.0}` (packets per second), or, to send {} packets per second, \
+         ask the scanner for {} targets/s at {n} packets per target.",
         p,
-        pps(r),
-        r / n
+        fmt(r),
+        fmt(r / n)
     );
     out.push(verdict(
         "rate_unit",
