@@ -91,9 +91,10 @@ pub fn parse_map_size(s: &str) -> Result<(String, u32), String> {
     Ok((name.to_string(), n))
 }
 
-/// `--calibration-skew`: 0.25 to 4.
+/// `--calibration-skew`: 0.25 to 1000 (slots at most 4x too short, at most 1000x too long).
 pub fn parse_skew(s: &str) -> Result<f64, String> {
-    number_in(s, 0.25, false, 4.0, "a factor")
+    use crate::senders::engine::{MAX_CALIBRATION_SKEW, MIN_CALIBRATION_SKEW};
+    number_in(s, MIN_CALIBRATION_SKEW, false, MAX_CALIBRATION_SKEW, "a factor")
 }
 
 // The examples each subcommand's --help ends with (a unit test parses every one of them).
@@ -483,7 +484,9 @@ pub struct SendOptions {
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
     /// Fault injection for the tsc pacer: take F times the calibrated TSC frequency, so that
-    /// every slot lasts F times 1/rate (a mis-calibrated pacer; 0.25..=4, default 1: none).
+    /// every slot lasts F times 1/rate (a mis-calibrated pacer; 0.25..=1000, default 1: none).
+    /// Slots may be far too long (a short run of a slot derived wildly wrong), never more than
+    /// 4 times too short.
     #[arg(long, default_value_t = 1.0, value_name = "F", value_parser = parse_skew, allow_negative_numbers = true)]
     pub calibration_skew: f64,
     /// Print the report as JSON.
@@ -533,6 +536,12 @@ pub enum Scenario {
     /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
     /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
     SocketClosePurge,
+    /// A short run of 12 packets whose tsc pacer derived its slot 200x too long
+    /// (`--calibration-skew 200` at 1000 pps): 200 ms gaps for a 1 ms slot.
+    ShortMiscalibration,
+    /// A scanner-like process family that never sends: a shell forks two children that exit
+    /// with status 3 and 4 after 0.5 and 1 s, then exits with status 1 itself.
+    NeverStarted,
 }
 
 #[derive(Debug, Clone, Args)]

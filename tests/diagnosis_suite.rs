@@ -494,3 +494,73 @@ fn replies_purged_when_a_socket_closes_are_reply_side_not_loss() {
     run.assert_no_loss(run.unanswered_truth());
     run.assert_diagnosis("gap", "no_gap", Some(run.gap_truth()));
 }
+
+/// Issue 13 item 3: a 12-packet run whose tsc pacer derived its slot 200x too long (200 ms gaps
+/// for a 1 ms slot) is `miscalibrated`, judged from the delay the profile reads, not `cpu_bound`
+/// (the sender spins on the CPU through each slot: "200 ms of CPU per packet"). The truth is the
+/// lab receiver's own rate by its kernel timestamps; by construction 1 - 1/200.
+#[test]
+fn a_short_run_with_a_slot_far_too_long_is_miscalibrated() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("short-miscalibration");
+    let rx = &run.lab["receiver"];
+    let packets = rx["packets"].as_u64().unwrap_or(0);
+    assert!(
+        (2..=20).contains(&packets),
+        "{packets} packets: a short run of at most 20\n{}",
+        run.lab
+    );
+    assert_eq!(run.summary.packets, packets, "{}", run.lab);
+    // The receiver's own rate, by the kernel's receive timestamps.
+    let (first, last) = (rx["first_ns"].as_f64().unwrap(), rx["last_ns"].as_f64().unwrap());
+    let rx_pps = (packets - 1) as f64 * 1e9 / (last - first);
+    let truth = 1.0 - rx_pps / run.f64("requested_pps");
+    assert!(
+        (truth - (1.0 - 1.0 / 200.0)).abs() < 0.01,
+        "the 200x slots should leave 0.5% of the rate, the receiver saw {rx_pps:.2} pps"
+    );
+    run.assert_diagnosis("gap", "miscalibrated", Some(truth));
+    assert!(
+        !run.summary.verdicts.iter().any(|v| v.cause == "cpu_bound"),
+        "{:#?}",
+        run.summary.verdicts
+    );
+    let mis = run.top("gap");
+    assert!(
+        mis.evidence.iter().any(|e| e.contains("tsc_slot: slot")),
+        "judged from the calibration read: {:?}",
+        mis.evidence
+    );
+    // The advice does not send a tsc-paced run to the tsc pacer.
+    assert!(!mis.next_step.contains("--pacer tsc`"), "{}", mis.next_step);
+}
+
+/// Issue 13 item 4: a family whose members exit with errors before sending anything is
+/// `never_sent` with 100% of the rate missing (the target namespace received nothing), and the
+/// verdict says what was seen: no packet, each member's exit status, no probe blamed.
+#[test]
+fn a_family_that_never_starts_sending_says_what_its_members_did() {
+    require_root();
+    let _serial = serial();
+    let run = run_lab("never-started");
+    assert_eq!(run.f64("target_ip_in"), 0.0, "{}", run.lab);
+    assert_eq!(run.summary.packets, 0);
+    run.assert_diagnosis("gap", "never_sent", Some(run.gap_truth()));
+    let v = run.top("gap");
+    assert_eq!(v.confidence, "strong", "{v:?}");
+    let text = format!("{} {:?}", v.sentence, v.evidence);
+    for status in [
+        "exited with status 3",
+        "exited with status 4",
+        "exited with status 1",
+    ] {
+        assert!(text.contains(status), "{status} missing: {text}");
+    }
+    assert!(text.contains("no packet"), "{text}");
+    assert!(!text.contains("sched probe"), "{text}");
+    assert!(
+        text.contains("IPC between its processes not counted"),
+        "the generic profile has no IPC probes: {text}"
+    );
+}

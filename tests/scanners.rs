@@ -1706,3 +1706,75 @@ fn masscan_status_ndjson_figures_are_claims_under_run() {
     bpf.assert_released("scanprof run");
     lab.destroy();
 }
+
+/// The rate set for the wrong unit (issue 13): `zmap -r 25 -P 4` sends 100 packets per second
+/// (25 targets/s, 4 probes each), and scanprof told `--requested 25` (the target rate taken for
+/// packets) judges the run against zmap's own 100 pps: verdict `rate_unit` with the figures per
+/// target, no `above_requested` +300%; the capture's rate is the truth of both.
+#[test]
+fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
+    require_root();
+    let _serial = serial();
+    require_scanner("zmap");
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let (per_s, probes) = (25u32, 4u32);
+    let scan = zmap(&lab, per_s, probes, false);
+    let capture = TxCapture::start(lab.lab());
+    let tx_before = lab.tx_packets();
+    let mut args = strings(&[
+        "run",
+        "--json",
+        "--profile",
+        "zmap",
+        "--requested",
+        &per_s.to_string(),
+        "--duration",
+        "20",
+        "--",
+    ]);
+    args.extend(in_sender(&lab, &scan.argv));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let cap = capture.stop();
+    let tx = lab.tx_packets() - tx_before;
+    run.assert_success();
+    assert_eq!(tx, scan.packets, "veth tx_packets\n{}", run.context());
+    let s = run.summary_json();
+    eprintln!("verdicts: {:#}", s["verdicts"]);
+    let unit = &s["scanner"]["requested"]["unit"];
+    assert_eq!(unit["counts"], "targets", "{unit}");
+    assert_eq!(f64_at(&unit["packets_per_target"], "n"), probes as f64, "{unit}");
+    assert_eq!(
+        f64_at(&unit["packet_pps"], "packet_pps"),
+        (per_s * probes) as f64,
+        "{unit}"
+    );
+    let verdicts = s["verdicts"].as_array().expect("verdicts");
+    let v = verdicts
+        .iter()
+        .find(|v| v["cause"] == "rate_unit")
+        .unwrap_or_else(|| panic!("no rate_unit: {verdicts:?}"));
+    let sentence = v["sentence"].as_str().unwrap();
+    assert!(sentence.contains("zmap's rate counts targets"), "{sentence}");
+    assert!(
+        sentence.contains("each target gets 4 packets (argv: -P 4)"),
+        "{sentence}"
+    );
+    assert!(
+        !verdicts.iter().any(|v| v["cause"] == "above_requested"),
+        "{verdicts:?}"
+    );
+    // Per target, as the capture saw it: its rate / 4 is the achieved targets/s, within 10%.
+    let achieved = f64_at(&s["achieved_pps"], "achieved_pps");
+    assert_within("scanprof vs the capture", achieved, cap.pps(), 0.10);
+    let per_target = format!("{:.1} targets/s", achieved / probes as f64);
+    let per_target_whole = format!("{:.0} targets/s", achieved / probes as f64);
+    let evidence = v["evidence"].to_string();
+    assert!(
+        evidence.contains(&per_target) || evidence.contains(&per_target_whole),
+        "{per_target}: {evidence}"
+    );
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}

@@ -81,6 +81,36 @@ pub struct RequestedView {
     pub sources: Vec<RateSource>,
     /// set when two sources disagree by more than 1%, saying which
     pub conflict: Option<String>,
+    /// what the scanner's rate counts, when each target gets more than one packet (zmap `-P`,
+    /// unicornscan's `repeats`): the rate per target beside the packet rate
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<RateUnitView>,
+}
+
+/// What a scanner's rate counts when each target gets several packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateCounts {
+    /// the rate counts targets: each gets N packets, so the packet rate is N x the rate
+    /// (zmap's `-r` with `-P N`)
+    Targets,
+    /// the rate counts packets: each target gets N of them, so targets are covered at the
+    /// rate / N (unicornscan's `repeats`)
+    Packets,
+}
+
+/// The scanner's rate in its own unit and in packets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateUnitView {
+    pub counts: RateCounts,
+    /// packets each target gets
+    pub packets_per_target: f64,
+    /// where that figure comes from (`argv: -P 4`, `work unit 1: repeats=3`)
+    pub source: String,
+    /// packets per second the scanner's own settings ask for (not `--requested`)
+    pub packet_pps: f64,
+    /// targets per second those settings mean: packet_pps / packets_per_target
+    pub target_pps: f64,
 }
 
 /// One source of the requested rate.
@@ -275,6 +305,9 @@ pub struct ArgvRate {
     /// how it was read, step by step (`argv: -r 1000`)
     pub provenance: Vec<String>,
     pub conflicts: Vec<String>,
+    /// packets each target gets when the rate read counts targets (zmap `-P`), and that
+    /// multiplier as written (`-P 4`); None when the rate counts packets
+    pub per_target: Option<(f64, String)>,
 }
 
 /// Messages of one kind from one process: (pid, direction, kind).
@@ -317,6 +350,8 @@ pub struct ScannerModel {
 #[derive(Debug, Clone, Default)]
 struct Unit {
     view: WorkUnitView,
+    /// packets per target the unit asks for (unicornscan's `repeats`), when decoded
+    repeats: Option<f64>,
     /// the sender thread's packet count when sending began
     packets_at_start: Option<u64>,
     /// when sending began (set-up returned), ns
@@ -568,6 +603,7 @@ impl ScannerModel {
                     handed_s: Some(self.secs(c.ts_ns)),
                     ..Default::default()
                 },
+                repeats: c.values.get("repeats").copied().filter(|r| *r >= 1.0),
                 ..Default::default()
             });
             self.runtime.push((
@@ -971,7 +1007,36 @@ impl ScannerModel {
             floor_pps: self.argv.floor_pps,
             conflict: self.conflict(&sources),
             sources,
+            unit: self.rate_unit(),
         }
+    }
+
+    /// What the scanner's rate counts, when each target gets more than one packet: the latest
+    /// work unit's `repeats` (its rate counts packets), else the command line's multiplier of a
+    /// rate that counts targets.
+    fn rate_unit(&self) -> Option<RateUnitView> {
+        let from_unit = self.units.iter().rev().find_map(|u| {
+            let (pps, n) = (u.view.pps?, u.repeats?);
+            Some(RateUnitView {
+                counts: RateCounts::Packets,
+                packets_per_target: n,
+                source: format!("work unit {}: repeats={}", u.view.index, fmt_num(n)),
+                packet_pps: pps,
+                target_pps: pps / n,
+            })
+        });
+        let unit = from_unit.or_else(|| {
+            let (n, text) = self.argv.per_target.clone()?;
+            let pps = self.argv.pps?;
+            Some(RateUnitView {
+                counts: RateCounts::Targets,
+                packets_per_target: n,
+                source: format!("argv: {text}"),
+                packet_pps: pps,
+                target_pps: pps / n,
+            })
+        })?;
+        (unit.packets_per_target > 1.0 && unit.packet_pps > 0.0).then_some(unit)
     }
 
     /// The first disagreement beyond 1% between sources that name the same rate: the command

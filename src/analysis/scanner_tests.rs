@@ -37,6 +37,7 @@ fn argv(pps: f64) -> ArgvRate {
         floor_pps: None,
         provenance: vec![format!("argv: -r {pps}")],
         conflicts: vec![],
+        per_target: None,
     }
 }
 
@@ -427,4 +428,44 @@ fn a_status_files_totals_are_compared_only_over_the_same_span() {
     let sent = by(&v, StatusFigure::Sent);
     assert_eq!(sent.measured, None);
     assert!(sent.what.contains("not from attach"), "{sent:?}");
+}
+
+#[test]
+fn what_the_rate_counts_comes_from_the_work_unit_or_the_command_line() {
+    // A unicornscan work unit with repeats 3: its pps counts packets, each port gets 3.
+    let mut m = model(None, 1000.0);
+    m.ingest(&[call(
+        "master_send_message",
+        "ipc_send",
+        10,
+        5,
+        true,
+        &[("type", 4.0), ("len", 700.0), ("pps", 1000.0), ("repeats", 3.0)],
+    )]);
+    let u = m.view(&[], &[], &[]).requested.unit.expect("a rate unit");
+    assert_eq!(u.counts, RateCounts::Packets);
+    assert_eq!((u.packets_per_target, u.packet_pps), (3.0, 1000.0));
+    assert!((u.target_pps - 1000.0 / 3.0).abs() < 1e-9);
+    assert_eq!(u.source, "work unit 1: repeats=3");
+    // repeats 1 (every port once): nothing to say.
+    let mut m = model(None, 1000.0);
+    m.ingest(&[call(
+        "master_send_message",
+        "ipc_send",
+        10,
+        5,
+        true,
+        &[("type", 4.0), ("len", 700.0), ("pps", 1000.0), ("repeats", 1.0)],
+    )]);
+    assert_eq!(m.view(&[], &[], &[]).requested.unit, None);
+    // zmap -r 100 -P 4: the command line's 400 pps count targets, 4 packets each.
+    let mut rate = argv(400.0);
+    rate.per_target = Some((4.0, "-P 4".into()));
+    let m = ScannerModel::new("zmap", BTreeMap::new(), None, rate, None, START);
+    let u = m.view(&[], &[], &[]).requested.unit.expect("a rate unit");
+    assert_eq!(
+        (u.counts, u.packets_per_target, u.target_pps),
+        (RateCounts::Targets, 4.0, 100.0)
+    );
+    assert_eq!(u.source, "argv: -P 4");
 }

@@ -76,6 +76,9 @@ pub struct Staging {
     /// instead of the reference sender, `nmap -sS` of this many TCP ports of the target, each
     /// with a listener the lab opens there (at `--rate` as nmap's --max-rate)
     pub syn_scan_ports: Option<u16>,
+    /// instead of the reference sender, a process family that never sends (see
+    /// [`NEVER_STARTED_SCRIPT`]), profiled with the generic profile
+    pub never_sends: bool,
     pub expect: Expectation,
 }
 
@@ -138,6 +141,12 @@ pub enum Truth {
     /// link`) less those the sender namespace's kernel made itself (`Tcp: OutSegs`, `Icmp:
     /// OutMsgs`: its RSTs and port unreachables).
     Unanswered,
+    /// The gap over the sender's own window, for a run too short for `Gap` (it sends its
+    /// count and stops before the duration): 1 - received rate / requested, the received rate
+    /// (packets - 1) / (last - first) from the kernel's receive timestamps of the lab receiver
+    /// in the target namespace. For the short-miscalibration scenario it should also be close
+    /// to 1 - 1/skew by construction.
+    ReceiverGap,
 }
 
 impl Truth {
@@ -154,6 +163,9 @@ impl Truth {
             }
             Truth::GapLessRunDelay => {
                 "1 - delivered/(requested x duration) - run-queue delay/duration, target Ip InReceives and the sender's /proc/PID/schedstat"
+            }
+            Truth::ReceiverGap => {
+                "1 - received rate/requested, the lab receiver's (packets - 1)/(last - first) by the kernel's receive timestamps"
             }
         }
     }
@@ -184,6 +196,7 @@ pub fn staging(s: Scenario) -> Staging {
         listener: None,
         connect_scan: false,
         syn_scan_ports: None,
+        never_sends: false,
         expect: expect("gap", "no_gap", Truth::Gap),
     };
     match s {
@@ -320,7 +333,47 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("loss", NO_LOSS, Truth::Unanswered),
             ..base
         },
+        // 12 packets, each slot 200 ms where 1000 pps needs 1 ms: the tsc pacer busy-waits
+        // through 2.2 s and sends 0.5% of the rate. The profile reads the delay it derived.
+        Scenario::ShortMiscalibration => Staging {
+            rate: 1_000.0,
+            flags: &["--pacer", "tsc", "--calibration-skew", "200", "--count", "12"],
+            expect: expect("gap", "miscalibrated", Truth::ReceiverGap),
+            ..base
+        },
+        // Nothing is sent: the whole requested rate is missing, and the verdict must say what
+        // the family did instead (its members' exits), not that a probe is missing.
+        Scenario::NeverStarted => Staging {
+            rate: 1_000.0,
+            sink: true,
+            never_sends: true,
+            expect: expect("gap", "never_sent", Truth::Gap),
+            ..base
+        },
     }
+}
+
+/// The family of the never-started scenario: a shell that forks two children which exit with
+/// status 3 (after 0.5 s) and 4 (after 1 s) without sending anything, waits for them, and exits
+/// with status 1, as a scanner whose workers fail at start-up.
+pub const NEVER_STARTED_SCRIPT: &str =
+    "worker() { sleep \"$1\"; exit \"$2\"; }; worker 0.5 3 & worker 1 4 & wait; exit 1";
+
+/// `ip netns exec SENDER sh -c NEVER_STARTED_SCRIPT scanner`: in the sender namespace, bounded
+/// by the script itself (about 1 s), sending nothing.
+fn never_started_argv(lab: &Lab) -> Vec<String> {
+    [
+        "ip",
+        "netns",
+        "exec",
+        &lab.sender_ns,
+        "sh",
+        "-c",
+        NEVER_STARTED_SCRIPT,
+        "scanner",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// The scanner profile of a connect scan's sender.
@@ -533,6 +586,8 @@ struct Counts {
     sender_link_tx: Option<u64>,
     /// replies the lab echo sent (set after the run)
     echoed: Option<u64>,
+    /// the lab receiver's rate by its kernel receive timestamps, pps (set after the run)
+    receiver_pps: Option<f64>,
 }
 
 impl Counts {
@@ -562,6 +617,7 @@ impl Counts {
                 .and_then(|t| Some(snmp_counter(t, "Tcp", "OutSegs")? + snmp_counter(t, "Icmp", "OutMsgs")?)),
             sender_link_tx: lab.link(crate::lab::Side::Sender).ok().map(|l| l.tx_packets),
             echoed: None,
+            receiver_pps: None,
         }
     }
 
@@ -579,6 +635,7 @@ impl Counts {
             sender_kernel_out: d(self.sender_kernel_out, before.sender_kernel_out),
             sender_link_tx: d(self.sender_link_tx, before.sender_link_tx),
             echoed: self.echoed,
+            receiver_pps: self.receiver_pps,
         }
     }
 }
@@ -633,6 +690,7 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
             let waited = share(counts.run_delay_s?, duration_s)?;
             Some((gap - waited).max(0.0))
         }
+        Truth::ReceiverGap => share(counts.receiver_pps?, rate).map(|r| 1.0 - r),
     }
 }
 
@@ -1334,6 +1392,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let before = Counts::read(&lab);
     let send_argv = match stage.syn_scan_ports {
         Some(n) => syn_scan_argv(&lab, n, placement.sender_cpu, rate),
+        None if stage.never_sends => never_started_argv(&lab),
         None => sender_argv(&lab, &stage, placement.sender_cpu, &exe, rate, o.duration),
     };
     // A receive scenario profiles the listener; the sender starts beside it, unprofiled, once
@@ -1351,7 +1410,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         // --max-rate is a cap, not a rate asked for.
         requested: (listening.is_none() && stage.syn_scan_ports.is_none()).then_some(rate),
         // The reference sender's profile fits `scanprof send`, not the listener or nmap.
-        profile: Some(if listening.is_some() {
+        profile: Some(if listening.is_some() || stage.never_sends {
             "generic".to_string()
         } else if stage.connect_scan {
             CONNECT_SCAN_PROFILE.to_string()
@@ -1407,6 +1466,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let mut counts = Counts::read(&lab).since(before);
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
     counts.echoed = echoed;
+    counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
     let report = LabReport {
         scenario: scenario_name(o.scenario),
@@ -1773,6 +1833,7 @@ mod tests {
             sender_kernel_out: Some(400),
             sender_link_tx: Some(800),
             echoed: None,
+            receiver_pps: None,
         };
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((gap - 0.5).abs() < 1e-9, "{gap}");
@@ -1811,10 +1872,13 @@ mod tests {
 
     #[test]
     fn every_scenario_stages_a_distinct_cause_or_a_healthy_run() {
-        let mut causes: Vec<&str> = Scenario::value_variants()
+        // A cause may be staged twice only in two regimes told apart by their truth (the
+        // miscalibrated slot of a 4 s run and of a 12-packet one).
+        let mut causes: Vec<String> = Scenario::value_variants()
             .iter()
-            .map(|s| staging(*s).expect.cause)
-            .filter(|c| *c != "no_gap" && *c != NO_LOSS)
+            .map(|s| staging(*s).expect)
+            .filter(|e| e.cause != "no_gap" && e.cause != NO_LOSS)
+            .map(|e| format!("{} ({:?})", e.cause, e.truth))
             .collect();
         let n = causes.len();
         causes.sort();
@@ -1923,5 +1987,55 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("1 of 3 scenarios diagnosed right"), "{t}");
+    }
+
+    #[test]
+    fn a_short_run_is_judged_over_the_receivers_own_window() {
+        // 12 packets 200 ms apart at 1000 pps asked: the receiver's timestamps give 5 pps over
+        // its 2.2 s, whatever the lab's duration; the count over the duration would not.
+        let counts = Counts {
+            target_ip_in: Some(12),
+            receiver_pps: Some(5.0),
+            ..Counts::default()
+        };
+        let t = measured_truth(Truth::ReceiverGap, 1000.0, 4.0, counts, &[]).unwrap();
+        assert!((t - 0.995).abs() < 1e-9, "{t}");
+        let none = Counts::default();
+        assert_eq!(measured_truth(Truth::ReceiverGap, 1000.0, 4.0, none, &[]), None);
+        let short = staging(Scenario::ShortMiscalibration);
+        assert_eq!(short.expect.cause, "miscalibrated");
+        // At most 20 packets, each slot far beyond the one asked for.
+        let count = short
+            .flags
+            .iter()
+            .position(|f| *f == "--count")
+            .map(|i| short.flags[i + 1]);
+        assert!(
+            count.and_then(|c| c.parse::<u32>().ok()).is_some_and(|c| c <= 20),
+            "{:?}",
+            short.flags
+        );
+    }
+
+    #[test]
+    fn the_never_started_family_sends_nothing_and_its_members_fail() {
+        let stage = staging(Scenario::NeverStarted);
+        assert!(stage.never_sends);
+        assert_eq!(
+            (stage.expect.cause, stage.expect.truth),
+            ("never_sent", Truth::Gap)
+        );
+        // Nothing arrived: the whole requested rate is missing.
+        let counts = Counts {
+            target_ip_in: Some(0),
+            ..Counts::default()
+        };
+        assert_eq!(measured_truth(Truth::Gap, 1000.0, 4.0, counts, &[]), Some(1.0));
+        // The script itself: two children with non-zero statuses, a parent that fails too.
+        let out = Command::new("sh")
+            .args(["-c", NEVER_STARTED_SCRIPT, "scanner"])
+            .status()
+            .expect("sh runs");
+        assert_eq!(out.code(), Some(1));
     }
 }

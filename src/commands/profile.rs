@@ -179,6 +179,7 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
             floor_pps: rate.floor_pps,
             provenance: rate.provenance,
             conflicts: rate.conflicts,
+            per_target: rate.per_target_source.map(|text| (rate.per_target, text)),
         },
         anchor_exe,
         status: status_setups(profile, words, target, rate.per_target),

@@ -274,7 +274,8 @@ mod tests {
         for args in [
             &["--count", "1", "--duration", "0"][..],
             &["--count", "1", "--method", "sendmmsg", "--batch", "0"],
-            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "9"],
+            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "1001"],
+            &["--count", "1", "--pacer", "tsc", "--calibration-skew", "0.2"],
         ] {
             let argv = ["scanprof", "send", "--to", "127.0.0.1:9"].iter().chain(args);
             assert!(Cli::try_parse_from(argv).is_err(), "{args:?} parsed");

@@ -152,6 +152,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             floor_pps: None,
             provenance: vec!["argv: -r 100".into()],
             conflicts: vec![],
+            per_target: None,
         },
         Some(1e9),
         0,

@@ -23,6 +23,9 @@ pub struct RequestedRate {
     pub conflicts: Vec<String>,
     /// Packets per target from the `[[rate.multiplier]]` options (zmap `-P`), 1 without any.
     pub per_target: f64,
+    /// The multiplier as written (`-P 4`, `-P 1 by default`) when the rate read counts targets
+    /// and `pps` is that rate x `per_target`; None when the rate counts packets.
+    pub per_target_source: Option<String>,
 }
 
 /// The rate of one unicornscan work unit.
@@ -417,7 +420,17 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
         prov.push(n.clone());
     }
 
+    // Whether the figure read counts targets (and was multiplied into packets).
+    let counted_targets = match setter {
+        Some(s) => s.option.per_target,
+        None if cap.is_some() || floor.is_some() => cap.or(floor).is_some_and(|h| h.option.per_target),
+        None if from_config.is_some() => false,
+        None => rules.default_per_target,
+    };
+    let per_target_source =
+        (counted_targets && global.pps.is_some() && !factor_text.is_empty()).then(|| factor_text.clone());
     let mut out = RequestedRate {
+        per_target_source,
         pps: global.pps,
         kind: global.kind,
         floor_pps,

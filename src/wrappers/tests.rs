@@ -733,3 +733,33 @@ fn the_words_shown_for_a_command_skip_the_wrappers_that_only_place_it() {
     assert_eq!(words(skip_wrappers(&argv("nice -n 5"))), "nice -n 5");
     assert!(skip_wrappers(&[]).is_empty());
 }
+
+#[test]
+fn a_rate_that_counts_targets_says_by_which_multiplier() {
+    // zmap's -r counts targets: with -P 4 the packet rate is 4x, and the multiplier is named.
+    let r = rate("zmap", "zmap -r 100 -P 4 -p 80", None);
+    assert_eq!((r.pps, r.per_target), (Some(400.0), 4.0));
+    assert_eq!(r.per_target_source.as_deref(), Some("-P 4"));
+    // The default -P 1 multiplies too (by 1), and says so.
+    let r = rate("zmap", "zmap -r 100 -p 80", None);
+    assert_eq!(r.per_target_source.as_deref(), Some("-P 1 by default"));
+    // -r 0 is unlimited: no packet rate to multiply.
+    assert_eq!(rate("zmap", "zmap -r 0 -p 80", None).per_target_source, None);
+    // masscan's --rate counts packets.
+    assert_eq!(
+        rate("masscan", "masscan --rate 1000 -p80 10.0.0.0/24", None).per_target_source,
+        None
+    );
+    // unicornscan's work unit carries its repeats (rounds over the ports) beside its pps.
+    let set = set();
+    let send = set
+        .get("unicornscan")
+        .and_then(|p| p.probes.iter().find(|p| p.name == "master_send_message"))
+        .expect("send_message");
+    let repeats = send
+        .buffer
+        .as_ref()
+        .and_then(|b| b.fields.iter().find(|f| f.name == "repeats"))
+        .expect("repeats field");
+    assert_eq!((repeats.offset, repeats.ty), (4, ArgType::U32));
+}

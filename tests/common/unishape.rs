@@ -59,8 +59,9 @@ pub const MASTER_FUNCTIONS: [&str; 5] = [
 /// Exported functions of `unilisten`.
 pub const LISTENER_FUNCTIONS: [&str; 2] = ["send_message", "get_message"];
 
-/// Exported globals of `unisend`: u64 `tsc_delay` (TSC cycles per slot), u64 `tod_delay` and
-/// `sleep_delay` (ns per slot), u64 `tsc_cycles_per_sec`, u8 `delay_type`, double
+/// Exported globals of `unisend`: u64 `tsc_delay` (TSC cycles per slot), u64 `tod_delay` (us
+/// per slot, unicornscan's get_tod() units), u64 `sleep_delay` (ns per slot), u64
+/// `tsc_cycles_per_sec`, u8 `delay_type`, double
 /// `calibration_skew`, int `claim_requested`.
 pub const SENDER_GLOBALS: [&str; 7] = [
     "tsc_delay",

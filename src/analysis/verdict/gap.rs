@@ -36,6 +36,17 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
             has_gap: false,
         };
     };
+    // A --requested off from the scanner's own packet rate by its packets per target was given
+    // in the other unit: judge the run against the scanner's packet rate, and say so.
+    if let Some(p) = super::rate_unit::mismatch(f, r) {
+        let mut own = f.clone();
+        own.requested = Some(p);
+        let judged = verdicts(&own);
+        return GapVerdicts {
+            verdicts: super::rate_unit::rejudged(f, r, p, judged.verdicts),
+            has_gap: 1.0 - f.achieved / r >= NO_GAP_TOLERANCE,
+        };
+    }
     let ratio = f.achieved / r;
     let calibration = Calibration::of(f);
     let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
@@ -57,6 +68,7 @@ pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
         }
         out.extend(send_errors_as_loss(f));
     }
+    out.extend(super::rate_unit::finding(f, r));
     out.extend(claim_mismatch(f));
     GapVerdicts {
         verdicts: out,
@@ -551,9 +563,9 @@ impl Split {
                 format!(
                     "Cut the per-packet work: batch the sends (sendmmsg, an AF_PACKET TX ring), spread the scan \
                      over more sender threads, or request at most {} (what its CPU time per packet allows); \
-                     `scanprof send --rate {:.0} --pacer tsc` shows what this machine does at this rate.",
+                     {}.",
                     pps(max_pps),
-                    r
+                    reference_comparison(f, r)
                 ),
                 ambiguous,
             );
@@ -925,11 +937,19 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
             format!("{}: {}", member(p), how(p))
         });
     }
+    // A count of 0 says something only where the profile watches the scanner's IPC.
     let ipc = match f.scanner {
-        Some(_) => {
+        Some(v) if watches_ipc(v) => {
             let n = ipc_messages(f);
             evidence.push(format!("{n} IPC messages sent between the scanner's processes"));
             Some(n)
+        }
+        Some(v) => {
+            evidence.push(format!(
+                "IPC between its processes not counted (the `{}` profile has no IPC probe attached)",
+                v.profile
+            ));
+            None
         }
         None => {
             evidence.push("IPC between its processes not counted (no scanner profile applies)".to_string());
@@ -968,10 +988,13 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
         }
     );
     let next = if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
-        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why;          at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it          could not get or drop. Run it again by hand with its verbose option."
+        "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why; \
+         at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it \
+         could not get or drop. Run it again by hand with its verbose option."
             .to_string()
     } else {
-        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0,          a dry-run mode), and its own output."
+        "It sent nothing while its processes ran: check its targets and options (an empty target list, a rate of 0, \
+         a dry-run mode), and its own output."
             .to_string()
     };
     // What was seen is certain over a run; a tick may be the start-up.
@@ -984,6 +1007,13 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
         next,
         f.live,
     )
+}
+
+/// Whether the profile has an IPC probe attached: only then is a count of messages (0 too) seen.
+fn watches_ipc(v: &crate::analysis::snapshot::ScannerView) -> bool {
+    v.probes
+        .iter()
+        .any(|p| p.attached && (p.role == "ipc_send" || p.role == "ipc_recv"))
 }
 
 fn ipc_messages(f: &Facts) -> u64 {
@@ -1162,7 +1192,38 @@ fn pacer_line(f: &Facts) -> Option<String> {
     })
 }
 
+/// The profile of scanprof's own reference sender (`scanprof send`).
+const REFERENCE_PROFILE: &str = "scanprof-send";
+
+/// The reference sender's option for the pacer this run used, when the run is the reference
+/// sender itself (`--pacer tsc`): a comparison with `scanprof send` in that mode is no advice.
+fn reference_pacer_in_use<'a>(f: &Facts<'a>) -> Option<&'a str> {
+    let v = f.scanner.filter(|v| v.profile == REFERENCE_PROFILE)?;
+    v.pacer_in_use()?.option.as_deref()
+}
+
+/// `scanprof send` at this rate with its tsc pacer, to show what this machine does: unless the
+/// run is that already, then `scanprof baseline`, which measures every pacer.
+fn reference_comparison(f: &Facts, r: f64) -> String {
+    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+        format!(
+            "`scanprof baseline --rates {r:.0}` shows what this machine does at this rate with each pacer"
+        )
+    } else {
+        format!("`scanprof send --rate {r:.0} --pacer tsc` shows what this machine does at this rate")
+    }
+}
+
 fn calibration_next(f: &Facts, r: f64) -> String {
+    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+        // The reference sender on its tsc pacer: not "use the tsc pacer", but where its
+        // frequency comes from, or a pacer that reads the clock.
+        return format!(
+            "Check the calibration against the kernel's TSC frequency (`dmesg | grep -i tsc`): take the kernel's \
+             frequency instead of calibrating (`scanprof send --rate {r:.0} --pacer tsc --tsc-source kernel`), or \
+             pace by reading the clock (`--pacer clock`)."
+        );
+    }
     let mut next = match other_pacers(f, None) {
         Some(others) => format!(
             "Check the scanner's clock calibration (the slot it derived against the one the rate needs; \

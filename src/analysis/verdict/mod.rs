@@ -8,6 +8,7 @@ mod claims;
 mod facts;
 mod gap;
 mod loss;
+mod rate_unit;
 mod receive;
 mod split;
 mod units;
@@ -124,7 +125,7 @@ fn tie_rank(cause: &str) -> u8 {
         "no_gap" | "gap_unknown" | "unexplained" | "never_sent" => 1,
         "bottleneck" => 2,
         "above_requested" => 2,
-        "miscalibrated" => 3,
+        "miscalibrated" | "rate_unit" => 3,
         "claim_mismatch" => 4,
         _ => 5,
     }

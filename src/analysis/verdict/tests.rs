@@ -1211,6 +1211,7 @@ fn a_scanner_that_never_sends_is_told_what_was_seen() {
     // rate is missing for a reason scanprof cannot see ... (is the sched probe attached?)".
     let mut r = run(Some(1000.0), 0.0, 5.0).scanner(ScannerView {
         profile: "unicornscan".into(),
+        probes: vec![ipc_probe("master_send_message")],
         ..Default::default()
     });
     r.0.send_window_s = 0.0;
@@ -2305,4 +2306,299 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
         .verdicts();
     assert_eq!(v[0].kind, LOSS, "{:?}", causes(&v));
     assert!(!causes(&v).contains(&"no_gap"));
+}
+
+/// An attached IPC probe of a profile (unicornscan's `send_message`), which saw no call.
+fn ipc_probe(name: &str) -> UprobeView {
+    UprobeView {
+        name: name.into(),
+        role: "ipc_send".into(),
+        symbol: "send_message".into(),
+        binary: Some("/usr/bin/unicornscan".into()),
+        per_packet: false,
+        attached: true,
+        pids: vec![100],
+        hits: 0,
+        returns: 0,
+        inside_ns: 0,
+        note: None,
+    }
+}
+
+#[test]
+fn never_sent_counts_ipc_only_where_the_profile_watches_it() {
+    // A shell family under the generic profile (no IPC probe): its children exit with 3 and 4,
+    // itself with 1. No count of IPC messages can be claimed, not even 0.
+    let mut r = run(Some(1000.0), 0.0, 4.0).scanner(ScannerView {
+        profile: "generic".into(),
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(200, "sh", "sender", Some((1 << 8, 1.0))),
+        member(201, "sh", "sender", Some((3 << 8, 0.5))),
+        member(202, "sh", "sender", Some((4 << 8, 1.0))),
+    ];
+    let v = r.verdicts();
+    let n = find(&v, "never_sent");
+    assert!(
+        n.evidence.iter().any(|e| e
+            == "IPC between its processes not counted (the `generic` profile has no IPC probe attached)"),
+        "{:?}",
+        n.evidence
+    );
+    assert!(!n.sentence.contains("IPC"), "{}", n.sentence);
+    assert!(
+        !n.evidence.iter().any(|e| e.contains("0 IPC messages")),
+        "{:?}",
+        n.evidence
+    );
+    for s in [
+        "exited with status 3 at 500.000 ms",
+        "exited with status 4 at 1.000 s",
+        "exited with status 1",
+    ] {
+        assert!(n.sentence.contains(s), "{s}: {}", n.sentence);
+    }
+    // A killed member says its signal.
+    r.0.processes[2] = member(202, "sh", "sender", Some((9, 1.0)));
+    let v = r.verdicts();
+    assert!(
+        find(&v, "never_sent").sentence.contains("was killed by signal 9"),
+        "{v:#?}"
+    );
+}
+
+/// The reference sender's pacing modes as its profile names them: the tsc pacer, by the
+/// calibration probe that runs only for it.
+fn reference_sender_on_tsc(error_pct: f64, r: f64) -> ScannerView {
+    let mut cal = calibration(error_pct, r);
+    cal.probe = "tsc_slot".into();
+    ScannerView {
+        profile: "scanprof-send".into(),
+        calibrations: vec![cal],
+        pacers: vec![PacerView {
+            probe: "tsc_slot".into(),
+            name: "TSC busy-wait".into(),
+            option: Some("--pacer tsc".into()),
+            waits: PacerWait::Spin,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_short_reference_run_on_the_tsc_pacer_is_not_told_to_use_the_tsc_pacer() {
+    // `scanprof send --pacer tsc --calibration-skew 200 --count 12` at 1000 pps: 12 packets
+    // over 2.2 s (5 pps), the slot read from scanprof_sender_tsc_slot +19900%, spinning on the
+    // CPU through each 200 ms slot. Judged from the calibration, however few the packets.
+    let v = run(Some(1000.0), 5.0, 2.2)
+        .time(0.0005, 0.0, 0.0, 0.002, 0.9975)
+        .gaps(200.0 * MS, 200.0 * MS, 201.0 * MS)
+        .scanner(reference_sender_on_tsc(19_900.0, 1000.0))
+        .verdicts();
+    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    // All of the 99.5% gap but the 0.2% preempted, too small to be named.
+    let m = &v[0];
+    assert!((m.share - 0.993).abs() < 1e-3, "{m:#?}");
+    assert!(
+        m.evidence.iter().any(|e| e.starts_with("tsc_slot: slot 200.")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.contains("pacer in use: TSC busy-wait (`--pacer tsc`)")),
+        "{:?}",
+        m.evidence
+    );
+    assert!(!m.next_step.contains("--pacer tsc`"), "{}", m.next_step);
+    assert!(m.next_step.contains("--tsc-source kernel"), "{}", m.next_step);
+    assert!(m.next_step.contains("`--pacer clock`"), "{}", m.next_step);
+    // Another scanner's calibration fault may still be compared with the reference tsc pacer.
+    let mut other = reference_sender_on_tsc(19_900.0, 1000.0);
+    other.profile = "unicornscan".into();
+    other.pacers.clear();
+    let v = run(Some(1000.0), 5.0, 2.2)
+        .time(0.0005, 0.0, 0.0, 0.002, 0.9975)
+        .gaps(200.0 * MS, 200.0 * MS, 201.0 * MS)
+        .scanner(other)
+        .verdicts();
+    assert!(
+        v[0].next_step.contains("--pacer tsc --tsc-source kernel`"),
+        "{}",
+        v[0].next_step
+    );
+}
+
+#[test]
+fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
+    // The reference sender on its tsc pacer asked for 1M pps, reaching 120k: CPU-bound (no
+    // calibration error). Its advice compares with `scanprof baseline`, not with itself.
+    let on_tsc = || reference_sender_on_tsc(0.0, 1_000_000.0);
+    let v = run(Some(1_000_000.0), 120_000.0, 4.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .scanner(on_tsc())
+        .verdicts();
+    let c = find(&v, "cpu_bound");
+    assert!(!c.next_step.contains("--pacer tsc"), "{}", c.next_step);
+    assert!(
+        c.next_step.contains("`scanprof baseline --rates 1000000`"),
+        "{}",
+        c.next_step
+    );
+    // Any other sender is still pointed at the reference tsc pacer.
+    let v = run(Some(1_000_000.0), 120_000.0, 4.0)
+        .time(0.7, 0.0, 0.0, 0.0, 0.3)
+        .verdicts();
+    assert!(
+        find(&v, "cpu_bound").next_step.contains("--pacer tsc` shows"),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn never_sent_advice_reads_as_one_sentence() {
+    // Its next step was written with the source's indentation inside the string.
+    let mut r = run(Some(1000.0), 0.0, 4.0);
+    r.0.send_window_s = 0.0;
+    for exit in [Some((3 << 8, 0.5)), None] {
+        r.0.processes = vec![member(200, "sh", "sender", exit)];
+        let v = r.verdicts();
+        let n = find(&v, "never_sent");
+        assert!(!n.next_step.contains("  "), "{:?}", n.next_step);
+    }
+}
+
+/// A profile's reading of a rate in another unit than packets: `counts` with `n` packets per
+/// target, the scanner's own packet rate `packet_pps`.
+fn rate_in_units(profile: &str, counts: RateCounts, n: f64, source: &str, packet_pps: f64) -> ScannerView {
+    ScannerView {
+        profile: profile.into(),
+        requested: RequestedView {
+            pps: Some(packet_pps),
+            kind: "exact".into(),
+            unit: Some(RateUnitView {
+                counts,
+                packets_per_target: n,
+                source: source.into(),
+                packet_pps,
+                target_pps: packet_pps / n,
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_rate_that_counts_targets_is_shown_per_target() {
+    // zmap -r 100 -P 4: the profile reads 400 pps; it sends 398 pps, 99.5 targets/s.
+    let zmap = || rate_in_units("zmap", RateCounts::Targets, 4.0, "argv: -P 4", 400.0);
+    let v = run(None, 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(zmap())
+        .verdicts();
+    assert_eq!(v[0].cause, "no_gap", "{v:#?}");
+    let u = find(&v, "rate_unit");
+    assert_eq!((u.share, u.kind.as_str()), (0.0, GAP));
+    assert!(
+        u.sentence
+            .starts_with("zmap's rate counts targets, not packets: each target gets 4 packets (argv: -P 4), so the 100 targets/s asked are 400 pps"),
+        "{}",
+        u.sentence
+    );
+    assert!(u.sentence.contains("99.5 targets/s"), "{}", u.sentence);
+    assert!(
+        u.evidence
+            .iter()
+            .any(|e| e.contains("100 targets/s x 4 packets per target = 400 pps")),
+        "{:?}",
+        u.evidence
+    );
+    // --requested 100 (the target rate taken for packets): the old verdict was above_requested
+    // +298%; the run is judged against the 400 pps zmap was asked for.
+    let v = run(Some(100.0), 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(zmap())
+        .verdicts();
+    assert!(!causes(&v).contains(&"above_requested"), "{v:#?}");
+    assert!(causes(&v).contains(&"no_gap"), "{v:#?}");
+    let u = find(&v, "rate_unit");
+    assert_eq!(u.share, 0.0);
+    assert!(
+        u.sentence.starts_with("The rate was set for the wrong unit"),
+        "{}",
+        u.sentence
+    );
+    assert!(u.next_step.contains("--requested 400"), "{}", u.next_step);
+    assert_eq!(
+        causes(&v).iter().filter(|c| **c == "rate_unit").count(),
+        1,
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
+    // unicornscan -r 1000 with repeats 3, while scanprof was told --requested 3000 (1000 ports/s x
+    // 3 packets each): the sender paces 1000 pps and reaches 990. Two thirds of the requested
+    // rate were never asked of it (rate_unit); the rest, 10 of its 1000 pps, is its own gap:
+    // 1% of 1000, a third of that of 3000, scaled.
+    let uni = rate_in_units(
+        "unicornscan",
+        RateCounts::Packets,
+        3.0,
+        "work unit 1: repeats=3",
+        1000.0,
+    );
+    let v = run(Some(3000.0), 990.0, 4.0)
+        .time(0.02, 0.0, 0.0, 0.02, 0.96)
+        .gaps(1.0 * MS, 1.0101 * MS, 1.2 * MS)
+        .scanner(uni)
+        .verdicts();
+    assert_eq!(v[0].cause, "rate_unit", "{v:#?}");
+    assert_share(&v, "rate_unit", 2.0 / 3.0);
+    assert!(gap_sum(&v) <= 1.0 - 990.0 / 3000.0 + 1e-6, "{v:#?}");
+    let u = &v[0];
+    assert!(
+        u.sentence
+            .contains("unicornscan's rate counts packets, not targets: each target gets 3 of them"),
+        "{}",
+        u.sentence
+    );
+    assert!(
+        u.evidence
+            .iter()
+            .any(|e| e.contains("330 targets/s (99.0% of the 333.3 targets/s asked)")),
+        "{:?}",
+        u.evidence
+    );
+    // Without a mismatch, a finding with the rate per target.
+    let uni = rate_in_units(
+        "unicornscan",
+        RateCounts::Packets,
+        3.0,
+        "work unit 1: repeats=3",
+        1000.0,
+    );
+    let v = run(None, 998.0, 4.0)
+        .time(0.02, 0.0, 0.0, 0.0, 0.98)
+        .scanner(uni)
+        .verdicts();
+    let u = find(&v, "rate_unit");
+    assert_eq!(u.share, 0.0);
+    assert!(
+        u.sentence.contains("so 1000 pps covers 333.3 targets/s"),
+        "{}",
+        u.sentence
+    );
+    // A multiplier of 1 says nothing.
+    let one = rate_in_units("zmap", RateCounts::Targets, 1.0, "argv: -P 1 by default", 400.0);
+    let v = run(None, 398.0, 4.0)
+        .time(0.1, 0.0, 0.0, 0.0, 0.9)
+        .scanner(one)
+        .verdicts();
+    assert!(!causes(&v).contains(&"rate_unit"), "{v:#?}");
 }
