@@ -142,16 +142,26 @@ impl ProbeCost {
     }
 
     /// The plain sentence every view shows when the probes take more than PROBE_COST_ALERT of
-    /// the target's time; None below it.
+    /// the target's time; None below it. Without packets sent there is no send rate to slow:
+    /// the sentence then gives the times only, since the share is an upper bound that the runs
+    /// for every other process on the machine fill when the target itself barely ran.
     pub fn alert_text(&self) -> Option<String> {
         let share = self.share_of_target.filter(|_| self.alert)?;
+        let Some(ns) = self.ns_per_packet else {
+            return Some(format!(
+                "scanprof's probes ran {:.1} ms, {:.1}% of the target's {:.1} ms on a CPU: an upper \
+                 bound, their runs for every other process on the machine count too; the target sent \
+                 no packets, so no send rate was slowed",
+                self.bpf_ns / 1e6,
+                share * 100.0,
+                self.target_oncpu_ns as f64 / 1e6,
+            ));
+        };
         Some(format!(
-            "scanprof's probes take {:.1}% of the target's on-CPU time ({} per packet): measuring costs the \
-             target that much CPU; a target that sends as fast as its CPU allows is up to {:.0}% faster \
-             without scanprof",
+            "scanprof's probes take {:.1}% of the target's on-CPU time ({ns:.0} ns per packet): measuring \
+             costs the target that much CPU; a target that sends as fast as its CPU allows is up to \
+             {:.0}% faster without scanprof",
             share * 100.0,
-            self.ns_per_packet
-                .map_or("?".to_string(), |ns| format!("{ns:.0} ns")),
             (1.0 / (1.0 - share.min(0.99)) - 1.0) * 100.0
         ))
     }
@@ -247,6 +257,18 @@ mod tests {
         assert!(text.contains("20.0% of the target's on-CPU time"), "{text}");
         assert!(text.contains("200 ns per packet"), "{text}");
         assert!(text.contains("up to 25% faster without scanprof"), "{text}");
+    }
+
+    #[test]
+    fn without_packets_the_alert_gives_the_times_and_claims_no_speed_up() {
+        // A family that sent nothing and ran 2 ms while the probes ran 0.6 ms machine-wide.
+        let now = reading(StatsCoverage::Continuous, 1_000_000_000, &[("a.x", 3000, 600_000)]);
+        let c = ProbeCost::of(&now, None, 1_000_000_000, 0, 2_000_000).unwrap();
+        assert!(c.alert);
+        let text = c.alert_text().expect("30% is above the alert");
+        assert!(text.contains("ran 0.6 ms, 30.0% of the target's 2.0 ms on a CPU"), "{text}");
+        assert!(text.contains("sent no packets"), "{text}");
+        assert!(!text.contains("faster"), "{text}");
     }
 
     #[test]
