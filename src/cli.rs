@@ -370,6 +370,22 @@ pub struct RunOptions {
     /// runs with the privileges scanprof was given (as root, when scanprof runs as root).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Class the packets the family reads by length and show what handling each class costs:
+    /// the lengths (bytes read, 1-65535, ascending, at most 3) at which the next class begins.
+    /// `--recv-classes 256`: under 256 bytes, and 256 or more. The on-CPU time from a read's
+    /// return to the thread's next receive call is charged to the class of what it read
+    /// (single-message reads; a recvmmsg batch is not classed).
+    #[arg(long, value_name = "BYTES,...", value_delimiter = ',', value_parser = parse_class_bound)]
+    pub recv_classes: Vec<u32>,
+}
+
+/// `--recv-classes`: one bound, 1 to 65535 bytes.
+pub fn parse_class_bound(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=65_535).contains(n))
+        .ok_or_else(|| format!("{s:?} is not a length: give 1 to 65535 bytes"))
 }
 
 /// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.
@@ -533,6 +549,11 @@ pub enum Scenario {
     /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
     /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
     SocketClosePurge,
+    /// A UDP responder (`scanprof recv --respond`, SCHED_FIFO) with two kinds of packet, 64-byte
+    /// ones (~200 ns of work) and 512-byte ones (~8 us), each answered, fed 2,000 pps of each
+    /// by two reference senders; profiled with `--recv-classes 256`. It keeps up; scanprof's
+    /// packets and cost per class must match the responder's own count and time per kind.
+    ResponderKinds,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -558,9 +579,24 @@ pub struct RecvOptions {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub workers: usize,
     /// Also write what was received as JSON to this file (`packets`, `bytes`, `rcvbuf`, and
-    /// per worker `tid`, `packets`, `bytes`, `cpu_ns`).
+    /// per worker `tid`, `packets`, `bytes`, `cpu_ns`, and with --respond its `kinds`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Respond to every datagram (a UDP responder): those shorter than BYTES are the cheap
+    /// kind, the others the costly kind; each gets its kind's work (--work-ns) and then a reply
+    /// (the datagram sent back). Each worker counts its packets per kind and the time it spent
+    /// handling them (CLOCK_MONOTONIC from the read's return to the next read).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_535))]
+    pub respond: Option<usize>,
+    /// With --respond: the work each kind gets, ns of CPU (cheap,costly), each 0 to 1 s.
+    #[arg(long, value_name = "NS,NS", value_delimiter = ',', default_values_t = [200u64, 8_000],
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(0..=1_000_000_000))]
+    pub work_ns: Vec<u64>,
+    /// With --respond: send replies to this port of the datagram's source (default: its source
+    /// port), e.g. a closed one, so that a sender that never reads does not fill its socket.
+    #[arg(long, value_name = "PORT", requires = "respond")]
+    pub reply_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Args)]

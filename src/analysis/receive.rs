@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::{DropRow, Stage};
-use crate::collect::{CounterSample, DropClass, RecvCounters, ThreadCounters, ThreadCpuTime};
+use crate::collect::{CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime};
 use crate::system::machine::ReceiveTunables;
 
 /// Stage names of the receive funnel, in the order a packet for the family meets them: dropped
@@ -45,6 +45,83 @@ pub struct ReceiveView {
     /// when no packet was read in the interval (and in bundles older than it)
     #[serde(default)]
     pub cost: Option<ReceiveCost>,
+    /// the packets read by class of length (`--recv-classes`) and what handling each class
+    /// cost; empty when packets are not classed
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ReceiveClass>,
+}
+
+/// One class of the packets read (by length): how many, and the on-CPU time from each read's
+/// return to the thread's next receive call (handling it), over the interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReceiveClass {
+    /// smallest message of the class, bytes (inclusive)
+    pub min_bytes: u32,
+    /// the next class's smallest, bytes (exclusive); None for the last class
+    pub below_bytes: Option<u32>,
+    /// messages of the class read in the interval (single-message reads only)
+    pub packets: u64,
+    /// per second over the interval
+    pub pps: f64,
+    /// bytes of those messages
+    pub bytes: u64,
+    /// on CPU handling them (from each read's return to the next receive call), ns
+    pub oncpu_ns: u64,
+    /// `oncpu_ns / packets`, ns; None without packets
+    pub ns_per_packet: Option<f64>,
+    /// the class's share of the classed packets, and of their handling time (0..1)
+    pub packet_share: f64,
+    pub oncpu_share: f64,
+}
+
+/// The classes of the packets read between `prev` (None: since attach) and `now`, summed over
+/// the family's threads; empty when packets are not classed.
+pub fn receive_classes(now: &CounterSample, prev: Option<&CounterSample>, interval_s: f64) -> Vec<ReceiveClass> {
+    let bounds = &now.recv_class_bounds;
+    if bounds.is_empty() {
+        return Vec::new();
+    }
+    let mut sums = vec![RecvClassCounters::default(); bounds.len() + 1];
+    for t in &now.threads {
+        let before = prev.and_then(|p| p.threads.iter().find(|b| b.tid == t.tid && b.pid == t.pid));
+        for (c, now_c) in t.recv_classes.iter().enumerate().take(sums.len()) {
+            let d = match before.and_then(|b| b.recv_classes.get(c)) {
+                Some(b) => now_c.saturating_sub(b),
+                None => *now_c,
+            };
+            sums[c].packets += d.packets;
+            sums[c].bytes += d.bytes;
+            sums[c].oncpu_ns += d.oncpu_ns;
+        }
+    }
+    let packets: u64 = sums.iter().map(|c| c.packets).sum();
+    let oncpu: u64 = sums.iter().map(|c| c.oncpu_ns).sum();
+    let interval_s = interval_s.max(1e-9);
+    sums.iter()
+        .enumerate()
+        .map(|(c, k)| ReceiveClass {
+            min_bytes: if c == 0 { 0 } else { bounds[c - 1] },
+            below_bytes: bounds.get(c).copied(),
+            packets: k.packets,
+            pps: k.packets as f64 / interval_s,
+            bytes: k.bytes,
+            oncpu_ns: k.oncpu_ns,
+            ns_per_packet: (k.packets > 0).then(|| k.oncpu_ns as f64 / k.packets as f64),
+            packet_share: k.packets as f64 / packets.max(1) as f64,
+            oncpu_share: k.oncpu_ns as f64 / oncpu.max(1) as f64,
+        })
+        .collect()
+}
+
+impl ReceiveClass {
+    /// The class's lengths in words: `< 256 bytes`, `256-1023 bytes`, `>= 1024 bytes`.
+    pub fn label(&self) -> String {
+        match (self.min_bytes, self.below_bytes) {
+            (0, Some(b)) => format!("< {b} bytes"),
+            (a, Some(b)) => format!("{a}-{} bytes", b.saturating_sub(1)),
+            (a, None) => format!(">= {a} bytes"),
+        }
+    }
 }
 
 /// Bytes a frame carries on Ethernet besides its IP packet: header (14), frame check sequence
@@ -350,6 +427,7 @@ pub fn receive_view(
         socket_drops_seen: now.socket_drops_seen,
         threads,
         cost,
+        classes: receive_classes(now, prev, interval_s),
     })
 }
 
