@@ -554,6 +554,9 @@ pub enum Scenario {
     /// by two reference senders; profiled with `--recv-classes 256`. It keeps up; scanprof's
     /// packets and cost per class must match the responder's own count and time per kind.
     ResponderKinds,
+    /// The responder of responder-kinds with 100 us and 200 us of work, fed 5,000 pps of each
+    /// kind: it needs more than its one CPU, and its socket buffer overflows (SOCKET_RCVBUFF).
+    ReceiverCpuBound,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -165,6 +165,10 @@ pub struct ReceiveCost {
     /// other_ns`), ns: beside the kernel's figure, it shows what the probes miss (a few us
     /// per wake-up, measured here)
     pub probes_oncpu_ns: u64,
+    /// runnable but waiting for a CPU over the interval, by scanprof's scheduler probes, ns
+    /// (absent in bundles older than it)
+    #[serde(default)]
+    pub runq_ns: u64,
     /// `oncpu_ns / packets`, ns; None without packets
     pub ns_per_packet: Option<f64>,
     /// user and system CPU time over the interval (/proc utime and stime), ns; None when not read
@@ -244,6 +248,8 @@ struct CostSums {
     bytes: u64,
     /// the scheduler probes' on-CPU time
     probes_oncpu_ns: u64,
+    /// and their time waiting for a CPU
+    runq_ns: u64,
     /// the kernel's figures; None when missing for any thread
     cpu: Option<ThreadCpuTime>,
 }
@@ -264,6 +270,7 @@ impl CostSums {
         self.packets += o.packets;
         self.bytes += o.bytes;
         self.probes_oncpu_ns += o.probes_oncpu_ns;
+        self.runq_ns += o.runq_ns;
     }
 
     fn cost(&self, interval_s: f64) -> ReceiveCost {
@@ -281,6 +288,7 @@ impl CostSums {
             oncpu_ns,
             oncpu_source,
             probes_oncpu_ns: self.probes_oncpu_ns,
+            runq_ns: self.runq_ns,
             ns_per_packet,
             user_ns: self.cpu.map(|c| c.user_ns),
             system_ns: self.cpu.map(|c| c.system_ns),
@@ -308,6 +316,7 @@ fn thread_sums(now: &ThreadCounters, before: Option<&ThreadCounters>) -> CostSum
         packets: now.recv.packets.saturating_sub(b.recv.packets),
         bytes: now.recv.bytes.saturating_sub(b.recv.bytes),
         probes_oncpu_ns: budget.send_ns + budget.other_ns,
+        runq_ns: budget.preempted_ns,
         cpu,
     }
 }

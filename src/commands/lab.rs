@@ -339,6 +339,20 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("loss", "receiver_keeps_up", Truth::ListenerDrops),
             ..base
         },
+        // The same senders at 5,000 pps each into a responder that works 100 us and 200 us: it
+        // needs ~1.6 CPUs with one thread, so its socket buffer overflows.
+        Scenario::ReceiverCpuBound => Staging {
+            rate: 5_000.0,
+            sink: false,
+            flags: &["--pacer", "sleep"],
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: Some(super::lab_fixtures::SLOW_RESPONDER),
+            }),
+            expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
+            ..base
+        },
     }
 }
 
@@ -692,7 +706,7 @@ impl ListenerRun {
         ));
         let _ = std::fs::remove_file(&report);
         let mut argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns].map(String::from).to_vec();
-        if l.respond.is_some() {
+        if l.respond.is_some_and(|r| r.realtime) {
             argv.extend(super::lab_fixtures::REALTIME.map(String::from));
         }
         argv.push(exe.display().to_string());
@@ -1461,7 +1475,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     counts.echoed = echoed;
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
     let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener) {
-        (Some(_), Some(own)) => super::lab_fixtures::responder_checks(own, &summary),
+        (Some(r), Some(own)) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
         _ => Vec::new(),
     };
     let mut check = check(&stage.expect, &summary, truth);
