@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::{DropRow, Stage};
-use crate::collect::{CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime};
+use crate::collect::{
+    CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime,
+};
 use crate::system::machine::ReceiveTunables;
 
 /// Stage names of the receive funnel, in the order a packet for the family meets them: dropped
@@ -76,7 +78,11 @@ pub struct ReceiveClass {
 
 /// The classes of the packets read between `prev` (None: since attach) and `now`, summed over
 /// the family's threads; empty when packets are not classed.
-pub fn receive_classes(now: &CounterSample, prev: Option<&CounterSample>, interval_s: f64) -> Vec<ReceiveClass> {
+pub fn receive_classes(
+    now: &CounterSample,
+    prev: Option<&CounterSample>,
+    interval_s: f64,
+) -> Vec<ReceiveClass> {
     let bounds = &now.recv_class_bounds;
     if bounds.is_empty() {
         return Vec::new();
@@ -642,5 +648,62 @@ mod tests {
         // Full-size frames: 1472 bytes read are a 1500-byte packet, 1538 on the wire.
         let big = capacity(1_000.0, 1472.0, 1);
         assert!((big.line_rates[0].pps - 81_274.38).abs() < 0.01);
+    }
+
+    #[test]
+    fn classes_sum_each_class_over_threads_in_the_interval_with_shares_and_labels() {
+        let class = |packets, oncpu_ns| RecvClassCounters {
+            packets,
+            bytes: packets * 64,
+            oncpu_ns,
+        };
+        let thread = |tid, classes: Vec<RecvClassCounters>| ThreadCounters {
+            tid,
+            pid: 7,
+            recv_classes: classes,
+            ..Default::default()
+        };
+        let bounds = vec![256, 1024];
+        let prev = CounterSample {
+            t_ns: 1_000_000_000,
+            threads: vec![thread(
+                1,
+                vec![class(100, 1_000_000), class(10, 1_000_000), class(0, 0)],
+            )],
+            recv_class_bounds: bounds.clone(),
+            ..Default::default()
+        };
+        let now = CounterSample {
+            t_ns: 3_000_000_000,
+            threads: vec![
+                // +900 cheap at 1 us, +90 mid at 10 us
+                thread(
+                    1,
+                    vec![class(1_000, 1_900_000), class(100, 1_900_000), class(0, 0)],
+                ),
+                // new this interval: all of it counts
+                thread(2, vec![class(1_000, 1_000_000), class(0, 0), class(10, 500_000)]),
+            ],
+            recv_class_bounds: bounds,
+            ..Default::default()
+        };
+        let c = receive_classes(&now, Some(&prev), 2.0);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].packets, c[0].oncpu_ns), (1_900, 1_900_000));
+        assert_eq!(c[0].ns_per_packet, Some(1_000.0));
+        assert_eq!((c[0].pps, c[1].ns_per_packet), (950.0, Some(10_000.0)));
+        assert_eq!((c[2].packets, c[2].ns_per_packet), (10, Some(50_000.0)));
+        assert!((c[0].packet_share - 1_900.0 / 2_000.0).abs() < 1e-12);
+        assert!((c[2].oncpu_share - 0.5 / 3.3).abs() < 1e-12);
+        assert_eq!(
+            c.iter().map(ReceiveClass::label).collect::<Vec<_>>(),
+            ["< 256 bytes", "256-1023 bytes", ">= 1024 bytes"]
+        );
+        // Not classed: no classes.
+        let plain = CounterSample {
+            recv_class_bounds: Vec::new(),
+            ..now
+        };
+        assert!(receive_classes(&plain, None, 1.0).is_empty());
     }
 }

@@ -145,8 +145,18 @@ pub fn responder_checks(own: &RecvReport, summary: &Summary, timed: bool) -> Vec
         0.0,
     )];
     for (k, name) in ["cheap", "costly"].iter().enumerate() {
-        let packets: u64 = own.workers.iter().filter_map(|w| w.kinds.get(k)).map(|x| x.packets).sum();
-        let handled: u64 = own.workers.iter().filter_map(|w| w.kinds.get(k)).map(|x| x.handled_ns).sum();
+        let packets: u64 = own
+            .workers
+            .iter()
+            .filter_map(|w| w.kinds.get(k))
+            .map(|x| x.packets)
+            .sum();
+        let handled: u64 = own
+            .workers
+            .iter()
+            .filter_map(|w| w.kinds.get(k))
+            .map(|x| x.handled_ns)
+            .sum();
         let class = receive.and_then(|r| r.classes.get(k));
         out.push(FixtureCheck::new(
             format!("{name} kind: packets read"),
@@ -165,4 +175,94 @@ pub fn responder_checks(own: &RecvReport, summary: &Summary, timed: bool) -> Vec
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::receive::{ReceiveClass, ReceiveView};
+    use crate::analysis::snapshot::Stage;
+    use crate::commands::recv::{KindReport, WorkerReport};
+
+    #[test]
+    fn a_fixture_check_is_equal_or_within_its_tolerance() {
+        assert!(FixtureCheck::new("n", 100.0, Some(100.0), 0.0).ok);
+        assert!(!FixtureCheck::new("n", 100.0, Some(101.0), 0.0).ok);
+        assert!(FixtureCheck::new("ns", 1000.0, Some(1249.0), 0.25).ok);
+        assert!(!FixtureCheck::new("ns", 1000.0, Some(1251.0), 0.25).ok);
+        assert!(!FixtureCheck::new("ns", 1000.0, None, 0.25).ok);
+        assert_eq!(
+            FixtureCheck::new("cheap kind: ns handling each", 9630.9, Some(10806.2), 0.25).line(),
+            "cheap kind: ns handling each: fixture 9630.9 | scanprof 10806.2 (within 25%: yes)"
+        );
+    }
+
+    #[test]
+    fn the_costly_kinds_sender_differs_only_in_its_size() {
+        let cheap: Vec<String> = [
+            "ip", "netns", "exec", "s", "scanprof", "send", "--size", "64", "--rate", "5",
+        ]
+        .map(String::from)
+        .to_vec();
+        let both = RESPONDER.sender_argvs(&cheap);
+        assert_eq!(both[0], cheap);
+        let mut want = cheap.clone();
+        want[7] = "512".into();
+        assert_eq!(both[1], want);
+        assert_eq!(
+            RESPONDER.recv_args(),
+            ["--respond", "256", "--work-ns", "200,8000", "--reply-port", "9"]
+        );
+    }
+
+    #[test]
+    fn the_responders_kinds_are_held_against_scanprofs_classes() {
+        let kind = |packets, handled_ns| KindReport {
+            packets,
+            bytes: packets * 64,
+            handled_ns,
+            replies: packets,
+        };
+        let own = RecvReport {
+            packets: 300,
+            workers: vec![WorkerReport {
+                packets: 300,
+                kinds: vec![kind(200, 2_000_000), kind(100, 1_000_000)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let class = |packets: u64, ns: f64| ReceiveClass {
+            packets,
+            ns_per_packet: Some(ns),
+            ..Default::default()
+        };
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.receive = Some(ReceiveView {
+            stages: vec![Stage {
+                name: "recv_packets".into(),
+                count: 300,
+                pps: 0.0,
+                total: 300,
+                ratio: None,
+            }],
+            classes: vec![class(200, 12_000.0), class(100, 13_000.0)],
+            ..Default::default()
+        });
+        let checks = responder_checks(&own, &summary, true);
+        let ok: Vec<(&str, bool)> = checks.iter().map(|c| (c.what.as_str(), c.ok)).collect();
+        assert_eq!(
+            ok,
+            [
+                ("datagrams read", true),
+                ("cheap kind: packets read", true),
+                ("cheap kind: ns handling each", true),
+                ("costly kind: packets read", true),
+                // 10 us by its own clock, 13 us by scanprof's: 30% off
+                ("costly kind: ns handling each", false),
+            ]
+        );
+        // Untimed (a responder that can be preempted): the counts only.
+        assert_eq!(responder_checks(&own, &summary, false).len(), 3);
+    }
 }

@@ -87,10 +87,7 @@ pub fn run(o: &RecvOptions) -> Result<ExitCode> {
         "--work-ns takes two figures, the cheap kind's and the costly kind's work in ns (e.g. 200,8000); got {}",
         o.work_ns.len()
     );
-    let work = o
-        .respond
-        .map(|_| Work::calibrate(&o.work_ns))
-        .transpose()?;
+    let work = o.respond.map(|_| Work::calibrate(&o.work_ns)).transpose()?;
     let start = Instant::now();
     let work = work.as_ref();
     let workers: Vec<WorkerReport> = std::thread::scope(|scope| {

@@ -72,8 +72,7 @@ pub const HEALTH_SLOTS: usize = 8;
 // histograms, then the receive classes: 16 bytes in flight and three counters per class; 48
 // bytes of scalars in sp_event, then comm and path).
 const _: () = assert!(
-    size_of::<sp_thread>()
-        == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS) + 16 + 3 * 8 * RECV_CLASSES
+    size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS) + 16 + 3 * 8 * RECV_CLASSES
 );
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
@@ -857,7 +856,8 @@ fn load_stage(
             }),
             "send_path" if !opts.recv_class_bounds.is_empty() => {
                 set_rodata::<send_path_skel::types::rodata>(obj, |r| {
-                    let bounds = &opts.recv_class_bounds[..opts.recv_class_bounds.len().min(RECV_CLASSES - 1)];
+                    let bounds =
+                        &opts.recv_class_bounds[..opts.recv_class_bounds.len().min(RECV_CLASSES - 1)];
                     r.rx_classes = bounds.len() as u32 + 1;
                     r.rx_class_bounds[..bounds.len()].copy_from_slice(bounds);
                 })

@@ -465,7 +465,8 @@ fn receive_class_section(o: &mut String, r: &ReceiveView) {
             c.label(),
             c.packets,
             c.pps,
-            c.ns_per_packet.map_or("-".to_string(), |n| format!("{:.2}", n / 1e3)),
+            c.ns_per_packet
+                .map_or("-".to_string(), |n| format!("{:.2}", n / 1e3)),
             c.packet_share * 100.0,
             c.oncpu_share * 100.0
         );
