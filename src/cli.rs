@@ -130,7 +130,8 @@ const SEND_EXAMPLES: &str = "Examples:
 const RECV_EXAMPLES: &str = "Examples:
   scanprof recv --port 9000 --duration 10
   scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind
-  scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4";
+  scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4
+  scanprof run --recv-classes 256 -- scanprof recv --port 9000 --respond 256 --reply-port 9 -d 10   # a responder: cost per class of length";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
