@@ -179,6 +179,53 @@ static __always_inline __u64 thread_rx_sock(struct sp_thread *t, int fd, __u32 *
 	return (__u64)sk;
 }
 
+/* Classes of packets read, by message length (set before load; 0 classes: off, and the
+ * verifier drops the code). A message of n bytes is class i, the number of bounds <= n. */
+const volatile __u32 rx_classes = 0;
+const volatile __u32 rx_class_bounds[SP_RECV_CLASSES - 1] = {};
+
+/* The thread's on-CPU time so far: its accounted time and the open on-CPU segment. */
+static __always_inline __u64 oncpu_total(struct sp_thread *t, __u64 now)
+{
+	__u64 total = t->oncpu_send_ns + t->oncpu_other_ns;
+
+	if (t->sched_state == SP_ST_RUNNING)
+		total += now - t->oncpu_since_ns;
+	else if (t->sched_state == SP_ST_UNKNOWN) {
+		/* first sight since attach: a thread in a syscall is on a CPU */
+		t->sched_state = SP_ST_RUNNING;
+		t->state_since_ns = now;
+		t->oncpu_since_ns = now;
+	}
+	return total;
+}
+
+/* A receive begins: the time since the last message read was handling it. */
+static __always_inline void rx_class_charge(struct sp_thread *t)
+{
+	__u32 c = t->rx_class;
+
+	if (!c)
+		return;
+	t->rx_class = 0;
+	if (c <= SP_RECV_CLASSES)
+		t->recv_class_oncpu_ns[c - 1] += oncpu_total(t, bpf_ktime_get_ns()) - t->rx_class_mark_ns;
+}
+
+/* A message of `len` bytes was read: its class counts it, and its handling starts now. */
+static __always_inline void rx_class_read(struct sp_thread *t, __u64 len)
+{
+	__u32 c = 0;
+
+	for (int i = 0; i < SP_RECV_CLASSES - 1; i++)
+		if (i < rx_classes - 1 && len >= rx_class_bounds[i])
+			c = i + 1;
+	t->recv_class_packets[c] += 1;
+	t->recv_class_bytes[c] += len;
+	t->rx_class = c + 1;
+	t->rx_class_mark_ns = oncpu_total(t, bpf_ktime_get_ns());
+}
+
 /* Set once a family thread has received from, bound or configured a network socket. Until
  * then a read(2), the machine's most common syscall, leaves after this one load instead of the
  * family lookup (measured: +20 ns per read on every process without it). */
@@ -221,6 +268,8 @@ static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 	if (kind == SP_RX_NONE)
 		return 0;
 	rx_register(t, skp);
+	if (rx_classes && call != SOCK_SETUP)
+		rx_class_charge(t);
 	if (call != SOCK_SETUP) {
 		t->recv_call = call - RX_BASE;
 		t->recv_kind = kind;
@@ -344,6 +393,9 @@ static __always_inline int recv_exit(long ret)
 		/* a datagram read is one message, also when empty (a zero-length datagram) */
 		t->recv_packets += 1;
 		t->recv_bytes += ret;
+		/* a batch (recvmmsg) is not classed: its handling cannot be told apart by message */
+		if (rx_classes)
+			rx_class_read(t, ret);
 	}
 	return 0;
 }

@@ -131,7 +131,8 @@ const SEND_EXAMPLES: &str = "Examples:
 const RECV_EXAMPLES: &str = "Examples:
   scanprof recv --port 9000 --duration 10
   scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind
-  scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4";
+  scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4
+  scanprof run --recv-classes 256 -- scanprof recv --port 9000 --respond 256 --reply-port 9 -d 10   # a responder: cost per class of length";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -371,6 +372,22 @@ pub struct RunOptions {
     /// runs with the privileges scanprof was given (as root, when scanprof runs as root).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Class the packets the family reads by length and show what handling each class costs:
+    /// the lengths (bytes read, 1-65535, ascending, at most 3) at which the next class begins.
+    /// `--recv-classes 256`: under 256 bytes, and 256 or more. The on-CPU time from a read's
+    /// return to the thread's next receive call is charged to the class of what it read
+    /// (single-message reads; a recvmmsg batch is not classed).
+    #[arg(long, value_name = "BYTES,...", value_delimiter = ',', value_parser = parse_class_bound)]
+    pub recv_classes: Vec<u32>,
+}
+
+/// `--recv-classes`: one bound, 1 to 65535 bytes.
+pub fn parse_class_bound(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=65_535).contains(n))
+        .ok_or_else(|| format!("{s:?} is not a length: give 1 to 65535 bytes"))
 }
 
 /// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.
@@ -542,6 +559,14 @@ pub enum Scenario {
     /// A scanner-like process family that never sends: a shell forks two children that exit
     /// with status 3 and 4 after 0.5 and 1 s, then exits with status 1 itself.
     NeverStarted,
+    /// A UDP responder (`scanprof recv --respond`, SCHED_FIFO) with two kinds of packet, 64-byte
+    /// ones (~200 ns of work) and 512-byte ones (~8 us), each answered, fed 2,000 pps of each
+    /// by two reference senders; profiled with `--recv-classes 256`. It keeps up; scanprof's
+    /// packets and cost per class must match the responder's own count and time per kind.
+    ResponderKinds,
+    /// The responder of responder-kinds with 100 us and 200 us of work, fed 5,000 pps of each
+    /// kind: it needs more than its one CPU, and its socket buffer overflows (SOCKET_RCVBUFF).
+    ReceiverCpuBound,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -567,9 +592,24 @@ pub struct RecvOptions {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub workers: usize,
     /// Also write what was received as JSON to this file (`packets`, `bytes`, `rcvbuf`, and
-    /// per worker `tid`, `packets`, `bytes`, `cpu_ns`).
+    /// per worker `tid`, `packets`, `bytes`, `cpu_ns`, and with --respond its `kinds`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Respond to every datagram (a UDP responder): those shorter than BYTES are the cheap
+    /// kind, the others the costly kind; each gets its kind's work (--work-ns) and then a reply
+    /// (the datagram sent back). Each worker counts its packets per kind and the time it spent
+    /// handling them (CLOCK_MONOTONIC from the read's return to the next read).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_535))]
+    pub respond: Option<usize>,
+    /// With --respond: the work each kind gets, ns of CPU (cheap,costly), each 0 to 1 s.
+    #[arg(long, value_name = "NS,NS", value_delimiter = ',', default_values_t = [200u64, 8_000],
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(0..=1_000_000_000))]
+    pub work_ns: Vec<u64>,
+    /// With --respond: send replies to this port of the datagram's source (default: its source
+    /// port), e.g. a closed one, so that a sender that never reads does not fill its socket.
+    #[arg(long, value_name = "PORT", requires = "respond")]
+    pub reply_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -141,3 +141,110 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (a, b) >= (major, minor)
 }
+
+/// Runs `scanprof lab SCENARIO --json` and returns its summary and lab line.
+fn lab_run(scenario: &str) -> (scanprof::analysis::Summary, Value) {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
+        .map(String::from)
+        .to_vec();
+    let done = Proc::scanprof(&args).finish(patience(LAB_TIMEOUT));
+    done.assert_success();
+    bpf.assert_released(&format!("scanprof lab {scenario}"));
+    let ctx = done.context();
+    let lab: Value = done
+        .of_type("lab")
+        .pop()
+        .unwrap_or_else(|| panic!("no lab line\n{ctx}"));
+    (done.summary(), lab)
+}
+
+/// Per-class cost (issue 15 item 2's optional part): `lab responder-kinds`, a SCHED_FIFO
+/// responder (`scanprof recv --respond 256`) fed 64- and 512-byte datagrams by two senders,
+/// profiled with `--recv-classes 256`. scanprof's packets per class equal the responder's own
+/// count per kind; its ns per packet of each class is within 25% of the responder's own time
+/// per kind (CLOCK_MONOTONIC from a read's return to the next read); the costly kind costs more.
+#[test]
+fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
+    let (summary, lab) = lab_run("responder-kinds");
+    let receive = summary.receive.as_ref().expect("a receive funnel");
+    let own = &lab["listener"];
+    let kinds: Vec<&Value> = own["workers"][0]["kinds"]
+        .as_array()
+        .expect("the responder's kinds")
+        .iter()
+        .collect();
+    assert_eq!(receive.classes.len(), 2, "{:?}", receive.classes);
+    assert_eq!(receive.count("recv_packets"), u64_of(own, "packets"), "{lab}");
+    assert_eq!(
+        receive.count("recv_packets"),
+        u64_of(&lab, "target_udp_in"),
+        "{lab}"
+    );
+    let mut ns = Vec::new();
+    for (k, (class, kind)) in receive.classes.iter().zip(&kinds).enumerate() {
+        let packets = u64_of(kind, "packets");
+        assert!(packets > 100, "kind {k}: too few packets: {lab}");
+        assert_eq!(
+            class.packets, packets,
+            "kind {k}: scanprof vs the responder's own count"
+        );
+        let want = u64_of(kind, "handled_ns") as f64 / packets as f64;
+        let got = class.ns_per_packet.expect("packets were read");
+        assert_within(&format!("kind {k}'s ns per packet"), got, want, 0.25);
+        eprintln!(
+            "kind {k} ({}): {packets} packets, scanprof {got:.0} ns, own clock {want:.0} ns",
+            class.label()
+        );
+        ns.push(got);
+    }
+    // 8 us of work against 200 ns: the costly class costs several us more.
+    assert!(ns[1] > ns[0] + 5_000.0, "{ns:?}");
+    // The responder was not preempted inside its handling (SCHED_FIFO), so its own clock holds.
+    assert_eq!(u64_of(&own["workers"][0], "preempted"), 0, "{lab}");
+    let top = summary
+        .verdicts
+        .iter()
+        .find(|v| v.kind == "loss")
+        .expect("a loss verdict");
+    assert_eq!(top.cause, "receiver_keeps_up", "{:#?}", summary.verdicts);
+    for c in lab["fixture_checks"].as_array().expect("fixture checks") {
+        assert_eq!(c["ok"], Value::Bool(true), "{c}");
+    }
+    assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
+}
+
+/// `lab receiver-cpu-bound`: the responder with 100 us and 200 us of work, fed 5,000 pps of
+/// each kind, needs more than its one CPU. Its SOCKET_RCVBUFF drops equal the namespace's
+/// `Udp: RcvbufErrors`, and the top loss verdict is `receiver_cpu_bound` (its share the
+/// dropped share), before `rcvbuf_overflow`, naming more threads.
+#[test]
+fn a_responder_that_needs_more_than_its_cpu_is_receiver_cpu_bound() {
+    let (summary, lab) = lab_run("receiver-cpu-bound");
+    let receive = summary.receive.as_ref().expect("a receive funnel");
+    assert_eq!(
+        receive.count("recv_packets"),
+        u64_of(&lab["listener"], "packets"),
+        "{lab}"
+    );
+    let dropped = u64_of(&lab, "target_rcvbuf_errors");
+    assert!(dropped > 1000, "the overload did not happen: {lab}");
+    assert_eq!(receive.drops_of("SOCKET_RCVBUFF"), dropped, "{lab}");
+    let loss: Vec<&str> = summary
+        .verdicts
+        .iter()
+        .filter(|v| v.kind == "loss")
+        .map(|v| v.cause.as_str())
+        .collect();
+    assert_eq!(
+        loss[..2],
+        ["receiver_cpu_bound", "rcvbuf_overflow"],
+        "{:#?}",
+        summary.verdicts
+    );
+    let top = &summary.verdicts.iter().find(|v| v.kind == "loss").unwrap();
+    assert!(top.next_step.contains("threads"), "{}", top.next_step);
+    assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
+}

@@ -62,6 +62,10 @@ enum sp_recv_kind {
 	SP_RX_STREAM = 2,	/* TCP: calls and bytes, no packets */
 };
 
+/* Classes of packets read (by message length, send_path.bpf.c): at most this many, split at
+ * SP_RECV_CLASSES - 1 boundaries set before load. */
+#define SP_RECV_CLASSES 4
+
 /* What kind of socket a send went to. */
 enum sp_sock_kind {
 	SP_SOCK_NONE = 0,	/* not a socket: the call is not counted */
@@ -145,6 +149,14 @@ struct sp_thread {
 	__u64 recv_bytes;	/* bytes of those messages */
 	__u64 recv_stream_calls;	/* on stream sockets (TCP), failed ones included */
 	__u64 recv_stream_bytes;
+	/* packets read by class of length (when classes are configured), and the thread's on-CPU
+	 * time from each such read's exit to its next receive's entry, charged to that class */
+	__u32 rx_class;		/* in flight: class + 1 of the last message read, 0 when none */
+	__u32 rx_class_pad;
+	__u64 rx_class_mark_ns;	/* the thread's on-CPU total at that read's exit */
+	__u64 recv_class_packets[SP_RECV_CLASSES];
+	__u64 recv_class_bytes[SP_RECV_CLASSES];
+	__u64 recv_class_oncpu_ns[SP_RECV_CLASSES];
 	/* connect(2) on TCP sockets: connection attempts, also counted in calls (and, when their
 	 * SYN went out, in packets; when it did not, in failed_calls and errors[]) */
 	__u64 connect_calls;

@@ -262,11 +262,18 @@ mod tests {
     #[test]
     fn without_packets_the_alert_gives_the_times_and_claims_no_speed_up() {
         // A family that sent nothing and ran 2 ms while the probes ran 0.6 ms machine-wide.
-        let now = reading(StatsCoverage::Continuous, 1_000_000_000, &[("a.x", 3000, 600_000)]);
+        let now = reading(
+            StatsCoverage::Continuous,
+            1_000_000_000,
+            &[("a.x", 3000, 600_000)],
+        );
         let c = ProbeCost::of(&now, None, 1_000_000_000, 0, 2_000_000).unwrap();
         assert!(c.alert);
         let text = c.alert_text().expect("30% is above the alert");
-        assert!(text.contains("ran 0.6 ms, 30.0% of the target's 2.0 ms on a CPU"), "{text}");
+        assert!(
+            text.contains("ran 0.6 ms, 30.0% of the target's 2.0 ms on a CPU"),
+            "{text}"
+        );
         assert!(text.contains("sent no packets"), "{text}");
         assert!(!text.contains("faster"), "{text}");
     }

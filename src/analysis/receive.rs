@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::{DropRow, Stage};
-use crate::collect::{CounterSample, DropClass, RecvCounters, ThreadCounters, ThreadCpuTime};
+use crate::collect::{
+    CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime,
+};
 use crate::system::machine::ReceiveTunables;
 
 /// Stage names of the receive funnel, in the order a packet for the family meets them: dropped
@@ -45,6 +47,87 @@ pub struct ReceiveView {
     /// when no packet was read in the interval (and in bundles older than it)
     #[serde(default)]
     pub cost: Option<ReceiveCost>,
+    /// the packets read by class of length (`--recv-classes`) and what handling each class
+    /// cost; empty when packets are not classed
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ReceiveClass>,
+}
+
+/// One class of the packets read (by length): how many, and the on-CPU time from each read's
+/// return to the thread's next receive call (handling it), over the interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReceiveClass {
+    /// smallest message of the class, bytes (inclusive)
+    pub min_bytes: u32,
+    /// the next class's smallest, bytes (exclusive); None for the last class
+    pub below_bytes: Option<u32>,
+    /// messages of the class read in the interval (single-message reads only)
+    pub packets: u64,
+    /// per second over the interval
+    pub pps: f64,
+    /// bytes of those messages
+    pub bytes: u64,
+    /// on CPU handling them (from each read's return to the next receive call), ns
+    pub oncpu_ns: u64,
+    /// `oncpu_ns / packets`, ns; None without packets
+    pub ns_per_packet: Option<f64>,
+    /// the class's share of the classed packets, and of their handling time (0..1)
+    pub packet_share: f64,
+    pub oncpu_share: f64,
+}
+
+/// The classes of the packets read between `prev` (None: since attach) and `now`, summed over
+/// the family's threads; empty when packets are not classed.
+pub fn receive_classes(
+    now: &CounterSample,
+    prev: Option<&CounterSample>,
+    interval_s: f64,
+) -> Vec<ReceiveClass> {
+    let bounds = &now.recv_class_bounds;
+    if bounds.is_empty() {
+        return Vec::new();
+    }
+    let mut sums = vec![RecvClassCounters::default(); bounds.len() + 1];
+    for t in &now.threads {
+        let before = prev.and_then(|p| p.threads.iter().find(|b| b.tid == t.tid && b.pid == t.pid));
+        for (c, now_c) in t.recv_classes.iter().enumerate().take(sums.len()) {
+            let d = match before.and_then(|b| b.recv_classes.get(c)) {
+                Some(b) => now_c.saturating_sub(b),
+                None => *now_c,
+            };
+            sums[c].packets += d.packets;
+            sums[c].bytes += d.bytes;
+            sums[c].oncpu_ns += d.oncpu_ns;
+        }
+    }
+    let packets: u64 = sums.iter().map(|c| c.packets).sum();
+    let oncpu: u64 = sums.iter().map(|c| c.oncpu_ns).sum();
+    let interval_s = interval_s.max(1e-9);
+    sums.iter()
+        .enumerate()
+        .map(|(c, k)| ReceiveClass {
+            min_bytes: if c == 0 { 0 } else { bounds[c - 1] },
+            below_bytes: bounds.get(c).copied(),
+            packets: k.packets,
+            pps: k.packets as f64 / interval_s,
+            bytes: k.bytes,
+            oncpu_ns: k.oncpu_ns,
+            ns_per_packet: (k.packets > 0).then(|| k.oncpu_ns as f64 / k.packets as f64),
+            packet_share: k.packets as f64 / packets.max(1) as f64,
+            oncpu_share: k.oncpu_ns as f64 / oncpu.max(1) as f64,
+        })
+        .collect()
+}
+
+impl ReceiveClass {
+    /// The class's lengths in words: `< 256 bytes`, `256-1023 bytes`, `>= 1024 bytes`.
+    pub fn label(&self) -> String {
+        match (self.min_bytes, self.below_bytes) {
+            (0, Some(b)) => format!("< {b} bytes"),
+            (a, Some(b)) => format!("{a}-{} bytes", b.saturating_sub(1)),
+            (a, None) => format!(">= {a} bytes"),
+        }
+    }
 }
 
 /// Bytes a frame carries on Ethernet besides its IP packet: header (14), frame check sequence
@@ -88,6 +171,10 @@ pub struct ReceiveCost {
     /// other_ns`), ns: beside the kernel's figure, it shows what the probes miss (a few us
     /// per wake-up, measured here)
     pub probes_oncpu_ns: u64,
+    /// runnable but waiting for a CPU over the interval, by scanprof's scheduler probes, ns
+    /// (absent in bundles older than it)
+    #[serde(default)]
+    pub runq_ns: u64,
     /// `oncpu_ns / packets`, ns; None without packets
     pub ns_per_packet: Option<f64>,
     /// user and system CPU time over the interval (/proc utime and stime), ns; None when not read
@@ -167,6 +254,8 @@ struct CostSums {
     bytes: u64,
     /// the scheduler probes' on-CPU time
     probes_oncpu_ns: u64,
+    /// and their time waiting for a CPU
+    runq_ns: u64,
     /// the kernel's figures; None when missing for any thread
     cpu: Option<ThreadCpuTime>,
 }
@@ -187,6 +276,7 @@ impl CostSums {
         self.packets += o.packets;
         self.bytes += o.bytes;
         self.probes_oncpu_ns += o.probes_oncpu_ns;
+        self.runq_ns += o.runq_ns;
     }
 
     fn cost(&self, interval_s: f64) -> ReceiveCost {
@@ -204,6 +294,7 @@ impl CostSums {
             oncpu_ns,
             oncpu_source,
             probes_oncpu_ns: self.probes_oncpu_ns,
+            runq_ns: self.runq_ns,
             ns_per_packet,
             user_ns: self.cpu.map(|c| c.user_ns),
             system_ns: self.cpu.map(|c| c.system_ns),
@@ -231,6 +322,7 @@ fn thread_sums(now: &ThreadCounters, before: Option<&ThreadCounters>) -> CostSum
         packets: now.recv.packets.saturating_sub(b.recv.packets),
         bytes: now.recv.bytes.saturating_sub(b.recv.bytes),
         probes_oncpu_ns: budget.send_ns + budget.other_ns,
+        runq_ns: budget.preempted_ns,
         cpu,
     }
 }
@@ -350,6 +442,7 @@ pub fn receive_view(
         socket_drops_seen: now.socket_drops_seen,
         threads,
         cost,
+        classes: receive_classes(now, prev, interval_s),
     })
 }
 
@@ -555,5 +648,62 @@ mod tests {
         // Full-size frames: 1472 bytes read are a 1500-byte packet, 1538 on the wire.
         let big = capacity(1_000.0, 1472.0, 1);
         assert!((big.line_rates[0].pps - 81_274.38).abs() < 0.01);
+    }
+
+    #[test]
+    fn classes_sum_each_class_over_threads_in_the_interval_with_shares_and_labels() {
+        let class = |packets, oncpu_ns| RecvClassCounters {
+            packets,
+            bytes: packets * 64,
+            oncpu_ns,
+        };
+        let thread = |tid, classes: Vec<RecvClassCounters>| ThreadCounters {
+            tid,
+            pid: 7,
+            recv_classes: classes,
+            ..Default::default()
+        };
+        let bounds = vec![256, 1024];
+        let prev = CounterSample {
+            t_ns: 1_000_000_000,
+            threads: vec![thread(
+                1,
+                vec![class(100, 1_000_000), class(10, 1_000_000), class(0, 0)],
+            )],
+            recv_class_bounds: bounds.clone(),
+            ..Default::default()
+        };
+        let now = CounterSample {
+            t_ns: 3_000_000_000,
+            threads: vec![
+                // +900 cheap at 1 us, +90 mid at 10 us
+                thread(
+                    1,
+                    vec![class(1_000, 1_900_000), class(100, 1_900_000), class(0, 0)],
+                ),
+                // new this interval: all of it counts
+                thread(2, vec![class(1_000, 1_000_000), class(0, 0), class(10, 500_000)]),
+            ],
+            recv_class_bounds: bounds,
+            ..Default::default()
+        };
+        let c = receive_classes(&now, Some(&prev), 2.0);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].packets, c[0].oncpu_ns), (1_900, 1_900_000));
+        assert_eq!(c[0].ns_per_packet, Some(1_000.0));
+        assert_eq!((c[0].pps, c[1].ns_per_packet), (950.0, Some(10_000.0)));
+        assert_eq!((c[2].packets, c[2].ns_per_packet), (10, Some(50_000.0)));
+        assert!((c[0].packet_share - 1_900.0 / 2_000.0).abs() < 1e-12);
+        assert!((c[2].oncpu_share - 0.5 / 3.3).abs() < 1e-12);
+        assert_eq!(
+            c.iter().map(ReceiveClass::label).collect::<Vec<_>>(),
+            ["< 256 bytes", "256-1023 bytes", ">= 1024 bytes"]
+        );
+        // Not classed: no classes.
+        let plain = CounterSample {
+            recv_class_bounds: Vec::new(),
+            ..now
+        };
+        assert!(receive_classes(&plain, None, 1.0).is_empty());
     }
 }

@@ -144,6 +144,10 @@ pub struct ThreadCounters {
     /// receive syscalls on network sockets (absent in bundles older than them)
     #[serde(default)]
     pub recv: RecvCounters,
+    /// packets read by class of length (`--recv-classes`), in class order; empty when packets
+    /// are not classed (and in bundles older than it)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recv_classes: Vec<RecvClassCounters>,
     /// connect(2) calls on TCP sockets, also counted in calls, packets (their SYNs) and
     /// failed_calls (absent in bundles older than them)
     #[serde(default)]
@@ -245,6 +249,29 @@ impl RecvCounters {
         self.bytes += o.bytes;
         self.stream_calls += o.stream_calls;
         self.stream_bytes += o.stream_bytes;
+    }
+}
+
+/// One class of the packets a thread read (by length, `--recv-classes`), cumulative: the
+/// messages of that class read by single-message receive calls (recvfrom, recvmsg, read; a
+/// recvmmsg batch is not classed), and the thread's on-CPU time from each such read's return to
+/// its next receive call: the time handling the packet took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecvClassCounters {
+    pub packets: u64,
+    /// bytes of those messages
+    pub bytes: u64,
+    /// on CPU after reading them until the next receive call, ns
+    pub oncpu_ns: u64,
+}
+
+impl RecvClassCounters {
+    pub fn saturating_sub(&self, o: &RecvClassCounters) -> RecvClassCounters {
+        RecvClassCounters {
+            packets: self.packets.saturating_sub(o.packets),
+            bytes: self.bytes.saturating_sub(o.bytes),
+            oncpu_ns: self.oncpu_ns.saturating_sub(o.oncpu_ns),
+        }
     }
 }
 
@@ -445,6 +472,10 @@ pub struct CounterSample {
     /// bundles older than the field
     #[serde(default = "yes")]
     pub socket_drops_seen: bool,
+    /// the lengths, bytes, at which packets read fall into the next class (`--recv-classes`);
+    /// empty when packets read are not classed
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recv_class_bounds: Vec<u32>,
 }
 
 fn yes() -> bool {
@@ -970,6 +1001,7 @@ impl Collector {
             t_ns: now_ns,
             tunables,
             socket_drops_seen: self.rx_sk,
+            recv_class_bounds: self.probes.recv_class_bounds().to_vec(),
             processes: self.processes(&threads),
             threads,
             drops,
@@ -1094,6 +1126,17 @@ pub fn thread_counters(t: &sp_thread, now_ns: u64) -> ThreadCounters {
             bytes: t.recv_bytes,
             stream_calls: t.recv_stream_calls,
             stream_bytes: t.recv_stream_bytes,
+        },
+        recv_classes: if t.recv_class_packets.iter().any(|&n| n > 0) {
+            (0..crate::probes::RECV_CLASSES)
+                .map(|c| RecvClassCounters {
+                    packets: t.recv_class_packets[c],
+                    bytes: t.recv_class_bytes[c],
+                    oncpu_ns: t.recv_class_oncpu_ns[c],
+                })
+                .collect()
+        } else {
+            Vec::new()
         },
         connect: ConnectCounters {
             calls: t.connect_calls,

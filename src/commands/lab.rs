@@ -85,10 +85,13 @@ pub struct Staging {
 /// The profiled listener of a receive scenario.
 #[derive(Debug, Clone, Copy)]
 pub struct Listener {
-    /// SO_RCVBUF it asks for, bytes
-    pub rcvbuf: usize,
-    /// datagrams per second it reads at most
-    pub read_rate: f64,
+    /// SO_RCVBUF it asks for, bytes (None: the kernel's default)
+    pub rcvbuf: Option<usize>,
+    /// datagrams per second it reads at most (None: as fast as they come)
+    pub read_rate: Option<f64>,
+    /// it is a responder with two kinds of packet (`scanprof recv --respond`), fed by two
+    /// senders, one per kind
+    pub respond: Option<super::lab_fixtures::Respond>,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -300,8 +303,9 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 5_000.0,
             sink: false,
             listener: Some(Listener {
-                rcvbuf: 4096,
-                read_rate: 1_000.0,
+                rcvbuf: Some(4096),
+                read_rate: Some(1_000.0),
+                respond: None,
             }),
             expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
             ..base
@@ -348,6 +352,35 @@ pub fn staging(s: Scenario) -> Staging {
             sink: true,
             never_sends: true,
             expect: expect("gap", "never_sent", Truth::Gap),
+            ..base
+        },
+        // Two senders at 2,000 pps each, 64- and 512-byte datagrams, into a responder that works
+        // ~200 ns on the short ones and ~8 us on the long ones, then replies to a closed port:
+        // it keeps up, and scanprof's cost per class must match its own per kind.
+        Scenario::ResponderKinds => Staging {
+            rate: 2_000.0,
+            sink: false,
+            flags: &["--pacer", "sleep"],
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: Some(super::lab_fixtures::RESPONDER),
+            }),
+            expect: expect("loss", "receiver_keeps_up", Truth::ListenerDrops),
+            ..base
+        },
+        // The same senders at 5,000 pps each into a responder that works 100 us and 200 us: it
+        // needs ~1.6 CPUs with one thread, so its socket buffer overflows.
+        Scenario::ReceiverCpuBound => Staging {
+            rate: 5_000.0,
+            sink: false,
+            flags: &["--pacer", "sleep"],
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: Some(super::lab_fixtures::SLOW_RESPONDER),
+            }),
+            expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
             ..base
         },
     }
@@ -471,8 +504,12 @@ pub struct LabReport {
     pub scanprof_target_drops: u64,
     /// how `check.truth` was measured
     pub truth_kind: Truth,
-    /// whether the diagnosis named the staged cause
+    /// whether the diagnosis named the staged cause (and, where the scenario has a fixture
+    /// that counts for itself, whether scanprof's figures matched it: `fixture_checks`)
     pub check: DiagnosisCheck,
+    /// scanprof's figures against the fixture's own counters (responder, relay scenarios)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fixture_checks: Vec<super::lab_fixtures::FixtureCheck>,
 }
 
 /// The CPU hog: where it ran and what it took.
@@ -718,7 +755,7 @@ impl ListenerRun {
         port: u16,
         exe: &std::path::Path,
         duration_s: f64,
-        send_argv: Vec<String>,
+        send_argvs: Vec<Vec<String>>,
     ) -> anyhow::Result<ListenerRun> {
         let report = std::env::temp_dir().join(format!(
             "scanprof-lab-listener-{}-{}.json",
@@ -726,27 +763,32 @@ impl ListenerRun {
             lab.target_ns
         ));
         let _ = std::fs::remove_file(&report);
-        let argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns]
-            .map(String::from)
-            .into_iter()
-            .chain([exe.display().to_string()])
-            .chain(
-                [
-                    "recv",
-                    "--port",
-                    &port.to_string(),
-                    "--rcvbuf",
-                    &l.rcvbuf.to_string(),
-                    "--read-rate",
-                    &l.read_rate.to_string(),
-                    "--duration",
-                    &(duration_s + LISTENER_EXTRA_S).to_string(),
-                    "--report",
-                    &report.display().to_string(),
-                ]
-                .map(String::from),
-            )
-            .collect();
+        let mut argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns].map(String::from).to_vec();
+        if l.respond.is_some_and(|r| r.realtime) {
+            argv.extend(super::lab_fixtures::REALTIME.map(String::from));
+        }
+        argv.push(exe.display().to_string());
+        argv.extend(
+            [
+                "recv",
+                "--port",
+                &port.to_string(),
+                "--duration",
+                &(duration_s + LISTENER_EXTRA_S).to_string(),
+                "--report",
+                &report.display().to_string(),
+            ]
+            .map(String::from),
+        );
+        if let Some(b) = l.rcvbuf {
+            argv.extend(["--rcvbuf".to_string(), b.to_string()]);
+        }
+        if let Some(r) = l.read_rate {
+            argv.extend(["--read-rate".to_string(), r.to_string()]);
+        }
+        if let Some(r) = l.respond {
+            argv.extend(r.recv_args());
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let ns = lab.target_ns.clone();
@@ -760,14 +802,28 @@ impl ListenerRun {
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                let status = Command::new(&send_argv[0])
-                    .args(&send_argv[1..])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .with_context(|| format!("cannot start the sender `{}`", send_argv.join(" ")))?;
-                Ok(Some(status))
+                let mut children = Vec::new();
+                for send_argv in &send_argvs {
+                    let mut cmd = Command::new(&send_argv[0]);
+                    cmd.args(&send_argv[1..])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null());
+                    crate::system::child::die_with_parent(&mut cmd);
+                    children.push(
+                        cmd.spawn()
+                            .with_context(|| format!("cannot start the sender `{}`", send_argv.join(" ")))?,
+                    );
+                }
+                // Every sender waited for; the status of the first that failed, else the last.
+                let mut status = None;
+                for mut c in children {
+                    let s = c.wait().context("cannot wait for a sender")?;
+                    if status.is_none_or(|st: std::process::ExitStatus| st.success()) {
+                        status = Some(s);
+                    }
+                }
+                Ok(status)
             })
             .context("cannot start the listener's sender thread")?;
         Ok(ListenerRun {
@@ -1399,7 +1455,13 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     // the listener's port is bound.
     let listening = stage
         .listener
-        .map(|l| ListenerRun::start(&lab, l, stage.port, &exe, o.duration, send_argv.clone()))
+        .map(|l| {
+            let argvs = match l.respond {
+                Some(r) => r.sender_argvs(&send_argv),
+                None => vec![send_argv.clone()],
+            };
+            ListenerRun::start(&lab, l, stage.port, &exe, o.duration, argvs)
+        })
         .transpose()?;
     let argv = listening.as_ref().map_or(send_argv, |l| l.argv.clone());
     let run_opts = RunOptions {
@@ -1435,6 +1497,10 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         user: None,
+        recv_classes: stage
+            .listener
+            .and_then(|l| l.respond)
+            .map_or_else(Vec::new, |r| vec![r.split as u32]),
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);
@@ -1468,6 +1534,12 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     counts.echoed = echoed;
     counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
+    let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener) {
+        (Some(r), Some(own)) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
+        _ => Vec::new(),
+    };
+    let mut check = check(&stage.expect, &summary, truth);
+    check.ok &= fixture_checks.iter().all(|c| c.ok);
     let report = LabReport {
         scenario: scenario_name(o.scenario),
         requested_pps: rate,
@@ -1502,7 +1574,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             .map(|d| d.count)
             .sum(),
         truth_kind: stage.expect.truth,
-        check: check(&stage.expect, &summary, truth),
+        check,
+        fixture_checks,
     };
     lab.destroy()?;
     if o.json {
@@ -1564,6 +1637,9 @@ fn lab_text(r: &LabReport) -> String {
             opt(r.scanprof_rcvbuf_drops)
         );
     }
+    for c in &r.fixture_checks {
+        o += &format!("  {}\n", c.line());
+    }
     if let Some(n) = r.stalls {
         o += &format!("  the sender was stopped {n} times\n");
     }
@@ -1599,6 +1675,8 @@ fn lab_text(r: &LabReport) -> String {
             "WRONG CAUSE"
         } else if c.truth.is_none() {
             "TRUTH NOT MEASURED"
+        } else if c.share_within == Some(true) {
+            "FIXTURE'S FIGURES OFF"
         } else {
             "SHARE OFF BY MORE THAN 10 POINTS"
         }
@@ -1710,6 +1788,7 @@ pub fn suite_table(rows: &[SuiteRow]) -> String {
             _ => verdict,
         };
         let ok = match (c.cause_matches, c.share_within) {
+            (true, Some(true)) if !c.ok => "cause yes, fixture's figures off",
             (true, Some(true)) => "yes",
             (true, Some(false)) => "cause yes, share no",
             (true, None) => "cause yes, truth not measured",

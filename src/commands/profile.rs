@@ -65,6 +65,21 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     for (map, entries) in &opts.map_size {
         probe_options.map_sizes.set(map, *entries);
     }
+    if opts.recv_classes.len() > crate::probes::RECV_CLASSES - 1 {
+        bail!(
+            "--recv-classes takes at most {} lengths ({} classes); got {}",
+            crate::probes::RECV_CLASSES - 1,
+            crate::probes::RECV_CLASSES,
+            opts.recv_classes.len()
+        );
+    }
+    if opts.recv_classes.windows(2).any(|w| w[0] >= w[1]) {
+        bail!(
+            "--recv-classes lengths must ascend (each class begins where the one before ends): got {:?}",
+            opts.recv_classes
+        );
+    }
+    probe_options.recv_class_bounds = opts.recv_classes.clone();
     Ok(SessionConfig {
         command_output: match output {
             Output::Text | Output::Quiet => CommandOutput::Inherit,

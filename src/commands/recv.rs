@@ -3,7 +3,11 @@
 //! behind) until its duration ends, and reports its own count: the figure scanprof's receive
 //! funnel is held against (`scanprof lab rcvbuf-overflow`, tests/receive_funnel.rs). With
 //! `--workers N`, N threads each read their own SO_REUSEPORT socket and count their own packets
-//! and CPU time (tests/receive_cost.rs holds scanprof's receive cost against them).
+//! and CPU time (tests/receive_cost.rs holds scanprof's receive cost against them). With
+//! `--respond BYTES` it is a UDP responder with two kinds of packet, cheap (shorter than BYTES)
+//! and costly, each given its own amount of work and a reply, and each worker counts its packets
+//! and handling time per kind (`scanprof lab responder-kinds` holds scanprof's per-class cost
+//! against them).
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -51,12 +55,41 @@ pub struct WorkerReport {
     pub bytes: u64,
     /// its thread's CPU time (CLOCK_THREAD_CPUTIME_ID) from its start to its end, ns
     pub cpu_ns: u64,
+    /// with --respond: per kind (cheap, then costly), what it handled
+    #[serde(default)]
+    pub kinds: Vec<KindReport>,
+    /// times the thread was switched out involuntarily (preempted; getrusage RUSAGE_THREAD):
+    /// a preemption inside a handling is counted in its handling time
+    #[serde(default)]
+    pub preempted: u64,
+}
+
+/// One kind of packet a responder handles: its own count and time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KindReport {
+    /// datagrams of the kind read
+    pub packets: u64,
+    /// their payload bytes
+    pub bytes: u64,
+    /// time from each one's read returning to the next read (its work and its reply), summed,
+    /// by CLOCK_MONOTONIC (a vDSO read of ~25 ns; the thread CPU clock is a syscall of ~800 ns
+    /// here, more than the cheap kind's work), ns
+    pub handled_ns: u64,
+    /// replies sent
+    pub replies: u64,
 }
 
 pub fn run(o: &RecvOptions) -> Result<ExitCode> {
     let sockets = bind(o)?;
     let rcvbuf = getsockopt(&sockets[0], sockopt::RcvBuf).context("cannot read SO_RCVBUF")? as u64;
+    anyhow::ensure!(
+        o.work_ns.len() == 2,
+        "--work-ns takes two figures, the cheap kind's and the costly kind's work in ns (e.g. 200,8000); got {}",
+        o.work_ns.len()
+    );
+    let work = o.respond.map(|_| Work::calibrate(&o.work_ns)).transpose()?;
     let start = Instant::now();
+    let work = work.as_ref();
     let workers: Vec<WorkerReport> = std::thread::scope(|scope| {
         let handles: Vec<_> = sockets
             .iter()
@@ -64,7 +97,7 @@ pub fn run(o: &RecvOptions) -> Result<ExitCode> {
             .map(|(i, socket)| {
                 std::thread::Builder::new()
                     .name(format!("recv-worker-{i}"))
-                    .spawn_scoped(scope, move || receive(socket, o, start))
+                    .spawn_scoped(scope, move || receive(socket, o, start, work))
                     .context("cannot start a receive worker thread")
             })
             .collect::<Result<_>>()?;
@@ -89,6 +122,17 @@ pub fn run(o: &RecvOptions) -> Result<ExitCode> {
         report.packets, report.bytes, report.port, report.duration_s, report.rcvbuf
     );
     println!("{line}");
+    for (i, w) in report.workers.iter().enumerate() {
+        for (k, kind) in w.kinds.iter().enumerate() {
+            println!(
+                "  worker {i}, {} kind: {} datagrams, {} replies, {:.0} ns handling each",
+                ["cheap", "costly"][k.min(1)],
+                kind.packets,
+                kind.replies,
+                kind.handled_ns as f64 / kind.packets.max(1) as f64
+            );
+        }
+    }
     if report.workers.len() > 1 {
         for (i, w) in report.workers.iter().enumerate() {
             println!(
@@ -200,8 +244,58 @@ fn thread_cpu_ns() -> u64 {
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| t.num_nanoseconds().max(0) as u64)
 }
 
-/// Reads until the duration ends; with a read rate, the k-th read is not before k / rate.
-fn receive(socket: &UdpSocket, o: &RecvOptions, start: Instant) -> Result<WorkerReport> {
+/// A responder's work: a spin of a fixed number of steps per kind, its steps per ns measured on
+/// the thread CPU clock at start-up.
+struct Work {
+    /// steps for the cheap kind, then the costly
+    steps: [u64; 2],
+}
+
+impl Work {
+    fn calibrate(ns: &[u64]) -> Result<Work> {
+        const PROBE: u64 = 2_000_000;
+        // The fastest of a few trials: the others were preempted.
+        let per_step = (0..5)
+            .map(|_| {
+                let t0 = thread_cpu_ns();
+                spin(PROBE);
+                thread_cpu_ns().saturating_sub(t0) as f64 / PROBE as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        anyhow::ensure!(
+            per_step.is_finite() && per_step > 0.0,
+            "cannot calibrate the responder's work: the thread CPU clock did not move"
+        );
+        let steps = |i: usize| (ns.get(i).copied().unwrap_or(0) as f64 / per_step).round() as u64;
+        Ok(Work {
+            steps: [steps(0), steps(1)],
+        })
+    }
+}
+
+/// `steps` rounds of arithmetic the compiler cannot remove.
+fn spin(steps: u64) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..steps {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+    }
+    x
+}
+
+/// Involuntary context switches of the calling thread so far.
+fn preemptions() -> u64 {
+    // SAFETY: getrusage writes only into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_nivcsw.max(0) as u64
+}
+
+/// Reads until the duration ends; with a read rate, the k-th read is not before k / rate. A
+/// responder (`work`) handles each datagram by its kind and replies.
+fn receive(socket: &UdpSocket, o: &RecvOptions, start: Instant, work: Option<&Work>) -> Result<WorkerReport> {
+    let preempted_start = preemptions();
     let cpu_start = thread_cpu_ns();
     let end = start + Duration::from_secs_f64(o.duration);
     let slot = o.read_rate.map(|r| Duration::from_secs_f64(1.0 / r));
@@ -210,9 +304,17 @@ fn receive(socket: &UdpSocket, o: &RecvOptions, start: Instant) -> Result<Worker
         tid: nix::unistd::gettid().as_raw() as u32,
         ..Default::default()
     };
+    if work.is_some() {
+        report.kinds = vec![KindReport::default(); 2];
+    }
+    // The kind being handled since when: closed at the top of the loop, just before the next read.
+    let mut handling: Option<(usize, Instant)> = None;
     let mut due = start;
     loop {
         let now = Instant::now();
+        if let Some((kind, since)) = handling.take() {
+            report.kinds[kind].handled_ns += now.saturating_duration_since(since).as_nanos() as u64;
+        }
         if now >= end {
             break;
         }
@@ -224,9 +326,25 @@ fn receive(socket: &UdpSocket, o: &RecvOptions, start: Instant) -> Result<Worker
             due += slot;
         }
         match socket.recv_from(&mut buf) {
-            Ok((n, _)) => {
+            Ok((n, from)) => {
                 report.packets += 1;
                 report.bytes += n as u64;
+                if let (Some(w), Some(split)) = (work, o.respond) {
+                    let since = Instant::now();
+                    let kind = usize::from(n >= split);
+                    std::hint::black_box(spin(w.steps[kind]));
+                    let mut to = from;
+                    if let Some(p) = o.reply_port {
+                        to.set_port(p);
+                    }
+                    let k = &mut report.kinds[kind];
+                    k.packets += 1;
+                    k.bytes += n as u64;
+                    if socket.send_to(&buf[..n], to).is_ok() {
+                        k.replies += 1;
+                    }
+                    handling = Some((kind, since));
+                }
             }
             Err(e)
                 if matches!(
@@ -244,5 +362,6 @@ fn receive(socket: &UdpSocket, o: &RecvOptions, start: Instant) -> Result<Worker
         }
     }
     report.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
+    report.preempted = preemptions().saturating_sub(preempted_start);
     Ok(report)
 }

@@ -215,6 +215,7 @@ fn run_step(
         pcap: None,
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
+        recv_classes: Vec::new(),
         quiet: false,
         metrics: None,
         metrics_file: None,

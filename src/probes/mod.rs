@@ -42,6 +42,10 @@ mod uprobes_skel {
     include!(concat!(env!("OUT_DIR"), "/uprobes.skel.rs"));
 }
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+mod send_path_skel {
+    include!(concat!(env!("OUT_DIR"), "/send_path.skel.rs"));
+}
+#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod sched_skel {
     include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
 }
@@ -57,14 +61,19 @@ pub use family_skel::types::{
 pub const HIST_BUCKETS: usize = 304;
 /// errno slots per thread (SP_ERRNO_SLOTS in wire.h).
 pub const ERRNO_SLOTS: usize = 128;
+/// Classes of packets read by length (SP_RECV_CLASSES in wire.h): at most this many.
+pub const RECV_CLASSES: usize = 4;
 /// Health counter slots (SP_H_MAX in wire.h).
 pub const HEALTH_SLOTS: usize = 8;
 
 // ABI drift between wire.h and the Rust side is a build error: the generated types follow the C
 // header, these constants and sizes must follow them (344 bytes of scalars, of which 96 are the
 // receive side's and 24 connect's, and two 48-byte budget snapshots in sp_thread, then the errno slots and two
-// histograms; 48 bytes of scalars in sp_event, then comm and path).
-const _: () = assert!(size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
+// histograms, then the receive classes: 16 bytes in flight and three counters per class; 48
+// bytes of scalars in sp_event, then comm and path).
+const _: () = assert!(
+    size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS) + 16 + 3 * 8 * RECV_CLASSES
+);
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 // sp_drop_pkt: 16 bytes of header, the 32-byte drop key, 24 of scalars, comm, then the bytes.
@@ -280,6 +289,9 @@ pub struct ProbeOptions {
     pub block_event_min_ns: u64,
     /// entries of the maps sized before load (defaults, and `--map-size`)
     pub map_sizes: MapSizes,
+    /// the lengths, bytes, at which packets read fall into the next class (`--recv-classes`):
+    /// ascending, at most RECV_CLASSES - 1; empty: packets read are not classed
+    pub recv_class_bounds: Vec<u32>,
 }
 
 impl Default for ProbeOptions {
@@ -287,6 +299,7 @@ impl Default for ProbeOptions {
         ProbeOptions {
             block_event_min_ns: 1_000_000,
             map_sizes: MapSizes::default(),
+            recv_class_bounds: Vec::new(),
         }
     }
 }
@@ -326,6 +339,8 @@ pub struct ProbeSet {
     status: Vec<ProbeStatus>,
     /// run-time statistics of the programs above (closes the stats fd, if held, on drop)
     bpf_stats: BpfStats,
+    /// the class bounds the receive programs were loaded with (ProbeOptions)
+    recv_class_bounds: Vec<u32>,
 }
 
 /// The kernel's features as `ProbeSet::load_with` gets them: known already, or being read on
@@ -572,6 +587,7 @@ impl ProbeSet {
             _objects: objects,
             status,
             bpf_stats,
+            recv_class_bounds: opts.recv_class_bounds.clone(),
         };
         Ok((set, features.clone()))
     }
@@ -580,6 +596,11 @@ impl ProbeSet {
     /// `read()`, switched on and off by the caller.
     pub fn bpf_stats(&mut self) -> &mut BpfStats {
         &mut self.bpf_stats
+    }
+
+    /// The lengths at which packets read fall into the next class; empty when not classed.
+    pub fn recv_class_bounds(&self) -> &[u32] {
+        &self.recv_class_bounds
     }
 
     /// What was attached, and what was not and why.
@@ -833,6 +854,14 @@ fn load_stage(
             "sched" => set_rodata::<sched_skel::types::rodata>(obj, |r| {
                 r.block_event_min_ns = opts.block_event_min_ns
             }),
+            "send_path" if !opts.recv_class_bounds.is_empty() => {
+                set_rodata::<send_path_skel::types::rodata>(obj, |r| {
+                    let bounds =
+                        &opts.recv_class_bounds[..opts.recv_class_bounds.len().min(RECV_CLASSES - 1)];
+                    r.rx_classes = bounds.len() as u32 + 1;
+                    r.rx_class_bounds[..bounds.len()].copy_from_slice(bounds);
+                })
+            }
             _ => Ok(()),
         }
     };

@@ -93,6 +93,7 @@ mod tests {
             oncpu_ns: 10_000,
             oncpu_source: crate::analysis::OncpuSource::Kernel,
             probes_oncpu_ns: 8_000,
+            runq_ns: 1_000,
             ns_per_packet: Some(2_000.0),
             user_ns: Some(0),
             system_ns: Some(10_000),
@@ -118,6 +119,17 @@ mod tests {
                 cost: cost.clone(),
             }],
             cost: Some(cost),
+            classes: vec![crate::analysis::receive::ReceiveClass {
+                min_bytes: 0,
+                below_bytes: Some(256),
+                packets: 5,
+                pps: 5.0,
+                bytes: 320,
+                oncpu_ns: 10_000,
+                ns_per_packet: Some(2_000.0),
+                packet_share: 1.0,
+                oncpu_share: 1.0,
+            }],
             ..Default::default()
         };
         snap.receive = Some(receive.clone());
@@ -125,6 +137,7 @@ mod tests {
         let found = documented_keys(&[line("sample", &snap), line("summary", &summary)], "receive");
         assert!(found.contains("receive") && found.contains("tunables") && found.contains("rmem_max"));
         assert!(found.contains("cpus_per_worker") && found.contains("system_ns_per_packet"));
+        assert!(found.contains("classes") && found.contains("below_bytes") && found.contains("runq_ns"));
     }
 
     #[test]

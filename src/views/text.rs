@@ -361,6 +361,7 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
         );
     }
     receive_cost_section(o, r);
+    receive_class_section(o, r);
     for d in &r.drops {
         let _ = writeln!(
             o,
@@ -439,6 +440,35 @@ fn receive_cost_section(o: &mut String, r: &ReceiveView) {
             cap.packet_bytes,
             cap.wire_bytes,
             per_worker.join("; ")
+        );
+    }
+}
+
+/// The packets read by class of length (`--recv-classes`) and what handling each cost.
+fn receive_class_section(o: &mut String, r: &ReceiveView) {
+    if r.classes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  by class of length (single-message reads; handling = on CPU from a read's return to the thread's next receive call):"
+    );
+    let _ = writeln!(
+        o,
+        "    {:<18} {:>10} {:>12} {:>12} {:>9} {:>9}",
+        "class", "packets", "pps", "us/pkt", "packets%", "CPU%"
+    );
+    for c in &r.classes {
+        let _ = writeln!(
+            o,
+            "    {:<18} {:>10} {:>12.0} {:>12} {:>8.1}% {:>8.1}%",
+            c.label(),
+            c.packets,
+            c.pps,
+            c.ns_per_packet
+                .map_or("-".to_string(), |n| format!("{:.2}", n / 1e3)),
+            c.packet_share * 100.0,
+            c.oncpu_share * 100.0
         );
     }
 }

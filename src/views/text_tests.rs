@@ -889,6 +889,7 @@ fn the_receive_cost_is_reported_per_thread_and_in_all_with_the_capacity() {
         oncpu_ns: (packets as f64 * ns) as u64,
         oncpu_source: crate::analysis::OncpuSource::Kernel,
         probes_oncpu_ns: (packets as f64 * ns * 0.7) as u64,
+        runq_ns: 0,
         ns_per_packet: Some(ns),
         user_ns: split.map(|(u, _)| (packets as f64 * u) as u64),
         system_ns: split.map(|(_, s)| (packets as f64 * s) as u64),

@@ -127,6 +127,8 @@ fn tie_rank(cause: &str) -> u8 {
         "above_requested" => 2,
         "miscalibrated" | "rate_unit" => 3,
         "claim_mismatch" => 4,
+        // the cause of the same drops that rcvbuf_overflow and backlog_overflow describe
+        "receiver_cpu_bound" => 4,
         _ => 5,
     }
 }

@@ -30,6 +30,7 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    out.extend(cpu_bound(f, r));
     out.extend(rcvbuf_overflow(f, r));
     out.extend(backlog_overflow(f, r));
     if out.is_empty() {
@@ -168,6 +169,90 @@ fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     ))
 }
 
+/// Share of a CPU per reading thread that reading all that arrived must need: more is CPU-bound.
+pub(super) const NEEDED_SHARE: f64 = 0.8;
+/// Share of the interval a reading thread must have wanted a CPU (on one, or waiting for one):
+/// a reader that sleeps by design (paced) is not CPU-bound. Half, not all: over a run, the time
+/// before the first packet and after the last counts too.
+pub(super) const BUSY_SHARE: f64 = 0.5;
+
+/// The readers are CPU-bound: what arrived (read + dropped before the read) at the measured
+/// cost per packet read needs more CPU than the reading threads have, and they wanted a CPU for
+/// most of the interval (on one, or runnable waiting for one: other tasks took the rest). The
+/// drops at the socket are then the symptom, the readers' CPU the cause.
+fn cpu_bound(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+    let cost = r.cost.as_ref()?;
+    let ns = cost.ns_per_packet?;
+    let DroppedBeforeRead {
+        dropped,
+        read,
+        share,
+        mut evidence,
+    } = dropped_before_read(f, r, &[&SOCKET_REASONS[..], &[BACKLOG_REASON]].concat())?;
+    let secs = f.receive_s.max(1e-9);
+    let workers = cost.workers.max(1) as f64;
+    let oncpu = cost.oncpu_ns as f64 / (secs * 1e9 * workers);
+    let waiting = cost.runq_ns as f64 / (secs * 1e9 * workers);
+    let busy = oncpu + waiting;
+    let arrived_pps = (read + dropped) as f64 / secs;
+    let needed = arrived_pps * ns / 1e9;
+    if busy < BUSY_SHARE || needed <= workers * NEEDED_SHARE {
+        return None;
+    }
+    evidence.push(format!(
+        "{} on CPU per packet read ({} thread(s)); {} each thread was on a CPU {} of the time and waited for one {}",
+        super::units::dur(ns),
+        cost.workers,
+        if f.live { "in this tick" } else { "over the run" },
+        pct(oncpu),
+        pct(waiting)
+    ));
+    evidence.push(format!(
+        "reading all that arrived ({}) at that cost takes {needed:.2} CPUs; the readers have {workers:.0}",
+        pps(arrived_pps)
+    ));
+    if let Some(c) = r
+        .classes
+        .iter()
+        .filter(|c| c.packets > 0)
+        .max_by(|a, b| a.oncpu_share.total_cmp(&b.oncpu_share))
+    {
+        evidence.push(format!(
+            "the costliest class, {}, takes {} of the handling time ({} each, {} of the packets)",
+            c.label(),
+            pct(c.oncpu_share),
+            c.ns_per_packet.map_or("-".to_string(), super::units::dur),
+            pct(c.packet_share)
+        ));
+    }
+    let more = (needed / NEEDED_SHARE).ceil().max(workers + 1.0);
+    // Most of its wanting was waiting: other tasks hold the CPU it runs on.
+    let crowded = if waiting > oncpu {
+        format!(
+            " It waited for a CPU more than it ran ({} against {}): give it a CPU of its own first (`taskset -cp N PID`, or a higher priority).",
+            pct(waiting),
+            pct(oncpu)
+        )
+    } else {
+        String::new()
+    };
+    Some(verdict(
+        "receiver_cpu_bound",
+        LOSS,
+        format!(
+            "The family's receiver is CPU-bound: reading what arrived needs {needed:.2} CPUs at {} per packet, so {dropped} packets ({}) were dropped before it read them.",
+            super::units::dur(ns),
+            pct(share)
+        ),
+        share,
+        evidence,
+        format!(
+            "Spread the reads over about {more:.0} threads (SO_REUSEPORT sockets, or RSS/RPS queues) or make each packet cheaper (batch reads with recvmmsg, less work per packet); a larger receive buffer only delays the drops.{crowded}"
+        ),
+        weak(r, dropped),
+    ))
+}
+
 /// A CPU's input backlog overflowed before the packets reached the family's socket.
 fn backlog_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     let DroppedBeforeRead {
@@ -228,6 +313,6 @@ pub(super) fn handles(reason: &str) -> bool {
 pub(super) fn is_receive(cause: &str) -> bool {
     matches!(
         cause,
-        "rcvbuf_overflow" | "backlog_overflow" | "receiver_keeps_up"
+        "rcvbuf_overflow" | "backlog_overflow" | "receiver_keeps_up" | "receiver_cpu_bound"
     )
 }

@@ -2185,6 +2185,7 @@ impl Run {
             socket_drops_seen: true,
             threads: Vec::new(),
             cost: None,
+            classes: Vec::new(),
         });
         self.0.drops.extend(rows);
         self
@@ -2601,4 +2602,62 @@ fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
         .scanner(one)
         .verdicts();
     assert!(!causes(&v).contains(&"rate_unit"), "{v:#?}");
+}
+
+/// A listener that read 1,000 of 10,000 arrivals in 10 s (the rest SOCKET_RCVBUFF), at `ns` on
+/// CPU per packet read, on a CPU `oncpu` and waiting for one `waiting` of the run.
+fn reader_with_cost(ns: f64, oncpu: f64, waiting: f64) -> Vec<Verdict> {
+    let mut r = run(None, 0.0, 10.0).receives(1000, 1000, &[("SOCKET_RCVBUFF", 9000)]);
+    r.0.send_calls = 0;
+    if let Some(rx) = r.0.receive.as_mut() {
+        rx.cost = Some(crate::analysis::receive::ReceiveCost {
+            workers: 1,
+            packets: 1000,
+            pps: 100.0,
+            oncpu_ns: (oncpu * 10e9) as u64,
+            runq_ns: (waiting * 10e9) as u64,
+            ns_per_packet: Some(ns),
+            ..Default::default()
+        });
+    }
+    r.verdicts()
+}
+
+#[test]
+fn a_reader_needing_more_cpu_than_it_has_is_receiver_cpu_bound_before_its_buffer() {
+    // 1,000 arrivals/s at 9 ms each: 9 CPUs needed, one thread on a CPU 90% of the run.
+    let v = reader_with_cost(9e6, 0.9, 0.0);
+    assert_eq!(
+        causes(&v)[..2],
+        ["receiver_cpu_bound", "rcvbuf_overflow"],
+        "{:?}",
+        causes(&v)
+    );
+    assert_share(&v, "receiver_cpu_bound", 0.9);
+    let c = &v[0];
+    assert_eq!(c.confidence, STRONG);
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e.contains("takes 9.00 CPUs; the readers have 1")),
+        "{:?}",
+        c.evidence
+    );
+    assert!(c.next_step.contains("SO_REUSEPORT"), "{}", c.next_step);
+    assert!(!c.next_step.contains("CPU of its own"), "{}", c.next_step);
+    // Mostly waiting for a CPU behind other tasks: a CPU of its own first.
+    let v = reader_with_cost(1e6, 0.1, 0.8);
+    assert_eq!(causes(&v)[0], "receiver_cpu_bound", "{:?}", causes(&v));
+    assert!(v[0].next_step.contains("CPU of its own"), "{}", v[0].next_step);
+}
+
+#[test]
+fn a_paced_reader_that_sleeps_is_no_receiver_cpu_bound() {
+    // 20 us per packet: 1,000 arrivals/s need 0.02 of a CPU.
+    assert_eq!(
+        causes(&reader_with_cost(20_000.0, 0.002, 0.0)),
+        ["rcvbuf_overflow"]
+    );
+    // Costly enough, but asleep most of the run (it reads at a pace of its own).
+    assert_eq!(causes(&reader_with_cost(1e6, 0.1, 0.1)), ["rcvbuf_overflow"]);
 }
