@@ -445,6 +445,16 @@ pub struct CounterSample {
     /// bundles older than the field
     #[serde(default = "yes")]
     pub socket_drops_seen: bool,
+    /// the CPU quotas of the cgroups the family's live processes are in (their own or an
+    /// ancestor's), with their throttling counters, cumulative; empty when none has a quota
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<crate::system::cpu_limits::CgroupCpu>,
+    /// hypervisor steal time on the CPUs the family may run on, cumulative since boot
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<crate::system::cpu_limits::CpuSteal>,
+    /// the conntrack tables of the family's network namespaces that hold entries
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conntrack: Vec<crate::system::conntrack::ConntrackTable>,
 }
 
 fn yes() -> bool {
@@ -531,6 +541,8 @@ pub struct Collector {
     /// the latest user/system CPU time read for each receiving thread (kept for its exit, when
     /// /proc no longer has it)
     thread_cpu: HashMap<u32, ThreadCpuTime>,
+    /// where the cgroup hierarchies with the cpu controller are mounted, read once
+    cgroup_mounts: std::cell::OnceCell<crate::system::cpu_limits::CgroupMounts>,
 }
 
 impl Collector {
@@ -549,6 +561,7 @@ impl Collector {
             reasons,
             retired: Vec::new(),
             thread_cpu: HashMap::new(),
+            cgroup_mounts: std::cell::OnceCell::new(),
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
@@ -966,11 +979,21 @@ impl Collector {
         } else {
             Default::default()
         };
+        let processes = self.processes(&threads);
+        // A few small /proc and cgroup reads per live member and tick: what bounds the family
+        // from outside its code (CPU quota, steal, the conntrack table).
+        let live: Vec<u32> = processes.iter().filter(|p| p.alive).map(|p| p.pid).collect();
+        let mounts = self
+            .cgroup_mounts
+            .get_or_init(crate::system::cpu_limits::CgroupMounts::read);
         CounterSample {
             t_ns: now_ns,
             tunables,
             socket_drops_seen: self.rx_sk,
-            processes: self.processes(&threads),
+            cgroups: crate::system::cpu_limits::read_quotas(&live, mounts),
+            steal: crate::system::cpu_limits::read_steal(&live),
+            conntrack: crate::system::conntrack::read_tables(&live),
+            processes,
             threads,
             drops,
             devices,
