@@ -65,9 +65,11 @@ pub fn between(now: &CounterSample, prev: Option<&CounterSample>, interval_ns: u
         .iter()
         .map(|t| ConntrackView {
             netns: t.netns,
+            pid: t.pid,
             count: t.count,
             peak: t.count,
             max: t.max,
+            destinations: t.destinations.clone(),
         })
         .collect();
     LimitsView {
@@ -120,6 +122,9 @@ impl LimitsRun {
             e.peak = e.peak.max(t.peak);
             e.count = t.count;
             e.max = t.max.or(e.max);
+            if !t.destinations.is_empty() {
+                e.destinations = t.destinations.clone();
+            }
         }
     }
 
@@ -175,6 +180,7 @@ mod tests {
                 pid: 7,
                 count: ct,
                 max: Some(64),
+                destinations: Vec::new(),
             }],
             ..Default::default()
         }

@@ -483,22 +483,25 @@ pub struct StealView {
 pub struct ConntrackView {
     /// network namespace inode
     pub netns: u32,
+    /// a family process in that namespace
+    pub pid: u32,
     /// entries at the end of the interval
     pub count: u64,
     /// most entries read at any sample of the interval
     pub peak: u64,
     /// net.netfilter.nf_conntrack_max (one value for every namespace)
     pub max: Option<u64>,
+    /// where the family's packets went, read when the table was full (addresses, or the prefix
+    /// holding them)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<String>,
 }
 
 impl ConntrackView {
-    /// Whether the table was at its limit at some sample: at least FULL_SHARE of the maximum
-    /// (the kernel evicts unassured entries from 95% on once it has had to drop).
+    /// Whether the table was at its limit at some sample: at least 95% of the maximum
+    /// (`system::conntrack::FULL_SHARE`).
     pub fn full(&self) -> bool {
         self.max
-            .is_some_and(|m| m > 0 && self.peak as f64 >= CONNTRACK_FULL_SHARE * m as f64)
+            .is_some_and(|m| m > 0 && self.peak as f64 >= crate::system::conntrack::FULL_SHARE * m as f64)
     }
 }
-
-/// A conntrack table holding this share of its maximum or more is full.
-pub const CONNTRACK_FULL_SHARE: f64 = 0.95;

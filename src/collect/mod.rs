@@ -992,7 +992,7 @@ impl Collector {
             socket_drops_seen: self.rx_sk,
             cgroups: crate::system::cpu_limits::read_quotas(&live, mounts),
             steal: crate::system::cpu_limits::read_steal(&live),
-            conntrack: crate::system::conntrack::read_tables(&live),
+            conntrack: self.conntrack_tables(&live),
             processes,
             threads,
             drops,
@@ -1006,6 +1006,19 @@ impl Collector {
             uprobes,
             bpf: self.bpf.sample(&mut self.probes, now_ns),
         }
+    }
+
+    /// The conntrack tables of the family's namespaces; a full one names where the family's
+    /// packets went (read from the flows map only then).
+    fn conntrack_tables(&self, live: &[u32]) -> Vec<crate::system::conntrack::ConntrackTable> {
+        let mut tables = crate::system::conntrack::read_tables(live);
+        if tables.iter().any(|t| t.nearly_full()) {
+            let dest = crate::system::conntrack::summarize(&self.probes.flow_addresses_v4(4096));
+            for t in tables.iter_mut().filter(|t| t.nearly_full()) {
+                t.destinations = dest.clone();
+            }
+        }
+        tables
     }
 
     /// The kernel's drop-reason names, number -> name.

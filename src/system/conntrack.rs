@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 const CONNTRACK_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
 
 /// The conntrack table of one network namespace of the family, at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConntrackTable {
     /// network namespace inode, as the drop rows name it
     pub netns: u32,
@@ -20,6 +20,46 @@ pub struct ConntrackTable {
     pub count: u64,
     /// net.netfilter.nf_conntrack_max; None when unreadable
     pub max: Option<u64>,
+    /// where the family's packets went (addresses, or the prefix holding them), read when the
+    /// table is full: what a NOTRACK rule for the scan matches
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<String>,
+}
+
+impl ConntrackTable {
+    /// Whether the table holds FULL_SHARE of its maximum or more.
+    pub fn nearly_full(&self) -> bool {
+        self.max
+            .is_some_and(|m| m > 0 && self.count as f64 >= FULL_SHARE * m as f64)
+    }
+}
+
+/// A table holding this share of its maximum or more is full: once the kernel has had to
+/// refuse an entry, it evicts unassured ones from 95% on.
+pub const FULL_SHARE: f64 = 0.95;
+
+/// Destinations named one by one up to this many; more are named by the prefix holding them.
+const MAX_NAMED: usize = 4;
+
+/// The addresses a rule should match: up to MAX_NAMED of them as they are, more as the
+/// shortest prefix holding them all (`10.99.0.0/24`).
+pub fn summarize(addrs: &[std::net::Ipv4Addr]) -> Vec<String> {
+    let mut a: Vec<u32> = addrs.iter().map(|x| u32::from(*x)).collect();
+    a.sort_unstable();
+    a.dedup();
+    match a.len() {
+        0 => Vec::new(),
+        n if n <= MAX_NAMED => a
+            .iter()
+            .map(|x| std::net::Ipv4Addr::from(*x).to_string())
+            .collect(),
+        _ => {
+            let (lo, hi) = (a[0], a[a.len() - 1]);
+            let len = (lo ^ hi).leading_zeros();
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            vec![format!("{}/{len}", std::net::Ipv4Addr::from(lo & mask))]
+        }
+    }
 }
 
 /// The `entries` column of /proc/net/stat/nf_conntrack (hex; every CPU's row repeats it).
@@ -71,6 +111,7 @@ pub fn read_tables(pids: &[u32]) -> Vec<ConntrackTable> {
             pid,
             count,
             max,
+            destinations: Vec::new(),
         });
     }
     out
@@ -91,6 +132,23 @@ mod tests {
                    0000000a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000  00000000 00000000 00000000 00000000\n";
         assert_eq!(parse_entries(old), Some(10));
         assert_eq!(parse_entries("garbage\n"), None);
+    }
+
+    #[test]
+    fn destinations_are_named_or_summed_up_as_a_prefix() {
+        let ip = |s: &str| s.parse::<std::net::Ipv4Addr>().unwrap();
+        assert_eq!(summarize(&[ip("10.99.0.2"), ip("10.99.0.2")]), vec!["10.99.0.2"]);
+        let many: Vec<_> = (1..=20).map(|i| std::net::Ipv4Addr::new(192, 0, 2, i)).collect();
+        assert_eq!(summarize(&many), vec!["192.0.2.0/27"]);
+        let wide = [
+            ip("10.0.0.1"),
+            ip("10.0.0.2"),
+            ip("10.0.1.1"),
+            ip("10.3.0.1"),
+            ip("10.1.0.0"),
+        ];
+        assert_eq!(summarize(&wide), vec!["10.0.0.0/14"]);
+        assert!(summarize(&[]).is_empty());
     }
 
     #[test]
