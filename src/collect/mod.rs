@@ -543,6 +543,8 @@ pub struct Collector {
     thread_cpu: HashMap<u32, ThreadCpuTime>,
     /// where the cgroup hierarchies with the cpu controller are mounted, read once
     cgroup_mounts: std::cell::OnceCell<crate::system::cpu_limits::CgroupMounts>,
+    /// the family's cgroups seen so far, read for their quota each sample
+    quotas: crate::system::cpu_limits::QuotaWatch,
 }
 
 impl Collector {
@@ -562,6 +564,7 @@ impl Collector {
             retired: Vec::new(),
             thread_cpu: HashMap::new(),
             cgroup_mounts: std::cell::OnceCell::new(),
+            quotas: Default::default(),
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
@@ -990,7 +993,7 @@ impl Collector {
             t_ns: now_ns,
             tunables,
             socket_drops_seen: self.rx_sk,
-            cgroups: crate::system::cpu_limits::read_quotas(&live, mounts),
+            cgroups: self.quotas.read(&live, mounts),
             steal: crate::system::cpu_limits::read_steal(&live),
             conntrack: self.conntrack_tables(&live),
             processes,

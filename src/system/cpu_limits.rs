@@ -212,34 +212,48 @@ fn ancestors(path: &str) -> Vec<String> {
     out
 }
 
-/// Every cgroup with a CPU quota that holds one of `pids` (its own or an ancestor), with the
-/// pids it holds. A process gone or a hierarchy not mounted is left out.
-pub fn read_quotas(pids: &[u32], mounts: &CgroupMounts) -> Vec<CgroupCpu> {
-    let mut found: BTreeMap<(u8, String), CgroupCpu> = BTreeMap::new();
-    for &pid in pids {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            continue;
-        };
-        for (version, path) in parse_proc_cgroup(&text) {
-            for level in ancestors(&path) {
-                let key = (version, level.clone());
-                if let Some(c) = found.get_mut(&key) {
-                    if !c.pids.contains(&pid) {
-                        c.pids.push(pid);
-                    }
-                    continue;
-                }
-                let Some(dir) = mounts.dir(version, &level) else {
-                    continue;
-                };
-                if let Some(mut c) = read_level(version, &dir, &level) {
-                    c.pids.push(pid);
-                    found.insert(key, c);
+/// The cgroups a process is in, with their ancestors: (version, path) of each level, in the
+/// unified hierarchy and the v1 `cpu` one. Empty for a process gone.
+pub fn levels_of(pid: u32) -> Vec<(u8, String)> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return Vec::new();
+    };
+    parse_proc_cgroup(&text)
+        .into_iter()
+        .flat_map(|(version, path)| ancestors(&path).into_iter().map(move |l| (version, l)))
+        .collect()
+}
+
+/// Family members' cgroups seen so far, kept so that a cgroup is still read after its
+/// processes exit (its last throttling comes after the sample that saw them alive).
+#[derive(Debug, Default)]
+pub struct QuotaWatch {
+    /// (version, path) -> the family's pids seen in it or below it
+    levels: BTreeMap<(u8, String), Vec<u32>>,
+}
+
+impl QuotaWatch {
+    /// Notes the cgroups of `live` members, then reads every level seen so far that has a
+    /// quota. A hierarchy not mounted or a cgroup removed is left out.
+    pub fn read(&mut self, live: &[u32], mounts: &CgroupMounts) -> Vec<CgroupCpu> {
+        for &pid in live {
+            for key in levels_of(pid) {
+                let pids = self.levels.entry(key).or_default();
+                if !pids.contains(&pid) {
+                    pids.push(pid);
                 }
             }
         }
+        self.levels
+            .iter()
+            .filter_map(|((version, path), pids)| {
+                let dir = mounts.dir(*version, path)?;
+                let mut c = read_level(*version, &dir, path)?;
+                c.pids = pids.clone();
+                Some(c)
+            })
+            .collect()
     }
-    found.into_values().collect()
 }
 
 /// A CPU list as /proc/PID/status writes it (`0-3,8,10-11`).
@@ -352,6 +366,8 @@ mod tests {
         );
         assert_eq!(ancestors("/a/b/c"), vec!["/a/b/c", "/a/b", "/a", "/"]);
         assert_eq!(ancestors("/"), vec!["/"]);
+        let mine = levels_of(std::process::id());
+        assert!(mine.iter().any(|(_, p)| p == "/"), "{mine:?}");
     }
 
     #[test]
