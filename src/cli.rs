@@ -500,6 +500,10 @@ pub struct SendOptions {
     /// Source port to bind (0: any).
     #[arg(long, default_value_t = 0)]
     pub src_port: u16,
+    /// Destination ports: packet i goes to --to's port + (i mod N), as a scanner probes N ports
+    /// (each port its own flow); 1 to 4096, sendto and sendmmsg only.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub ports: u16,
     /// Fault injection for the tsc pacer: take F times the calibrated TSC frequency, so that
     /// every slot lasts F times 1/rate (a mis-calibrated pacer; 0.25..=1000, default 1: none).
     /// Slots may be far too long (a short run of a slot derived wildly wrong), never more than
@@ -567,6 +571,13 @@ pub enum Scenario {
     /// The responder of responder-kinds with 100 us and 200 us of work, fed 5,000 pps of each
     /// kind: it needs more than its one CPU, and its socket buffer overflows (SOCKET_RCVBUFF).
     ReceiverCpuBound,
+    /// Connection tracking on in the sender namespace and its table full (the global
+    /// nf_conntrack_max lowered for the run, restored after): the sender's flows to 2 of its 4
+    /// ports are refused, EPERM from sendto and NETFILTER_DROP.
+    ConntrackFull,
+    /// The sender in a cgroup with a CPU quota of 0.3 CPU, busy-waiting with per-packet slots:
+    /// throttled 70% of each period, the time is lost.
+    CgroupThrottled,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,6 +5,7 @@
 pub mod compare;
 pub mod hist;
 pub mod knee;
+pub mod limits;
 pub mod probe_cost;
 pub mod receive;
 pub mod scanner;
@@ -131,6 +132,9 @@ pub struct Analyzer {
     baseline: Option<Baseline>,
     /// what the scanner's own functions say, when a profile applies
     scanner: Option<ScannerModel>,
+    /// the ticks' outside limits added up, and the sample time of the latest tick
+    limits: limits::LimitsRun,
+    limits_t_ns: u64,
 }
 
 impl Analyzer {
@@ -146,6 +150,8 @@ impl Analyzer {
             start_bpf: None,
             baseline: None,
             scanner: None,
+            limits: limits::LimitsRun::default(),
+            limits_t_ns: 0,
         }
     }
 
@@ -200,12 +206,16 @@ impl Analyzer {
         // summary's totals but in no tick: the ticks' drop rows added up to one drop fewer
         // than the summary (18,169 of 18,170), which the live view's drop table and the
         // metrics show. Scanprof's own CPU and BPF time keep their reading.
+        // Cumulative readings that are not the family's counters keep their zero point too.
         self.prev = Some(CounterSample {
             t_ns: s.t_ns,
             self_cpu_ns: s.self_cpu_ns,
             bpf: s.bpf,
+            cgroups: s.cgroups,
+            steal: s.steal,
             ..Default::default()
         });
+        self.limits_t_ns = self.start_ns;
     }
 
     /// The machine's own figure at the requested rate, to set beside the target's.
@@ -308,10 +318,15 @@ impl Analyzer {
             scanner: None,
             connect_scanner: connect_scanner(&s.threads),
             receive,
+            limits: None,
             verdicts: Vec::new(),
             warnings: warnings.to_vec(),
         };
         let mut snapshot = snapshot;
+        let limits = limits::between(s, Some(&prev), interval_ns);
+        self.limits.add(&limits);
+        self.limits_t_ns = s.t_ns;
+        snapshot.limits = limits::tick_view(limits);
         snapshot.scanner = self.scanner_view(s);
         snapshot.verdicts = verdict::for_snapshot(&snapshot);
         self.prev = Some(s.clone());
@@ -425,12 +440,24 @@ impl Analyzer {
             scanner,
             connect,
             receive,
+            limits: self.run_limits(last, duration_ns),
             verdicts: Vec::new(),
             warnings,
             dropped_headers: Default::default(),
         };
         summary.verdicts = verdict::for_summary(&summary);
         summary
+    }
+
+    /// The run's outside limits: the ticks', and the last sample's since the latest tick when it
+    /// got none of its own.
+    fn run_limits(&self, last: &CounterSample, duration_ns: u64) -> Option<LimitsView> {
+        let mut run = self.limits.clone();
+        if last.t_ns > self.limits_t_ns {
+            let since = last.t_ns - self.limits_t_ns;
+            run.add(&limits::between(last, self.prev.as_ref(), since));
+        }
+        run.view(duration_ns.max(1) as f64 / 1e9)
     }
 
     fn ratio(&self, pps: f64) -> Option<f64> {

@@ -262,6 +262,10 @@ pub struct Snapshot {
     /// the receive funnel over the tick, when the family receives (absent otherwise)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// what bounds the family from outside its code over the interval: CPU quotas of its
+    /// cgroups, steal time on its CPUs, conntrack tables (absent when none applies)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsView>,
     /// whether connection attempts (connect on TCP sockets) are most of the family's send calls
     /// since attach: its packets are then SYNs, and achieved_pps connection attempts per second
     #[serde(default)]
@@ -367,6 +371,10 @@ pub struct Summary {
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// what bounds the family from outside its code over the interval: CPU quotas of its
+    /// cgroups, steal time on its CPUs, conntrack tables (absent when none applies)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsView>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -410,5 +418,90 @@ impl Summary {
             any = true;
         }
         any.then_some(sum)
+    }
+}
+
+/// What bounds the family from outside its own code over an interval (a tick, or the run): the
+/// CPU quotas of its cgroups and how often they throttled it, the time the hypervisor stole from
+/// its CPUs, and the conntrack tables of its network namespaces.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitsView {
+    /// cgroups with a CPU quota holding family processes (their own or an ancestor)
+    #[serde(default)]
+    pub cgroups: Vec<CgroupThrottleView>,
+    /// steal time on the CPUs the family may run on
+    #[serde(default)]
+    pub steal: Option<StealView>,
+    /// the conntrack tables of the family's network namespaces that hold entries
+    #[serde(default)]
+    pub conntrack: Vec<ConntrackView>,
+}
+
+impl LimitsView {
+    pub fn is_empty(&self) -> bool {
+        self.cgroups.is_empty() && self.steal.is_none() && self.conntrack.is_empty()
+    }
+}
+
+/// A cgroup's CPU quota and its throttling over the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CgroupThrottleView {
+    /// 1 (v1 `cpu` controller) or 2 (unified hierarchy)
+    pub version: u8,
+    /// path in its hierarchy, as /proc/PID/cgroup names it
+    pub path: String,
+    /// the family's processes in it or below it
+    pub pids: Vec<u32>,
+    /// the quota in CPUs (quota / period: 0.3 is 30% of one CPU)
+    pub cpus: f64,
+    /// CPU time allowed per period, us
+    pub quota_us: u64,
+    /// the period, us
+    pub period_us: u64,
+    /// periods with runnable tasks in the interval
+    pub periods: u64,
+    /// periods in which the quota ran out, in the interval
+    pub throttled_periods: u64,
+    /// time its tasks were throttled in the interval, s (summed over CPUs; a cgroup the family
+    /// joined during the interval counts from zero, at most the interval's length)
+    pub throttled_s: f64,
+}
+
+/// Hypervisor steal on the family's CPUs over the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StealView {
+    /// the CPUs the family may run on
+    pub cpus: Vec<u32>,
+    /// steal time on them in the interval, s, summed over them
+    pub steal_s: f64,
+    /// steal_s / (CPUs x interval): the share of their time the hypervisor took
+    pub share: f64,
+}
+
+/// The conntrack table of one network namespace of the family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConntrackView {
+    /// network namespace inode
+    pub netns: u32,
+    /// a family process in that namespace
+    pub pid: u32,
+    /// entries at the end of the interval
+    pub count: u64,
+    /// most entries read at any sample of the interval
+    pub peak: u64,
+    /// net.netfilter.nf_conntrack_max (one value for every namespace)
+    pub max: Option<u64>,
+    /// where the family's packets went, read when the table was full (addresses, or the prefix
+    /// holding them)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<String>,
+}
+
+impl ConntrackView {
+    /// Whether the table was at its limit at some sample: at least 95% of the maximum
+    /// (`system::conntrack::FULL_SHARE`).
+    pub fn full(&self) -> bool {
+        self.max
+            .is_some_and(|m| m > 0 && self.peak as f64 >= crate::system::conntrack::FULL_SHARE * m as f64)
     }
 }

@@ -476,6 +476,16 @@ pub struct CounterSample {
     /// empty when packets read are not classed
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recv_class_bounds: Vec<u32>,
+    /// the CPU quotas of the cgroups the family's live processes are in (their own or an
+    /// ancestor's), with their throttling counters, cumulative; empty when none has a quota
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<crate::system::cpu_limits::CgroupCpu>,
+    /// hypervisor steal time on the CPUs the family may run on, cumulative since boot
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<crate::system::cpu_limits::CpuSteal>,
+    /// the conntrack tables of the family's network namespaces that hold entries
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conntrack: Vec<crate::system::conntrack::ConntrackTable>,
 }
 
 fn yes() -> bool {
@@ -562,6 +572,10 @@ pub struct Collector {
     /// the latest user/system CPU time read for each receiving thread (kept for its exit, when
     /// /proc no longer has it)
     thread_cpu: HashMap<u32, ThreadCpuTime>,
+    /// where the cgroup hierarchies with the cpu controller are mounted, read once
+    cgroup_mounts: std::cell::OnceCell<crate::system::cpu_limits::CgroupMounts>,
+    /// the family's cgroups seen so far, read for their quota each sample
+    quotas: crate::system::cpu_limits::QuotaWatch,
 }
 
 impl Collector {
@@ -580,6 +594,8 @@ impl Collector {
             reasons,
             retired: Vec::new(),
             thread_cpu: HashMap::new(),
+            cgroup_mounts: std::cell::OnceCell::new(),
+            quotas: Default::default(),
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
@@ -997,12 +1013,22 @@ impl Collector {
         } else {
             Default::default()
         };
+        let processes = self.processes(&threads);
+        // A few small /proc and cgroup reads per live member and tick: what bounds the family
+        // from outside its code (CPU quota, steal, the conntrack table).
+        let live: Vec<u32> = processes.iter().filter(|p| p.alive).map(|p| p.pid).collect();
+        let mounts = self
+            .cgroup_mounts
+            .get_or_init(crate::system::cpu_limits::CgroupMounts::read);
         CounterSample {
             t_ns: now_ns,
             tunables,
             socket_drops_seen: self.rx_sk,
             recv_class_bounds: self.probes.recv_class_bounds().to_vec(),
-            processes: self.processes(&threads),
+            cgroups: self.quotas.read(&live, mounts),
+            steal: crate::system::cpu_limits::read_steal(&live),
+            conntrack: self.conntrack_tables(&live),
+            processes,
             threads,
             drops,
             devices,
@@ -1015,6 +1041,19 @@ impl Collector {
             uprobes,
             bpf: self.bpf.sample(&mut self.probes, now_ns),
         }
+    }
+
+    /// The conntrack tables of the family's namespaces; a full one names where the family's
+    /// packets went (read from the flows map only then).
+    fn conntrack_tables(&self, live: &[u32]) -> Vec<crate::system::conntrack::ConntrackTable> {
+        let mut tables = crate::system::conntrack::read_tables(live);
+        if tables.iter().any(|t| t.nearly_full()) {
+            let dest = crate::system::conntrack::summarize(&self.probes.flow_addresses_v4(4096));
+            for t in tables.iter_mut().filter(|t| t.nearly_full()) {
+                t.destinations = dest.clone();
+            }
+        }
+        tables
     }
 
     /// The kernel's drop-reason names, number -> name.

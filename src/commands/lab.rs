@@ -79,6 +79,11 @@ pub struct Staging {
     /// instead of the reference sender, a process family that never sends (see
     /// [`NEVER_STARTED_SCRIPT`]), profiled with the generic profile
     pub never_sends: bool,
+    /// connection tracking on in the sender namespace, its table filled up to this many free
+    /// entries (see [`ConntrackFill`])
+    pub conntrack_free: Option<u64>,
+    /// the sender runs in a cgroup of its own with this CPU quota, in CPUs (see [`CpuQuota`])
+    pub cpu_quota: Option<f64>,
     pub expect: Expectation,
 }
 
@@ -150,6 +155,9 @@ pub enum Truth {
     /// in the target namespace. For the short-miscalibration scenario it should also be close
     /// to 1 - 1/skew by construction.
     ReceiverGap,
+    /// The packets the sender namespace's conntrack refused (the `drop` column of its
+    /// /proc/net/stat/nf_conntrack) / (requested x duration).
+    ConntrackDrops,
 }
 
 impl Truth {
@@ -170,6 +178,7 @@ impl Truth {
             Truth::ReceiverGap => {
                 "1 - received rate/requested, the lab receiver's (packets - 1)/(last - first) by the kernel's receive timestamps"
             }
+            Truth::ConntrackDrops => "conntrack drops/(requested x duration), sender namespace /proc/net/stat/nf_conntrack",
         }
     }
 }
@@ -200,6 +209,8 @@ pub fn staging(s: Scenario) -> Staging {
         connect_scan: false,
         syn_scan_ports: None,
         never_sends: false,
+        conntrack_free: None,
+        cpu_quota: None,
         expect: expect("gap", "no_gap", Truth::Gap),
     };
     match s {
@@ -383,6 +394,23 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
             ..base
         },
+        // 1000 pps cycling over 4 ports, one flow each; the table has room for 2 more entries:
+        // the first two flows get them, the other two are refused at every packet (half).
+        Scenario::ConntrackFull => Staging {
+            rate: 1_000.0,
+            flags: &["--ports", "4"],
+            conntrack_free: Some(2),
+            expect: expect("gap", "conntrack_full", Truth::ConntrackDrops),
+            ..base
+        },
+        // A busy-waiting pacer uses a whole CPU; 0.3 CPU lets it run 30 ms of every 100 ms, and
+        // per-packet slots lose the other 70.
+        Scenario::CgroupThrottled => Staging {
+            flags: &["--pacer", "clock", "--slot", "per-packet"],
+            cpu_quota: Some(0.3),
+            expect: expect("gap", "cgroup_throttled", Truth::Gap),
+            ..base
+        },
     }
 }
 
@@ -510,6 +538,13 @@ pub struct LabReport {
     /// scanprof's figures against the fixture's own counters (responder, relay scenarios)
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fixture_checks: Vec<super::lab_fixtures::FixtureCheck>,
+    /// packets the sender namespace's conntrack refused (its /proc/net/stat/nf_conntrack
+    /// `drop`; conntrack scenarios only)
+    pub sender_ct_drops: Option<u64>,
+    /// how the conntrack table was filled and the global limit set and restored
+    pub conntrack: Option<ConntrackReport>,
+    /// the sender's cgroup and its own throttling counters
+    pub cgroup: Option<CgroupReport>,
 }
 
 /// The CPU hog: where it ran and what it took.
@@ -625,6 +660,8 @@ struct Counts {
     echoed: Option<u64>,
     /// the lab receiver's rate by its kernel receive timestamps, pps (set after the run)
     receiver_pps: Option<f64>,
+    /// packets the sender namespace's conntrack refused (`drop` of /proc/net/stat/nf_conntrack)
+    sender_ct_drops: Option<u64>,
 }
 
 impl Counts {
@@ -655,6 +692,13 @@ impl Counts {
             sender_link_tx: lab.link(crate::lab::Side::Sender).ok().map(|l| l.tx_packets),
             echoed: None,
             receiver_pps: None,
+            sender_ct_drops: netstat::run_in_netns(
+                Some(&lab.sender_ns),
+                "cat",
+                &["/proc/net/stat/nf_conntrack"],
+            )
+            .ok()
+            .and_then(|t| conntrack_stat(&t, "drop")),
         }
     }
 
@@ -673,6 +717,7 @@ impl Counts {
             sender_link_tx: d(self.sender_link_tx, before.sender_link_tx),
             echoed: self.echoed,
             receiver_pps: self.receiver_pps,
+            sender_ct_drops: d(self.sender_ct_drops, before.sender_ct_drops),
         }
     }
 }
@@ -728,6 +773,7 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
             Some((gap - waited).max(0.0))
         }
         Truth::ReceiverGap => share(counts.receiver_pps?, rate).map(|r| 1.0 - r),
+        Truth::ConntrackDrops => share(counts.sender_ct_drops? as f64, rate * duration_s),
     }
 }
 
@@ -1423,6 +1469,13 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             &format!("net.ipv4.neigh.{dev}.retrans_time_ms=100"),
         ])?;
     }
+    // Both undone on drop, also on an error or a panic: the global conntrack limit restored,
+    // the cgroup removed.
+    let conntrack = stage
+        .conntrack_free
+        .map(|free| ConntrackFill::start(&lab, free))
+        .transpose()?;
+    let quota = stage.cpu_quota.map(CpuQuota::create).transpose()?;
     let placement = Placement::choose()?;
     // Started before any thread of ours (the sink, the session), and bounded like the run.
     let hog = if stage.hog {
@@ -1504,13 +1557,21 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);
+    let mover = quota
+        .as_ref()
+        .map(|q| q.take_sender(sender.clone()))
+        .transpose()?;
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
     let output = super::profile::Output::choose(o.json, o.no_tui);
     let argv_shown = argv.clone();
     let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
     // After the run this thread reads the lab's counters and deletes its namespaces.
-    cfg.keep_also = &crate::system::privileges::FOR_LAB;
+    cfg.keep_also = if quota.is_some() {
+        &crate::system::privileges::FOR_LAB_CGROUP
+    } else {
+        &crate::system::privileges::FOR_LAB
+    };
     let metrics = crate::views::metrics::MetricsTargets {
         listen: o.metrics,
         file: o.metrics_file.clone(),
@@ -1522,6 +1583,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);
     let hog = hog.map(Hog::stop);
+    let moved = mover.map(QuotaMover::finish);
     drop(placement);
     // Let the last packets drain through the lab before reading the independent counters.
     std::thread::sleep(Duration::from_millis(300));
@@ -1533,6 +1595,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
     counts.echoed = echoed;
     counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
+    let conntrack = conntrack.map(ConntrackFill::finish).transpose()?;
+    let cgroup = quota.map(|q| q.finish(moved)).transpose()?;
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
     let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener) {
         (Some(r), Some(own)) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
@@ -1576,6 +1640,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         truth_kind: stage.expect.truth,
         check,
         fixture_checks,
+        sender_ct_drops: counts.sender_ct_drops.filter(|_| conntrack.is_some()),
+        conntrack,
+        cgroup,
     };
     lab.destroy()?;
     if o.json {
@@ -1650,6 +1717,22 @@ fn lab_text(r: &LabReport) -> String {
     ) {
         o += &format!(
             "  /proc/PID/schedstat of the sender: {cpu:.3} s on CPU, {delay:.3} s waiting for a CPU\n"
+        );
+    }
+    if let Some(c) = &r.conntrack {
+        o += &format!(
+            "  conntrack: nf_conntrack_max {} for the run (restored to {}), {} tracked TCP connections held, {} entries free | the sender namespace's conntrack refused {} packets\n",
+            c.max_set,
+            c.saved_max,
+            c.held,
+            c.free,
+            r.sender_ct_drops.map_or("-".to_string(), |d| d.to_string())
+        );
+    }
+    if let Some(c) = &r.cgroup {
+        o += &format!(
+            "  cgroup v{} {} (quota {} us per {} us): throttled in {} of {} periods, {:.3} s by its own count\n",
+            c.version, c.path, c.quota_us, c.period_us, c.nr_throttled, c.nr_periods, c.throttled_s
         );
     }
     if let Some(h) = &r.hog {
@@ -1815,6 +1898,377 @@ pub fn suite_table(rows: &[SuiteRow]) -> String {
     o
 }
 
+/// One column of /proc/net/stat/nf_conntrack, summed over the CPUs' rows (hex; `entries` is
+/// the same in every row and is not summed).
+fn conntrack_stat(text: &str, column: &str) -> Option<u64> {
+    let mut lines = text.lines();
+    let at = lines.next()?.split_whitespace().position(|c| c == column)?;
+    let rows: Vec<u64> = lines
+        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(at)?, 16).ok())
+        .collect();
+    match column {
+        "entries" => rows.first().copied(),
+        _ => (!rows.is_empty()).then(|| rows.iter().sum()),
+    }
+}
+
+const CONNTRACK_MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+/// The global limit the conntrack scenario sets for its run.
+const CONNTRACK_LAB_MAX: u64 = 64;
+/// TCP port of the target's listener the tracked connections go to.
+const CONNTRACK_FILL_PORT: u16 = 7000;
+
+/// Connection tracking on in the sender namespace (an nftables rule on `ct state`), and its
+/// table filled: `net.netfilter.nf_conntrack_max` is one value for every namespace (read-only
+/// outside the initial one on kernels 6.1 to 6.18), so the global value is lowered to
+/// CONNTRACK_LAB_MAX for the run, then max - free TCP connections (assured entries, never
+/// evicted) are opened and held. Refused when another namespace tracks connections, whose new
+/// connections the low limit would refuse too. The saved limit is restored by `finish`, and on
+/// drop (an error or a panic); a SIGKILL of scanprof leaves it lowered: `sysctl -w
+/// net.netfilter.nf_conntrack_max=N` restores it by hand.
+struct ConntrackFill {
+    saved_max: Option<u64>,
+    held: Vec<std::net::TcpStream>,
+    _listener: Option<std::net::TcpListener>,
+    free: u64,
+}
+
+/// What the conntrack scenario set up.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConntrackReport {
+    /// the global nf_conntrack_max before the run, restored after it
+    pub saved_max: u64,
+    /// the value set for the run
+    pub max_set: u64,
+    /// tracked TCP connections held open through the run
+    pub held: usize,
+    /// entries left free for the sender's flows
+    pub free: u64,
+}
+
+impl ConntrackFill {
+    fn start(lab: &Lab, free: u64) -> anyhow::Result<ConntrackFill> {
+        let read_max = || -> anyhow::Result<u64> {
+            let t = std::fs::read_to_string(CONNTRACK_MAX).with_context(|| {
+                format!("cannot read {CONNTRACK_MAX}: is connection tracking in this kernel?")
+            })?;
+            t.trim().parse().context("nf_conntrack_max is not a number")
+        };
+        let saved = read_max()?;
+        let sender_netns = netns_id_of(&lab.sender_ns);
+        if let Some((netns, pid, entries)) = other_tracking_namespace(sender_netns) {
+            bail!(
+                "connection tracking holds {entries} entries in network namespace {netns} (pid {pid}): \
+                 lowering the global nf_conntrack_max for this scenario would refuse its new connections too; \
+                 run it where nothing else tracks connections"
+            );
+        }
+        for args in [
+            &["add", "table", "ip", "scanprof_lab"][..],
+            &[
+                "add",
+                "chain",
+                "ip",
+                "scanprof_lab",
+                "out",
+                "{ type filter hook output priority 0 ; }",
+            ],
+            &[
+                "add",
+                "rule",
+                "ip",
+                "scanprof_lab",
+                "out",
+                "ct",
+                "state",
+                "new",
+                "accept",
+            ],
+        ] {
+            netstat::run_in_netns(Some(&lab.sender_ns), "nft", args).context(
+                "cannot turn connection tracking on in the lab's sender namespace (is nftables installed? \
+                 scripts/setup installs it)",
+            )?;
+        }
+        let mut fill = ConntrackFill {
+            saved_max: Some(saved),
+            held: Vec::new(),
+            _listener: None,
+            free,
+        };
+        std::fs::write(CONNTRACK_MAX, CONNTRACK_LAB_MAX.to_string())
+            .with_context(|| format!("cannot write {CONNTRACK_MAX}"))?;
+        let at = SocketAddrV4::new(lab.target_addr, CONNTRACK_FILL_PORT);
+        fill._listener = Some(lab.in_target(move || std::net::TcpListener::bind(at))??);
+        let n = CONNTRACK_LAB_MAX.saturating_sub(free) as usize;
+        fill.held = lab.in_sender(move || -> std::io::Result<Vec<std::net::TcpStream>> {
+            (0..n).map(|_| std::net::TcpStream::connect(at)).collect()
+        })??;
+        // The final ACK of each handshake makes its entry assured; wait until all are counted.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let count = netstat::run_in_netns(Some(&lab.sender_ns), "cat", &["/proc/net/stat/nf_conntrack"])
+                .ok()
+                .and_then(|t| conntrack_stat(&t, "entries"));
+            if count == Some(n as u64) {
+                break;
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the sender namespace's conntrack table holds {count:?} entries, not the {n} connections opened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(fill)
+    }
+
+    /// Restores the global limit and closes the connections.
+    fn finish(mut self) -> anyhow::Result<ConntrackReport> {
+        let saved = self.saved_max.take().unwrap_or(0);
+        let held = std::mem::take(&mut self.held).len();
+        std::fs::write(CONNTRACK_MAX, saved.to_string())
+            .with_context(|| format!("cannot restore {CONNTRACK_MAX} to {saved}: set it by hand"))?;
+        Ok(ConntrackReport {
+            saved_max: saved,
+            max_set: CONNTRACK_LAB_MAX,
+            held,
+            free: self.free,
+        })
+    }
+}
+
+impl Drop for ConntrackFill {
+    fn drop(&mut self) {
+        if let Some(saved) = self.saved_max.take() {
+            if std::fs::write(CONNTRACK_MAX, saved.to_string()).is_err() {
+                eprintln!("scanprof: could not restore {CONNTRACK_MAX} to {saved}: set it with sysctl");
+            }
+        }
+    }
+}
+
+/// The network namespace inode of a named lab namespace.
+fn netns_id_of(ns: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/run/netns/{ns}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// A network namespace other than `except` whose conntrack table holds entries: (inode, a pid
+/// in it, entries), from every process's /proc/PID/net/stat/nf_conntrack.
+fn other_tracking_namespace(except: Option<u64>) -> Option<(u64, u32, u64)> {
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(netns) = crate::system::conntrack::netns_of(pid).map(u64::from) else {
+            continue;
+        };
+        if Some(netns) == except || !seen.insert(netns) {
+            continue;
+        }
+        let entries = std::fs::read_to_string(format!("/proc/{pid}/net/stat/nf_conntrack"))
+            .ok()
+            .and_then(|t| conntrack_stat(&t, "entries"))
+            .unwrap_or(0);
+        if entries > 0 {
+            return Some((netns, pid, entries));
+        }
+    }
+    None
+}
+
+/// A cgroup of the lab's own with a CPU quota: in the unified hierarchy when its cpu controller
+/// is enabled there, else in the v1 `cpu` hierarchy. Removed by `finish` and on drop (its
+/// processes moved back to the hierarchy's root first).
+pub(crate) struct CpuQuota {
+    version: u8,
+    dir: std::path::PathBuf,
+    /// the hierarchy root's cgroup.procs
+    root_procs: std::path::PathBuf,
+    quota_us: u64,
+    removed: bool,
+}
+
+/// The sender's cgroup and its own counters after the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupReport {
+    pub version: u8,
+    /// path in its hierarchy
+    pub path: String,
+    pub quota_us: u64,
+    pub period_us: u64,
+    /// periods, throttled periods and throttled time, s, from its cpu.stat
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_s: f64,
+    /// whether the sender was moved into it
+    pub sender_moved: bool,
+}
+
+/// The quota's period, us.
+const QUOTA_PERIOD_US: u64 = 100_000;
+static QUOTAS_CREATED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl CpuQuota {
+    pub(crate) fn create(cpus: f64) -> anyhow::Result<CpuQuota> {
+        use crate::system::cpu_limits::CgroupMounts;
+        let mounts = CgroupMounts::read();
+        let name = format!(
+            "scanprof-lab-{}-{}",
+            std::process::id(),
+            QUOTAS_CREATED.fetch_add(1, Ordering::Relaxed)
+        );
+        let quota_us = ((cpus * QUOTA_PERIOD_US as f64).round() as u64).max(1000);
+        let v2 = mounts
+            .v2
+            .as_ref()
+            .map(|(point, _)| std::path::PathBuf::from(point))
+            .filter(|p| {
+                let has_cpu = |f: &str| {
+                    std::fs::read_to_string(p.join(f)).is_ok_and(|t| t.split_whitespace().any(|c| c == "cpu"))
+                };
+                has_cpu("cgroup.controllers") && has_cpu("cgroup.subtree_control")
+            });
+        let (version, root) = match (v2, &mounts.v1_cpu) {
+            (Some(root), _) => (2, root),
+            (None, Some((point, _))) => (1, std::path::PathBuf::from(point)),
+            (None, None) => bail!(
+                "no cgroup hierarchy with the cpu controller: neither cgroup2 with cpu in its root's \
+                 cgroup.subtree_control nor a v1 cpu mount (see /proc/self/mountinfo)"
+            ),
+        };
+        let dir = root.join(&name);
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create the cgroup {}", dir.display()))?;
+        let q = CpuQuota {
+            version,
+            dir,
+            root_procs: root.join("cgroup.procs"),
+            quota_us,
+            removed: false,
+        };
+        let write = |file: &str, value: String| {
+            std::fs::write(q.dir.join(file), &value)
+                .with_context(|| format!("cannot write {value} to {}", q.dir.join(file).display()))
+        };
+        if version == 2 {
+            write("cpu.max", format!("{quota_us} {QUOTA_PERIOD_US}"))?;
+        } else {
+            write("cpu.cfs_period_us", QUOTA_PERIOD_US.to_string())?;
+            write("cpu.cfs_quota_us", quota_us.to_string())?;
+        }
+        Ok(q)
+    }
+
+    /// Moves the sender into the cgroup as soon as it runs, from a thread of its own.
+    fn take_sender(&self, sender: SenderId) -> anyhow::Result<QuotaMover> {
+        let procs = self.dir.join("cgroup.procs");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("lab-quota".into())
+            .spawn(move || {
+                // Writing a pid into a root-owned cgroup.procs needs root's uid, no capability.
+                let _ = crate::system::privileges::drop_to(&[]);
+                while !flag.load(Ordering::Relaxed) {
+                    if let Some(pid) = children_of_self().into_iter().find(|p| sender.is(*p)) {
+                        return std::fs::write(&procs, pid.to_string()).is_ok();
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                false
+            })
+            .context("cannot start the cgroup thread")?;
+        Ok(QuotaMover {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The cgroup's own counters, then the cgroup removed.
+    fn finish(mut self, moved: Option<bool>) -> anyhow::Result<CgroupReport> {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat"))
+            .ok()
+            .and_then(|t| crate::system::cpu_limits::parse_cpu_stat(&t))
+            .unwrap_or_default();
+        let report = CgroupReport {
+            version: self.version,
+            path: format!(
+                "/{}",
+                self.dir
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+            ),
+            quota_us: self.quota_us,
+            period_us: QUOTA_PERIOD_US,
+            nr_periods: stat.0,
+            nr_throttled: stat.1,
+            throttled_s: stat.2 as f64 / 1e9,
+            sender_moved: moved.unwrap_or(false),
+        };
+        self.remove()?;
+        Ok(report)
+    }
+
+    fn remove(&mut self) -> anyhow::Result<()> {
+        if self.removed {
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            // Whatever is left in it (the sender, should it still run) goes back to the root.
+            if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+                for pid in pids.split_whitespace() {
+                    let _ = std::fs::write(&self.root_procs, pid);
+                }
+            }
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => {
+                    self.removed = true;
+                    return Ok(());
+                }
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(e).with_context(|| format!("cannot remove the cgroup {}", self.dir.display()))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            eprintln!("scanprof: {e:#}");
+        }
+    }
+}
+
+/// The thread that moves the sender into its cgroup.
+struct QuotaMover {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<bool>>,
+}
+
+impl QuotaMover {
+    /// Whether the sender was moved.
+    fn finish(mut self) -> bool {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(false)
+    }
+}
+
+impl Drop for QuotaMover {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1913,6 +2367,7 @@ mod tests {
             sender_link_tx: Some(800),
             echoed: None,
             receiver_pps: None,
+            sender_ct_drops: Some(2_000),
         };
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((gap - 0.5).abs() < 1e-9, "{gap}");
@@ -1947,6 +2402,9 @@ mod tests {
             ..counts
         };
         assert_eq!(measured_truth(Truth::Unanswered, 20.0, 5.0, echo, &[]), Some(0.0));
+        // 2000 refused of 1000 pps x 5 s asked.
+        let ct = measured_truth(Truth::ConntrackDrops, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((ct - 0.4).abs() < 1e-9, "{ct}");
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn config_for(o: &SendOptions, destinations: Destinations) -> anyhow::Result
     cfg.size = o.size;
     cfg.sndbuf = o.sndbuf;
     cfg.src_port = o.src_port;
+    cfg.ports = o.ports;
     cfg.calibration_skew = o.calibration_skew;
     cfg.pacer = match o.pacer {
         PacerArg::Tsc => PacerKind::Tsc,

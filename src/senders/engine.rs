@@ -52,6 +52,9 @@ pub struct SendConfig {
     pub method: Method,
     /// source port (0: any for UDP sockets, 40000 for raw and packet frames)
     pub src_port: u16,
+    /// destination ports from `to`'s: packet i goes to port + (i mod ports); sendto and
+    /// sendmmsg only
+    pub ports: u16,
     /// fault injection for the tsc pacer: the calibrated TSC frequency is taken this many times
     /// too high, so each slot lasts this many times 1/rate (1.0: no fault)
     pub calibration_skew: f64,
@@ -80,6 +83,7 @@ impl SendConfig {
             slot: SlotModel::Deadline,
             method: Method::Sendto,
             src_port: 0,
+            ports: 1,
             calibration_skew: 1.0,
             destinations: Destinations::LocalOnly,
         }
@@ -159,6 +163,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
         sndbuf: cfg.sndbuf,
         src_port: cfg.src_port,
         keep_replies: cfg.keep_replies,
+        ports: cfg.ports,
     };
     let mut sender = Sender::open(&cfg.method, &target)?;
     symbols::plan_slots(cfg.slot, batch);

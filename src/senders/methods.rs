@@ -82,6 +82,8 @@ pub struct Target {
     pub src_port: u16,
     /// a packet socket receives every frame of the namespace (ETH_P_ALL), never read
     pub keep_replies: bool,
+    /// packet i goes to `to`'s port + (i mod ports) (UDP sockets only)
+    pub ports: u16,
 }
 
 /// Which destinations a send may go to.
@@ -150,13 +152,23 @@ impl Sender {
              --method sendto, sendmmsg or raw",
             target.to.ip()
         );
+        let ports = target.ports.max(1);
+        ensure!(
+            ports == 1 || matches!(method, Method::Sendto | Method::Sendmmsg { .. }),
+            "--ports goes with --method sendto or sendmmsg"
+        );
+        ensure!(
+            u32::from(target.to.port()) + u32::from(ports) - 1 <= u32::from(u16::MAX),
+            "--ports {ports} from port {} passes port 65535",
+            target.to.port()
+        );
         let kind = match method {
             Method::Sendto | Method::Sendmmsg { .. } => {
                 let socket = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, target.src_port))
                     .with_context(|| format!("cannot bind UDP source port {}", target.src_port))?;
                 set_sndbuf(&socket, target.sndbuf)?;
                 let batch = method.batch() as usize;
-                Kind::Udp(socket, Datagrams::new(batch, target.size, target.to))
+                Kind::Udp(socket, Datagrams::new(batch, target.size, target.to, ports))
             }
             Method::Raw => {
                 // SAFETY: plain socket(2); the fd is owned by the OwnedFd right away.
@@ -329,11 +341,12 @@ struct Datagrams {
     payloads: Vec<Vec<u8>>,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
-    dest: SockaddrIn,
+    /// one address per destination port; packet `seq` goes to dests[seq % len]
+    dests: Vec<SockaddrIn>,
 }
 
 impl Datagrams {
-    fn new(batch: usize, size: usize, dest: SocketAddrV4) -> Self {
+    fn new(batch: usize, size: usize, dest: SocketAddrV4, ports: u16) -> Self {
         let iovec = libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -345,8 +358,14 @@ impl Datagrams {
             payloads: vec![vec![0; size]; batch],
             iovecs: vec![iovec; batch],
             headers: vec![header; batch],
-            dest: SockaddrIn::from(dest),
+            dests: (0..ports.max(1))
+                .map(|i| SockaddrIn::from(SocketAddrV4::new(*dest.ip(), dest.port().wrapping_add(i))))
+                .collect(),
         }
+    }
+
+    fn dest(&self, seq: u64) -> &SockaddrIn {
+        &self.dests[(seq % self.dests.len() as u64) as usize]
     }
 
     fn batch(&self) -> usize {
@@ -363,6 +382,7 @@ impl Datagrams {
     fn sendto(&mut self, fd: RawFd, seq: u64) -> nix::Result<()> {
         self.stamp(seq, 1);
         let payload = &self.payloads[0];
+        let dest = self.dest(seq);
         // SAFETY: payload and dest are valid for the duration of the call.
         let r = unsafe {
             libc::sendto(
@@ -370,8 +390,8 @@ impl Datagrams {
                 payload.as_ptr().cast(),
                 payload.len(),
                 0,
-                self.dest.as_ptr().cast(),
-                self.dest.len(),
+                dest.as_ptr().cast(),
+                dest.len(),
             )
         };
         Errno::result(r).map(drop)
@@ -387,10 +407,12 @@ impl Datagrams {
             };
         }
         let iovecs = self.iovecs.as_mut_ptr();
+        let count = self.dests.len() as u64;
         for (i, header) in self.headers[..n].iter_mut().enumerate() {
             let header = &mut header.msg_hdr;
-            header.msg_name = self.dest.as_ptr().cast_mut().cast();
-            header.msg_namelen = self.dest.len();
+            let dest = &self.dests[((first_seq + i as u64) % count) as usize];
+            header.msg_name = dest.as_ptr().cast_mut().cast();
+            header.msg_namelen = dest.len();
             header.msg_iov = iovecs.wrapping_add(i);
             header.msg_iovlen = 1;
         }
@@ -837,7 +859,62 @@ mod tests {
             sndbuf: None,
             src_port: 1234,
             keep_replies: false,
+            ports: 1,
         }
+    }
+
+    /// Packet i goes to port + (i mod N), with sendto and with sendmmsg; raw and packet frames
+    /// refuse more than one port.
+    #[test]
+    fn packets_cycle_over_the_destination_ports() {
+        for method in [Method::Sendto, Method::Sendmmsg { batch: 4 }] {
+            let socks: Vec<std::net::UdpSocket> = (0..3)
+                .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+                .collect();
+            // Three consecutive free ports are not guaranteed: bind the first, and try the
+            // next two; skip this method's round when they are taken.
+            let base = socks[0].local_addr().unwrap().port();
+            drop(socks);
+            let Ok(rx): Result<Vec<std::net::UdpSocket>, _> = (0..3)
+                .map(|i| std::net::UdpSocket::bind(("127.0.0.1", base + i)))
+                .collect()
+            else {
+                continue;
+            };
+            let mut t = target([127, 0, 0, 1]);
+            t.to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, base);
+            t.src_port = 0;
+            t.ports = 3;
+            let mut sender = Sender::open(&method, &t).unwrap();
+            let mut sent = 0;
+            while sent < 12 {
+                sent += sender.send(sent, method.batch() as usize);
+            }
+            sent += sender.flush();
+            assert_eq!(sent, 12, "{}", method.name());
+            let mut buf = [0u8; 128];
+            for (i, r) in rx.iter().enumerate() {
+                r.set_nonblocking(true).unwrap();
+                let mut seqs = Vec::new();
+                while let Ok(n) = r.recv(&mut buf) {
+                    assert!(n >= 8);
+                    seqs.push(u64::from_be_bytes(buf[..8].try_into().unwrap()));
+                }
+                assert_eq!(
+                    seqs,
+                    [i as u64, i as u64 + 3, i as u64 + 6, i as u64 + 9],
+                    "{}",
+                    method.name()
+                );
+            }
+        }
+        let mut t = target([127, 0, 0, 1]);
+        t.ports = 2;
+        let err = Sender::open(&Method::Raw, &t).err().expect("raw with two ports");
+        assert!(err.to_string().contains("--ports goes with"), "{err}");
+        t.to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 65535);
+        let err = Sender::open(&Method::Sendto, &t).err().expect("past port 65535");
+        assert!(err.to_string().contains("passes port 65535"), "{err}");
     }
 
     /// A destination a user named is taken as it is (the check never touches the network);

@@ -3,6 +3,8 @@
 
 pub mod caps;
 pub mod child;
+pub mod conntrack;
+pub mod cpu_limits;
 pub mod machine;
 pub mod netstat;
 pub mod privileges;

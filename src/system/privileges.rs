@@ -43,6 +43,10 @@ pub const FOR_BUNDLE: Cap = caps::CAP_DAC_OVERRIDE;
 /// counters of its namespaces (`ip netns exec`: setns and a private /sys mount, CAP_SYS_ADMIN)
 /// and deletes its veths and namespaces (CAP_NET_ADMIN, and CAP_SYS_ADMIN to unmount them).
 pub const FOR_LAB: [Cap; 2] = [caps::CAP_SYS_ADMIN, caps::CAP_NET_ADMIN];
+/// `lab`'s main and collection threads in a scenario with a cgroup of its own
+/// (cgroup-throttled) keep CAP_DAC_OVERRIDE as well: removing the cgroup after the run is an
+/// rmdir in a cgroupfs directory of mode 0555.
+pub const FOR_LAB_CGROUP: [Cap; 3] = [caps::CAP_SYS_ADMIN, caps::CAP_NET_ADMIN, caps::CAP_DAC_OVERRIDE];
 
 /// The mask of `set`.
 pub fn mask(set: &[Cap]) -> u64 {

@@ -141,6 +141,9 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         tunables: Default::default(),
         socket_drops_seen: true,
         recv_class_bounds: Vec::new(),
+        cgroups: Vec::new(),
+        steal: None,
+        conntrack: Vec::new(),
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

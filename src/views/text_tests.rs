@@ -191,6 +191,7 @@ fn fixed_summary() -> Summary {
         scanner: None,
         connect: None,
         receive: None,
+        limits: None,
         verdicts: Vec::new(),
         warnings: vec![
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
@@ -497,6 +498,7 @@ fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) 
         cost: Default::default(),
         scanner: None,
         receive: None,
+        limits: None,
         connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),

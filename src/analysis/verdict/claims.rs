@@ -122,6 +122,22 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
         return None;
     }
     let share = f.failed_calls as f64 / (f.packets + f.failed_calls) as f64;
+    // Sends a full conntrack table refused are that table's loss.
+    if let Some((refused, table)) = super::limits::conntrack_refused(f) {
+        let (sentence, evidence, next) =
+            super::limits::conntrack_text(f, table, refused, super::limits::netfilter_drops(f));
+        let share = refused as f64 / (f.packets + f.failed_calls) as f64;
+        let weak = refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
+        return Some(verdict(
+            "conntrack_full",
+            LOSS,
+            sentence,
+            share,
+            evidence,
+            next,
+            weak,
+        ));
+    }
     let (sentence, mut evidence, next) = send_errors_text(f);
     caveat_lines(f, &mut evidence);
     let weak = f.failed_calls < MIN_DROPS || f.thin() || share < WEAK_SHARE || retried(top_errno(f));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
 use crate::analysis::snapshot::{
-    Baseline, BlockSiteView, DeviceView, DropRow, GapView, ProbeCost, ReceiveView, RequestedView,
+    Baseline, BlockSiteView, DeviceView, DropRow, GapView, LimitsView, ProbeCost, ReceiveView, RequestedView,
     ScannerView, Snapshot, Summary, ThreadView,
 };
 use crate::collect::family::ProcessInfo;
@@ -139,6 +139,11 @@ pub(super) struct Facts<'a> {
     pub receive: Option<&'a ReceiveView>,
     /// length of the interval the receive funnel covers, s (the tick, or the whole run)
     pub receive_s: f64,
+    /// what bounds the family from outside its code (cgroup quotas, steal, conntrack tables)
+    pub limits: Option<&'a LimitsView>,
+    /// time the sender threads waited for their cgroups' CPU quota, ns, summed over them (each
+    /// at most its own window); None when no sender is in a cgroup with a quota
+    pub throttled_ns: Option<f64>,
 }
 
 impl<'a> Facts<'a> {
@@ -158,6 +163,7 @@ impl<'a> Facts<'a> {
 
         let min_packets = ((packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
         let mut time = ThreadTime::default();
+        let mut sender_windows: Vec<(u32, f64)> = Vec::new();
         for t in &s.threads {
             // A sender blocked in send for most of the tick sends nothing in it, yet it is the
             // sender whose time matters; in a tick without any packet, every listed thread (a
@@ -166,6 +172,7 @@ impl<'a> Facts<'a> {
             if t.packets >= min_packets || blocked_all_tick || packets == 0 {
                 time.add(&t.budget);
                 time.senders += 1;
+                sender_windows.push((t.pid, interval_ns));
             }
         }
         time.coverage = coverage(&time, interval_ns);
@@ -227,6 +234,8 @@ impl<'a> Facts<'a> {
             caveats,
             receive: s.receive.as_ref(),
             receive_s: s.interval_s,
+            limits: s.limits.as_ref(),
+            throttled_ns: super::limits::throttled_wait(s.limits.as_ref(), &sender_windows),
         }
     }
 
@@ -239,6 +248,7 @@ impl<'a> Facts<'a> {
         let window_ns = window_s * 1e9;
         let min_packets = ((s.packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
         let mut time = ThreadTime::default();
+        let mut sender_windows: Vec<(u32, f64)> = Vec::new();
         let senders: Vec<&ThreadView> = s.threads.iter().filter(|t| t.packets >= min_packets).collect();
         if senders.is_empty() {
             if s.budget.total_ns() > 0 {
@@ -264,6 +274,7 @@ impl<'a> Facts<'a> {
                 };
                 time.add(&budget);
                 time.senders += 1;
+                sender_windows.push((t.pid, budget.total_ns() as f64));
             }
             time.coverage = if windows_ns > 0.0 {
                 time.total() / windows_ns
@@ -325,6 +336,8 @@ impl<'a> Facts<'a> {
             caveats,
             receive: s.receive.as_ref(),
             receive_s: s.duration_s,
+            limits: s.limits.as_ref(),
+            throttled_ns: super::limits::throttled_wait(s.limits.as_ref(), &sender_windows),
         }
     }
 

@@ -504,9 +504,27 @@ impl Split {
         let slot = 1e9 / r * f.time.senders.max(1) as f64;
 
         if self.send_errors > 0.0 {
-            let (sentence, evidence, next) = send_errors_text(f);
-            let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
-            push("send_errors", self.send_errors, sentence, evidence, next, weak);
+            // Sends a full conntrack table refused (EPERM) are that table's part of step 1.
+            let mut errors_share = self.send_errors;
+            if let Some((refused, table)) = super::limits::conntrack_refused(f) {
+                let share = self.send_errors * (refused as f64 / f.failed_calls.max(1) as f64).min(1.0);
+                errors_share -= share;
+                let dropped = super::limits::netfilter_drops(f);
+                let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
+                push(
+                    "conntrack_full",
+                    share,
+                    sentence,
+                    evidence,
+                    next,
+                    refused < MIN_DROPS,
+                );
+            }
+            if errors_share > 0.0 {
+                let (sentence, evidence, next) = send_errors_text(f);
+                let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
+                push("send_errors", errors_share, sentence, evidence, next, weak);
+            }
         }
 
         if self.cpu > 0.0 {
@@ -604,6 +622,23 @@ impl Split {
                     .to_string(),
                 false,
             );
+        }
+
+        if self.throttled > 0.0 {
+            let (sentence, evidence, next) = super::limits::throttled_text(f, self, r);
+            push(
+                "cgroup_throttled",
+                self.throttled,
+                sentence,
+                evidence,
+                next,
+                false,
+            );
+        }
+
+        if self.steal > 0.0 {
+            let (sentence, evidence, next) = super::limits::steal_text(f, self);
+            push("steal", self.steal, sentence, evidence, next, false);
         }
 
         if self.miscalibrated > 0.0 {

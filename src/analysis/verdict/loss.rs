@@ -40,7 +40,22 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
             continue;
         }
         rows.sort_by_key(|d| std::cmp::Reverse(d.count));
-        out.push(g.verdict(f, &rows));
+        let mut v = g.verdict(f, &rows);
+        // Packets netfilter dropped while the namespace's conntrack table was full: the table
+        // refused their flows, no rule did.
+        if let (Group::Filter, Some(table)) = (g, super::limits::full_table(f)) {
+            let dropped = super::limits::netfilter_drops(f);
+            if dropped > 0 {
+                let refused = f.errors.get("EPERM").copied().unwrap_or(0);
+                let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
+                v.cause = "conntrack_full".to_string();
+                v.sentence = sentence;
+                v.evidence
+                    .splice(0..0, evidence.into_iter().filter(|e| !e.starts_with("caveat: ")));
+                v.next_step = next;
+            }
+        }
+        out.push(v);
     }
     if !out.iter().any(|v| v.cause == "device_drop") {
         out.extend(device_refused(f));

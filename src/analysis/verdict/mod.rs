@@ -7,6 +7,7 @@
 mod claims;
 mod facts;
 mod gap;
+mod limits;
 mod loss;
 mod rate_unit;
 mod receive;

@@ -191,6 +191,13 @@ pub(super) struct Split {
     pub(super) unit_idle: f64,
     pub(super) unit_setup: f64,
     pub(super) unexplained: f64,
+    /// the wait for the sender's cgroup CPU quota (runnable, held off until the next period)
+    pub(super) throttled: f64,
+    /// on-CPU time the hypervisor stole from the sender's CPUs
+    pub(super) steal: f64,
+    /// the same two as fractions of the sender threads' time, before scaling
+    pub(super) f_throttled: f64,
+    pub(super) f_steal: f64,
     // Context for the sentences: fractions of the sender threads' time in the interval, after
     // the time between work units was taken out of sleep and other.
     pub(super) f_send: f64,
@@ -289,6 +296,19 @@ impl Split {
             }
         }
 
+        // A cgroup's CPU quota holds its runnable threads off the CPU until the next period: that
+        // wait is runnable time, and the part of it the steps above left as preempted (in
+        // proportion) is the quota's, not other tasks'.
+        let mut throttled = 0.0;
+        if let Some(thr) = f.throttled_ns.filter(|ns| *ns > 0.0) {
+            let raw = t.preempted / total;
+            if raw > 0.0 {
+                throttled = ((thr / total).min(raw) * (preempted / raw)).min(preempted);
+                preempted -= throttled;
+            }
+        }
+        s.f_throttled = throttled;
+
         let pace = pace_fraction(f, total);
         let spin = pace.map(|p| (p - sleep).clamp(0.0, other));
         let work = send + other - spin.unwrap_or(0.0);
@@ -322,6 +342,18 @@ impl Split {
         };
         let probe_cost = (rest - unmeasured_gap).clamp(0.0, s.f_probe).min(cpu);
         cpu -= probe_cost;
+        // Time the hypervisor stole while the sender ran counts as its on-CPU time: that share
+        // of its on-CPU time is no work of its own.
+        let mut steal = 0.0;
+        if let Some(st) = f
+            .limits
+            .and_then(|l| l.steal.as_ref())
+            .filter(|st| st.share > 0.0)
+        {
+            steal = (st.share.min(1.0) * (send + other)).min(cpu);
+            cpu -= steal;
+        }
+        s.f_steal = steal;
 
         let mut miscalibrated = 0.0;
         if let Some(c) = calibration.filter(|c| c.error_pct > CALIBRATION_TOLERANCE_PCT) {
@@ -362,8 +394,20 @@ impl Split {
             pacing = 0.0;
         }
 
-        let sum = blocked + preempted + cpu + probe_cost + miscalibrated + pacing + stalls + idle + setup;
+        let sum = blocked
+            + preempted
+            + throttled
+            + cpu
+            + probe_cost
+            + steal
+            + miscalibrated
+            + pacing
+            + stalls
+            + idle
+            + setup;
         let k = if sum > rest && sum > 0.0 { rest / sum } else { 1.0 };
+        s.throttled = throttled * k;
+        s.steal = steal * k;
         s.probe_cost = probe_cost * k;
         s.blocked = blocked * k;
         s.preempted = preempted * k;

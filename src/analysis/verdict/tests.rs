@@ -144,6 +144,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         scanner: None,
         connect: None,
         receive: None,
+        limits: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
         dropped_headers: Default::default(),
@@ -1892,6 +1893,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         cost: Cost::default(),
         scanner: None,
         receive: None,
+        limits: None,
         connect_scanner: false,
         verdicts: Vec::new(),
         warnings: Vec::new(),
@@ -2660,4 +2662,281 @@ fn a_paced_reader_that_sleeps_is_no_receiver_cpu_bound() {
     );
     // Costly enough, but asleep most of the run (it reads at a pace of its own).
     assert_eq!(causes(&reader_with_cost(1e6, 0.1, 0.1)), ["rcvbuf_overflow"]);
+}
+
+// --- outside limits: cgroup CPU quota, steal, a full conntrack table -----------------------------
+
+impl Run {
+    fn limits(mut self, l: LimitsView) -> Run {
+        self.0.limits = Some(l);
+        self
+    }
+}
+
+fn quota(
+    version: u8,
+    quota_us: u64,
+    periods: u64,
+    throttled_periods: u64,
+    throttled_s: f64,
+) -> CgroupThrottleView {
+    CgroupThrottleView {
+        version,
+        path: "/lab/sender".into(),
+        pids: vec![7],
+        cpus: quota_us as f64 / 100_000.0,
+        quota_us,
+        period_us: 100_000,
+        periods,
+        throttled_periods,
+        throttled_s,
+    }
+}
+
+fn conntrack(count: u64, max: u64) -> ConntrackView {
+    ConntrackView {
+        netns: 4026532000,
+        pid: 7,
+        count,
+        peak: count,
+        max: Some(max),
+        destinations: vec!["10.99.0.2".into()],
+    }
+}
+
+/// 3000 of 10000 pps over 4 s with a busy-waiting pacer and per-packet slots: on the CPU 30% of
+/// its time (100 us per packet), runnable but off the CPU 70%: g = 0.7, sigma = 0.3, work 0.3,
+/// no on-CPU or wait excess: the runnable time is the gap. The gaps: p50 one slot, the long
+/// ones the throttled rest of each period (tail 0.7: nothing absorbed).
+fn throttled_run() -> Run {
+    run(Some(10_000.0), 3000.0, 4.0)
+        .time(0.01, 0.0, 0.0, 0.70, 0.29)
+        .gaps(100.0 * US, 340.0 * US, 70.0 * MS)
+}
+
+#[test]
+fn a_cgroup_quota_is_cgroup_throttled_not_preemption() {
+    // Without the cgroup figures the same run reads as preemption by other tasks.
+    let v = throttled_run().verdicts();
+    assert_eq!(v[0].cause, "preempted");
+    assert!(!causes(&v).contains(&"cgroup_throttled"));
+
+    // A 0.3 CPU quota (v1), throttled in 38 of 40 periods. The kernel counted only 1.1 s
+    // throttled (6.18 counts from the dequeue at the return to user space); one busy thread
+    // waits 100 - 30 = 70 ms of each throttled period: 38 x 70 ms = 2.66 s of the 4 s window,
+    // 0.665 of its time, the rest of its runnable time (0.035) other tasks'.
+    let v = throttled_run()
+        .limits(LimitsView {
+            cgroups: vec![quota(1, 30_000, 40, 38, 1.1)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v)[..2], ["cgroup_throttled", "preempted"]);
+    assert_share(&v, "cgroup_throttled", 0.665);
+    assert_share(&v, "preempted", 0.035);
+    assert!(close(gap_sum(&v), 0.7), "{v:#?}");
+    let t = &v[0];
+    assert_eq!(t.confidence, STRONG);
+    assert!(
+        t.sentence.contains("/lab/sender may use 0.30 CPU"),
+        "{}",
+        t.sentence
+    );
+    assert!(t.sentence.contains("38 of 40 periods"), "{}", t.sentence);
+    assert!(
+        t.evidence
+            .iter()
+            .any(|e| e.contains("quota 0.30 CPU (30000 us per 100000 us period)")),
+        "{:?}",
+        t.evidence
+    );
+    // 100 us per packet at 10000 pps: 1.0 CPU, +10%: 110000 us per 100000 us; 0.3 CPU carries
+    // 3000 pps.
+    assert!(
+        t.next_step
+            .contains("echo 110000 > /sys/fs/cgroup/cpu/lab/sender/cpu.cfs_quota_us"),
+        "{}",
+        t.next_step
+    );
+    assert!(
+        t.next_step.contains("docker update --cpus 1.10"),
+        "{}",
+        t.next_step
+    );
+    assert!(
+        t.next_step.contains("3,000 pps") || t.next_step.contains("3000"),
+        "{}",
+        t.next_step
+    );
+
+    // cgroup v2, the kernel's own count larger than the per-period estimate: it is taken.
+    let v = throttled_run()
+        .limits(LimitsView {
+            cgroups: vec![quota(2, 30_000, 40, 10, 2.4)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_share(&v, "cgroup_throttled", 0.6);
+    assert!(
+        find(&v, "cgroup_throttled")
+            .next_step
+            .contains("echo \"110000 100000\" > /sys/fs/cgroup/lab/sender/cpu.max"),
+        "{}",
+        find(&v, "cgroup_throttled").next_step
+    );
+
+    // A quota on a cgroup holding other processes only is not the sender's.
+    let mut other = quota(1, 30_000, 40, 38, 1.1);
+    other.pids = vec![99];
+    let v = throttled_run()
+        .limits(LimitsView {
+            cgroups: vec![other],
+            ..Default::default()
+        })
+        .verdicts();
+    assert!(!causes(&v).contains(&"cgroup_throttled"), "{:?}", causes(&v));
+}
+
+#[test]
+fn throttled_time_beyond_the_runnable_time_is_not_the_senders() {
+    // The quota throttled the cgroup 3 s of 4, but the sender was runnable only 20% of its time
+    // (asleep or at work the rest): 0.2 at most. g = 0.2, sigma 0.8, work 0.6, no excess but
+    // the runnable time.
+    let v = run(Some(10_000.0), 8000.0, 4.0)
+        .time(0.05, 0.0, 0.2, 0.2, 0.55)
+        .gaps(100.0 * US, 130.0 * US, 5.0 * MS)
+        .limits(LimitsView {
+            cgroups: vec![quota(2, 50_000, 40, 40, 3.0)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_share(&v, "cgroup_throttled", 0.2);
+    assert!(!causes(&v).contains(&"preempted"), "{:?}", causes(&v));
+}
+
+#[test]
+fn steal_takes_its_part_of_the_on_cpu_excess() {
+    // CPU-bound at 50000 of 100000 pps: g = 0.5, on the CPU all the time, excess 1 - 0.5 = 0.5.
+    // The hypervisor stole 20% of its CPU's time: 0.2 of its on-CPU time was no work of its own.
+    let steal = StealView {
+        cpus: vec![1],
+        steal_s: 0.8,
+        share: 0.2,
+    };
+    let v = run(Some(100_000.0), 50_000.0, 4.0)
+        .time(0.5, 0.0, 0.0, 0.0, 0.5)
+        .limits(LimitsView {
+            steal: Some(steal),
+            ..Default::default()
+        })
+        .verdicts();
+    assert_share(&v, "cpu_bound", 0.3);
+    assert_share(&v, "steal", 0.2);
+    let s = find(&v, "steal");
+    assert!(
+        s.sentence.contains("20.0% of the sender's CPUs' time"),
+        "{}",
+        s.sentence
+    );
+    assert!(
+        s.evidence.iter().any(|e| e.contains("CPUs [1]")),
+        "{:?}",
+        s.evidence
+    );
+    // Without steal, all of it is the CPU's.
+    let v = run(Some(100_000.0), 50_000.0, 4.0)
+        .time(0.5, 0.0, 0.0, 0.0, 0.5)
+        .verdicts();
+    assert_share(&v, "cpu_bound", 0.5);
+}
+
+#[test]
+fn sends_a_full_conntrack_table_refuses_are_conntrack_full() {
+    // 1000 pps asked over 10 s, half of the flows refused: 5000 sendto calls failed with EPERM,
+    // each its packet dropped by netfilter (NETFILTER_DROP at nf_hook_slow), while the
+    // namespace's table held 64 of 64 entries. Step 1: 5000 / (10 s x 1000) = 0.5 = the gap.
+    let base = || {
+        run(Some(1000.0), 500.0, 10.0)
+            .time(0.05, 0.0, 0.9, 0.0, 0.05)
+            .failed(5000, "EPERM")
+            .drop(DropClass::TargetLoss, "NETFILTER_DROP", "nf_hook_slow+0x9a", 5000)
+    };
+    // A table with room: a firewall rule, as before.
+    let v = base()
+        .limits(LimitsView {
+            conntrack: vec![conntrack(10, 64)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["send_errors", "filtered"]);
+
+    let v = base()
+        .limits(LimitsView {
+            conntrack: vec![conntrack(64, 64)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["conntrack_full", "conntrack_full"]);
+    assert_eq!((v[0].kind.as_str(), v[1].kind.as_str()), (GAP, LOSS));
+    assert_share(&v, "conntrack_full", 0.5);
+    assert!(close(v[1].share, 0.5), "{:?}", v[1]);
+    let c = &v[0];
+    assert_eq!(c.confidence, STRONG);
+    assert!(c.sentence.contains("64 of 64 entries"), "{}", c.sentence);
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e.contains("5000 send calls failed with EPERM")),
+        "{:?}",
+        c.evidence
+    );
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e.contains("NETFILTER_DROP at nf_hook_slow+0x9a on eth0: 5000")),
+        "{:?}",
+        c.evidence
+    );
+    for want in [
+        "sysctl -w net.netfilter.nf_conntrack_max=256",
+        "nsenter -t 7 -n",
+        "nft add rule ip scan_raw output ip daddr 10.99.0.2 notrack",
+        "iptables -t raw -A OUTPUT -d 10.99.0.2 -j NOTRACK",
+        "iptables -t raw -A PREROUTING -s 10.99.0.2 -j NOTRACK",
+    ] {
+        assert!(c.next_step.contains(want), "{want}: {}", c.next_step);
+    }
+    assert!(v[1].next_step.contains("notrack"), "{}", v[1].next_step);
+
+    // Other errnos beside the EPERMs keep their own verdict: 1000 ENOBUFS of 6000 failures.
+    let v = base()
+        .failed(1000, "ENOBUFS")
+        .limits(LimitsView {
+            conntrack: vec![conntrack(64, 64)],
+            ..Default::default()
+        })
+        .verdicts();
+    let gap: Vec<&Verdict> = v.iter().filter(|x| x.kind == GAP).collect();
+    assert_eq!(gap[0].cause, "conntrack_full");
+    assert!(close(gap[0].share, 0.5 * 5000.0 / 6000.0), "{:?}", gap[0]);
+    assert!(
+        close(find(&v, "send_errors").share, 0.5 * 1000.0 / 6000.0),
+        "{v:#?}"
+    );
+}
+
+#[test]
+fn a_full_conntrack_table_without_a_gap_is_a_loss() {
+    // The rate held (the scanner sends past its failures), 100 of 10100 attempts refused.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .failed(100, "EPERM")
+        .limits(LimitsView {
+            conntrack: vec![conntrack(62, 64)],
+            ..Default::default()
+        })
+        .verdicts();
+    assert_eq!(causes(&v), ["conntrack_full", "no_gap"]);
+    assert_eq!(v[0].kind, LOSS);
+    assert_share(&v, "conntrack_full", 100.0 / 10_100.0);
 }

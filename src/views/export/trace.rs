@@ -961,6 +961,7 @@ mod tests {
             cost: Cost::default(),
             scanner: None,
             receive: None,
+            limits: None,
             connect_scanner: false,
             verdicts: Vec::new(),
             warnings: vec![],
