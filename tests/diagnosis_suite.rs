@@ -643,3 +643,54 @@ fn a_cgroup_cpu_quota_is_cgroup_throttled_not_preemption() {
         );
     }
 }
+
+/// A lab killed with SIGKILL while it holds the global nf_conntrack_max lowered cannot restore
+/// it; the next `scanprof lab` does, from the record the first one left (src/lab/sysctl.rs).
+/// Without the record the limit stays at 64 for every namespace on the machine.
+#[test]
+fn a_conntrack_lab_killed_with_sigkill_has_its_limit_restored_by_the_next_lab() {
+    require_root();
+    let _serial = serial();
+    let max_path = "/proc/sys/net/netfilter/nf_conntrack_max";
+    let before = std::fs::read_to_string(max_path).expect("conntrack in this kernel");
+    /// The test's own safety net: the limit goes back whatever the assertions find.
+    struct Restore(&'static str, String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0, &self.1);
+        }
+    }
+    let _restore = Restore(max_path, before.clone());
+    let args: Vec<String> = ["lab", "conntrack-full", "--json", "--duration", "4"]
+        .map(String::from)
+        .to_vec();
+    let mut lab = Proc::scanprof(&args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(max_path).unwrap().trim() != "64" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lab never lowered nf_conntrack_max"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lab.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = lab.finish(Duration::from_secs(10));
+    assert_eq!(
+        std::fs::read_to_string(max_path).unwrap().trim(),
+        "64",
+        "a SIGKILL leaves the limit lowered: nothing else to test"
+    );
+    let next = run_lab("healthy");
+    assert_eq!(
+        std::fs::read_to_string(max_path).unwrap(),
+        before,
+        "the next lab did not restore nf_conntrack_max\n{}",
+        next.context
+    );
+    assert!(
+        next.context
+            .contains(&format!("restored {max_path} to {}", before.trim())),
+        "{}",
+        next.context
+    );
+}

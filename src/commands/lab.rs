@@ -1444,6 +1444,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     for ns in crate::lab::remove_dead_labs() {
         eprintln!("scanprof: removed namespace {ns}, left by a lab whose scanprof is gone");
     }
+    for (sysctl, value) in crate::lab::sysctl::restore_dead_holds() {
+        eprintln!("scanprof: restored {sysctl} to {value}, left changed by a lab whose scanprof is gone");
+    }
     // Before the lab exists: a bundle directory that cannot take the bundle is refused first.
     let export_to = o
         .export
@@ -1924,10 +1927,12 @@ const CONNTRACK_FILL_PORT: u16 = 7000;
 /// CONNTRACK_LAB_MAX for the run, then max - free TCP connections (assured entries, never
 /// evicted) are opened and held. Refused when another namespace tracks connections, whose new
 /// connections the low limit would refuse too. The saved limit is restored by `finish`, and on
-/// drop (an error or a panic); a SIGKILL of scanprof leaves it lowered: `sysctl -w
-/// net.netfilter.nf_conntrack_max=N` restores it by hand.
+/// drop (an error or a panic, through its [`SysctlHold`](crate::lab::sysctl::SysctlHold)); after
+/// a SIGKILL of scanprof the next `scanprof lab` restores it.
 struct ConntrackFill {
-    saved_max: Option<u64>,
+    /// the global limit lowered for the run (declared first: restored before the connections
+    /// close)
+    max: Option<crate::lab::sysctl::SysctlHold>,
     held: Vec<std::net::TcpStream>,
     _listener: Option<std::net::TcpListener>,
     free: u64,
@@ -1954,7 +1959,7 @@ impl ConntrackFill {
             })?;
             t.trim().parse().context("nf_conntrack_max is not a number")
         };
-        let saved = read_max()?;
+        read_max()?; // connection tracking is in this kernel, its limit a number
         let sender_netns = netns_id_of(&lab.sender_ns);
         if let Some((netns, pid, entries)) = other_tracking_namespace(sender_netns) {
             bail!(
@@ -1991,13 +1996,15 @@ impl ConntrackFill {
             )?;
         }
         let mut fill = ConntrackFill {
-            saved_max: Some(saved),
+            max: None,
             held: Vec::new(),
             _listener: None,
             free,
         };
-        std::fs::write(CONNTRACK_MAX, CONNTRACK_LAB_MAX.to_string())
-            .with_context(|| format!("cannot write {CONNTRACK_MAX}"))?;
+        fill.max = Some(crate::lab::sysctl::SysctlHold::set(
+            CONNTRACK_MAX,
+            &CONNTRACK_LAB_MAX.to_string(),
+        )?);
         let at = SocketAddrV4::new(lab.target_addr, CONNTRACK_FILL_PORT);
         fill._listener = Some(lab.in_target(move || std::net::TcpListener::bind(at))??);
         let n = CONNTRACK_LAB_MAX.saturating_sub(free) as usize;
@@ -2024,26 +2031,15 @@ impl ConntrackFill {
 
     /// Restores the global limit and closes the connections.
     fn finish(mut self) -> anyhow::Result<ConntrackReport> {
-        let saved = self.saved_max.take().unwrap_or(0);
-        let held = std::mem::take(&mut self.held).len();
-        std::fs::write(CONNTRACK_MAX, saved.to_string())
-            .with_context(|| format!("cannot restore {CONNTRACK_MAX} to {saved}: set it by hand"))?;
+        let max = self.max.take().context("the conntrack limit was never set")?;
+        let saved_max = max.saved().parse().unwrap_or(0);
+        max.restore()?;
         Ok(ConntrackReport {
-            saved_max: saved,
+            saved_max,
             max_set: CONNTRACK_LAB_MAX,
-            held,
+            held: std::mem::take(&mut self.held).len(),
             free: self.free,
         })
-    }
-}
-
-impl Drop for ConntrackFill {
-    fn drop(&mut self) {
-        if let Some(saved) = self.saved_max.take() {
-            if std::fs::write(CONNTRACK_MAX, saved.to_string()).is_err() {
-                eprintln!("scanprof: could not restore {CONNTRACK_MAX} to {saved}: set it with sysctl");
-            }
-        }
     }
 }
 

@@ -22,6 +22,8 @@ use nix::sys::time::TimeSpec;
 use nix::time::{clock_gettime, ClockId};
 use serde::Serialize;
 
+pub mod sysctl;
+
 use crate::system::monotonic_ns;
 use crate::system::netstat::{self, LinkStats, QdiscStats};
 
