@@ -12,11 +12,11 @@ use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::{
-    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
-};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::{ProbeOptions, ProbeStatus};
+use crate::session::{
+    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
+};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
