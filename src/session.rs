@@ -16,8 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
 use crate::collect::family::{ProcessInfo, ProcessTable};
@@ -376,19 +375,8 @@ impl Launched {
         if self.status.is_some() {
             return;
         }
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let pid = Pid::from_raw(self.child.id() as i32);
-            let _ = kill(pid, Signal::SIGTERM);
-            for _ in 0..40 {
-                if let Ok(Some(status)) = self.child.try_wait() {
-                    self.status = Some(status);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = kill(pid, Signal::SIGKILL);
-        }
-        self.status = self.child.wait().ok();
+        self.status =
+            crate::system::child::end_child(&mut self.child, Signal::SIGTERM, Duration::from_secs(2));
     }
 }
 

@@ -404,18 +404,7 @@ impl Drop for Proc {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let pid = Pid::from_raw(child.id() as i32);
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = kill(pid, Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-        }
-        let _ = child.wait();
+        scanprof::system::child::end_child(&mut child, Signal::SIGTERM, Duration::from_secs(3));
     }
 }
 
