@@ -304,7 +304,7 @@ fn measure_baseline(
         "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps ({source}) for {} s in a private lab",
         opts.baseline_pacer, opts.baseline_seconds
     );
-    crate::commands::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
+    crate::senders::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
         .context("measuring the baseline (--baseline)")
 }
 

@@ -126,6 +126,98 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// A child run to its end by [`run_to_end`].
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    /// its stderr, after a line saying so when it was killed for overrunning its time
+    pub stderr: String,
+    /// user + system CPU time of the child (getrusage of reaped children), in ns
+    pub cpu_ns: Option<u64>,
+    /// `stop` was raised while it ran (it was asked to end)
+    pub interrupted: bool,
+}
+
+/// Starts `cmd` (stdin null, stdout and stderr captured, dying with scanprof) and waits for it
+/// to end: when `stop` is raised it is ended by [`end_child`] (SIGTERM, `grace`, SIGKILL); past
+/// `limit` it gets SIGKILL at once. Reaped either way; only this child's pid is signalled.
+pub fn run_to_end(
+    mut cmd: Command,
+    limit: Duration,
+    grace: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Finished> {
+    use anyhow::Context;
+    use std::sync::atomic::Ordering;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let cpu_before = children_cpu_ns();
+    die_with_parent(&mut cmd);
+    let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+    let mut guard = ChildGuard::new(child, Signal::SIGTERM, grace);
+    let stdout = read_on_thread(guard.child_mut().stdout.take());
+    let stderr = read_on_thread(guard.child_mut().stderr.take());
+    let deadline = Instant::now() + limit;
+    let mut killed_for_time = false;
+    let mut interrupted = false;
+    let status = loop {
+        if let Some(status) = guard.try_wait().context("waiting for the child")? {
+            break Some(status);
+        }
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break guard.end();
+        }
+        if Instant::now() > deadline {
+            killed_for_time = true;
+            break guard.kill();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let status = status.context("waiting for the child")?;
+    let cpu_ns = match (cpu_before, children_cpu_ns()) {
+        (Some(a), Some(b)) => b.checked_sub(a),
+        _ => None,
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let mut stderr = stderr.join().unwrap_or_default();
+    if killed_for_time {
+        stderr = format!("did not end within {limit:?}; killed\n{stderr}");
+    }
+    Ok(Finished {
+        status,
+        stdout,
+        stderr,
+        cpu_ns,
+        interrupted: interrupted || stop.load(Ordering::Relaxed),
+    })
+}
+
+/// Reads a pipe to its end on a thread (lossy UTF-8).
+fn read_on_thread(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// User + system CPU time of this process's reaped children so far, in ns.
+fn children_cpu_ns() -> Option<u64> {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the valid, exclusively borrowed `usage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return None;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    Some(ns(usage.ru_utime) + ns(usage.ru_stime))
+}
+
 /// In a child just forked from `parent`: asks for SIGKILL when the parent's thread ends.
 /// Returns false when the parent is already gone (the child should end itself).
 /// Only async-signal-safe calls: usable between fork and exec.
@@ -206,6 +298,38 @@ mod tests {
 
     fn sh(script: &str) -> Child {
         Command::new("sh").args(["-c", script]).spawn().unwrap()
+    }
+
+    #[test]
+    fn run_to_end_captures_output_and_kills_an_overrun() {
+        use std::sync::atomic::AtomicBool;
+        let no = AtomicBool::new(false);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2; exit 4"]);
+        let f = run_to_end(cmd, Duration::from_secs(10), Duration::from_secs(1), &no).unwrap();
+        assert_eq!(
+            (f.status.code(), f.stdout.as_str(), f.stderr.as_str()),
+            (Some(4), "out\n", "err\n")
+        );
+        assert!(!f.interrupted);
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let started = Instant::now();
+        let f = run_to_end(cmd, Duration::from_millis(200), Duration::from_secs(1), &no).unwrap();
+        assert_eq!(f.status.signal(), Some(libc::SIGKILL));
+        assert!(
+            f.stderr.starts_with("did not end within 200ms; killed"),
+            "{}",
+            f.stderr
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Stopped: asked to end (SIGTERM) and reported as interrupted.
+        let stop = AtomicBool::new(true);
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let f = run_to_end(cmd, Duration::from_secs(10), Duration::from_secs(2), &stop).unwrap();
+        assert_eq!(f.status.signal(), Some(libc::SIGTERM));
+        assert!(f.interrupted);
     }
 
     #[test]
