@@ -12,5 +12,6 @@ pub mod probes;
 pub mod senders;
 pub mod session;
 pub mod system;
+pub mod units;
 pub mod views;
 pub mod wrappers;

@@ -3,6 +3,7 @@
 
 use crate::senders::baseline::{BaselineReport, PacerRow};
 use crate::system::machine::MachineFacts;
+use crate::units::{duration, or_dash, pct2};
 
 /// The whole report as text: machine facts, one table per pacer (in `pacers` order), the
 /// method table.
@@ -33,9 +34,9 @@ pub fn render_text(r: &BaselineReport, pacers: &[String]) -> String {
                 "  {:<9} {:>10} {:>12} {:>9} {:>11} {:>21}{}\n",
                 x.target,
                 rate,
-                opt(x.achieved_pps, |v| format!("{v:.1}")),
-                opt(x.accuracy, |v| format!("{:.2}%", v * 100.0)),
-                opt(x.p99_lateness_ns, duration_text),
+                or_dash(x.achieved_pps, |v| format!("{v:.1}")),
+                or_dash(x.accuracy, pct2),
+                or_dash(x.p99_lateness_ns, duration),
                 received_text(x.receiver_packets, x.sent),
                 x.error.as_ref().map_or(String::new(), |e| format!("  ({e})")),
             );
@@ -68,9 +69,9 @@ pub fn render_text(r: &BaselineReport, pacers: &[String]) -> String {
                 "  {:<9} {:<9} {:>12} {:>11} {:>11} {:>21}  {errors}{}\n",
                 x.target,
                 x.method,
-                opt(x.max_pps, |v| format!("{v:.0}")),
-                opt(x.cpu_ns_per_packet, |v| format!("{v:.0}")),
-                opt(x.rusage_cpu_ns_per_packet, |v| format!("{v:.0}")),
+                or_dash(x.max_pps, |v| format!("{v:.0}")),
+                or_dash(x.cpu_ns_per_packet, |v| format!("{v:.0}")),
+                or_dash(x.rusage_cpu_ns_per_packet, |v| format!("{v:.0}")),
                 received_text(x.receiver_packets, x.sent),
                 x.error.as_ref().map_or(String::new(), |e| format!("  ({e})")),
             );
@@ -101,7 +102,7 @@ fn machine_text(m: &MachineFacts) -> String {
     o += &format!("  kernel       {}\n", m.kernel_release);
     o += &format!(
         "  kernel TSC   {} ({})\n",
-        opt(m.kernel_tsc_hz, |hz| format!("{:.3} MHz", hz / 1e6)),
+        or_dash(m.kernel_tsc_hz, |hz| format!("{:.3} MHz", hz / 1e6)),
         m.kernel_tsc_source
     );
     match &m.sender_calibration {
@@ -109,13 +110,13 @@ fn machine_text(m: &MachineFacts) -> String {
             o += &format!(
                 "  sender TSC   {}: {} beside the kernel's {} ({} ppm), took {}\n",
                 if c.source.is_empty() { "?" } else { &c.source },
-                opt(c.tsc_hz, |hz| format!("{:.3} MHz", hz / 1e6)),
-                opt(c.kernel_tsc_hz.or(m.kernel_tsc_hz), |hz| format!(
+                or_dash(c.tsc_hz, |hz| format!("{:.3} MHz", hz / 1e6)),
+                or_dash(c.kernel_tsc_hz.or(m.kernel_tsc_hz), |hz| format!(
                     "{:.3} MHz",
                     hz / 1e6
                 )),
-                opt(c.error_ppm, |p| format!("{p:+.1}")),
-                opt(c.took_ns.map(|n| n as f64), duration_text),
+                or_dash(c.error_ppm, |p| format!("{p:+.1}")),
+                or_dash(c.took_ns.map(|n| n as f64), duration),
             );
         }
         None => o += "  sender TSC   - (no --pacer tsc cell reported a calibration)\n",
@@ -123,10 +124,10 @@ fn machine_text(m: &MachineFacts) -> String {
     if let Some(n) = &m.nanosleep {
         o += &format!(
             "  nanosleep    {} asked: overshoot median {}, p99 {}, max {} ({} sleeps)\n",
-            duration_text(n.requested_ns as f64),
-            duration_text(n.median_ns as f64),
-            duration_text(n.p99_ns as f64),
-            duration_text(n.max_ns as f64),
+            duration(n.requested_ns as f64),
+            duration(n.median_ns as f64),
+            duration(n.p99_ns as f64),
+            duration(n.max_ns as f64),
             n.samples
         );
     }
@@ -144,10 +145,6 @@ fn machine_text(m: &MachineFacts) -> String {
     o
 }
 
-fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
-    v.map_or_else(|| "-".to_string(), f)
-}
-
 /// "received/sent", with " !" when they differ.
 fn received_text(received: Option<u64>, sent: Option<u64>) -> String {
     match (received, sent) {
@@ -155,17 +152,6 @@ fn received_text(received: Option<u64>, sent: Option<u64>) -> String {
         (Some(r), None) => format!("{r}/-"),
         (None, Some(s)) => format!("-/{s}"),
         (None, None) => "-".into(),
-    }
-}
-
-/// ns as "850 ns", "12.3 us", "4.56 ms".
-fn duration_text(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.0} ns")
-    } else if ns < 1e6 {
-        format!("{:.1} us", ns / 1e3)
-    } else {
-        format!("{:.2} ms", ns / 1e6)
     }
 }
 
@@ -256,7 +242,7 @@ machine
   kernel       6.18.44
   kernel TSC   2445.428 MHz (kernel log)
   sender TSC   - (no --pacer tsc cell reported a calibration)
-  nanosleep    50.0 us asked: overshoot median 58.1 us, p99 120.0 us, max 1.50 ms (200 sleeps)
+  nanosleep    50.0 us asked: overshoot median 58.1 us, p99 120.0 us, max 1.500 ms (200 sleeps)
   sysctls      net.core.wmem_max = 4194304
   interface    lo (root): qdisc noqueue, txqueuelen 1000
 

@@ -6,6 +6,7 @@ use crate::analysis::{
     ConnectView, Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES,
 };
 use crate::collect::DropClass;
+use crate::units::{duration as ns, pct};
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
 pub fn tick_line(s: &Snapshot) -> String {
@@ -40,24 +41,6 @@ pub fn tick_line(s: &Snapshot) -> String {
         }
     }
     out
-}
-
-/// A fraction as a percentage with one decimal.
-pub fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
-}
-
-/// A duration in ns, in the unit that reads best (ns, us, ms, s).
-pub fn ns(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.3} s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.3} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} us", v / 1e3)
-    } else {
-        format!("{v:.0} ns")
-    }
 }
 
 /// What scanprof's BPF programs cost over the run (or a tick), in plain lines: the figure, what

@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::Recording;
 use crate::analysis::{Summary, STAGES};
 use crate::collect::DropClass;
-use crate::views::text::{ns, pct, probe_cost_lines};
+use crate::units::{duration as ns, pct};
+use crate::views::text::probe_cost_lines;
 
 /// Renders the bundle's report.md.
 ///
