@@ -8,6 +8,7 @@ pub mod export;
 pub mod fixtures;
 pub mod json;
 pub mod metrics;
+pub mod report;
 pub mod sweep;
 pub mod text;
 pub mod tui;
