@@ -10,6 +10,8 @@ pub mod commands;
 pub mod lab;
 pub mod probes;
 pub mod senders;
+pub mod session;
 pub mod system;
+pub mod units;
 pub mod views;
 pub mod wrappers;

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use scanprof::cli::Command;
-use scanprof::collect::session::Target;
 use scanprof::commands;
+use scanprof::session::Target;
 
 fn main() -> ExitCode {
     scanprof::system::startup::begin();

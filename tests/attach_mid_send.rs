@@ -181,9 +181,7 @@ fn before_registration(packets: u64) -> u64 {
 
 #[test]
 fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
 
@@ -258,15 +256,13 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     assert!(lab_loss.is_empty(), "the sender side lost packets: {lab_loss:?}");
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
 #[test]
 fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(Some(TbfConfig {
         rate: "2mbit".into(),
         burst: "4kb".into(),
@@ -351,15 +347,13 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
     );
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
 #[test]
 fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
 
     // Attached until the sender exits, as above.
@@ -405,7 +399,7 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
     assert!(loss.is_empty(), "closed-port probes counted as loss: {loss:?}");
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -436,9 +430,7 @@ print(json.dumps({"sent": n, "per_socket": sent}))
 
 #[test]
 fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     let late_sink = lab.sink(PORT_LATE);
@@ -487,7 +479,7 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
     assert_whole_funnel(&s, &lab, "two sockets and a late one", 0);
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -497,9 +489,7 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
 /// and `last_sock` were loaded once per object (six of each).
 #[test]
 fn every_map_declared_in_shared_h_is_loaded_once() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let mut target = Proc::spawn(
         "sleep",
         {
@@ -572,5 +562,5 @@ fn every_map_declared_in_shared_h_is_loaded_once() {
         .collect();
     assert!(twice.is_empty(), "maps loaded more than once: {twice:?}");
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
 }

@@ -48,9 +48,7 @@ print(json.dumps(out), flush=True)
 
 #[test]
 fn connect_outcomes_are_counted_by_errno() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let args: Vec<String> = [
         "run",
         "--json",
@@ -109,7 +107,7 @@ fn connect_outcomes_are_counted_by_errno() {
     // counted there too, so at least as many).
     assert!(s.stage_counts["dev_queue"] >= c.syns, "{:?}", s.stage_counts);
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
 }
 
 /// One blocking connect to a lab address no host has: the SYN waits for ARP, which fails after
@@ -126,9 +124,7 @@ print(json.dumps({"type": "fixture", "errno": r, "inside_s": d}), flush=True)
 
 #[test]
 fn the_time_a_blocking_connect_waits_is_blocked_send_time() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let [a, b, c, _] = lab.lab.target_addr.octets();
     let nobody = std::net::Ipv4Addr::new(a, b, c, 77).to_string();
@@ -168,6 +164,6 @@ fn the_time_a_blocking_connect_waits_is_blocked_send_time() {
         0.05,
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }

@@ -17,9 +17,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(40);
 
 #[test]
 fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = Lab::create(&LabConfig { tbf: None })
         .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
     let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
@@ -83,7 +81,7 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
     assert_eq!(role(second_pid).as_deref(), Some("sender"), "{:?}", s.processes);
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);

@@ -54,9 +54,7 @@ fn stop(sink: UdpSink) -> u64 {
 
 #[test]
 fn a_socket_new_on_a_reused_fd_is_counted_at_every_stage() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
 
@@ -97,6 +95,6 @@ fn a_socket_new_on_a_reused_fd_is_counted_at_every_stage() {
     assert_eq!(count(&s, "dev_xmit"), sent, "{:?}", s.stage_counts);
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }

@@ -119,9 +119,7 @@ fn leading_mb(detail: &str) -> f64 {
 
 #[test]
 fn the_maps_lock_under_16_mb_by_default_and_doctor_reports_it() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let target = sleeper();
     let scanprof = attached(target.pid(), &[]);
     let maps = held_maps(scanprof.pid());
@@ -174,14 +172,12 @@ fn the_maps_lock_under_16_mb_by_default_and_doctor_reports_it() {
         detail.contains(&format!("threads {:.1} MB", threads[0].memlock as f64 / 1e6)),
         "{detail}"
     );
-    bpf.assert_released("scanprof doctor");
+    test.assert_released("scanprof doctor");
 }
 
 #[test]
 fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let target = sleeper();
     let scanprof = attached(
         target.pid(),
@@ -250,16 +246,14 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let scanprof = attached(target.pid(), &refs);
     stop(scanprof, target);
-    bpf.assert_released("scanprof attach --map-size");
+    test.assert_released("scanprof attach --map-size");
 }
 
 /// 16 threads in a family whose thread map holds 4: the fork probe cannot track 12 or so of them
 /// (SP_H_THREADS_FULL), and the run's warnings say which flag raises the map.
 #[test]
 fn a_full_thread_map_names_the_flag_that_raises_it() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     const THREADS: &str = "import threading, time\n\
         ts = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(16)]\n\
         [t.start() for t in ts]\n\
@@ -294,5 +288,5 @@ fn a_full_thread_map_names_the_flag_that_raises_it() {
         "{warning}"
     );
     drop(run);
-    bpf.assert_released("scanprof run --map-size threads=4");
+    test.assert_released("scanprof run --map-size threads=4");
 }

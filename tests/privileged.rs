@@ -90,9 +90,7 @@ fn assert_sender_process(s: &Summary, pid: u32) -> &scanprof::collect::family::P
 /// receiver's rate, and names the launched process and its executable.
 #[test]
 fn launch_counts_every_packet_at_the_receivers_rate() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     const RATE: f64 = 2000.0;
@@ -164,7 +162,7 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -175,9 +173,7 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
 /// while scanprof was running.
 #[test]
 fn attach_to_a_running_sender_measures_the_receivers_rate() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     const RATE: f64 = 2000.0;
@@ -273,7 +269,7 @@ fn attach_to_a_running_sender_measures_the_receivers_rate() {
     assert_eq!(u64_of(&sender.sender_report(), "sent"), rx.packets);
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -297,9 +293,7 @@ fn forking_script(sender: &[String], launched: bool) -> String {
 /// its parent, and its packets are counted.
 #[test]
 fn run_follows_a_forked_child_and_counts_its_packets() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     const COUNT: u64 = 1500;
@@ -352,7 +346,7 @@ fn run_follows_a_forked_child_and_counts_its_packets() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -360,9 +354,7 @@ fn run_follows_a_forked_child_and_counts_its_packets() {
 /// only after scanprof has started): the later child is followed and its packets counted.
 #[test]
 fn attach_follows_a_child_forked_after_attach() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     const COUNT: u64 = 1500;
@@ -436,7 +428,7 @@ fn attach_follows_a_child_forked_after_attach() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -461,9 +453,7 @@ fn parse_bpftrace_map(lines: &[String]) -> Vec<(u32, String, u64, u64)> {
 /// counter, and their location is where bpftrace, watching the same tracepoint, sees them.
 #[test]
 fn qdisc_drops_match_tc_and_bpftrace() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(Some(TbfConfig {
         rate: "2mbit".into(),
         burst: "4kb".into(),
@@ -606,7 +596,7 @@ fn qdisc_drops_match_tc_and_bpftrace() {
     assert_eq!(locations, bt_locations, "scanprof's drop locations vs bpftrace's");
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -616,9 +606,7 @@ fn qdisc_drops_match_tc_and_bpftrace() {
 /// the sender, as many as the target's veth received, and none is counted as loss.
 #[test]
 fn closed_port_probes_are_expected_drops_not_loss() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     const COUNT: u64 = 4000;
 
@@ -673,7 +661,7 @@ fn closed_port_probes_are_expected_drops_not_loss() {
     assert!(loss.is_empty(), "closed-port probes counted as loss: {loss:?}");
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -684,9 +672,7 @@ fn closed_port_probes_are_expected_drops_not_loss() {
 /// bottleneck rate the receiver sees.
 #[test]
 fn blocking_send_is_found_and_measured() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     // The `blocking` lab scenario: 2000 pps x 1000 B into 2 Mbit/s, 2 MB queue, 16 kB sndbuf.
     let lab = TestLab::new(Some(TbfConfig {
         rate: "2mbit".into(),
@@ -858,7 +844,7 @@ fn blocking_send_is_found_and_measured() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -870,9 +856,7 @@ fn blocking_send_is_found_and_measured() {
 /// block ended in them.
 #[test]
 fn a_block_in_progress_is_named_before_it_ends() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(Some(TbfConfig {
         rate: "16kbit".into(),
         burst: "4kb".into(),
@@ -947,7 +931,7 @@ fn a_block_in_progress_is_named_before_it_ends() {
         }
     }
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -965,9 +949,7 @@ fn vanished_pid() -> u32 {
 /// `attach -p` a pid that does not exist: non-zero exit, a message naming the pid, no summary.
 #[test]
 fn attach_to_a_missing_pid_fails_naming_it() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let pid = vanished_pid();
 
     let run = Proc::scanprof(&strings([
@@ -988,16 +970,14 @@ fn attach_to_a_missing_pid_fails_naming_it() {
         run.context()
     );
     assert!(run.of_type("summary").is_empty(), "{}", run.context());
-    bpf.assert_released("a failed attach");
+    test.assert_released("a failed attach");
 }
 
 /// `run` of a command that does not exist: non-zero exit and a message naming the command,
 /// before any BPF program is loaded.
 #[test]
 fn run_of_a_missing_command_fails_naming_it() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
 
     let run = Proc::scanprof(&run_args(&[], &strings(["/nonexistent/cmd"]))).finish(RUN_TIMEOUT);
     eprintln!("run -- /nonexistent/cmd: {} / {}", run.status, run.stderr);
@@ -1009,16 +989,14 @@ fn run_of_a_missing_command_fails_naming_it() {
         run.context()
     );
     assert!(run.of_type("summary").is_empty(), "{}", run.context());
-    bpf.assert_released("run of a missing command");
+    test.assert_released("run of a missing command");
 }
 
 /// `attach` to a sender that finishes before --duration: the run ends when it exits, with a
 /// complete summary and exit 0, having counted what was sent while attached.
 #[test]
 fn attach_ends_with_a_summary_when_the_target_exits() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     // 3 s of packets (count bound; longer under an emulator), though allowed 30 s: attaching
@@ -1094,7 +1072,7 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -1102,9 +1080,7 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
 /// and the launched command is ended and gone.
 #[test]
 fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
 
@@ -1176,7 +1152,7 @@ fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
     );
 
     drop(run);
-    bpf.assert_released("an interrupted scanprof run");
+    test.assert_released("an interrupted scanprof run");
     lab.destroy();
 }
 
@@ -1189,9 +1165,7 @@ fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
 /// `target_loss` of the profiled sender, on the other lab's device.
 #[test]
 fn drops_in_another_namespace_are_not_the_targets_loss() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     // A second lab with a small queue, same addresses; its sender is not profiled.
@@ -1242,7 +1216,7 @@ fn drops_in_another_namespace_are_not_the_targets_loss() {
     );
 
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     other.destroy();
     lab.destroy();
 }
@@ -1255,9 +1229,7 @@ fn drops_in_another_namespace_are_not_the_targets_loss() {
 /// while it writes its last `sample`, and the sender prints its report at that moment.
 #[test]
 fn ndjson_lines_stay_whole_when_the_command_prints() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let sink = lab.sink(PORT);
     let mut broken = Vec::new();
@@ -1285,6 +1257,6 @@ fn ndjson_lines_stay_whole_when_the_command_prints() {
     }
     drop(sink);
     assert!(broken.is_empty(), "lines that are not JSON objects: {broken:#?}");
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }

@@ -52,9 +52,7 @@ fn sockets_on(ns: &str, port: u16) -> usize {
 }
 
 fn measure(workers: usize, port: u16) {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(None);
     let rate = rate_per_worker();
     let report = std::env::temp_dir().join(format!(
@@ -119,7 +117,7 @@ fn measure(workers: usize, port: u16) {
         .collect();
     let done = run.finish(patience(Duration::from_secs(40)));
     done.assert_success();
-    bpf.assert_released("scanprof run -- scanprof recv --workers");
+    test.assert_released("scanprof run -- scanprof recv --workers");
     let udp_in = snmp_udp_in(&lab.lab.target_ns) - udp_in_before;
     let ctx = done.context();
     let own: Value = serde_json::from_str(

@@ -24,9 +24,7 @@ const LAB_TIMEOUT: Duration = Duration::from_secs(40);
 
 #[test]
 fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let args: Vec<String> = [
         "lab",
         "rcvbuf-overflow",
@@ -39,7 +37,7 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     let done = Proc::scanprof(&args).finish(patience(LAB_TIMEOUT));
     let rx_sk = kernel_at_least(6, 8);
     done.assert_success();
-    bpf.assert_released("scanprof lab rcvbuf-overflow");
+    test.assert_released("scanprof lab rcvbuf-overflow");
     let ctx = done.context();
     let lab: Value = done
         .of_type("lab")

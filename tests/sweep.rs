@@ -56,9 +56,7 @@ fn causes(step: &Value) -> Vec<String> {
 /// (or one step lower), and `qdisc_drop` named as what appeared above it.
 #[test]
 fn a_sweep_across_a_tbf_finds_the_knee_below_its_rate_and_names_qdisc_drop() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = TestLab::new(Some(tbf()));
     let sink = lab.sink(9100);
     let mut sender = vec![
@@ -202,7 +200,7 @@ fn a_sweep_across_a_tbf_finds_the_knee_below_its_rate_and_names_qdisc_drop() {
         truth.iter().map(|t| t.1).sum::<u64>(),
         "packets arrived after the last step was counted"
     );
-    bpf.assert_released("the sweep");
+    test.assert_released("the sweep");
     lab.destroy();
 }
 

@@ -84,18 +84,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        self.signal(self.polite);
-        for _ in 0..150 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.signal(Signal::SIGKILL);
-        let _ = self.child.wait();
+        scanprof::system::child::end_child(&mut self.child, self.polite, Duration::from_secs(3));
     }
 }
 

@@ -3,7 +3,6 @@
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
 pub mod compare;
-pub mod hist;
 pub mod knee;
 pub mod limits;
 pub mod probe_cost;
@@ -15,9 +14,9 @@ pub mod verdict;
 
 use std::collections::BTreeMap;
 
+use crate::collect::hist::Histogram;
 use crate::collect::{CounterSample, DeviceCounters, DropClass, DropCount, ThreadCounters, TimeBudget};
 use crate::probes::ProbeStatus;
-use hist::Histogram;
 pub use snapshot::*;
 use stats::RunStats;
 

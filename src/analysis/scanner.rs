@@ -29,15 +29,8 @@ pub struct ScannerView {
     pub pacers: Vec<PacerView>,
 }
 
-/// How a pacer waits out the rest of a packet's slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PacerWait {
-    /// on the CPU, reading a clock or a counter until the slot is over
-    Spin,
-    /// off the CPU (nanosleep, a timer)
-    Sleep,
-}
+/// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
+pub use crate::wrappers::PacerWait;
 
 /// One of the scanner's pacing modes, as its profile names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -505,3 +505,85 @@ impl ConntrackView {
             .is_some_and(|m| m > 0 && self.peak as f64 >= crate::system::conntrack::FULL_SHARE * m as f64)
     }
 }
+
+/// Empty runs for unit tests: `Summary { field: x, ..Summary::for_tests() }` names only what a
+/// test is about, so a new field of Summary or Snapshot is added here, once, not in every test.
+#[cfg(test)]
+impl Summary {
+    /// A run of 0 s that sent nothing: every figure 0, every list empty, every option None.
+    pub fn for_tests() -> Summary {
+        Summary {
+            schema_version: SCHEMA_VERSION,
+            end_reason: EndReason::Duration,
+            duration_s: 0.0,
+            send_window_s: 0.0,
+            requested_pps: None,
+            achieved_pps: 0.0,
+            baseline_pps: None,
+            baseline: None,
+            ratio: None,
+            packets: 0,
+            bytes: 0,
+            send_calls: 0,
+            failed_calls: 0,
+            errors: BTreeMap::new(),
+            stages: BTreeMap::new(),
+            stage_counts: BTreeMap::new(),
+            rate_stats: None,
+            drops: Vec::new(),
+            processes: Vec::new(),
+            threads: Vec::new(),
+            budget: TimeBudget::default(),
+            block_sites: Vec::new(),
+            gap: GapView::default(),
+            latency_p50_ns: None,
+            latency_p99_ns: None,
+            devices: Vec::new(),
+            queues: Vec::new(),
+            lost_events: 0,
+            health: Health::default(),
+            cost: Cost::default(),
+            probes: Vec::new(),
+            scanner: None,
+            connect: None,
+            receive: None,
+            limits: None,
+            verdicts: Vec::new(),
+            warnings: Vec::new(),
+            dropped_headers: Default::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Snapshot {
+    /// Tick 1 of 1 s that saw nothing: every figure 0, every list empty, every option None.
+    pub fn for_tests() -> Snapshot {
+        Snapshot {
+            schema_version: SCHEMA_VERSION,
+            tick: 1,
+            t_s: 1.0,
+            interval_s: 1.0,
+            requested_pps: None,
+            achieved_pps: 0.0,
+            ratio: None,
+            stages: Vec::new(),
+            processes: Vec::new(),
+            threads: Vec::new(),
+            drops: Vec::new(),
+            devices: Vec::new(),
+            block_sites: Vec::new(),
+            gap: GapView::default(),
+            episodes: Vec::new(),
+            rate_stats: None,
+            health: Health::default(),
+            cost: Cost::default(),
+            scanner: None,
+            receive: None,
+            limits: None,
+            connect_scanner: false,
+            verdicts: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+}

@@ -2,9 +2,9 @@
 //! `Analyzer::tick` and `Analyzer::summary`, and every expected number below is worked out by
 //! hand in the comments next to it.
 
-use super::hist::Histogram;
 use super::*;
 use crate::collect::family::ProcessInfo;
+use crate::collect::hist::Histogram;
 use crate::collect::{
     CounterSample, DeviceCounters, DropClass, DropCount, QueueDepth, ThreadCounters, TimeBudget,
 };

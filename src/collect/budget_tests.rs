@@ -3,7 +3,7 @@
 //! names, errno slots named and histograms decoded.
 
 use super::*;
-use crate::analysis::hist::bucket_of;
+use crate::collect::hist::bucket_of;
 
 /// Sample time, CLOCK_MONOTONIC ns.
 const NOW: u64 = 5_000_000;

@@ -6,8 +6,8 @@
 pub mod bpf_time;
 pub mod family;
 pub mod headers;
+pub mod hist;
 pub mod output;
-pub mod session;
 pub mod status_file;
 pub mod symbols;
 pub mod uprobes;
@@ -16,11 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::hist::Histogram;
 use crate::probes::{
     self, sp_budget, sp_drop_class, sp_event, sp_event_kind, sp_health, sp_sched_state, sp_thread, ProbeSet,
 };
 use family::{ProcessInfo, ProcessTable};
+use hist::Histogram;
 use symbols::{wait_site, KernelSymbols};
 
 /// Where a dropped packet belonged.

@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::Summary;
 use crate::cli::{LabOptions, RunOptions, Scenario};
-use crate::collect::session::Target;
 use crate::collect::DropClass;
 use crate::lab::{Lab, LabConfig, SinkReport, TbfConfig};
+use crate::session::Target;
 use crate::system::monotonic_ns;
 use crate::system::netstat::{self, QdiscStats};
 use crate::views::json;

@@ -12,11 +12,11 @@ use crate::analysis::ArgvRate;
 use crate::cli::{BpfStatsArg, RunOptions};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::{
-    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
-};
 use crate::collect::uprobes::PerPacket;
 use crate::probes::{ProbeOptions, ProbeStatus};
+use crate::session::{
+    self, CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target, Update,
+};
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
@@ -320,7 +320,7 @@ fn measure_baseline(
         "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps ({source}) for {} s in a private lab",
         opts.baseline_pacer, opts.baseline_seconds
     );
-    crate::commands::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
+    crate::senders::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
         .context("measuring the baseline (--baseline)")
 }
 

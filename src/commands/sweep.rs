@@ -12,8 +12,8 @@ use anyhow::{bail, Context};
 
 use crate::analysis::knee::{geometric_rates, knee, LabCounts, SweepStep, KEEP_TOLERANCE};
 use crate::cli::{RunOptions, Scenario, SweepOptions, MAX_SWEEP_STEPS};
-use crate::collect::session::{self, Target, Update};
 use crate::lab::{Lab, LabConfig, TbfConfig, UdpSink};
+use crate::session::{self, Target, Update};
 use crate::views::export::{bundle, plots, Recording};
 use crate::views::sweep::{self as view, SweepSummary};
 

@@ -9,12 +9,12 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure, Result};
 use nix::time::{clock_gettime, ClockId};
 
+use super::methods::is_safe_destination;
 use super::methods::{check_destination, Destinations, Method, Sender, Target, SEQ_BYTES};
 use super::pacing::{PacerKind, SlotModel};
 use super::report::{RunFacts, SendRecorder, SendReport};
 use super::symbols;
 use super::tsc::TscSource;
-use super::udp::is_safe_destination;
 use crate::system::monotonic_ns;
 use std::net::SocketAddrV4;
 

@@ -13,8 +13,16 @@ use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
 use nix::sys::socket::{setsockopt, sockopt, SockaddrIn, SockaddrLike};
 
-use super::udp::is_safe_destination;
 use crate::lab;
+
+/// Whether the sender may send to `ip`: loopback (127.0.0.0/8) or the lab range 10.99.0.0/24,
+/// which `crate::lab` only ever configures inside namespaces it creates. Anything else could
+/// leave the machine. Every send method further refuses the lab range unless the sending thread
+/// is in a lab namespace, since elsewhere it would follow the default route.
+pub fn is_safe_destination(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_loopback() || (a, b, c) == (10, 99, 0)
+}
 
 /// Bytes of the big-endian sequence number at the start of every payload.
 pub const SEQ_BYTES: usize = 8;
@@ -850,6 +858,29 @@ impl Drop for TxRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn safe_destinations_are_loopback_and_lab_range_only() {
+        for ip in [
+            "127.0.0.1",
+            "127.255.255.254",
+            "10.99.0.1",
+            "10.99.0.2",
+            "10.99.0.255",
+        ] {
+            assert!(is_safe_destination(ip.parse().expect("literal")), "{ip}");
+        }
+        for ip in [
+            "10.99.1.1",
+            "10.98.0.2",
+            "10.0.0.1",
+            "192.168.1.1",
+            "8.8.8.8",
+            "0.0.0.0",
+        ] {
+            assert!(!is_safe_destination(ip.parse().expect("literal")), "{ip}");
+        }
+    }
 
     fn target(ip: [u8; 4]) -> Target {
         Target {

@@ -3,6 +3,7 @@
 //! `engine` runs a send: `pacing` decides when (with `tsc` for the TSC pacer), `methods` how,
 //! `report` what happened; `symbols` exports the pacing and send steps under stable names.
 
+pub mod baseline;
 pub mod engine;
 pub mod methods;
 pub mod pacing;

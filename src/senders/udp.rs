@@ -1,9 +1,9 @@
 //! The reference UDP sender's stable entry points for the rest of scanprof: the destination
-//! rule ([`is_safe_destination`]) and a plain paced UDP run ([`run`]) as `crate::lab` and its tests use it. The sender itself (pacers, slot
+//! rule ([`is_safe_destination`], kept in `methods`, which every send checks) and a plain paced UDP run ([`run`]) as `crate::lab` and its tests use it. The sender itself (pacers, slot
 //! models, send methods, report) lives in `super::engine` and the modules next to it.
 //! It only ever sends to loopback or to the lab range (see [`is_safe_destination`]).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -75,14 +75,7 @@ pub fn whole_rate(rate: f64) -> Result<u32> {
     Ok(rate as u32)
 }
 
-/// Whether the sender may send to `ip`: loopback (127.0.0.0/8) or the lab range 10.99.0.0/24,
-/// which `crate::lab` only ever configures inside namespaces it creates. Anything else could
-/// leave the machine. Every send method further refuses the lab range unless the sending thread
-/// is in a lab namespace, since elsewhere it would follow the default route.
-pub fn is_safe_destination(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    ip.is_loopback() || (a, b, c) == (10, 99, 0)
-}
+pub use super::methods::is_safe_destination;
 
 /// Sends `cfg.to` paced UDP datagrams until the count or the duration is reached or `stop` is
 /// set (see [`engine::run`]).
@@ -97,6 +90,7 @@ mod tests {
     use anyhow::bail;
 
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn config(to: SocketAddrV4) -> UdpSendConfig {
         UdpSendConfig {
@@ -108,29 +102,6 @@ mod tests {
             sndbuf: None,
             method: SendMethod::Sendto,
             src_port: 0,
-        }
-    }
-
-    #[test]
-    fn safe_destinations_are_loopback_and_lab_range_only() {
-        for ip in [
-            "127.0.0.1",
-            "127.255.255.254",
-            "10.99.0.1",
-            "10.99.0.2",
-            "10.99.0.255",
-        ] {
-            assert!(is_safe_destination(ip.parse().expect("literal")), "{ip}");
-        }
-        for ip in [
-            "10.99.1.1",
-            "10.98.0.2",
-            "10.0.0.1",
-            "192.168.1.1",
-            "8.8.8.8",
-            "0.0.0.0",
-        ] {
-            assert!(!is_safe_destination(ip.parse().expect("literal")), "{ip}");
         }
     }
 

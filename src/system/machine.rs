@@ -261,7 +261,7 @@ pub fn default_route_interfaces(route_table: &str) -> Vec<String> {
 /// The kernel's TSC frequency in Hz and where it came from; (None, reason) if neither the perf
 /// mmap page nor the kernel log gives it.
 pub fn kernel_tsc() -> (Option<f64>, String) {
-    let perf_error = match crate::senders::tsc::perf_page_tsc_hz() {
+    let perf_error = match super::tsc_freq::perf_page_tsc_hz() {
         Some(hz) => return (Some(hz), "perf_event mmap page (time_mult, time_shift)".into()),
         None => anyhow::anyhow!("the perf mmap page has no cap_user_time (sched_clock is not the TSC)"),
     };
@@ -273,12 +273,6 @@ pub fn kernel_tsc() -> (Option<f64>, String) {
         ),
         Err(e) => (None, format!("not found: {perf_error:#}; kernel log: {e:#}")),
     }
-}
-
-/// TSC Hz from a perf mmap page's conversion: ns = cycles * time_mult >> time_shift, so
-/// Hz = 1e9 * 2^time_shift / time_mult. None if `time_mult` is 0.
-pub fn tsc_hz_from_perf_page(time_mult: u32, time_shift: u16) -> Option<f64> {
-    (time_mult > 0 && time_shift < 64).then(|| 1e9 * (1u128 << time_shift) as f64 / time_mult as f64)
 }
 
 /// The kernel's TSC frequency from its log lines: the last "tsc: Refined TSC clocksource
@@ -441,17 +435,6 @@ eth0\t00000000\t0200FEA9\t0003\t0\t0\t100\t00000000\t0\t0\t0
         assert_eq!(default_route_interfaces(ROUTE), vec!["eth0", "wg0"]);
         assert!(default_route_interfaces("Iface\tDestination\n").is_empty());
         assert!(default_route_interfaces("").is_empty());
-    }
-
-    #[test]
-    fn perf_page_conversion_gives_hz() {
-        // 2445.428 MHz: the kernel's cyc2ns for it has shift 31 and mult round(2^31 * 1e9 / f).
-        let f = 2_445_428_000.0;
-        let mult = ((1u64 << 31) as f64 * 1e9 / f).round() as u32;
-        let hz = tsc_hz_from_perf_page(mult, 31).unwrap_or_default();
-        assert!((hz - f).abs() / f < 1e-6, "{hz}");
-        assert_eq!(tsc_hz_from_perf_page(0, 31), None);
-        assert_eq!(tsc_hz_from_perf_page(1, 64), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cpu_limits;
 pub mod machine;
 pub mod netstat;
 pub mod privileges;
+pub mod tsc_freq;
 pub mod watchdog;
 
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns()` reads, so the probes' timestamps,

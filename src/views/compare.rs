@@ -37,7 +37,7 @@ fn change_word(c: CauseChange) -> &'static str {
 }
 
 fn share(v: Option<f64>) -> String {
-    v.map_or("-".into(), |s| format!("{:.1}%", s * 100.0))
+    crate::units::or_dash(v, crate::units::pct)
 }
 
 /// One cause as a sentence: `qdisc_drop (loss) appeared: - -> 37.9%`.

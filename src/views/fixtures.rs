@@ -1,7 +1,7 @@
 //! Fixed runs for view tests: a Snapshot and Summary with something in every table, built
 //! through the real Analyzer so that the views see what a run would give them.
 
-use crate::analysis::hist::Histogram;
+use crate::collect::hist::Histogram;
 
 /// A run with something in every table, so that every field appears: its last Snapshot and
 /// its Summary.

@@ -23,8 +23,8 @@ use anyhow::Context;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
 use crate::analysis::{Snapshot, Summary, STAGES};
-use crate::collect::session::Update;
 use crate::collect::{DropClass, TimeBudget};
+use crate::session::Update;
 
 /// The content type of the Prometheus text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

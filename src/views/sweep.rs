@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::knee::{ChangeKind, Knee, SweepStep};
+use crate::units::{pct, whole_or_tenths as rate};
 use crate::views::json;
 
 /// The sweep as a whole: what was asked, how far it got, and its knee.
@@ -25,19 +26,6 @@ pub struct SweepSummary {
     /// a step is kept within this fraction of requested (0.02 = 2%) and with no loss
     pub keep_tolerance: f64,
     pub knee: Knee,
-}
-
-/// A rate as a whole number when it is one.
-fn rate(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.1}%", v * 100.0)
 }
 
 /// The top verdict as `cause (share)`, or `-`.

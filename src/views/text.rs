@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{
-    ConnectView, Cost, EndReason, ReceiveView, ScannerView, Snapshot, Summary, Verdict, STAGES,
-};
+use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, Summary, Verdict};
 use crate::collect::DropClass;
+use crate::units::{duration as ns, pct};
+use crate::views::report::{DropTable, Report};
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
 pub fn tick_line(s: &Snapshot) -> String {
@@ -40,24 +40,6 @@ pub fn tick_line(s: &Snapshot) -> String {
         }
     }
     out
-}
-
-/// A fraction as a percentage with one decimal.
-pub fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
-}
-
-/// A duration in ns, in the unit that reads best (ns, us, ms, s).
-pub fn ns(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.3} s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.3} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} us", v / 1e3)
-    } else {
-        format!("{v:.0} ns")
-    }
 }
 
 /// What scanprof's BPF programs cost over the run (or a tick), in plain lines: the figure, what
@@ -100,21 +82,12 @@ pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
 
 /// The end-of-run report.
 pub fn summary(s: &Summary) -> String {
+    let r = Report::new(s);
     let mut o = String::new();
-    let why = match s.end_reason {
-        EndReason::Duration => "the requested duration elapsed",
-        EndReason::FamilyExited => "the target's whole process family exited",
-        EndReason::Interrupted => "interrupted",
-    };
-    let _ = writeln!(o, "scanprof: run of {:.2} s ended: {why}", s.duration_s);
+    let _ = writeln!(o, "scanprof: run of {:.2} s ended: {}", s.duration_s, r.ended);
     let _ = writeln!(o, "\nprocess family:");
-    for p in &s.processes {
-        let state = match (p.alive, p.exit_code) {
-            (true, _) => "running".to_string(),
-            (false, Some(c)) if c & 0x7f != 0 => format!("killed by signal {}", c & 0x7f),
-            (false, Some(c)) => format!("exited {}", c >> 8),
-            (false, None) => "exited".to_string(),
-        };
+    for (p, end) in &r.processes {
+        let state = end.text();
         let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
         let _ = writeln!(
             o,
@@ -153,12 +126,8 @@ pub fn summary(s: &Summary) -> String {
             "baseline on this machine: a {}-paced reference sender reached {:.1} pps at {:.0} requested",
             b.pacer, b.achieved_pps, b.rate
         );
-        if b.achieved_pps > 0.0 {
-            let _ = write!(
-                o,
-                "; the target reached {} of that",
-                pct(s.achieved_pps / b.achieved_pps)
-            );
+        if let Some(share) = r.of_baseline {
+            let _ = write!(o, "; the target reached {} of that", pct(share));
         }
         let _ = writeln!(
             o,
@@ -166,12 +135,7 @@ pub fn summary(s: &Summary) -> String {
             b.sent, b.receiver_packets
         );
     }
-    if let Some(m) = s
-        .rate_stats
-        .as_ref()
-        .and_then(|st| st.modes.as_ref().map(|m| (st, m)))
-    {
-        let (st, m) = m;
+    if let (Some(st), Some(m)) = (&s.rate_stats, r.modes) {
         let _ = writeln!(
             o,
             "per-tick rate over {} complete ticks is bimodal, so no centre describes it: {}",
@@ -201,15 +165,12 @@ pub fn summary(s: &Summary) -> String {
     }
     verdict_section(&mut o, &s.verdicts);
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
-    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
-    for name in STAGES {
-        let pps = s.stages.get(name).copied().unwrap_or(0.0);
-        let count = s.stage_counts.get(name).copied().unwrap_or(0);
-        let mut line = format!("  {name:<16} {pps:>12.1} /s {count:>12}");
-        if let Some(r) = s.requested_pps.filter(|r| *r > 0.0) {
-            let _ = write!(line, "  {:>7}", pct(pps / r));
+    for f in &r.funnel {
+        let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.name, f.pps, f.count);
+        if let Some(share) = f.of_requested {
+            let _ = write!(line, "  {:>7}", pct(share));
         }
-        if no_qdisc && name.starts_with("qdisc") {
+        if f.no_qdisc {
             line.push_str("  (no queueing qdisc on the path)");
         }
         let _ = writeln!(o, "{line}");
@@ -221,26 +182,19 @@ pub fn summary(s: &Summary) -> String {
     if let Some(r) = &s.receive {
         receive_section(&mut o, r);
     }
-    // The budget the diagnosis uses: over the threads' own send windows where measured.
-    let (b, over) = match s.send_window_budget() {
-        Some(w) => (w, "over their send windows"),
-        None => (s.budget, "since attach"),
-    };
-    if b.total_ns() > 0 {
-        let total = b.total_ns() as f64;
-        let woken = b
-            .wakeup_wait_ns
-            .map(|w| format!(" ({} after wake-ups)", pct(w as f64 / total)))
-            .unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "\nsender threads' time {over}: sending {} | blocked in send {} | sleeping {} | waiting for a CPU {}{woken} | other (user code, pacing) {}",
-            pct(b.send_ns as f64 / total),
-            pct(b.blocked_send_ns as f64 / total),
-            pct(b.sleep_ns as f64 / total),
-            pct(b.preempted_ns as f64 / total),
-            pct(b.other_ns as f64 / total)
-        );
+    if let Some(b) = &r.budget {
+        let states: Vec<String> = b
+            .states
+            .iter()
+            .map(|st| {
+                let woken = st
+                    .after_wakeups
+                    .map(|(_, share)| format!(" ({} after wake-ups)", pct(share)))
+                    .unwrap_or_default();
+                format!("{} {}{woken}", st.label, pct(st.share))
+            })
+            .collect();
+        let _ = writeln!(o, "\nsender threads' time {}: {}", b.over, states.join(" | "));
     }
     for b in s.block_sites.iter().take(5) {
         let _ = writeln!(
@@ -267,17 +221,12 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "send syscall duration: p50 {}, p99 {}", ns(p50), ns(p99));
     }
     let _ = writeln!(o, "\ndrops:");
-    let mine: Vec<_> = s
-        .drops
-        .iter()
-        .filter(|d| d.class != DropClass::Unrelated)
-        .collect();
+    // The target's rows, by class (its own losses first); other processes' drops as a count.
+    let mine = r.drops.mine();
     if mine.is_empty() {
         let _ = writeln!(o, "  none of the target's packets or replies were dropped");
     }
-    // Rows at one location on devices of different namespaces (a lab's veth ends, a
-    // container's) would read alike: then each names its namespace too.
-    let several_ns = mine.iter().any(|d| d.netns != mine[0].netns);
+    let several_ns = DropTable::several_netns(&mine);
     for d in &mine {
         let netns = if several_ns {
             format!("  netns {}", d.netns)
@@ -295,12 +244,7 @@ pub fn summary(s: &Summary) -> String {
             d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
         );
     }
-    let others: u64 = s
-        .drops
-        .iter()
-        .filter(|d| d.class == DropClass::Unrelated)
-        .map(|d| d.count)
-        .sum();
+    let others = r.drops.unrelated();
     if others > 0 {
         let _ = writeln!(
             o,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::analysis::stats::RunStats;
 use crate::analysis::{
-    BlockSiteView, BudgetShares, DeviceView, DropRow, GapView, Snapshot, Summary, ThreadView, SCHEMA_VERSION,
+    BlockSiteView, BudgetShares, DeviceView, DropRow, GapView, Snapshot, Summary, ThreadView,
 };
 use crate::collect::family::ProcessInfo;
 use crate::collect::{Health, QueueDepth, TimeBudget};
@@ -44,14 +44,10 @@ fn fixed_summary() -> Summary {
         ("target_drops", 48),
     ];
     Summary {
-        schema_version: SCHEMA_VERSION,
-        end_reason: EndReason::Duration,
         duration_s: 3.0,
         send_window_s: 2.0,
         requested_pps: Some(2000.0),
         achieved_pps: 1500.0,
-        baseline_pps: None,
-        baseline: None,
         ratio: Some(0.75),
         packets: 3000,
         bytes: 180_000,
@@ -107,7 +103,6 @@ fn fixed_summary() -> Summary {
                 exit_s: None,
             },
         ],
-        threads: Vec::new(),
         // 2 s of sender time: 30% / 12.5% / 45% / 2.5% / 10%
         budget: TimeBudget {
             send_ns: 600 * MS,
@@ -182,22 +177,16 @@ fn fixed_summary() -> Summary {
             lost_events: 2,
             ..Default::default()
         },
-        cost: Default::default(),
         probes: vec![ProbeStatus {
             name: "drops.on_kfree_skb".to_string(),
             attached: false,
             error: Some("tracepoint skb:kfree_skb not found".to_string()),
         }],
-        scanner: None,
-        connect: None,
-        receive: None,
-        limits: None,
-        verdicts: Vec::new(),
         warnings: vec![
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),
             "2 probe records were lost (ring buffer full): process and blocking events may be incomplete".to_string(),
         ],
-        dropped_headers: Default::default(),
+        ..Summary::for_tests()
     }
 }
 
@@ -478,30 +467,13 @@ fn report_shows_family_lost_records_and_warnings() {
 
 fn snapshot(requested_pps: Option<f64>, achieved_pps: f64, drops: Vec<DropRow>) -> Snapshot {
     Snapshot {
-        schema_version: SCHEMA_VERSION,
         tick: 3,
         t_s: 3.0,
-        interval_s: 1.0,
         requested_pps,
         achieved_pps,
         ratio: requested_pps.map(|r| achieved_pps / r),
-        stages: Vec::new(),
-        processes: Vec::new(),
-        threads: Vec::new(),
         drops,
-        devices: Vec::new(),
-        block_sites: Vec::new(),
-        gap: GapView::default(),
-        episodes: vec![],
-        rate_stats: None,
-        health: Health::default(),
-        cost: Default::default(),
-        scanner: None,
-        receive: None,
-        limits: None,
-        connect_scanner: false,
-        verdicts: Vec::new(),
-        warnings: Vec::new(),
+        ..Snapshot::for_tests()
     }
 }
 
@@ -931,6 +903,56 @@ fn the_receive_cost_is_reported_per_thread_and_in_all_with_the_capacity() {
     );
     assert!(
         r.contains("capacity at 128-byte packets (166 on the wire; pps = bits / (8 x (packet + 38))): 1 Gbit/s = 753012 pps: 1.66 CPUs, 0.83 of each of 2 workers; 10 Gbit/s = 7530120 pps: 16.57 CPUs, 8.28 of each of 2 workers"),
+        "{r}"
+    );
+}
+
+#[test]
+fn drop_rows_list_the_targets_losses_first_as_the_markdown_does() {
+    // The Summary orders rows by count: here an expected row before the target's loss. Both
+    // reports order by class (views::report), the text leaving other processes' rows out.
+    let mut s = fixed_summary();
+    s.drops = vec![
+        drop_row(
+            DropClass::Unrelated,
+            "NETFILTER_DROP",
+            "nf_hook_slow+0x9c",
+            None,
+            2000,
+        ),
+        drop_row(
+            DropClass::Expected,
+            "NO_SOCKET",
+            "tcp_v4_rcv+0x1e4",
+            Some(4242),
+            900,
+        ),
+        drop_row(
+            DropClass::ReplyLoss,
+            "SOCKET_RCVBUFF",
+            "udp_queue_rcv_one_skb+0x437",
+            Some(4242),
+            70,
+        ),
+        drop_row(
+            DropClass::TargetLoss,
+            "QDISC_DROP",
+            "__dev_queue_xmit+0x7a",
+            Some(4242),
+            48,
+        ),
+    ];
+    let r = summary(&s);
+    let rows: Vec<&str> = r
+        .lines()
+        .skip_while(|l| *l != "drops:")
+        .skip(1)
+        .take(3)
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(rows, ["target_loss", "reply_loss", "expected"], "{r}");
+    assert!(
+        r.contains("(and 2000 drops of other processes' packets on this machine)"),
         "{r}"
     );
 }

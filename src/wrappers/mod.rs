@@ -8,9 +8,9 @@ mod rate;
 mod status;
 
 pub use profile::{
-    ArgType, BufferField, FieldCondition, OutputClaim, Probe, ProbeArg, ProbeBuffer, ProbeRead, ProbeRole,
-    ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules, RateUnit,
-    Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
+    ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
+    ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,
+    RateUnit, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
 pub use status::{

@@ -385,7 +385,17 @@ pub struct Pacer {
     #[serde(default)]
     pub option: Option<String>,
     /// `spin` (busy-wait) or `sleep`.
-    pub waits: crate::analysis::PacerWait,
+    pub waits: PacerWait,
+}
+
+/// How a pacer waits out the rest of a packet's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PacerWait {
+    /// on the CPU, reading a clock or a counter until the slot is over
+    Spin,
+    /// off the CPU (nanosleep, a timer)
+    Sleep,
 }
 
 /// A global variable read when a probed function returns.

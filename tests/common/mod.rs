@@ -84,6 +84,32 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What every privileged test starts with: root (it fails, never skips, without it), one such
+/// test at a time in this binary, and the scanprof BPF programs loaded before it, so that its
+/// end can check that scanprof released its own ([`Privileged::assert_released`]).
+pub struct Privileged {
+    _serial: MutexGuard<'static, ()>,
+    bpf: BpfBaseline,
+}
+
+/// Starts a privileged test (see [`Privileged`]).
+pub fn privileged() -> Privileged {
+    require_root();
+    let serial = serial();
+    Privileged {
+        _serial: serial,
+        bpf: BpfBaseline::take(),
+    }
+}
+
+impl Privileged {
+    /// Asserts that every scanprof program loaded since the test started is gone again.
+    #[track_caller]
+    pub fn assert_released(&self, after: &str) {
+        self.bpf.assert_released(after);
+    }
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of the lab sink's timestamps and of the BPF side.
 pub fn monotonic_ns() -> u64 {
     scanprof::system::monotonic_ns()
@@ -404,18 +430,7 @@ impl Drop for Proc {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let pid = Pid::from_raw(child.id() as i32);
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = kill(pid, Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-        }
-        let _ = child.wait();
+        scanprof::system::child::end_child(&mut child, Signal::SIGTERM, Duration::from_secs(3));
     }
 }
 

@@ -9,9 +9,10 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::Recording;
-use crate::analysis::{Summary, STAGES};
-use crate::collect::DropClass;
-use crate::views::text::{ns, pct, probe_cost_lines};
+use crate::analysis::Summary;
+use crate::units::{duration as ns, or_dash, pct};
+use crate::views::report::{DropTable, Report};
+use crate::views::text::{modes_text, probe_cost_lines};
 
 /// Renders the bundle's report.md.
 ///
@@ -34,12 +35,13 @@ pub fn report_md(
     }
     match &rec.summary {
         Some(s) => {
-            overview(&mut o, s);
-            funnel(&mut o, s);
+            let r = Report::new(s);
+            overview(&mut o, &r);
+            funnel(&mut o, &r);
             devices(&mut o, s);
-            rate_statistics(&mut o, s);
-            time_budget(&mut o, s);
-            drops(&mut o, s);
+            rate_statistics(&mut o, &r);
+            time_budget(&mut o, &r);
+            drops(&mut o, &r);
             scanner(&mut o, s);
             verdicts(&mut o, s);
         }
@@ -267,14 +269,10 @@ fn capability_checks(o: &mut String, c: &Value) {
     table(o, &["Check", "Status", "Detail", "Advice"], &rows);
 }
 
-fn overview(o: &mut String, s: &Summary) {
-    let why = match s.end_reason {
-        crate::analysis::EndReason::Duration => "the requested duration elapsed",
-        crate::analysis::EndReason::FamilyExited => "the target's whole process family exited",
-        crate::analysis::EndReason::Interrupted => "interrupted",
-    };
+fn overview(o: &mut String, r: &Report) {
+    let s = r.summary;
     let _ = writeln!(o, "## Run\n");
-    let _ = writeln!(o, "Run of {:.2} s ended: {why}.\n", s.duration_s);
+    let _ = writeln!(o, "Run of {:.2} s ended: {}.\n", s.duration_s, r.ended);
     let mut line = match s.requested_pps {
         Some(r) => format!(
             "Requested {r:.0} pps, achieved {:.1} {}",
@@ -303,12 +301,8 @@ fn overview(o: &mut String, s: &Summary) {
             b.achieved_pps,
             b.rate
         );
-        if b.achieved_pps > 0.0 {
-            let _ = write!(
-                o,
-                "; the target reached {} of that",
-                pct(s.achieved_pps / b.achieved_pps)
-            );
+        if let Some(share) = r.of_baseline {
+            let _ = write!(o, "; the target reached {} of that", pct(share));
         }
         let _ = writeln!(
             o,
@@ -339,25 +333,26 @@ fn overview(o: &mut String, s: &Summary) {
     }
 }
 
-fn funnel(o: &mut String, s: &Summary) {
+fn funnel(o: &mut String, r: &Report) {
     let _ = writeln!(o, "## Funnel\n");
-    let _ = writeln!(o, "Per second over the {:.3} s send window.\n", s.send_window_s);
-    let requested = s.requested_pps.filter(|r| *r > 0.0);
-    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
-    let rows: Vec<Vec<String>> = STAGES
+    let _ = writeln!(
+        o,
+        "Per second over the {:.3} s send window.\n",
+        r.summary.send_window_s
+    );
+    let rows: Vec<Vec<String>> = r
+        .funnel
         .iter()
-        .map(|name| {
-            let pps = s.stages.get(*name).copied().unwrap_or(0.0);
-            let count = s.stage_counts.get(*name).copied().unwrap_or(0);
-            let mut stage = name.to_string();
-            if no_qdisc && name.starts_with("qdisc") {
+        .map(|f| {
+            let mut stage = f.name.to_string();
+            if f.no_qdisc {
                 stage.push_str(" (no queueing qdisc on the path)");
             }
             vec![
                 stage,
-                format!("{pps:.1}"),
-                count.to_string(),
-                requested.map_or_else(|| "-".to_string(), |r| pct(pps / r)),
+                format!("{:.1}", f.pps),
+                f.count.to_string(),
+                or_dash(f.of_requested, pct),
             ]
         })
         .collect();
@@ -412,7 +407,8 @@ fn devices(o: &mut String, s: &Summary) {
     );
 }
 
-fn rate_statistics(o: &mut String, s: &Summary) {
+fn rate_statistics(o: &mut String, r: &Report) {
+    let s = r.summary;
     let _ = writeln!(o, "## Rate statistics\n");
     let Some(st) = &s.rate_stats else {
         let _ = writeln!(
@@ -426,6 +422,13 @@ fn rate_statistics(o: &mut String, s: &Summary) {
         "Per-tick achieved rate over the {} ticks wholly inside the send window, in packets per second.\n",
         st.n
     );
+    if let Some(m) = r.modes {
+        let _ = writeln!(
+            o,
+            "The per-tick rate is bimodal, so no centre describes it: {}.\n",
+            modes_text(m)
+        );
+    }
     let rows = vec![
         vec!["median".to_string(), format!("{:.1}", st.median)],
         vec![
@@ -445,39 +448,24 @@ fn rate_statistics(o: &mut String, s: &Summary) {
     table(o, &["Statistic", "pps"], &rows);
 }
 
-fn time_budget(o: &mut String, s: &Summary) {
-    // The budget the diagnosis uses: over the threads' own send windows where measured.
-    let (b, over) = match s.send_window_budget() {
-        Some(w) => (w, "over their send windows"),
-        None => (s.budget, "since attach"),
-    };
-    if b.total_ns() == 0 && s.block_sites.is_empty() {
+fn time_budget(o: &mut String, r: &Report) {
+    let s = r.summary;
+    if r.budget.is_none() && s.block_sites.is_empty() {
         return;
     }
     let _ = writeln!(o, "## Time budget of the sender threads\n");
-    if b.total_ns() > 0 {
-        let _ = writeln!(o, "Their time {over}.\n");
-        let total = b.total_ns() as f64;
-        let mut states = vec![
-            ("sending", b.send_ns),
-            ("blocked in send", b.blocked_send_ns),
-            ("sleeping", b.sleep_ns),
-            ("preempted/waiting for CPU", b.preempted_ns),
-        ];
-        if let Some(w) = b.wakeup_wait_ns {
-            states.push(("of that, right after wake-ups", w));
+    if let Some(b) = &r.budget {
+        let _ = writeln!(o, "Their time {}.\n", b.over);
+        let row = |what: &str, ns: u64, share: f64| {
+            vec![what.to_string(), format!("{:.3}", ns as f64 / 1e9), pct(share)]
+        };
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for st in &b.states {
+            rows.push(row(st.label, st.ns, st.share));
+            if let Some((ns, share)) = st.after_wakeups {
+                rows.push(row("of that, right after wake-ups", ns, share));
+            }
         }
-        states.push(("other (user code, pacing)", b.other_ns));
-        let rows: Vec<Vec<String>> = states
-            .iter()
-            .map(|(what, v)| {
-                vec![
-                    what.to_string(),
-                    format!("{:.3}", *v as f64 / 1e9),
-                    pct(*v as f64 / total),
-                ]
-            })
-            .collect();
         table(o, &["State", "Seconds", "Share"], &rows);
     }
     if !s.block_sites.is_empty() {
@@ -509,32 +497,21 @@ fn time_budget(o: &mut String, s: &Summary) {
     }
 }
 
-/// Order of the drop classes in the table: the target's own losses first.
-fn class_rank(c: DropClass) -> u8 {
-    match c {
-        DropClass::TargetLoss => 0,
-        DropClass::ReplyLoss => 1,
-        DropClass::Expected => 2,
-        DropClass::ReplySide => 3,
-        DropClass::Unrelated => 4,
-    }
-}
-
-fn drops(o: &mut String, s: &Summary) {
+fn drops(o: &mut String, r: &Report) {
     let _ = writeln!(o, "## Drops\n");
-    if s.drops.is_empty() {
+    if r.drops.rows.is_empty() {
         let _ = writeln!(o, "No packet drops were seen on this machine during the run.\n");
         return;
     }
-    if !s.drops.iter().any(|d| d.class != DropClass::Unrelated) {
+    if r.drops.mine().is_empty() {
         let _ = writeln!(o, "None of the target's packets or replies were dropped.\n");
     }
-    let mut rows: Vec<&crate::analysis::DropRow> = s.drops.iter().collect();
-    // Stable: within a class, the Summary's order (largest first) is kept.
-    rows.sort_by_key(|d| class_rank(d.class));
-    // Rows on devices of several namespaces name theirs (inode numbers).
-    let several_ns = rows.iter().any(|d| d.netns != rows[0].netns);
-    let rows: Vec<Vec<String>> = rows
+    // Every row, the target's own losses first; rows on devices of several namespaces name
+    // theirs (inode numbers).
+    let several_ns = DropTable::several_netns(&r.drops.rows);
+    let rows: Vec<Vec<String>> = r
+        .drops
+        .rows
         .iter()
         .map(|d| {
             let mut row = vec![
@@ -574,7 +551,7 @@ fn verdicts(o: &mut String, s: &Summary) {
         .map(|v| {
             vec![
                 v.kind.clone(),
-                format!("{:.1}%", v.share * 100.0),
+                pct(v.share),
                 v.sentence.clone(),
                 v.evidence.join("; "),
                 v.next_step.clone(),
@@ -928,6 +905,8 @@ fn yes_no(b: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::STAGES;
+    use crate::collect::DropClass;
     use crate::views::fixtures::rich_recording;
 
     /// Checks every table of `md`: a header row, a `---` separator row and body rows, all with the
@@ -1212,6 +1191,24 @@ mod tests {
             pos.windows(2).all(|w| w[0] < w[1]),
             "sections out of order: {pos:?}\n{md}"
         );
+    }
+
+    #[test]
+    fn a_bimodal_rate_is_named_with_its_two_modes_as_in_the_text_report() {
+        let mut rec = rich_recording();
+        let md = report_md(&rec, None, None, &[]);
+        assert!(!md.contains("bimodal"), "{md}");
+        let mut samples: Vec<f64> = (0..22).map(|i| [0.0, 1.0, 11.5, 13.0][i % 4]).collect();
+        samples.extend((0..18).map(|i| 405.0 + (i % 5) as f64 * 5.0));
+        if let Some(s) = rec.summary.as_mut() {
+            s.rate_stats = crate::analysis::stats::RunStats::from_samples(&samples);
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(
+            md.contains("The per-tick rate is bimodal, so no centre describes it: sending 45% of the ticks at median 415.0 pps (405.0 to 425.0), stalled 55% at median 1.0 pps (0.0 to 13.0).\n"),
+            "{md}"
+        );
+        assert!(check_tables(&md).is_ok(), "{md}");
     }
 
     #[test]

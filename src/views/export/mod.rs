@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{Snapshot, Summary};
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::Update;
 use crate::probes::ProbeStatus;
+use crate::session::Update;
 use crate::system::ClockReadings;
 
 /// Where and when a recording was made.

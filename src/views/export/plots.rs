@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use super::Recording;
+use crate::units::{plain, si};
 
 /// Canvas size, px.
 const WIDTH: f64 = 880.0;
@@ -498,31 +499,6 @@ fn nice_step(raw: f64) -> f64 {
         10.0
     };
     f * mag
-}
-
-/// A number with up to three decimals, trailing zeros removed.
-fn plain(v: f64) -> String {
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
-
-/// A rate with an SI suffix: 2500 -> "2.5k".
-fn si(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{}G", plain(v / 1e9))
-    } else if a >= 1e6 {
-        format!("{}M", plain(v / 1e6))
-    } else if a >= 1e3 {
-        format!("{}k", plain(v / 1e3))
-    } else {
-        plain(v)
-    }
 }
 
 /// `s` cut to `max` characters, the last of them "…", when longer.

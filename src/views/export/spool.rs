@@ -13,7 +13,7 @@ use anyhow::Context;
 
 use super::Recording;
 use crate::analysis::Snapshot;
-use crate::collect::session::Update;
+use crate::session::Update;
 use crate::views::json;
 
 /// An unlinked file of ticks, reached only through its two descriptors.

@@ -13,6 +13,7 @@ use super::Recording;
 use crate::analysis::{Snapshot, SCHEMA_VERSION};
 use crate::collect::DropClass;
 use crate::system::ClockReadings;
+use crate::views::report::ProcessEnd;
 
 /// pid of the pseudo-process "scanprof" that carries the run-wide counter tracks.
 pub const SCANPROF_PID: u32 = 0;
@@ -781,25 +782,24 @@ fn lifecycle(rec: &Recording, out: &mut Timed) {
                 continue;
             }
             let ts = p.exit_s.map_or(tick_end, ns);
-            let (how, args) = match p.exit_code {
-                Some(c) if c & 0x7f != 0 => (
-                    format!(" (signal {})", c & 0x7f),
-                    vec![
-                        ("exit_status", Arg::Int(c.into())),
-                        ("signal", Arg::Int((c & 0x7f).into())),
-                    ],
+            // Decoded once, as every report decodes it; the raw wait status goes along.
+            let status = |c: Option<i32>| c.map(|c| ("exit_status", Arg::Int(c.into())));
+            let (how, args) = match (ProcessEnd::of(false, p.exit_code), p.exit_code) {
+                (ProcessEnd::Killed(sig), c) => (
+                    format!(" (signal {sig})"),
+                    status(c)
+                        .into_iter()
+                        .chain([("signal", Arg::Int(sig.into()))])
+                        .collect(),
                 ),
-                Some(c) => {
-                    let code = (c >> 8) & 0xff;
-                    (
-                        format!(" (code {code})"),
-                        vec![
-                            ("exit_status", Arg::Int(c.into())),
-                            ("code", Arg::Int(code.into())),
-                        ],
-                    )
-                }
-                None => (String::new(), vec![]),
+                (ProcessEnd::Exited(code), c) => (
+                    format!(" (code {code})"),
+                    status(c)
+                        .into_iter()
+                        .chain([("code", Arg::Int(code.into()))])
+                        .collect(),
+                ),
+                _ => (String::new(), vec![]),
             };
             let exited = EventKind::Instant {
                 name: format!("exited {}{how}", p.comm),
@@ -904,9 +904,9 @@ fn shell_words(words: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::{BudgetShares, Cost, DropRow, EpisodeView, GapView, Stage, ThreadView};
+    use crate::analysis::{BudgetShares, DropRow, EpisodeView, Stage, ThreadView};
     use crate::collect::family::ProcessInfo;
-    use crate::collect::{Health, TimeBudget};
+    use crate::collect::TimeBudget;
     use crate::views::export::Meta;
     use crate::views::fixtures::rich_recording;
 
@@ -935,13 +935,8 @@ mod tests {
 
     fn tick(n: u64, processes: Vec<ProcessInfo>) -> Snapshot {
         Snapshot {
-            schema_version: SCHEMA_VERSION,
             tick: n,
             t_s: n as f64,
-            interval_s: 1.0,
-            requested_pps: None,
-            achieved_pps: 0.0,
-            ratio: None,
             stages: vec![Stage {
                 name: "send_calls".into(),
                 count: 0,
@@ -950,21 +945,7 @@ mod tests {
                 ratio: None,
             }],
             processes,
-            threads: vec![],
-            drops: vec![],
-            devices: vec![],
-            block_sites: vec![],
-            gap: GapView::default(),
-            episodes: vec![],
-            rate_stats: None,
-            health: Health::default(),
-            cost: Cost::default(),
-            scanner: None,
-            receive: None,
-            limits: None,
-            connect_scanner: false,
-            verdicts: Vec::new(),
-            warnings: vec![],
+            ..Snapshot::for_tests()
         }
     }
 

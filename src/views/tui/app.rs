@@ -9,8 +9,8 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use super::keys::{action_of, Action};
 use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, Summary, SCHEMA_VERSION, STAGES};
 use crate::collect::family::ProcessInfo;
-use crate::collect::session::Update;
 use crate::probes::ProbeStatus;
+use crate::session::Update;
 
 /// Ticks of history kept for the rate chart.
 const HISTORY: usize = 600;

@@ -5,6 +5,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
+
+use crate::units::{duration_compact as dur, pct, rate_compact as rate};
 use ratatui::widgets::{
     Axis, Bar, BarChart, BarGroup, Block, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, Wrap,
 };
@@ -222,30 +224,6 @@ fn per_second_heading(app: &App) -> &'static str {
         "/s run"
     } else {
         "/s tick"
-    }
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
-}
-
-fn rate(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e4 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.1}")
-    }
-}
-
-fn dur(ns: f64) -> String {
-    if ns >= 1e6 {
-        format!("{:.2}ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.1}us", ns / 1e3)
-    } else {
-        format!("{ns:.0}ns")
     }
 }
 

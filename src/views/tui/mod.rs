@@ -38,7 +38,7 @@ use ratatui::crossterm::event::{self, Event, KeyEventKind};
 
 pub use app::App;
 
-use crate::collect::session::Update;
+use crate::session::Update;
 use crate::views::export::spool::SpooledRecording;
 
 /// What the terminal did while the view waited for it.

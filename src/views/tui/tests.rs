@@ -11,9 +11,9 @@ use super::app::{App, DropSort, Outcome, Panel};
 use super::draw::draw;
 use super::keys::{footer, BINDINGS};
 use crate::analysis::{DropRow, EndReason};
-use crate::collect::session::Update;
 use crate::collect::DropClass;
 use crate::probes::ProbeStatus;
+use crate::session::Update;
 use crate::views::fixtures::{rich_run, rich_ticks};
 
 fn key(c: KeyCode) -> KeyEvent {

@@ -1,7 +1,9 @@
 //! A profiling session: finds or launches the target, loads the probes, and runs the collection
 //! thread that owns them. The thread sends `Update`s (ticks, then the summary) over a channel;
 //! whoever renders them owns its own state. Ends on --duration, when the whole family has exited,
-//! or when the stop flag is raised (Ctrl-C/SIGTERM), and always with a summary.
+//! or when the stop flag is raised (Ctrl-C/SIGTERM), and always with a summary. It sits above
+//! the layers it joins (probes -> collect -> analysis) and below the views and commands, so
+//! that collect never imports analysis.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,12 +16,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
-use super::family::{ProcessInfo, ProcessTable};
-use super::{Collector, CounterSample, FamilyEvent};
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
+use crate::collect::family::{ProcessInfo, ProcessTable};
+use crate::collect::{Collector, CounterSample, FamilyEvent};
 use crate::probes::{ProbeOptions, ProbeSet, ProbeStatus};
 use crate::system::monotonic_ns;
 use crate::system::startup::mark;
@@ -59,7 +60,7 @@ pub struct SessionConfig {
     pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
     /// when the kernel's BPF run-time statistics are on (the probes' own cost)
-    pub bpf_stats: super::bpf_time::StatsPolicy,
+    pub bpf_stats: crate::collect::bpf_time::StatsPolicy,
     /// the scanner's profile, and what its command line says
     pub scanner: Option<ScannerSetup>,
     /// the user a launched command runs as (`--user`); None: scanprof's own user and
@@ -75,7 +76,7 @@ pub struct SessionConfig {
 #[derive(Debug, Clone)]
 pub struct ScannerSetup {
     pub profile: crate::wrappers::ScannerProfile,
-    pub per_packet: super::uprobes::PerPacket,
+    pub per_packet: crate::collect::uprobes::PerPacket,
     /// the requested rate as the scanner's command line says
     pub argv_rate: crate::analysis::ArgvRate,
     /// executable of the process attached to or launched: the profile's `paths` are relative
@@ -230,8 +231,11 @@ impl Launched {
         output: &CommandOutput,
         run_as: Option<&crate::system::child::RunAs>,
         claims: &[crate::wrappers::OutputClaim],
-        mut status: Vec<(crate::wrappers::OutputStream, super::output::StatusReader)>,
-        readings: &Sender<super::output::OutputEvent>,
+        mut status: Vec<(
+            crate::wrappers::OutputStream,
+            crate::collect::output::StatusReader,
+        )>,
+        readings: &Sender<crate::collect::output::OutputEvent>,
     ) -> anyhow::Result<Launched> {
         if argv.is_empty() {
             bail!("no command given: use `scanprof run -- COMMAND [ARGS...]`");
@@ -294,7 +298,7 @@ impl Launched {
             }
         }
         // A stream the profile reads rate figures from goes through scanprof on its way.
-        use super::output::{tee, Matcher};
+        use crate::collect::output::{tee, Matcher};
         let (out_m, err_m) = (
             Matcher::for_stream(claims, "stdout"),
             Matcher::for_stream(claims, "stderr"),
@@ -371,24 +375,16 @@ impl Launched {
         if self.status.is_some() {
             return;
         }
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let pid = Pid::from_raw(self.child.id() as i32);
-            let _ = kill(pid, Signal::SIGTERM);
-            for _ in 0..40 {
-                if let Ok(Some(status)) = self.child.try_wait() {
-                    self.status = Some(status);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = kill(pid, Signal::SIGKILL);
-        }
-        self.status = self.child.wait().ok();
+        self.status =
+            crate::system::child::end_child(&mut self.child, Signal::SIGTERM, Duration::from_secs(2));
     }
 }
 
 /// A reader for each readable status of the scanner, with where it is read.
-fn status_readers(sc: Option<&ScannerSetup>, launched: bool) -> Vec<(StatusAt, super::output::StatusReader)> {
+fn status_readers(
+    sc: Option<&ScannerSetup>,
+    launched: bool,
+) -> Vec<(StatusAt, crate::collect::output::StatusReader)> {
     let Some(sc) = sc else {
         return Vec::new();
     };
@@ -399,7 +395,7 @@ fn status_readers(sc: Option<&ScannerSetup>, launched: bool) -> Vec<(StatusAt, s
         .filter_map(|(st, base)| {
             Some((
                 st.at.clone(),
-                super::output::StatusReader {
+                crate::collect::output::StatusReader {
                     parser: crate::wrappers::StatusParser::new(&st.rule, st.per_target),
                     base: base?,
                     what: st.label(),
@@ -429,7 +425,7 @@ fn collect(
     ready: Sender<anyhow::Result<BTreeMap<u32, String>>>,
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let mut launched = None;
-    let mut tails: Vec<super::status_file::StatusTail> = Vec::new();
+    let mut tails: Vec<crate::collect::status_file::StatusTail> = Vec::new();
     let (readings_tx, readings) = mpsc::channel();
     let mut setup = || -> anyhow::Result<(Collector, u64)> {
         mark("collection thread started");
@@ -467,11 +463,12 @@ fn collect(
         for (at, reader) in status_readers(cfg.scanner.as_ref(), launched_cmd) {
             if let StatusAt::File { open, .. } = at {
                 let start = if launched_cmd {
-                    super::status_file::StartAt::Beginning
+                    crate::collect::status_file::StartAt::Beginning
                 } else {
-                    super::status_file::StartAt::Now
+                    crate::collect::status_file::StartAt::Now
                 };
-                match super::status_file::StatusTail::start(open, reader, start, readings_tx.clone()) {
+                match crate::collect::status_file::StatusTail::start(open, reader, start, readings_tx.clone())
+                {
                     Ok(t) => tails.push(t),
                     Err(e) => eprintln!("scanprof: warning: cannot read the scanner's status file: {e}"),
                 }
@@ -542,7 +539,10 @@ fn collect(
         if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
             keep.push(FOR_UPROBES);
         }
-        if matches!(cfg.bpf_stats, super::bpf_time::StatsPolicy::Sampled { .. }) {
+        if matches!(
+            cfg.bpf_stats,
+            crate::collect::bpf_time::StatsPolicy::Sampled { .. }
+        ) {
             keep.push(FOR_BPF_STATS);
         }
         if cfg.run_as.is_some() {
@@ -577,7 +577,8 @@ fn collect(
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
     analyzer.set_baseline(cfg.baseline.clone());
     if let Some(sc) = &cfg.scanner {
-        let tsc_hz = crate::senders::tsc::kernel_tsc_hz().or_else(crate::senders::tsc::perf_page_tsc_hz);
+        let tsc_hz =
+            crate::system::tsc_freq::kernel_tsc_hz().or_else(crate::system::tsc_freq::perf_page_tsc_hz);
         let (specs, _) = claim_specs(sc, matches!(cfg.target, Target::Command(_)));
         let mut model = crate::analysis::ScannerModel::new(
             &sc.profile.name,
@@ -714,7 +715,7 @@ fn collect(
             "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
              the pcapng has the first ones",
             dropped_headers.over_cap,
-            super::headers::MAX_HEADERS
+            crate::collect::headers::MAX_HEADERS
         ));
     }
     let mut summary = analyzer.summary(&last, end_reason, probes, final_warnings);

@@ -1,6 +1,6 @@
-//! Decoding of the kernel's log-linear nanosecond histograms: collect reads the BPF
-//! bucket counters, this module turns them into deltas, quantiles and means for the views.
-//! Data flow: kernel counters -> collect -> analysis (pure, no clocks, no I/O) -> views.
+//! Decoding of the kernel's log-linear nanosecond histograms: collect reads the BPF bucket
+//! counters into a `Histogram` (part of its samples); analysis takes deltas, quantiles and
+//! means from them. Pure, and in collect because the bucket layout is the probes' (wire.h).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,314 @@
+//! The report model: what the end-of-run reports show, computed once from a `Summary`. The
+//! text report (`text.rs`) and the bundle's report.md (`export/markdown.rs`) both render a
+//! `Report`, so they cannot choose a different time budget, compute a share or a ratio twice,
+//! decode an exit status or order the drop classes each their own way. Pure: no I/O.
+
+use crate::analysis::stats::Modes;
+use crate::analysis::{DropRow, EndReason, Summary, STAGES};
+use crate::collect::family::ProcessInfo;
+use crate::collect::{DropClass, TimeBudget};
+
+/// The figures of one run, as every report shows them.
+#[derive(Debug, Clone)]
+pub struct Report<'a> {
+    /// the Summary the figures come from (for what is shown as it is)
+    pub summary: &'a Summary,
+    /// why the run ended, as a phrase
+    pub ended: &'static str,
+    /// the process family, each with how it ended
+    pub processes: Vec<(&'a ProcessInfo, ProcessEnd)>,
+    /// the target's achieved rate as a fraction of the baseline sender's on this machine
+    pub of_baseline: Option<f64>,
+    /// the per-tick rate's two modes, when it is bimodal (no centre describes it then)
+    pub modes: Option<&'a Modes>,
+    /// every stage of the send funnel, in the funnel's order
+    pub funnel: Vec<FunnelRow>,
+    /// the sender threads' time budget; None when no time was accounted
+    pub budget: Option<BudgetView>,
+    /// the drop table
+    pub drops: DropTable<'a>,
+}
+
+/// How a process of the family ended (decoded from its wait status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessEnd {
+    Running,
+    /// exited with this code
+    Exited(i32),
+    /// killed by this signal
+    Killed(i32),
+    /// gone, how is not known
+    Gone,
+}
+
+impl ProcessEnd {
+    /// From a process's `alive` flag and its wait status (`exit_code`, as waitpid gives it).
+    pub fn of(alive: bool, wait_status: Option<i32>) -> ProcessEnd {
+        match (alive, wait_status) {
+            (true, _) => ProcessEnd::Running,
+            (false, Some(c)) if c & 0x7f != 0 => ProcessEnd::Killed(c & 0x7f),
+            (false, Some(c)) => ProcessEnd::Exited((c >> 8) & 0xff),
+            (false, None) => ProcessEnd::Gone,
+        }
+    }
+
+    /// `running`, `exited 0`, `killed by signal 9`, `exited`.
+    pub fn text(self) -> String {
+        match self {
+            ProcessEnd::Running => "running".into(),
+            ProcessEnd::Exited(c) => format!("exited {c}"),
+            ProcessEnd::Killed(s) => format!("killed by signal {s}"),
+            ProcessEnd::Gone => "exited".into(),
+        }
+    }
+}
+
+/// One stage of the send funnel over the send window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunnelRow {
+    pub name: &'static str,
+    /// per second over the send window
+    pub pps: f64,
+    pub count: u64,
+    /// pps as a fraction of the requested rate; None when the rate is unknown or 0
+    pub of_requested: Option<f64>,
+    /// a qdisc stage on a path without a queueing qdisc (its 0 means no qdisc, not no packets)
+    pub no_qdisc: bool,
+}
+
+/// The sender threads' time budget: over their own send windows where measured (the budget
+/// the diagnosis uses), else since attach.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetView {
+    /// what the budget covers: "over their send windows" or "since attach"
+    pub over: &'static str,
+    /// sending, blocked in send, sleeping, waiting for a CPU, other: each with its share
+    pub states: Vec<BudgetState>,
+}
+
+/// One state of the time budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetState {
+    pub label: &'static str,
+    /// time in this state, ns
+    pub ns: u64,
+    /// fraction of the budget's total
+    pub share: f64,
+    /// the part of it spent right after wake-ups (ns, share of the total): only the wait for a
+    /// CPU has one, when measured
+    pub after_wakeups: Option<(u64, f64)>,
+}
+
+/// The drop rows in the order every report lists them: by class (the target's own losses
+/// first), and within a class in the Summary's order (largest first).
+#[derive(Debug, Clone)]
+pub struct DropTable<'a> {
+    pub rows: Vec<&'a DropRow>,
+}
+
+impl<'a> DropTable<'a> {
+    fn new(drops: &'a [DropRow]) -> DropTable<'a> {
+        let mut rows: Vec<&DropRow> = drops.iter().collect();
+        rows.sort_by_key(|d| class_rank(d.class));
+        DropTable { rows }
+    }
+
+    /// The rows of the target's packets and replies (every class but `unrelated`).
+    pub fn mine(&self) -> Vec<&'a DropRow> {
+        self.rows
+            .iter()
+            .copied()
+            .filter(|d| d.class != DropClass::Unrelated)
+            .collect()
+    }
+
+    /// Drops of other processes' packets on this machine.
+    pub fn unrelated(&self) -> u64 {
+        self.rows
+            .iter()
+            .filter(|d| d.class == DropClass::Unrelated)
+            .map(|d| d.count)
+            .sum()
+    }
+
+    /// Whether `rows` lie on devices of several namespaces: rows at one location on devices of
+    /// different namespaces (a lab's veth ends, a container's) would read alike, so then each
+    /// names its namespace.
+    pub fn several_netns(rows: &[&DropRow]) -> bool {
+        rows.iter().any(|d| d.netns != rows[0].netns)
+    }
+}
+
+/// Order of the drop classes in every drop table: the target's own losses first.
+pub fn class_rank(c: DropClass) -> u8 {
+    match c {
+        DropClass::TargetLoss => 0,
+        DropClass::ReplyLoss => 1,
+        DropClass::Expected => 2,
+        DropClass::ReplySide => 3,
+        DropClass::Unrelated => 4,
+    }
+}
+
+impl<'a> Report<'a> {
+    /// Computes the report's figures from `s`.
+    pub fn new(s: &'a Summary) -> Report<'a> {
+        Report {
+            summary: s,
+            ended: match s.end_reason {
+                EndReason::Duration => "the requested duration elapsed",
+                EndReason::FamilyExited => "the target's whole process family exited",
+                EndReason::Interrupted => "interrupted",
+            },
+            processes: s
+                .processes
+                .iter()
+                .map(|p| (p, ProcessEnd::of(p.alive, p.exit_code)))
+                .collect(),
+            of_baseline: s
+                .baseline
+                .as_ref()
+                .filter(|b| b.achieved_pps > 0.0)
+                .map(|b| s.achieved_pps / b.achieved_pps),
+            modes: s.rate_stats.as_ref().and_then(|st| st.modes.as_ref()),
+            funnel: funnel(s),
+            budget: budget(s),
+            drops: DropTable::new(&s.drops),
+        }
+    }
+}
+
+fn funnel(s: &Summary) -> Vec<FunnelRow> {
+    let requested = s.requested_pps.filter(|r| *r > 0.0);
+    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
+    STAGES
+        .iter()
+        .map(|name| {
+            let pps = s.stages.get(*name).copied().unwrap_or(0.0);
+            FunnelRow {
+                name,
+                pps,
+                count: s.stage_counts.get(*name).copied().unwrap_or(0),
+                of_requested: requested.map(|r| pps / r),
+                no_qdisc: no_qdisc && name.starts_with("qdisc"),
+            }
+        })
+        .collect()
+}
+
+fn budget(s: &Summary) -> Option<BudgetView> {
+    let (b, over): (TimeBudget, _) = match s.send_window_budget() {
+        Some(w) => (w, "over their send windows"),
+        None => (s.budget, "since attach"),
+    };
+    let total = b.total_ns();
+    if total == 0 {
+        return None;
+    }
+    let share = |ns: u64| ns as f64 / total as f64;
+    let state = |label, ns: u64| BudgetState {
+        label,
+        ns,
+        share: share(ns),
+        after_wakeups: None,
+    };
+    Some(BudgetView {
+        over,
+        states: vec![
+            state("sending", b.send_ns),
+            state("blocked in send", b.blocked_send_ns),
+            state("sleeping", b.sleep_ns),
+            BudgetState {
+                after_wakeups: b.wakeup_wait_ns.map(|w| (w, share(w))),
+                ..state("waiting for a CPU", b.preempted_ns)
+            },
+            state("other (user code, pacing)", b.other_ns),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_decode_once() {
+        assert_eq!(ProcessEnd::of(true, Some(0)), ProcessEnd::Running);
+        assert_eq!(ProcessEnd::of(false, Some(3 << 8)), ProcessEnd::Exited(3));
+        assert_eq!(ProcessEnd::of(false, Some(9)), ProcessEnd::Killed(9));
+        assert_eq!(ProcessEnd::of(false, None), ProcessEnd::Gone);
+        assert_eq!(ProcessEnd::Killed(15).text(), "killed by signal 15");
+        assert_eq!(ProcessEnd::Exited(0).text(), "exited 0");
+    }
+
+    #[test]
+    fn drop_rows_come_by_class_then_in_the_summarys_order() {
+        let mut s = Summary::for_tests();
+        let row = |class, reason: &str, count| DropRow {
+            reason: reason.into(),
+            location: "x".into(),
+            device: None,
+            netns: 1,
+            class,
+            pid: None,
+            count,
+            rate: 0.0,
+        };
+        s.drops = vec![
+            row(DropClass::Unrelated, "A", 50),
+            row(DropClass::Expected, "B", 40),
+            row(DropClass::TargetLoss, "C", 30),
+            row(DropClass::Expected, "D", 20),
+            row(DropClass::TargetLoss, "E", 10),
+        ];
+        let r = Report::new(&s);
+        let order: Vec<&str> = r.drops.rows.iter().map(|d| d.reason.as_str()).collect();
+        assert_eq!(order, ["C", "E", "B", "D", "A"]);
+        assert_eq!(r.drops.mine().len(), 4);
+        assert_eq!(r.drops.unrelated(), 50);
+        assert!(!DropTable::several_netns(&r.drops.rows));
+    }
+
+    #[test]
+    fn the_budget_is_the_send_windows_when_measured_and_its_shares_add_up() {
+        let mut s = Summary::for_tests();
+        assert!(Report::new(&s).budget.is_none(), "no time accounted: no budget");
+        s.budget = TimeBudget {
+            send_ns: 30,
+            blocked_send_ns: 10,
+            sleep_ns: 40,
+            preempted_ns: 10,
+            wakeup_wait_ns: Some(5),
+            other_ns: 10,
+        };
+        let b = Report::new(&s).budget.expect("a budget");
+        assert_eq!(b.over, "since attach");
+        let total: f64 = b.states.iter().map(|st| st.share).sum();
+        assert!((total - 1.0).abs() < 1e-12, "{total}");
+        let woken: Vec<_> = b.states.iter().filter_map(|st| st.after_wakeups).collect();
+        assert_eq!(woken, [(5, 0.05)]);
+    }
+
+    #[test]
+    fn funnel_shares_are_of_the_requested_rate_and_qdisc_stages_say_when_there_is_none() {
+        let mut s = Summary::for_tests();
+        s.requested_pps = Some(200.0);
+        s.stages.insert("syscall_packets".into(), 100.0);
+        s.stage_counts.insert("syscall_packets".into(), 300);
+        let r = Report::new(&s);
+        assert_eq!(r.funnel.len(), STAGES.len());
+        let sp = r
+            .funnel
+            .iter()
+            .find(|f| f.name == "syscall_packets")
+            .expect("stage");
+        assert_eq!((sp.count, sp.of_requested), (300, Some(0.5)));
+        assert!(r
+            .funnel
+            .iter()
+            .filter(|f| f.name.starts_with("qdisc"))
+            .all(|f| f.no_qdisc));
+        s.requested_pps = Some(0.0);
+        assert!(Report::new(&s).funnel.iter().all(|f| f.of_requested.is_none()));
+    }
+}
