@@ -81,8 +81,10 @@ pub const HEALTH_SLOTS: usize = 8;
 // ABI drift between wire.h and the Rust side is a build error: the generated types follow the C
 // header, these constants and sizes must follow them (344 bytes of scalars, of which 96 are the
 // receive side's and 24 connect's, and two 48-byte budget snapshots in sp_thread, then the errno slots and two
-// histograms; 48 bytes of scalars in sp_event, then comm and path).
+// histograms; 48 bytes of scalars in sp_event, then comm and path). The sizes of sp_thread and
+// sp_member, which user space writes into maps, are the sums of their fields' sizes: no padding.
 const _: () = assert!(size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS));
+const _: () = assert!(size_of::<sp_member>() == 4 + 4 + 8);
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
 const _: () = assert!(size_of::<sp_drop_key>() == 32);
 // sp_drop_pkt: 16 bytes of header, the 32-byte drop key, 24 of scalars, comm, then the bytes.
@@ -1150,7 +1152,7 @@ fn object_name(obj: &Object) -> String {
 
 /// Rows of a per-CPU hash map, each value folded over CPUs with `fold`, each with its key as
 /// the map holds it (to delete the row by).
-fn percpu_rows<K: Copy, V: Copy + Default>(
+fn percpu_rows<K: Abi, V: Abi + Default>(
     map: &impl MapCore,
     fold: impl Fn(&mut V, &V),
 ) -> Vec<(Vec<u8>, K, V)> {
@@ -1169,7 +1171,7 @@ fn percpu_rows<K: Copy, V: Copy + Default>(
 
 /// Rows kept in slots of a per-CPU array (`values`), each row's slot named by `slots` (key ->
 /// u32): each row folded over CPUs with `fold`.
-fn slotted_rows<K: Copy, V: Copy + Default>(
+fn slotted_rows<K: Abi, V: Abi + Default>(
     slots: &impl MapCore,
     values: &impl MapCore,
     fold: impl Fn(&mut V, &V),
@@ -1195,19 +1197,50 @@ pub fn c_chars(bytes: &[i8]) -> String {
     String::from_utf8_lossy(&b).into_owned()
 }
 
-/// Copies a plain-data ABI value out of map bytes; None if the bytes are too short.
-fn read_pod<T: Copy>(bytes: &[u8]) -> Option<T> {
+/// A type that map and ring-buffer bytes are read into: the generated ABI types of wire.h (and
+/// the integers that maps hold), `repr(C)` and made of integers and integer arrays only, so any
+/// bytes of its size are a valid value. libbpf-rs's map and ring-buffer calls deal in bytes, so
+/// the skeleton's types are filled from them here; the list below is every type read so.
+trait Abi: Copy {}
+
+/// An ABI type scanprof also writes into a map: one without padding bytes, so that each byte of
+/// a value is initialised (the size assertions beside each add up its fields' sizes).
+trait AbiWritten: Abi {}
+
+impl Abi for u64 {}
+impl Abi for sp_thread {}
+impl Abi for sp_member {}
+impl Abi for sp_event {}
+impl Abi for sp_drop_pkt {}
+impl Abi for sp_drop_key {}
+impl Abi for sp_dev_key {}
+impl Abi for sp_dev_stats {}
+impl Abi for sp_dev_name {}
+impl Abi for sp_qdepth {}
+impl Abi for sp_block_key {}
+impl Abi for sp_block_val {}
+impl Abi for sp_call {}
+impl Abi for sp_uprobe_stats {}
+impl Abi for uprobe::sp_uprobe_cfg {}
+impl AbiWritten for sp_member {}
+impl AbiWritten for sp_thread {}
+impl AbiWritten for uprobe::sp_uprobe_cfg {}
+
+/// Copies an ABI value out of map bytes; None if the bytes are too short.
+fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
     if bytes.len() < size_of::<T>() {
         return None;
     }
-    // SAFETY: the length was checked; T is a generated repr(C) ABI type (or an integer) made of
-    // integers and integer arrays, for which every bit pattern is valid.
+    // SAFETY: the length was checked, and read_unaligned needs no alignment; T is an `Abi`
+    // type, made of integers and integer arrays only, for which every bit pattern is valid.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
 }
 
-fn as_bytes<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: T is a repr(C) ABI type without padding-sensitive invariants; viewing its bytes
-    // is always valid for the lifetime of the borrow.
+/// An ABI value's bytes, to write into a map.
+fn as_bytes<T: AbiWritten>(v: &T) -> &[u8] {
+    // SAFETY: `v` is a live, initialised T of size_of::<T>() bytes, borrowed for the slice's
+    // lifetime; T is an `AbiWritten` type, which has no padding, so every one of those bytes is
+    // initialised; u8 has no alignment or validity requirement.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
 }
 

@@ -43,7 +43,8 @@ pub enum LinkFor {
 }
 
 const _: () = assert!(std::mem::size_of::<sp_call>() == 8 + 16 + 8 * UPROBE_ARGS + 32 + 8 + UPROBE_BUF);
-const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 8);
+// Written into uprobe_cfg by user space: the sum of its fields' sizes (u32, two u8, u16), no padding.
+const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 4 + 1 + 1 + 2);
 
 /// What one probe captures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
