@@ -104,17 +104,9 @@ impl MapSizes {
         self.entries.get(name).copied()
     }
 
-    /// Checks that every map named is one of `RESIZABLE`, and a map of the objects whose size
-    /// is a capacity.
-    pub(super) fn check<'a>(&self, objects: impl Iterator<Item = &'a OpenObject>) -> Result<(), ProbeError> {
-        let mut capacity = BTreeSet::new();
-        for obj in objects {
-            for map in obj.maps() {
-                if capacity_type(map.map_type()) {
-                    capacity.insert(map.name().to_string_lossy().into_owned());
-                }
-            }
-        }
+    /// Checks that every map named is one of `RESIZABLE`, and a map whose size is a capacity
+    /// in one of the objects (`capacity`: the names `capacity_maps` found in each).
+    pub(super) fn check(&self, capacity: &BTreeSet<String>) -> Result<(), ProbeError> {
         for name in self.entries.keys() {
             let what = if !RESIZABLE.contains(&name.as_str()) {
                 format!(
@@ -140,9 +132,14 @@ impl MapSizes {
     /// Sets the size of every map of `obj` that is sized from user space. Call it before the
     /// object reuses the shared maps: a reused map takes its size from the map it reuses (libbpf
     /// copies max_entries from the fd), so a shared map is sized in the object that creates it.
+    /// Only a map of `RESIZABLE` whose size is a capacity is sized: the objects load side by
+    /// side, and `check` tells the user about any other name once every object was opened.
     pub(super) fn apply(&self, obj: &mut OpenObject) -> Result<(), ProbeError> {
         for mut map in obj.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
+            if !RESIZABLE.contains(&name.as_str()) || !capacity_type(map.map_type()) {
+                continue;
+            }
             if let Some(n) = self.get(&name) {
                 map.set_max_entries(n).map_err(|source| ProbeError::Bpf {
                     what: format!("sizing map {name} to {n} entries"),
@@ -152,6 +149,14 @@ impl MapSizes {
         }
         Ok(())
     }
+}
+
+/// The maps of `obj` whose size is a capacity (hashes, stack traces, ring buffers), by name.
+pub(super) fn capacity_maps(obj: &OpenObject) -> BTreeSet<String> {
+    obj.maps()
+        .filter(|map| capacity_type(map.map_type()))
+        .map(|map| map.name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// One BPF map scanprof created, and the memory the kernel charges for it.

@@ -6,8 +6,6 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use libbpf_rs::MapHandle;
-
 use super::{bpf_err, ProbeError};
 
 /// Words of the bitmap (PID_MAX_LIMIT / 64): SP_TID_WORDS in shared.h.
@@ -23,7 +21,7 @@ unsafe impl Send for TidBits {}
 
 impl TidBits {
     /// Maps the `family_tids` array of a loaded object.
-    pub fn map(map: &MapHandle) -> Result<TidBits, ProbeError> {
+    pub fn map(map: &impl AsFd) -> Result<TidBits, ProbeError> {
         let len = TID_WORDS * size_of::<u64>();
         // SAFETY: a shared read/write mapping of a BPF_F_MMAPABLE array map of exactly `len`
         // bytes; the fd stays valid for the call, and the mapping outlives it on its own.

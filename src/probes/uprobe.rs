@@ -6,11 +6,13 @@
 
 use std::path::Path;
 
+use libbpf_rs::skel::Skel;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, UprobeOpts};
 
-use super::{bpf_err, map_handle, read_pod, uprobes_skel, ProbeError};
+use super::{bpf_err, read_pod, uprobes_skel, ProbeError};
 
 pub use uprobes_skel::types::{sp_call, sp_ucall_kind, sp_uprobe_cfg, sp_uprobe_stats};
+use uprobes_skel::UprobesSkel;
 
 /// Probes a profile may have (SP_UPROBE_MAX in wire.h).
 pub const UPROBE_MAX: usize = 64;
@@ -41,7 +43,8 @@ pub enum LinkFor {
 }
 
 const _: () = assert!(std::mem::size_of::<sp_call>() == 8 + 16 + 8 * UPROBE_ARGS + 32 + 8 + UPROBE_BUF);
-const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 8);
+// Written into uprobe_cfg by user space: the sum of its fields' sizes (u32, two u8, u16), no padding.
+const _: () = assert!(std::mem::size_of::<sp_uprobe_cfg>() == 4 + 1 + 1 + 2);
 
 /// What one probe captures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,21 +60,15 @@ pub struct Uprobes {
     // Field order is drop order: links detach first. A detached link leaves None in its place,
     // so the indices `attach` hands out stay valid.
     links: Vec<Option<Link>>,
-    cfg: MapHandle,
-    stats: MapHandle,
-    pinned: MapHandle,
-    obj: Object,
+    skel: UprobesSkel<'static>,
 }
 
 impl Uprobes {
-    pub(super) fn new(obj: Object) -> Result<Uprobes, ProbeError> {
-        Ok(Uprobes {
+    pub(super) fn new(skel: UprobesSkel<'static>) -> Uprobes {
+        Uprobes {
             links: Vec::new(),
-            cfg: map_handle(&obj, "uprobe_cfg")?,
-            stats: map_handle(&obj, "uprobe_stats")?,
-            pinned: map_handle(&obj, "uprobe_pinned")?,
-            obj,
-        })
+            skel,
+        }
     }
 
     /// Sets what probe `index` captures; call before attaching it.
@@ -94,7 +91,9 @@ impl Uprobes {
             cfg.len_arg = len.unwrap_or(NO_ARG);
             cfg.max_bytes = max.min(UPROBE_BUF as u16);
         }
-        self.cfg
+        self.skel
+            .maps
+            .uprobe_cfg
             .update(&index.to_ne_bytes(), super::as_bytes(&cfg), MapFlags::ANY)
             .map_err(bpf_err(format!("configuring uprobe {index}")))
     }
@@ -119,18 +118,11 @@ impl Uprobes {
             LinkFor::HandOver(pid) => (u64::from(index) | COOKIE_HANDOVER, pid as i32),
         };
         let mut new = Vec::new();
-        for (prog_name, retprobe) in [("sp_uprobe_entry", false), ("sp_uprobe_return", true)] {
+        let progs = &self.skel.progs;
+        for (prog, retprobe) in [(&progs.sp_uprobe_entry, false), (&progs.sp_uprobe_return, true)] {
             if retprobe && !ret {
                 continue;
             }
-            let prog = self
-                .obj
-                .progs_mut()
-                .find(|p| p.name() == prog_name)
-                .ok_or_else(|| ProbeError::Bpf {
-                    what: format!("program {prog_name} not found"),
-                    source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
-                })?;
             let opts = UprobeOpts {
                 cookie,
                 retprobe,
@@ -146,7 +138,9 @@ impl Uprobes {
         }
         if let LinkFor::HandOver(pid) = to {
             let key = (u64::from(index) << 32) | u64::from(pid);
-            self.pinned
+            self.skel
+                .maps
+                .uprobe_pinned
                 .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
                 .map_err(bpf_err(format!("handing uprobe {index} over to pid {pid}")))?;
         }
@@ -168,7 +162,12 @@ impl Uprobes {
     pub fn stats(&self) -> Vec<(u32, sp_uprobe_stats)> {
         (0..UPROBE_MAX as u32)
             .filter_map(|i| {
-                let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).ok()??;
+                let per_cpu = self
+                    .skel
+                    .maps
+                    .uprobe_stats
+                    .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                    .ok()??;
                 let mut sum = sp_uprobe_stats::default();
                 for b in &per_cpu {
                     if let Some(s) = read_pod::<sp_uprobe_stats>(b) {
@@ -188,10 +187,11 @@ impl Uprobes {
     }
 
     pub(super) fn object(&self) -> &Object {
-        &self.obj
+        self.skel.object()
     }
 
+    /// An owned handle to the `calls` ring buffer, for the ring buffer reader.
     pub(super) fn calls_map(&self) -> Result<MapHandle, ProbeError> {
-        map_handle(&self.obj, "calls")
+        MapHandle::try_from(&self.skel.maps.calls).map_err(bpf_err("opening map calls"))
     }
 }
