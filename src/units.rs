@@ -49,11 +49,36 @@ pub fn rate_compact(x: f64) -> String {
 
 /// A figure as a whole number when it is one, else with one decimal: `4000`, `4963.5`.
 pub fn whole_or_tenths(v: f64) -> String {
+    whole_or(v, 1)
+}
+
+/// A figure as a whole number when it is one, else with `decimals` decimals: `4000`,
+/// `0.125` (3). Negative zero reads `0`.
+pub fn whole_or(v: f64, decimals: usize) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
+        format!("{}", v as i64)
     } else {
-        format!("{v:.1}")
+        format!("{v:.decimals$}")
     }
+}
+
+/// A signed percentage already in percent: `12.34` -> `+12.3%`.
+pub fn signed_pct(percent: f64) -> String {
+    format!("{percent:+.1}%")
+}
+
+/// Packets per second: whole numbers from 100 up, one decimal below: `1234 pps`, `12.3 pps`.
+pub fn pps(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0} pps")
+    } else {
+        format!("{x:.1} pps")
+    }
+}
+
+/// A number of seconds, in the unit that reads best (see `duration`).
+pub fn secs(s: f64) -> String {
+    duration(s * 1e9)
 }
 
 /// A number with up to three decimals, trailing zeros removed: `2.5`, `0`, `1.125`.
@@ -106,6 +131,14 @@ mod tests {
         assert_eq!(rate_compact(1_250_000.0), "1.25M");
         assert_eq!(whole_or_tenths(4000.0), "4000");
         assert_eq!(whole_or_tenths(4963.46), "4963.5");
+        assert_eq!(whole_or_tenths(-0.0), "0");
+        assert_eq!(whole_or(0.125, 3), "0.125");
+        assert_eq!(whole_or(7.0, 3), "7");
+        assert_eq!(signed_pct(12.34), "+12.3%");
+        assert_eq!(signed_pct(-3.0), "-3.0%");
+        assert_eq!(pps(1234.4), "1234 pps");
+        assert_eq!(pps(12.34), "12.3 pps");
+        assert_eq!(secs(1.5), "1.500 s");
         assert_eq!(plain(2.5), "2.5");
         assert_eq!(plain(-0.0001), "0");
         assert_eq!(si(2500.0), "2.5k");

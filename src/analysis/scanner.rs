@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::whole_or;
+
 /// Everything the profile let scanprof read from the scanner itself.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScannerView {
@@ -603,7 +605,7 @@ impl ScannerModel {
                 format!(
                     "work unit {index} ({kind}) from pid {}: pps={}",
                     c.pid,
-                    fmt_num(pps)
+                    whole_or(pps, 3)
                 ),
                 Some(pps),
                 c.ts_ns,
@@ -659,7 +661,7 @@ impl ScannerModel {
         });
         if let Some(p) = pps {
             self.runtime.push((
-                format!("{} in pid {}: pps={}", c.probe, c.pid, fmt_num(p)),
+                format!("{} in pid {}: pps={}", c.probe, c.pid, whole_or(p, 3)),
                 Some(p),
                 c.ts_ns,
                 Some(self.units.len() - 1),
@@ -672,7 +674,7 @@ impl ScannerModel {
             .values
             .iter()
             .filter(|(k, _)| k.as_str() != "bytes")
-            .map(|(k, v)| format!("{k}={}", fmt_num(*v)))
+            .map(|(k, v)| format!("{k}={}", whole_or(*v, 3)))
             .collect();
         let pps = c.values.get("pps").copied();
         let setup_s = self.secs(c.ts_ns);
@@ -954,7 +956,7 @@ impl ScannerModel {
         let mut sources = Vec::new();
         if let Some(r) = self.explicit {
             sources.push(RateSource {
-                source: format!("--requested {}", fmt_num(r)),
+                source: format!("--requested {}", whole_or(r, 3)),
                 pps: Some(r),
                 at_s: None,
             });
@@ -1013,7 +1015,7 @@ impl ScannerModel {
             Some(RateUnitView {
                 counts: RateCounts::Packets,
                 packets_per_target: n,
-                source: format!("work unit {}: repeats={}", u.view.index, fmt_num(n)),
+                source: format!("work unit {}: repeats={}", u.view.index, whole_or(n, 3)),
                 packet_pps: pps,
                 target_pps: pps / n,
             })
@@ -1047,9 +1049,9 @@ impl ScannerModel {
                     said.push(format!(
                         "{} says {} pps but {} says {}",
                         a.source,
-                        fmt_num(a.pps.unwrap()),
+                        whole_or(a.pps.unwrap(), 3),
                         b.source,
-                        fmt_num(b.pps.unwrap())
+                        whole_or(b.pps.unwrap(), 3)
                     ));
                 }
             }
@@ -1064,8 +1066,8 @@ impl ScannerModel {
                 if differ(a, *p) {
                     said.push(format!(
                         "the command line asks for {} pps but {text} says {}",
-                        fmt_num(a),
-                        fmt_num(*p)
+                        whole_or(a, 3),
+                        whole_or(*p, 3)
                     ));
                 }
             }
@@ -1074,8 +1076,8 @@ impl ScannerModel {
                     said.push(format!(
                         "work unit {} asks for {} pps but {text} says {}",
                         u.view.index,
-                        fmt_num(up),
-                        fmt_num(*p)
+                        whole_or(up, 3),
+                        whole_or(*p, 3)
                     ));
                 }
             }
@@ -1110,14 +1112,6 @@ fn per_packet_cost(hits: u64, packets: u64) -> String {
 pub const UPROBE_HIT_NS: (f64, f64) = (2_600.0, 3_900.0);
 
 /// A number as people write it: no trailing `.0`.
-fn fmt_num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 #[cfg(test)]
 #[path = "scanner_tests.rs"]
 mod tests;

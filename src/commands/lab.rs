@@ -25,6 +25,7 @@ use crate::lab::{Lab, LabConfig, SinkReport, TbfConfig};
 use crate::session::Target;
 use crate::system::monotonic_ns;
 use crate::system::netstat::{self, QdiscStats};
+use crate::units::pct;
 use crate::views::json;
 
 /// UDP port of the lab receiver; the closed-port scenario aims at a port nobody listens on.
@@ -1654,10 +1655,6 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         print!("{}", lab_text(&report));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
 }
 
 fn lab_text(r: &LabReport) -> String {

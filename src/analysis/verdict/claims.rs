@@ -7,6 +7,7 @@ use super::units::{pps, signed_pct};
 use super::{verdict, Verdict, CLAIM_TOLERANCE_PCT, GAP, LOSS, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
 use crate::analysis::snapshot::ClaimView;
 use crate::collect::DropClass;
+use crate::units::whole_or_tenths;
 
 /// Failed sends: the sentence, evidence and next step, for the gap or the loss verdict.
 pub(super) fn send_errors_text(f: &Facts) -> (String, Vec<String>, String) {
@@ -106,8 +107,8 @@ fn counted_as_sent(f: &Facts) -> Option<String> {
             format!(
                 "{}: {} claimed against {} measured ({}), about what the failed sends add ({})",
                 c.what,
-                fmt_figure(c.claimed),
-                c.measured.map_or("?".to_string(), fmt_figure),
+                whole_or_tenths(c.claimed),
+                c.measured.map_or("?".to_string(), whole_or_tenths),
                 signed_pct(diff),
                 signed_pct(failed_pct)
             )
@@ -145,14 +146,6 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
         .then(|| verdict("send_errors", LOSS, sentence, share, evidence, next, weak))
 }
 
-fn fmt_figure(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v:.1}")
-    }
-}
-
 /// The scanner's own figures against scanprof's: one verdict naming those that differ by more
 /// than the tolerance, and rate claims above what left the machine.
 pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
@@ -183,8 +176,8 @@ pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
         Some(c) => format!(
             "The scanner's own figures disagree with the measurement: {} says {}, scanprof measured {} ({}).",
             c.what,
-            fmt_figure(c.claimed),
-            c.measured.map_or("?".to_string(), fmt_figure),
+            whole_or_tenths(c.claimed),
+            c.measured.map_or("?".to_string(), whole_or_tenths),
             signed_pct(c.diff_pct.unwrap_or(0.0))
         ),
         None => format!(
@@ -201,8 +194,8 @@ pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
             format!(
                 "{}: claimed {}, measured {} ({})",
                 c.what,
-                fmt_figure(c.claimed),
-                c.measured.map_or("?".to_string(), fmt_figure),
+                whole_or_tenths(c.claimed),
+                c.measured.map_or("?".to_string(), whole_or_tenths),
                 signed_pct(c.diff_pct.unwrap_or(0.0))
             )
         })
