@@ -7,6 +7,7 @@ pub mod hist;
 pub mod knee;
 pub mod probe_cost;
 pub mod receive;
+pub mod relay;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;
@@ -131,6 +132,8 @@ pub struct Analyzer {
     baseline: Option<Baseline>,
     /// what the scanner's own functions say, when a profile applies
     scanner: Option<ScannerModel>,
+    /// outputs a relay writes each packet it reads to (`--relay-fanout`)
+    relay_fanout: Option<u32>,
 }
 
 impl Analyzer {
@@ -146,7 +149,13 @@ impl Analyzer {
             start_bpf: None,
             baseline: None,
             scanner: None,
+            relay_fanout: None,
         }
+    }
+
+    /// The fan-out of a relay: each packet read is to be sent this many times.
+    pub fn set_relay_fanout(&mut self, fanout: Option<u32>) {
+        self.relay_fanout = fanout;
     }
 
     /// Reads the scanner's probe calls with this model; the requested rate then follows what the
@@ -425,10 +434,12 @@ impl Analyzer {
             scanner,
             connect,
             receive,
+            relay: None,
             verdicts: Vec::new(),
             warnings,
             dropped_headers: Default::default(),
         };
+        summary.relay = relay::relay_view(&summary, self.relay_fanout);
         summary.verdicts = verdict::for_summary(&summary);
         summary
     }

@@ -367,6 +367,9 @@ pub struct Summary {
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// the relay funnel over the run, when the family both reads and sends packets
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<super::relay::RelayView>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,

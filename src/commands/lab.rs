@@ -1501,6 +1501,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             .listener
             .and_then(|l| l.respond)
             .map_or_else(Vec::new, |r| vec![r.split as u32]),
+        relay_fanout: None,
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);

@@ -191,6 +191,7 @@ fn fixed_summary() -> Summary {
         scanner: None,
         connect: None,
         receive: None,
+        relay: None,
         verdicts: Vec::new(),
         warnings: vec![
             "probe drops.on_kfree_skb unavailable (tracepoint skb:kfree_skb not found): its figures are missing from this run".to_string(),

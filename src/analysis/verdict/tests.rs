@@ -144,6 +144,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         scanner: None,
         connect: None,
         receive: None,
+        relay: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
         dropped_headers: Default::default(),
