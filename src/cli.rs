@@ -582,6 +582,11 @@ pub enum Scenario {
     /// The responder of responder-kinds with 100 us and 200 us of work, fed 5,000 pps of each
     /// kind: it needs more than its one CPU, and its socket buffer overflows (SOCKET_RCVBUFF).
     ReceiverCpuBound,
+    /// A single-threaded packet relay (`scanprof relay`, 64 buffers, 1 -> 3 fan-out to lo
+    /// through a 20 Mbit/s tbf) fed by the reference sender as fast as it goes: its outputs
+    /// refuse most writes, its pool runs out and the kernel drops at its socket. scanprof's
+    /// relay funnel must match its own counts within 1%.
+    Relay,
 }
 
 #[derive(Debug, Clone, Args)]

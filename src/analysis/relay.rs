@@ -127,9 +127,13 @@ mod tests {
         s.budget = budget;
         let row = |reason: &str, count| DropRow {
             reason: reason.into(),
+            location: "packet_rcv".into(),
+            device: None,
+            netns: 1,
             class: DropClass::ReplyLoss,
+            pid: Some(7),
             count,
-            ..Default::default()
+            rate: 0.0,
         };
         s.receive = Some(ReceiveView {
             stages: vec![

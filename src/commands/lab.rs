@@ -92,6 +92,8 @@ pub struct Listener {
     /// it is a responder with two kinds of packet (`scanprof recv --respond`), fed by two
     /// senders, one per kind
     pub respond: Option<super::lab_fixtures::Respond>,
+    /// it is the packet relay (`scanprof relay`) reading the target's veth, not `scanprof recv`
+    pub relay: Option<super::lab_fixtures::Relay>,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -150,6 +152,10 @@ pub enum Truth {
     /// in the target namespace. For the short-miscalibration scenario it should also be close
     /// to 1 - 1/skew by construction.
     ReceiverGap,
+    /// The relay's lost packets, by its own count: (dropped by the kernel before its read,
+    /// PACKET_STATISTICS tp_drops, + read and dropped for lack of a buffer) / what reached its
+    /// socket (tp_packets, dropped ones included).
+    RelayLoss,
 }
 
 impl Truth {
@@ -170,6 +176,7 @@ impl Truth {
             Truth::ReceiverGap => {
                 "1 - received rate/requested, the lab receiver's (packets - 1)/(last - first) by the kernel's receive timestamps"
             }
+            Truth::RelayLoss => "(kernel drops + pool drops)/packets that reached it, the relay's own PACKET_STATISTICS and counts",
         }
     }
 }
@@ -306,6 +313,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: Some(4096),
                 read_rate: Some(1_000.0),
                 respond: None,
+                relay: None,
             }),
             expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
             ..base
@@ -365,6 +373,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: None,
                 read_rate: None,
                 respond: Some(super::lab_fixtures::RESPONDER),
+                relay: None,
             }),
             expect: expect("loss", "receiver_keeps_up", Truth::ListenerDrops),
             ..base
@@ -379,8 +388,24 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: None,
                 read_rate: None,
                 respond: Some(super::lab_fixtures::SLOW_RESPONDER),
+                relay: None,
             }),
             expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
+            ..base
+        },
+        // The reference sender as fast as it goes (~200k pps here) into a relay that writes
+        // each packet to lo three times through a 20 Mbit/s tbf (~24k frames/s, 8k packets/s
+        // relayed): the outputs refuse most writes, the pool runs out, and the relay drops.
+        Scenario::Relay => Staging {
+            rate: 0.0,
+            sink: false,
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: None,
+                relay: Some(super::lab_fixtures::RELAY),
+            }),
+            expect: expect("loss", "relay_egress_bound", Truth::RelayLoss),
             ..base
         },
     }
@@ -487,6 +512,9 @@ pub struct LabReport {
     pub sender_link_tx: Option<u64>,
     /// the profiled listener's own count (receive scenarios)
     pub listener: Option<super::recv::RecvReport>,
+    /// the profiled relay's own count (the relay scenario)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<super::relay::RelayReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
     /// its SOCKET_RCVBUFF drops before the read (receive scenarios; null when it saw none)
     pub scanprof_recv_packets: Option<u64>,
@@ -625,6 +653,8 @@ struct Counts {
     echoed: Option<u64>,
     /// the lab receiver's rate by its kernel receive timestamps, pps (set after the run)
     receiver_pps: Option<f64>,
+    /// the relay's lost share by its own count (set after the run; Truth::RelayLoss)
+    relay_lost_share: Option<f64>,
 }
 
 impl Counts {
@@ -655,6 +685,7 @@ impl Counts {
             sender_link_tx: lab.link(crate::lab::Side::Sender).ok().map(|l| l.tx_packets),
             echoed: None,
             receiver_pps: None,
+            relay_lost_share: None,
         }
     }
 
@@ -673,6 +704,7 @@ impl Counts {
             sender_link_tx: d(self.sender_link_tx, before.sender_link_tx),
             echoed: self.echoed,
             receiver_pps: self.receiver_pps,
+            relay_lost_share: self.relay_lost_share,
         }
     }
 }
@@ -728,6 +760,7 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
             Some((gap - waited).max(0.0))
         }
         Truth::ReceiverGap => share(counts.receiver_pps?, rate).map(|r| 1.0 - r),
+        Truth::RelayLoss => counts.relay_lost_share,
     }
 }
 
@@ -764,31 +797,38 @@ impl ListenerRun {
         ));
         let _ = std::fs::remove_file(&report);
         let mut argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns].map(String::from).to_vec();
-        if l.respond.is_some_and(|r| r.realtime) {
+        if let Some(r) = l.relay {
+            r.stage_egress(lab)?;
+            argv.push(exe.display().to_string());
+            argv.extend(r.relay_args(&lab.target_dev, duration_s + LISTENER_EXTRA_S, &report));
+        } else if l.respond.is_some_and(|r| r.realtime) {
             argv.extend(super::lab_fixtures::REALTIME.map(String::from));
         }
-        argv.push(exe.display().to_string());
-        argv.extend(
-            [
-                "recv",
-                "--port",
-                &port.to_string(),
-                "--duration",
-                &(duration_s + LISTENER_EXTRA_S).to_string(),
-                "--report",
-                &report.display().to_string(),
-            ]
-            .map(String::from),
-        );
-        if let Some(b) = l.rcvbuf {
-            argv.extend(["--rcvbuf".to_string(), b.to_string()]);
+        if l.relay.is_none() {
+            argv.push(exe.display().to_string());
+            argv.extend(
+                [
+                    "recv",
+                    "--port",
+                    &port.to_string(),
+                    "--duration",
+                    &(duration_s + LISTENER_EXTRA_S).to_string(),
+                    "--report",
+                    &report.display().to_string(),
+                ]
+                .map(String::from),
+            );
+            if let Some(b) = l.rcvbuf {
+                argv.extend(["--rcvbuf".to_string(), b.to_string()]);
+            }
+            if let Some(r) = l.read_rate {
+                argv.extend(["--read-rate".to_string(), r.to_string()]);
+            }
+            if let Some(r) = l.respond {
+                argv.extend(r.recv_args());
+            }
         }
-        if let Some(r) = l.read_rate {
-            argv.extend(["--read-rate".to_string(), r.to_string()]);
-        }
-        if let Some(r) = l.respond {
-            argv.extend(r.recv_args());
-        }
+        let relay = l.relay.is_some();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let ns = lab.target_ns.clone();
@@ -796,7 +836,11 @@ impl ListenerRun {
             .name("lab-listener-feed".into())
             .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
                 let deadline = std::time::Instant::now() + LISTENER_BIND_WAIT;
-                while !udp_port_bound(&ns, port) {
+                while !(if relay {
+                    packet_socket_open(&ns)
+                } else {
+                    udp_port_bound(&ns, port)
+                }) {
                     if flag.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
                         return Ok(None);
                     }
@@ -835,7 +879,13 @@ impl ListenerRun {
     }
 
     /// Waits for the sender and reads the listener's own count.
-    fn finish(mut self) -> anyhow::Result<super::recv::RecvReport> {
+    fn finish(self) -> anyhow::Result<super::recv::RecvReport> {
+        let text = self.finish_text()?;
+        serde_json::from_str(&text).context("the listener's report is not JSON")
+    }
+
+    /// Waits for the sender and reads the listener's report as it wrote it.
+    fn finish_text(mut self) -> anyhow::Result<String> {
         self.stop.store(true, Ordering::Relaxed);
         let sent = match self.sender.take().map(|t| t.join()) {
             Some(Ok(r)) => r?,
@@ -845,9 +895,8 @@ impl ListenerRun {
             sent.is_some(),
             "the listener never bound its port, so the sender was not started"
         );
-        let text = std::fs::read_to_string(&self.report)
-            .with_context(|| format!("the listener wrote no report to {}", self.report.display()))?;
-        serde_json::from_str(&text).context("the listener's report is not JSON")
+        std::fs::read_to_string(&self.report)
+            .with_context(|| format!("the listener wrote no report to {}", self.report.display()))
     }
 }
 
@@ -859,6 +908,11 @@ impl Drop for ListenerRun {
         }
         let _ = std::fs::remove_file(&self.report);
     }
+}
+
+/// Whether a packet socket is open in namespace `ns` (its /proc/net/packet lists one).
+fn packet_socket_open(ns: &str) -> bool {
+    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/packet"]).is_ok_and(|t| t.lines().count() > 1)
 }
 
 /// Whether a UDP socket is bound to `port` in namespace `ns` (its /proc/net/udp).
@@ -1501,7 +1555,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             .listener
             .and_then(|l| l.respond)
             .map_or_else(Vec::new, |r| vec![r.split as u32]),
-        relay_fanout: None,
+        relay_fanout: stage.listener.and_then(|l| l.relay).map(|r| r.outputs as u32),
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);
@@ -1528,15 +1582,25 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     std::thread::sleep(Duration::from_millis(300));
     let receiver = sink.map(|s| s.stop());
     let echoed = echo.map(Echo::finish);
-    let listener = listening.map(ListenerRun::finish).transpose()?;
+    let (listener, relay_own) = match (stage.listener.and_then(|l| l.relay), listening) {
+        (Some(_), Some(l)) => {
+            let text = l.finish_text()?;
+            let own: super::relay::RelayReport =
+                serde_json::from_str(&text).context("the relay's report is not JSON")?;
+            (None, Some(own))
+        }
+        (_, l) => (l.map(ListenerRun::finish).transpose()?, None),
+    };
     let qdisc = lab.sender_qdisc().unwrap_or_default();
     let mut counts = Counts::read(&lab).since(before);
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
     counts.echoed = echoed;
     counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
+    counts.relay_lost_share = relay_own.as_ref().map(super::lab_fixtures::relay_lost_share);
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
-    let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener) {
-        (Some(r), Some(own)) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
+    let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener, &relay_own) {
+        (Some(r), Some(own), _) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
+        (_, _, Some(own)) => super::lab_fixtures::relay_checks(own, &summary),
         _ => Vec::new(),
     };
     let mut check = check(&stage.expect, &summary, truth);
@@ -1559,6 +1623,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         sender_kernel_out: counts.sender_kernel_out,
         sender_link_tx: counts.sender_link_tx,
         listener,
+        relay: relay_own,
         scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
         scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
         echoed,

@@ -139,6 +139,8 @@ pub(super) struct Facts<'a> {
     pub receive: Option<&'a ReceiveView>,
     /// length of the interval the receive funnel covers, s (the tick, or the whole run)
     pub receive_s: f64,
+    /// the relay funnel (the run's only), when the family reads and sends
+    pub relay: Option<&'a crate::analysis::relay::RelayView>,
 }
 
 impl<'a> Facts<'a> {
@@ -227,6 +229,7 @@ impl<'a> Facts<'a> {
             caveats,
             receive: s.receive.as_ref(),
             receive_s: s.interval_s,
+            relay: None,
         }
     }
 
@@ -325,6 +328,7 @@ impl<'a> Facts<'a> {
             caveats,
             receive: s.receive.as_ref(),
             receive_s: s.duration_s,
+            relay: s.relay.as_ref(),
         }
     }
 

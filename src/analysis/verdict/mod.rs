@@ -10,6 +10,7 @@ mod gap;
 mod loss;
 mod rate_unit;
 mod receive;
+mod relay;
 mod split;
 mod units;
 
@@ -85,6 +86,12 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     let mut gap = gap::verdicts(f);
     let mut loss = loss::verdicts(f);
     loss.extend(receive::verdicts(f));
+    // A relay retries the sends its outputs refused: the qdisc drops behind those refusals
+    // are no loss of their own; the relay verdicts say what was lost.
+    if relay::refusals_cover_qdisc_drops(f) {
+        loss.retain(|v| v.cause != "qdisc_drop");
+    }
+    loss.extend(relay::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {
