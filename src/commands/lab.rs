@@ -1979,7 +1979,10 @@ mod tests {
             sender_link_tx: Some(800),
             echoed: None,
             receiver_pps: None,
+            relay_lost_share: Some(0.25),
         };
+        let relay = measured_truth(Truth::RelayLoss, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((relay - 0.25).abs() < 1e-9, "{relay}");
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((gap - 0.5).abs() < 1e-9, "{gap}");
         let rest = measured_truth(Truth::GapLessRunDelay, 1000.0, 5.0, counts, &[]).unwrap();

@@ -221,6 +221,9 @@ pub fn summary(s: &Summary) -> String {
     if let Some(r) = &s.receive {
         receive_section(&mut o, r);
     }
+    if let Some(r) = &s.relay {
+        relay_section(&mut o, r);
+    }
     // The budget the diagnosis uses: over the threads' own send windows where measured.
     let (b, over) = match s.send_window_budget() {
         Some(w) => (w, "over their send windows"),
@@ -335,6 +338,53 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+/// The relay funnel over the run: ingress against egress, and where the difference went.
+pub fn relay_section(o: &mut String, r: &crate::analysis::relay::RelayView) {
+    let _ = writeln!(o, "\nrelay funnel (over the run):");
+    let _ = writeln!(
+        o,
+        "  ingress read {} ({:.1} /s) | egress sent {} ({:.1} /s) | amplification {:.2}{}",
+        r.read,
+        r.read_pps,
+        r.sent,
+        r.sent_pps,
+        r.amplification,
+        r.fanout
+            .map_or(" (fan-out unknown: --relay-fanout N)".to_string(), |n| format!(
+                " of 1 -> {n}"
+            ))
+    );
+    let reasons: Vec<String> = r
+        .kernel_drop_reasons
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  of {} that reached it: {} dropped by the kernel before the read{} | {} | egress refused {} sends (ENOBUFS, EAGAIN)",
+        r.arrived,
+        r.kernel_drops,
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        },
+        match (r.own_drops, r.unsent) {
+            (Some(d), Some(u)) => format!("{d} read and never forwarded ({u} sends missing)"),
+            _ => "its own drops unknown".to_string(),
+        },
+        r.refused
+    );
+    let busy = (r.send_ns + r.blocked_send_ns + r.other_ns).max(1) as f64;
+    let _ = writeln!(
+        o,
+        "  its busy time: sending {:.1}% | blocked in sends {:.1}% | reading and its own work {:.1}%",
+        100.0 * r.send_ns as f64 / busy,
+        100.0 * r.blocked_send_ns as f64 / busy,
+        100.0 * r.other_ns as f64 / busy
+    );
 }
 
 /// The receive funnel over the run: drops before the read, receive calls, messages read.

@@ -86,10 +86,13 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     let mut gap = gap::verdicts(f);
     let mut loss = loss::verdicts(f);
     loss.extend(receive::verdicts(f));
-    // A relay retries the sends its outputs refused: the qdisc drops behind those refusals
-    // are no loss of their own; the relay verdicts say what was lost.
+    // A relay retries the sends its outputs refused: those refusals, and the qdisc drops
+    // behind them, are no loss of their own; the relay verdicts say what was lost.
     if relay::refusals_cover_qdisc_drops(f) {
         loss.retain(|v| v.cause != "qdisc_drop");
+    }
+    if relay::refusals_cover_failed_sends(f) {
+        gap.verdicts.retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
     }
     loss.extend(relay::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)

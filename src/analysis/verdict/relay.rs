@@ -208,6 +208,13 @@ pub(super) fn refusals_cover_qdisc_drops(f: &Facts) -> bool {
     v.refused > 0 && qdisc <= v.refused
 }
 
+/// Whether the family's failed sends are all refusals its relay retried (ENOBUFS, EAGAIN): not
+/// packets that never left, so `send_errors` claims no loss for them.
+pub(super) fn refusals_cover_failed_sends(f: &Facts) -> bool {
+    f.relay
+        .is_some_and(|v| v.refused > 0 && f.failed_calls <= v.refused)
+}
+
 /// Whether a verdict is one of this module's.
 pub(super) fn is_relay(cause: &str) -> bool {
     cause.starts_with("relay_")
