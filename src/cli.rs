@@ -1046,6 +1046,7 @@ mod tests {
             ("report", &["/nonexistent/b"]),
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
             ("recv", &["--port", "9000"]),
+            ("relay", &["--in", "lo", "--out", "lo"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
