@@ -92,7 +92,8 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
         loss.retain(|v| v.cause != "qdisc_drop");
     }
     if relay::refusals_cover_failed_sends(f) {
-        gap.verdicts.retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
+        gap.verdicts
+            .retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
     }
     loss.extend(relay::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
