@@ -27,8 +27,16 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
         return vec![egress(f, v, own)];
     }
     let mut out = Vec::new();
-    if v.kernel_drops > 0 {
-        out.push(kernel(f, v));
+    // Drops at a full socket buffer or backlog have the receive rules' verdicts already
+    // (`rcvbuf_overflow`, `receiver_cpu_bound`...), with their sysctls: not said twice.
+    let unclaimed: u64 = v
+        .kernel_drop_reasons
+        .iter()
+        .filter(|(r, _)| !super::receive::handles(r))
+        .map(|(_, n)| n)
+        .sum();
+    if unclaimed > 0 {
+        out.push(kernel(f, v, unclaimed));
     }
     if own > 0 {
         out.push(own_drops(f, v, own));
@@ -155,14 +163,14 @@ fn egress(f: &Facts, v: &RelayView, own: u64) -> Verdict {
     )
 }
 
-fn kernel(f: &Facts, v: &RelayView) -> Verdict {
-    let share = v.kernel_drops as f64 / v.arrived.max(1) as f64;
+fn kernel(f: &Facts, v: &RelayView, dropped: u64) -> Verdict {
+    let share = dropped as f64 / v.arrived.max(1) as f64;
     verdict(
         "relay_kernel_drops",
         LOSS,
         format!(
             "The relay reads slower than packets arrive: the kernel dropped {} of the {} that reached it ({}) before its read, while its egress kept up.",
-            v.kernel_drops,
+            dropped,
             v.arrived,
             pct(share)
         ),
@@ -172,7 +180,7 @@ fn kernel(f: &Facts, v: &RelayView) -> Verdict {
             "Reading takes its time ({} of it busy outside sends): read more per call (a PACKET_RX_RING with TPACKET_V3, or recvmmsg), spread the input over threads (PACKET_FANOUT), and give the input socket a larger receive buffer or ring for bursts (SO_RCVBUF, within net.core.rmem_max).",
             pct(1.0 - v.egress_time_share)
         ),
-        weak(v, v.kernel_drops),
+        weak(v, dropped),
     )
 }
 

@@ -2748,6 +2748,19 @@ fn a_relay_busy_reading_has_kernel_drops_and_one_that_drops_what_it_read_has_own
     assert_share(&v, "relay_kernel_drops", 2_000.0 / 12_000.0);
     assert!(v[0].next_step.contains("PACKET_FANOUT"), "{}", v[0].next_step);
     assert!(!causes(&v).contains(&"relay_own_drops"), "{:?}", causes(&v));
+    // Drops at a full socket buffer are the receive rules' (rcvbuf_overflow): not said twice.
+    let mut r = run(None, 3_000.0, 10.0).time(0.2, 0.0, 0.1, 0.0, 0.7).receives(
+        10_000,
+        10_000,
+        &[("SOCKET_RCVBUFF", 2_000)],
+    );
+    r.0.relay = crate::analysis::relay::relay_view(&r.0, Some(3));
+    let v = r.verdicts();
+    let c = causes(&v);
+    assert!(
+        c.contains(&"rcvbuf_overflow") && !c.contains(&"relay_kernel_drops"),
+        "{c:?}"
+    );
     // 3,000 read and never sent, nothing refused, no kernel drop: its own drops.
     let v = relay_run(10_000, 0, 21_000, Some(3), 0, 0.2, 0.7).verdicts();
     assert_eq!(causes(&v)[0], "relay_own_drops", "{:?}", causes(&v));
