@@ -53,6 +53,10 @@ pub struct RelayReport {
     pub rcvbuf: u64,
     /// seconds it read for
     pub duration_s: f64,
+    /// packets read with their transport checksum left to offload (a veth passes them so;
+    /// TP_STATUS_CSUMNOTREADY) whose checksum the relay completed before writing them
+    #[serde(default)]
+    pub checksums_completed: u64,
 }
 
 /// One buffer of the pool: a packet and the outputs it still has to be written to.
@@ -141,10 +145,13 @@ fn relay(input: &Input, outputs: &[Output], o: &RelayOptions) -> Result<RelayRep
             None => &mut scratch,
         };
         match input.read(into, !wait) {
-            Ok(n) => {
+            Ok((n, partial)) => {
                 r.received += 1;
                 match free.pop() {
                     Some(i) => {
+                        if partial {
+                            r.checksums_completed += u64::from(complete_checksum(&mut pool[i].data[..n]));
+                        }
                         pool[i].len = n;
                         pool[i].pending = all;
                         held.push_back(i);
@@ -286,6 +293,21 @@ impl Input {
                 .context("cannot set SO_RCVBUF")?;
         }
         bind_link(&fd, &link_addr(libc::ETH_P_IP as u16, index, [0; 6]), dev)?;
+        // Each read says whether the packet's checksum was left to offload.
+        let on: libc::c_int = 1;
+        // SAFETY: an int option of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_AUXDATA,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).context("cannot set PACKET_AUXDATA");
+        }
         let input = Input { fd };
         // Counted from here: what arrived between socket() and bind() is not the relay's.
         input.statistics()?;
@@ -326,24 +348,39 @@ impl Input {
         Ok(())
     }
 
-    /// One packet into `buf` (recvfrom), without waiting when `nowait`.
-    fn read(&self, buf: &mut [u8], nowait: bool) -> std::io::Result<usize> {
+    /// One packet into `buf` (recvmsg), without waiting when `nowait`: its length, and whether
+    /// its transport checksum was left to offload (PACKET_AUXDATA's TP_STATUS_CSUMNOTREADY).
+    fn read(&self, buf: &mut [u8], nowait: bool) -> std::io::Result<(usize, bool)> {
         let flags = if nowait { libc::MSG_DONTWAIT } else { 0 };
-        // SAFETY: `buf` is writable for its length; no address is asked for.
-        let n = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                flags,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
         };
+        let mut control = [0u64; 16];
+        // SAFETY: msghdr is plain data; all-zero is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` points at `iov` (into `buf`) and `control`, both live for the call.
+        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, flags) };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(n as usize)
+        let mut partial = false;
+        // SAFETY: the CMSG_* walk stays within the control buffer the kernel filled.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_PACKET && (*c).cmsg_type == libc::PACKET_AUXDATA {
+                    let aux = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::tpacket_auxdata);
+                    partial = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        Ok((n as usize, partial))
     }
 
     /// PACKET_STATISTICS since the last call (the kernel resets them on read): packets handed
@@ -409,6 +446,40 @@ impl Output {
     }
 }
 
+/// Completes the transport checksum of an IPv4 UDP or TCP packet whose checksum was left to
+/// offload: its checksum field holds the pseudo-header's sum, and the one's complement of the sum
+/// over the whole segment goes there (what the device would have done). False when the packet
+/// is no such packet.
+fn complete_checksum(packet: &mut [u8]) -> bool {
+    if packet.len() < 20 || packet[0] >> 4 != 4 {
+        return false;
+    }
+    let ihl = usize::from(packet[0] & 0x0f) * 4;
+    let at = match packet[9] {
+        17 => ihl + 6,
+        6 => ihl + 16,
+        _ => return false,
+    };
+    if ihl < 20 || at + 2 > packet.len() {
+        return false;
+    }
+    let mut sum: u32 = 0;
+    for chunk in packet[ihl..].chunks(2) {
+        let word = u16::from_be_bytes([chunk[0], *chunk.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let mut check = !(sum as u16);
+    // A UDP checksum of 0 means "none": its one's complement twin says the same sum.
+    if check == 0 && packet[9] == 17 {
+        check = 0xffff;
+    }
+    packet[at..at + 2].copy_from_slice(&check.to_be_bytes());
+    true
+}
+
 /// The interface's own link address (/sys/class/net/DEV/address; all zero for `lo`).
 fn own_mac(dev: &str) -> Result<[u8; 6]> {
     let path = format!("/sys/class/net/{dev}/address");
@@ -428,6 +499,37 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checksum_left_to_offload_is_completed_as_the_device_would() {
+        // 10.99.0.1:40000 -> 10.99.0.2:9999, UDP, payload "abc": the full checksum by hand is
+        // 0x635d (pseudo-header, header and payload summed, folded, complemented).
+        let mut p = vec![
+            0x45, 0, 0, 31, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2, // IPv4
+            0x9c, 0x40, 0x27, 0x0f, 0, 11, 0, 0, b'a', b'b', b'c', // UDP, checksum below
+        ];
+        // What the stack leaves for offload: the pseudo-header's sum (not complemented):
+        // 0x0a63 + 0x0001 + 0x0a63 + 0x0002 + 17 + 11 = 0x14e5.
+        p[26..28].copy_from_slice(&0x14e5u16.to_be_bytes());
+        assert!(complete_checksum(&mut p));
+        assert_eq!(u16::from_be_bytes([p[26], p[27]]), 0x635d);
+        // Summing the whole segment with the pseudo-header now gives 0xffff: valid.
+        let mut sum: u32 = 0x14e5;
+        for c in p[20..].chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        // Not IPv4 UDP/TCP: untouched.
+        let mut icmp = p.clone();
+        icmp[9] = 1;
+        let before = icmp.clone();
+        assert!(!complete_checksum(&mut icmp));
+        assert_eq!(icmp, before);
+        assert!(!complete_checksum(&mut [0x60; 40]));
+    }
 
     #[test]
     fn a_link_address_is_six_hex_bytes() {
