@@ -271,6 +271,10 @@ fn a_relays_funnel_matches_its_own_counts_and_names_its_egress() {
         "egress refused nothing: {own}"
     );
     assert_eq!(u64_of(own, "abandoned_writes"), 0, "{own}");
+    // Before 6.8 kfree_skb does not name the socket of a drop: the relay's are unseen, and the
+    // funnel says so.
+    assert_eq!(relay.kernel_drops_seen, kernel_at_least(6, 8), "{relay:?}");
+    let kernel_drops = if relay.kernel_drops_seen { kernel_drops } else { 0 };
     for (what, scanprof, fixture) in [
         ("packets read", relay.read, u64_of(own, "received")),
         ("kernel drops", relay.kernel_drops, kernel_drops),
@@ -280,10 +284,11 @@ fn a_relays_funnel_matches_its_own_counts_and_names_its_egress() {
         assert_within(what, scanprof as f64, fixture as f64, 0.01);
     }
     assert!(
-        relay
-            .kernel_drop_reasons
-            .iter()
-            .any(|(r, _)| r == "PACKET_SOCK_ERROR"),
+        !relay.kernel_drops_seen
+            || relay
+                .kernel_drop_reasons
+                .iter()
+                .any(|(r, _)| r == "PACKET_SOCK_ERROR"),
         "{relay:?}"
     );
     let top = summary
@@ -293,8 +298,11 @@ fn a_relays_funnel_matches_its_own_counts_and_names_its_egress() {
         .expect("a loss verdict");
     assert_eq!(top.cause, "relay_egress_bound", "{:#?}", summary.verdicts);
     assert!(top.next_step.contains("qdisc on lo"), "{}", top.next_step);
-    for c in lab["fixture_checks"].as_array().expect("fixture checks") {
-        assert_eq!(c["ok"], Value::Bool(true), "{c}");
+    // Before 6.8 the lab's kernel-drop check fails, as it should: scanprof cannot see them.
+    if relay.kernel_drops_seen {
+        for c in lab["fixture_checks"].as_array().expect("fixture checks") {
+            assert_eq!(c["ok"], Value::Bool(true), "{c}");
+        }
+        assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
     }
-    assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
 }

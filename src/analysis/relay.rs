@@ -33,6 +33,10 @@ pub struct RelayView {
     pub kernel_drops: u64,
     /// the reasons of those drops, most first: (reason, packets)
     pub kernel_drop_reasons: Vec<(String, u64)>,
+    /// whether the kernel names the socket a packet was dropped at (6.8 and newer): false, and
+    /// drops at the relay's own sockets (a full packet socket) are not in `kernel_drops`
+    #[serde(default)]
+    pub kernel_drops_seen: bool,
     /// packets that reached the family: `read + kernel_drops`
     pub arrived: u64,
     /// sends the fan-out called for and that did not happen: `read x fanout - sent` (None
@@ -84,6 +88,7 @@ pub fn relay_view(s: &Summary, fanout: Option<u32>) -> Option<RelayView> {
         amplification: s.packets as f64 / read as f64,
         kernel_drops,
         kernel_drop_reasons: reasons,
+        kernel_drops_seen: r.socket_drops_seen,
         arrived: read + kernel_drops,
         unsent,
         own_drops: unsent.zip(fanout).map(|(u, n)| u / u64::from(n)),
@@ -141,6 +146,7 @@ mod tests {
                 stage("recv_calls", read),
                 stage("recv_packets", read),
             ],
+            socket_drops_seen: true,
             drops: vec![
                 row("PACKET_SOCK_ERROR", kernel_drops - 10),
                 row("CPU_BACKLOG", 4),
@@ -180,6 +186,7 @@ mod tests {
             ]
         );
         assert!((v.egress_time_share - 0.75).abs() < 1e-12);
+        assert!(v.kernel_drops_seen);
         // Without a fan-out the relay's own drops are unknown; the amplification still says it.
         let v = relay_view(&s, None).unwrap();
         assert_eq!((v.unsent, v.own_drops, v.fanout), (None, None, None));

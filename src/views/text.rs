@@ -363,9 +363,14 @@ pub fn relay_section(o: &mut String, r: &crate::analysis::relay::RelayView) {
         .collect();
     let _ = writeln!(
         o,
-        "  of {} that reached it: {} dropped by the kernel before the read{} | {} | egress refused {} sends (ENOBUFS, EAGAIN)",
+        "  of {} that reached it: {} dropped by the kernel before the read{}{} | {} | egress refused {} sends (ENOBUFS, EAGAIN)",
         r.arrived,
         r.kernel_drops,
+        if r.kernel_drops_seen {
+            ""
+        } else {
+            " (drops at its own sockets unseen: the kernel names the socket of a drop from 6.8)"
+        },
         if reasons.is_empty() {
             String::new()
         } else {

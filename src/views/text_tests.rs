@@ -946,6 +946,7 @@ fn the_relay_funnel_is_in_the_text_report() {
         amplification: 1.8,
         kernel_drops: 2_000,
         kernel_drop_reasons: vec![("PACKET_SOCK_ERROR".into(), 2_000)],
+        kernel_drops_seen: true,
         arrived: 12_000,
         unsent: Some(12_000),
         own_drops: Some(4_000),
