@@ -389,8 +389,8 @@ pub struct RunOptions {
     #[arg(long, value_name = "BYTES,...", value_delimiter = ',', value_parser = parse_class_bound)]
     pub recv_classes: Vec<u32>,
     /// The family is a relay that writes each packet it reads to N outputs (1 to 64): the
-    /// relay funnel then tells its own drops (packets read and never forwarded: reads x N -
-    /// sends) from the kernel's. Without it the funnel gives the amplification (sends / reads).
+    /// summary gets a relay funnel (ingress against egress, the kernel's drops before the read,
+    /// its own drops: reads x N - sends, egress refused) and the relay verdicts.
     #[arg(long, value_name = "N",
           value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=64))]
     pub relay_fanout: Option<u32>,

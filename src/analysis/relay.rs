@@ -1,4 +1,5 @@
-//! The relay funnel: for a family that reads packets and sends them on, the ingress read rate
+//! The relay funnel: for a family declared a relay (`--relay-fanout N`: it writes each packet
+//! it reads to N outputs) that reads packets and sends them on, the ingress read rate
 //! against the egress send rate, the amplification (egress / ingress), and where the
 //! difference went: dropped by the kernel before the read (at the family's sockets), read but
 //! never forwarded (the relay's own drops: reads x fan-out - sends, when the fan-out is known),
@@ -18,8 +19,8 @@ pub const REFUSED_ERRNOS: [&str; 2] = ["ENOBUFS", "EAGAIN"];
 /// The relay funnel over the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RelayView {
-    /// outputs each packet read is written to (`--relay-fanout`); None when not given
-    pub fanout: Option<u32>,
+    /// outputs each packet read is written to (`--relay-fanout`)
+    pub fanout: u32,
     /// packets the family read (ingress), and per second over the run
     pub read: u64,
     pub read_pps: f64,
@@ -39,12 +40,10 @@ pub struct RelayView {
     pub kernel_drops_seen: bool,
     /// packets that reached the family: `read + kernel_drops`
     pub arrived: u64,
-    /// sends the fan-out called for and that did not happen: `read x fanout - sent` (None
-    /// without a fan-out)
-    pub unsent: Option<u64>,
-    /// the relay's own drops, in packets read: `unsent / fanout`, rounded down (None without a
-    /// fan-out)
-    pub own_drops: Option<u64>,
+    /// sends the fan-out called for and that did not happen: `read x fanout - sent`
+    pub unsent: u64,
+    /// the relay's own drops, in packets read: `unsent / fanout`, rounded down
+    pub own_drops: u64,
     /// send calls the kernel refused (ENOBUFS, EAGAIN): egress refused
     pub refused: u64,
     /// time of the threads that sent, ns: on CPU in send calls, blocked in them, on CPU
@@ -58,8 +57,11 @@ pub struct RelayView {
     pub egress_time_share: f64,
 }
 
-/// The relay funnel of a run: None unless the family both read and sent packets.
+/// The relay funnel of a run: None unless the family is declared a relay (a fan-out) and both
+/// read and sent packets. A scanner that reads its replies is no relay: without the
+/// declaration, its replies and probes are not a funnel.
 pub fn relay_view(s: &Summary, fanout: Option<u32>) -> Option<RelayView> {
+    let fanout = fanout.filter(|&n| n > 0)?;
     let r = s.receive.as_ref()?;
     let read = r.count("recv_packets");
     if read == 0 || s.packets == 0 {
@@ -75,8 +77,7 @@ pub fn relay_view(s: &Summary, fanout: Option<u32>) -> Option<RelayView> {
         }
     }
     reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let fanout = fanout.filter(|&n| n > 0);
-    let unsent = fanout.map(|n| (read * u64::from(n)).saturating_sub(s.packets));
+    let unsent = (read * u64::from(fanout)).saturating_sub(s.packets);
     let b: TimeBudget = s.budget;
     let busy = b.send_ns + b.blocked_send_ns + b.other_ns;
     Some(RelayView {
@@ -91,7 +92,7 @@ pub fn relay_view(s: &Summary, fanout: Option<u32>) -> Option<RelayView> {
         kernel_drops_seen: r.socket_drops_seen,
         arrived: read + kernel_drops,
         unsent,
-        own_drops: unsent.zip(fanout).map(|(u, n)| u / u64::from(n)),
+        own_drops: unsent / u64::from(fanout),
         refused: REFUSED_ERRNOS
             .iter()
             .map(|e| s.errors.get(*e).copied().unwrap_or(0))
@@ -176,7 +177,7 @@ mod tests {
         );
         assert_eq!((v.read_pps, v.sent_pps), (500.0, 1_200.0));
         assert!((v.amplification - 2.4).abs() < 1e-12);
-        assert_eq!((v.unsent, v.own_drops), (Some(600), Some(200)));
+        assert_eq!((v.unsent, v.own_drops), (600, 200));
         assert_eq!(v.refused, 900, "ENOBUFS counted, EPERM not");
         assert_eq!(
             v.kernel_drop_reasons,
@@ -187,12 +188,12 @@ mod tests {
         );
         assert!((v.egress_time_share - 0.75).abs() < 1e-12);
         assert!(v.kernel_drops_seen);
-        // Without a fan-out the relay's own drops are unknown; the amplification still says it.
-        let v = relay_view(&s, None).unwrap();
-        assert_eq!((v.unsent, v.own_drops, v.fanout), (None, None, None));
+        // Not declared a relay (a scanner reading its replies): no relay funnel.
+        assert_eq!(relay_view(&s, None), None);
+        assert_eq!(relay_view(&s, Some(0)), None);
         // More sent than the fan-out calls for: nothing unsent.
         let s = relay_summary(1_000, 200, 3_500, 0, budget);
-        assert_eq!(relay_view(&s, Some(3)).unwrap().own_drops, Some(0));
+        assert_eq!(relay_view(&s, Some(3)).unwrap().own_drops, 0);
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub fn relay_checks(own: &RelayReport, summary: &Summary) -> Vec<FixtureCheck> {
         FixtureCheck::new(
             "buffer-pool drops (read, never forwarded)",
             own.pool_drops as f64,
-            r.and_then(|r| r.own_drops).map(|n| n as f64),
+            r.map(|r| r.own_drops as f64),
             RELAY_TOLERANCE,
         ),
         FixtureCheck::new(
@@ -375,11 +375,11 @@ mod tests {
         assert!((relay_lost_share(&own) - 0.5).abs() < 1e-12);
         let (_, mut summary) = crate::views::fixtures::rich_run();
         summary.relay = Some(crate::analysis::relay::RelayView {
-            fanout: Some(3),
+            fanout: 3,
             read: 10_000,
             sent: 18_000,
             kernel_drops: 2_019,
-            own_drops: Some(4_100),
+            own_drops: 4_100,
             ..Default::default()
         });
         let ok: Vec<bool> = relay_checks(&own, &summary).iter().map(|c| c.ok).collect();

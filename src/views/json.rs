@@ -78,10 +78,10 @@ mod tests {
     fn every_relay_field_is_documented_in_events_md() {
         let (_, mut summary) = crate::views::fixtures::rich_run();
         summary.relay = Some(crate::analysis::relay::RelayView {
-            fanout: Some(3),
+            fanout: 3,
             kernel_drop_reasons: vec![("PACKET_SOCK_ERROR".into(), 1)],
-            unsent: Some(3),
-            own_drops: Some(1),
+            unsent: 3,
+            own_drops: 1,
             ..Default::default()
         });
         let found = documented_keys(&[line("summary", &summary)], "relay");

@@ -345,16 +345,8 @@ pub fn relay_section(o: &mut String, r: &crate::analysis::relay::RelayView) {
     let _ = writeln!(o, "\nrelay funnel (over the run):");
     let _ = writeln!(
         o,
-        "  ingress read {} ({:.1} /s) | egress sent {} ({:.1} /s) | amplification {:.2}{}",
-        r.read,
-        r.read_pps,
-        r.sent,
-        r.sent_pps,
-        r.amplification,
-        r.fanout
-            .map_or(" (fan-out unknown: --relay-fanout N)".to_string(), |n| format!(
-                " of 1 -> {n}"
-            ))
+        "  ingress read {} ({:.1} /s) | egress sent {} ({:.1} /s) | amplification {:.2} of 1 -> {}",
+        r.read, r.read_pps, r.sent, r.sent_pps, r.amplification, r.fanout
     );
     let reasons: Vec<String> = r
         .kernel_drop_reasons
@@ -376,10 +368,7 @@ pub fn relay_section(o: &mut String, r: &crate::analysis::relay::RelayView) {
         } else {
             format!(" ({})", reasons.join(", "))
         },
-        match (r.own_drops, r.unsent) {
-            (Some(d), Some(u)) => format!("{d} read and never forwarded ({u} sends missing)"),
-            _ => "its own drops unknown".to_string(),
-        },
+        format_args!("{} read and never forwarded ({} sends missing)", r.own_drops, r.unsent),
         r.refused
     );
     let busy = (r.send_ns + r.blocked_send_ns + r.other_ns).max(1) as f64;

@@ -938,7 +938,7 @@ fn the_receive_cost_is_reported_per_thread_and_in_all_with_the_capacity() {
 fn the_relay_funnel_is_in_the_text_report() {
     let mut s = fixed_summary();
     s.relay = Some(crate::analysis::relay::RelayView {
-        fanout: Some(3),
+        fanout: 3,
         read: 10_000,
         read_pps: 5_000.0,
         sent: 18_000,
@@ -948,8 +948,8 @@ fn the_relay_funnel_is_in_the_text_report() {
         kernel_drop_reasons: vec![("PACKET_SOCK_ERROR".into(), 2_000)],
         kernel_drops_seen: true,
         arrived: 12_000,
-        unsent: Some(12_000),
-        own_drops: Some(4_000),
+        unsent: 12_000,
+        own_drops: 4_000,
         refused: 50_000,
         send_ns: 600,
         blocked_send_ns: 0,

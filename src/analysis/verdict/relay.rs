@@ -19,7 +19,7 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
     let Some(v) = f.relay else {
         return Vec::new();
     };
-    let own = v.own_drops.unwrap_or(0);
+    let own = v.own_drops;
     if v.kernel_drops + own == 0 {
         return Vec::new();
     }
@@ -54,28 +54,17 @@ fn egress_bound(v: &RelayView) -> bool {
 fn funnel_lines(f: &Facts, v: &RelayView) -> Vec<String> {
     let mut out = vec![
         format!(
-            "ingress: {} packets read ({:.0}/s); egress: {} sent ({:.0}/s); amplification {:.2}{}",
-            v.read,
-            v.read_pps,
-            v.sent,
-            v.sent_pps,
-            v.amplification,
-            v.fanout
-                .map_or(String::new(), |n| format!(" of a 1 -> {n} fan-out")),
+            "ingress: {} packets read ({:.0}/s); egress: {} sent ({:.0}/s); amplification {:.2} of a 1 -> {} fan-out",
+            v.read, v.read_pps, v.sent, v.sent_pps, v.amplification, v.fanout,
         ),
         format!(
-            "{} packets reached the relay {}: {} dropped by the kernel before its read{}, {}",
+            "{} packets reached the relay {}: {} dropped by the kernel before its read{}, {} read and never forwarded ({} sends missing)",
             v.arrived,
             f.over(),
             v.kernel_drops,
             reasons(v),
-            match v.own_drops {
-                Some(n) => format!(
-                    "{n} read and never forwarded ({} sends missing)",
-                    v.unsent.unwrap_or(0)
-                ),
-                None => "its own drops unknown (no --relay-fanout)".to_string(),
-            }
+            v.own_drops,
+            v.unsent
         ),
     ];
     let busy = v.send_ns + v.blocked_send_ns + v.other_ns;
