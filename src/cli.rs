@@ -133,6 +133,9 @@ const RECV_EXAMPLES: &str = "Examples:
   scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind
   scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4
   scanprof run --recv-classes 256 -- scanprof recv --port 9000 --respond 256 --reply-port 9 -d 10   # a responder: cost per class of length";
+const RELAY_EXAMPLES: &str = "Examples:
+  scanprof relay --in eth1 --out lo --out lo --out lo -d 10 --report relay.json
+  scanprof run --relay-fanout 3 -- scanprof relay --in eth1 --out lo --out lo --out lo --pool 64 -d 10   # the relay funnel";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -254,6 +257,12 @@ pub enum Command {
     /// to hold scanprof's receive funnel against).
     #[command(after_help = RECV_EXAMPLES)]
     Recv(RecvOptions),
+    /// Reference packet relay: reads IP packets from a packet socket on one interface and
+    /// writes each to every --out interface (1 -> N fan-out) from a fixed pool of buffers,
+    /// single-threaded; counts what it read, forwarded and dropped for lack of a buffer (a
+    /// relay to profile, and the counts to hold scanprof's relay funnel against).
+    #[command(after_help = RELAY_EXAMPLES)]
+    Relay(RelayOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
     #[command(after_help = LAB_EXAMPLES)]
     Lab(LabOptions),
@@ -379,6 +388,12 @@ pub struct RunOptions {
     /// (single-message reads; a recvmmsg batch is not classed).
     #[arg(long, value_name = "BYTES,...", value_delimiter = ',', value_parser = parse_class_bound)]
     pub recv_classes: Vec<u32>,
+    /// The family is a relay that writes each packet it reads to N outputs (1 to 64): the
+    /// summary gets a relay funnel (ingress against egress, the kernel's drops before the read,
+    /// its own drops: reads x N - sends, egress refused) and the relay verdicts.
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=64))]
+    pub relay_fanout: Option<u32>,
 }
 
 /// `--recv-classes`: one bound, 1 to 65535 bytes.
@@ -578,6 +593,11 @@ pub enum Scenario {
     /// The sender in a cgroup with a CPU quota of 0.3 CPU, busy-waiting with per-packet slots:
     /// throttled 70% of each period, the time is lost.
     CgroupThrottled,
+    /// A single-threaded packet relay (`scanprof relay`, 64 buffers, 1 -> 3 fan-out to lo
+    /// through a 20 Mbit/s tbf) fed by the reference sender as fast as it goes: its outputs
+    /// refuse most writes, its pool runs out and the kernel drops at its socket. scanprof's
+    /// relay funnel must match its own counts within 1%.
+    Relay,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -621,6 +641,39 @@ pub struct RecvOptions {
     /// port), e.g. a closed one, so that a sender that never reads does not fill its socket.
     #[arg(long, value_name = "PORT", requires = "respond")]
     pub reply_port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RelayOptions {
+    /// Interface to read from: every IPv4 packet it receives (not those it sends) is read by
+    /// a packet socket (AF_PACKET, SOCK_DGRAM, ETH_P_IP) bound to it.
+    #[arg(long = "in", value_name = "DEV")]
+    pub input: String,
+    /// Interface to write each packet to, once per --out (repeat it: three --out make a 1 -> 3
+    /// fan-out; the same interface may be named more than once). Each output is its own packet
+    /// socket; frames are addressed to the output interface's own address, so on `lo` they come
+    /// back to the namespace's own stack.
+    #[arg(long = "out", value_name = "DEV", required = true)]
+    pub outputs: Vec<String>,
+    /// Buffers in the pool, 1 to 65536: a packet read takes one and keeps it until all its
+    /// writes are done (a write refused with ENOBUFS or EAGAIN is retried later); a packet read
+    /// when none is free is dropped.
+    #[arg(long, default_value_t = 64, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+    pub pool: usize,
+    /// Receive buffer of the reading socket to ask for with SO_RCVBUF, bytes, up to 1 GiB
+    /// (default: the kernel's).
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
+    pub rcvbuf: Option<usize>,
+    /// Seconds to relay for (at most 30 days); then it stops reading and finishes the writes
+    /// it holds (for at most 1 s more).
+    #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Also write its counts as JSON to this file (`received`, `forwarded`, `writes`,
+    /// `refused_writes`, `pool_drops`, `abandoned_writes`, `kernel_drops`, ...).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -1004,6 +1057,7 @@ mod tests {
             ("report", &["/nonexistent/b"]),
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
             ("recv", &["--port", "9000"]),
+            ("relay", &["--in", "lo", "--out", "lo"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
@@ -1073,6 +1127,10 @@ mod tests {
             Command::Recv(o) => {
                 let _ = Duration::from_secs_f64(o.duration);
                 assert!(o.read_rate.is_none_or(|r| r.is_finite() && r > 0.0));
+            }
+            Command::Relay(o) => {
+                let _ = Duration::from_secs_f64(o.duration);
+                assert!(!o.outputs.is_empty() && o.pool >= 1);
             }
             Command::Lab(o) => {
                 let _ = Duration::from_secs_f64(o.duration + 10.0);

@@ -56,6 +56,8 @@ pub struct SessionConfig {
     pub duration: Option<Duration>,
     /// packets per second the scanner was asked for, if known
     pub requested_pps: Option<f64>,
+    /// outputs a relay writes each packet it reads to (`--relay-fanout`)
+    pub relay_fanout: Option<u32>,
     /// the machine's own figure at that rate, measured before the run
     pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
@@ -576,6 +578,7 @@ fn collect(
 
     let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
     analyzer.set_baseline(cfg.baseline.clone());
+    analyzer.set_relay_fanout(cfg.relay_fanout);
     if let Some(sc) = &cfg.scanner {
         let tsc_hz =
             crate::system::tsc_freq::kernel_tsc_hz().or_else(crate::system::tsc_freq::perf_page_tsc_hz);

@@ -7,6 +7,7 @@ pub mod knee;
 pub mod limits;
 pub mod probe_cost;
 pub mod receive;
+pub mod relay;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;
@@ -134,6 +135,8 @@ pub struct Analyzer {
     /// the ticks' outside limits added up, and the sample time of the latest tick
     limits: limits::LimitsRun,
     limits_t_ns: u64,
+    /// outputs a relay writes each packet it reads to (`--relay-fanout`)
+    relay_fanout: Option<u32>,
 }
 
 impl Analyzer {
@@ -151,7 +154,13 @@ impl Analyzer {
             scanner: None,
             limits: limits::LimitsRun::default(),
             limits_t_ns: 0,
+            relay_fanout: None,
         }
+    }
+
+    /// The fan-out of a relay: each packet read is to be sent this many times.
+    pub fn set_relay_fanout(&mut self, fanout: Option<u32>) {
+        self.relay_fanout = fanout;
     }
 
     /// Reads the scanner's probe calls with this model; the requested rate then follows what the
@@ -440,10 +449,12 @@ impl Analyzer {
             connect,
             receive,
             limits: self.run_limits(last, duration_ns),
+            relay: None,
             verdicts: Vec::new(),
             warnings,
             dropped_headers: Default::default(),
         };
+        summary.relay = relay::relay_view(&summary, self.relay_fanout);
         summary.verdicts = verdict::for_summary(&summary);
         summary
     }

@@ -375,6 +375,9 @@ pub struct Summary {
     /// cgroups, steal time on its CPUs, conntrack tables (absent when none applies)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsView>,
+    /// the relay funnel over the run, when the family both reads and sends packets
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<super::relay::RelayView>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -548,6 +551,7 @@ impl Summary {
             connect: None,
             receive: None,
             limits: None,
+            relay: None,
             verdicts: Vec::new(),
             warnings: Vec::new(),
             dropped_headers: Default::default(),

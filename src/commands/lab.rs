@@ -98,6 +98,8 @@ pub struct Listener {
     /// it is a responder with two kinds of packet (`scanprof recv --respond`), fed by two
     /// senders, one per kind
     pub respond: Option<super::lab_fixtures::Respond>,
+    /// it is the packet relay (`scanprof relay`) reading the target's veth, not `scanprof recv`
+    pub relay: Option<super::lab_fixtures::Relay>,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -159,6 +161,10 @@ pub enum Truth {
     /// The packets the sender namespace's conntrack refused (the `drop` column of its
     /// /proc/net/stat/nf_conntrack) / (requested x duration).
     ConntrackDrops,
+    /// The relay's lost packets, by its own count: (dropped by the kernel before its read,
+    /// PACKET_STATISTICS tp_drops, + read and dropped for lack of a buffer) / what reached its
+    /// socket (tp_packets, dropped ones included).
+    RelayLoss,
 }
 
 impl Truth {
@@ -180,6 +186,7 @@ impl Truth {
                 "1 - received rate/requested, the lab receiver's (packets - 1)/(last - first) by the kernel's receive timestamps"
             }
             Truth::ConntrackDrops => "conntrack drops/(requested x duration), sender namespace /proc/net/stat/nf_conntrack",
+            Truth::RelayLoss => "(kernel drops + pool drops)/packets that reached it, the relay's own PACKET_STATISTICS and counts",
         }
     }
 }
@@ -318,6 +325,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: Some(4096),
                 read_rate: Some(1_000.0),
                 respond: None,
+                relay: None,
             }),
             expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
             ..base
@@ -377,6 +385,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: None,
                 read_rate: None,
                 respond: Some(super::lab_fixtures::RESPONDER),
+                relay: None,
             }),
             expect: expect("loss", "receiver_keeps_up", Truth::ListenerDrops),
             ..base
@@ -391,6 +400,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: None,
                 read_rate: None,
                 respond: Some(super::lab_fixtures::SLOW_RESPONDER),
+                relay: None,
             }),
             expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
             ..base
@@ -410,6 +420,21 @@ pub fn staging(s: Scenario) -> Staging {
             flags: &["--pacer", "clock", "--slot", "per-packet"],
             cpu_quota: Some(0.3),
             expect: expect("gap", "cgroup_throttled", Truth::Gap),
+            ..base
+        },
+        // The reference sender as fast as it goes (~200k pps here) into a relay that writes
+        // each packet to lo three times through a 20 Mbit/s tbf (~24k frames/s, 8k packets/s
+        // relayed): the outputs refuse most writes, the pool runs out, and the relay drops.
+        Scenario::Relay => Staging {
+            rate: 0.0,
+            sink: false,
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: None,
+                relay: Some(super::lab_fixtures::RELAY),
+            }),
+            expect: expect("loss", "relay_egress_bound", Truth::RelayLoss),
             ..base
         },
     }
@@ -516,6 +541,9 @@ pub struct LabReport {
     pub sender_link_tx: Option<u64>,
     /// the profiled listener's own count (receive scenarios)
     pub listener: Option<super::recv::RecvReport>,
+    /// the profiled relay's own count (the relay scenario)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<super::relay::RelayReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
     /// its SOCKET_RCVBUFF drops before the read (receive scenarios; null when it saw none)
     pub scanprof_recv_packets: Option<u64>,
@@ -663,6 +691,8 @@ struct Counts {
     receiver_pps: Option<f64>,
     /// packets the sender namespace's conntrack refused (`drop` of /proc/net/stat/nf_conntrack)
     sender_ct_drops: Option<u64>,
+    /// the relay's lost share by its own count (set after the run; Truth::RelayLoss)
+    relay_lost_share: Option<f64>,
 }
 
 impl Counts {
@@ -700,6 +730,7 @@ impl Counts {
             )
             .ok()
             .and_then(|t| conntrack_stat(&t, "drop")),
+            relay_lost_share: None,
         }
     }
 
@@ -719,6 +750,7 @@ impl Counts {
             echoed: self.echoed,
             receiver_pps: self.receiver_pps,
             sender_ct_drops: d(self.sender_ct_drops, before.sender_ct_drops),
+            relay_lost_share: self.relay_lost_share,
         }
     }
 }
@@ -775,6 +807,7 @@ fn measured_truth(t: Truth, rate: f64, duration_s: f64, counts: Counts, qdisc: &
         }
         Truth::ReceiverGap => share(counts.receiver_pps?, rate).map(|r| 1.0 - r),
         Truth::ConntrackDrops => share(counts.sender_ct_drops? as f64, rate * duration_s),
+        Truth::RelayLoss => counts.relay_lost_share,
     }
 }
 
@@ -811,31 +844,38 @@ impl ListenerRun {
         ));
         let _ = std::fs::remove_file(&report);
         let mut argv: Vec<String> = ["ip", "netns", "exec", &lab.target_ns].map(String::from).to_vec();
-        if l.respond.is_some_and(|r| r.realtime) {
+        if let Some(r) = l.relay {
+            r.stage_egress(lab)?;
+            argv.push(exe.display().to_string());
+            argv.extend(r.relay_args(&lab.target_dev, duration_s + LISTENER_EXTRA_S, &report));
+        } else if l.respond.is_some_and(|r| r.realtime) {
             argv.extend(super::lab_fixtures::REALTIME.map(String::from));
         }
-        argv.push(exe.display().to_string());
-        argv.extend(
-            [
-                "recv",
-                "--port",
-                &port.to_string(),
-                "--duration",
-                &(duration_s + LISTENER_EXTRA_S).to_string(),
-                "--report",
-                &report.display().to_string(),
-            ]
-            .map(String::from),
-        );
-        if let Some(b) = l.rcvbuf {
-            argv.extend(["--rcvbuf".to_string(), b.to_string()]);
+        if l.relay.is_none() {
+            argv.push(exe.display().to_string());
+            argv.extend(
+                [
+                    "recv",
+                    "--port",
+                    &port.to_string(),
+                    "--duration",
+                    &(duration_s + LISTENER_EXTRA_S).to_string(),
+                    "--report",
+                    &report.display().to_string(),
+                ]
+                .map(String::from),
+            );
+            if let Some(b) = l.rcvbuf {
+                argv.extend(["--rcvbuf".to_string(), b.to_string()]);
+            }
+            if let Some(r) = l.read_rate {
+                argv.extend(["--read-rate".to_string(), r.to_string()]);
+            }
+            if let Some(r) = l.respond {
+                argv.extend(r.recv_args());
+            }
         }
-        if let Some(r) = l.read_rate {
-            argv.extend(["--read-rate".to_string(), r.to_string()]);
-        }
-        if let Some(r) = l.respond {
-            argv.extend(r.recv_args());
-        }
+        let relay = l.relay.is_some();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let ns = lab.target_ns.clone();
@@ -843,7 +883,11 @@ impl ListenerRun {
             .name("lab-listener-feed".into())
             .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
                 let deadline = std::time::Instant::now() + LISTENER_BIND_WAIT;
-                while !udp_port_bound(&ns, port) {
+                while !(if relay {
+                    packet_socket_open(&ns)
+                } else {
+                    udp_port_bound(&ns, port)
+                }) {
                     if flag.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
                         return Ok(None);
                     }
@@ -882,7 +926,13 @@ impl ListenerRun {
     }
 
     /// Waits for the sender and reads the listener's own count.
-    fn finish(mut self) -> anyhow::Result<super::recv::RecvReport> {
+    fn finish(self) -> anyhow::Result<super::recv::RecvReport> {
+        let text = self.finish_text()?;
+        serde_json::from_str(&text).context("the listener's report is not JSON")
+    }
+
+    /// Waits for the sender and reads the listener's report as it wrote it.
+    fn finish_text(mut self) -> anyhow::Result<String> {
         self.stop.store(true, Ordering::Relaxed);
         let sent = match self.sender.take().map(|t| t.join()) {
             Some(Ok(r)) => r?,
@@ -892,9 +942,8 @@ impl ListenerRun {
             sent.is_some(),
             "the listener never bound its port, so the sender was not started"
         );
-        let text = std::fs::read_to_string(&self.report)
-            .with_context(|| format!("the listener wrote no report to {}", self.report.display()))?;
-        serde_json::from_str(&text).context("the listener's report is not JSON")
+        std::fs::read_to_string(&self.report)
+            .with_context(|| format!("the listener wrote no report to {}", self.report.display()))
     }
 }
 
@@ -906,6 +955,11 @@ impl Drop for ListenerRun {
         }
         let _ = std::fs::remove_file(&self.report);
     }
+}
+
+/// Whether a packet socket is open in namespace `ns` (its /proc/net/packet lists one).
+fn packet_socket_open(ns: &str) -> bool {
+    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/packet"]).is_ok_and(|t| t.lines().count() > 1)
 }
 
 /// Whether a UDP socket is bound to `port` in namespace `ns` (its /proc/net/udp).
@@ -1558,6 +1612,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             .listener
             .and_then(|l| l.respond)
             .map_or_else(Vec::new, |r| vec![r.split as u32]),
+        relay_fanout: stage.listener.and_then(|l| l.relay).map(|r| r.outputs as u32),
     };
     let hog_pid = hog.as_ref().map(|h| h.pid.as_raw() as u32);
     let sender = SenderId::new(&exe, hog_pid);
@@ -1593,7 +1648,15 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     std::thread::sleep(Duration::from_millis(300));
     let receiver = sink.map(|s| s.stop());
     let echoed = echo.map(Echo::finish);
-    let listener = listening.map(ListenerRun::finish).transpose()?;
+    let (listener, relay_own) = match (stage.listener.and_then(|l| l.relay), listening) {
+        (Some(_), Some(l)) => {
+            let text = l.finish_text()?;
+            let own: super::relay::RelayReport =
+                serde_json::from_str(&text).context("the relay's report is not JSON")?;
+            (None, Some(own))
+        }
+        (_, l) => (l.map(ListenerRun::finish).transpose()?, None),
+    };
     let qdisc = lab.sender_qdisc().unwrap_or_default();
     let mut counts = Counts::read(&lab).since(before);
     counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
@@ -1601,9 +1664,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
     let conntrack = conntrack.map(ConntrackFill::finish).transpose()?;
     let cgroup = quota.map(|q| q.finish(moved)).transpose()?;
+    counts.relay_lost_share = relay_own.as_ref().map(super::lab_fixtures::relay_lost_share);
     let truth = measured_truth(stage.expect.truth, rate, o.duration, counts, &qdisc);
-    let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener) {
-        (Some(r), Some(own)) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
+    let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener, &relay_own) {
+        (Some(r), Some(own), _) => super::lab_fixtures::responder_checks(own, &summary, r.realtime),
+        (_, _, Some(own)) => super::lab_fixtures::relay_checks(own, &summary),
         _ => Vec::new(),
     };
     let mut check = check(&stage.expect, &summary, truth);
@@ -1626,6 +1691,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         sender_kernel_out: counts.sender_kernel_out,
         sender_link_tx: counts.sender_link_tx,
         listener,
+        relay: relay_own,
         scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
         scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
         echoed,
@@ -2361,7 +2427,10 @@ mod tests {
             echoed: None,
             receiver_pps: None,
             sender_ct_drops: Some(2_000),
+            relay_lost_share: Some(0.25),
         };
+        let relay = measured_truth(Truth::RelayLoss, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((relay - 0.25).abs() < 1e-9, "{relay}");
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((gap - 0.5).abs() < 1e-9, "{gap}");
         let rest = measured_truth(Truth::GapLessRunDelay, 1000.0, 5.0, counts, &[]).unwrap();

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::recv::RecvReport;
+use super::relay::RelayReport;
 use crate::analysis::Summary;
 
 /// How a lab runs a fixture whose per-packet timing must not include other tasks' time:
@@ -76,6 +77,100 @@ impl Respond {
         }
         vec![cheap.to_vec(), costly]
     }
+}
+
+/// The packet relay of the `relay` scenario: it reads the target's veth and writes each packet
+/// to the target namespace's `lo` `outputs` times, from `pool` buffers, through a tbf on `lo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relay {
+    /// outputs (each an --out lo): the fan-out
+    pub outputs: usize,
+    /// buffers in its pool
+    pub pool: usize,
+    /// the tbf on the target namespace's lo: rate and queue limit (tc's units)
+    pub egress_rate: &'static str,
+    pub egress_limit: &'static str,
+}
+
+/// 1 -> 3, 64 buffers, 20 Mbit/s of egress with a 10 kB queue.
+pub const RELAY: Relay = Relay {
+    outputs: 3,
+    pool: 64,
+    egress_rate: "20mbit",
+    egress_limit: "10kb",
+};
+
+/// Relay counts: scanprof's against the relay's own, relative.
+pub const RELAY_TOLERANCE: f64 = 0.01;
+
+impl Relay {
+    /// `scanprof relay` reading `input` for `duration_s`, writing its report to `report`.
+    pub fn relay_args(&self, input: &str, duration_s: f64, report: &std::path::Path) -> Vec<String> {
+        let mut a: Vec<String> = vec!["relay".into(), "--in".into(), input.into()];
+        for _ in 0..self.outputs {
+            a.extend(["--out".to_string(), "lo".to_string()]);
+        }
+        a.extend([
+            "--pool".to_string(),
+            self.pool.to_string(),
+            "--duration".to_string(),
+            duration_s.to_string(),
+            "--report".to_string(),
+            report.display().to_string(),
+        ]);
+        a
+    }
+
+    /// Brings the target namespace's lo up with the egress tbf on it (the namespace goes, and
+    /// its qdisc with it, when the lab is deleted).
+    pub fn stage_egress(&self, lab: &crate::lab::Lab) -> anyhow::Result<()> {
+        use crate::system::netstat::run_in_netns;
+        let ns = Some(lab.target_ns.as_str());
+        run_in_netns(ns, "ip", &["link", "set", "lo", "up"])?;
+        #[rustfmt::skip]
+        run_in_netns(ns, "tc", &[
+            "qdisc", "add", "dev", "lo", "root", "tbf",
+            "rate", self.egress_rate, "burst", "4kb", "limit", self.egress_limit,
+        ])?;
+        Ok(())
+    }
+}
+
+/// The relay's lost share by its own count: (kernel drops + pool drops) / what reached its
+/// socket (tp_packets counts the dropped ones too).
+pub fn relay_lost_share(own: &RelayReport) -> f64 {
+    (own.kernel_drops + own.pool_drops) as f64 / own.kernel_packets.max(1) as f64
+}
+
+/// The relay's own counts against scanprof's relay funnel, each within RELAY_TOLERANCE.
+pub fn relay_checks(own: &RelayReport, summary: &Summary) -> Vec<FixtureCheck> {
+    let r = summary.relay.as_ref();
+    vec![
+        FixtureCheck::new(
+            "packets read",
+            own.received as f64,
+            r.map(|r| r.read as f64),
+            RELAY_TOLERANCE,
+        ),
+        FixtureCheck::new(
+            "kernel drops before the read",
+            own.kernel_drops as f64,
+            r.map(|r| r.kernel_drops as f64),
+            RELAY_TOLERANCE,
+        ),
+        FixtureCheck::new(
+            "buffer-pool drops (read, never forwarded)",
+            own.pool_drops as f64,
+            r.map(|r| r.own_drops as f64),
+            RELAY_TOLERANCE,
+        ),
+        FixtureCheck::new(
+            "forwarded (writes done)",
+            own.writes as f64,
+            r.map(|r| r.sent as f64),
+            RELAY_TOLERANCE,
+        ),
+    ]
 }
 
 /// One of scanprof's figures against the fixture's own.
@@ -264,5 +359,39 @@ mod tests {
         );
         // Untimed (a responder that can be preempted): the counts only.
         assert_eq!(responder_checks(&own, &summary, false).len(), 3);
+    }
+
+    #[test]
+    fn the_relays_counts_are_held_against_scanprofs_relay_funnel_within_one_percent() {
+        let own = RelayReport {
+            fanout: 3,
+            received: 10_000,
+            writes: 18_000,
+            pool_drops: 4_000,
+            kernel_drops: 2_000,
+            kernel_packets: 12_000,
+            ..Default::default()
+        };
+        assert!((relay_lost_share(&own) - 0.5).abs() < 1e-12);
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.relay = Some(crate::analysis::relay::RelayView {
+            fanout: 3,
+            read: 10_000,
+            sent: 18_000,
+            kernel_drops: 2_019,
+            own_drops: 4_100,
+            ..Default::default()
+        });
+        let ok: Vec<bool> = relay_checks(&own, &summary).iter().map(|c| c.ok).collect();
+        // 2,019 of 2,000 is within 1%; 4,100 of 4,000 is not
+        assert_eq!(ok, [true, true, false, true]);
+        summary.relay = None;
+        assert!(relay_checks(&own, &summary).iter().all(|c| !c.ok));
+        assert_eq!(
+            RELAY
+                .relay_args("v0", 6.0, std::path::Path::new("/tmp/r.json"))
+                .join(" "),
+            "relay --in v0 --out lo --out lo --out lo --pool 64 --duration 6 --report /tmp/r.json"
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod lab;
 pub mod lab_fixtures;
 pub mod profile;
 pub mod recv;
+pub mod relay;
 pub mod report;
 pub mod send;
 pub mod sweep;

@@ -93,6 +93,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         interval: Duration::from_secs_f64(opts.interval),
         duration: opts.duration.map(Duration::from_secs_f64),
         requested_pps: opts.requested,
+        relay_fanout: opts.relay_fanout,
         baseline: None,
         probe_options,
         bpf_stats: match opts.bpf_stats {

@@ -216,6 +216,7 @@ fn run_step(
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         recv_classes: Vec::new(),
+        relay_fanout: None,
         quiet: false,
         metrics: None,
         metrics_file: None,

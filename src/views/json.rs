@@ -75,6 +75,20 @@ mod tests {
     }
 
     #[test]
+    fn every_relay_field_is_documented_in_events_md() {
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.relay = Some(crate::analysis::relay::RelayView {
+            fanout: 3,
+            kernel_drop_reasons: vec![("PACKET_SOCK_ERROR".into(), 1)],
+            unsent: 3,
+            own_drops: 1,
+            ..Default::default()
+        });
+        let found = documented_keys(&[line("summary", &summary)], "relay");
+        assert!(found.contains("egress_time_share") && found.contains("own_drops"));
+    }
+
+    #[test]
     fn every_receive_field_is_documented_in_events_md() {
         use crate::analysis::{DropRow, ReceiveView, Stage};
         let (mut snap, mut summary) = crate::views::fixtures::rich_run();

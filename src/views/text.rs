@@ -182,6 +182,9 @@ pub fn summary(s: &Summary) -> String {
     if let Some(r) = &s.receive {
         receive_section(&mut o, r);
     }
+    if let Some(relay) = &s.relay {
+        relay_section(&mut o, relay);
+    }
     if let Some(b) = &r.budget {
         let states: Vec<String> = b
             .states
@@ -279,6 +282,47 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+/// The relay funnel over the run: ingress against egress, and where the difference went.
+pub fn relay_section(o: &mut String, r: &crate::analysis::relay::RelayView) {
+    let _ = writeln!(o, "\nrelay funnel (over the run):");
+    let _ = writeln!(
+        o,
+        "  ingress read {} ({:.1} /s) | egress sent {} ({:.1} /s) | amplification {:.2} of 1 -> {}",
+        r.read, r.read_pps, r.sent, r.sent_pps, r.amplification, r.fanout
+    );
+    let reasons: Vec<String> = r
+        .kernel_drop_reasons
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  of {} that reached it: {} dropped by the kernel before the read{}{} | {} | egress refused {} sends (ENOBUFS, EAGAIN)",
+        r.arrived,
+        r.kernel_drops,
+        if r.kernel_drops_seen {
+            ""
+        } else {
+            " (drops at its own sockets unseen: the kernel names the socket of a drop from 6.8)"
+        },
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        },
+        format_args!("{} read and never forwarded ({} sends missing)", r.own_drops, r.unsent),
+        r.refused
+    );
+    let busy = (r.send_ns + r.blocked_send_ns + r.other_ns).max(1) as f64;
+    let _ = writeln!(
+        o,
+        "  its busy time: sending {:.1}% | blocked in sends {:.1}% | reading and its own work {:.1}%",
+        100.0 * r.send_ns as f64 / busy,
+        100.0 * r.blocked_send_ns as f64 / busy,
+        100.0 * r.other_ns as f64 / busy
+    );
 }
 
 /// The receive funnel over the run: drops before the read, receive calls, messages read.

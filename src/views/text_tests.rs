@@ -956,3 +956,44 @@ fn drop_rows_list_the_targets_losses_first_as_the_markdown_does() {
         "{r}"
     );
 }
+
+#[test]
+fn the_relay_funnel_is_in_the_text_report() {
+    let mut s = fixed_summary();
+    s.relay = Some(crate::analysis::relay::RelayView {
+        fanout: 3,
+        read: 10_000,
+        read_pps: 5_000.0,
+        sent: 18_000,
+        sent_pps: 9_000.0,
+        amplification: 1.8,
+        kernel_drops: 2_000,
+        kernel_drop_reasons: vec![("PACKET_SOCK_ERROR".into(), 2_000)],
+        kernel_drops_seen: true,
+        arrived: 12_000,
+        unsent: 12_000,
+        own_drops: 4_000,
+        refused: 50_000,
+        send_ns: 600,
+        blocked_send_ns: 0,
+        other_ns: 400,
+        sleep_ns: 0,
+        egress_time_share: 0.6,
+    });
+    let r = summary(&s);
+    assert!(r.contains("relay funnel (over the run):"), "{r}");
+    assert!(
+        r.contains(
+            "ingress read 10000 (5000.0 /s) | egress sent 18000 (9000.0 /s) | amplification 1.80 of 1 -> 3"
+        ),
+        "{r}"
+    );
+    assert!(
+        r.contains("of 12000 that reached it: 2000 dropped by the kernel before the read (PACKET_SOCK_ERROR 2000) | 4000 read and never forwarded (12000 sends missing) | egress refused 50000 sends"),
+        "{r}"
+    );
+    assert!(
+        r.contains("sending 60.0% | blocked in sends 0.0% | reading and its own work 40.0%"),
+        "{r}"
+    );
+}

@@ -144,6 +144,8 @@ pub(super) struct Facts<'a> {
     /// time the sender threads waited for their cgroups' CPU quota, ns, summed over them (each
     /// at most its own window); None when no sender is in a cgroup with a quota
     pub throttled_ns: Option<f64>,
+    /// the relay funnel (the run's only), when the family reads and sends
+    pub relay: Option<&'a crate::analysis::relay::RelayView>,
 }
 
 impl<'a> Facts<'a> {
@@ -236,6 +238,7 @@ impl<'a> Facts<'a> {
             receive_s: s.interval_s,
             limits: s.limits.as_ref(),
             throttled_ns: super::limits::throttled_wait(s.limits.as_ref(), &sender_windows),
+            relay: None,
         }
     }
 
@@ -338,6 +341,7 @@ impl<'a> Facts<'a> {
             receive_s: s.duration_s,
             limits: s.limits.as_ref(),
             throttled_ns: super::limits::throttled_wait(s.limits.as_ref(), &sender_windows),
+            relay: s.relay.as_ref(),
         }
     }
 

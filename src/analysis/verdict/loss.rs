@@ -35,6 +35,8 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
             .filter(|d| {
                 !(reads && d.row.class == DropClass::ReplyLoss && super::receive::handles(&d.row.reason))
             })
+            // A relay's drops before its read are its funnel's kernel drops (`relay`).
+            .filter(|d| !(f.relay.is_some() && d.row.class == DropClass::ReplyLoss))
             .collect();
         if rows.is_empty() {
             continue;
@@ -110,6 +112,7 @@ pub(super) fn is_outgoing(v: &Verdict) -> bool {
     v.share > 0.0
         && !v.cause.starts_with("reply_")
         && !super::receive::is_receive(&v.cause)
+        && !super::relay::is_relay(&v.cause)
         && v.cause != "send_errors"
         && v.cause != "measurement_fault"
         && !maybe_requeued

@@ -11,6 +11,7 @@ mod limits;
 mod loss;
 mod rate_unit;
 mod receive;
+mod relay;
 mod split;
 mod units;
 
@@ -86,6 +87,16 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     let mut gap = gap::verdicts(f);
     let mut loss = loss::verdicts(f);
     loss.extend(receive::verdicts(f));
+    // A relay retries the sends its outputs refused: those refusals, and the qdisc drops
+    // behind them, are no loss of their own; the relay verdicts say what was lost.
+    if relay::refusals_cover_qdisc_drops(f) {
+        loss.retain(|v| v.cause != "qdisc_drop");
+    }
+    if relay::refusals_cover_failed_sends(f) {
+        gap.verdicts
+            .retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
+    }
+    loss.extend(relay::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {

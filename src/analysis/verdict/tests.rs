@@ -145,6 +145,7 @@ fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
         connect: None,
         receive: None,
         limits: None,
+        relay: None,
         verdicts: Vec::new(),
         warnings: Vec::new(),
         dropped_headers: Default::default(),
@@ -2939,4 +2940,122 @@ fn a_full_conntrack_table_without_a_gap_is_a_loss() {
     assert_eq!(causes(&v), ["conntrack_full", "no_gap"]);
     assert_eq!(v[0].kind, LOSS);
     assert_share(&v, "conntrack_full", 100.0 / 10_100.0);
+}
+
+/// A relay over 10 s: it read `read` packets, the kernel dropped `kernel` before its read
+/// (PACKET_SOCK_ERROR at its packet socket), it sent `sent` (1 -> `fanout`), its outputs
+/// refused `refused` sends (ENOBUFS, each a QDISC_DROP on lo), and its busy time was `send`
+/// sending and `other` otherwise (fractions of the run).
+fn relay_run(
+    read: u64,
+    kernel: u64,
+    sent: u64,
+    fanout: Option<u32>,
+    refused: u64,
+    send: f64,
+    other: f64,
+) -> Run {
+    let mut r = run(None, sent as f64 / 10.0, 10.0)
+        .time(send, 0.0, 1.0 - send - other, 0.0, other)
+        .receives(read, read, &[("PACKET_SOCK_ERROR", kernel)]);
+    if refused > 0 {
+        r.0.errors = [("ENOBUFS".to_string(), refused)].into();
+        r.0.failed_calls = refused;
+        r = r.drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit", refused);
+    }
+    r.0.relay = crate::analysis::relay::relay_view(&r.0, fanout);
+    r
+}
+
+#[test]
+fn a_relay_whose_outputs_refuse_sends_is_egress_bound_and_its_retried_refusals_are_no_qdisc_loss() {
+    // 10,000 read + 2,000 dropped before the read; 18,000 of 30,000 sends: 4,000 read and
+    // never forwarded. Lost: 6,000 of 12,000.
+    let all = relay_run(10_000, 2_000, 18_000, Some(3), 50_000, 0.3, 0.6).verdicts();
+    // The refused sends are also the gap's send_errors; the loss is the relay's.
+    let v: Vec<Verdict> = all.into_iter().filter(|v| v.kind == LOSS).collect();
+    assert_eq!(v[0].cause, "relay_egress_bound", "{:?}", causes(&v));
+    assert_share(&v, "relay_egress_bound", 0.5);
+    assert_eq!(v[0].confidence, STRONG);
+    let c = causes(&v);
+    assert!(
+        !c.contains(&"qdisc_drop"),
+        "refusals are retried, not lost: {c:?}"
+    );
+    assert!(
+        !c.iter().any(|c| c.starts_with("reply_")),
+        "the relay's kernel drops: {c:?}"
+    );
+    assert!(
+        !c.contains(&"relay_kernel_drops") && !c.contains(&"relay_own_drops"),
+        "{c:?}"
+    );
+    assert!(
+        v[0].sentence.contains("its outputs refused 50000 sends"),
+        "{}",
+        v[0].sentence
+    );
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.contains("12000 packets reached the relay over the run: 2000 dropped by the kernel before its read (PACKET_SOCK_ERROR 2000), 4000 read and never forwarded (12000 sends missing)")),
+        "{:?}",
+        v[0].evidence
+    );
+    assert!(v[0].next_step.contains("qdisc on eth0"), "{}", v[0].next_step);
+}
+
+#[test]
+fn a_relay_busy_sending_is_egress_bound_without_refusals() {
+    // Nothing refused, 70% of the run on CPU in sends: the writes are its bottleneck.
+    let v = relay_run(10_000, 2_000, 30_000, Some(3), 0, 0.7, 0.2).verdicts();
+    assert_eq!(v[0].cause, "relay_egress_bound", "{:?}", causes(&v));
+    assert_share(&v, "relay_egress_bound", 2_000.0 / 12_000.0);
+    assert!(v[0].next_step.contains("sendmmsg"), "{}", v[0].next_step);
+    assert!(
+        v[0].sentence.contains("sending took 77.8% of its busy time"),
+        "{}",
+        v[0].sentence
+    );
+}
+
+#[test]
+fn a_relay_busy_reading_has_kernel_drops_and_one_that_drops_what_it_read_has_own_drops() {
+    // Every read forwarded three times; reading takes its time: the kernel's drops.
+    let v = relay_run(10_000, 2_000, 30_000, Some(3), 0, 0.2, 0.7).verdicts();
+    assert_eq!(causes(&v)[0], "relay_kernel_drops", "{:?}", causes(&v));
+    assert_share(&v, "relay_kernel_drops", 2_000.0 / 12_000.0);
+    assert!(v[0].next_step.contains("PACKET_FANOUT"), "{}", v[0].next_step);
+    assert!(!causes(&v).contains(&"relay_own_drops"), "{:?}", causes(&v));
+    // Drops at a full socket buffer are the receive rules' (rcvbuf_overflow): not said twice.
+    let mut r = run(None, 3_000.0, 10.0).time(0.2, 0.0, 0.1, 0.0, 0.7).receives(
+        10_000,
+        10_000,
+        &[("SOCKET_RCVBUFF", 2_000)],
+    );
+    r.0.relay = crate::analysis::relay::relay_view(&r.0, Some(3));
+    let v = r.verdicts();
+    let c = causes(&v);
+    assert!(
+        c.contains(&"rcvbuf_overflow") && !c.contains(&"relay_kernel_drops"),
+        "{c:?}"
+    );
+    // 3,000 read and never sent, nothing refused, no kernel drop: its own drops.
+    let v = relay_run(10_000, 0, 21_000, Some(3), 0, 0.2, 0.7).verdicts();
+    assert_eq!(causes(&v)[0], "relay_own_drops", "{:?}", causes(&v));
+    assert_share(&v, "relay_own_drops", 0.3);
+    // Not declared a relay (a scanner that reads its replies, sending most of its time with
+    // ENOBUFS and reply drops): no relay verdict, and its qdisc drops are its losses as for any
+    // sender.
+    let v = relay_run(10_000, 2_000, 18_000, None, 50_000, 0.7, 0.2).verdicts();
+    let c = causes(&v);
+    assert!(!c.iter().any(|c| c.starts_with("relay_")), "{c:?}");
+    assert!(c.contains(&"qdisc_drop"), "{c:?}");
+    // Nothing lost: no relay verdict.
+    let v = relay_run(10_000, 0, 30_000, Some(3), 0, 0.2, 0.7).verdicts();
+    assert!(
+        !causes(&v).iter().any(|c| c.starts_with("relay_")),
+        "{:?}",
+        causes(&v)
+    );
 }
