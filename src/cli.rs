@@ -133,6 +133,9 @@ const RECV_EXAMPLES: &str = "Examples:
   scanprof run -- scanprof recv --port 9000 --rcvbuf 4096 --read-rate 500 -d 5   # a listener that falls behind
   scanprof run -- scanprof recv --port 9000 --workers 4 -d 10   # 4 SO_REUSEPORT workers: worker = source port mod 4
   scanprof run --recv-classes 256 -- scanprof recv --port 9000 --respond 256 --reply-port 9 -d 10   # a responder: cost per class of length";
+const RING_RECV_EXAMPLES: &str = "Examples:
+  scanprof ring-recv --dev eth0 --frames 64 --duration 10
+  scanprof run -- scanprof ring-recv --dev veth1 --frames 8 --read-rate 200 -d 3 --linger 1.5   # a ring that fills: ring_full";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -254,6 +257,11 @@ pub enum Command {
     /// to hold scanprof's receive funnel against).
     #[command(after_help = RECV_EXAMPLES)]
     Recv(RecvOptions),
+    /// Reference packet-socket reader: an AF_PACKET socket on a device with a TPACKET_V2
+    /// receive ring of the size you give, read from shared memory as libpcap does, paced when
+    /// asked so that the ring fills; reports its own count and the socket's PACKET_STATISTICS.
+    #[command(after_help = RING_RECV_EXAMPLES)]
+    RingRecv(RingRecvOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
     #[command(after_help = LAB_EXAMPLES)]
     Lab(LabOptions),
@@ -621,6 +629,32 @@ pub struct RecvOptions {
     /// port), e.g. a closed one, so that a sender that never reads does not fill its socket.
     #[arg(long, value_name = "PORT", requires = "respond")]
     pub reply_port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RingRecvOptions {
+    /// Device to bind to (in the network namespace it runs in), e.g. a lab's veth.
+    #[arg(long, value_name = "NAME")]
+    pub dev: String,
+    /// Frames in the receive ring (2048 bytes each, two per 4096-byte block): an even number,
+    /// 2 to 65536.
+    #[arg(long, default_value_t = 64, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(2..=65_536))]
+    pub frames: u32,
+    /// Frames per second to read at most (a reader that falls behind); default: as they come.
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
+    pub read_rate: Option<f64>,
+    /// Seconds to read for (at most 30 days).
+    #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Seconds to hold the socket open after reading stops, before reading PACKET_STATISTICS
+    /// (which clears the kernel's counters): a profiler's sample then sees the final counts.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub linger: f64,
+    /// Also write the counts as JSON to this file (`read`, `tp_packets`, `tp_drops`, `queued`,
+    /// `frames`, `frame_size`, `dev`, `duration_s`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -1072,6 +1106,10 @@ mod tests {
             }
             Command::Recv(o) => {
                 let _ = Duration::from_secs_f64(o.duration);
+                assert!(o.read_rate.is_none_or(|r| r.is_finite() && r > 0.0));
+            }
+            Command::RingRecv(o) => {
+                let _ = Duration::from_secs_f64(o.duration + o.linger);
                 assert!(o.read_rate.is_none_or(|r| r.is_finite() && r > 0.0));
             }
             Command::Lab(o) => {

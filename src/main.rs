@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),
+        Command::RingRecv(o) => commands::ring_recv::run(o),
         Command::Lab(o) => commands::lab::run(o),
         Command::Baseline(o) => commands::baseline::run(o),
         Command::Sweep(o) => commands::sweep::run(o),

@@ -7,6 +7,7 @@ pub mod knee;
 pub mod limits;
 pub mod probe_cost;
 pub mod receive;
+pub mod rings;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;

@@ -9,6 +9,7 @@ pub mod lab_fixtures;
 pub mod profile;
 pub mod recv;
 pub mod report;
+pub mod ring_recv;
 pub mod send;
 pub mod sweep;
 pub mod version;
