@@ -11,6 +11,7 @@ mod limits;
 mod loss;
 mod rate_unit;
 mod receive;
+mod rings;
 mod split;
 mod units;
 
@@ -86,6 +87,7 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     let mut gap = gap::verdicts(f);
     let mut loss = loss::verdicts(f);
     loss.extend(receive::verdicts(f));
+    loss.extend(rings::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {

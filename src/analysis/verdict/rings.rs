@@ -1,0 +1,213 @@
+//! `ring_full`: frames for the family's packet sockets dropped because the socket's TPACKET
+//! ring (or, without a ring, its receive queue) was full. The figures are the sockets' own
+//! counters (the ones PACKET_STATISTICS returns), read by the packet-socket iterator; the share
+//! is the dropped frames over the frames that reached those sockets (queued + dropped).
+
+use super::facts::Facts;
+use super::units::{pct, pps};
+use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use crate::analysis::rings::RingView;
+use crate::collect::rings::RingKind;
+
+/// Bytes a frame takes in a TPACKET_V3 ring, whose frames are as long as the packets: a
+/// full-size Ethernet frame and its header, for sizing advice when the ring's own frame size
+/// is not fixed.
+const V3_FRAME_BYTES: u64 = 2048;
+
+pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
+    ring_full(f).into_iter().collect()
+}
+
+/// A power of two at least `n`, at least 4 MiB: a ring size people type.
+fn ring_figure(n: u64) -> u64 {
+    n.max(4 << 20).next_power_of_two()
+}
+
+fn describe(v: &RingView, role: Option<&str>) -> String {
+    let size = match v.kind {
+        RingKind::Queue => format!("receive queue of {} bytes (SO_RCVBUF)", v.rcvbuf),
+        RingKind::TpacketV3 => format!("{} of {} bytes", v.kind.label(), v.ring_bytes),
+        _ => format!(
+            "{} of {} frames ({} bytes)",
+            v.kind.label(),
+            v.frames,
+            v.ring_bytes
+        ),
+    };
+    let who = match role {
+        Some(role) => format!("pid {} ({role})", v.pid),
+        None => format!("pid {}", v.pid),
+    };
+    format!(
+        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({})",
+        v.fd,
+        v.ifindex,
+        v.queued,
+        v.dropped,
+        pct(v.drop_share())
+    )
+}
+
+fn ring_full(f: &Facts) -> Option<Verdict> {
+    let r = f.receive?;
+    let rings: Vec<&RingView> = r.rings.iter().filter(|v| v.dropped > 0).collect();
+    let dropped: u64 = rings.iter().map(|v| v.dropped).sum();
+    if dropped == 0 {
+        return None;
+    }
+    let queued: u64 = r.rings.iter().map(|v| v.queued).sum();
+    let share = dropped as f64 / (queued + dropped).max(1) as f64;
+    let secs = f.receive_s.max(1e-9);
+    let over = if f.live { "in this tick" } else { "over the run" };
+    let role = |pid: u32| {
+        f.scanner
+            .and_then(|s| s.roles.iter().find(|r| r.pid == pid))
+            .map(|r| format!("{}'s {}", f.scanner.map_or("", |s| s.profile.as_str()), r.role))
+    };
+    let mut evidence = vec![format!(
+        "{} frames reached the family's packet sockets {over} ({}); {queued} were queued for it to read and {dropped} ({}) dropped because the ring was full",
+        queued + dropped,
+        pps((queued + dropped) as f64 / secs),
+        pct(share)
+    )];
+    for v in rings.iter().take(3) {
+        evidence.push(describe(v, role(v.pid).as_deref()));
+    }
+    if rings.iter().any(|v| v.clears > 0) {
+        evidence.push(
+            "the owner read PACKET_STATISTICS (libpcap's pcap_stats) during the run, which clears the counters: frames between scanprof's last read and each clear are not counted"
+                .to_string(),
+        );
+    }
+    // The ring that would hold a second of what arrived at the worst socket.
+    let worst = rings.iter().max_by_key(|v| v.dropped)?;
+    let arrived_pps = (worst.queued + worst.dropped) as f64 / secs;
+    let frame_bytes = match worst.kind {
+        RingKind::Queue | RingKind::TpacketV3 => V3_FRAME_BYTES,
+        _ => worst
+            .ring_bytes
+            .checked_div(u64::from(worst.frames))
+            .unwrap_or(V3_FRAME_BYTES),
+    };
+    let figure = ring_figure((arrived_pps * frame_bytes as f64).ceil() as u64);
+    evidence.push(format!(
+        "a second of what reached pid {}'s socket ({}) takes ~{figure} bytes of ring at ~{frame_bytes} bytes a frame",
+        worst.pid,
+        pps(arrived_pps)
+    ));
+    let (sentence, step) = if worst.kind == RingKind::Queue {
+        (
+            format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!(
+                "Raise the socket's receive buffer to {figure} bytes (SO_RCVBUF, within net.core.rmem_max), or map a receive ring (PACKET_RX_RING)."
+            ),
+        )
+    } else {
+        (
+            format!("The family's packet-socket ring was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!(
+                "Raise the ring size to {figure} bytes: through libpcap, pcap_set_buffer_size({figure}) before pcap_activate (tcpdump -B {}); with PACKET_RX_RING directly, tp_block_nr x tp_block_size.",
+                figure / 1024
+            ),
+        )
+    };
+    let keep_up = if share > 0.5 {
+        " More than half of what arrived was dropped: the reader is slower than the traffic, so a larger ring only delays the drops; read faster (fewer packets per reader: a BPF filter, PACKET_FANOUT over more readers)."
+    } else {
+        ""
+    };
+    Some(verdict(
+        "ring_full",
+        LOSS,
+        sentence,
+        share,
+        evidence,
+        format!("{step}{keep_up}"),
+        dropped < MIN_DROPS || queued + dropped < MIN_PACKETS,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::receive::ReceiveView;
+    use crate::analysis::snapshot::Summary;
+    use crate::analysis::verdict::for_summary;
+
+    fn ring(kind: RingKind, queued: u64, dropped: u64) -> RingView {
+        RingView {
+            pid: 42,
+            fd: 3,
+            inode: 100,
+            kind,
+            ring_bytes: 16384,
+            frames: 8,
+            rcvbuf: 212_992,
+            ifindex: 2,
+            queued,
+            dropped,
+            queued_total: queued,
+            dropped_total: dropped,
+            clears: 0,
+            open: false,
+        }
+    }
+
+    fn run(rings: Vec<RingView>) -> Vec<Verdict> {
+        for_summary(&Summary {
+            duration_s: 4.0,
+            receive: Some(ReceiveView {
+                rings,
+                ..Default::default()
+            }),
+            ..Summary::for_tests()
+        })
+    }
+
+    #[test]
+    fn a_ring_that_drops_is_ring_full_with_its_share_and_a_ring_size() {
+        let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert_eq!(r.kind, LOSS);
+        assert!((r.share - 3370.0 / 4021.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.confidence, "strong");
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.contains("TPACKET_V2 ring of 8 frames")),
+            "{r:#?}"
+        );
+        // 4021 frames in 4 s at 2048 bytes: ~2 MB, rounded up to the 4 MiB floor.
+        assert!(
+            r.next_step.contains("pcap_set_buffer_size(4194304)"),
+            "{}",
+            r.next_step
+        );
+        assert!(r.next_step.contains("slower than the traffic"), "{}", r.next_step);
+    }
+
+    #[test]
+    fn a_packet_socket_without_a_ring_is_told_to_raise_its_receive_buffer() {
+        let v = run(vec![ring(RingKind::Queue, 900, 100)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(r.next_step.contains("SO_RCVBUF"), "{}", r.next_step);
+        assert!(
+            !r.next_step.contains("slower than the traffic"),
+            "{}",
+            r.next_step
+        );
+    }
+
+    #[test]
+    fn a_ring_that_kept_up_gives_no_ring_full() {
+        let v = run(vec![ring(RingKind::TpacketV3, 5000, 0)]);
+        assert!(v.iter().all(|v| v.cause != "ring_full"), "{v:#?}");
+    }
+
+    #[test]
+    fn a_few_drops_are_weak() {
+        let v = run(vec![ring(RingKind::TpacketV2, 50, 5)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert_eq!(r.confidence, "weak");
+    }
+}
