@@ -45,6 +45,11 @@ pub fn parse_duration_s(s: &str) -> Result<f64, String> {
     number_in(s, 0.0, true, MAX_DURATION_S, "seconds")
 }
 
+/// `ring-recv --linger`: 0 to 60 seconds.
+pub fn parse_linger_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, false, 60.0, "seconds")
+}
+
 /// `--interval`: 0.01 to 3600 seconds.
 pub fn parse_interval_s(s: &str) -> Result<f64, String> {
     number_in(s, MIN_INTERVAL_S, false, MAX_INTERVAL_S, "seconds")
@@ -649,7 +654,8 @@ pub struct RingRecvOptions {
     pub duration: f64,
     /// Seconds to hold the socket open after reading stops, before reading PACKET_STATISTICS
     /// (which clears the kernel's counters): a profiler's sample then sees the final counts.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    /// 0 to 60.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_linger_s, allow_negative_numbers = true)]
     pub linger: f64,
     /// Also write the counts as JSON to this file (`read`, `tp_packets`, `tp_drops`, `queued`,
     /// `frames`, `frame_size`, `dev`, `duration_s`).
@@ -1038,6 +1044,7 @@ mod tests {
             ("report", &["/nonexistent/b"]),
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
             ("recv", &["--port", "9000"]),
+            ("ring-recv", &["--dev", "lo"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
