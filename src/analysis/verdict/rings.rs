@@ -18,6 +18,15 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
     ring_full(f).into_iter().collect()
 }
 
+/// Frames larger than this hold whole packets of the largest snapshot length (libpcap sizes a
+/// V1/V2 ring's frames from it: 65,535 bytes gives 128 KiB frames, 32 to a 4 MiB ring), when a
+/// scan's replies need a few hundred bytes.
+const LARGE_FRAME: u64 = 8192;
+/// Bytes of a reply worth keeping (headers of a TCP or ICMP reply and more), and the frame it
+/// then takes in a ring (the TPACKET_V2 header and the link header, aligned).
+const SHORT_SNAPLEN: u64 = 256;
+const SHORT_FRAME: u64 = 512;
+
 /// A power of two at least `n`, at least 4 MiB: a ring size people type.
 fn ring_figure(n: u64) -> u64 {
     n.max(4 << 20).next_power_of_two()
@@ -91,10 +100,24 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
     };
     let figure = ring_figure((arrived_pps * frame_bytes as f64).ceil() as u64);
     evidence.push(format!(
-        "a second of what reached pid {}'s socket ({}) takes ~{figure} bytes of ring at ~{frame_bytes} bytes a frame",
+        "a second of what reached pid {}'s socket ({}, the average {over}) takes ~{figure} bytes of ring at ~{frame_bytes} bytes a frame",
         worst.pid,
         pps(arrived_pps)
     ));
+    // Large fixed frames: the snapshot length, not the ring's bytes, limits the frames it holds.
+    let short = (worst.kind != RingKind::TpacketV3 && worst.kind != RingKind::Queue && frame_bytes > LARGE_FRAME)
+        .then(|| {
+            let more = worst.ring_bytes / SHORT_FRAME;
+            evidence.push(format!(
+                "its frames are {frame_bytes} bytes each, sized for whole packets of the snapshot length: the ring holds only {} frames; with {SHORT_SNAPLEN}-byte snapshots (~{SHORT_FRAME}-byte frames) the same {} bytes would hold ~{more}",
+                worst.frames, worst.ring_bytes
+            ));
+            format!(
+                " Or keep the ring and shorten the frames: a snapshot length of {SHORT_SNAPLEN} bytes (pcap_set_snaplen, tcpdump -s {SHORT_SNAPLEN}) fits ~{more} frames in the same {} bytes.",
+                worst.ring_bytes
+            )
+        })
+        .unwrap_or_default();
     let (sentence, step) = if worst.kind == RingKind::Queue {
         (
             format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
@@ -122,7 +145,7 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
         sentence,
         share,
         evidence,
-        format!("{step}{keep_up}"),
+        format!("{step}{short}{keep_up}"),
         dropped < MIN_DROPS || queued + dropped < MIN_PACKETS,
     ))
 }
@@ -202,6 +225,22 @@ mod tests {
     fn a_ring_that_kept_up_gives_no_ring_full() {
         let v = run(vec![ring(RingKind::TpacketV3, 5000, 0)]);
         assert!(v.iter().all(|v| v.cause != "ring_full"), "{v:#?}");
+    }
+
+    #[test]
+    fn a_ring_of_large_frames_is_told_to_shorten_its_snapshots() {
+        // masscan's libpcap ring, seen here: 32 frames of 128 KiB in 4 MiB.
+        let mut big = ring(RingKind::TpacketV2, 2735, 276);
+        big.frames = 32;
+        big.ring_bytes = 4 << 20;
+        let v = run(vec![big]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
+        assert!(r.next_step.contains("~8192 frames"), "{}", r.next_step);
+        // An 8-frame ring of 2 KiB frames is not.
+        let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(!r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
     }
 
     #[test]
