@@ -105,19 +105,21 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
         pps(arrived_pps)
     ));
     // Large fixed frames: the snapshot length, not the ring's bytes, limits the frames it holds.
-    let short = (worst.kind != RingKind::TpacketV3 && worst.kind != RingKind::Queue && frame_bytes > LARGE_FRAME)
-        .then(|| {
-            let more = worst.ring_bytes / SHORT_FRAME;
-            evidence.push(format!(
-                "its frames are {frame_bytes} bytes each, sized for whole packets of the snapshot length: the ring holds only {} frames; with {SHORT_SNAPLEN}-byte snapshots (~{SHORT_FRAME}-byte frames) the same {} bytes would hold ~{more}",
-                worst.frames, worst.ring_bytes
-            ));
-            format!(
-                " Or keep the ring and shorten the frames: a snapshot length of {SHORT_SNAPLEN} bytes (pcap_set_snaplen, tcpdump -s {SHORT_SNAPLEN}) fits ~{more} frames in the same {} bytes.",
-                worst.ring_bytes
-            )
-        })
-        .unwrap_or_default();
+    let large =
+        worst.kind != RingKind::TpacketV3 && worst.kind != RingKind::Queue && frame_bytes > LARGE_FRAME;
+    let short = if large {
+        let more = worst.ring_bytes / SHORT_FRAME;
+        evidence.push(format!(
+            "its frames are {frame_bytes} bytes each, sized for whole packets of the snapshot length: the ring holds only {} frames; with {SHORT_SNAPLEN}-byte snapshots (~{SHORT_FRAME}-byte frames) the same {} bytes would hold ~{more}",
+            worst.frames, worst.ring_bytes
+        ));
+        format!(
+            " Or keep the ring and shorten the frames: a snapshot length of {SHORT_SNAPLEN} bytes (pcap_set_snaplen, tcpdump -s {SHORT_SNAPLEN}) fits ~{more} frames in the same {} bytes.",
+            worst.ring_bytes
+        )
+    } else {
+        String::new()
+    };
     let (sentence, step) = if worst.kind == RingKind::Queue {
         (
             format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
