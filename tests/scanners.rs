@@ -1863,6 +1863,7 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
         let truth = ring.dropped_total as f64 / seen as f64;
         assert!((v.share - truth).abs() < 1e-9, "{v:?}");
         assert!(v.evidence.iter().any(|e| e.contains("masscan's")), "{v:#?}");
+        assert!(v.sentence.starts_with("masscan's listener missed"), "{v:#?}");
     } else {
         assert!(ring_full.is_none(), "{:#?}", summary.verdicts);
     }

@@ -120,6 +120,25 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
     } else {
         String::new()
     };
+    // A scanner that sent: the frames lost were its replies, missed by its listener while the
+    // scan went on (the send side's figures beside them).
+    let scanner = f
+        .scanner
+        .filter(|s| s.profile != "generic" && f.packets_total > 0)
+        .map(|s| s.profile.as_str());
+    if let Some(name) = scanner {
+        let asked = f.requested.map_or("no known requested rate".to_string(), |r| {
+            format!("{} requested", pps(r))
+        });
+        evidence.insert(
+            0,
+            format!(
+                "{name} sent {} packets {over} at {} ({asked}): the replies its packet sockets dropped are lost to the scan, whatever its send rate",
+                f.packets_total,
+                pps(f.achieved)
+            ),
+        );
+    }
     let (sentence, step) = if worst.kind == RingKind::Queue {
         (
             format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
@@ -135,6 +154,14 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
                 figure / 1024
             ),
         )
+    };
+    let sentence = match scanner {
+        Some(name) => format!(
+            "{name}'s listener missed {dropped} replies ({}): {}",
+            pct(share),
+            sentence.replacen("The family's", "its", 1)
+        ),
+        None => sentence,
     };
     let keep_up = if share > 0.5 {
         " More than half of what arrived was dropped: the reader is slower than the traffic, so a larger ring only delays the drops; read faster (fewer packets per reader: a BPF filter, PACKET_FANOUT over more readers)."
@@ -179,14 +206,64 @@ mod tests {
     }
 
     fn run(rings: Vec<RingView>) -> Vec<Verdict> {
+        diagnose(rings, None, 0)
+    }
+
+    fn diagnose(rings: Vec<RingView>, profile: Option<&str>, packets: u64) -> Vec<Verdict> {
+        let scanner = profile.map(|p| crate::analysis::scanner::ScannerView {
+            profile: p.into(),
+            roles: vec![crate::analysis::scanner::RoleView {
+                pid: 42,
+                comm: p.into(),
+                role: "scanner".into(),
+            }],
+            ..Default::default()
+        });
+        let mut summary = Summary::for_tests();
+        summary.scanner = scanner;
+        summary.packets = packets;
         for_summary(&Summary {
             duration_s: 4.0,
             receive: Some(ReceiveView {
                 rings,
                 ..Default::default()
             }),
-            ..Summary::for_tests()
+            ..summary
         })
+    }
+
+    #[test]
+    fn a_scanner_that_sent_is_told_its_listener_missed_replies() {
+        let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some("masscan"), 3000);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(
+            r.sentence
+                .starts_with("masscan's listener missed 274 replies (9.1%): its packet-socket ring was full"),
+            "{}",
+            r.sentence
+        );
+        assert!(
+            r.evidence[0].starts_with("masscan sent 3000 packets"),
+            "{:#?}",
+            r.evidence
+        );
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.contains("pid 42 (masscan's scanner)")),
+            "{:#?}",
+            r.evidence
+        );
+        // The generic profile, or a family that never sent, is not a scanner missing replies.
+        for (profile, packets) in [("generic", 3000), ("masscan", 0)] {
+            let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some(profile), packets);
+            let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+            assert!(
+                r.sentence.starts_with("The family's packet-socket ring"),
+                "{}",
+                r.sentence
+            );
+        }
     }
 
     #[test]
