@@ -45,6 +45,11 @@ pub fn parse_duration_s(s: &str) -> Result<f64, String> {
     number_in(s, 0.0, true, MAX_DURATION_S, "seconds")
 }
 
+/// `ring-recv --linger`: 0 to 60 seconds.
+pub fn parse_linger_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, false, 60.0, "seconds")
+}
+
 /// `--interval`: 0.01 to 3600 seconds.
 pub fn parse_interval_s(s: &str) -> Result<f64, String> {
     number_in(s, MIN_INTERVAL_S, false, MAX_INTERVAL_S, "seconds")
@@ -136,6 +141,9 @@ const RECV_EXAMPLES: &str = "Examples:
 const RELAY_EXAMPLES: &str = "Examples:
   scanprof relay --in eth1 --out lo --out lo --out lo -d 10 --report relay.json
   scanprof run --relay-fanout 3 -- scanprof relay --in eth1 --out lo --out lo --out lo --pool 64 -d 10   # the relay funnel";
+const RING_RECV_EXAMPLES: &str = "Examples:
+  scanprof ring-recv --dev eth0 --frames 64 --duration 10
+  scanprof run -- scanprof ring-recv --dev veth1 --frames 8 --read-rate 200 -d 3 --linger 1.5   # a ring that fills: ring_full";
 const LAB_EXAMPLES: &str = "Examples:
   scanprof lab                                  the healthy lab at 10,000 pps in the live view
   scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
@@ -263,6 +271,11 @@ pub enum Command {
     /// relay to profile, and the counts to hold scanprof's relay funnel against).
     #[command(after_help = RELAY_EXAMPLES)]
     Relay(RelayOptions),
+    /// Reference packet-socket reader: an AF_PACKET socket on a device with a TPACKET_V2
+    /// receive ring of the size you give, read from shared memory as libpcap does, paced when
+    /// asked so that the ring fills; reports its own count and the socket's PACKET_STATISTICS.
+    #[command(after_help = RING_RECV_EXAMPLES)]
+    RingRecv(RingRecvOptions),
     /// Set up a private network-namespace lab, profile a reference sender in it, remove it.
     #[command(after_help = LAB_EXAMPLES)]
     Lab(LabOptions),
@@ -677,6 +690,33 @@ pub struct RelayOptions {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct RingRecvOptions {
+    /// Device to bind to (in the network namespace it runs in), e.g. a lab's veth.
+    #[arg(long, value_name = "NAME")]
+    pub dev: String,
+    /// Frames in the receive ring (2048 bytes each, two per 4096-byte block): an even number,
+    /// 2 to 65536.
+    #[arg(long, default_value_t = 64, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(2..=65_536))]
+    pub frames: u32,
+    /// Frames per second to read at most (a reader that falls behind); default: as they come.
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
+    pub read_rate: Option<f64>,
+    /// Seconds to read for (at most 30 days).
+    #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// Seconds to hold the socket open after reading stops, before reading PACKET_STATISTICS
+    /// (which clears the kernel's counters): a profiler's sample then sees the final counts.
+    /// 0 to 60.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_linger_s, allow_negative_numbers = true)]
+    pub linger: f64,
+    /// Also write the counts as JSON to this file (`read`, `tp_packets`, `tp_drops`, `queued`,
+    /// `frames`, `frame_size`, `dev`, `duration_s`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct LabOptions {
     /// What to stage in the lab.
     #[arg(value_enum, default_value_t = Scenario::Healthy)]
@@ -1058,6 +1098,7 @@ mod tests {
             ("send", &["--to", "127.0.0.1:9", "--count", "1"]),
             ("recv", &["--port", "9000"]),
             ("relay", &["--in", "lo", "--out", "lo"]),
+            ("ring-recv", &["--dev", "lo"]),
             ("lab", &[]),
             ("baseline", &[]),
             ("doctor", &[]),
@@ -1131,6 +1172,10 @@ mod tests {
             Command::Relay(o) => {
                 let _ = Duration::from_secs_f64(o.duration);
                 assert!(!o.outputs.is_empty() && o.pool >= 1);
+            }
+            Command::RingRecv(o) => {
+                let _ = Duration::from_secs_f64(o.duration + o.linger);
+                assert!(o.read_rate.is_none_or(|r| r.is_finite() && r > 0.0));
             }
             Command::Lab(o) => {
                 let _ = Duration::from_secs_f64(o.duration + 10.0);

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),
         Command::Relay(o) => commands::relay::run(o),
+        Command::RingRecv(o) => commands::ring_recv::run(o),
         Command::Lab(o) => commands::lab::run(o),
         Command::Baseline(o) => commands::baseline::run(o),
         Command::Sweep(o) => commands::sweep::run(o),

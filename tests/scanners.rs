@@ -1778,3 +1778,95 @@ fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
     bpf.assert_released("scanprof run");
     lab.destroy();
 }
+
+// ---- a scanner's listener: its packet-socket ring in the receive funnel ------------------------
+
+/// masscan reads the target's replies (here RSTs from closed ports) through libpcap's TPACKET
+/// ring, without a syscall per frame. Its ring must appear in the receive funnel: one packet
+/// socket of masscan's, a TPACKET ring, and the frames that reached it (queued + dropped full)
+/// as many as the veth received (`ip -s link`), plus at most the frames the kernel itself sent
+/// on it (a packet socket sees outgoing frames but its own), less at most the nudges that let
+/// masscan exit (the last arrive after scanprof's last sample, or after masscan closed its
+/// socket). When the ring dropped frames,
+/// `ring_full` says so with their share.
+#[test]
+fn masscans_listener_ring_is_in_the_receive_funnel() {
+    require_root();
+    let _serial = serial();
+    require_scanner("masscan");
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::with(LabConfig { tbf: None });
+    let (rate, ports) = (3_000u32, 3_000u32);
+    let scan = masscan(&lab, rate, ports);
+    let link = |what: &str| {
+        scanprof::system::netstat::link_stats(Some(&lab.lab().sender_ns), &lab.lab().sender_dev)
+            .unwrap_or_else(|e| panic!("ip -s link {what}: {e:#}"))
+    };
+    let before = link("before");
+    let mut nudger = Nudger::new(lab.lab());
+    let started = Instant::now();
+    let mut args = strings(&[
+        "run",
+        "--json",
+        "--interval",
+        "0.5",
+        "--profile",
+        "masscan",
+        "--duration",
+        "20",
+        "--",
+    ]);
+    args.extend(in_sender(&lab, &scan.argv));
+    let over_after = Duration::from_secs_f64(ports as f64 / rate as f64 + 1.5);
+    let run =
+        Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || nudger.poll(started.elapsed() >= over_after));
+    let nudges = u64::from(nudger.sent);
+    drop(nudger);
+    let after = link("after");
+    run.assert_success();
+    let masscan_pid = root_pid(&run.started());
+    let summary = run.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel for masscan\n{}", run.context()));
+    let rings: Vec<_> = receive.rings.iter().filter(|r| r.pid == masscan_pid).collect();
+    assert_eq!(rings.len(), 1, "masscan's packet sockets: {:#?}", receive.rings);
+    let ring = rings[0];
+    assert!(
+        matches!(
+            ring.kind,
+            scanprof::collect::rings::RingKind::TpacketV2 | scanprof::collect::rings::RingKind::TpacketV3
+        ),
+        "{ring:?}"
+    );
+    let rx = after.rx_packets - before.rx_packets;
+    let others_tx = (after.tx_packets - before.tx_packets).saturating_sub(scan.packets);
+    let seen = ring.queued_total + ring.dropped_total;
+    eprintln!(
+        "masscan's ring: {:?}, {} frames, {} bytes: {} queued, {} dropped; the veth received {rx} ({nudges} nudges), sent {others_tx} beside masscan's",
+        ring.kind, ring.frames, ring.ring_bytes, ring.queued_total, ring.dropped_total
+    );
+    assert!(
+        rx >= ports as u64 / 2,
+        "the target did not answer: {rx} frames received"
+    );
+    assert!(
+        seen + nudges >= rx && seen <= rx + others_tx,
+        "frames at masscan's socket {seen} vs the veth's {rx} received ({nudges} of them nudges; +{others_tx} sent by others)"
+    );
+    assert_eq!(receive.count("ring_queued"), ring.queued_total);
+    assert_eq!(receive.count("ring_drops"), ring.dropped_total);
+    let ring_full = summary.verdicts.iter().find(|v| v.cause == "ring_full");
+    if ring.dropped_total > 0 {
+        let v = ring_full.unwrap_or_else(|| panic!("no ring_full: {:#?}", summary.verdicts));
+        let truth = ring.dropped_total as f64 / seen as f64;
+        assert!((v.share - truth).abs() < 1e-9, "{v:?}");
+        assert!(v.evidence.iter().any(|e| e.contains("masscan's")), "{v:#?}");
+        assert!(v.sentence.starts_with("masscan's listener missed"), "{v:#?}");
+    } else {
+        assert!(ring_full.is_none(), "{:#?}", summary.verdicts);
+    }
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}

@@ -374,4 +374,24 @@ struct sp_call {
 	__u8 buf[SP_UPROBE_BUF];
 };
 
+/* One packet socket of the family, as the rings iterator (rings.bpf.c) finds it when user space
+ * reads it: the kernel's own counters of the socket. tp_packets and tp_drops are cleared when
+ * the owner reads PACKET_STATISTICS (libpcap's pcap_stats): user space accumulates across a clear. */
+struct sp_ring {
+	__u64 sock;		/* struct sock *: the socket's identity while it lives */
+	__u64 ino;		/* the socket's inode number (/proc/PID/fd: socket:[ino]) */
+	__u32 tgid;
+	__u32 fd;
+	__u32 tp_packets;	/* frames queued to the ring (or receive queue) since the last clear */
+	__u32 tp_drops;		/* frames dropped since the last clear: ring full, mostly */
+	__u32 version;		/* TPACKET_V1, V2, V3: 0, 1, 2 */
+	__u32 rx_ring;		/* 1 when a receive ring is mapped (PACKET_RX_RING) */
+	__u32 frame_size;	/* bytes per frame (V1/V2) */
+	__u32 frame_nr;		/* frames in the ring (V1/V2: frame_max + 1) */
+	__u32 block_size;	/* bytes per block */
+	__u32 block_nr;		/* blocks in the ring */
+	__u32 ifindex;		/* the device it is bound to, 0: every device */
+	__u32 rcvbuf;		/* sk_rcvbuf: the receive queue's limit without a ring, bytes */
+};
+
 #endif /* SCANPROF_WIRE_H */

@@ -8,6 +8,7 @@ pub mod limits;
 pub mod probe_cost;
 pub mod receive;
 pub mod relay;
+pub mod rings;
 pub mod scanner;
 pub mod snapshot;
 pub mod stats;

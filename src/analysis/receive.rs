@@ -51,6 +51,11 @@ pub struct ReceiveView {
     /// cost; empty when packets are not classed
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ReceiveClass>,
+    /// the family's packet sockets (a TPACKET ring or a receive queue): frames queued to each
+    /// and dropped at it because it was full (`rings::RING_STAGES` are their sums); empty when
+    /// it holds none
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rings: Vec<super::rings::RingView>,
 }
 
 /// One class of the packets read (by length): how many, and the on-CPU time from each read's
@@ -405,9 +410,10 @@ pub fn receive_view(
     drops: &[DropRow],
 ) -> Option<ReceiveView> {
     let (r, d) = (recv_totals(now), drops_before_read(now));
-    if !r.any() && d == 0 {
+    if !r.any() && d == 0 && now.packet_rings.is_empty() {
         return None;
     }
+    let rings = super::rings::ring_views(now, prev);
     let (r0, d0) = prev.map_or((RecvCounters::default(), 0), |p| {
         (recv_totals(p), drops_before_read(p))
     });
@@ -428,7 +434,23 @@ pub fn receive_view(
             stage(RECV_STAGES[0], d, d0),
             stage(RECV_STAGES[1], r.calls, r0.calls),
             stage(RECV_STAGES[2], r.packets, r0.packets),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            (!rings.is_empty())
+                .then(|| {
+                    let sum = |f: fn(&super::rings::RingView) -> u64| rings.iter().map(f).sum::<u64>();
+                    let (queued, dropped) = (sum(|v| v.queued_total), sum(|v| v.dropped_total));
+                    let (queued0, dropped0) = (queued - sum(|v| v.queued), dropped - sum(|v| v.dropped));
+                    [
+                        stage(super::rings::RING_STAGES[0], queued, queued0),
+                        stage(super::rings::RING_STAGES[1], dropped, dropped0),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect(),
         failed_calls: r.failed_calls.saturating_sub(r0.failed_calls),
         bytes: r.bytes.saturating_sub(r0.bytes),
         stream_calls: r.stream_calls.saturating_sub(r0.stream_calls),
@@ -443,6 +465,7 @@ pub fn receive_view(
         threads,
         cost,
         classes: receive_classes(now, prev, interval_s),
+        rings,
     })
 }
 

@@ -8,6 +8,7 @@ pub mod family;
 pub mod headers;
 pub mod hist;
 pub mod output;
+pub mod rings;
 pub mod status_file;
 pub mod symbols;
 pub mod uprobes;
@@ -486,6 +487,10 @@ pub struct CounterSample {
     /// the conntrack tables of the family's network namespaces that hold entries
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conntrack: Vec<crate::system::conntrack::ConntrackTable>,
+    /// the family's packet sockets (AF_PACKET, with a TPACKET ring or not) seen since attach,
+    /// with the frames the kernel queued to each and dropped at it, cumulative
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packet_rings: Vec<rings::PacketRing>,
 }
 
 fn yes() -> bool {
@@ -576,6 +581,8 @@ pub struct Collector {
     cgroup_mounts: std::cell::OnceCell<crate::system::cpu_limits::CgroupMounts>,
     /// the family's cgroups seen so far, read for their quota each sample
     quotas: crate::system::cpu_limits::QuotaWatch,
+    /// the family's packet sockets seen so far, with their counts across clears
+    rings: rings::RingTable,
 }
 
 impl Collector {
@@ -596,6 +603,7 @@ impl Collector {
             thread_cpu: HashMap::new(),
             cgroup_mounts: std::cell::OnceCell::new(),
             quotas: Default::default(),
+            rings: Default::default(),
             episodes: Vec::new(),
             scanner: None,
             start_ns: now_ns,
@@ -1006,8 +1014,14 @@ impl Collector {
             Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
             None => (Vec::new(), Vec::new()),
         };
-        let receives =
-            threads.iter().any(|t| t.recv.any()) || drops.iter().any(|d| d.class == DropClass::ReplyLoss);
+        // One run of the packet-socket iterator; a failed read keeps the counts of the last.
+        let packet_rings = match self.probes.packet_rings() {
+            Ok(records) => self.rings.update(&records),
+            Err(_) => self.rings.current(),
+        };
+        let receives = threads.iter().any(|t| t.recv.any())
+            || drops.iter().any(|d| d.class == DropClass::ReplyLoss)
+            || !packet_rings.is_empty();
         let tunables = if receives {
             crate::system::machine::ReceiveTunables::read()
         } else {
@@ -1028,6 +1042,7 @@ impl Collector {
             cgroups: self.quotas.read(&live, mounts),
             steal: crate::system::cpu_limits::read_steal(&live),
             conntrack: self.conntrack_tables(&live),
+            packet_rings,
             processes,
             threads,
             drops,

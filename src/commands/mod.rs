@@ -10,6 +10,7 @@ pub mod profile;
 pub mod recv;
 pub mod relay;
 pub mod report;
+pub mod ring_recv;
 pub mod send;
 pub mod sweep;
 pub mod version;

@@ -144,6 +144,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         cgroups: Vec::new(),
         steal: None,
         conntrack: Vec::new(),
+        packet_rings: Vec::new(),
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

@@ -155,6 +155,53 @@ mod tests {
     }
 
     #[test]
+    fn every_ring_field_is_documented_in_events_md() {
+        use crate::analysis::rings::{RingView, RING_STAGES};
+        use crate::analysis::{ReceiveView, Stage};
+        let (mut snap, mut summary) = crate::views::fixtures::rich_run();
+        let receive = ReceiveView {
+            stages: RING_STAGES
+                .iter()
+                .map(|n| Stage {
+                    name: n.to_string(),
+                    count: 5,
+                    pps: 5.0,
+                    total: 5,
+                    ratio: None,
+                })
+                .collect(),
+            rings: vec![RingView {
+                pid: 7,
+                fd: 3,
+                inode: 100,
+                kind: crate::collect::rings::RingKind::TpacketV3,
+                ring_bytes: 1 << 21,
+                frames: 0,
+                rcvbuf: 212_992,
+                ifindex: 2,
+                queued: 5,
+                dropped: 1,
+                queued_total: 5,
+                dropped_total: 1,
+                clears: 0,
+                open: true,
+            }],
+            ..Default::default()
+        };
+        snap.receive = Some(receive.clone());
+        summary.receive = Some(receive);
+        let found = documented_keys(&[line("sample", &snap), line("summary", &summary)], "rings");
+        assert!(found.contains("rings") && found.contains("dropped_total") && found.contains("clears"));
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/events.md")).unwrap();
+        for stage in RING_STAGES {
+            assert!(
+                doc.contains(&format!("| `{stage}` |")),
+                "stage {stage} not in docs/events.md"
+            );
+        }
+    }
+
+    #[test]
     fn every_connect_field_is_documented_in_events_md() {
         let (_, mut summary) = crate::views::fixtures::rich_run();
         summary.connect = Some(crate::analysis::ConnectView {

@@ -12,6 +12,7 @@ mod loss;
 mod rate_unit;
 mod receive;
 mod relay;
+mod rings;
 mod split;
 mod units;
 
@@ -97,6 +98,7 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
             .retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
     }
     loss.extend(relay::verdicts(f));
+    loss.extend(rings::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {

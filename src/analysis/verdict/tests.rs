@@ -2189,6 +2189,7 @@ impl Run {
             threads: Vec::new(),
             cost: None,
             classes: Vec::new(),
+            rings: Vec::new(),
         });
         self.0.drops.extend(rows);
         self

@@ -1,0 +1,141 @@
+//! The family's packet sockets in the receive funnel: per socket (a TPACKET ring, as libpcap,
+//! masscan and zmap read through, or a plain packet socket's receive queue), the frames the
+//! kernel queued to it and dropped at it because it was full, over a tick or the run. Pure:
+//! from the cumulative `PacketRing`s of two `CounterSample`s.
+
+use serde::{Deserialize, Serialize};
+
+use crate::collect::rings::{PacketRing, RingKind};
+use crate::collect::CounterSample;
+
+/// Stage names the receive funnel gains when the family holds packet sockets: frames queued to
+/// them (the ring took the frame: read without a syscall when it is a ring), and frames dropped
+/// at them because the ring (or the receive queue) was full.
+pub const RING_STAGES: [&str; 2] = ["ring_queued", "ring_drops"];
+
+/// One packet socket of the family over the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingView {
+    /// the process holding it, the descriptor and the socket's inode
+    pub pid: u32,
+    pub fd: u32,
+    pub inode: u64,
+    /// `queue` (no ring), `tpacket_v1`, `tpacket_v2`, `tpacket_v3`
+    pub kind: RingKind,
+    /// the ring's size, bytes (0 without a ring), and its frames (V1/V2; 0 for V3, whose
+    /// frames are as long as the packets)
+    pub ring_bytes: u64,
+    pub frames: u32,
+    /// SO_RCVBUF, bytes: what holds the frames of a socket without a ring
+    pub rcvbuf: u32,
+    /// the device it is bound to (ifindex), 0: every device
+    pub ifindex: u32,
+    /// frames queued to it, and dropped at it because it was full, in the interval
+    pub queued: u64,
+    pub dropped: u64,
+    /// the same since attach
+    pub queued_total: u64,
+    pub dropped_total: u64,
+    /// times its counters were cleared by a PACKET_STATISTICS read of its owner (libpcap's
+    /// pcap_stats) since attach: frames between scanprof's read and such a clear are not seen
+    pub clears: u32,
+    /// open at the end of the interval
+    pub open: bool,
+}
+
+impl RingView {
+    /// dropped / (queued + dropped) in the interval: the share of the frames that reached the
+    /// socket that it lost
+    pub fn drop_share(&self) -> f64 {
+        self.dropped as f64 / (self.queued + self.dropped).max(1) as f64
+    }
+}
+
+/// The family's packet sockets between `prev` (None: since attach) and `now`, most frames first.
+pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<RingView> {
+    let before = |r: &PacketRing| {
+        prev.and_then(|p| {
+            p.packet_rings
+                .iter()
+                .find(|q| q.pid == r.pid && q.inode == r.inode)
+        })
+        .map_or((0, 0), |q| (q.queued, q.dropped))
+    };
+    let mut views: Vec<RingView> = now
+        .packet_rings
+        .iter()
+        .map(|r| {
+            let (q0, d0) = before(r);
+            RingView {
+                pid: r.pid,
+                fd: r.fd,
+                inode: r.inode,
+                kind: r.kind,
+                ring_bytes: r.ring_bytes,
+                frames: r.frames,
+                rcvbuf: r.rcvbuf,
+                ifindex: r.ifindex,
+                queued: r.queued.saturating_sub(q0),
+                dropped: r.dropped.saturating_sub(d0),
+                queued_total: r.queued,
+                dropped_total: r.dropped,
+                clears: r.clears,
+                open: r.open,
+            }
+        })
+        .collect();
+    views.sort_by_key(|v| std::cmp::Reverse(v.queued + v.dropped));
+    views
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(inode: u64, queued: u64, dropped: u64) -> PacketRing {
+        PacketRing {
+            pid: 7,
+            fd: 3,
+            inode,
+            kind: RingKind::TpacketV3,
+            ring_bytes: 1 << 21,
+            frames: 0,
+            frame_size: 0,
+            block_size: 1 << 16,
+            blocks: 32,
+            rcvbuf: 212992,
+            ifindex: 2,
+            queued,
+            dropped,
+            clears: 0,
+            open: true,
+        }
+    }
+
+    fn sample(rings: Vec<PacketRing>) -> CounterSample {
+        CounterSample {
+            packet_rings: rings,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tick_counts_the_frames_since_the_previous_sample() {
+        let prev = sample(vec![ring(100, 1000, 10)]);
+        let now = sample(vec![ring(100, 1500, 110), ring(200, 5, 0)]);
+        let v = ring_views(&now, Some(&prev));
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[0].inode, v[0].queued, v[0].dropped), (100, 500, 100));
+        assert_eq!((v[0].queued_total, v[0].dropped_total), (1500, 110));
+        assert!((v[0].drop_share() - 100.0 / 600.0).abs() < 1e-12);
+        // A socket that appeared in the tick counts from 0.
+        assert_eq!((v[1].inode, v[1].queued), (200, 5));
+    }
+
+    #[test]
+    fn over_the_run_the_counts_are_since_attach() {
+        let now = sample(vec![ring(100, 1500, 110)]);
+        let v = ring_views(&now, None);
+        assert_eq!((v[0].queued, v[0].dropped), (1500, 110));
+    }
+}

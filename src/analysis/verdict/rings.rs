@@ -1,0 +1,331 @@
+//! `ring_full`: frames for the family's packet sockets dropped because the socket's TPACKET
+//! ring (or, without a ring, its receive queue) was full. The figures are the sockets' own
+//! counters (the ones PACKET_STATISTICS returns), read by the packet-socket iterator; the share
+//! is the dropped frames over the frames that reached those sockets (queued + dropped).
+
+use super::facts::Facts;
+use super::units::{pct, pps};
+use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use crate::analysis::rings::RingView;
+use crate::collect::rings::RingKind;
+
+/// Bytes a frame takes in a TPACKET_V3 ring, whose frames are as long as the packets: a
+/// full-size Ethernet frame and its header, for sizing advice when the ring's own frame size
+/// is not fixed.
+const V3_FRAME_BYTES: u64 = 2048;
+
+pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
+    ring_full(f).into_iter().collect()
+}
+
+/// Frames larger than this hold whole packets of the largest snapshot length (libpcap sizes a
+/// V1/V2 ring's frames from it: 65,535 bytes gives 128 KiB frames, 32 to a 4 MiB ring), when a
+/// scan's replies need a few hundred bytes.
+const LARGE_FRAME: u64 = 8192;
+/// Bytes of a reply worth keeping (headers of a TCP or ICMP reply and more), and the frame it
+/// then takes in a ring (the TPACKET_V2 header and the link header, aligned).
+const SHORT_SNAPLEN: u64 = 256;
+const SHORT_FRAME: u64 = 512;
+
+/// A power of two at least `n`, at least 4 MiB: a ring size people type.
+fn ring_figure(n: u64) -> u64 {
+    n.max(4 << 20).next_power_of_two()
+}
+
+fn describe(v: &RingView, role: Option<&str>) -> String {
+    let size = match v.kind {
+        RingKind::Queue => format!("receive queue of {} bytes (SO_RCVBUF)", v.rcvbuf),
+        RingKind::TpacketV3 => format!("{} of {} bytes", v.kind.label(), v.ring_bytes),
+        _ => format!(
+            "{} of {} frames ({} bytes)",
+            v.kind.label(),
+            v.frames,
+            v.ring_bytes
+        ),
+    };
+    let who = match role {
+        Some(role) => format!("pid {} ({role})", v.pid),
+        None => format!("pid {}", v.pid),
+    };
+    format!(
+        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({})",
+        v.fd,
+        v.ifindex,
+        v.queued,
+        v.dropped,
+        pct(v.drop_share())
+    )
+}
+
+fn ring_full(f: &Facts) -> Option<Verdict> {
+    let r = f.receive?;
+    let rings: Vec<&RingView> = r.rings.iter().filter(|v| v.dropped > 0).collect();
+    let dropped: u64 = rings.iter().map(|v| v.dropped).sum();
+    if dropped == 0 {
+        return None;
+    }
+    let queued: u64 = r.rings.iter().map(|v| v.queued).sum();
+    let share = dropped as f64 / (queued + dropped).max(1) as f64;
+    let secs = f.receive_s.max(1e-9);
+    let over = if f.live { "in this tick" } else { "over the run" };
+    let role = |pid: u32| {
+        f.scanner
+            .and_then(|s| s.roles.iter().find(|r| r.pid == pid))
+            .map(|r| format!("{}'s {}", f.scanner.map_or("", |s| s.profile.as_str()), r.role))
+    };
+    let mut evidence = vec![format!(
+        "{} frames reached the family's packet sockets {over} ({}); {queued} were queued for it to read and {dropped} ({}) dropped because the ring was full",
+        queued + dropped,
+        pps((queued + dropped) as f64 / secs),
+        pct(share)
+    )];
+    for v in rings.iter().take(3) {
+        evidence.push(describe(v, role(v.pid).as_deref()));
+    }
+    if rings.iter().any(|v| v.clears > 0) {
+        evidence.push(
+            "the owner read PACKET_STATISTICS (libpcap's pcap_stats) during the run, which clears the counters: frames between scanprof's last read and each clear are not counted"
+                .to_string(),
+        );
+    }
+    // The ring that would hold a second of what arrived at the worst socket.
+    let worst = rings.iter().max_by_key(|v| v.dropped)?;
+    let arrived_pps = (worst.queued + worst.dropped) as f64 / secs;
+    let frame_bytes = match worst.kind {
+        RingKind::Queue | RingKind::TpacketV3 => V3_FRAME_BYTES,
+        _ => worst
+            .ring_bytes
+            .checked_div(u64::from(worst.frames))
+            .unwrap_or(V3_FRAME_BYTES),
+    };
+    let figure = ring_figure((arrived_pps * frame_bytes as f64).ceil() as u64);
+    evidence.push(format!(
+        "a second of what reached pid {}'s socket ({}, the average {over}) takes ~{figure} bytes of ring at ~{frame_bytes} bytes a frame",
+        worst.pid,
+        pps(arrived_pps)
+    ));
+    // Large fixed frames: the snapshot length, not the ring's bytes, limits the frames it holds.
+    let large =
+        worst.kind != RingKind::TpacketV3 && worst.kind != RingKind::Queue && frame_bytes > LARGE_FRAME;
+    let short = if large {
+        let more = worst.ring_bytes / SHORT_FRAME;
+        evidence.push(format!(
+            "its frames are {frame_bytes} bytes each, sized for whole packets of the snapshot length: the ring holds only {} frames; with {SHORT_SNAPLEN}-byte snapshots (~{SHORT_FRAME}-byte frames) the same {} bytes would hold ~{more}",
+            worst.frames, worst.ring_bytes
+        ));
+        format!(
+            " Or keep the ring and shorten the frames: a snapshot length of {SHORT_SNAPLEN} bytes (pcap_set_snaplen, tcpdump -s {SHORT_SNAPLEN}) fits ~{more} frames in the same {} bytes.",
+            worst.ring_bytes
+        )
+    } else {
+        String::new()
+    };
+    // A scanner that sent: the frames lost were its replies, missed by its listener while the
+    // scan went on (the send side's figures beside them).
+    let scanner = f
+        .scanner
+        .filter(|s| s.profile != "generic" && f.packets_total > 0)
+        .map(|s| s.profile.as_str());
+    if let Some(name) = scanner {
+        let asked = f.requested.map_or("no known requested rate".to_string(), |r| {
+            format!("{} requested", pps(r))
+        });
+        evidence.insert(
+            0,
+            format!(
+                "{name} sent {} packets {over} at {} ({asked}): the replies its packet sockets dropped are lost to the scan, whatever its send rate",
+                f.packets_total,
+                pps(f.achieved)
+            ),
+        );
+    }
+    let (sentence, step) = if worst.kind == RingKind::Queue {
+        (
+            format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!(
+                "Raise the socket's receive buffer to {figure} bytes (SO_RCVBUF, within net.core.rmem_max), or map a receive ring (PACKET_RX_RING)."
+            ),
+        )
+    } else {
+        (
+            format!("The family's packet-socket ring was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!(
+                "Raise the ring size to {figure} bytes: through libpcap, pcap_set_buffer_size({figure}) before pcap_activate (tcpdump -B {}); with PACKET_RX_RING directly, tp_block_nr x tp_block_size.",
+                figure / 1024
+            ),
+        )
+    };
+    let sentence = match scanner {
+        Some(name) => format!(
+            "{name}'s listener missed {dropped} replies ({}): {}",
+            pct(share),
+            sentence.replacen("The family's", "its", 1)
+        ),
+        None => sentence,
+    };
+    let keep_up = if share > 0.5 {
+        " More than half of what arrived was dropped: the reader is slower than the traffic, so a larger ring only delays the drops; read faster (fewer packets per reader: a BPF filter, PACKET_FANOUT over more readers)."
+    } else {
+        ""
+    };
+    Some(verdict(
+        "ring_full",
+        LOSS,
+        sentence,
+        share,
+        evidence,
+        format!("{step}{short}{keep_up}"),
+        dropped < MIN_DROPS || queued + dropped < MIN_PACKETS,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::receive::ReceiveView;
+    use crate::analysis::snapshot::Summary;
+    use crate::analysis::verdict::for_summary;
+
+    fn ring(kind: RingKind, queued: u64, dropped: u64) -> RingView {
+        RingView {
+            pid: 42,
+            fd: 3,
+            inode: 100,
+            kind,
+            ring_bytes: 16384,
+            frames: 8,
+            rcvbuf: 212_992,
+            ifindex: 2,
+            queued,
+            dropped,
+            queued_total: queued,
+            dropped_total: dropped,
+            clears: 0,
+            open: false,
+        }
+    }
+
+    fn run(rings: Vec<RingView>) -> Vec<Verdict> {
+        diagnose(rings, None, 0)
+    }
+
+    fn diagnose(rings: Vec<RingView>, profile: Option<&str>, packets: u64) -> Vec<Verdict> {
+        let scanner = profile.map(|p| crate::analysis::scanner::ScannerView {
+            profile: p.into(),
+            roles: vec![crate::analysis::scanner::RoleView {
+                pid: 42,
+                comm: p.into(),
+                role: "scanner".into(),
+            }],
+            ..Default::default()
+        });
+        let mut summary = Summary::for_tests();
+        summary.scanner = scanner;
+        summary.packets = packets;
+        for_summary(&Summary {
+            duration_s: 4.0,
+            receive: Some(ReceiveView {
+                rings,
+                ..Default::default()
+            }),
+            ..summary
+        })
+    }
+
+    #[test]
+    fn a_scanner_that_sent_is_told_its_listener_missed_replies() {
+        let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some("masscan"), 3000);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(
+            r.sentence
+                .starts_with("masscan's listener missed 274 replies (9.1%): its packet-socket ring was full"),
+            "{}",
+            r.sentence
+        );
+        assert!(
+            r.evidence[0].starts_with("masscan sent 3000 packets"),
+            "{:#?}",
+            r.evidence
+        );
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.contains("pid 42 (masscan's scanner)")),
+            "{:#?}",
+            r.evidence
+        );
+        // The generic profile, or a family that never sent, is not a scanner missing replies.
+        for (profile, packets) in [("generic", 3000), ("masscan", 0)] {
+            let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some(profile), packets);
+            let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+            assert!(
+                r.sentence.starts_with("The family's packet-socket ring"),
+                "{}",
+                r.sentence
+            );
+        }
+    }
+
+    #[test]
+    fn a_ring_that_drops_is_ring_full_with_its_share_and_a_ring_size() {
+        let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert_eq!(r.kind, LOSS);
+        assert!((r.share - 3370.0 / 4021.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.confidence, "strong");
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.contains("TPACKET_V2 ring of 8 frames")),
+            "{r:#?}"
+        );
+        // 4021 frames in 4 s at 2048 bytes: ~2 MB, rounded up to the 4 MiB floor.
+        assert!(
+            r.next_step.contains("pcap_set_buffer_size(4194304)"),
+            "{}",
+            r.next_step
+        );
+        assert!(r.next_step.contains("slower than the traffic"), "{}", r.next_step);
+    }
+
+    #[test]
+    fn a_packet_socket_without_a_ring_is_told_to_raise_its_receive_buffer() {
+        let v = run(vec![ring(RingKind::Queue, 900, 100)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(r.next_step.contains("SO_RCVBUF"), "{}", r.next_step);
+        assert!(
+            !r.next_step.contains("slower than the traffic"),
+            "{}",
+            r.next_step
+        );
+    }
+
+    #[test]
+    fn a_ring_that_kept_up_gives_no_ring_full() {
+        let v = run(vec![ring(RingKind::TpacketV3, 5000, 0)]);
+        assert!(v.iter().all(|v| v.cause != "ring_full"), "{v:#?}");
+    }
+
+    #[test]
+    fn a_ring_of_large_frames_is_told_to_shorten_its_snapshots() {
+        // masscan's libpcap ring, seen here: 32 frames of 128 KiB in 4 MiB.
+        let mut big = ring(RingKind::TpacketV2, 2735, 276);
+        big.frames = 32;
+        big.ring_bytes = 4 << 20;
+        let v = run(vec![big]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
+        assert!(r.next_step.contains("~8192 frames"), "{}", r.next_step);
+        // An 8-frame ring of 2 KiB frames is not.
+        let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert!(!r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
+    }
+
+    #[test]
+    fn a_few_drops_are_weak() {
+        let v = run(vec![ring(RingKind::TpacketV2, 50, 5)]);
+        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        assert_eq!(r.confidence, "weak");
+    }
+}

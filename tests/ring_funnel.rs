@@ -1,0 +1,116 @@
+//! Packet-socket rings in the receive funnel (issue 15, item 1): `scanprof ring-recv`, a reader
+//! with a tiny TPACKET_V2 ring (8 frames) that reads 200 frames a second, is profiled in the
+//! target namespace of a lab while the reference sender sends it 2,000 pps from the other. Its
+//! ring fills. scanprof's ring stages must equal the socket's own PACKET_STATISTICS, read by the
+//! fixture after scanprof's last sample: frames queued to the ring (tp_packets - tp_drops) and
+//! dropped because it was full (tp_drops); the top loss verdict is `ring_full` with that share.
+//!
+//! Needs root (BPF, namespaces); fails, never skips, without it. Bounded: 4,000 packets in at
+//! most 2.5 s into the lab the test creates and removes.
+//!
+//! Run: `cargo test --test ring_funnel`
+
+mod common;
+
+use std::time::Duration;
+
+use common::test_lab::TestLab;
+use common::*;
+use serde_json::Value;
+
+/// Longest the profiled run may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(40);
+
+#[test]
+fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
+    let test = privileged();
+    let lab = TestLab::new(None);
+    let report = std::env::temp_dir().join(format!("scanprof-ring-funnel-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&report);
+    let reader: Vec<String> = [
+        scanprof_bin(),
+        "ring-recv",
+        "--dev",
+        &lab.lab.target_dev,
+        "--frames",
+        "8",
+        "--read-rate",
+        "200",
+        "--duration",
+        "3.5",
+        "--linger",
+        "1.5",
+        "--report",
+        &report.to_string_lossy(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut args: Vec<String> = ["run", "--json", "--interval", "0.5", "--duration", "20", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(in_netns(&lab.lab.target_ns, &reader));
+    let mut run = Proc::scanprof(&args);
+    run.wait_for_json("started", patience(Duration::from_secs(20)));
+    // The reader is reading once `run` has started it; a moment for its ring to be mapped.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut send = std::process::Command::new("ip");
+    send.args(
+        in_netns(
+            &lab.lab.sender_ns,
+            &sender_argv(&lab.to(9000), 2000.0, 4000, 2.5, &[]),
+        )[1..]
+            .iter(),
+    );
+    let sent = Proc::spawn("sender", send, false).finish(patience(Duration::from_secs(15)));
+    sent.assert_success();
+    let done = run.finish(patience(RUN_TIMEOUT));
+    done.assert_success();
+    test.assert_released("scanprof run -- scanprof ring-recv");
+    let ctx = done.context();
+    let own: Value = serde_json::from_str(
+        &std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report from ring-recv: {e}\n{ctx}")),
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(&report);
+    lab.destroy();
+
+    let summary = done.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel in the summary\n{ctx}"));
+    let (queued, dropped) = (u64_of(&own, "queued"), u64_of(&own, "tp_drops"));
+    // The staged overflow happened: the ring dropped most of what reached it, and the reader
+    // read what was queued.
+    assert!(dropped > 1000, "the ring did not fill: {own}");
+    assert!(u64_of(&own, "read") <= queued, "{own}");
+    eprintln!(
+        "ring: scanprof ring_queued {} / ring_drops {} vs PACKET_STATISTICS queued {queued} / tp_drops {dropped}; \
+         recv_drops (kfree_skb) {}",
+        receive.count("ring_queued"),
+        receive.count("ring_drops"),
+        receive.count("recv_drops")
+    );
+    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
+    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    assert_eq!(receive.rings.len(), 1, "{receive:#?}");
+    let ring = &receive.rings[0];
+    assert_eq!(ring.kind, scanprof::collect::rings::RingKind::TpacketV2);
+    assert_eq!((ring.frames, ring.ring_bytes), (8, 8 * 2048), "{ring:?}");
+    assert_eq!(ring.clears, 0, "{ring:?}");
+
+    // The diagnosis names the full ring, with the share the socket's statistics give.
+    let top = summary
+        .verdicts
+        .iter()
+        .find(|v| v.kind == "loss")
+        .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
+    assert_eq!(top.cause, "ring_full", "{:#?}", summary.verdicts);
+    let truth = dropped as f64 / (queued + dropped) as f64;
+    assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
+    assert!(
+        top.next_step.contains("pcap_set_buffer_size"),
+        "{}",
+        top.next_step
+    );
+}
