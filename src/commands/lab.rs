@@ -2460,6 +2460,22 @@ mod tests {
     }
 
     #[test]
+    fn an_expectation_is_written_as_the_cause_name_or_no_loss() {
+        for (e, name) in [
+            (Expected::NoLoss, "no_loss"),
+            (Expected::Cause(Cause::QdiscDrop), "qdisc_drop"),
+        ] {
+            assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<Expected>(&format!("\"{name}\"")).unwrap(),
+                e
+            );
+            assert_eq!(e.to_string(), name);
+        }
+        assert!(serde_json::from_str::<Expected>("\"no_such\"").is_err());
+    }
+
+    #[test]
     fn every_scenario_stages_a_distinct_cause_or_a_healthy_run() {
         // A cause may be staged twice only in two regimes told apart by their truth (the
         // miscalibrated slot of a 4 s run and of a 12-packet one).

@@ -259,6 +259,25 @@ mod tests {
         );
     }
 
+    /// The verdict object's `cause` row in docs/events.md lists every cause too.
+    #[test]
+    fn every_cause_is_listed_in_the_cause_row_of_events_md() {
+        let doc = include_str!("../../../docs/events.md");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with("| `cause` | | stable identifier."))
+            .expect("docs/events.md has the verdict object's `cause` row");
+        let missing: Vec<&str> = Cause::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .filter(|name| !row.contains(&format!("`{name}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "causes missing from docs/events.md's cause row: {missing:?}"
+        );
+    }
+
     /// And a rule row in docs/diagnosis.md names a cause the code has.
     #[test]
     fn every_rule_row_of_diagnosis_md_is_a_cause() {
