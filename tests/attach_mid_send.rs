@@ -16,6 +16,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use common::*;
+use scanprof::analysis::verdict::Cause;
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
 use scanprof::lab::{Side, TbfConfig, UdpSink};
@@ -151,7 +152,7 @@ fn assert_whole_funnel(s: &Summary, lab: &TestLab, what: &str, queued_at_attach:
     let fault: Vec<_> = s
         .verdicts
         .iter()
-        .filter(|v| v.cause == "measurement_fault")
+        .filter(|v| v.cause == Cause::MeasurementFault)
         .collect();
     assert!(fault.is_empty(), "{what}: {fault:#?}");
 }
@@ -341,7 +342,7 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
     assert_whole_funnel(&s, &lab, "tbf", 20);
     let top = s.verdicts.first().map(|v| v.cause.as_str());
     assert!(
-        s.verdicts.iter().any(|v| v.cause == "qdisc_drop"),
+        s.verdicts.iter().any(|v| v.cause == Cause::QdiscDrop),
         "no qdisc_drop verdict (top {top:?}): {:#?}",
         s.verdicts
     );

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use common::*;
+use scanprof::analysis::verdict::{Cause, Confidence, Kind};
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
 
@@ -100,7 +101,7 @@ impl LabRun {
     }
 
     /// The top verdict of `kind` (verdicts come ranked).
-    fn top(&self, kind: &str) -> &scanprof::analysis::verdict::Verdict {
+    fn top(&self, kind: Kind) -> &scanprof::analysis::verdict::Verdict {
         self.summary
             .verdicts
             .iter()
@@ -115,7 +116,7 @@ impl LabRun {
 
     /// The top verdict of `kind` names `cause`, and its share is within 10 points of `truth`.
     #[track_caller]
-    fn assert_diagnosis(&self, kind: &str, cause: &str, truth: Option<f64>) {
+    fn assert_diagnosis(&self, kind: Kind, cause: Cause, truth: Option<f64>) {
         let top = self.top(kind);
         let all: Vec<String> = self
             .summary
@@ -137,7 +138,7 @@ impl LabRun {
             );
         }
         // The lab's own check says the same.
-        assert_eq!(self.lab["check"]["top_cause"], cause, "{}", self.lab);
+        assert_eq!(self.lab["check"]["top_cause"], cause.as_str(), "{}", self.lab);
     }
 
     /// The busiest sender thread's time over its own send window.
@@ -152,12 +153,12 @@ impl LabRun {
             .unwrap_or_else(|| panic!("no send-window budget: {t:?}"))
     }
 
-    fn loss_verdicts(&self) -> Vec<&str> {
+    fn loss_verdicts(&self) -> Vec<Cause> {
         self.summary
             .verdicts
             .iter()
-            .filter(|v| v.kind == "loss" && v.share > 0.0)
-            .map(|v| v.cause.as_str())
+            .filter(|v| v.kind == Kind::Loss && v.share > 0.0)
+            .map(|v| v.cause)
             .collect()
     }
 }
@@ -173,8 +174,8 @@ fn healthy_run_has_no_significant_gap() {
         "the healthy sender fell short by {truth:.3}: {}",
         run.lab
     );
-    run.assert_diagnosis("gap", "no_gap", Some(truth));
-    assert_eq!(run.summary.verdicts[0].cause, "no_gap");
+    run.assert_diagnosis(Kind::Gap, Cause::NoGap, Some(truth));
+    assert_eq!(run.summary.verdicts[0].cause, Cause::NoGap);
     assert!(run.loss_verdicts().is_empty(), "{:?}", run.summary.verdicts);
 }
 
@@ -185,7 +186,7 @@ fn qdisc_drops_are_the_loss_and_their_share_matches_tc() {
     let run = run_lab("qdisc-drop");
     let truth = run.qdisc_drop_truth();
     assert!(truth > 0.5, "the tbf dropped too little to test: {}", run.lab);
-    run.assert_diagnosis("loss", "qdisc_drop", Some(truth));
+    run.assert_diagnosis(Kind::Loss, Cause::QdiscDrop, Some(truth));
 }
 
 #[test]
@@ -205,7 +206,7 @@ fn closed_port_drops_are_expected_not_loss() {
         "{:?}",
         run.summary.drops
     );
-    run.assert_diagnosis("gap", "no_gap", Some(run.gap_truth()));
+    run.assert_diagnosis(Kind::Gap, Cause::NoGap, Some(run.gap_truth()));
     assert!(run.loss_verdicts().is_empty(), "{:?}", run.summary.verdicts);
 }
 
@@ -216,11 +217,11 @@ fn blocking_in_send_is_named_with_its_wait_site() {
     let run = run_lab("blocking");
     let truth = run.gap_less_run_delay();
     assert!(truth > 0.5, "the sender was not held back: {}", run.lab);
-    run.assert_diagnosis("gap", "blocked_send", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::BlockedSend, Some(truth));
     assert!(
-        run.top("gap").sentence.contains("sock_alloc_send_pskb"),
+        run.top(Kind::Gap).sentence.contains("sock_alloc_send_pskb"),
         "{}",
-        run.top("gap").sentence
+        run.top(Kind::Gap).sentence
     );
 }
 
@@ -233,7 +234,7 @@ fn unresolved_neighbour_losses_are_named_neigh_failed() {
     let sent = run.f64("sender_udp_out");
     assert!(sent > 500.0, "{}", run.lab);
     assert_eq!(run.f64("target_ip_in"), 0.0, "{}", run.lab);
-    run.assert_diagnosis("loss", "neigh_failed", Some(1.0));
+    run.assert_diagnosis(Kind::Loss, Cause::NeighFailed, Some(1.0));
 }
 
 #[test]
@@ -247,7 +248,7 @@ fn a_rate_beyond_the_machine_is_cpu_bound() {
         "the sender kept up with 1M pps?: {}",
         run.lab
     );
-    run.assert_diagnosis("gap", "cpu_bound", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::CpuBound, Some(truth));
 }
 
 #[test]
@@ -261,7 +262,7 @@ fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
         "the sleep pacer kept its rate: {}",
         run.lab
     );
-    run.assert_diagnosis("gap", "pacing_coarse", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::PacingCoarse, Some(truth));
     // The sleeping pacer waits for a CPU after its wake-ups, not after preemption: nearly all
     // of its runnable time follows a wake-up.
     let b = run.sender_budget();
@@ -292,7 +293,7 @@ fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
     );
     let truth = run.gap_truth();
     assert!(truth > 0.2, "the hog took too little: {}", run.lab);
-    run.assert_diagnosis("gap", "preempted", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::Preempted, Some(truth));
     // The spinning pacer never sleeps: its runnable time is preemption by the hog, none of it
     // after a wake-up.
     let b = run.sender_budget();
@@ -314,7 +315,7 @@ fn enobufs_from_a_packet_socket_are_send_errors() {
     let drops = run.root_qdisc()["drops"].as_u64().unwrap();
     assert!(enobufs > 1000, "{:?}", run.summary.errors);
     assert_eq!(enobufs, drops, "{}", run.lab);
-    run.assert_diagnosis("gap", "send_errors", Some(run.qdisc_drop_truth()));
+    run.assert_diagnosis(Kind::Gap, Cause::SendErrors, Some(run.qdisc_drop_truth()));
 }
 
 #[test]
@@ -329,7 +330,7 @@ fn a_skewed_tsc_calibration_is_miscalibration() {
         run.f64("requested_pps") / 1.5,
         0.03,
     );
-    run.assert_diagnosis("gap", "miscalibrated", Some(run.gap_less_run_delay()));
+    run.assert_diagnosis(Kind::Gap, Cause::Miscalibrated, Some(run.gap_less_run_delay()));
 }
 
 #[test]
@@ -339,7 +340,7 @@ fn replies_overflowing_the_senders_socket_are_reply_losses() {
     let run = run_lab("reply-drop");
     let (dropped, sent) = (run.f64("sender_rcvbuf_errors"), run.f64("sender_udp_out"));
     assert!(dropped > sent / 2.0, "{}", run.lab);
-    run.assert_diagnosis("loss", "reply_socket_buffer", Some(dropped / sent));
+    run.assert_diagnosis(Kind::Loss, Cause::ReplySocketBuffer, Some(dropped / sent));
 }
 
 #[test]
@@ -350,7 +351,7 @@ fn a_sender_stopped_outside_its_pacing_idles() {
     assert!(run.f64("stalls") >= 30.0, "{}", run.lab);
     let truth = run.gap_less_run_delay();
     assert!(truth > 0.1, "the stops cost too little: {}", run.lab);
-    run.assert_diagnosis("gap", "idle_waits", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::IdleWaits, Some(truth));
 }
 
 #[test]
@@ -360,7 +361,11 @@ fn a_listener_with_a_tiny_receive_buffer_overflows_it() {
     let run = run_lab("rcvbuf-overflow");
     let (dropped, read) = (run.f64("target_rcvbuf_errors"), run.f64("target_udp_in"));
     assert!(dropped > read, "the listener kept up: {}", run.lab);
-    run.assert_diagnosis("loss", "rcvbuf_overflow", Some(dropped / (dropped + read)));
+    run.assert_diagnosis(
+        Kind::Loss,
+        Cause::RcvbufOverflow,
+        Some(dropped / (dropped + read)),
+    );
 }
 
 #[test]
@@ -383,11 +388,15 @@ fn a_connect_scan_s_syns_are_its_packets() {
     assert_eq!(s.packets, c.syns, "a connect scan's packets are its SYNs");
     assert_eq!(c.failed, 0, "{c:?}");
     assert!(
-        s.verdicts.iter().all(|v| v.cause != "never_sent"),
+        s.verdicts.iter().all(|v| v.cause != Cause::NeverSent),
         "{:#?}",
         s.verdicts
     );
-    run.assert_diagnosis("gap", "no_gap", Some((1.0 - opens / asked).clamp(0.0, 1.0)));
+    run.assert_diagnosis(
+        Kind::Gap,
+        Cause::NoGap,
+        Some((1.0 - opens / asked).clamp(0.0, 1.0)),
+    );
 }
 
 impl LabRun {
@@ -429,7 +438,7 @@ impl LabRun {
         );
         let first = self.summary.verdicts.first();
         assert!(
-            first.is_none_or(|v| v.kind != "loss" || v.share <= 0.0),
+            first.is_none_or(|v| v.kind != Kind::Loss || v.share <= 0.0),
             "top verdict {first:?}"
         );
         assert!(
@@ -492,7 +501,7 @@ fn replies_purged_when_a_socket_closes_are_reply_side_not_loss() {
         run.summary.drops
     );
     run.assert_no_loss(run.unanswered_truth());
-    run.assert_diagnosis("gap", "no_gap", Some(run.gap_truth()));
+    run.assert_diagnosis(Kind::Gap, Cause::NoGap, Some(run.gap_truth()));
 }
 
 /// Issue 13 item 3: a 12-packet run whose tsc pacer derived its slot 200x too long (200 ms gaps
@@ -520,13 +529,13 @@ fn a_short_run_with_a_slot_far_too_long_is_miscalibrated() {
         (truth - (1.0 - 1.0 / 200.0)).abs() < 0.01,
         "the 200x slots should leave 0.5% of the rate, the receiver saw {rx_pps:.2} pps"
     );
-    run.assert_diagnosis("gap", "miscalibrated", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::Miscalibrated, Some(truth));
     assert!(
-        !run.summary.verdicts.iter().any(|v| v.cause == "cpu_bound"),
+        !run.summary.verdicts.iter().any(|v| v.cause == Cause::CpuBound),
         "{:#?}",
         run.summary.verdicts
     );
-    let mis = run.top("gap");
+    let mis = run.top(Kind::Gap);
     assert!(
         mis.evidence.iter().any(|e| e.contains("tsc_slot: slot")),
         "judged from the calibration read: {:?}",
@@ -546,9 +555,9 @@ fn a_family_that_never_starts_sending_says_what_its_members_did() {
     let run = run_lab("never-started");
     assert_eq!(run.f64("target_ip_in"), 0.0, "{}", run.lab);
     assert_eq!(run.summary.packets, 0);
-    run.assert_diagnosis("gap", "never_sent", Some(run.gap_truth()));
-    let v = run.top("gap");
-    assert_eq!(v.confidence, "strong", "{v:?}");
+    run.assert_diagnosis(Kind::Gap, Cause::NeverSent, Some(run.gap_truth()));
+    let v = run.top(Kind::Gap);
+    assert_eq!(v.confidence, Confidence::Strong, "{v:?}");
     let text = format!("{} {:?}", v.sentence, v.evidence);
     for status in [
         "exited with status 3",
@@ -593,13 +602,13 @@ fn a_full_conntrack_table_is_conntrack_full_and_its_share_matches_the_kernels_dr
     let refused = run.f64("sender_ct_drops");
     let truth = refused / (run.f64("requested_pps") * run.f64("duration_s"));
     assert!(truth > 0.3, "the table refused too little to test: {}", run.lab);
-    run.assert_diagnosis("gap", "conntrack_full", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::ConntrackFull, Some(truth));
     // Every refused packet is a failed send and a NETFILTER_DROP of the sender's own.
     let eperm = run.summary.errors.get("EPERM").copied().unwrap_or(0);
     assert_eq!(eperm as f64, refused, "{:?}\n{}", run.summary.errors, run.lab);
-    let loss = run.top("loss");
-    assert_eq!(loss.cause, "conntrack_full", "{:#?}", run.summary.verdicts);
-    let gap = run.top("gap");
+    let loss = run.top(Kind::Loss);
+    assert_eq!(loss.cause, Cause::ConntrackFull, "{:#?}", run.summary.verdicts);
+    let gap = run.top(Kind::Gap);
     assert!(
         gap.next_step.contains("notrack") && gap.next_step.contains("nf_conntrack_max"),
         "{}",
@@ -633,7 +642,7 @@ fn a_cgroup_cpu_quota_is_cgroup_throttled_not_preemption() {
         "the quota held the sender back too little to test: {}",
         run.lab
     );
-    run.assert_diagnosis("gap", "cgroup_throttled", Some(truth));
+    run.assert_diagnosis(Kind::Gap, Cause::CgroupThrottled, Some(truth));
     // The cgroup is gone.
     let path = cg["path"].as_str().unwrap();
     for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {

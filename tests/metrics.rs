@@ -176,7 +176,7 @@ fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() 
     let top_loss = s
         .verdicts
         .iter()
-        .find(|v| v.kind == "loss")
+        .find(|v| v.kind == scanprof::analysis::verdict::Kind::Loss)
         .expect("a loss verdict");
     // The top loss verdict as the ticks had it (its confidence may still change in the
     // summary, which the run's last scrape can precede).

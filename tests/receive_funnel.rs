@@ -15,6 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use scanprof::analysis::verdict::{Cause, Kind};
 use serde_json::Value;
 
 /// Seconds the sender runs.
@@ -88,7 +89,7 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
             summary.warnings
         );
         assert!(
-            summary.verdicts.iter().all(|v| v.cause != "receiver_keeps_up"),
+            summary.verdicts.iter().all(|v| v.cause != Cause::ReceiverKeepsUp),
             "{:#?}",
             summary.verdicts
         );
@@ -115,9 +116,9 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     let top = summary
         .verdicts
         .iter()
-        .find(|v| v.kind == "loss")
+        .find(|v| v.kind == Kind::Loss)
         .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
-    assert_eq!(top.cause, "rcvbuf_overflow", "{:#?}", summary.verdicts);
+    assert_eq!(top.cause, Cause::RcvbufOverflow, "{:#?}", summary.verdicts);
     let rmem_max = std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap();
     let line = format!("net.core.rmem_max = {} bytes", rmem_max.trim());
     assert!(
@@ -205,9 +206,9 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
     let top = summary
         .verdicts
         .iter()
-        .find(|v| v.kind == "loss")
+        .find(|v| v.kind == Kind::Loss)
         .expect("a loss verdict");
-    assert_eq!(top.cause, "receiver_keeps_up", "{:#?}", summary.verdicts);
+    assert_eq!(top.cause, Cause::ReceiverKeepsUp, "{:#?}", summary.verdicts);
     for c in lab["fixture_checks"].as_array().expect("fixture checks") {
         assert_eq!(c["ok"], Value::Bool(true), "{c}");
     }
@@ -230,19 +231,19 @@ fn a_responder_that_needs_more_than_its_cpu_is_receiver_cpu_bound() {
     let dropped = u64_of(&lab, "target_rcvbuf_errors");
     assert!(dropped > 1000, "the overload did not happen: {lab}");
     assert_eq!(receive.drops_of("SOCKET_RCVBUFF"), dropped, "{lab}");
-    let loss: Vec<&str> = summary
+    let loss: Vec<Cause> = summary
         .verdicts
         .iter()
-        .filter(|v| v.kind == "loss")
-        .map(|v| v.cause.as_str())
+        .filter(|v| v.kind == Kind::Loss)
+        .map(|v| v.cause)
         .collect();
     assert_eq!(
         loss[..2],
-        ["receiver_cpu_bound", "rcvbuf_overflow"],
+        [Cause::ReceiverCpuBound, Cause::RcvbufOverflow],
         "{:#?}",
         summary.verdicts
     );
-    let top = &summary.verdicts.iter().find(|v| v.kind == "loss").unwrap();
+    let top = &summary.verdicts.iter().find(|v| v.kind == Kind::Loss).unwrap();
     assert!(top.next_step.contains("threads"), "{}", top.next_step);
     assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
 }
@@ -292,9 +293,9 @@ fn a_relays_funnel_matches_its_own_counts_and_names_its_egress() {
     let top = summary
         .verdicts
         .iter()
-        .find(|v| v.kind == "loss")
+        .find(|v| v.kind == Kind::Loss)
         .expect("a loss verdict");
-    assert_eq!(top.cause, "relay_egress_bound", "{:#?}", summary.verdicts);
+    assert_eq!(top.cause, Cause::RelayEgressBound, "{:#?}", summary.verdicts);
     assert!(top.next_step.contains("qdisc on lo"), "{}", top.next_step);
     // Before 6.8 the lab's kernel-drop check fails, as it should: scanprof cannot see them.
     if relay.kernel_drops_seen {

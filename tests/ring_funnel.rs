@@ -103,9 +103,14 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     let top = summary
         .verdicts
         .iter()
-        .find(|v| v.kind == "loss")
+        .find(|v| v.kind == scanprof::analysis::verdict::Kind::Loss)
         .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
-    assert_eq!(top.cause, "ring_full", "{:#?}", summary.verdicts);
+    assert_eq!(
+        top.cause,
+        scanprof::analysis::verdict::Cause::RingFull,
+        "{:#?}",
+        summary.verdicts
+    );
     let truth = dropped as f64 / (queued + dropped) as f64;
     assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
     assert!(

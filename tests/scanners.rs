@@ -1857,7 +1857,10 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
     );
     assert_eq!(receive.count("ring_queued"), ring.queued_total);
     assert_eq!(receive.count("ring_drops"), ring.dropped_total);
-    let ring_full = summary.verdicts.iter().find(|v| v.cause == "ring_full");
+    let ring_full = summary
+        .verdicts
+        .iter()
+        .find(|v| v.cause == scanprof::analysis::verdict::Cause::RingFull);
     if ring.dropped_total > 0 {
         let v = ring_full.unwrap_or_else(|| panic!("no ring_full: {:#?}", summary.verdicts));
         let truth = ring.dropped_total as f64 / seen as f64;

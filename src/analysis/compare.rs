@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::knee::{SweepStep, VerdictBrief, GROWTH_MIN};
+use super::verdict::{Cause, Kind};
 use super::{Summary, STAGES};
 
 /// One figure of both runs.
@@ -42,9 +43,9 @@ pub enum CauseChange {
 /// One cause of either run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CauseRow {
-    pub cause: String,
+    pub cause: Cause,
     /// `gap` or `loss`
-    pub kind: String,
+    pub kind: Kind,
     /// for sweeps, the requested rate of the steps compared; None for single runs
     pub at_pps: Option<f64>,
     /// its share in A (None: not named there)
@@ -135,10 +136,10 @@ fn merge(prefix: &str, a: &[(String, f64)], b: &[(String, f64)], out: &mut Vec<F
 
 /// The causes of both verdict lists.
 fn causes(a: &[VerdictBrief], b: &[VerdictBrief], at_pps: Option<f64>, out: &mut Vec<CauseRow>) {
-    let mut names: Vec<(&str, &str)> = Vec::new();
+    let mut names: Vec<(Cause, Kind)> = Vec::new();
     for v in a.iter().chain(b) {
         if !names.iter().any(|(c, _)| *c == v.cause) {
-            names.push((&v.cause, &v.kind));
+            names.push((v.cause, v.kind));
         }
     }
     for (cause, kind) in names {
@@ -152,8 +153,8 @@ fn causes(a: &[VerdictBrief], b: &[VerdictBrief], at_pps: Option<f64>, out: &mut
             _ => CauseChange::Same,
         };
         out.push(CauseRow {
-            cause: cause.to_string(),
-            kind: kind.to_string(),
+            cause,
+            kind,
             at_pps,
             a_share: sa,
             b_share: sb,
@@ -240,17 +241,18 @@ pub fn sweeps(a: &[SweepStep], a_knee: Option<f64>, b: &[SweepStep], b_knee: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::verdict::Confidence;
     use crate::analysis::Verdict;
 
-    fn verdict(cause: &str, kind: &str, share: f64) -> Verdict {
+    fn verdict(cause: Cause, kind: Kind, share: f64) -> Verdict {
         Verdict {
-            cause: cause.into(),
-            kind: kind.into(),
+            cause,
+            kind,
             sentence: String::new(),
             share,
             evidence: Vec::new(),
             next_step: String::new(),
-            confidence: "strong".into(),
+            confidence: Confidence::Strong,
         }
     }
 
@@ -269,17 +271,17 @@ mod tests {
         a.achieved_pps = 1000.0;
         a.requested_pps = Some(1000.0);
         a.verdicts = vec![
-            verdict("no_gap", "gap", 0.0),
-            verdict("preempted", "gap", 0.05),
-            verdict("pacing_coarse", "gap", 0.10),
+            verdict(Cause::NoGap, Kind::Gap, 0.0),
+            verdict(Cause::Preempted, Kind::Gap, 0.05),
+            verdict(Cause::PacingCoarse, Kind::Gap, 0.10),
         ];
         let mut b = base.clone();
         b.achieved_pps = 620.0;
         b.requested_pps = Some(1000.0);
         b.verdicts = vec![
-            verdict("qdisc_drop", "loss", 0.38),
-            verdict("preempted", "gap", 0.20),
-            verdict("pacing_coarse", "gap", 0.095),
+            verdict(Cause::QdiscDrop, Kind::Loss, 0.38),
+            verdict(Cause::Preempted, Kind::Gap, 0.20),
+            verdict(Cause::PacingCoarse, Kind::Gap, 0.095),
         ];
         let c = runs(&a, &b);
         let ach = fig(&c, "achieved_pps");
@@ -295,13 +297,13 @@ mod tests {
                 assert_eq!(d, y - x, "{}", f.figure);
             }
         }
-        let change = |cause: &str| c.causes.iter().find(|r| r.cause == cause).unwrap().change;
-        assert_eq!(change("qdisc_drop"), CauseChange::Appeared);
-        assert_eq!(change("preempted"), CauseChange::Grew);
-        assert_eq!(change("no_gap"), CauseChange::WentAway);
-        assert_eq!(change("pacing_coarse"), CauseChange::Same);
+        let change = |cause: Cause| c.causes.iter().find(|r| r.cause == cause).unwrap().change;
+        assert_eq!(change(Cause::QdiscDrop), CauseChange::Appeared);
+        assert_eq!(change(Cause::Preempted), CauseChange::Grew);
+        assert_eq!(change(Cause::NoGap), CauseChange::WentAway);
+        assert_eq!(change(Cause::PacingCoarse), CauseChange::Same);
         // Appeared first, the unchanged last.
-        assert_eq!(c.causes[0].cause, "qdisc_drop");
+        assert_eq!(c.causes[0].cause, Cause::QdiscDrop);
         assert_eq!(c.causes.last().unwrap().change, CauseChange::Same);
     }
 

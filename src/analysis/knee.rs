@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::receive::RECV_STAGES;
-use super::verdict::NO_GAP_TOLERANCE;
+use super::verdict::{Cause, Confidence, Kind, NO_GAP_TOLERANCE};
 use super::{BudgetShares, EndReason, Summary, Verdict};
 use crate::collect::DropClass;
 
@@ -34,22 +34,22 @@ pub struct LossRow {
 /// A verdict as a sweep shows it: its cause, kind and share.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerdictBrief {
-    pub cause: String,
+    pub cause: Cause,
     /// `gap` or `loss`
-    pub kind: String,
+    pub kind: Kind,
     /// 0..1, as in the verdict object (a share of the requested rate, or of the packets sent)
     pub share: f64,
     /// `strong` or `weak`
-    pub confidence: String,
+    pub confidence: Confidence,
 }
 
 impl VerdictBrief {
     fn of(v: &Verdict) -> VerdictBrief {
         VerdictBrief {
-            cause: v.cause.clone(),
-            kind: v.kind.clone(),
+            cause: v.cause,
+            kind: v.kind,
             share: v.share,
-            confidence: v.confidence.clone(),
+            confidence: v.confidence,
         }
     }
 }
@@ -212,8 +212,8 @@ pub enum ChangeKind {
 /// What changed from the knee to the first rate above it that was not kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
-    pub cause: String,
-    pub kind: String,
+    pub cause: Cause,
+    pub kind: Kind,
     pub how: ChangeKind,
     /// its share at the knee (None: not named there, or no rate was kept)
     pub share_at_knee: Option<f64>,
@@ -237,8 +237,8 @@ pub struct Knee {
 }
 
 /// Causes that name no change of behaviour (the overall judgement).
-fn is_judgement(cause: &str) -> bool {
-    matches!(cause, "no_gap")
+fn is_judgement(cause: Cause) -> bool {
+    matches!(cause, Cause::NoGap)
 }
 
 /// The knee of `steps` (any order; taken by requested rate).
@@ -254,7 +254,7 @@ pub fn knee(steps: &[SweepStep]) -> Knee {
     let change = above.and_then(|a| {
         a.verdicts
             .iter()
-            .filter(|v| !is_judgement(&v.cause))
+            .filter(|v| !is_judgement(v.cause))
             .find_map(|v| {
                 let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
                 let how = match at_knee {
@@ -263,8 +263,8 @@ pub fn knee(steps: &[SweepStep]) -> Knee {
                     Some(_) => return None,
                 };
                 Some(Change {
-                    cause: v.cause.clone(),
-                    kind: v.kind.clone(),
+                    cause: v.cause,
+                    kind: v.kind,
                     how,
                     share_at_knee: at_knee.map(|k| k.share),
                     share_above: v.share,
@@ -308,7 +308,7 @@ pub fn geometric_rates(from: f64, to: f64, n: usize) -> Vec<f64> {
 mod tests {
     use super::*;
 
-    fn step(rate: f64, achieved: f64, lost: u64, verdicts: &[(&str, &str, f64)]) -> SweepStep {
+    fn step(rate: f64, achieved: f64, lost: u64, verdicts: &[(Cause, Kind, f64)]) -> SweepStep {
         SweepStep {
             step: 0,
             requested_pps: rate,
@@ -330,10 +330,10 @@ mod tests {
             verdicts: verdicts
                 .iter()
                 .map(|(c, k, s)| VerdictBrief {
-                    cause: c.to_string(),
-                    kind: k.to_string(),
+                    cause: *c,
+                    kind: *k,
                     share: *s,
-                    confidence: "strong".into(),
+                    confidence: Confidence::Strong,
                 })
                 .collect(),
             kept: (achieved / rate - 1.0).abs() <= KEEP_TOLERANCE && lost == 0,
@@ -345,17 +345,17 @@ mod tests {
     #[test]
     fn the_knee_is_the_last_kept_rate_and_the_loss_that_appears_above_it_is_named() {
         let steps = vec![
-            step(1000.0, 999.0, 0, &[("no_gap", "gap", 0.0)]),
-            step(2000.0, 1990.0, 0, &[("no_gap", "gap", 0.0)]),
-            step(4000.0, 3985.0, 0, &[("no_gap", "gap", 0.0)]),
-            step(8000.0, 7990.0, 9000, &[("qdisc_drop", "loss", 0.37)]),
-            step(16000.0, 15900.0, 30000, &[("qdisc_drop", "loss", 0.68)]),
+            step(1000.0, 999.0, 0, &[(Cause::NoGap, Kind::Gap, 0.0)]),
+            step(2000.0, 1990.0, 0, &[(Cause::NoGap, Kind::Gap, 0.0)]),
+            step(4000.0, 3985.0, 0, &[(Cause::NoGap, Kind::Gap, 0.0)]),
+            step(8000.0, 7990.0, 9000, &[(Cause::QdiscDrop, Kind::Loss, 0.37)]),
+            step(16000.0, 15900.0, 30000, &[(Cause::QdiscDrop, Kind::Loss, 0.68)]),
         ];
         let k = knee(&steps);
         assert_eq!(k.knee_pps, Some(4000.0));
         assert_eq!(k.above_pps, Some(8000.0));
         let c = k.change.expect("no change named");
-        assert_eq!((c.cause.as_str(), c.how), ("qdisc_drop", ChangeKind::Appeared));
+        assert_eq!((c.cause, c.how), (Cause::QdiscDrop, ChangeKind::Appeared));
         assert_eq!((c.share_at_knee, c.share_above), (None, 0.37));
         assert!(k.kept_again.is_empty());
     }
@@ -367,30 +367,36 @@ mod tests {
                 10_000.0,
                 9_950.0,
                 0,
-                &[("no_gap", "gap", 0.0), ("preempted", "gap", 0.004)],
+                &[
+                    (Cause::NoGap, Kind::Gap, 0.0),
+                    (Cause::Preempted, Kind::Gap, 0.004),
+                ],
             ),
             // 2.5% short: not kept, although nothing was lost.
             step(
                 20_000.0,
                 19_500.0,
                 0,
-                &[("cpu_bound", "gap", 0.02), ("preempted", "gap", 0.005)],
+                &[
+                    (Cause::CpuBound, Kind::Gap, 0.02),
+                    (Cause::Preempted, Kind::Gap, 0.005),
+                ],
             ),
-            step(40_000.0, 30_000.0, 0, &[("cpu_bound", "gap", 0.25)]),
+            step(40_000.0, 30_000.0, 0, &[(Cause::CpuBound, Kind::Gap, 0.25)]),
         ];
         let k = knee(&steps);
         assert_eq!((k.knee_pps, k.above_pps), (Some(10_000.0), Some(20_000.0)));
-        assert_eq!(k.change.as_ref().map(|c| c.cause.as_str()), Some("cpu_bound"));
+        assert_eq!(k.change.as_ref().map(|c| c.cause), Some(Cause::CpuBound));
         // A cause present at the knee counts only if it grew by a point or more.
         let steps = vec![
-            step(10_000.0, 9_950.0, 0, &[("preempted", "gap", 0.004)]),
-            step(20_000.0, 18_000.0, 0, &[("preempted", "gap", 0.1)]),
+            step(10_000.0, 9_950.0, 0, &[(Cause::Preempted, Kind::Gap, 0.004)]),
+            step(20_000.0, 18_000.0, 0, &[(Cause::Preempted, Kind::Gap, 0.1)]),
         ];
         let c = knee(&steps).change.unwrap();
         assert_eq!((c.how, c.share_at_knee), (ChangeKind::Grew, Some(0.004)));
         let steps = vec![
-            step(10_000.0, 9_950.0, 0, &[("preempted", "gap", 0.095)]),
-            step(20_000.0, 18_000.0, 0, &[("preempted", "gap", 0.1)]),
+            step(10_000.0, 9_950.0, 0, &[(Cause::Preempted, Kind::Gap, 0.095)]),
+            step(20_000.0, 18_000.0, 0, &[(Cause::Preempted, Kind::Gap, 0.1)]),
         ];
         assert_eq!(knee(&steps).change, None);
     }
@@ -401,8 +407,8 @@ mod tests {
         let k = knee(&all);
         assert_eq!((k.knee_pps, k.above_pps, k.change), (Some(200.0), None, None));
         let none = vec![
-            step(200.0, 100.0, 0, &[("blocked_send", "gap", 0.5)]),
-            step(100.0, 99.5, 3, &[("qdisc_drop", "loss", 0.01)]),
+            step(200.0, 100.0, 0, &[(Cause::BlockedSend, Kind::Gap, 0.5)]),
+            step(100.0, 99.5, 3, &[(Cause::QdiscDrop, Kind::Loss, 0.01)]),
         ];
         let k = knee(&none);
         assert_eq!((k.knee_pps, k.above_pps), (None, Some(100.0)));

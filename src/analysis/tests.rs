@@ -976,7 +976,9 @@ fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
     assert_eq!(s.errors["EADDRNOTAVAIL"], 10);
     assert!(!s.errors.contains_key("ECONNREFUSED"), "{:?}", s.errors);
     assert!(
-        s.verdicts.iter().all(|v| v.cause != "never_sent"),
+        s.verdicts
+            .iter()
+            .all(|v| v.cause != crate::analysis::verdict::Cause::NeverSent),
         "{:#?}",
         s.verdicts
     );

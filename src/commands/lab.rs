@@ -18,6 +18,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{fork, ForkResult, Pid};
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::verdict::{Cause, Confidence, Kind, UnknownCause};
 use crate::analysis::Summary;
 use crate::cli::{LabOptions, RunOptions, Scenario};
 use crate::collect::DropClass;
@@ -32,9 +33,6 @@ use crate::views::json;
 const SINK_PORT: u16 = 9000;
 /// First TCP port of the listeners a SYN scan finds open.
 const OPEN_TCP_BASE: u16 = 20_000;
-/// The cause of a scenario in which nothing is lost: no loss verdict comes first, and the loss
-/// verdicts' shares sum to the truth (about 0).
-pub const NO_LOSS: &str = "no_loss";
 const CLOSED_PORT: u16 = 9;
 /// A verdict's share must be this close to the measured truth (a fraction: 10 points).
 pub const SHARE_TOLERANCE: f64 = 0.10;
@@ -113,11 +111,62 @@ pub struct Stall {
 #[derive(Debug, Clone, Copy)]
 pub struct Expectation {
     /// `gap` or `loss`
-    pub kind: &'static str,
-    /// a `Verdict::cause` id
-    pub cause: &'static str,
+    pub kind: Kind,
+    /// a `Verdict::cause`, or no loss at all
+    pub cause: Expected,
     /// how the share the verdict should explain is measured without scanprof
     pub truth: Truth,
+}
+
+/// What a scenario expects the diagnosis to say: a cause, or that nothing was lost (a finding
+/// of the suite, not a cause the diagnosis writes). Written as the cause's name, or `no_loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// the top verdict of the expected kind names this cause
+    Cause(Cause),
+    /// nothing is lost: no loss verdict comes first, and the loss verdicts' shares sum to the
+    /// truth (about 0)
+    NoLoss,
+}
+
+impl Expected {
+    /// The name in the suite's JSON and table: the cause's, or `no_loss`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Expected::Cause(c) => c.as_str(),
+            Expected::NoLoss => "no_loss",
+        }
+    }
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Expected {
+    type Err = UnknownCause;
+
+    fn from_str(s: &str) -> Result<Expected, UnknownCause> {
+        match s {
+            "no_loss" => Ok(Expected::NoLoss),
+            _ => s.parse().map(Expected::Cause),
+        }
+    }
+}
+
+impl Serialize for Expected {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Expected {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Expected, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// The share a scenario's verdict should explain, from counters scanprof does not use.
@@ -199,7 +248,16 @@ pub fn staging(s: Scenario) -> Staging {
             limit: limit.into(),
         })
     };
-    let expect = |kind, cause, truth| Expectation { kind, cause, truth };
+    let expect = |kind, cause, truth| Expectation {
+        kind,
+        cause: Expected::Cause(cause),
+        truth,
+    };
+    let no_loss = |truth| Expectation {
+        kind: Kind::Loss,
+        cause: Expected::NoLoss,
+        truth,
+    };
     let base = Staging {
         tbf: None,
         unanswered: false,
@@ -219,7 +277,7 @@ pub fn staging(s: Scenario) -> Staging {
         never_sends: false,
         conntrack_free: None,
         cpu_quota: None,
-        expect: expect("gap", "no_gap", Truth::Gap),
+        expect: expect(Kind::Gap, Cause::NoGap, Truth::Gap),
     };
     match s {
         Scenario::Healthy => base,
@@ -228,7 +286,7 @@ pub fn staging(s: Scenario) -> Staging {
             tbf: tbf("2mbit", "10kb"),
             rate: 5_000.0,
             size: 512,
-            expect: expect("loss", "qdisc_drop", Truth::QdiscDrops),
+            expect: expect(Kind::Loss, Cause::QdiscDrop, Truth::QdiscDrops),
             ..base
         },
         // NO_SOCKET drops at the target are what probes to a closed port produce: no loss.
@@ -244,7 +302,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 2_000.0,
             size: 1000,
             sndbuf: Some(16_384),
-            expect: expect("gap", "blocked_send", Truth::GapLessRunDelay),
+            expect: expect(Kind::Gap, Cause::BlockedSend, Truth::GapLessRunDelay),
             ..base
         },
         // ARP for it gets no answer inside the lab: each resolution fails after ~100 ms and the
@@ -254,20 +312,20 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 200.0,
             sink: false,
             fast_neighbour_failure: true,
-            expect: expect("loss", "neigh_failed", Truth::Undelivered),
+            expect: expect(Kind::Loss, Cause::NeighFailed, Truth::Undelivered),
             ..base
         },
         // sendto tops out near 220k pps on the project's machines (docs/senders.md).
         Scenario::CpuBound => Staging {
             rate: 1_000_000.0,
-            expect: expect("gap", "cpu_bound", Truth::GapLessRunDelay),
+            expect: expect(Kind::Gap, Cause::CpuBound, Truth::GapLessRunDelay),
             ..base
         },
         // A sleep wakes ~90 us late (50 us of timer slack, then the wake-up); with per-packet
         // slots of 100 us every late wake-up is lost: about half of the rate.
         Scenario::CoarsePacing => Staging {
             flags: &["--pacer", "sleep", "--slot", "per-packet"],
-            expect: expect("gap", "pacing_coarse", Truth::GapLessRunDelay),
+            expect: expect(Kind::Gap, Cause::PacingCoarse, Truth::GapLessRunDelay),
             ..base
         },
         // The hog takes about half of the CPU both are pinned to; per-packet slots never make
@@ -275,7 +333,7 @@ pub fn staging(s: Scenario) -> Staging {
         Scenario::Preemption => Staging {
             flags: &["--pacer", "clock", "--slot", "per-packet"],
             hog: true,
-            expect: expect("gap", "preempted", Truth::Gap),
+            expect: expect(Kind::Gap, Cause::Preempted, Truth::Gap),
             ..base
         },
         // 5000 pps x 106 B frames = 4.2 Mbit/s into 1 Mbit/s with a queue of ~2 frames: the
@@ -284,7 +342,7 @@ pub fn staging(s: Scenario) -> Staging {
             tbf: tbf("1mbit", "256"),
             rate: 5_000.0,
             flags: &["--method", "packet"],
-            expect: expect("gap", "send_errors", Truth::QdiscDrops),
+            expect: expect(Kind::Gap, Cause::SendErrors, Truth::QdiscDrops),
             ..base
         },
         // Slots 1.5x too long: a third of the requested rate is missing. The truth is the whole
@@ -294,7 +352,7 @@ pub fn staging(s: Scenario) -> Staging {
         Scenario::Miscalibrated => Staging {
             rate: 1_000.0,
             flags: &["--pacer", "tsc", "--calibration-skew", "1.5"],
-            expect: expect("gap", "miscalibrated", Truth::Gap),
+            expect: expect(Kind::Gap, Cause::Miscalibrated, Truth::Gap),
             ..base
         },
         // The sender's socket holds ~200 kB of replies, then drops every further one.
@@ -302,7 +360,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 2_000.0,
             sink: false,
             echo: true,
-            expect: expect("loss", "reply_socket_buffer", Truth::ReplyDrops),
+            expect: expect(Kind::Loss, Cause::ReplySocketBuffer, Truth::ReplyDrops),
             ..base
         },
         // 20 ms stopped in every 100 ms: a fifth of the time, lost with per-packet slots.
@@ -313,7 +371,7 @@ pub fn staging(s: Scenario) -> Staging {
                 every: Duration::from_millis(100),
                 pause: Duration::from_millis(20),
             }),
-            expect: expect("gap", "idle_waits", Truth::GapLessRunDelay),
+            expect: expect(Kind::Gap, Cause::IdleWaits, Truth::GapLessRunDelay),
             ..base
         },
         // 5000 pps into a listener that reads 1000/s from an 8 kB buffer (4096 doubled): about
@@ -327,7 +385,7 @@ pub fn staging(s: Scenario) -> Staging {
                 respond: None,
                 relay: None,
             }),
-            expect: expect("loss", "rcvbuf_overflow", Truth::ListenerDrops),
+            expect: expect(Kind::Loss, Cause::RcvbufOverflow, Truth::ListenerDrops),
             ..base
         },
         // 500 connects/s to closed ports: nothing in the way, every SYN answered by a RST.
@@ -335,7 +393,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 500.0,
             sink: false,
             connect_scan: true,
-            expect: expect("gap", "no_gap", Truth::SynGap),
+            expect: expect(Kind::Gap, Cause::NoGap, Truth::SynGap),
             ..base
         },
         // 400 SYNs at 400 pps, all answered; the sender's kernel RSTs every SYN-ACK (nmap's raw
@@ -344,7 +402,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 400.0,
             sink: false,
             syn_scan_ports: Some(400),
-            expect: expect("loss", NO_LOSS, Truth::Unanswered),
+            expect: no_loss(Truth::Unanswered),
             ..base
         },
         // 20 pps for the run (100 frames in 5 s; the socket's 8 MiB receive buffer holds ~7,000),
@@ -354,7 +412,7 @@ pub fn staging(s: Scenario) -> Staging {
             sink: false,
             echo: true,
             flags: &["--method", "packet", "--keep-replies"],
-            expect: expect("loss", NO_LOSS, Truth::Unanswered),
+            expect: no_loss(Truth::Unanswered),
             ..base
         },
         // 12 packets, each slot 200 ms where 1000 pps needs 1 ms: the tsc pacer busy-waits
@@ -362,7 +420,7 @@ pub fn staging(s: Scenario) -> Staging {
         Scenario::ShortMiscalibration => Staging {
             rate: 1_000.0,
             flags: &["--pacer", "tsc", "--calibration-skew", "200", "--count", "12"],
-            expect: expect("gap", "miscalibrated", Truth::ReceiverGap),
+            expect: expect(Kind::Gap, Cause::Miscalibrated, Truth::ReceiverGap),
             ..base
         },
         // Nothing is sent: the whole requested rate is missing, and the verdict must say what
@@ -371,7 +429,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 1_000.0,
             sink: true,
             never_sends: true,
-            expect: expect("gap", "never_sent", Truth::Gap),
+            expect: expect(Kind::Gap, Cause::NeverSent, Truth::Gap),
             ..base
         },
         // Two senders at 2,000 pps each, 64- and 512-byte datagrams, into a responder that works
@@ -387,7 +445,7 @@ pub fn staging(s: Scenario) -> Staging {
                 respond: Some(super::lab_fixtures::RESPONDER),
                 relay: None,
             }),
-            expect: expect("loss", "receiver_keeps_up", Truth::ListenerDrops),
+            expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
             ..base
         },
         // The same senders at 5,000 pps each into a responder that works 100 us and 200 us: it
@@ -402,7 +460,7 @@ pub fn staging(s: Scenario) -> Staging {
                 respond: Some(super::lab_fixtures::SLOW_RESPONDER),
                 relay: None,
             }),
-            expect: expect("loss", "receiver_cpu_bound", Truth::ListenerDrops),
+            expect: expect(Kind::Loss, Cause::ReceiverCpuBound, Truth::ListenerDrops),
             ..base
         },
         // 1000 pps cycling over 4 ports, one flow each; the table has room for 2 more entries:
@@ -411,7 +469,7 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 1_000.0,
             flags: &["--ports", "4"],
             conntrack_free: Some(2),
-            expect: expect("gap", "conntrack_full", Truth::ConntrackDrops),
+            expect: expect(Kind::Gap, Cause::ConntrackFull, Truth::ConntrackDrops),
             ..base
         },
         // A busy-waiting pacer uses a whole CPU; 0.3 CPU lets it run 30 ms of every 100 ms, and
@@ -419,7 +477,7 @@ pub fn staging(s: Scenario) -> Staging {
         Scenario::CgroupThrottled => Staging {
             flags: &["--pacer", "clock", "--slot", "per-packet"],
             cpu_quota: Some(0.3),
-            expect: expect("gap", "cgroup_throttled", Truth::Gap),
+            expect: expect(Kind::Gap, Cause::CgroupThrottled, Truth::Gap),
             ..base
         },
         // The reference sender as fast as it goes (~200k pps here) into a relay that writes
@@ -434,7 +492,7 @@ pub fn staging(s: Scenario) -> Staging {
                 respond: None,
                 relay: Some(super::lab_fixtures::RELAY),
             }),
-            expect: expect("loss", "relay_egress_bound", Truth::RelayLoss),
+            expect: expect(Kind::Loss, Cause::RelayEgressBound, Truth::RelayLoss),
             ..base
         },
     }
@@ -589,15 +647,15 @@ pub struct HogReport {
 /// The top verdict of the expected kind against the staged cause and the measured truth.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosisCheck {
-    pub expected_kind: String,
-    pub expected_cause: String,
+    pub expected_kind: Kind,
+    pub expected_cause: Expected,
     /// the first verdict of the expected kind (the verdicts come ranked)
-    pub top_cause: Option<String>,
+    pub top_cause: Option<Cause>,
     /// its share: of the requested rate (gap) or of the packets sent (loss)
     pub top_share: Option<f64>,
-    pub top_confidence: Option<String>,
+    pub top_confidence: Option<Confidence>,
     /// the top verdict overall, whatever its kind
-    pub first_cause: Option<String>,
+    pub first_cause: Option<Cause>,
     pub cause_matches: bool,
     /// the share the verdict should explain, measured without scanprof
     pub truth: Option<f64>,
@@ -610,22 +668,23 @@ pub struct DiagnosisCheck {
 
 /// Compares the summary's verdicts with what the scenario staged.
 pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> DiagnosisCheck {
-    if expect.cause == NO_LOSS {
-        return check_no_loss(expect, &s.verdicts, truth);
-    }
+    let cause = match expect.cause {
+        Expected::NoLoss => return check_no_loss(expect, &s.verdicts, truth),
+        Expected::Cause(cause) => cause,
+    };
     let top = s.verdicts.iter().find(|v| v.kind == expect.kind);
-    let cause_matches = top.is_some_and(|v| v.cause == expect.cause);
+    let cause_matches = top.is_some_and(|v| v.cause == cause);
     let share_within = match (top, truth) {
         (Some(v), Some(t)) => Some((v.share - t).abs() <= SHARE_TOLERANCE + 1e-9),
         _ => None,
     };
     DiagnosisCheck {
-        expected_kind: expect.kind.to_string(),
-        expected_cause: expect.cause.to_string(),
-        top_cause: top.map(|v| v.cause.clone()),
+        expected_kind: expect.kind,
+        expected_cause: expect.cause,
+        top_cause: top.map(|v| v.cause),
         top_share: top.map(|v| v.share),
-        top_confidence: top.map(|v| v.confidence.clone()),
-        first_cause: s.verdicts.first().map(|v| v.cause.clone()),
+        top_confidence: top.map(|v| v.confidence),
+        first_cause: s.verdicts.first().map(|v| v.cause),
         cause_matches,
         truth,
         truth_basis: expect.truth.basis().to_string(),
@@ -644,19 +703,19 @@ fn check_no_loss(
     truth: Option<f64>,
 ) -> DiagnosisCheck {
     let first = verdicts.first();
-    let cause_matches = first.is_none_or(|v| v.kind != "loss" || v.share <= 0.0);
+    let cause_matches = first.is_none_or(|v| v.kind != Kind::Loss || v.share <= 0.0);
     let lost = verdicts
         .iter()
-        .filter(|v| v.kind == "loss")
+        .filter(|v| v.kind == Kind::Loss)
         .fold(0.0, |sum, v| sum + v.share);
     let share_within = truth.map(|t| (lost - t).abs() <= SHARE_TOLERANCE + 1e-9);
     DiagnosisCheck {
-        expected_kind: expect.kind.to_string(),
-        expected_cause: expect.cause.to_string(),
-        top_cause: first.map(|v| v.cause.clone()),
+        expected_kind: expect.kind,
+        expected_cause: expect.cause,
+        top_cause: first.map(|v| v.cause),
         top_share: Some(lost),
-        top_confidence: first.map(|v| v.confidence.clone()),
-        first_cause: first.map(|v| v.cause.clone()),
+        top_confidence: first.map(|v| v.confidence),
+        first_cause: first.map(|v| v.cause),
         cause_matches,
         truth,
         truth_basis: expect.truth.basis().to_string(),
@@ -1811,7 +1870,7 @@ fn lab_text(r: &LabReport) -> String {
     o += &format!(
         "  diagnosis: top {} verdict `{}`{}, staged `{}`{}: {}\n",
         c.expected_kind,
-        c.top_cause.as_deref().unwrap_or("none"),
+        c.top_cause.map_or("none", Cause::as_str),
         match (c.top_share, &c.top_confidence) {
             (Some(s), Some(conf)) => format!(" ({}, {conf})", pct(s)),
             _ => String::new(),
@@ -2470,13 +2529,29 @@ mod tests {
     }
 
     #[test]
+    fn an_expectation_is_written_as_the_cause_name_or_no_loss() {
+        for (e, name) in [
+            (Expected::NoLoss, "no_loss"),
+            (Expected::Cause(Cause::QdiscDrop), "qdisc_drop"),
+        ] {
+            assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<Expected>(&format!("\"{name}\"")).unwrap(),
+                e
+            );
+            assert_eq!(e.to_string(), name);
+        }
+        assert!(serde_json::from_str::<Expected>("\"no_such\"").is_err());
+    }
+
+    #[test]
     fn every_scenario_stages_a_distinct_cause_or_a_healthy_run() {
         // A cause may be staged twice only in two regimes told apart by their truth (the
         // miscalibrated slot of a 4 s run and of a 12-packet one).
         let mut causes: Vec<String> = Scenario::value_variants()
             .iter()
             .map(|s| staging(*s).expect)
-            .filter(|e| e.cause != "no_gap" && e.cause != NO_LOSS)
+            .filter(|e| e.cause != Expected::Cause(Cause::NoGap) && e.cause != Expected::NoLoss)
             .map(|e| format!("{} ({:?})", e.cause, e.truth))
             .collect();
         let n = causes.len();
@@ -2484,48 +2559,51 @@ mod tests {
         causes.dedup();
         assert_eq!(causes.len(), n, "two scenarios stage the same cause: {causes:?}");
         assert!(n >= 8, "{causes:?}");
-        assert_eq!(staging(Scenario::Healthy).expect.cause, "no_gap");
+        assert_eq!(
+            staging(Scenario::Healthy).expect.cause,
+            Expected::Cause(Cause::NoGap)
+        );
         assert_eq!(
             scenario_name(Scenario::UnresolvedNeighbour),
             "unresolved-neighbour"
         );
     }
 
-    fn verdict(kind: &str, cause: &str, share: f64) -> crate::analysis::verdict::Verdict {
+    fn verdict(kind: Kind, cause: Cause, share: f64) -> crate::analysis::verdict::Verdict {
         crate::analysis::verdict::Verdict {
-            kind: kind.into(),
-            cause: cause.into(),
+            kind,
+            cause,
             sentence: String::new(),
             share,
             evidence: Vec::new(),
             next_step: String::new(),
-            confidence: "weak".into(),
+            confidence: Confidence::Weak,
         }
     }
 
     #[test]
     fn a_no_loss_scenario_fails_on_a_loss_verdict_first_or_a_loss_share_off_the_truth() {
         let expect = staging(Scenario::KernelReply).expect;
-        assert_eq!(expect.cause, NO_LOSS);
+        assert_eq!(expect.cause, Expected::NoLoss);
         // Nothing lost: no_gap first, receiver_keeps_up (share 0) does not count as loss.
         let v = vec![
-            verdict("loss", "receiver_keeps_up", 0.0),
-            verdict("gap", "no_gap", 0.0),
+            verdict(Kind::Loss, Cause::ReceiverKeepsUp, 0.0),
+            verdict(Kind::Gap, Cause::NoGap, 0.0),
         ];
         let c = check_no_loss(&expect, &v, Some(0.0));
         assert!(c.ok, "{c:?}");
-        assert_eq!(c.top_cause.as_deref(), Some("receiver_keeps_up"));
+        assert_eq!(c.top_cause, Some(Cause::ReceiverKeepsUp));
         // The kernel's RSTs read as lost probes (the bug): a loss verdict comes first.
         let v = vec![
-            verdict("loss", "target_other", 0.83),
-            verdict("gap", "no_gap", 0.0),
+            verdict(Kind::Loss, Cause::TargetDrop, 0.83),
+            verdict(Kind::Gap, Cause::NoGap, 0.0),
         ];
         let c = check_no_loss(&expect, &v, Some(0.0));
         assert!(!c.ok && !c.cause_matches, "{c:?}");
         // A loss ranked after a gap verdict still counts in the share.
         let v = vec![
-            verdict("gap", "cpu_bound", 0.3),
-            verdict("loss", "target_other", 0.5),
+            verdict(Kind::Gap, Cause::CpuBound, 0.3),
+            verdict(Kind::Loss, Cause::TargetDrop, 0.5),
         ];
         let c = check_no_loss(&expect, &v, Some(0.0));
         assert!(c.cause_matches && c.share_within == Some(false) && !c.ok, "{c:?}");
@@ -2536,12 +2614,12 @@ mod tests {
     #[test]
     fn the_suite_table_says_what_matched() {
         let c = DiagnosisCheck {
-            expected_kind: "gap".into(),
-            expected_cause: "preempted".into(),
-            top_cause: Some("preempted".into()),
+            expected_kind: Kind::Gap,
+            expected_cause: Expected::Cause(Cause::Preempted),
+            top_cause: Some(Cause::Preempted),
             top_share: Some(0.45),
-            top_confidence: Some("strong".into()),
-            first_cause: Some("preempted".into()),
+            top_confidence: Some(Confidence::Strong),
+            first_cause: Some(Cause::Preempted),
             cause_matches: true,
             truth: Some(0.5),
             truth_basis: Truth::Gap.basis().into(),
@@ -2549,8 +2627,8 @@ mod tests {
             ok: true,
         };
         let wrong = DiagnosisCheck {
-            top_cause: Some("cpu_bound".into()),
-            first_cause: Some("cpu_bound".into()),
+            top_cause: Some(Cause::CpuBound),
+            first_cause: Some(Cause::CpuBound),
             cause_matches: false,
             ok: false,
             ..c.clone()
@@ -2602,7 +2680,7 @@ mod tests {
         let none = Counts::default();
         assert_eq!(measured_truth(Truth::ReceiverGap, 1000.0, 4.0, none, &[]), None);
         let short = staging(Scenario::ShortMiscalibration);
-        assert_eq!(short.expect.cause, "miscalibrated");
+        assert_eq!(short.expect.cause, Expected::Cause(Cause::Miscalibrated));
         // At most 20 packets, each slot far beyond the one asked for.
         let count = short
             .flags
@@ -2622,7 +2700,7 @@ mod tests {
         assert!(stage.never_sends);
         assert_eq!(
             (stage.expect.cause, stage.expect.truth),
-            ("never_sent", Truth::Gap)
+            (Expected::Cause(Cause::NeverSent), Truth::Gap)
         );
         // Nothing arrived: the whole requested rate is missing.
         let counts = Counts {

@@ -124,7 +124,7 @@ pub fn markdown(c: &Comparison, a: &str, b: &str) -> String {
         let _ = writeln!(
             o,
             "| `{}` | {} | {} | {} | {} | {} |",
-            esc(&r.cause),
+            esc(r.cause.as_str()),
             r.kind,
             r.at_pps.map_or("-".into(), |p| num(Some(p))),
             share(r.a_share),
@@ -161,7 +161,8 @@ mod tests {
         let (_, a) = crate::views::fixtures::rich_run();
         let mut b = a.clone();
         b.achieved_pps += 50.0;
-        b.verdicts.retain(|v| v.kind != "loss");
+        b.verdicts
+            .retain(|v| v.kind != crate::analysis::verdict::Kind::Loss);
         runs(&a, &b)
     }
 

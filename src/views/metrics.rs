@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::Context;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
+use crate::analysis::verdict::{Cause, Confidence, Kind};
 use crate::analysis::{Snapshot, Summary, STAGES};
 use crate::collect::{DropClass, TimeBudget};
 use crate::session::Update;
@@ -96,7 +97,7 @@ pub struct MetricsState {
     bpf_ns_per_packet: Option<f64>,
     bpf_share_of_target: Option<f64>,
     /// top verdict per kind: kind -> (cause, confidence, share)
-    verdicts: BTreeMap<String, (String, String, f64)>,
+    verdicts: BTreeMap<Kind, (Cause, Confidence, f64)>,
     /// why the run ended, once it has
     ended: Option<String>,
 }
@@ -209,8 +210,8 @@ impl MetricsState {
         self.verdicts.clear();
         for v in verdicts {
             self.verdicts
-                .entry(v.kind.clone())
-                .or_insert_with(|| (v.cause.clone(), v.confidence.clone(), v.share));
+                .entry(v.kind)
+                .or_insert_with(|| (v.cause, v.confidence, v.share));
         }
     }
 
@@ -348,8 +349,9 @@ impl MetricsState {
             &["kind", "cause"],
         )?;
         for (kind, (cause, confidence, s)) in &self.verdicts {
-            info.with_label_values(&[kind, cause, confidence]).set(1.0);
-            share.with_label_values(&[kind, cause]).set(*s);
+            info.with_label_values(&[kind.as_str(), cause.as_str(), confidence.as_str()])
+                .set(1.0);
+            share.with_label_values(&[kind.as_str(), cause.as_str()]).set(*s);
         }
         r.register(Box::new(info))?;
         r.register(Box::new(share))?;
@@ -725,16 +727,16 @@ mod tests {
                 &text,
                 "scanprof_verdict_info",
                 &[
-                    ("kind", &top.kind),
-                    ("cause", &top.cause),
-                    ("confidence", &top.confidence)
+                    ("kind", top.kind.as_str()),
+                    ("cause", top.cause.as_str()),
+                    ("confidence", top.confidence.as_str())
                 ]
             ),
             Some(1.0),
             "{text}"
         );
         assert_eq!(
-            sample(&text, "scanprof_verdict_share", &[("cause", &top.cause)]),
+            sample(&text, "scanprof_verdict_share", &[("cause", top.cause.as_str())]),
             Some(top.share)
         );
         assert!(text.contains("# TYPE scanprof_stage_events_total counter"));

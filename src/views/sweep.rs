@@ -291,10 +291,10 @@ pub(crate) mod tests {
                 st.lost = 0;
                 st.loss_share = 0.0;
                 st.verdicts = vec![crate::analysis::knee::VerdictBrief {
-                    cause: "no_gap".into(),
-                    kind: "gap".into(),
+                    cause: crate::analysis::verdict::Cause::NoGap,
+                    kind: crate::analysis::verdict::Kind::Gap,
                     share: 0.0,
-                    confidence: "strong".into(),
+                    confidence: crate::analysis::verdict::Confidence::Strong,
                 }];
             }
             st.lab = Some(LabCounts {

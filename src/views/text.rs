@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::analysis::verdict::Confidence;
 use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, Summary, Verdict};
 use crate::collect::DropClass;
 use crate::units::{duration as ns, pct};
@@ -569,7 +570,7 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
     }
     let _ = writeln!(o, "\ndiagnosis:");
     for (i, v) in verdicts.iter().take(5).enumerate() {
-        let weak = if v.confidence == "weak" {
+        let weak = if v.confidence == Confidence::Weak {
             " (weak evidence)"
         } else {
             ""

@@ -647,8 +647,8 @@ fn every_evidence_line_of_a_verdict_is_shown_and_long_ones_wrap() {
         "the address resolved, ".repeat(6)
     );
     s.verdicts = vec![crate::analysis::Verdict {
-        cause: "cpu_bound".into(),
-        kind: "gap".into(),
+        cause: crate::analysis::verdict::Cause::CpuBound,
+        kind: crate::analysis::verdict::Kind::Gap,
         sentence: "The sender is busy in its own code.".into(),
         share: 0.25,
         evidence: vec![
@@ -660,7 +660,7 @@ fn every_evidence_line_of_a_verdict_is_shown_and_long_ones_wrap() {
             long.clone(),
         ],
         next_step: "profile the sender".into(),
-        confidence: "weak".into(),
+        confidence: crate::analysis::verdict::Confidence::Weak,
     }];
     let r = summary(&s);
     for want in [

@@ -4,7 +4,7 @@
 use super::facts::{caveat_lines, Facts};
 use super::loss::{qdisc_kind, queue_advice};
 use super::units::{pps, signed_pct};
-use super::{verdict, Verdict, CLAIM_TOLERANCE_PCT, GAP, LOSS, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
+use super::{verdict, Cause, Kind, Verdict, CLAIM_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
 use crate::analysis::snapshot::ClaimView;
 use crate::collect::DropClass;
 use crate::units::whole_or_tenths;
@@ -130,8 +130,8 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
         let share = refused as f64 / (f.packets + f.failed_calls) as f64;
         let weak = refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
         return Some(verdict(
-            "conntrack_full",
-            LOSS,
+            Cause::ConntrackFull,
+            Kind::Loss,
             sentence,
             share,
             evidence,
@@ -142,8 +142,17 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
     let (sentence, mut evidence, next) = send_errors_text(f);
     caveat_lines(f, &mut evidence);
     let weak = f.failed_calls < MIN_DROPS || f.thin() || share < WEAK_SHARE || retried(top_errno(f));
-    (share >= MIN_SHARE || f.failed_calls >= MIN_DROPS)
-        .then(|| verdict("send_errors", LOSS, sentence, share, evidence, next, weak))
+    (share >= MIN_SHARE || f.failed_calls >= MIN_DROPS).then(|| {
+        verdict(
+            Cause::SendErrors,
+            Kind::Loss,
+            sentence,
+            share,
+            evidence,
+            next,
+            weak,
+        )
+    })
 }
 
 /// The scanner's own figures against scanprof's: one verdict naming those that differ by more
@@ -214,8 +223,8 @@ pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
     }
     caveat_lines(f, &mut evidence);
     Some(verdict(
-        "claim_mismatch",
-        GAP,
+        Cause::ClaimMismatch,
+        Kind::Gap,
         sentence,
         0.0,
         evidence,

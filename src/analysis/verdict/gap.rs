@@ -7,7 +7,8 @@ use super::facts::{caveat_lines, per_packet, Facts};
 use super::split::{Calibration, Split, MIN_GAPS};
 use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{
-    verdict, Verdict, CALIBRATION_TOLERANCE_PCT, GAP, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE, WEAK_SHARE,
+    verdict, Cause, Kind, Verdict, CALIBRATION_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE,
+    WEAK_SHARE,
 };
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
@@ -146,8 +147,8 @@ fn probe_cost(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
     };
     let weak = f.thin() || (split.is_some() && share < WEAK_SHARE);
     Some(verdict(
-        "probe_cost",
-        GAP,
+        Cause::ProbeCost,
+        Kind::Gap,
         sentence,
         share,
         evidence,
@@ -225,7 +226,15 @@ fn gap_unknown(f: &Facts) -> Verdict {
     } else {
         "Pass the rate the scanner was asked for with `--requested PPS` to judge the gap.".to_string()
     };
-    verdict("gap_unknown", GAP, sentence, 0.0, evidence, next_step, true)
+    verdict(
+        Cause::GapUnknown,
+        Kind::Gap,
+        sentence,
+        0.0,
+        evidence,
+        next_step,
+        true,
+    )
 }
 
 /// Where a sender with no finite requested rate spends its time: the part that bounds its rate.
@@ -367,8 +376,8 @@ fn bottleneck(f: &Facts) -> Option<Verdict> {
     };
     caveat_lines(f, &mut evidence);
     Some(verdict(
-        "bottleneck",
-        GAP,
+        Cause::Bottleneck,
+        Kind::Gap,
         sentence,
         0.0,
         evidence,
@@ -402,8 +411,8 @@ fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
     }
     caveat_lines(f, &mut evidence);
     verdict(
-        "no_gap",
-        GAP,
+        Cause::NoGap,
+        Kind::Gap,
         sentence,
         0.0,
         evidence,
@@ -442,8 +451,8 @@ fn above_requested(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verd
     }
     caveat_lines(f, &mut evidence);
     verdict(
-        "above_requested",
-        GAP,
+        Cause::AboveRequested,
+        Kind::Gap,
         sentence,
         0.0,
         evidence,
@@ -468,7 +477,7 @@ impl Split {
 
     fn verdicts(&self, f: &Facts, r: f64, calibration: Option<&Calibration>) -> Vec<Verdict> {
         let mut out = Vec::new();
-        let mut push = |cause: &str,
+        let mut push = |cause: Cause,
                         share: f64,
                         sentence: String,
                         mut evidence: Vec<String>,
@@ -489,7 +498,7 @@ impl Split {
             if is_cap(f) {
                 evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
             }
-            if self.cpu_not_limiting > 0.0 && cause != "cpu_bound" {
+            if self.cpu_not_limiting > 0.0 && cause != Cause::CpuBound {
                 evidence.push(format!(
                     "on the CPU {} of its time, off the CPU of its own accord {} of its time (asleep or blocked \
                      in send): its CPU time did not make the gaps",
@@ -499,7 +508,7 @@ impl Split {
             }
             caveat_lines(f, &mut evidence);
             let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
-            out.push(verdict(cause, GAP, sentence, share, evidence, next, weak));
+            out.push(verdict(cause, Kind::Gap, sentence, share, evidence, next, weak));
         };
         let slot = 1e9 / r * f.time.senders.max(1) as f64;
 
@@ -512,7 +521,7 @@ impl Split {
                 let dropped = super::limits::netfilter_drops(f);
                 let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
                 push(
-                    "conntrack_full",
+                    Cause::ConntrackFull,
                     share,
                     sentence,
                     evidence,
@@ -523,7 +532,7 @@ impl Split {
             if errors_share > 0.0 {
                 let (sentence, evidence, next) = send_errors_text(f);
                 let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
-                push("send_errors", errors_share, sentence, evidence, next, weak);
+                push(Cause::SendErrors, errors_share, sentence, evidence, next, weak);
             }
         }
 
@@ -569,7 +578,7 @@ impl Split {
             }
             let max_pps = 1e9 * f.time.senders.max(1) as f64 / on_cpu_ns.max(1.0);
             push(
-                "cpu_bound",
+                Cause::CpuBound,
                 self.cpu,
                 format!(
                     "The sender is CPU-bound: it needs {} of CPU per packet against a slot of {}, so it cannot keep up with {}.",
@@ -591,7 +600,7 @@ impl Split {
 
         if self.blocked > 0.0 {
             let (sentence, evidence, next) = blocked_text(f, self);
-            push("blocked_send", self.blocked, sentence, evidence, next, false);
+            push(Cause::BlockedSend, self.blocked, sentence, evidence, next, false);
         }
 
         if self.preempted > 0.0 {
@@ -609,7 +618,7 @@ impl Split {
             evidence.extend(self.absorbed_line());
             evidence.extend(baseline_line(f));
             push(
-                "preempted",
+                Cause::Preempted,
                 self.preempted,
                 format!(
                     "Other tasks take the sender's CPU: it waits {} per packet to run again, time its pacing never makes up.",
@@ -627,7 +636,7 @@ impl Split {
         if self.throttled > 0.0 {
             let (sentence, evidence, next) = super::limits::throttled_text(f, self, r);
             push(
-                "cgroup_throttled",
+                Cause::CgroupThrottled,
                 self.throttled,
                 sentence,
                 evidence,
@@ -638,7 +647,7 @@ impl Split {
 
         if self.steal > 0.0 {
             let (sentence, evidence, next) = super::limits::steal_text(f, self);
-            push("steal", self.steal, sentence, evidence, next, false);
+            push(Cause::Steal, self.steal, sentence, evidence, next, false);
         }
 
         if self.miscalibrated > 0.0 {
@@ -726,7 +735,7 @@ impl Split {
             };
             evidence.extend(pacer_line(f));
             push(
-                "miscalibrated",
+                Cause::Miscalibrated,
                 self.miscalibrated,
                 sentence,
                 evidence,
@@ -810,7 +819,14 @@ impl Split {
             if next.is_empty() {
                 next = pacing_next(f, r, sleeps);
             }
-            push("pacing_coarse", self.pacing, sentence, evidence, next, no_gaps);
+            push(
+                Cause::PacingCoarse,
+                self.pacing,
+                sentence,
+                evidence,
+                next,
+                no_gaps,
+            );
         }
 
         if self.stalls > 0.0 {
@@ -839,7 +855,7 @@ impl Split {
                 )
             };
             push(
-                "idle_waits",
+                Cause::IdleWaits,
                 self.stalls,
                 sentence,
                 evidence,
@@ -867,7 +883,7 @@ impl Split {
                 evidence.push(format!("{ipc} messages between the scanner's processes"));
             }
             push(
-                "unit_idle",
+                Cause::UnitIdle,
                 self.unit_idle,
                 format!(
                     "The sender sits idle between work units: {} passed {} between one unit's last packet and the next unit's hand-over.",
@@ -904,7 +920,7 @@ impl Split {
                 ));
             }
             push(
-                "unit_setup",
+                Cause::UnitSetup,
                 self.unit_setup,
                 format!(
                     "Every work unit pays a set-up before its first packet (IPC, rate set-up, calibration): {} each.",
@@ -925,8 +941,8 @@ impl Split {
             }
             caveat_lines(f, &mut evidence);
             out.push(verdict(
-                "unexplained",
-                GAP,
+                Cause::Unexplained,
+                Kind::Gap,
                 format!(
                     "{} of the requested rate is missing for a reason scanprof cannot see {}.",
                     pct(self.unexplained),
@@ -1034,8 +1050,8 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
     };
     // What was seen is certain over a run; a tick may be the start-up.
     verdict(
-        "never_sent",
-        GAP,
+        Cause::NeverSent,
+        Kind::Gap,
         sentence,
         1.0 - f.achieved / r,
         evidence,

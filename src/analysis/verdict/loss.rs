@@ -4,7 +4,7 @@
 
 use super::facts::{caveat_lines, Dropped, Facts};
 use super::units::{pct, pps};
-use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
+use super::{verdict, Cause, Confidence, Kind, Verdict, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
 use crate::collect::DropClass;
 
 /// A refused packet share of the device's traffic above which the family is its main sender.
@@ -50,7 +50,7 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
             if dropped > 0 {
                 let refused = f.errors.get("EPERM").copied().unwrap_or(0);
                 let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
-                v.cause = "conntrack_full".to_string();
+                v.cause = Cause::ConntrackFull;
                 v.sentence = sentence;
                 v.evidence
                     .splice(0..0, evidence.into_iter().filter(|e| !e.starts_with("caveat: ")));
@@ -59,10 +59,10 @@ pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
         }
         out.push(v);
     }
-    if !out.iter().any(|v| v.cause == "device_drop") {
+    if !out.iter().any(|v| v.cause == Cause::DeviceDrop) {
         out.extend(device_refused(f));
     }
-    if !out.iter().any(|v| v.cause == "neigh_failed") {
+    if !out.iter().any(|v| v.cause == Cause::NeighFailed) {
         out.extend(neighbour_failed_unseen(f));
     }
     out.extend(unseen_after_send(f));
@@ -90,7 +90,7 @@ fn unseen_after_send(f: &Facts) -> Option<Verdict> {
     // Strong whatever the interval's caveats: any unseen packet past the edges is a fault.
     Some(finish(
         f,
-        "measurement_fault",
+        Cause::MeasurementFault,
         format!(
             "scanprof cannot follow {unseen} of the family's packets past the send syscall: what \
              happened to them after sending (sent, queued or dropped) is not known, so no loss \
@@ -108,13 +108,13 @@ fn unseen_after_send(f: &Facts) -> Option<Verdict> {
 
 /// Whether a loss verdict is about the scanner's own outgoing packets, certainly lost.
 pub(super) fn is_outgoing(v: &Verdict) -> bool {
-    let maybe_requeued = v.cause == "device_refused" && v.confidence != super::STRONG;
+    let maybe_requeued = v.cause == Cause::DeviceRefused && v.confidence != Confidence::Strong;
     v.share > 0.0
-        && !v.cause.starts_with("reply_")
-        && !super::receive::is_receive(&v.cause)
-        && !super::relay::is_relay(&v.cause)
-        && v.cause != "send_errors"
-        && v.cause != "measurement_fault"
+        && !v.cause.is_reply_loss()
+        && !super::receive::is_receive(v.cause)
+        && !super::relay::is_relay(v.cause)
+        && v.cause != Cause::SendErrors
+        && v.cause != Cause::MeasurementFault
         && !maybe_requeued
 }
 
@@ -277,7 +277,7 @@ impl Group {
                     (None, _) => "the queueing discipline".to_string(),
                 };
                 (
-                    "qdisc_drop",
+                    Cause::QdiscDrop,
                     format!(
                         "{} of the sent packets ({count}) were dropped by {what} ({where_}): the path is narrower than the rate the scanner sends at.",
                         pct(share)
@@ -311,7 +311,7 @@ impl Group {
                     ),
                 };
                 (
-                    "neigh_failed",
+                    Cause::NeighFailed,
                     format!(
                         "{} of the sent packets ({count}) died waiting for their next hop's address on {dev}: {why}.",
                         pct(share)
@@ -320,12 +320,12 @@ impl Group {
                 )
             }
             Group::Route => (
-                "no_route",
+                Cause::NoRoute,
                 format!("{} of the sent packets ({count}) had no route ({where_}).", pct(share)),
                 "`ip route get ADDR` for a target: add the missing route or fix the source address.".to_string(),
             ),
             Group::Filter => (
-                "filtered",
+                Cause::Filtered,
                 format!(
                     "{} of the sent packets ({count}) were dropped by a filter on the way out ({where_}).",
                     pct(share)
@@ -336,7 +336,7 @@ impl Group {
                 ),
             ),
             Group::Device => (
-                "device_drop",
+                Cause::DeviceDrop,
                 format!(
                     "{} of the sent packets ({count}) were dropped at the device ({where_}).",
                     pct(share)
@@ -347,7 +347,7 @@ impl Group {
                 ),
             ),
             Group::TargetOther => (
-                "target_drop",
+                Cause::TargetDrop,
                 format!(
                     "{} of the sent packets ({count}) were dropped after sending ({where_}).",
                     pct(share)
@@ -358,7 +358,7 @@ impl Group {
                 ),
             ),
             Group::ReplySocket => (
-                "reply_socket_buffer",
+                Cause::ReplySocketBuffer,
                 {
                     if let Some(t) = f.receive.map(|r| r.tunables) {
                         let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
@@ -377,20 +377,20 @@ impl Group {
                     .to_string(),
             ),
             Group::ReplyBacklog => (
-                "reply_backlog",
+                Cause::ReplyBacklog,
                 format!(
                     "Replies were lost in the CPU's input backlog before any socket saw them ({count}, {where_})."
                 ),
                 "Raise sysctl net.core.netdev_max_backlog, and spread receive processing over CPUs (RPS).".to_string(),
             ),
             Group::ReplyCapture => (
-                "reply_capture",
+                Cause::ReplyCapture,
                 format!("Replies were lost at the scanner's capture ring ({count}, {where_}): it was full."),
                 "Give the capture a larger buffer (libpcap's buffer size, the TPACKET ring) or a tighter capture filter."
                     .to_string(),
             ),
             Group::ReplyOther => (
-                "reply_drop",
+                Cause::ReplyDrop,
                 format!("Replies to the scanner were dropped on their way in ({count}, {where_})."),
                 format!(
                     "Look up SKB_DROP_REASON_{} in the kernel's include/net/dropreason-core.h and the code at {}.",
@@ -418,7 +418,7 @@ fn neighbour_line(d: &crate::analysis::snapshot::DeviceView) -> String {
 
 fn finish(
     f: &Facts,
-    cause: &str,
+    cause: Cause,
     sentence: String,
     share: f64,
     mut evidence: Vec<String>,
@@ -426,7 +426,7 @@ fn finish(
     weak: bool,
 ) -> Verdict {
     caveat_lines(f, &mut evidence);
-    verdict(cause, LOSS, sentence, share, evidence, next, weak)
+    verdict(cause, Kind::Loss, sentence, share, evidence, next, weak)
 }
 
 /// Drivers that refused packets (busy or error) when no drop at the device was seen: a qdisc
@@ -464,7 +464,7 @@ fn device_refused(f: &Facts) -> Vec<Verdict> {
             let weak = !(no_qdisc && mostly_ours) || d.xmit_refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
             Some(finish(
                 f,
-                "device_refused",
+                Cause::DeviceRefused,
                 format!(
                     "The driver of {} refused {} packets (busy or error){}.",
                     d.device,
@@ -492,7 +492,7 @@ fn neighbour_failed_unseen(f: &Facts) -> Vec<Verdict> {
         .map(|d| {
             finish(
                 f,
-                "neigh_failed",
+                Cause::NeighFailed,
                 format!(
                     "Address resolution failed {} times on {} for the scanner's packets; the packets queued behind it \
                      were probably lost, though no drop was seen.",

@@ -4,6 +4,7 @@
 //! `split` divides the gap among its causes, `gap`, `claims` and `loss` write the verdicts;
 //! docs/diagnosis.md states every rule and threshold.
 
+mod cause;
 mod claims;
 mod facts;
 mod gap;
@@ -22,15 +23,17 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::{Snapshot, Summary};
+pub use cause::{Cause, Confidence, Kind, UnknownCause};
 use facts::Facts;
 
 /// One cause, with the share it explains, the numbers behind it and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// stable identifier, e.g. `cpu_bound`, `qdisc_drop`, `no_gap` (see docs/diagnosis.md)
-    pub cause: String,
-    /// `gap` (requested vs achieved send rate) or `loss` (packets lost after sending)
-    pub kind: String,
+    pub cause: Cause,
+    /// `gap` (requested vs achieved send rate) or `loss` (packets lost after sending); a field
+    /// of its own because `send_errors` and `conntrack_full` can be either (`Cause::kinds`)
+    pub kind: Kind,
     /// one sentence a user understands
     pub sentence: String,
     /// 0..1. For `gap`: the part of the requested rate this cause cost, so that the time-based
@@ -43,17 +46,8 @@ pub struct Verdict {
     /// the next thing to try: a sysctl, a scanner option, an experiment
     pub next_step: String,
     /// `strong` or `weak` (short run, few packets, a small share, or an inferred cause)
-    pub confidence: String,
+    pub confidence: Confidence,
 }
-
-/// `Verdict::kind` of a cause of the gap between requested and achieved send rate.
-pub const GAP: &str = "gap";
-/// `Verdict::kind` of a cause of packets lost after they were sent.
-pub const LOSS: &str = "loss";
-/// `Verdict::confidence` when the evidence is direct and large enough.
-pub const STRONG: &str = "strong";
-/// `Verdict::confidence` when the evidence is thin, small or inferred.
-pub const WEAK: &str = "weak";
 
 /// Achieved within this fraction of requested (either way) is no significant gap.
 pub const NO_GAP_TOLERANCE: f64 = 0.02;
@@ -91,18 +85,18 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     // A relay retries the sends its outputs refused: those refusals, and the qdisc drops
     // behind them, are no loss of their own; the relay verdicts say what was lost.
     if relay::refusals_cover_qdisc_drops(f) {
-        loss.retain(|v| v.cause != "qdisc_drop");
+        loss.retain(|v| v.cause != Cause::QdiscDrop);
     }
     if relay::refusals_cover_failed_sends(f) {
         gap.verdicts
-            .retain(|v| !(v.cause == "send_errors" && v.kind == LOSS));
+            .retain(|v| !(v.cause == Cause::SendErrors && v.kind == Kind::Loss));
     }
     loss.extend(relay::verdicts(f));
     loss.extend(rings::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {
-        gap.verdicts.retain(|v| v.cause != "no_gap");
+        gap.verdicts.retain(|v| v.cause != Cause::NoGap);
     }
     rank(gap.verdicts, loss, gap.has_gap)
 }
@@ -112,9 +106,9 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
 /// then strong before weak, then a fixed order of causes.
 fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
     let order = |v: &Verdict| -> u8 {
-        if v.cause == "measurement_fault" {
+        if v.cause == Cause::MeasurementFault {
             0
-        } else if (v.kind == GAP) == has_gap {
+        } else if (v.kind == Kind::Gap) == has_gap {
             1
         } else {
             2
@@ -125,45 +119,38 @@ fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
         order(a)
             .cmp(&order(b))
             .then(b.share.total_cmp(&a.share))
-            .then((a.confidence != STRONG).cmp(&(b.confidence != STRONG)))
-            .then(tie_rank(&a.cause).cmp(&tie_rank(&b.cause)))
-            .then(a.cause.cmp(&b.cause))
+            .then((a.confidence != Confidence::Strong).cmp(&(b.confidence != Confidence::Strong)))
+            .then(a.cause.tie_rank().cmp(&b.cause.tie_rank()))
+            .then(a.cause.as_str().cmp(b.cause.as_str()))
     });
     all
 }
 
-/// Among verdicts of equal share (share-0 findings mostly): the overall judgement first.
-fn tie_rank(cause: &str) -> u8 {
-    match cause {
-        "measurement_fault" => 0,
-        "no_gap" | "gap_unknown" | "unexplained" | "never_sent" => 1,
-        "bottleneck" => 2,
-        "above_requested" => 2,
-        "miscalibrated" | "rate_unit" => 3,
-        "claim_mismatch" => 4,
-        // the cause of the same drops that rcvbuf_overflow and backlog_overflow describe
-        "receiver_cpu_bound" => 4,
-        _ => 5,
-    }
-}
-
 /// Builds a verdict; `weak` decides the confidence together with the share threshold.
 fn verdict(
-    cause: &str,
-    kind: &str,
+    cause: Cause,
+    kind: Kind,
     sentence: String,
     share: f64,
     evidence: Vec<String>,
     next_step: String,
     weak: bool,
 ) -> Verdict {
+    debug_assert!(
+        cause.kinds().contains(&kind),
+        "{cause} is not a {kind} cause (Cause::kinds)"
+    );
     Verdict {
-        cause: cause.to_string(),
-        kind: kind.to_string(),
+        cause,
+        kind,
         sentence,
         share: share.clamp(0.0, 1.0),
         evidence,
         next_step,
-        confidence: if weak { WEAK } else { STRONG }.to_string(),
+        confidence: if weak {
+            Confidence::Weak
+        } else {
+            Confidence::Strong
+        },
     }
 }

@@ -7,7 +7,7 @@
 
 use super::facts::{caveat_lines, Facts};
 use super::units::{pct, pps};
-use super::{verdict, Verdict, GAP, NO_GAP_TOLERANCE};
+use super::{verdict, Cause, Kind, Verdict, NO_GAP_TOLERANCE};
 use crate::analysis::snapshot::{RateCounts, RateUnitView};
 
 /// Packet rates this close (a share of the larger) are the same rate.
@@ -86,9 +86,9 @@ fn fmt(v: f64) -> String {
 pub(super) fn rejudged(f: &Facts, r: f64, p: f64, mut out: Vec<Verdict>) -> Vec<Verdict> {
     let Some(u) = unit(f) else { return out };
     // Judged against p, the run's own finding about the unit is this verdict's to make.
-    out.retain(|v| v.cause != "rate_unit");
+    out.retain(|v| v.cause != Cause::RateUnit);
     let k = (p / r).min(1.0);
-    for v in out.iter_mut().filter(|v| v.kind == GAP) {
+    for v in out.iter_mut().filter(|v| v.kind == Kind::Gap) {
         v.share *= k;
     }
     let share = (1.0 - p / r).max(0.0);
@@ -136,8 +136,8 @@ pub(super) fn rejudged(f: &Facts, r: f64, p: f64, mut out: Vec<Verdict>) -> Vec<
         fmt(r / n)
     );
     out.push(verdict(
-        "rate_unit",
-        GAP,
+        Cause::RateUnit,
+        Kind::Gap,
         sentence,
         share,
         evidence,
@@ -186,5 +186,13 @@ pub(super) fn finding(f: &Facts, r: f64) -> Option<Verdict> {
             pps(u.packet_pps * n)
         ),
     };
-    Some(verdict("rate_unit", GAP, sentence, 0.0, evidence, next, f.thin()))
+    Some(verdict(
+        Cause::RateUnit,
+        Kind::Gap,
+        sentence,
+        0.0,
+        evidence,
+        next,
+        f.thin(),
+    ))
 }

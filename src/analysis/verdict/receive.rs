@@ -6,7 +6,7 @@
 
 use super::facts::Facts;
 use super::units::{pct, pps};
-use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use super::{verdict, Cause, Kind, Verdict, MIN_DROPS, MIN_PACKETS};
 use crate::analysis::receive::ReceiveView;
 use crate::analysis::snapshot::DropRow;
 
@@ -156,8 +156,8 @@ fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
         ""
     };
     Some(verdict(
-        "rcvbuf_overflow",
-        LOSS,
+        Cause::RcvbufOverflow,
+        Kind::Loss,
         format!(
             "The family's receive buffer was too small: {dropped} packets ({}) were dropped at its socket before it read them.",
             pct(share)
@@ -237,8 +237,8 @@ fn cpu_bound(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
         String::new()
     };
     Some(verdict(
-        "receiver_cpu_bound",
-        LOSS,
+        Cause::ReceiverCpuBound,
+        Kind::Loss,
         format!(
             "The family's receiver is CPU-bound: reading what arrived needs {needed:.2} CPUs at {} per packet, so {dropped} packets ({}) were dropped before it read them.",
             super::units::dur(ns),
@@ -268,8 +268,8 @@ fn backlog_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     ));
     let figure = now.map_or(4096, |v| (v * 4).next_power_of_two());
     Some(verdict(
-        "backlog_overflow",
-        LOSS,
+        Cause::BacklogOverflow,
+        Kind::Loss,
         format!(
             "A CPU's input backlog overflowed: {dropped} packets for the family ({}) were dropped before any socket saw them.",
             pct(share)
@@ -292,8 +292,8 @@ fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     }
     let read = r.count("recv_packets");
     Some(verdict(
-        "receiver_keeps_up",
-        LOSS,
+        Cause::ReceiverKeepsUp,
+        Kind::Loss,
         format!(
             "The family's receiver kept up: it read {read} packets and none for it was dropped before its read."
         ),
@@ -310,9 +310,9 @@ pub(super) fn handles(reason: &str) -> bool {
 }
 
 /// Whether a verdict is one of this module's (about the receive side, not the packets sent).
-pub(super) fn is_receive(cause: &str) -> bool {
+pub(super) fn is_receive(cause: Cause) -> bool {
     matches!(
         cause,
-        "rcvbuf_overflow" | "backlog_overflow" | "receiver_keeps_up" | "receiver_cpu_bound"
+        Cause::RcvbufOverflow | Cause::BacklogOverflow | Cause::ReceiverKeepsUp | Cause::ReceiverCpuBound
     )
 }

@@ -7,7 +7,7 @@
 
 use super::facts::Facts;
 use super::units::pct;
-use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use super::{verdict, Cause, Kind, Verdict, MIN_DROPS, MIN_PACKETS};
 use crate::analysis::relay::RelayView;
 use crate::collect::DropClass;
 
@@ -137,8 +137,8 @@ fn egress(f: &Facts, v: &RelayView, own: u64) -> Verdict {
         format!("sending took {} of its busy time", pct(v.egress_time_share))
     };
     verdict(
-        "relay_egress_bound",
-        LOSS,
+        Cause::RelayEgressBound,
+        Kind::Loss,
         format!(
             "The relay's egress is its bottleneck: {why}, and {lost} of the {} packets that reached it ({}) were lost: {} by the kernel before its read, {own} read and never forwarded.",
             v.arrived,
@@ -155,8 +155,8 @@ fn egress(f: &Facts, v: &RelayView, own: u64) -> Verdict {
 fn kernel(f: &Facts, v: &RelayView, dropped: u64) -> Verdict {
     let share = dropped as f64 / v.arrived.max(1) as f64;
     verdict(
-        "relay_kernel_drops",
-        LOSS,
+        Cause::RelayKernelDrops,
+        Kind::Loss,
         format!(
             "The relay reads slower than packets arrive: the kernel dropped {} of the {} that reached it ({}) before its read, while its egress kept up.",
             dropped,
@@ -176,8 +176,8 @@ fn kernel(f: &Facts, v: &RelayView, dropped: u64) -> Verdict {
 fn own_drops(f: &Facts, v: &RelayView, own: u64) -> Verdict {
     let share = own as f64 / v.arrived.max(1) as f64;
     verdict(
-        "relay_own_drops",
-        LOSS,
+        Cause::RelayOwnDrops,
+        Kind::Loss,
         format!(
             "The relay dropped {own} packets it had read ({}) without forwarding them, while its outputs refused nothing: its own drops (an exhausted buffer pool, or its logic).",
             pct(share)
@@ -213,6 +213,6 @@ pub(super) fn refusals_cover_failed_sends(f: &Facts) -> bool {
 }
 
 /// Whether a verdict is one of this module's.
-pub(super) fn is_relay(cause: &str) -> bool {
-    cause.starts_with("relay_")
+pub(super) fn is_relay(cause: Cause) -> bool {
+    cause.is_relay()
 }

@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::units::{pct, pps};
-use super::{verdict, Verdict, LOSS, MIN_DROPS, MIN_PACKETS};
+use super::{verdict, Cause, Kind, Verdict, MIN_DROPS, MIN_PACKETS};
 use crate::analysis::rings::RingView;
 use crate::collect::rings::RingKind;
 
@@ -169,8 +169,8 @@ fn ring_full(f: &Facts) -> Option<Verdict> {
         ""
     };
     Some(verdict(
-        "ring_full",
-        LOSS,
+        Cause::RingFull,
+        Kind::Loss,
         sentence,
         share,
         evidence,
@@ -184,7 +184,7 @@ mod tests {
     use super::*;
     use crate::analysis::receive::ReceiveView;
     use crate::analysis::snapshot::Summary;
-    use crate::analysis::verdict::for_summary;
+    use crate::analysis::verdict::{for_summary, Confidence};
 
     fn ring(kind: RingKind, queued: u64, dropped: u64) -> RingView {
         RingView {
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn a_scanner_that_sent_is_told_its_listener_missed_replies() {
         let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some("masscan"), 3000);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(
             r.sentence
                 .starts_with("masscan's listener missed 274 replies (9.1%): its packet-socket ring was full"),
@@ -257,7 +257,7 @@ mod tests {
         // The generic profile, or a family that never sent, is not a scanner missing replies.
         for (profile, packets) in [("generic", 3000), ("masscan", 0)] {
             let v = diagnose(vec![ring(RingKind::TpacketV2, 2731, 274)], Some(profile), packets);
-            let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+            let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
             assert!(
                 r.sentence.starts_with("The family's packet-socket ring"),
                 "{}",
@@ -269,10 +269,10 @@ mod tests {
     #[test]
     fn a_ring_that_drops_is_ring_full_with_its_share_and_a_ring_size() {
         let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
-        assert_eq!(r.kind, LOSS);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert_eq!(r.kind, Kind::Loss);
         assert!((r.share - 3370.0 / 4021.0).abs() < 1e-9, "{r:?}");
-        assert_eq!(r.confidence, "strong");
+        assert_eq!(r.confidence, Confidence::Strong);
         assert!(
             r.evidence
                 .iter()
@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn a_packet_socket_without_a_ring_is_told_to_raise_its_receive_buffer() {
         let v = run(vec![ring(RingKind::Queue, 900, 100)]);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(r.next_step.contains("SO_RCVBUF"), "{}", r.next_step);
         assert!(
             !r.next_step.contains("slower than the traffic"),
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn a_ring_that_kept_up_gives_no_ring_full() {
         let v = run(vec![ring(RingKind::TpacketV3, 5000, 0)]);
-        assert!(v.iter().all(|v| v.cause != "ring_full"), "{v:#?}");
+        assert!(v.iter().all(|v| v.cause != Cause::RingFull), "{v:#?}");
     }
 
     #[test]
@@ -313,19 +313,19 @@ mod tests {
         big.frames = 32;
         big.ring_bytes = 4 << 20;
         let v = run(vec![big]);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
         assert!(r.next_step.contains("~8192 frames"), "{}", r.next_step);
         // An 8-frame ring of 2 KiB frames is not.
         let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(!r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
     }
 
     #[test]
     fn a_few_drops_are_weak() {
         let v = run(vec![ring(RingKind::TpacketV2, 50, 5)]);
-        let r = v.iter().find(|v| v.cause == "ring_full").expect("ring_full");
-        assert_eq!(r.confidence, "weak");
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert_eq!(r.confidence, Confidence::Weak);
     }
 }

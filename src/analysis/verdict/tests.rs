@@ -17,7 +17,7 @@ fn close(actual: f64, expected: f64) -> bool {
     (actual - expected).abs() <= 1e-6
 }
 
-fn assert_share(v: &[Verdict], cause: &str, expected: f64) {
+fn assert_share(v: &[Verdict], cause: Cause, expected: f64) {
     let got = find(v, cause).share;
     assert!(
         close(got, expected),
@@ -25,18 +25,18 @@ fn assert_share(v: &[Verdict], cause: &str, expected: f64) {
     );
 }
 
-fn find<'a>(v: &'a [Verdict], cause: &str) -> &'a Verdict {
+fn find(v: &[Verdict], cause: Cause) -> &Verdict {
     v.iter()
         .find(|x| x.cause == cause)
         .unwrap_or_else(|| panic!("no {cause} verdict in {:#?}", causes(v)))
 }
 
-fn causes(v: &[Verdict]) -> Vec<&str> {
-    v.iter().map(|x| x.cause.as_str()).collect()
+fn causes(v: &[Verdict]) -> Vec<Cause> {
+    v.iter().map(|x| x.cause).collect()
 }
 
 fn gap_sum(v: &[Verdict]) -> f64 {
-    v.iter().filter(|x| x.kind == GAP).map(|x| x.share).sum()
+    v.iter().filter(|x| x.kind == Kind::Gap).map(|x| x.share).sum()
 }
 
 fn budget(window_s: f64, send: f64, blocked: f64, sleep: f64, preempted: f64, other: f64) -> TimeBudget {
@@ -302,9 +302,9 @@ fn a_healthy_run_has_no_significant_gap() {
     let v = run(Some(1000.0), 995.0, 10.0)
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .verdicts();
-    assert_eq!(causes(&v), ["no_gap"]);
-    assert_eq!(v[0].kind, GAP);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::NoGap]);
+    assert_eq!(v[0].kind, Kind::Gap);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     assert_eq!(v[0].share, 0.0);
     assert!(v[0].sentence.contains("No significant gap"), "{}", v[0].sentence);
     assert!(
@@ -323,8 +323,8 @@ fn packets_no_stage_saw_after_the_syscall_are_a_measurement_fault_not_no_loss() 
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .after_send(0, 0, 0)
         .verdicts();
-    assert_eq!(causes(&v), ["measurement_fault", "no_gap"]);
-    assert_share(&v, "measurement_fault", 1.0);
+    assert_eq!(causes(&v), [Cause::MeasurementFault, Cause::NoGap]);
+    assert_share(&v, Cause::MeasurementFault, 1.0);
     assert!(
         v[0].sentence.contains("10000 of the family's packets"),
         "{}",
@@ -338,8 +338,8 @@ fn packets_no_stage_saw_after_the_syscall_are_a_measurement_fault_not_no_loss() 
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .after_send(7500, 7500, 0)
         .verdicts();
-    assert_eq!(v[0].cause, "measurement_fault");
-    assert_share(&v, "measurement_fault", 0.25);
+    assert_eq!(v[0].cause, Cause::MeasurementFault);
+    assert_share(&v, Cause::MeasurementFault, 0.25);
 }
 
 #[test]
@@ -357,7 +357,7 @@ fn a_funnel_that_accounts_for_every_packet_is_no_fault() {
             .after_send(queued, xmit, dropped)
             .verdicts();
         assert!(
-            !causes(&v).contains(&"measurement_fault"),
+            !causes(&v).contains(&Cause::MeasurementFault),
             "{queued}/{xmit}/{dropped}: {:?}",
             causes(&v)
         );
@@ -367,7 +367,7 @@ fn a_funnel_that_accounts_for_every_packet_is_no_fault() {
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .after_send(9_960, 9_960, 0)
         .verdicts();
-    assert_eq!(causes(&v), ["no_gap"]);
+    assert_eq!(causes(&v), [Cause::NoGap]);
     assert!(v[0].sentence.contains("lost no packets"), "{}", v[0].sentence);
 }
 
@@ -383,10 +383,10 @@ fn target_losses_rule_out_no_gap_and_come_first() {
             2000,
         )
         .verdicts();
-    assert_eq!(causes(&v), ["qdisc_drop"]);
-    assert_eq!(v[0].kind, LOSS);
-    assert_share(&v, "qdisc_drop", 0.2);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::QdiscDrop]);
+    assert_eq!(v[0].kind, Kind::Loss);
+    assert_share(&v, Cause::QdiscDrop, 0.2);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     assert!(
         v[0].next_step.contains("tc -s qdisc show dev eth0"),
         "{}",
@@ -421,7 +421,7 @@ fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
     // raise its limit "(or the device's txqueuelen)", for the qdisc_drop and the ENOBUFS alike.
     for kind in ["tbf", "htb"] {
         let v = qdisc_drops_under(kind);
-        let q = find(&v, "qdisc_drop");
+        let q = find(&v, Cause::QdiscDrop);
         assert!(
             q.sentence
                 .contains(&format!("the {kind} qdisc, which limits the rate")),
@@ -447,7 +447,7 @@ fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
             "{:?}",
             q.evidence
         );
-        let e = find(&v, "send_errors");
+        let e = find(&v, Cause::SendErrors);
         assert!(
             e.next_step.contains("shapes to its configured rate"),
             "{}",
@@ -455,7 +455,7 @@ fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
         );
         assert!(!e.next_step.contains("ip link set"), "{}", e.next_step);
     }
-    assert!(find(&qdisc_drops_under("htb"), "qdisc_drop")
+    assert!(find(&qdisc_drops_under("htb"), Cause::QdiscDrop)
         .next_step
         .contains("tc -s class show dev eth0"));
 }
@@ -464,17 +464,17 @@ fn a_shaping_qdiscs_drops_advise_its_rate_not_txqueuelen() {
 fn a_plain_queues_drops_advise_its_length_by_kind() {
     // pfifo_fast holds txqueuelen packets: raising it is the advice, for bursts.
     let v = qdisc_drops_under("pfifo_fast");
-    let q = find(&v, "qdisc_drop");
+    let q = find(&v, Cause::QdiscDrop);
     assert!(
         q.next_step.contains("ip link set dev eth0 txqueuelen N"),
         "{}",
         q.next_step
     );
     assert!(!q.next_step.contains("shapes"), "{}", q.next_step);
-    assert!(find(&v, "send_errors").next_step.contains("txqueuelen N"));
+    assert!(find(&v, Cause::SendErrors).next_step.contains("txqueuelen N"));
     // fq_codel has a limit of its own that txqueuelen does not set.
     let v = qdisc_drops_under("fq_codel");
-    let q = find(&v, "qdisc_drop");
+    let q = find(&v, Cause::QdiscDrop);
     assert!(
         q.next_step
             .contains("tc qdisc change dev eth0 root fq_codel limit N"),
@@ -492,11 +492,14 @@ fn without_a_requested_rate_only_losses_and_a_weak_note() {
         .verdicts();
     // No gap to judge: the loss first, then what bounds the rate (strong) and the weak note;
     // nothing about CPU or pacing as a cause of a gap.
-    assert_eq!(causes(&v), ["qdisc_drop", "bottleneck", "gap_unknown"]);
-    let note = find(&v, "gap_unknown");
     assert_eq!(
-        (note.kind.as_str(), note.confidence.as_str(), note.share),
-        (GAP, WEAK, 0.0)
+        causes(&v),
+        [Cause::QdiscDrop, Cause::Bottleneck, Cause::GapUnknown]
+    );
+    let note = find(&v, Cause::GapUnknown);
+    assert_eq!(
+        (note.kind, note.confidence, note.share),
+        (Kind::Gap, Confidence::Weak, 0.0)
     );
     assert!(note.next_step.contains("--requested"), "{}", note.next_step);
 }
@@ -515,8 +518,8 @@ fn an_unlimited_request_says_there_is_nothing_to_fall_short_of() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["bottleneck", "gap_unknown"]);
-    let note = find(&v, "gap_unknown");
+    assert_eq!(causes(&v), [Cause::Bottleneck, Cause::GapUnknown]);
+    let note = find(&v, Cause::GapUnknown);
     assert!(note.sentence.contains("as fast as it can"), "{}", note.sentence);
 }
 
@@ -543,8 +546,8 @@ fn a_flooding_sender_is_told_what_limits_its_rate() {
         ..Default::default()
     });
     let v = r.verdicts();
-    let b = find(&v, "bottleneck");
-    assert_eq!((b.kind.as_str(), b.share), (GAP, 0.0));
+    let b = find(&v, Cause::Bottleneck);
+    assert_eq!((b.kind, b.share), (Kind::Gap, 0.0));
     assert!(
         b.sentence.contains(
             "What limits the rate is the send syscall: the sender spends 82.0% of its time inside it"
@@ -573,7 +576,9 @@ fn a_flooding_sender_is_told_what_limits_its_rate() {
     // A sender that mostly sleeps is not flat out: said so, not blamed on the syscall.
     let v = run(None, 1000.0, 10.0).time(0.02, 0.0, 0.9, 0.0, 0.08).verdicts();
     assert!(
-        find(&v, "bottleneck").sentence.contains("not sending flat out"),
+        find(&v, Cause::Bottleneck)
+            .sentence
+            .contains("not sending flat out"),
         "{v:#?}"
     );
 }
@@ -592,7 +597,7 @@ fn the_scanners_rate_stands_in_for_requested() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound"]);
+    assert_eq!(causes(&v), [Cause::CpuBound]);
 }
 
 #[test]
@@ -605,7 +610,7 @@ fn sending_faster_than_asked_is_named() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["above_requested"]);
+    assert_eq!(causes(&v), [Cause::AboveRequested]);
     assert!(v[0].sentence.contains("10.0% above"), "{}", v[0].sentence);
     assert!(
         v[0].evidence.iter().any(|e| e.contains("-9.0%")),
@@ -649,17 +654,17 @@ fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
         .probes(600.0 * US, 0.3)
         .verdicts();
     let unmeasured = 1.0 - 0.5 / 0.7;
-    assert_share(&v, "probe_cost", 0.5 - unmeasured);
-    assert_share(&v, "cpu_bound", unmeasured);
+    assert_share(&v, Cause::ProbeCost, 0.5 - unmeasured);
+    assert_share(&v, Cause::CpuBound, unmeasured);
     assert!(close(gap_sum(&v), 0.5), "{v:#?}");
     assert_eq!(
         v[0].cause,
-        "cpu_bound",
+        Cause::CpuBound,
         "the larger share first: {:?}",
         causes(&v)
     );
-    let p = find(&v, "probe_cost");
-    assert_eq!(p.confidence, STRONG);
+    let p = find(&v, Cause::ProbeCost);
+    assert_eq!(p.confidence, Confidence::Strong);
     assert!(
         p.sentence.contains("scanprof's own probes slow the sender"),
         "{}",
@@ -689,8 +694,8 @@ fn a_gap_the_probes_explain_whole_is_not_blamed_on_the_scanner() {
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .probes(1.5 * MS, 0.75)
         .verdicts();
-    assert_eq!(causes(&v), ["probe_cost"]);
-    assert_share(&v, "probe_cost", 0.5);
+    assert_eq!(causes(&v), [Cause::ProbeCost]);
+    assert_share(&v, Cause::ProbeCost, 0.5);
 }
 
 #[test]
@@ -701,8 +706,8 @@ fn probes_under_the_alert_and_outside_the_excess_are_not_a_cause() {
         .time(0.2, 0.0, 0.7, 0.0, 0.1)
         .probes(9.0 * US, 0.03)
         .verdicts();
-    assert!(!causes(&v).contains(&"probe_cost"), "{:?}", causes(&v));
-    assert_eq!(causes(&v), ["no_gap"]);
+    assert!(!causes(&v).contains(&Cause::ProbeCost), "{:?}", causes(&v));
+    assert_eq!(causes(&v), [Cause::NoGap]);
 }
 
 #[test]
@@ -713,14 +718,14 @@ fn probes_above_the_alert_at_the_requested_rate_cost_cpu_time_not_rate() {
         .time(0.2, 0.0, 0.0, 0.0, 0.8)
         .probes(80.0 * US, 0.08)
         .verdicts();
-    let p = find(&v, "probe_cost");
+    let p = find(&v, Cause::ProbeCost);
     assert_eq!(p.share, 0.0);
     assert!(
         p.sentence.contains("they cost it CPU time, not rate"),
         "{}",
         p.sentence
     );
-    assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
+    assert!(causes(&v).contains(&Cause::NoGap), "{:?}", causes(&v));
 }
 
 #[test]
@@ -731,7 +736,7 @@ fn probes_above_the_alert_are_named_even_without_a_requested_rate() {
         .time(0.6, 0.0, 0.0, 0.0, 0.4)
         .probes(2.0 * US, 0.2)
         .verdicts();
-    let p = find(&v, "probe_cost");
+    let p = find(&v, Cause::ProbeCost);
     assert_eq!(p.share, 0.0);
     assert!(
         p.sentence.contains("take 20.0% of the target's on-CPU time"),
@@ -743,7 +748,7 @@ fn probes_above_the_alert_are_named_even_without_a_requested_rate() {
         .time(0.6, 0.0, 0.0, 0.0, 0.4)
         .probes(200.0, 0.02)
         .verdicts();
-    assert!(!causes(&v).contains(&"probe_cost"), "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&Cause::ProbeCost), "{:?}", causes(&v));
 }
 
 // --- CPU-bound ---------------------------------------------------------------------------------
@@ -756,9 +761,9 @@ fn cpu_bound_when_the_work_per_packet_exceeds_the_slot() {
     let v = run(Some(1000.0), 500.0, 10.0)
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound"]);
-    assert_share(&v, "cpu_bound", 0.5);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::CpuBound]);
+    assert_share(&v, Cause::CpuBound, 0.5);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     // 2 ms on CPU per packet (1 s / 500), slot 1 ms; one thread can do 500 pps.
     assert!(
         v[0].sentence
@@ -775,8 +780,8 @@ fn cpu_bound_is_weak_when_a_busy_wait_pacer_would_look_the_same() {
     let v = run(Some(1000.0), 500.0, 10.0)
         .time(0.1, 0.0, 0.0, 0.0, 0.9)
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound"]);
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::CpuBound]);
+    assert_eq!(v[0].confidence, Confidence::Weak);
     assert!(
         v[0].evidence.iter().any(|e| e.contains("busy-waits")),
         "{:?}",
@@ -797,8 +802,8 @@ fn a_probe_on_the_pacing_loop_moves_its_time_from_work_to_pacing() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
-    assert_share(&v, "pacing_coarse", 0.5);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
+    assert_share(&v, Cause::PacingCoarse, 0.5);
     assert!(v[0].sentence.contains("its waits end late"), "{}", v[0].sentence);
 }
 
@@ -818,13 +823,16 @@ fn blocking_sixty_percent_beats_preemption_ten_percent() {
             ..device("eth0")
         })
         .verdicts();
-    assert_eq!(causes(&v), ["blocked_send", "preempted", "cpu_bound"]);
-    assert_share(&v, "blocked_send", 0.6);
-    assert_share(&v, "preempted", 0.1);
-    assert_share(&v, "cpu_bound", 0.05);
+    assert_eq!(
+        causes(&v),
+        [Cause::BlockedSend, Cause::Preempted, Cause::CpuBound]
+    );
+    assert_share(&v, Cause::BlockedSend, 0.6);
+    assert_share(&v, Cause::Preempted, 0.1);
+    assert_share(&v, Cause::CpuBound, 0.05);
     assert!(close(gap_sum(&v), 0.75));
     let b = &v[0];
-    assert_eq!(b.confidence, STRONG);
+    assert_eq!(b.confidence, Confidence::Strong);
     assert!(b.sentence.contains("sock_alloc_send_pskb"), "{}", b.sentence);
     assert!(b.sentence.contains("send-buffer space"), "{}", b.sentence);
     // 60% of 4 ms per packet.
@@ -862,7 +870,7 @@ fn a_send_buffer_full_of_unresolved_packets_points_at_the_neighbour() {
             ..device("eth0")
         })
         .verdicts();
-    assert_eq!(causes(&v), ["blocked_send", "neigh_failed"]);
+    assert_eq!(causes(&v), [Cause::BlockedSend, Cause::NeighFailed]);
     let b = &v[0];
     assert!(b.next_step.contains("ip neigh show dev eth0"), "{}", b.next_step);
     // The two stacks of one site make one line.
@@ -885,10 +893,15 @@ fn preemption_sixty_percent_beats_blocking_ten_percent() {
         .time(0.1, 0.1, 0.0, 0.6, 0.2)
         .site("__lock_sock", 1.0, 1.0)
         .verdicts();
-    assert_eq!(causes(&v), ["preempted", "blocked_send", "cpu_bound"]);
-    assert_share(&v, "preempted", 0.6);
+    assert_eq!(
+        causes(&v),
+        [Cause::Preempted, Cause::BlockedSend, Cause::CpuBound]
+    );
+    assert_share(&v, Cause::Preempted, 0.6);
     assert!(v[0].next_step.contains("taskset"), "{}", v[0].next_step);
-    assert!(find(&v, "blocked_send").next_step.contains("socket of its own"));
+    assert!(find(&v, Cause::BlockedSend)
+        .next_step
+        .contains("socket of its own"));
 }
 
 #[test]
@@ -899,8 +912,8 @@ fn lost_time_a_pacer_partly_absorbs_is_scaled_to_the_gap() {
     let v = run(Some(1000.0), 800.0, 10.0)
         .time(0.2, 0.3, 0.2, 0.0, 0.3)
         .verdicts();
-    assert_eq!(causes(&v), ["blocked_send"]);
-    assert_share(&v, "blocked_send", 0.2);
+    assert_eq!(causes(&v), [Cause::BlockedSend]);
+    assert_share(&v, Cause::BlockedSend, 0.2);
     // Without block sites the sentence says so rather than guessing a site.
     assert!(v[0].next_step.contains("block site table"), "{}", v[0].next_step);
 }
@@ -917,9 +930,9 @@ fn late_sleep_wake_ups_are_coarse_pacing() {
         .time(0.0625, 0.0, 0.9, 0.0, 0.0375)
         .gaps(160.0 * US, 160.0 * US, 190.0 * US)
         .verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
-    assert_share(&v, "pacing_coarse", 0.375);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
+    assert_share(&v, Cause::PacingCoarse, 0.375);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     assert!(v[0].sentence.contains("its sleeps end late"), "{}", v[0].sentence);
     assert!(
         v[0].sentence.contains("160.0 us instead of 100.0 us"),
@@ -936,7 +949,7 @@ fn a_batching_sender_is_said_to_send_in_bursts_not_to_wake_late() {
         .time(0.1, 0.0, 0.85, 0.0, 0.05)
         .gaps(3.0 * US, 50.0 * US, 400.0 * US)
         .verdicts();
-    let p = find(&v, "pacing_coarse");
+    let p = find(&v, Cause::PacingCoarse);
     assert!(p.sentence.contains("sends in bursts"), "{}", p.sentence);
     assert!(
         p.sentence.contains("3.0 us, shorter than the 50.0 us slot"),
@@ -954,7 +967,7 @@ fn work_on_top_of_a_fixed_period_is_named_not_late_sleeps() {
         .time(0.2, 0.0, 0.73, 0.0, 0.07)
         .gaps(137.0 * US, 137.0 * US, 150.0 * US)
         .verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
     let p = &v[0];
     assert!(!p.sentence.contains("sleeps end late"), "{}", p.sentence);
     assert!(
@@ -973,9 +986,9 @@ fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
         .time(0.01, 0.0, 0.98, 0.0, 0.01)
         .gaps(1.0 * MS, 1.0 * MS, 1.05 * MS)
         .verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
     // sigma = 2/3, work 0.02, wait 0.98: excess 0.98 - 0.6467 = 0.3333 = g.
-    assert_share(&v, "pacing_coarse", 1.0 / 3.0);
+    assert_share(&v, Cause::PacingCoarse, 1.0 / 3.0);
 }
 
 #[test]
@@ -992,9 +1005,9 @@ fn a_calibration_off_by_a_quarter_is_miscalibrated() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"]);
-    assert_share(&v, "miscalibrated", 0.2);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::Miscalibrated]);
+    assert_share(&v, Cause::Miscalibrated, 0.2);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     assert!(v[0].sentence.contains("+25.0%"), "{}", v[0].sentence);
     assert!(v[0]
         .evidence
@@ -1022,11 +1035,11 @@ fn a_small_miscalibration_under_a_cpu_bound_sender_ranks_second() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound", "miscalibrated"]);
-    assert_share(&v, "cpu_bound", 0.45);
-    assert_share(&v, "miscalibrated", 0.05);
+    assert_eq!(causes(&v), [Cause::CpuBound, Cause::Miscalibrated]);
+    assert_share(&v, Cause::CpuBound, 0.45);
+    assert_share(&v, Cause::Miscalibrated, 0.05);
     // A known calibration makes the remaining on-CPU time work: strong.
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(v[0].confidence, Confidence::Strong);
 }
 
 #[test]
@@ -1038,7 +1051,7 @@ fn a_calibration_within_two_percent_is_not_a_cause() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound"]);
+    assert_eq!(causes(&v), [Cause::CpuBound]);
 }
 
 #[test]
@@ -1050,9 +1063,9 @@ fn steady_gaps_a_ratio_above_the_slot_while_idle_look_miscalibrated() {
         .time(0.01, 0.0, 0.98, 0.0, 0.01)
         .gaps(12.5 * MS, 12.5 * MS, 13.0 * MS)
         .verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"]);
-    assert_share(&v, "miscalibrated", 0.2);
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::Miscalibrated]);
+    assert_share(&v, Cause::Miscalibrated, 0.2);
+    assert_eq!(v[0].confidence, Confidence::Weak);
     assert!(v[0].sentence.contains("1.25x"), "{}", v[0].sentence);
 }
 
@@ -1070,9 +1083,9 @@ fn a_busy_wait_pacer_with_steady_long_gaps_looks_miscalibrated() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"]);
-    assert_share(&v, "miscalibrated", 1.0 - 1.0 / 1.1);
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::Miscalibrated]);
+    assert_share(&v, Cause::Miscalibrated, 1.0 - 1.0 / 1.1);
+    assert_eq!(v[0].confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1083,15 +1096,15 @@ fn a_busy_wait_pacer_no_probe_watches_is_told_from_a_cpu_bound_one_by_its_gaps()
     // So the whole on-CPU excess, 1 - 2/3, is a slot too long (inferred: weak).
     let base = || run(Some(1000.0), 1000.0 / 1.5, 10.0).time(0.05, 0.0, 0.0, 0.02, 0.93);
     let v = base().gaps(1.5 * MS, 1.5 * MS, 1.6 * MS).verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"]);
-    assert_share(&v, "miscalibrated", 1.0 / 3.0);
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::Miscalibrated]);
+    assert_share(&v, Cause::Miscalibrated, 1.0 / 3.0);
+    assert_eq!(v[0].confidence, Confidence::Weak);
     assert!(v[0].sentence.contains("steady 1.50x"), "{}", v[0].sentence);
     assert!(v[0].sentence.contains("spins on the CPU"), "{}", v[0].sentence);
     // The same time budget with gaps all over the place stays a (weak) CPU-bound verdict.
     let v = base().gaps(1.2 * MS, 1.5 * MS, 6.0 * MS).verdicts();
-    assert_eq!(v[0].cause, "cpu_bound");
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(v[0].cause, Cause::CpuBound);
+    assert_eq!(v[0].confidence, Confidence::Weak);
 }
 
 /// A 12-packet unicornscan-like run at 1000 pps asked: a gettimeofday busy-wait whose slot was
@@ -1108,9 +1121,9 @@ fn a_short_run_of_far_too_long_spins_is_miscalibrated_not_cpu_bound() {
     // No calibration figure: 11 gaps, each ~1000x the slot, on the CPU outside its sends 900 ms
     // per packet. The old rule needed 50 gaps and fell through to "cpu_bound 99.7%".
     let v = short_miscalibrated_spin().verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    assert_eq!(causes(&v), [Cause::Miscalibrated], "{v:#?}");
     let m = &v[0];
-    assert_eq!(m.confidence, WEAK);
+    assert_eq!(m.confidence, Confidence::Weak);
     assert!(m.sentence.contains("spins on the CPU"), "{}", m.sentence);
     assert!(
         m.evidence.iter().any(|e| e.contains("only 11 gaps measured")),
@@ -1140,7 +1153,7 @@ fn a_calibration_read_is_judged_first_and_advice_skips_the_pacer_in_use() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    assert_eq!(causes(&v), [Cause::Miscalibrated], "{v:#?}");
     let m = &v[0];
     assert!(
         m.sentence.contains("its calibration (gtod_init_tslot)"),
@@ -1179,7 +1192,7 @@ fn a_sender_mostly_asleep_is_not_cpu_bound() {
         .time(0.05, 0.0, 0.8, 0.0, 0.15)
         .gaps(10.3 * MS, 10.3 * MS, 11.0 * MS)
         .verdicts();
-    assert!(!causes(&v).contains(&"cpu_bound"), "{v:#?}");
+    assert!(!causes(&v).contains(&Cause::CpuBound), "{v:#?}");
     assert!(close(gap_sum(&v), 0.9), "{v:#?}");
     let top = &v[0];
     assert!(
@@ -1223,10 +1236,10 @@ fn a_scanner_that_never_sends_is_told_what_was_seen() {
         member(102, "unilisten", "listener", Some((1 << 8, 3.2))),
     ];
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["never_sent"], "{v:#?}");
+    assert_eq!(causes(&v), [Cause::NeverSent], "{v:#?}");
     let n = &v[0];
-    assert_eq!((n.kind.as_str(), n.confidence.as_str()), (GAP, STRONG));
-    assert_share(&v, "never_sent", 1.0);
+    assert_eq!((n.kind, n.confidence), (Kind::Gap, Confidence::Strong));
+    assert_share(&v, Cause::NeverSent, 1.0);
     assert!(
         n.sentence
             .contains("unisend (pid 101, sender) exited with status 1 at 3.100 s after attach"),
@@ -1270,8 +1283,8 @@ fn lab_coarse_pacing_counts_wake_up_latency_as_pacing() {
         .time(0.126, 0.0, 0.641, 0.133, 0.100)
         .gaps(190.9 * US, 205.7 * US, 300.1 * US)
         .verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
-    assert_share(&v, "pacing_coarse", 1.0 - 0.48625);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
+    assert_share(&v, Cause::PacingCoarse, 1.0 - 0.48625);
     assert!(
         v[0].evidence.iter().any(|e| e.contains("waiting for a CPU")),
         "{:?}",
@@ -1288,7 +1301,7 @@ fn lab_miscalibrated_tsc_pacer_absorbs_its_preemption() {
         .time(0.017, 0.0, 0.025, 0.274, 0.684)
         .gaps(1.498 * MS, 1.5 * MS, 5.6 * MS)
         .verdicts();
-    assert_eq!(v[0].cause, "miscalibrated");
+    assert_eq!(v[0].cause, Cause::Miscalibrated);
     assert!((v[0].share - 1.0 / 3.0).abs() < 0.01, "{v:#?}");
     assert!(
         v[0].evidence.iter().any(|e| e.contains("preempted inside waits")),
@@ -1306,10 +1319,10 @@ fn lab_preemption_with_per_packet_slots_is_lost_for_good() {
         .time(0.058, 0.0, 0.0, 0.716, 0.226)
         .gaps(102.4 * US, 354.6 * US, 8417.0 * US)
         .verdicts();
-    assert_eq!(v[0].cause, "preempted");
+    assert_eq!(v[0].cause, Cause::Preempted);
     assert!((v[0].share - 0.711).abs() < 0.001, "{v:#?}");
     // The 0.007 on-CPU excess is under 1%: not named.
-    assert_eq!(causes(&v), ["preempted"]);
+    assert_eq!(causes(&v), [Cause::Preempted]);
 }
 
 #[test]
@@ -1325,7 +1338,7 @@ fn a_floor_is_met_by_sending_faster() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["no_gap"]);
+    assert_eq!(causes(&v), [Cause::NoGap]);
 }
 
 #[test]
@@ -1336,8 +1349,8 @@ fn stalls_outside_the_pacing_are_idle_waits() {
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .gaps(1.0 * MS, 2.0 * MS, 50.0 * MS)
         .verdicts();
-    assert_eq!(causes(&v), ["idle_waits"]);
-    assert_share(&v, "idle_waits", 0.5);
+    assert_eq!(causes(&v), [Cause::IdleWaits]);
+    assert_share(&v, Cause::IdleWaits, 0.5);
     assert!(v[0].sentence.contains("p99 50.000 ms"), "{}", v[0].sentence);
 }
 
@@ -1349,8 +1362,8 @@ fn late_pacing_and_stalls_split_the_wait_by_the_gaps() {
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .gaps(1.5 * MS, 2.0 * MS, 5.0 * MS)
         .verdicts();
-    assert_share(&v, "pacing_coarse", 0.25);
-    assert_share(&v, "idle_waits", 0.25);
+    assert_share(&v, Cause::PacingCoarse, 0.25);
+    assert_share(&v, Cause::IdleWaits, 0.25);
     assert!(close(gap_sum(&v), 0.5));
 }
 
@@ -1365,11 +1378,11 @@ fn a_few_long_stalls_below_the_p99_are_idle_waits_not_pacing() {
     r.0.gap.count = 6_400;
     r.0.gap.histogram = vec![(507_904, 508_928, 6_360), (20_447_232, 20_709_376, 40)];
     let v = r.verdicts();
-    let top = v.iter().find(|x| x.kind == GAP).expect("a gap verdict");
-    assert_eq!(top.cause, "idle_waits", "{v:#?}");
+    let top = v.iter().find(|x| x.kind == Kind::Gap).expect("a gap verdict");
+    assert_eq!(top.cause, Cause::IdleWaits, "{v:#?}");
     let pacing = v
         .iter()
-        .find(|x| x.cause == "pacing_coarse")
+        .find(|x| x.cause == Cause::PacingCoarse)
         .map_or(0.0, |x| x.share);
     assert!(pacing < 0.03, "the pacer is on time in almost every slot: {v:#?}");
 }
@@ -1419,16 +1432,16 @@ fn idle_between_work_units_and_their_setup_take_their_share() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["unit_idle", "unit_setup"]);
+    assert_eq!(causes(&v), [Cause::UnitIdle, Cause::UnitSetup]);
     // One ordinary gap (1 ms) of each 1.5 s span is not idle: (1.5 - 0.001) / 1.5 of it counts.
     let k = 1.499 / 1.5;
-    assert_share(&v, "unit_idle", 2.0 / 12.0 * k);
-    assert_share(&v, "unit_setup", 1.0 / 12.0 * k);
+    assert_share(&v, Cause::UnitIdle, 2.0 / 12.0 * k);
+    assert_share(&v, Cause::UnitSetup, 1.0 / 12.0 * k);
     assert!(gap_sum(&v) <= 0.25 + 1e-9);
     assert!(
-        find(&v, "unit_setup").sentence.contains("500.000 ms each"),
+        find(&v, Cause::UnitSetup).sentence.contains("500.000 ms each"),
         "{}",
-        find(&v, "unit_setup").sentence
+        find(&v, Cause::UnitSetup).sentence
     );
 }
 
@@ -1450,14 +1463,14 @@ fn send_errors_the_scanner_counts_as_sent() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["send_errors", "claim_mismatch"]);
-    assert_share(&v, "send_errors", 0.2);
+    assert_eq!(causes(&v), [Cause::SendErrors, Cause::ClaimMismatch]);
+    assert_share(&v, Cause::SendErrors, 0.2);
     let e = &v[0];
-    assert_eq!(e.confidence, STRONG);
+    assert_eq!(e.confidence, Confidence::Strong);
     assert!(e.sentence.contains("ENOBUFS x2000"), "{}", e.sentence);
     assert!(e.sentence.contains("counts them as sent"), "{}", e.sentence);
     assert!(e.next_step.contains("txqueuelen"), "{}", e.next_step);
-    let c = find(&v, "claim_mismatch");
+    let c = find(&v, Cause::ClaimMismatch);
     assert_eq!(c.share, 0.0);
     assert!(c.sentence.contains("+25.0%"), "{}", c.sentence);
 }
@@ -1477,9 +1490,9 @@ fn a_packet_sockets_enobufs_are_the_gap_and_the_qdisc_drops_the_loss() {
             38_000,
         )
         .verdicts();
-    assert_eq!(causes(&v), ["send_errors", "qdisc_drop"]);
-    assert_share(&v, "send_errors", 0.76);
-    assert_share(&v, "qdisc_drop", 0.76);
+    assert_eq!(causes(&v), [Cause::SendErrors, Cause::QdiscDrop]);
+    assert_share(&v, Cause::SendErrors, 0.76);
+    assert_share(&v, Cause::QdiscDrop, 0.76);
     assert!(
         v[0].evidence
             .iter()
@@ -1500,10 +1513,10 @@ fn failed_sends_without_a_gap_are_a_loss() {
         .time(0.3, 0.0, 0.6, 0.0, 0.1)
         .failed(500, "EAGAIN")
         .verdicts();
-    assert_eq!(causes(&v), ["send_errors", "no_gap"]);
-    assert_eq!(v[0].kind, LOSS);
+    assert_eq!(causes(&v), [Cause::SendErrors, Cause::NoGap]);
+    assert_eq!(v[0].kind, Kind::Loss);
     // 500 of 10500 attempts.
-    assert_share(&v, "send_errors", 500.0 / 10_500.0);
+    assert_share(&v, Cause::SendErrors, 500.0 / 10_500.0);
     assert!(!v[0].sentence.contains("counts them"), "{}", v[0].sentence);
     // EAGAIN is usually retried: the packet may have left on a later call.
     assert!(
@@ -1511,7 +1524,7 @@ fn failed_sends_without_a_gap_are_a_loss() {
         "{}",
         v[0].sentence
     );
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(v[0].confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1521,7 +1534,7 @@ fn a_claim_within_five_percent_is_no_finding() {
         claims: vec![claim("pps unisend reported for work unit 1", 1040.0, 1000.0)],
         ..Default::default()
     });
-    assert_eq!(causes(&ok.verdicts()), ["no_gap"]);
+    assert_eq!(causes(&ok.verdicts()), [Cause::NoGap]);
 }
 
 #[test]
@@ -1542,9 +1555,9 @@ fn a_rate_claim_above_what_left_the_machine_disagrees() {
         });
     r.0.stages.insert("dev_xmit".into(), 300.0);
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["qdisc_drop", "claim_mismatch"]);
-    assert_share(&v, "qdisc_drop", 0.7);
-    let c = find(&v, "claim_mismatch");
+    assert_eq!(causes(&v), [Cause::QdiscDrop, Cause::ClaimMismatch]);
+    assert_share(&v, Cause::QdiscDrop, 0.7);
+    let c = find(&v, Cause::ClaimMismatch);
     assert!(
         c.sentence.contains("more than what left the machine"),
         "{}",
@@ -1555,7 +1568,7 @@ fn a_rate_claim_above_what_left_the_machine_disagrees() {
         "{:?}",
         c.evidence
     );
-    assert!(find(&v, "qdisc_drop")
+    assert!(find(&v, Cause::QdiscDrop)
         .next_step
         .contains("about 300 pps went through"));
 }
@@ -1587,10 +1600,10 @@ fn qdisc_drops_beat_neighbour_failures() {
             ..device("eth0")
         })
         .verdicts();
-    assert_eq!(causes(&v), ["qdisc_drop", "neigh_failed"]);
-    assert_share(&v, "qdisc_drop", 0.3);
-    assert_share(&v, "neigh_failed", 0.1);
-    let n = find(&v, "neigh_failed");
+    assert_eq!(causes(&v), [Cause::QdiscDrop, Cause::NeighFailed]);
+    assert_share(&v, Cause::QdiscDrop, 0.3);
+    assert_share(&v, Cause::NeighFailed, 0.1);
+    let n = find(&v, Cause::NeighFailed);
     assert!(n.sentence.contains("never answered"), "{}", n.sentence);
     assert!(
         n.evidence.iter().any(|e| e.contains("12 failed")),
@@ -1610,7 +1623,7 @@ fn a_full_neighbour_queue_points_at_its_sysctl() {
             4000,
         )
         .verdicts();
-    assert_eq!(causes(&v), ["neigh_failed"]);
+    assert_eq!(causes(&v), [Cause::NeighFailed]);
     assert!(
         v[0].next_step.contains("net.ipv4.neigh.eth0.unres_qlen_bytes"),
         "{}",
@@ -1630,9 +1643,9 @@ fn gap_verdicts_come_before_larger_losses() {
             4500,
         )
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound", "qdisc_drop"]);
-    assert_share(&v, "cpu_bound", 0.1);
-    assert_share(&v, "qdisc_drop", 0.5);
+    assert_eq!(causes(&v), [Cause::CpuBound, Cause::QdiscDrop]);
+    assert_share(&v, Cause::CpuBound, 0.1);
+    assert_share(&v, Cause::QdiscDrop, 0.5);
 }
 
 #[test]
@@ -1645,13 +1658,13 @@ fn driver_refusals_are_a_loss_only_without_a_qdisc() {
         ..device("veth0")
     };
     let v = run(Some(1000.0), 1000.0, 10.0).device(refusing(None)).verdicts();
-    assert_eq!(causes(&v), ["device_refused"]);
-    assert_share(&v, "device_refused", 0.2);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(causes(&v), [Cause::DeviceRefused]);
+    assert_share(&v, Cause::DeviceRefused, 0.2);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     let v = run(Some(1000.0), 1000.0, 10.0)
         .device(refusing(Some(100)))
         .verdicts();
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(v[0].confidence, Confidence::Weak);
     assert!(
         v[0].evidence.iter().any(|e| e.contains("requeues")),
         "{:?}",
@@ -1680,14 +1693,21 @@ fn replies_lost_at_the_socket_buffer_and_the_backlog() {
     // No target loss, so no_gap stands; the losses lead since there is no gap.
     assert_eq!(
         causes(&v),
-        ["reply_socket_buffer", "reply_backlog", "reply_capture", "no_gap"]
+        [
+            Cause::ReplySocketBuffer,
+            Cause::ReplyBacklog,
+            Cause::ReplyCapture,
+            Cause::NoGap
+        ]
     );
-    assert_share(&v, "reply_socket_buffer", 0.25);
+    assert_share(&v, Cause::ReplySocketBuffer, 0.25);
     assert!(v[0].next_step.contains("net.core.rmem_max"), "{}", v[0].next_step);
-    assert!(find(&v, "reply_backlog").next_step.contains("netdev_max_backlog"));
-    assert!(find(&v, "reply_capture").sentence.contains("capture ring"));
+    assert!(find(&v, Cause::ReplyBacklog)
+        .next_step
+        .contains("netdev_max_backlog"));
+    assert!(find(&v, Cause::ReplyCapture).sentence.contains("capture ring"));
     // 100 of 10000 (1%): named but weak.
-    assert_eq!(find(&v, "reply_capture").confidence, WEAK);
+    assert_eq!(find(&v, Cause::ReplyCapture).confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1703,8 +1723,16 @@ fn other_outgoing_drops_name_their_reason_and_place() {
         .drop(DropClass::TargetLoss, "PKT_TOO_BIG", "ip_fragment+0x3", 800)
         .drop(DropClass::TargetLoss, "DEV_READY", "__dev_queue_xmit+0x77", 700)
         .verdicts();
-    assert_eq!(causes(&v), ["filtered", "no_route", "target_drop", "device_drop"]);
-    assert!(find(&v, "target_drop")
+    assert_eq!(
+        causes(&v),
+        [
+            Cause::Filtered,
+            Cause::NoRoute,
+            Cause::TargetDrop,
+            Cause::DeviceDrop
+        ]
+    );
+    assert!(find(&v, Cause::TargetDrop)
         .sentence
         .contains("PKT_TOO_BIG at ip_fragment+0x3"));
 }
@@ -1718,8 +1746,8 @@ fn tiny_evidence_is_weak() {
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .drop(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x5e1", 5)
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound", "qdisc_drop"]);
-    assert!(v.iter().all(|x| x.confidence == WEAK), "{v:#?}");
+    assert_eq!(causes(&v), [Cause::CpuBound, Cause::QdiscDrop]);
+    assert!(v.iter().all(|x| x.confidence == Confidence::Weak), "{v:#?}");
     assert!(
         v[0].evidence
             .iter()
@@ -1732,8 +1760,8 @@ fn tiny_evidence_is_weak() {
         .iter()
         .any(|e| e.contains("a send window of only 500.000 ms")));
     let ok = run(Some(100.0), 100.0, 0.5).verdicts();
-    assert_eq!(ok[0].cause, "no_gap");
-    assert_eq!(ok[0].confidence, WEAK);
+    assert_eq!(ok[0].cause, Cause::NoGap);
+    assert_eq!(ok[0].confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1742,9 +1770,9 @@ fn a_small_share_is_weak_and_a_tiny_one_unnamed() {
     let v = run(Some(1000.0), 500.0, 10.0)
         .time(0.765, 0.005, 0.0, 0.03, 0.2)
         .verdicts();
-    assert_eq!(causes(&v), ["cpu_bound", "preempted"]);
-    assert_eq!(find(&v, "cpu_bound").confidence, STRONG);
-    assert_eq!(find(&v, "preempted").confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::CpuBound, Cause::Preempted]);
+    assert_eq!(find(&v, Cause::CpuBound).confidence, Confidence::Strong);
+    assert_eq!(find(&v, Cause::Preempted).confidence, Confidence::Weak);
     assert!(gap_sum(&v) <= 0.5 + 1e-9);
 }
 
@@ -1762,7 +1790,7 @@ fn an_uncertain_or_capped_request_weakens_the_gap() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(conflict[0].confidence, WEAK);
+    assert_eq!(conflict[0].confidence, Confidence::Weak);
     assert!(conflict[0]
         .evidence
         .iter()
@@ -1778,16 +1806,16 @@ fn an_uncertain_or_capped_request_weakens_the_gap() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(cap[0].confidence, WEAK);
+    assert_eq!(cap[0].confidence, Confidence::Weak);
     assert!(cap[0].evidence.iter().any(|e| e.contains("is a cap")));
 }
 
 #[test]
 fn a_gap_without_a_time_budget_is_unexplained() {
     let v = run(Some(1000.0), 500.0, 10.0).verdicts();
-    assert_eq!(causes(&v), ["unexplained"]);
-    assert_share(&v, "unexplained", 0.5);
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(causes(&v), [Cause::Unexplained]);
+    assert_share(&v, Cause::Unexplained, 0.5);
+    assert_eq!(v[0].confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1801,8 +1829,8 @@ fn time_outside_the_send_window_is_not_pacing() {
     r.0.threads = vec![sender(r.0.packets, b, 20.0)];
     r.0.budget = b;
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["cpu_bound"]);
-    assert_share(&v, "cpu_bound", 0.5);
+    assert_eq!(causes(&v), [Cause::CpuBound]);
+    assert_share(&v, Cause::CpuBound, 0.5);
 }
 
 #[test]
@@ -1853,9 +1881,13 @@ fn shares_never_exceed_the_gap() {
             gap_sum(&v)
         );
         // Gap first, by share within each kind.
-        let gaps: Vec<f64> = v.iter().filter(|x| x.kind == GAP).map(|x| x.share).collect();
+        let gaps: Vec<f64> = v
+            .iter()
+            .filter(|x| x.kind == Kind::Gap)
+            .map(|x| x.share)
+            .collect();
         assert!(gaps.windows(2).all(|w| w[0] >= w[1]), "{v:#?}");
-        assert_eq!(v[0].kind, GAP);
+        assert_eq!(v[0].kind, Kind::Gap);
     }
 }
 
@@ -1930,14 +1962,19 @@ fn a_tick_is_judged_like_a_run_and_its_first_one_is_weak() {
     let v = for_snapshot(&make(3));
     assert_eq!(
         causes(&v),
-        ["blocked_send", "preempted", "cpu_bound", "qdisc_drop"]
+        [
+            Cause::BlockedSend,
+            Cause::Preempted,
+            Cause::CpuBound,
+            Cause::QdiscDrop
+        ]
     );
-    assert_share(&v, "blocked_send", 0.6);
-    assert_share(&v, "qdisc_drop", 0.1);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_share(&v, Cause::BlockedSend, 0.6);
+    assert_share(&v, Cause::QdiscDrop, 0.1);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     assert!(v[0].evidence[0].contains("in this tick"), "{:?}", v[0].evidence);
     let first = for_snapshot(&make(1));
-    assert!(first.iter().all(|x| x.confidence == WEAK));
+    assert!(first.iter().all(|x| x.confidence == Confidence::Weak));
 }
 
 #[test]
@@ -1946,8 +1983,8 @@ fn a_sender_blocked_the_whole_tick_still_counts() {
     let mut s = tick(4, 1000.0, 0.0, 1.0);
     s.threads = vec![sender(0, budget(1.0, 0.0, 1.0, 0.0, 0.0, 0.0), 1.0)];
     let v = for_snapshot(&s);
-    assert_eq!(v[0].cause, "blocked_send");
-    assert_share(&v, "blocked_send", 1.0);
+    assert_eq!(v[0].cause, Cause::BlockedSend);
+    assert_share(&v, Cause::BlockedSend, 1.0);
 }
 
 #[test]
@@ -1956,14 +1993,14 @@ fn a_tick_without_packets_is_idle_not_pacing() {
     let mut s = tick(6, 1000.0, 0.0, 1.0);
     s.threads = vec![sender(0, budget(1.0, 0.0, 0.0, 0.98, 0.0, 0.02), 1.0)];
     let v = for_snapshot(&s);
-    assert_eq!(causes(&v), ["idle_waits"]);
-    assert_share(&v, "idle_waits", 1.0);
+    assert_eq!(causes(&v), [Cause::IdleWaits]);
+    assert_share(&v, Cause::IdleWaits, 1.0);
     assert!(
         v[0].sentence.contains("sent nothing in this tick"),
         "{}",
         v[0].sentence
     );
-    assert_eq!(v[0].confidence, WEAK);
+    assert_eq!(v[0].confidence, Confidence::Weak);
 }
 
 #[test]
@@ -1982,8 +2019,8 @@ fn unit_idle_in_a_tick_counts_only_inside_it() {
     let v = for_snapshot(&s);
     // 0.5 s span minus one 1 ms gap: (0.5 - 0.001) / 0.5 of 0.3 s idle and 0.2 s set-up.
     let k = 0.499 / 0.5;
-    assert_share(&v, "unit_idle", 0.3 * k);
-    assert_share(&v, "unit_setup", 0.2 * k);
+    assert_share(&v, Cause::UnitIdle, 0.3 * k);
+    assert_share(&v, Cause::UnitSetup, 0.2 * k);
 }
 
 // --- wiring ------------------------------------------------------------------------------------
@@ -2031,8 +2068,8 @@ fn the_analyzer_fills_verdicts_into_the_summary() {
     a.baseline(CounterSample::default());
     let s = a.summary(&last, EndReason::Duration, Vec::new(), Vec::new());
     assert_eq!(
-        s.verdicts.first().map(|v| v.cause.as_str()),
-        Some("blocked_send"),
+        s.verdicts.first().map(|v| v.cause),
+        Some(Cause::BlockedSend),
         "{:#?}",
         s.verdicts
     );
@@ -2041,7 +2078,7 @@ fn the_analyzer_fills_verdicts_into_the_summary() {
     assert!(
         s.verdicts
             .iter()
-            .filter(|v| v.kind == GAP)
+            .filter(|v| v.kind == Kind::Gap)
             .map(|v| v.share)
             .sum::<f64>()
             <= g + 1e-9
@@ -2090,14 +2127,14 @@ fn time_on_cpu_before_the_first_packet_is_outside_the_split() {
     r.0.threads[0].budget.other_ns += 8_000_000_000;
     r.0.threads[0].send_window_budget = Some(window);
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["pacing_coarse"]);
-    assert_share(&v, "pacing_coarse", 0.375);
+    assert_eq!(causes(&v), [Cause::PacingCoarse]);
+    assert_share(&v, Cause::PacingCoarse, 0.375);
 
     // Without it (a bundle recorded before it existed), the whole-run budget is cut to the
     // window by taking sleep first: the calibration then looks like work inside the window.
     r.0.threads[0].send_window_budget = None;
     let old = r.verdicts();
-    assert_eq!(old[0].cause, "cpu_bound", "{old:#?}");
+    assert_eq!(old[0].cause, Cause::CpuBound, "{old:#?}");
 }
 
 // --- waiting for a CPU after a wake-up ---------------------------------------------------------
@@ -2112,14 +2149,14 @@ fn a_sleeping_pacer_preempted_by_other_work_is_told_from_its_wake_up_latency() {
         .gaps(1000.0 * US, 1250.0 * US, 8000.0 * US);
     r.0.threads[0].budget.wakeup_wait_ns = Some(200_000_000);
     let v = r.verdicts();
-    assert_eq!(v[0].cause, "preempted", "{v:#?}");
-    assert_share(&v, "preempted", 0.13);
+    assert_eq!(v[0].cause, Cause::Preempted, "{v:#?}");
+    assert_share(&v, Cause::Preempted, 0.13);
 
     // Without the wake-up figure (a bundle recorded before it), 187.5 us of runnable time per
     // packet is within a wake-up's latency: all of it is taken for the pacing's lateness.
     r.0.threads[0].budget.wakeup_wait_ns = None;
     let old = r.verdicts();
-    assert!(old.iter().all(|v| v.cause != "preempted"), "{old:#?}");
+    assert!(old.iter().all(|v| v.cause != Cause::Preempted), "{old:#?}");
 }
 
 #[test]
@@ -2135,8 +2172,8 @@ fn threads_that_send_in_turn_are_covered_by_their_own_windows() {
     second.tid = 8;
     r.0.threads = vec![first, second];
     let v = r.verdicts();
-    assert_eq!(v[0].cause, "cpu_bound", "{v:#?}");
-    assert_eq!(v[0].confidence, STRONG, "{v:#?}");
+    assert_eq!(v[0].cause, Cause::CpuBound, "{v:#?}");
+    assert_eq!(v[0].confidence, Confidence::Strong, "{v:#?}");
     assert!(
         !v[0].evidence.iter().any(|e| e.contains("covers only")),
         "{:?}",
@@ -2207,10 +2244,10 @@ fn overflowing_listener() -> Vec<Verdict> {
 fn a_full_receive_buffer_of_a_reader_is_rcvbuf_overflow_with_the_sysctls_and_a_figure() {
     let v = overflowing_listener();
     // Nothing was sent and no rate was asked for: no gap verdict, no reply_* verdict.
-    assert_eq!(causes(&v), ["rcvbuf_overflow"]);
+    assert_eq!(causes(&v), [Cause::RcvbufOverflow]);
     let o = &v[0];
-    assert_share(&v, "rcvbuf_overflow", 0.9);
-    assert_eq!((o.kind.as_str(), o.confidence.as_str()), (LOSS, STRONG));
+    assert_share(&v, Cause::RcvbufOverflow, 0.9);
+    assert_eq!((o.kind, o.confidence), (Kind::Loss, Confidence::Strong));
     assert!(
         o.evidence
             .iter()
@@ -2239,8 +2276,8 @@ fn a_full_backlog_before_a_readers_socket_is_backlog_overflow_with_its_sysctl() 
     let mut r = run(None, 0.0, 10.0).receives(5000, 5000, &[("CPU_BACKLOG", 500)]);
     r.0.send_calls = 0;
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["backlog_overflow"]);
-    assert_share(&v, "backlog_overflow", 500.0 / 5500.0);
+    assert_eq!(causes(&v), [Cause::BacklogOverflow]);
+    assert_share(&v, Cause::BacklogOverflow, 500.0 / 5500.0);
     let b = &v[0];
     assert!(
         b.evidence
@@ -2258,9 +2295,9 @@ fn a_reader_with_nothing_dropped_keeps_up() {
     let mut r = run(None, 0.0, 10.0).receives(5000, 4800, &[]);
     r.0.send_calls = 0;
     let v = r.verdicts();
-    assert_eq!(causes(&v), ["receiver_keeps_up"]);
+    assert_eq!(causes(&v), [Cause::ReceiverKeepsUp]);
     assert_eq!(v[0].share, 0.0);
-    assert_eq!(v[0].confidence, STRONG);
+    assert_eq!(v[0].confidence, Confidence::Strong);
 }
 
 #[test]
@@ -2269,11 +2306,15 @@ fn a_scanner_that_reads_its_replies_gets_receiver_verdicts_not_reply_ones() {
         .time(0.3, 0.0, 0.6, 0.0, 0.1)
         .receives(2000, 7500, &[("SOCKET_RCVBUFF", 2500)])
         .verdicts();
-    assert!(causes(&v).contains(&"rcvbuf_overflow"), "{:?}", causes(&v));
-    assert!(!causes(&v).contains(&"reply_socket_buffer"), "{:?}", causes(&v));
+    assert!(causes(&v).contains(&Cause::RcvbufOverflow), "{:?}", causes(&v));
+    assert!(
+        !causes(&v).contains(&Cause::ReplySocketBuffer),
+        "{:?}",
+        causes(&v)
+    );
     // A receive-side loss is no loss of the packets sent: no_gap stands.
-    assert!(causes(&v).contains(&"no_gap"), "{:?}", causes(&v));
-    assert_share(&v, "rcvbuf_overflow", 0.25);
+    assert!(causes(&v).contains(&Cause::NoGap), "{:?}", causes(&v));
+    assert_share(&v, Cause::RcvbufOverflow, 0.25);
 }
 
 #[test]
@@ -2303,14 +2344,14 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
         )
         .drop(DropClass::Expected, "NO_SOCKET", "tcp_v4_rcv+0x91", 8300)
         .verdicts();
-    assert_eq!(causes(&v), ["no_gap"]);
+    assert_eq!(causes(&v), [Cause::NoGap]);
     // The same drops as the family's lost packets were a loss verdict first (the bug).
     let v = run(Some(1000.0), 1000.0, 10.0)
         .time(0.05, 0.0, 0.9, 0.0, 0.05)
         .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "tcp_v4_rcv+0x91", 8300)
         .verdicts();
-    assert_eq!(v[0].kind, LOSS, "{:?}", causes(&v));
-    assert!(!causes(&v).contains(&"no_gap"));
+    assert_eq!(v[0].kind, Kind::Loss, "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&Cause::NoGap));
 }
 
 /// An attached IPC probe of a profile (unicornscan's `send_message`), which saw no call.
@@ -2345,7 +2386,7 @@ fn never_sent_counts_ipc_only_where_the_profile_watches_it() {
         member(202, "sh", "sender", Some((4 << 8, 1.0))),
     ];
     let v = r.verdicts();
-    let n = find(&v, "never_sent");
+    let n = find(&v, Cause::NeverSent);
     assert!(
         n.evidence.iter().any(|e| e
             == "IPC between its processes not counted (the `generic` profile has no IPC probe attached)"),
@@ -2369,7 +2410,9 @@ fn never_sent_counts_ipc_only_where_the_profile_watches_it() {
     r.0.processes[2] = member(202, "sh", "sender", Some((9, 1.0)));
     let v = r.verdicts();
     assert!(
-        find(&v, "never_sent").sentence.contains("was killed by signal 9"),
+        find(&v, Cause::NeverSent)
+            .sentence
+            .contains("was killed by signal 9"),
         "{v:#?}"
     );
 }
@@ -2402,7 +2445,7 @@ fn a_short_reference_run_on_the_tsc_pacer_is_not_told_to_use_the_tsc_pacer() {
         .gaps(200.0 * MS, 200.0 * MS, 201.0 * MS)
         .scanner(reference_sender_on_tsc(19_900.0, 1000.0))
         .verdicts();
-    assert_eq!(causes(&v), ["miscalibrated"], "{v:#?}");
+    assert_eq!(causes(&v), [Cause::Miscalibrated], "{v:#?}");
     // All of the 99.5% gap but the 0.2% preempted, too small to be named.
     let m = &v[0];
     assert!((m.share - 0.993).abs() < 1e-3, "{m:#?}");
@@ -2446,7 +2489,7 @@ fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .scanner(on_tsc())
         .verdicts();
-    let c = find(&v, "cpu_bound");
+    let c = find(&v, Cause::CpuBound);
     assert!(!c.next_step.contains("--pacer tsc"), "{}", c.next_step);
     assert!(
         c.next_step.contains("`scanprof baseline --rates 1000000`"),
@@ -2458,7 +2501,7 @@ fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
         .time(0.7, 0.0, 0.0, 0.0, 0.3)
         .verdicts();
     assert!(
-        find(&v, "cpu_bound").next_step.contains("--pacer tsc` shows"),
+        find(&v, Cause::CpuBound).next_step.contains("--pacer tsc` shows"),
         "{v:#?}"
     );
 }
@@ -2471,7 +2514,7 @@ fn never_sent_advice_reads_as_one_sentence() {
     for exit in [Some((3 << 8, 0.5)), None] {
         r.0.processes = vec![member(200, "sh", "sender", exit)];
         let v = r.verdicts();
-        let n = find(&v, "never_sent");
+        let n = find(&v, Cause::NeverSent);
         assert!(!n.next_step.contains("  "), "{:?}", n.next_step);
     }
 }
@@ -2505,9 +2548,9 @@ fn a_rate_that_counts_targets_is_shown_per_target() {
         .time(0.1, 0.0, 0.0, 0.0, 0.9)
         .scanner(zmap())
         .verdicts();
-    assert_eq!(v[0].cause, "no_gap", "{v:#?}");
-    let u = find(&v, "rate_unit");
-    assert_eq!((u.share, u.kind.as_str()), (0.0, GAP));
+    assert_eq!(v[0].cause, Cause::NoGap, "{v:#?}");
+    let u = find(&v, Cause::RateUnit);
+    assert_eq!((u.share, u.kind), (0.0, Kind::Gap));
     assert!(
         u.sentence
             .starts_with("zmap's rate counts targets, not packets: each target gets 4 packets (argv: -P 4), so the 100 targets/s asked are 400 pps"),
@@ -2528,9 +2571,9 @@ fn a_rate_that_counts_targets_is_shown_per_target() {
         .time(0.1, 0.0, 0.0, 0.0, 0.9)
         .scanner(zmap())
         .verdicts();
-    assert!(!causes(&v).contains(&"above_requested"), "{v:#?}");
-    assert!(causes(&v).contains(&"no_gap"), "{v:#?}");
-    let u = find(&v, "rate_unit");
+    assert!(!causes(&v).contains(&Cause::AboveRequested), "{v:#?}");
+    assert!(causes(&v).contains(&Cause::NoGap), "{v:#?}");
+    let u = find(&v, Cause::RateUnit);
     assert_eq!(u.share, 0.0);
     assert!(
         u.sentence.starts_with("The rate was set for the wrong unit"),
@@ -2539,7 +2582,7 @@ fn a_rate_that_counts_targets_is_shown_per_target() {
     );
     assert!(u.next_step.contains("--requested 400"), "{}", u.next_step);
     assert_eq!(
-        causes(&v).iter().filter(|c| **c == "rate_unit").count(),
+        causes(&v).iter().filter(|c| **c == Cause::RateUnit).count(),
         1,
         "{v:#?}"
     );
@@ -2563,8 +2606,8 @@ fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
         .gaps(1.0 * MS, 1.0101 * MS, 1.2 * MS)
         .scanner(uni)
         .verdicts();
-    assert_eq!(v[0].cause, "rate_unit", "{v:#?}");
-    assert_share(&v, "rate_unit", 2.0 / 3.0);
+    assert_eq!(v[0].cause, Cause::RateUnit, "{v:#?}");
+    assert_share(&v, Cause::RateUnit, 2.0 / 3.0);
     assert!(gap_sum(&v) <= 1.0 - 990.0 / 3000.0 + 1e-6, "{v:#?}");
     let u = &v[0];
     assert!(
@@ -2592,7 +2635,7 @@ fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
         .time(0.02, 0.0, 0.0, 0.0, 0.98)
         .scanner(uni)
         .verdicts();
-    let u = find(&v, "rate_unit");
+    let u = find(&v, Cause::RateUnit);
     assert_eq!(u.share, 0.0);
     assert!(
         u.sentence.contains("so 1000 pps covers 333.3 targets/s"),
@@ -2605,7 +2648,7 @@ fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
         .time(0.1, 0.0, 0.0, 0.0, 0.9)
         .scanner(one)
         .verdicts();
-    assert!(!causes(&v).contains(&"rate_unit"), "{v:#?}");
+    assert!(!causes(&v).contains(&Cause::RateUnit), "{v:#?}");
 }
 
 /// A listener that read 1,000 of 10,000 arrivals in 10 s (the rest SOCKET_RCVBUFF), at `ns` on
@@ -2633,13 +2676,13 @@ fn a_reader_needing_more_cpu_than_it_has_is_receiver_cpu_bound_before_its_buffer
     let v = reader_with_cost(9e6, 0.9, 0.0);
     assert_eq!(
         causes(&v)[..2],
-        ["receiver_cpu_bound", "rcvbuf_overflow"],
+        [Cause::ReceiverCpuBound, Cause::RcvbufOverflow],
         "{:?}",
         causes(&v)
     );
-    assert_share(&v, "receiver_cpu_bound", 0.9);
+    assert_share(&v, Cause::ReceiverCpuBound, 0.9);
     let c = &v[0];
-    assert_eq!(c.confidence, STRONG);
+    assert_eq!(c.confidence, Confidence::Strong);
     assert!(
         c.evidence
             .iter()
@@ -2651,7 +2694,7 @@ fn a_reader_needing_more_cpu_than_it_has_is_receiver_cpu_bound_before_its_buffer
     assert!(!c.next_step.contains("CPU of its own"), "{}", c.next_step);
     // Mostly waiting for a CPU behind other tasks: a CPU of its own first.
     let v = reader_with_cost(1e6, 0.1, 0.8);
-    assert_eq!(causes(&v)[0], "receiver_cpu_bound", "{:?}", causes(&v));
+    assert_eq!(causes(&v)[0], Cause::ReceiverCpuBound, "{:?}", causes(&v));
     assert!(v[0].next_step.contains("CPU of its own"), "{}", v[0].next_step);
 }
 
@@ -2660,10 +2703,10 @@ fn a_paced_reader_that_sleeps_is_no_receiver_cpu_bound() {
     // 20 us per packet: 1,000 arrivals/s need 0.02 of a CPU.
     assert_eq!(
         causes(&reader_with_cost(20_000.0, 0.002, 0.0)),
-        ["rcvbuf_overflow"]
+        [Cause::RcvbufOverflow]
     );
     // Costly enough, but asleep most of the run (it reads at a pace of its own).
-    assert_eq!(causes(&reader_with_cost(1e6, 0.1, 0.1)), ["rcvbuf_overflow"]);
+    assert_eq!(causes(&reader_with_cost(1e6, 0.1, 0.1)), [Cause::RcvbufOverflow]);
 }
 
 // --- outside limits: cgroup CPU quota, steal, a full conntrack table -----------------------------
@@ -2720,8 +2763,8 @@ fn throttled_run() -> Run {
 fn a_cgroup_quota_is_cgroup_throttled_not_preemption() {
     // Without the cgroup figures the same run reads as preemption by other tasks.
     let v = throttled_run().verdicts();
-    assert_eq!(v[0].cause, "preempted");
-    assert!(!causes(&v).contains(&"cgroup_throttled"));
+    assert_eq!(v[0].cause, Cause::Preempted);
+    assert!(!causes(&v).contains(&Cause::CgroupThrottled));
 
     // A 0.3 CPU quota (v1), throttled in 38 of 40 periods. The kernel counted only 1.1 s
     // throttled (6.18 counts from the dequeue at the return to user space); one busy thread
@@ -2733,12 +2776,12 @@ fn a_cgroup_quota_is_cgroup_throttled_not_preemption() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v)[..2], ["cgroup_throttled", "preempted"]);
-    assert_share(&v, "cgroup_throttled", 0.665);
-    assert_share(&v, "preempted", 0.035);
+    assert_eq!(causes(&v)[..2], [Cause::CgroupThrottled, Cause::Preempted]);
+    assert_share(&v, Cause::CgroupThrottled, 0.665);
+    assert_share(&v, Cause::Preempted, 0.035);
     assert!(close(gap_sum(&v), 0.7), "{v:#?}");
     let t = &v[0];
-    assert_eq!(t.confidence, STRONG);
+    assert_eq!(t.confidence, Confidence::Strong);
     assert!(
         t.sentence.contains("/lab/sender may use 0.30 CPU"),
         "{}",
@@ -2778,13 +2821,13 @@ fn a_cgroup_quota_is_cgroup_throttled_not_preemption() {
             ..Default::default()
         })
         .verdicts();
-    assert_share(&v, "cgroup_throttled", 0.6);
+    assert_share(&v, Cause::CgroupThrottled, 0.6);
     assert!(
-        find(&v, "cgroup_throttled")
+        find(&v, Cause::CgroupThrottled)
             .next_step
             .contains("echo \"110000 100000\" > /sys/fs/cgroup/lab/sender/cpu.max"),
         "{}",
-        find(&v, "cgroup_throttled").next_step
+        find(&v, Cause::CgroupThrottled).next_step
     );
 
     // A quota on a cgroup holding other processes only is not the sender's.
@@ -2796,7 +2839,7 @@ fn a_cgroup_quota_is_cgroup_throttled_not_preemption() {
             ..Default::default()
         })
         .verdicts();
-    assert!(!causes(&v).contains(&"cgroup_throttled"), "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&Cause::CgroupThrottled), "{:?}", causes(&v));
 }
 
 #[test]
@@ -2812,8 +2855,8 @@ fn throttled_time_beyond_the_runnable_time_is_not_the_senders() {
             ..Default::default()
         })
         .verdicts();
-    assert_share(&v, "cgroup_throttled", 0.2);
-    assert!(!causes(&v).contains(&"preempted"), "{:?}", causes(&v));
+    assert_share(&v, Cause::CgroupThrottled, 0.2);
+    assert!(!causes(&v).contains(&Cause::Preempted), "{:?}", causes(&v));
 }
 
 #[test]
@@ -2832,9 +2875,9 @@ fn steal_takes_its_part_of_the_on_cpu_excess() {
             ..Default::default()
         })
         .verdicts();
-    assert_share(&v, "cpu_bound", 0.3);
-    assert_share(&v, "steal", 0.2);
-    let s = find(&v, "steal");
+    assert_share(&v, Cause::CpuBound, 0.3);
+    assert_share(&v, Cause::Steal, 0.2);
+    let s = find(&v, Cause::Steal);
     assert!(
         s.sentence.contains("20.0% of the sender's CPUs' time"),
         "{}",
@@ -2849,7 +2892,7 @@ fn steal_takes_its_part_of_the_on_cpu_excess() {
     let v = run(Some(100_000.0), 50_000.0, 4.0)
         .time(0.5, 0.0, 0.0, 0.0, 0.5)
         .verdicts();
-    assert_share(&v, "cpu_bound", 0.5);
+    assert_share(&v, Cause::CpuBound, 0.5);
 }
 
 #[test]
@@ -2870,7 +2913,7 @@ fn sends_a_full_conntrack_table_refuses_are_conntrack_full() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["send_errors", "filtered"]);
+    assert_eq!(causes(&v), [Cause::SendErrors, Cause::Filtered]);
 
     let v = base()
         .limits(LimitsView {
@@ -2878,12 +2921,12 @@ fn sends_a_full_conntrack_table_refuses_are_conntrack_full() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["conntrack_full", "conntrack_full"]);
-    assert_eq!((v[0].kind.as_str(), v[1].kind.as_str()), (GAP, LOSS));
-    assert_share(&v, "conntrack_full", 0.5);
+    assert_eq!(causes(&v), [Cause::ConntrackFull, Cause::ConntrackFull]);
+    assert_eq!((v[0].kind, v[1].kind), (Kind::Gap, Kind::Loss));
+    assert_share(&v, Cause::ConntrackFull, 0.5);
     assert!(close(v[1].share, 0.5), "{:?}", v[1]);
     let c = &v[0];
-    assert_eq!(c.confidence, STRONG);
+    assert_eq!(c.confidence, Confidence::Strong);
     assert!(c.sentence.contains("64 of 64 entries"), "{}", c.sentence);
     assert!(
         c.evidence
@@ -2918,11 +2961,11 @@ fn sends_a_full_conntrack_table_refuses_are_conntrack_full() {
             ..Default::default()
         })
         .verdicts();
-    let gap: Vec<&Verdict> = v.iter().filter(|x| x.kind == GAP).collect();
-    assert_eq!(gap[0].cause, "conntrack_full");
+    let gap: Vec<&Verdict> = v.iter().filter(|x| x.kind == Kind::Gap).collect();
+    assert_eq!(gap[0].cause, Cause::ConntrackFull);
     assert!(close(gap[0].share, 0.5 * 5000.0 / 6000.0), "{:?}", gap[0]);
     assert!(
-        close(find(&v, "send_errors").share, 0.5 * 1000.0 / 6000.0),
+        close(find(&v, Cause::SendErrors).share, 0.5 * 1000.0 / 6000.0),
         "{v:#?}"
     );
 }
@@ -2938,9 +2981,9 @@ fn a_full_conntrack_table_without_a_gap_is_a_loss() {
             ..Default::default()
         })
         .verdicts();
-    assert_eq!(causes(&v), ["conntrack_full", "no_gap"]);
-    assert_eq!(v[0].kind, LOSS);
-    assert_share(&v, "conntrack_full", 100.0 / 10_100.0);
+    assert_eq!(causes(&v), [Cause::ConntrackFull, Cause::NoGap]);
+    assert_eq!(v[0].kind, Kind::Loss);
+    assert_share(&v, Cause::ConntrackFull, 100.0 / 10_100.0);
 }
 
 /// A relay over 10 s: it read `read` packets, the kernel dropped `kernel` before its read
@@ -2974,21 +3017,21 @@ fn a_relay_whose_outputs_refuse_sends_is_egress_bound_and_its_retried_refusals_a
     // never forwarded. Lost: 6,000 of 12,000.
     let all = relay_run(10_000, 2_000, 18_000, Some(3), 50_000, 0.3, 0.6).verdicts();
     // The refused sends are also the gap's send_errors; the loss is the relay's.
-    let v: Vec<Verdict> = all.into_iter().filter(|v| v.kind == LOSS).collect();
-    assert_eq!(v[0].cause, "relay_egress_bound", "{:?}", causes(&v));
-    assert_share(&v, "relay_egress_bound", 0.5);
-    assert_eq!(v[0].confidence, STRONG);
+    let v: Vec<Verdict> = all.into_iter().filter(|v| v.kind == Kind::Loss).collect();
+    assert_eq!(v[0].cause, Cause::RelayEgressBound, "{:?}", causes(&v));
+    assert_share(&v, Cause::RelayEgressBound, 0.5);
+    assert_eq!(v[0].confidence, Confidence::Strong);
     let c = causes(&v);
     assert!(
-        !c.contains(&"qdisc_drop"),
+        !c.contains(&Cause::QdiscDrop),
         "refusals are retried, not lost: {c:?}"
     );
     assert!(
-        !c.iter().any(|c| c.starts_with("reply_")),
+        !c.iter().any(|c| c.is_reply_loss()),
         "the relay's kernel drops: {c:?}"
     );
     assert!(
-        !c.contains(&"relay_kernel_drops") && !c.contains(&"relay_own_drops"),
+        !c.contains(&Cause::RelayKernelDrops) && !c.contains(&Cause::RelayOwnDrops),
         "{c:?}"
     );
     assert!(
@@ -3010,8 +3053,8 @@ fn a_relay_whose_outputs_refuse_sends_is_egress_bound_and_its_retried_refusals_a
 fn a_relay_busy_sending_is_egress_bound_without_refusals() {
     // Nothing refused, 70% of the run on CPU in sends: the writes are its bottleneck.
     let v = relay_run(10_000, 2_000, 30_000, Some(3), 0, 0.7, 0.2).verdicts();
-    assert_eq!(v[0].cause, "relay_egress_bound", "{:?}", causes(&v));
-    assert_share(&v, "relay_egress_bound", 2_000.0 / 12_000.0);
+    assert_eq!(v[0].cause, Cause::RelayEgressBound, "{:?}", causes(&v));
+    assert_share(&v, Cause::RelayEgressBound, 2_000.0 / 12_000.0);
     assert!(v[0].next_step.contains("sendmmsg"), "{}", v[0].next_step);
     assert!(
         v[0].sentence.contains("sending took 77.8% of its busy time"),
@@ -3024,10 +3067,10 @@ fn a_relay_busy_sending_is_egress_bound_without_refusals() {
 fn a_relay_busy_reading_has_kernel_drops_and_one_that_drops_what_it_read_has_own_drops() {
     // Every read forwarded three times; reading takes its time: the kernel's drops.
     let v = relay_run(10_000, 2_000, 30_000, Some(3), 0, 0.2, 0.7).verdicts();
-    assert_eq!(causes(&v)[0], "relay_kernel_drops", "{:?}", causes(&v));
-    assert_share(&v, "relay_kernel_drops", 2_000.0 / 12_000.0);
+    assert_eq!(causes(&v)[0], Cause::RelayKernelDrops, "{:?}", causes(&v));
+    assert_share(&v, Cause::RelayKernelDrops, 2_000.0 / 12_000.0);
     assert!(v[0].next_step.contains("PACKET_FANOUT"), "{}", v[0].next_step);
-    assert!(!causes(&v).contains(&"relay_own_drops"), "{:?}", causes(&v));
+    assert!(!causes(&v).contains(&Cause::RelayOwnDrops), "{:?}", causes(&v));
     // Drops at a full socket buffer are the receive rules' (rcvbuf_overflow): not said twice.
     let mut r = run(None, 3_000.0, 10.0).time(0.2, 0.0, 0.1, 0.0, 0.7).receives(
         10_000,
@@ -3038,25 +3081,21 @@ fn a_relay_busy_reading_has_kernel_drops_and_one_that_drops_what_it_read_has_own
     let v = r.verdicts();
     let c = causes(&v);
     assert!(
-        c.contains(&"rcvbuf_overflow") && !c.contains(&"relay_kernel_drops"),
+        c.contains(&Cause::RcvbufOverflow) && !c.contains(&Cause::RelayKernelDrops),
         "{c:?}"
     );
     // 3,000 read and never sent, nothing refused, no kernel drop: its own drops.
     let v = relay_run(10_000, 0, 21_000, Some(3), 0, 0.2, 0.7).verdicts();
-    assert_eq!(causes(&v)[0], "relay_own_drops", "{:?}", causes(&v));
-    assert_share(&v, "relay_own_drops", 0.3);
+    assert_eq!(causes(&v)[0], Cause::RelayOwnDrops, "{:?}", causes(&v));
+    assert_share(&v, Cause::RelayOwnDrops, 0.3);
     // Not declared a relay (a scanner that reads its replies, sending most of its time with
     // ENOBUFS and reply drops): no relay verdict, and its qdisc drops are its losses as for any
     // sender.
     let v = relay_run(10_000, 2_000, 18_000, None, 50_000, 0.7, 0.2).verdicts();
     let c = causes(&v);
-    assert!(!c.iter().any(|c| c.starts_with("relay_")), "{c:?}");
-    assert!(c.contains(&"qdisc_drop"), "{c:?}");
+    assert!(!c.iter().any(|c| c.is_relay()), "{c:?}");
+    assert!(c.contains(&Cause::QdiscDrop), "{c:?}");
     // Nothing lost: no relay verdict.
     let v = relay_run(10_000, 0, 30_000, Some(3), 0, 0.2, 0.7).verdicts();
-    assert!(
-        !causes(&v).iter().any(|c| c.starts_with("relay_")),
-        "{:?}",
-        causes(&v)
-    );
+    assert!(!causes(&v).iter().any(|c| c.is_relay()), "{:?}", causes(&v));
 }

@@ -550,12 +550,12 @@ fn verdicts(o: &mut String, s: &Summary) {
         .iter()
         .map(|v| {
             vec![
-                v.kind.clone(),
+                v.kind.to_string(),
                 pct(v.share),
                 v.sentence.clone(),
                 v.evidence.join("; "),
                 v.next_step.clone(),
-                v.confidence.clone(),
+                v.confidence.to_string(),
             ]
         })
         .collect();
@@ -1345,13 +1345,13 @@ mod tests {
         let mut rec = rich_recording();
         if let Some(s) = rec.summary.as_mut() {
             s.verdicts = vec![crate::analysis::Verdict {
-                cause: "blocked_send".into(),
-                kind: "gap".into(),
+                cause: crate::analysis::verdict::Cause::BlockedSend,
+                kind: crate::analysis::verdict::Kind::Gap,
                 sentence: "The sender blocks in sock_alloc_send_pskb".into(),
                 share: 0.5,
                 evidence: vec!["2.6 s at sock_alloc_send_pskb".into(), "a *b* c".into()],
                 next_step: "compare with `scanprof baseline --pacer sleep` or ``a`b``".into(),
-                confidence: "strong".into(),
+                confidence: crate::analysis::verdict::Confidence::Strong,
             }];
             if let Some(sc) = s.scanner.as_mut() {
                 sc.notes = vec!["see `net.core.wmem_max` and net_core".into()];

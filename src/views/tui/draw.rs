@@ -14,6 +14,7 @@ use ratatui::Frame;
 
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
+use crate::analysis::verdict::{Confidence, Kind};
 use crate::analysis::{DropRow, EndReason, Snapshot, Stage};
 use crate::collect::DropClass;
 
@@ -120,12 +121,16 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
         .or(s.and_then(|s| s.scanner.as_ref()));
     let mut lines: Vec<Line> = Vec::new();
     for v in verdicts.into_iter().flatten().take(6) {
-        let colour = if v.kind == "loss" {
+        let colour = if v.kind == Kind::Loss {
             Color::Red
         } else {
             Color::Magenta
         };
-        let weak = if v.confidence == "weak" { " (weak)" } else { "" };
+        let weak = if v.confidence == Confidence::Weak {
+            " (weak)"
+        } else {
+            ""
+        };
         lines.push(Line::from(vec![
             Span::styled(
                 format!("{} {} ", v.kind, pct(v.share)),
