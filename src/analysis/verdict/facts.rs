@@ -92,6 +92,18 @@ pub(super) struct Dropped<'a> {
     pub count: u64,
 }
 
+impl Dropped<'_> {
+    /// The row as a line of evidence: `QDISC_DROP at __dev_queue_xmit+0x7a on eth0: 48`.
+    pub fn evidence(&self) -> String {
+        let on = self
+            .row
+            .device
+            .as_ref()
+            .map_or(String::new(), |x| format!(" on {x}"));
+        format!("{} at {}{on}: {}", self.row.reason, self.row.location, self.count)
+    }
+}
+
 /// What the rules read.
 #[derive(Debug, Clone)]
 pub(super) struct Facts<'a> {

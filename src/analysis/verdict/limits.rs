@@ -200,16 +200,7 @@ pub(super) fn conntrack_text(
         .filter(|d| d.count > 0 && d.row.class == DropClass::TargetLoss && is_netfilter(&d.row.reason))
         .take(2)
     {
-        evidence.push(format!(
-            "{} at {}{}: {}",
-            d.row.reason,
-            d.row.location,
-            d.row
-                .device
-                .as_ref()
-                .map_or(String::new(), |x| format!(" on {x}")),
-            d.count
-        ));
+        evidence.push(d.evidence());
     }
     if !t.destinations.is_empty() {
         evidence.push(format!(

@@ -239,16 +239,7 @@ impl Group {
             )
         }];
         for d in rows.iter().take(3) {
-            evidence.push(format!(
-                "{} at {}{}: {}",
-                d.row.reason,
-                d.row.location,
-                d.row
-                    .device
-                    .as_ref()
-                    .map_or(String::new(), |x| format!(" on {x}")),
-                d.count
-            ));
+            evidence.push(d.evidence());
         }
         let (cause, sentence, next) = match self {
             Group::Qdisc => {

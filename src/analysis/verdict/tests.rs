@@ -107,48 +107,21 @@ struct Run(Summary);
 fn run(requested: Option<f64>, achieved: f64, window_s: f64) -> Run {
     let packets = (achieved * window_s).round() as u64;
     Run(Summary {
-        schema_version: SCHEMA_VERSION,
-        end_reason: EndReason::Duration,
         duration_s: window_s,
         send_window_s: window_s,
         requested_pps: requested,
         achieved_pps: achieved,
-        baseline_pps: None,
-        baseline: None,
         ratio: requested.map(|r| achieved / r),
         packets,
         bytes: packets * 64,
         send_calls: packets,
-        failed_calls: 0,
-        errors: BTreeMap::new(),
-        stages: BTreeMap::new(),
-        stage_counts: BTreeMap::new(),
-        rate_stats: None,
-        drops: Vec::new(),
-        processes: Vec::new(),
-        threads: Vec::new(),
-        budget: TimeBudget::default(),
-        block_sites: Vec::new(),
         gap: GapView {
             slot_ns: requested.map(|r| 1e9 / r),
             ..Default::default()
         },
         latency_p50_ns: Some(2.0 * US),
         latency_p99_ns: Some(5.0 * US),
-        devices: Vec::new(),
-        queues: Vec::new(),
-        lost_events: 0,
-        health: Health::default(),
-        cost: Cost::default(),
-        probes: Vec::new(),
-        scanner: None,
-        connect: None,
-        receive: None,
-        limits: None,
-        relay: None,
-        verdicts: Vec::new(),
-        warnings: Vec::new(),
-        dropped_headers: Default::default(),
+        ..Summary::for_tests()
     })
 }
 
