@@ -201,8 +201,15 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
     }
     // 8 us of work against 200 ns: the costly class costs several us more.
     assert!(ns[1] > ns[0] + 5_000.0, "{ns:?}");
-    // The responder was not preempted inside its handling (SCHED_FIFO), so its own clock holds.
-    assert_eq!(u64_of(&own["workers"][0], "preempted"), 0, "{lab}");
+    // The responder runs SCHED_FIFO, so normal tasks do not preempt it and its own clock (wall
+    // time per handling) holds. The kernel's stop-class threads (migration/N) still preempt it
+    // now and then for a few us: one in a thousand reads does not move a mean over thousands,
+    // many would mean SCHED_FIFO did not take.
+    let preempted = u64_of(&own["workers"][0], "preempted");
+    assert!(
+        preempted * 1000 <= u64_of(own, "packets"),
+        "{preempted} preemptions: {lab}"
+    );
     let top = summary
         .verdicts
         .iter()
