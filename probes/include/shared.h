@@ -527,7 +527,7 @@ static __always_inline __u32 skb_target(struct sk_buff *skb)
  * socket's entry once it has taken its last sums after the socket closed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 256);
 	__type(key, __u64);
 	__type(value, struct sp_ring_reads);
 } ring_reads SEC(".maps");
