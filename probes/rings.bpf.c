@@ -5,7 +5,9 @@
  * is full is freed with consume_skb (6.1) or kfree_skb_reason on an skb still shared with the IP
  * stack (6.2+), so no tracepoint sees it. The socket's own counters (the ones PACKET_STATISTICS
  * returns) do: a task_file iterator, read by user space once per sample, reports them for every
- * packet socket a family process holds. Nothing runs per packet.
+ * packet socket a family process holds. Nothing runs per packet. A PACKET_STATISTICS read
+ * clears those counters: what the family's own reads returned (send_path adds it up in
+ * ring_reads) comes with them, read so that the two agree.
  */
 #include "shared.h"
 
@@ -15,6 +17,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* For the generated skeleton: the record type, so Rust gets it from wire.h. */
 struct sp_ring abi_ring;
+struct sp_ring_reads abi_ring_reads;
 
 /* Sockets of the family's processes that are packet sockets: one sp_ring each, in the order
  * the kernel walks tasks and their files (every thread of a process shares its files: only the
@@ -26,7 +29,9 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 	struct task_struct *task = ctx->task;
 	struct file *file = ctx->file;
 	struct sp_ring r = {};
+	struct sp_ring_reads *e;
 	struct packet_sock *po;
+	__u32 enters = 0, exits = 0;
 	struct socket *sock;
 	struct sock *sk;
 	__u32 tgid;
@@ -47,8 +52,28 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 	r.ino = BPF_CORE_READ(file, f_inode, i_ino);
 	r.tgid = tgid;
 	r.fd = ctx->fd;
+	/* The family's own PACKET_STATISTICS reads (send_path) before and after the counters,
+	 * as a sequence lock: a read that entered (and so may have cleared them) but had not yet
+	 * added what it returned would make the sums and the counters disagree. */
+	e = bpf_map_lookup_elem(&ring_reads, &r.sock);
+	if (e && e->ino == r.ino) {
+		enters = *(volatile __u32 *)&e->enters;
+		exits = *(volatile __u32 *)&e->exits;
+		r.owner_queued = *(volatile __u64 *)&e->queued;
+		r.owner_drops = *(volatile __u64 *)&e->drops;
+		r.owner_reads = e->reads;
+		r.owner_unread = e->unread;
+	}
 	r.tp_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	r.tp_drops = BPF_CORE_READ(po, tp_drops.counter);
+	if (e && e->ino == r.ino)
+		r.settled = enters == exits && *(volatile __u32 *)&e->enters == enters &&
+			    *(volatile __u32 *)&e->exits == exits;
+	else {
+		/* no read so far: settled unless one entered meanwhile */
+		e = bpf_map_lookup_elem(&ring_reads, &r.sock);
+		r.settled = !e || e->ino != r.ino;
+	}
 	r.version = BPF_CORE_READ(po, tp_version);
 	r.rx_ring = BPF_CORE_READ(po, rx_ring.pg_vec) != NULL;
 	r.frame_size = BPF_CORE_READ(po, rx_ring.frame_size);

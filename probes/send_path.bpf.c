@@ -4,6 +4,8 @@
  * histograms per thread, and the sockets used (so later stages can attribute packets to the
  * target even in softirq context). Receive syscalls of the family: calls, messages and bytes
  * read, and the sockets read from, bound or configured (so drops at them are the family's).
+ * The family's PACKET_STATISTICS reads of its packet sockets: what each returned, which the
+ * read cleared in the kernel (ring_reads, for the rings iterator).
  * tp_btf/sys_enter+sys_exit: the cheapest per-syscall hook here.
  */
 #include "shared.h"
@@ -27,6 +29,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_RECVMSG 47
 #define NR_BIND 49
 #define NR_SETSOCKOPT 54
+#define NR_GETSOCKOPT 55
 #define NR_DUP3 292
 #define NR_RECVMMSG 299
 #define NR_SENDMMSG 307
@@ -34,9 +37,14 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* A syscall's role for this object, in one switch (every syscall on the machine passes it):
  * a send (enum sp_send_call), a receive (RX_BASE + enum sp_recv_call), or a call that names a
- * socket the family will receive on (bind, setsockopt: SOCK_SETUP). */
+ * socket the family will receive on (bind, setsockopt: SOCK_SETUP), or a getsockopt that may
+ * be a PACKET_STATISTICS read (SOCK_STATS). */
 #define RX_BASE 16
 #define SOCK_SETUP 32
+#define SOCK_STATS 33	/* getsockopt: PACKET_STATISTICS, when its level and name say so */
+
+#define SOL_PACKET 263
+#define PACKET_STATISTICS 6
 
 static __always_inline __u32 call_of(long id)
 {
@@ -53,6 +61,7 @@ static __always_inline __u32 call_of(long id)
 	case NR_READ: return RX_BASE + SP_RECV_READ;
 	case NR_BIND:
 	case NR_SETSOCKOPT: return SOCK_SETUP;
+	case NR_GETSOCKOPT: return SOCK_STATS;
 	default: return SP_CALL_NONE;
 	}
 }
@@ -279,6 +288,97 @@ static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 	return 0;
 }
 
+/* A family thread's PACKET_STATISTICS read in flight, by tid: the socket, where the kernel
+ * writes the counts, and the length the caller offered (the kernel writes at most that). */
+struct stats_call {
+	__u64 sk;
+	__u64 optval;
+	__s32 len;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct stats_call);
+} stats_calls SEC(".maps");
+
+/* getsockopt enters: a family thread's PACKET_STATISTICS read of a packet socket (it returns the
+ * socket's counters and clears them) is noted, and its socket's entry in ring_reads marked as
+ * read in flight before the kernel clears anything. Any other getsockopt leaves after two
+ * compares (level, name), or a bit test. */
+static __always_inline int stats_enter(struct pt_regs *regs)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct stats_call c = {};
+	struct sp_ring_reads *e;
+	struct sock *sk;
+	__u64 skp, ino;
+
+	if (regs->si != SOL_PACKET || regs->dx != PACKET_STATISTICS || !in_family(tid))
+		return 0;
+	/* once a second or so (libpcap's pcap_stats): the fd table, not the thread's caches */
+	sk = fd_sock((int)regs->di);
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
+		return 0;
+	if (bpf_probe_read_user(&c.len, sizeof(c.len), (void *)regs->r8))
+		return 0;	/* the kernel fails it too (EFAULT), before clearing */
+	skp = (__u64)sk;
+	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
+	e = bpf_map_lookup_elem(&ring_reads, &skp);
+	if (!e || e->ino != ino) {
+		struct sp_ring_reads fresh = { .ino = ino };
+
+		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
+		e = bpf_map_lookup_elem(&ring_reads, &skp);
+		if (!e)
+			return 0;
+	}
+	c.sk = skp;
+	c.optval = regs->r10;
+	if (bpf_map_update_elem(&stats_calls, &tid, &c, BPF_ANY))
+		return 0;
+	/* a full barrier (lock xadd) before the syscall clears the counters */
+	__sync_fetch_and_add(&e->enters, 1);
+	health_inc(SP_H_EVENTS);
+	return 0;
+}
+
+/* getsockopt returns: what a noted PACKET_STATISTICS read returned (struct tpacket_stats, or
+ * tpacket_stats_v3, which starts the same) joins its socket's sums, then the read counts as
+ * returned. tp_packets there is queued + dropped (the kernel adds the drops in). */
+static __always_inline int stats_exit(long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct stats_call *c, call;
+	struct sp_ring_reads *e;
+	__u32 st[2];
+
+	if (!in_family(tid))
+		return 0;
+	c = bpf_map_lookup_elem(&stats_calls, &tid);
+	if (!c)
+		return 0;
+	call = *c;
+	bpf_map_delete_elem(&stats_calls, &tid);
+	e = bpf_map_lookup_elem(&ring_reads, &call.sk);
+	if (!e)
+		return 0;
+	if (ret == 0) {
+		if (call.len >= (__s32)sizeof(st) &&
+		    !bpf_probe_read_user(st, sizeof(st), (void *)call.optval) && st[0] >= st[1]) {
+			__sync_fetch_and_add(&e->queued, (__u64)(st[0] - st[1]));
+			__sync_fetch_and_add(&e->drops, (__u64)st[1]);
+			__sync_fetch_and_add(&e->reads, 1);
+		} else {
+			__sync_fetch_and_add(&e->unread, 1);
+		}
+	}
+	__sync_fetch_and_add(&e->exits, 1);
+	return 0;
+}
+
 /* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far.
  * Every syscall on the machine comes here: anything but a send by a family thread leaves after
  * a compare and a bit test, with no map lookup that is not inlined. */
@@ -292,8 +392,11 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 
 	if (call == SP_CALL_NONE)
 		return 0;
-	if (call >= RX_BASE)
+	if (call >= RX_BASE) {
+		if (call == SOCK_STATS)
+			return stats_enter(regs);
 		return recv_enter(regs, call);
+	}
 	t = family_thread((__u32)bpf_get_current_pid_tgid());
 	if (!t)
 		return 0;
@@ -413,6 +516,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	if (call >= RX_BASE) {
 		if (call == SOCK_SETUP)
 			return 0;
+		if (call == SOCK_STATS)
+			return stats_exit(ret);
 		return recv_exit(ret);
 	}
 	if (call == SP_CALL_NONE) {

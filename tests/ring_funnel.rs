@@ -21,30 +21,42 @@ use serde_json::Value;
 /// Longest the profiled run may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(40);
 
-#[test]
-fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
-    let test = privileged();
+/// `scanprof run -- scanprof ring-recv` (8 frames, 200 read a second) in the lab's target
+/// namespace while the reference sender sends it 4,000 frames at 2,000 pps: scanprof's run and
+/// the reader's own report. With `stats_ms`, the reader also reads PACKET_STATISTICS (which
+/// clears the kernel's counters) every that many ms while it reads.
+fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, Value) {
     let lab = TestLab::new(None);
-    let report = std::env::temp_dir().join(format!("scanprof-ring-funnel-{}.json", std::process::id()));
+    let report = std::env::temp_dir().join(format!(
+        "scanprof-ring-funnel-{}-{}.json",
+        std::process::id(),
+        stats_ms.unwrap_or(0)
+    ));
     let _ = std::fs::remove_file(&report);
-    let reader: Vec<String> = [
-        scanprof_bin(),
-        "ring-recv",
-        "--dev",
-        &lab.lab.target_dev,
-        "--frames",
-        "8",
-        "--read-rate",
-        "200",
-        "--duration",
-        "3.5",
-        "--linger",
-        "1.5",
-        "--report",
-        &report.to_string_lossy(),
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut reader: Vec<String> = Vec::new();
+    if let Some(ms) = stats_ms {
+        // env execs the reader: the same process, so the family is still the reader alone.
+        reader.extend(["env".to_string(), format!("SCANPROF_RING_RECV_STATS_MS={ms}")]);
+    }
+    reader.extend(
+        [
+            scanprof_bin(),
+            "ring-recv",
+            "--dev",
+            &lab.lab.target_dev,
+            "--frames",
+            "8",
+            "--read-rate",
+            "200",
+            "--duration",
+            "3.5",
+            "--linger",
+            "1.5",
+            "--report",
+            &report.to_string_lossy(),
+        ]
+        .map(String::from),
+    );
     let mut args: Vec<String> = ["run", "--json", "--interval", "0.5", "--duration", "20", "--"]
         .map(String::from)
         .to_vec();
@@ -73,7 +85,14 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     .unwrap();
     let _ = std::fs::remove_file(&report);
     lab.destroy();
+    (done, own)
+}
 
+#[test]
+fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
+    let test = privileged();
+    let (done, own) = profile_ring_reader(&test, None);
+    let ctx = done.context();
     let summary = done.summary();
     let receive = summary
         .receive
@@ -117,5 +136,40 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
         top.next_step.contains("pcap_set_buffer_size"),
         "{}",
         top.next_step
+    );
+}
+
+/// The reader clears its socket's counters itself, every 20 ms (PACKET_STATISTICS, as libpcap's
+/// pcap_stats in zmap), while its ring overflows: scanprof samples every 500 ms, so without the
+/// capture of those reads nearly everything they returned would be missing. Its counts must
+/// equal the sums of every read the reader made (those and its final one), and no clear may be
+/// left unexplained.
+#[test]
+fn the_owners_own_statistics_reads_lose_no_frames() {
+    let test = privileged();
+    let (done, own) = profile_ring_reader(&test, Some(20));
+    let ctx = done.context();
+    let summary = done.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel in the summary\n{ctx}"));
+    let (queued, dropped) = (u64_of(&own, "queued"), u64_of(&own, "tp_drops"));
+    eprintln!(
+        "ring: scanprof ring_queued {} / ring_drops {} vs the reader's {} PACKET_STATISTICS reads: queued {queued} / tp_drops {dropped}",
+        receive.count("ring_queued"),
+        receive.count("ring_drops"),
+        u64_of(&own, "statistics_reads"),
+    );
+    // It read often (about 175 reads over 3.5 s) while frames came and the ring overflowed.
+    assert!(u64_of(&own, "statistics_reads") > 100, "{own}");
+    assert!(dropped > 1000, "the ring did not fill: {own}");
+    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
+    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    assert_eq!(receive.rings.len(), 1, "{receive:#?}");
+    assert_eq!(receive.rings[0].clears, 0, "{:?}", receive.rings[0]);
+    assert_eq!(
+        (receive.rings[0].queued_total, receive.rings[0].dropped_total),
+        (queued, dropped)
     );
 }

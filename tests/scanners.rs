@@ -192,6 +192,9 @@ struct CaptureReport {
     times: FrameTimes,
     /// frames that came in to the sender (replies), not counted in `packets`
     incoming: u64,
+    /// of those, IPv4 TCP segments with RST or SYN+ACK set: the replies a SYN scan's listener
+    /// (zmap's pcap filter) keeps
+    incoming_tcp_replies: u64,
     /// frames the kernel dropped because the capture's buffer was full
     drops: u32,
 }
@@ -372,6 +375,18 @@ fn packet_drops(fd: RawFd) -> io::Result<u32> {
     Ok(st.tp_drops)
 }
 
+/// Whether an Ethernet frame is an IPv4 TCP segment with RST, or SYN and ACK, set.
+fn is_tcp_reply(frame: &[u8]) -> bool {
+    let ip = 14;
+    if frame.len() < ip + 20 || frame[12..14] != [0x08, 0x00] || frame[ip + 9] != 6 {
+        return false;
+    }
+    let flags = ip + usize::from(frame[ip] & 0xf) * 4 + 13;
+    frame
+        .get(flags)
+        .is_some_and(|f| f & 0x04 != 0 || f & 0x12 == 0x12)
+}
+
 fn capture_loop(fd: OwnedFd, stop: &AtomicBool, seen: &AtomicU64) -> CaptureReport {
     let mut report = CaptureReport::default();
     let mut buf = [0u8; 128];
@@ -404,6 +419,7 @@ fn capture_loop(fd: OwnedFd, stop: &AtomicBool, seen: &AtomicU64) -> CaptureRepo
         let user_ns = monotonic_ns();
         if addr.sll_pkttype != libc::PACKET_OUTGOING {
             report.incoming += 1;
+            report.incoming_tcp_replies += u64::from(is_tcp_reply(&buf[..(n as usize).min(buf.len())]));
             continue;
         }
         let mut kernel_ns = None;
@@ -1870,6 +1886,89 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
     } else {
         assert!(ring_full.is_none(), "{:#?}", summary.verdicts);
     }
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+// ---- zmap's listener ring across its own PACKET_STATISTICS reads -------------------------------
+
+/// zmap (libpcap, TPACKET_V3) reads PACKET_STATISTICS about once a second (`pcap_stats`, for its
+/// status line), and each read clears the kernel's counters of its socket. A scan of ~6 s at
+/// 25 targets/s x 2 probes, each answered by a RST from the target namespace's closed port:
+/// scanprof's `ring_queued` + `ring_drops` of zmap's socket must equal the replies that reached
+/// it, counted by the test's own packet socket on the same veth (every frame the veth receives
+/// is handed to each packet socket bound to it, and zmap's pcap filter keeps the TCP RST and
+/// SYN+ACK ones), with no clear left unexplained. Before send_path captured those reads, the
+/// replies counted between scanprof's sample and zmap's read were lost (a lower bound, often 0).
+#[test]
+fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
+    require_root();
+    let _serial = serial();
+    require_scanner("zmap");
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let (per_s, probes) = (25u32, 2u32);
+    let mut scan = zmap(&lab, per_s, probes, false);
+    // A two-second cooldown: the last replies come in while zmap still reads.
+    let c = scan
+        .argv
+        .iter()
+        .position(|a| a == "-c")
+        .expect("-c in zmap's argv");
+    scan.argv[c + 1] = "2".into();
+    let capture = TxCapture::start(lab.lab());
+    let tx_before = lab.tx_packets();
+    let mut args = strings(&["run", "--json", "--profile", "zmap", "--duration", "20", "--"]);
+    args.extend(in_sender(&lab, &scan.argv));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let cap = capture.stop();
+    let tx = lab.tx_packets() - tx_before;
+    run.assert_success();
+    assert_eq!(tx, scan.packets, "veth tx_packets\n{}", run.context());
+    assert_eq!(cap.drops, 0, "the capture lost frames: {cap:?}");
+    // Every probe was answered: one RST per probe.
+    assert_eq!(cap.incoming_tcp_replies, scan.packets, "{cap:?}");
+
+    let summary = run.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel\n{}", run.context()));
+    eprintln!(
+        "zmap: {} replies reached its veth; scanprof ring_queued {} ring_drops {}; rings {:#?}",
+        cap.incoming_tcp_replies,
+        receive.count("ring_queued"),
+        receive.count("ring_drops"),
+        receive.rings
+    );
+    // zmap holds two packet sockets: its listener's TPACKET_V3 ring (libpcap) and the one it
+    // sends on (no ring, every device), which gets the same replies in its receive queue.
+    let listener: Vec<_> = receive
+        .rings
+        .iter()
+        .filter(|r| r.kind == scanprof::collect::rings::RingKind::TpacketV3)
+        .collect();
+    assert_eq!(listener.len(), 1, "{:#?}", receive.rings);
+    assert_eq!(
+        listener[0].queued_total + listener[0].dropped_total,
+        cap.incoming_tcp_replies,
+        "zmap's listener ring: {:#?}",
+        listener[0]
+    );
+    assert_eq!(
+        receive.count("ring_queued") + receive.count("ring_drops"),
+        receive
+            .rings
+            .iter()
+            .map(|r| r.queued_total + r.dropped_total)
+            .sum::<u64>()
+    );
+    assert!(
+        receive.rings.iter().all(|r| r.clears == 0),
+        "a clear scanprof did not capture: {:#?}",
+        receive.rings
+    );
+    drop(run);
     bpf.assert_released("scanprof run");
     lab.destroy();
 }

@@ -522,4 +522,14 @@ static __always_inline __u32 skb_target(struct sk_buff *skb)
 	return sock_target((__u64)BPF_CORE_READ(skb, sk));
 }
 
+/* The family's PACKET_STATISTICS reads by packet socket (struct sock *) -> struct sp_ring_reads:
+ * written by send_path at the getsockopt, read by the rings iterator; user space deletes a
+ * socket's entry once it has taken its last sums after the socket closed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u64);
+	__type(value, struct sp_ring_reads);
+} ring_reads SEC(".maps");
+
 #endif /* SCANPROF_SHARED_H */

@@ -392,6 +392,35 @@ struct sp_ring {
 	__u32 block_nr;		/* blocks in the ring */
 	__u32 ifindex;		/* the device it is bound to, 0: every device */
 	__u32 rcvbuf;		/* sk_rcvbuf: the receive queue's limit without a ring, bytes */
+	/* What the family's own PACKET_STATISTICS reads returned (struct sp_ring_reads), read in
+	 * the same run as tp_packets and tp_drops: queued + tp_packets and owner_drops + tp_drops
+	 * are the socket's counts since its first such read or since it opened */
+	__u64 owner_queued;	/* sum of tp_packets - tp_drops over those reads */
+	__u64 owner_drops;	/* sum of tp_drops over those reads */
+	__u32 owner_reads;	/* reads whose counts were captured */
+	__u32 owner_unread;	/* reads that cleared the counters but whose counts could not be
+				 * read (optlen under 8, a fault): frames lost to scanprof */
+	__u32 settled;		/* 0: a family PACKET_STATISTICS read ran during this record's read,
+				 * so the counters and the sums may disagree: read again */
+	__u32 pad;
+};
+
+/*
+ * The family's PACKET_STATISTICS reads of one packet socket (getsockopt(SOL_PACKET,
+ * PACKET_STATISTICS), libpcap's pcap_stats), keyed by struct sock * in the `ring_reads` map:
+ * send_path adds what each read returned at its exit; the rings iterator reports the sums
+ * beside the socket's counters. `enters` moves at the entry (before the kernel clears the
+ * counters), `exits` after the sums grew: a reader that sees both equal and unchanged around its
+ * read of the counters saw no read half done.
+ */
+struct sp_ring_reads {
+	__u64 ino;		/* the socket's inode: a struct sock reused by another socket starts over */
+	__u64 queued;		/* sum of tp_packets - tp_drops returned */
+	__u64 drops;		/* sum of tp_drops returned */
+	__u32 enters;		/* reads entered */
+	__u32 exits;		/* reads returned (whatever their result) */
+	__u32 reads;		/* returned 0 with counts read */
+	__u32 unread;		/* returned 0, counts not readable */
 };
 
 #endif /* SCANPROF_WIRE_H */

@@ -36,8 +36,10 @@ pub struct RingView {
     /// the same since attach
     pub queued_total: u64,
     pub dropped_total: u64,
-    /// times its counters were cleared by a PACKET_STATISTICS read of its owner (libpcap's
-    /// pcap_stats) since attach: frames between scanprof's read and such a clear are not seen
+    /// clears of its counters whose counts scanprof did not get since attach (a PACKET_STATISTICS
+    /// read from outside the family, or a family read it could not read): `queued` and
+    /// `dropped` are then lower bounds. The family's own reads (libpcap's pcap_stats) are
+    /// captured and are not clears here
     pub clears: u32,
     /// open at the end of the interval
     pub open: bool,
@@ -107,6 +109,7 @@ mod tests {
             ifindex: 2,
             queued,
             dropped,
+            owner_reads: 0,
             clears: 0,
             open: true,
         }

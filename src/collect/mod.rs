@@ -1014,9 +1014,16 @@ impl Collector {
             Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
             None => (Vec::new(), Vec::new()),
         };
-        // One run of the packet-socket iterator; a failed read keeps the counts of the last.
-        let packet_rings = match self.probes.packet_rings() {
-            Ok(records) => self.rings.update(&records),
+        // One run of the packet-socket iterator; a failed read keeps the counts of the last. A
+        // socket closed since the last read gives its owner's last PACKET_STATISTICS sums, and
+        // their entry goes.
+        let probes = &self.probes;
+        let packet_rings = match probes.packet_rings() {
+            Ok(records) => self.rings.update(&records, |sock| {
+                let last = probes.ring_reads(sock);
+                probes.forget_ring_reads(sock);
+                last
+            }),
             Err(_) => self.rings.current(),
         };
         let receives = threads.iter().any(|t| t.recv.any())

@@ -1,14 +1,15 @@
 //! The family's packet sockets (AF_PACKET, with or without a TPACKET ring), typed from the
 //! packet-socket iterator's records (`probes::sp_ring`). The kernel's counters of a socket are
 //! the ones PACKET_STATISTICS returns, and that call clears them (libpcap's `pcap_stats` makes
-//! it): `RingTable` turns the records it is given sample after sample into cumulative counts
-//! across such clears, and keeps a socket's totals after it closes.
+//! it): each record also carries the sums of what the family's own such reads returned
+//! (send_path captures them), and `RingTable` turns the records it is given sample after sample
+//! into cumulative counts (sums + counters), and keeps a socket's totals after it closes.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::probes::sp_ring;
+use crate::probes::{sp_ring, sp_ring_reads};
 
 /// The kind of packet socket, by the TPACKET version of its receive ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,17 +67,41 @@ pub struct PacketRing {
     pub queued: u64,
     /// frames the kernel dropped at it since seen: ring (or receive queue) full
     pub dropped: u64,
-    /// times the counters went back (a PACKET_STATISTICS read cleared them) since seen
+    /// PACKET_STATISTICS reads by the family (libpcap's pcap_stats) whose counts scanprof
+    /// captured (each clears the kernel's counters; what it returned is counted above)
+    pub owner_reads: u32,
+    /// clears of the counters whose counts scanprof did not get, since seen: the counters went
+    /// back with no family read to explain it (a process outside the family sharing the
+    /// socket read PACKET_STATISTICS), or a family read whose counts could not be read. The
+    /// frames such a clear took are not counted: `queued` and `dropped` are then lower bounds
     pub clears: u32,
     /// whether the socket was open at the latest read
     pub open: bool,
 }
 
-/// The raw counters of one socket at the latest read, to take the next read's difference from.
-#[derive(Debug, Clone, Copy)]
+/// The raw counts of one socket at the latest settled read, to take the next read's
+/// difference from: the sums of the family's own PACKET_STATISTICS reads and the counters.
+#[derive(Debug, Clone, Copy, Default)]
 struct Last {
+    sock: u64,
+    owner_queued: u64,
+    owner_drops: u64,
     packets: u32,
     drops: u32,
+    owner_unread: u32,
+}
+
+impl Last {
+    fn of(r: &sp_ring) -> Last {
+        Last {
+            sock: r.sock,
+            owner_queued: r.owner_queued,
+            owner_drops: r.owner_drops,
+            packets: r.tp_packets,
+            drops: r.tp_drops,
+            owner_unread: r.owner_unread,
+        }
+    }
 }
 
 /// The packet sockets seen so far, by (pid, socket inode).
@@ -87,22 +112,40 @@ pub struct RingTable {
     primed: bool,
 }
 
-/// What a counter that the owner may clear grew by since `last`: the difference, or, when it
-/// went back (cleared since), its whole new value (what came after the clear; what came between
-/// the last read and the clear is not seen).
-fn grown(now: u32, last: u32) -> (u64, bool) {
-    if now >= last {
-        (u64::from(now - last), false)
+/// What one counter grew by between two reads, from the sums of the family's own
+/// PACKET_STATISTICS reads (`owner`, which only grow) and the socket's counter (`now`, which
+/// such a read clears): `(grown, cleared_unseen)`. Every frame the counter counted is in one or
+/// the other, so their total only grows, unless someone outside the family (a process sharing
+/// the socket) cleared the counter: then what came after is the family reads' growth plus the
+/// new value, and what that clear took is not seen (`cleared_unseen`).
+fn grown(owner_now: u64, now: u32, owner_last: u64, last: u32) -> (u64, bool) {
+    let total_now = owner_now + u64::from(now);
+    let total_last = owner_last + u64::from(last);
+    if total_now >= total_last {
+        (total_now - total_last, false)
     } else {
-        (u64::from(now), true)
+        (owner_now.saturating_sub(owner_last) + u64::from(now), true)
     }
 }
 
 impl RingTable {
     /// Takes one read of the iterator (every packet socket the family holds now) and returns
-    /// every socket seen so far with its cumulative counts.
-    pub fn update(&mut self, records: &[sp_ring]) -> Vec<PacketRing> {
+    /// every socket seen so far with its cumulative counts. `last_reads(sock)` gives (and lets
+    /// go of) the final PACKET_STATISTICS sums of a socket that was open at the previous read
+    /// and is gone now: a read its owner made after scanprof's last sample, before closing it,
+    /// is counted so.
+    pub fn update(
+        &mut self,
+        records: &[sp_ring],
+        mut last_reads: impl FnMut(u64) -> Option<sp_ring_reads>,
+    ) -> Vec<PacketRing> {
         let first = !std::mem::replace(&mut self.primed, true);
+        let was_open: Vec<(u32, u64)> = self
+            .rings
+            .iter()
+            .filter(|(_, (ring, _))| ring.open)
+            .map(|(k, _)| *k)
+            .collect();
         for ring in self.rings.values_mut() {
             ring.0.open = false;
         }
@@ -128,31 +171,36 @@ impl RingTable {
                         ifindex: 0,
                         queued: 0,
                         dropped: 0,
+                        owner_reads: 0,
                         clears: 0,
                         open: true,
                     },
                     // A socket open at attach counts from attach; one opened later counts
                     // from its start (all its frames were the family's).
                     if first {
-                        Last {
-                            packets: r.tp_packets,
-                            drops: r.tp_drops,
-                        }
+                        Last::of(r)
                     } else {
-                        Last { packets: 0, drops: 0 }
+                        Last {
+                            sock: r.sock,
+                            ..Last::default()
+                        }
                     },
                 )
             });
             let (ring, last) = entry;
-            let (queued, c1) = grown(r.tp_packets, last.packets);
-            let (dropped, c2) = grown(r.tp_drops, last.drops);
-            ring.queued += queued;
-            ring.dropped += dropped;
-            ring.clears += u32::from(c1 || c2);
-            *last = Last {
-                packets: r.tp_packets,
-                drops: r.tp_drops,
-            };
+            // A record read while a family PACKET_STATISTICS read was half done: its counters
+            // and sums may disagree; the counts wait for the next read.
+            if r.settled != 0 {
+                let (queued, c1) = grown(r.owner_queued, r.tp_packets, last.owner_queued, last.packets);
+                let (dropped, c2) = grown(r.owner_drops, r.tp_drops, last.owner_drops, last.drops);
+                ring.queued += queued;
+                ring.dropped += dropped;
+                // A family read whose counts were not read explains a fall of the counters.
+                let unread = r.owner_unread.saturating_sub(last.owner_unread);
+                ring.clears += u32::from(c1 || c2).max(unread);
+                ring.owner_reads = r.owner_reads;
+                *last = Last::of(r);
+            }
             ring.fd = r.fd;
             ring.kind = RingKind::of(r);
             ring.frames = r.frame_nr;
@@ -163,6 +211,36 @@ impl RingTable {
             ring.rcvbuf = r.rcvbuf;
             ring.ifindex = r.ifindex;
             ring.open = true;
+        }
+        // Sockets closed since the previous read: the family reads made after it.
+        for key in was_open {
+            let Some((ring, last)) = self.rings.get_mut(&key) else {
+                continue;
+            };
+            if ring.open || records.iter().any(|r| r.sock == last.sock) {
+                continue;
+            }
+            let Some(e) = last_reads(last.sock).filter(|e| e.ino == ring.inode) else {
+                continue;
+            };
+            // What those reads returned beyond the counters scanprof last saw came after.
+            let after = |owner_now: u64, owner_last: u64, counter_last: u32| {
+                owner_now
+                    .saturating_sub(owner_last)
+                    .saturating_sub(u64::from(counter_last))
+            };
+            ring.queued += after(e.queued, last.owner_queued, last.packets);
+            ring.dropped += after(e.drops, last.owner_drops, last.drops);
+            ring.clears += e.unread.saturating_sub(last.owner_unread);
+            ring.owner_reads = e.reads;
+            *last = Last {
+                sock: last.sock,
+                owner_queued: e.queued,
+                owner_drops: e.drops,
+                packets: 0,
+                drops: 0,
+                owner_unread: e.unread,
+            };
         }
         self.current()
     }
@@ -193,15 +271,29 @@ mod tests {
             block_nr: 4,
             ifindex: 2,
             rcvbuf: 212992,
+            owner_queued: 0,
+            owner_drops: 0,
+            owner_reads: 0,
+            owner_unread: 0,
+            settled: 1,
+            pad: 0,
         }
+    }
+
+    /// The same socket after its owner's PACKET_STATISTICS reads returned these sums.
+    fn owned(mut r: sp_ring, queued: u64, drops: u64, reads: u32) -> sp_ring {
+        r.owner_queued = queued;
+        r.owner_drops = drops;
+        r.owner_reads = reads;
+        r
     }
 
     #[test]
     fn counts_accumulate_across_reads_from_attach() {
         let mut t = RingTable::default();
-        t.update(&[]);
-        t.update(&[rec(7, 100, 10, 2)]);
-        let rings = t.update(&[rec(7, 100, 25, 9)]);
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 10, 2)], |_| None);
+        let rings = t.update(&[rec(7, 100, 25, 9)], |_| None);
         assert_eq!(rings.len(), 1);
         let r = &rings[0];
         assert_eq!((r.queued, r.dropped, r.clears), (25, 9, 0));
@@ -212,29 +304,116 @@ mod tests {
     #[test]
     fn a_socket_open_at_attach_counts_from_attach() {
         let mut t = RingTable::default();
-        t.update(&[rec(7, 100, 1000, 50)]);
-        let rings = t.update(&[rec(7, 100, 1010, 52)]);
+        t.update(&[rec(7, 100, 1000, 50)], |_| None);
+        let rings = t.update(&[rec(7, 100, 1010, 52)], |_| None);
         assert_eq!((rings[0].queued, rings[0].dropped), (10, 2));
     }
 
     #[test]
-    fn a_statistics_read_that_clears_the_counters_does_not_lose_what_came_before() {
+    fn a_clear_from_outside_the_family_keeps_what_came_before_and_is_counted() {
         let mut t = RingTable::default();
-        t.update(&[]);
-        t.update(&[rec(7, 100, 40, 5)]);
-        // The owner read PACKET_STATISTICS (cleared), then 6 more frames came, 1 dropped.
-        let rings = t.update(&[rec(7, 100, 6, 1)]);
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 40, 5)], |_| None);
+        // A process sharing the socket read PACKET_STATISTICS (cleared it; no family read
+        // captured), then 6 more frames came, 1 dropped.
+        let rings = t.update(&[rec(7, 100, 6, 1)], |_| None);
         assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (46, 6, 1));
+        assert_eq!(rings[0].owner_reads, 0);
+    }
+
+    #[test]
+    fn the_familys_own_statistics_reads_are_counted_exactly() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 40, 5)], |_| None);
+        // The owner's read returned 44 queued and 5 dropped (and cleared them); since then 6
+        // more were queued and 1 dropped.
+        let rings = t.update(&[owned(rec(7, 100, 6, 1), 44, 5, 1)], |_| None);
+        assert_eq!((rings[0].queued, rings[0].dropped), (50, 6));
+        assert_eq!((rings[0].clears, rings[0].owner_reads), (0, 1));
+        // Three more reads between two samples (zmap reads once a second): every frame counted.
+        let rings = t.update(&[owned(rec(7, 100, 2, 0), 44 + 300, 5 + 30, 4)], |_| None);
+        assert_eq!((rings[0].queued, rings[0].dropped), (346, 35));
+        assert_eq!((rings[0].clears, rings[0].owner_reads), (0, 4));
+    }
+
+    #[test]
+    fn a_read_made_while_the_owner_was_reading_waits_for_the_next() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 40, 5)], |_| None);
+        // The owner's read had cleared the counters but not yet returned: its 43 frames are in
+        // neither the counters nor the sums. Held, not taken for a clear.
+        let mut half = rec(7, 100, 0, 0);
+        half.settled = 0;
+        let rings = t.update(&[half], |_| None);
+        assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (40, 5, 0));
+        assert!(rings[0].open);
+        let rings = t.update(&[owned(rec(7, 100, 1, 0), 43, 5, 1)], |_| None);
+        assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (44, 5, 0));
+    }
+
+    #[test]
+    fn a_socket_closed_after_its_owners_last_read_counts_what_that_read_returned() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.update(&[owned(rec(7, 100, 10, 1), 50, 5, 1)], |_| None);
+        // Closed: its owner read once more first (12 frames: the 10 seen and 2 after).
+        let mut asked = Vec::new();
+        let rings = t.update(&[], |sock| {
+            asked.push(sock);
+            Some(sp_ring_reads {
+                ino: 100,
+                queued: 62,
+                drops: 6,
+                enters: 2,
+                exits: 2,
+                reads: 2,
+                unread: 0,
+            })
+        });
+        assert_eq!(asked, vec![0xffff_0000 + 100]);
+        assert_eq!((rings[0].queued, rings[0].dropped, rings[0].open), (62, 6, false));
+        assert_eq!(rings[0].owner_reads, 2);
+        // Asked once: a closed socket is not looked up again.
+        let rings = t.update(&[], |_| panic!("asked again"));
+        assert_eq!(rings[0].queued, 62);
+    }
+
+    #[test]
+    fn another_sockets_sums_at_the_same_address_are_not_taken() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 10, 1)], |_| None);
+        let rings = t.update(&[], |_| {
+            Some(sp_ring_reads {
+                ino: 999,
+                queued: 5000,
+                ..Default::default()
+            })
+        });
+        assert_eq!((rings[0].queued, rings[0].dropped), (10, 1));
+    }
+
+    #[test]
+    fn a_family_read_whose_counts_could_not_be_read_is_a_clear() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.update(&[rec(7, 100, 40, 5)], |_| None);
+        let mut r = owned(rec(7, 100, 3, 0), 0, 0, 0);
+        r.owner_unread = 1;
+        let rings = t.update(&[r], |_| None);
+        assert_eq!((rings[0].queued, rings[0].clears), (43, 1));
     }
 
     #[test]
     fn a_closed_socket_keeps_its_totals_and_a_dup_counts_once() {
         let mut t = RingTable::default();
-        t.update(&[]);
+        t.update(&[], |_| None);
         let mut dup = rec(7, 100, 10, 1);
         dup.fd = 4;
-        t.update(&[rec(7, 100, 10, 1), dup, rec(8, 200, 3, 0)]);
-        let rings = t.update(&[rec(8, 200, 5, 0)]);
+        t.update(&[rec(7, 100, 10, 1), dup, rec(8, 200, 3, 0)], |_| None);
+        let rings = t.update(&[rec(8, 200, 5, 0)], |_| None);
         assert_eq!(rings.len(), 2);
         let closed = rings.iter().find(|r| r.pid == 7).unwrap();
         assert_eq!((closed.queued, closed.dropped, closed.open), (10, 1, false));
@@ -247,8 +426,8 @@ mod tests {
         let mut r = rec(7, 100, 1, 0);
         r.rx_ring = 0;
         let mut t = RingTable::default();
-        t.update(&[]);
-        let rings = t.update(&[r]);
+        t.update(&[], |_| None);
+        let rings = t.update(&[r], |_| None);
         assert_eq!(rings[0].kind, RingKind::Queue);
         assert_eq!(rings[0].kind.label(), "receive queue");
     }

@@ -4,6 +4,12 @@
 //! paced when asked so that the ring fills, and reports its own count and the socket's
 //! PACKET_STATISTICS: the truth scanprof's ring stages (`ring_queued`, `ring_drops`) and the
 //! `ring_full` verdict are held against (tests/ring_funnel.rs).
+//!
+//! With `SCANPROF_RING_RECV_STATS_MS=N` in its environment, a second thread also reads
+//! PACKET_STATISTICS every N ms while it reads, as libpcap's `pcap_stats` does in zmap's monitor
+//! thread: each read clears the kernel's counters, and the report's counts are the sums of every
+//! read (those and the final one). (An environment variable, not a flag: the flags live in
+//! src/cli.rs.)
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -21,9 +27,13 @@ const FRAME_SIZE: u32 = 2048;
 const BLOCK_SIZE: u32 = 4096;
 /// How long one poll waits for a frame before the reader looks at the clock again.
 const POLL_MS: i32 = 50;
+/// The environment variable that makes a thread read PACKET_STATISTICS every N ms (1 to 60000).
+pub const STATS_MS_ENV: &str = "SCANPROF_RING_RECV_STATS_MS";
 
 /// What the reader took from its ring, by its own count, and the kernel's statistics of its
-/// socket (PACKET_STATISTICS, read once, after it stopped reading and lingered).
+/// socket (PACKET_STATISTICS: read once after it stopped reading and lingered, and every
+/// `SCANPROF_RING_RECV_STATS_MS` while it read; the counts are the sums of every read, since each
+/// clears the kernel's counters).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RingRecvReport {
     /// the device it was bound to
@@ -39,6 +49,8 @@ pub struct RingRecvReport {
     pub tp_drops: u64,
     /// tp_packets - tp_drops: frames the kernel queued to the ring
     pub queued: u64,
+    /// PACKET_STATISTICS reads summed above: the periodic ones and the final one
+    pub statistics_reads: u64,
     /// seconds it read for
     pub duration_s: f64,
 }
@@ -188,6 +200,51 @@ fn statistics(fd: &OwnedFd) -> Result<libc::tpacket_stats> {
     Ok(st)
 }
 
+/// Sums of PACKET_STATISTICS reads: (reads, tp_packets, tp_drops).
+#[derive(Debug, Clone, Copy, Default)]
+struct StatsSum {
+    reads: u64,
+    packets: u64,
+    drops: u64,
+}
+
+impl StatsSum {
+    fn add(&mut self, st: &libc::tpacket_stats) {
+        self.reads += 1;
+        self.packets += u64::from(st.tp_packets);
+        self.drops += u64::from(st.tp_drops);
+    }
+}
+
+/// The period of the statistics thread from the environment, None when unset.
+fn stats_period() -> Result<Option<Duration>> {
+    let Some(v) = std::env::var_os(STATS_MS_ENV) else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    match v.trim().parse::<u64>() {
+        Ok(ms @ 1..=60_000) => Ok(Some(Duration::from_millis(ms))),
+        _ => bail!("{STATS_MS_ENV}={v}: give a period in milliseconds, 1 to 60000, or unset it"),
+    }
+}
+
+/// Reads PACKET_STATISTICS every `period` until `stop`, summing what the reads return.
+fn read_statistics(fd: &OwnedFd, period: Duration, stop: &std::sync::atomic::AtomicBool) -> Result<StatsSum> {
+    use std::sync::atomic::Ordering;
+    let mut sum = StatsSum::default();
+    let start = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let due = start + period.mul_f64((sum.reads + 1) as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep((due - now).min(Duration::from_millis(POLL_MS as u64)));
+            continue;
+        }
+        sum.add(&statistics(fd)?);
+    }
+    Ok(sum)
+}
+
 /// Reads frames from the ring until `duration` ends, at most `read_rate` per second.
 fn read_ring(fd: &OwnedFd, ring: &Ring, duration: Duration, read_rate: Option<f64>) -> u64 {
     use std::sync::atomic::Ordering;
@@ -233,28 +290,51 @@ pub fn run(o: &RingRecvOptions) -> Result<ExitCode> {
             o.frames + 1
         );
     }
+    let period = stats_period()?;
     let (fd, ring) = open(&o.dev, o.frames)?;
     let started = Instant::now();
-    let read = read_ring(&fd, &ring, Duration::from_secs_f64(o.duration), o.read_rate);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (read, mut sum) = std::thread::scope(|scope| -> Result<(u64, StatsSum)> {
+        let (fd, stop) = (&fd, &stop);
+        let stats = period.map(|p| scope.spawn(move || read_statistics(fd, p, stop)));
+        let read = read_ring(fd, &ring, Duration::from_secs_f64(o.duration), o.read_rate);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let sum = match stats {
+            Some(h) => h
+                .join()
+                .map_err(|_| anyhow::anyhow!("the PACKET_STATISTICS thread panicked"))??,
+            None => StatsSum::default(),
+        };
+        Ok((read, sum))
+    })?;
     let duration_s = started.elapsed().as_secs_f64();
     // Held open, not read, so that a profiler's sample sees the socket's final counts before
     // the statistics read below clears them.
     std::thread::sleep(Duration::from_secs_f64(o.linger));
-    let st = statistics(&fd)?;
+    sum.add(&statistics(&fd)?);
     let report = RingRecvReport {
         dev: o.dev.clone(),
         frames: o.frames,
         frame_size: FRAME_SIZE,
         read,
-        tp_packets: u64::from(st.tp_packets),
-        tp_drops: u64::from(st.tp_drops),
-        queued: u64::from(st.tp_packets.saturating_sub(st.tp_drops)),
+        tp_packets: sum.packets,
+        tp_drops: sum.drops,
+        queued: sum.packets.saturating_sub(sum.drops),
+        statistics_reads: sum.reads,
         duration_s,
     };
     drop(ring);
     println!(
-        "ring-recv: {} frames read from a {}-frame TPACKET_V2 ring on {} in {:.2} s; kernel: {} frames reached the socket, {} queued, {} dropped (ring full)",
-        report.read, report.frames, report.dev, duration_s, report.tp_packets, report.queued, report.tp_drops
+        "ring-recv: {} frames read from a {}-frame TPACKET_V2 ring on {} in {:.2} s; kernel ({} PACKET_STATISTICS read{}): {} frames reached the socket, {} queued, {} dropped (ring full)",
+        report.read,
+        report.frames,
+        report.dev,
+        duration_s,
+        report.statistics_reads,
+        if report.statistics_reads == 1 { "" } else { "s" },
+        report.tp_packets,
+        report.queued,
+        report.tp_drops
     );
     if let Some(path) = &o.report {
         std::fs::write(path, serde_json::to_string(&report)?)
