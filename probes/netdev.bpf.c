@@ -55,13 +55,25 @@ struct {
 	__type(value, struct sp_qdepth);
 } qdepth SEC(".maps");
 
-/* The family's packet inside a driver's transmit call on this CPU: veth and lo deliver it to
- * the far side (netif_rx) within that call, on the same CPU. */
+/* The family's packet inside a driver's transmit call on this CPU: net_dev_xmit, after the
+ * driver returns, takes its owner from here (veth and lo orphan the skb inside the call). */
 struct in_xmit {
 	__u64 skb;
 	__u32 tgid;
+	/* The far end of the device this CPU last sent a family packet through (veth_far_netns):
+	 * by device, and read again every SP_FAR_RECHECK packets in case the peer moved. */
+	__u32 far_ifindex;
+	__u64 far_dev;
+	__u32 far_devns;	/* the device's own namespace */
+	__u32 far_ns;		/* the peer's namespace, 0: not a veth; in target_netns */
+	__u32 far_left;		/* packets until the peer is read again */
 	__u32 pad;
 };
+
+/* How many family packets (per CPU, per device) go by on the cached far namespace of a veth
+ * before its peer is read again: a peer moved to another namespace mid-stream (it comes back
+ * down: someone has to bring it up there) is seen within that many packets per CPU. */
+#define SP_FAR_RECHECK 16
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -309,8 +321,76 @@ static __always_inline void note_sent(struct sk_buff *skb, __u32 tgid)
 	bpf_map_update_elem(&sent_skbs, &key, &v, BPF_ANY);
 }
 
+/* The first field of a veth's private area, as the veth driver declares it (struct veth_priv):
+ * CO-RE finds it when the driver's BTF is loaded (built in, or the module loaded); the peer has
+ * been the first field since veth was written, the offset when the BTF is not there. */
+struct veth_priv___sp {
+	struct net_device *peer;
+} __attribute__((preserve_access_index));
+
+/* Where netdev_priv() puts a driver's private area: the `priv` array at the end of the device
+ * (kernels >= 6.11), before that right after the device rounded up to NETDEV_ALIGN (32). */
+static __always_inline __u64 netdev_priv_offset(void)
+{
+	if (bpf_core_field_exists(struct net_device, priv))
+		return bpf_core_field_offset(struct net_device, priv);
+	return (bpf_core_type_size(struct net_device) + 31) & ~31ULL;
+}
+
+/* The namespace at the far end of a veth (its peer's), 0 for any other device or when the
+ * peer is gone (`ip link set PEER netns X` moves it: callers read it again now and then). */
+static __always_inline __u32 veth_far_netns(const struct net_device *dev)
+{
+	const struct rtnl_link_ops *ops = dev->rtnl_link_ops;
+	struct net_device *peer = 0;
+	const char *kind;
+	char name[8] = {};
+	__u64 at;
+
+	if (!ops)
+		return 0;
+	kind = BPF_CORE_READ(ops, kind);
+	if (!kind || bpf_probe_read_kernel(name, 5, kind))
+		return 0;
+	if (name[0] != 'v' || name[1] != 'e' || name[2] != 't' || name[3] != 'h' || name[4])
+		return 0;
+	at = (__u64)dev + netdev_priv_offset();
+	if (bpf_core_type_exists(struct veth_priv___sp))
+		at += bpf_core_field_offset(struct veth_priv___sp, peer);
+	if (bpf_probe_read_kernel(&peer, sizeof(peer), (void *)at) || !peer)
+		return 0;
+	return BPF_CORE_READ(peer, nd_net.net, ns.inum);
+}
+
+/* A veth hands the family's packet to its peer's namespace (a lab's target host): that namespace
+ * now carries the family's traffic, and a socket-less drop there may be the family's (drops:
+ * classify). Loopback delivers into its own namespace, which net_dev_queue already noted. The
+ * peer is read (four reads, ~130 ns here) only when the device changes on this CPU and every
+ * SP_FAR_RECHECK packets; target_netns entries are never deleted during a run, so a namespace
+ * once noted stays noted. */
+static __always_inline void note_far_netns(const struct net_device *dev, struct in_xmit *x, __u32 tgid)
+{
+	__u32 ifindex = dev->ifindex, devns = dev_netns((struct net_device *)dev), ns;
+
+	if (x->far_dev == (__u64)dev && x->far_ifindex == ifindex && x->far_devns == devns &&
+	    x->far_left) {
+		x->far_left -= 1;
+		return;
+	}
+	ns = veth_far_netns(dev);
+	if (ns && ns != x->far_ns && !bpf_map_lookup_elem(&target_netns, &ns)) {
+		bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
+		gen_bump(&flows_gen);
+	}
+	x->far_dev = (__u64)dev;
+	x->far_ifindex = ifindex;
+	x->far_devns = devns;
+	x->far_ns = ns;
+	x->far_left = SP_FAR_RECHECK - 1;
+}
+
 /* net_dev_start_xmit: the family's packet goes to the driver; veth and lo deliver it to the far
- * side (netif_rx) before the driver returns, so it is marked here, not at net_dev_xmit. */
+ * side before the driver returns, so it is marked here, not at net_dev_xmit. */
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
@@ -320,15 +400,17 @@ int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_devi
 	if (!tgid)
 		return 0;
 	x = bpf_map_lookup_elem(&in_flight, &zero);
-	if (x) {
-		x->skb = (__u64)skb;
-		x->tgid = tgid;
-	}
+	if (!x)
+		return 0;
+	x->skb = (__u64)skb;
+	x->tgid = tgid;
 	/* Only a virtual device (veth, lo: no parent device) hands the packet to another part of
 	 * this host, where it can die without a socket; a NIC's packet leaves the host, and the
 	 * map write (~65 ns a packet) would buy nothing. */
-	if (!BPF_CORE_READ(dev, dev.parent))
+	if (!BPF_CORE_READ(dev, dev.parent)) {
 		note_sent((struct sk_buff *)skb, tgid);
+		note_far_netns(dev, x, tgid);
+	}
 	return 0;
 }
 
@@ -361,26 +443,6 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
 			s->xmit_err += 1;
 		}
 	});
-	return 0;
-}
-
-/* netif_rx: a packet the family transmitted arrives on the far side of a veth or loopback;
- * that namespace now carries the family's traffic (e.g. a lab's target host). */
-SEC("tp_btf/netif_rx")
-int BPF_PROG(on_netif_rx, struct sk_buff *skb)
-{
-	__u32 zero = 0, who, ns;
-	struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
-
-	if (!x || x->skb != (__u64)skb)
-		return 0;
-	/* The slot stays set: net_dev_xmit, after the driver returns, still needs the owner. */
-	who = x->tgid;
-	ns = dev_netns(skb->dev);
-	if (ns && !bpf_map_lookup_elem(&target_netns, &ns)) {
-		bpf_map_update_elem(&target_netns, &ns, &who, BPF_ANY);
-		gen_bump(&flows_gen);
-	}
 	return 0;
 }
 

@@ -105,7 +105,7 @@ fn drop_reason_names(btf: &Btf<'_>) -> Option<BTreeMap<u32, String>> {
 }
 
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
-pub const TRACEPOINTS: [(&str, &str); 18] = [
+pub const TRACEPOINTS: [(&str, &str); 17] = [
     (
         "sched_process_fork",
         "following children and threads of the target",
@@ -122,13 +122,9 @@ pub const TRACEPOINTS: [(&str, &str); 18] = [
     ("qdisc_dequeue", "qdisc stage"),
     (
         "net_dev_start_xmit",
-        "following the family's packets across veth and loopback",
+        "following the family's packets across veth (into the peer's namespace) and loopback",
     ),
     ("net_dev_xmit", "device transmit stage and driver return codes"),
-    (
-        "netif_rx",
-        "namespaces the family's packets arrive in (drop attribution)",
-    ),
     (
         "neigh_event_send_done",
         "packets waiting for neighbour resolution",
