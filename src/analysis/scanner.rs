@@ -34,6 +34,9 @@ pub struct ScannerView {
 /// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
 pub use crate::wrappers::PacerWait;
 
+/// What a requested figure means (`exact`, `cap`, `floor`...): declared by the profile.
+pub use crate::wrappers::RateKind;
+
 /// One of the scanner's pacing modes, as its profile names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PacerView {
@@ -69,7 +72,7 @@ pub struct RequestedView {
     /// packets per second the run is compared with (None: unlimited or unknown)
     pub pps: Option<f64>,
     /// `exact`, `cap`, `floor`, `unlimited`, `unknown`
-    pub kind: String,
+    pub kind: RateKind,
     /// a floor given beside a cap (nmap --min-rate)
     pub floor_pps: Option<f64>,
     /// where the figure comes from: `--requested`, argv, config, work units, rate-setup calls
@@ -294,8 +297,9 @@ use crate::collect::ThreadCounters;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ArgvRate {
     pub pps: Option<f64>,
-    /// `exact`, `cap`, `floor`, `unlimited`, `unknown`
-    pub kind: String,
+    /// what the figure means, as the profile's `[rate]` reads the command line; None when
+    /// nothing was read
+    pub kind: Option<RateKind>,
     pub floor_pps: Option<f64>,
     /// how it was read, step by step (`argv: -r 1000`)
     pub provenance: Vec<String>,
@@ -989,12 +993,11 @@ impl ScannerModel {
             });
         }
         let pps = self.requested_pps();
-        let kind = if self.explicit.is_some() || (!self.runtime.is_empty() && self.argv.kind.is_empty()) {
-            "exact".to_string()
-        } else if self.argv.kind.is_empty() {
-            "unknown".to_string()
-        } else {
-            self.argv.kind.clone()
+        let kind = match self.argv.kind {
+            _ if self.explicit.is_some() => RateKind::Exact,
+            None if !self.runtime.is_empty() => RateKind::Exact,
+            None => RateKind::Unknown,
+            Some(k) => k,
         };
         RequestedView {
             pps,
@@ -1059,7 +1062,7 @@ impl ScannerModel {
         let argv_exact = self
             .argv
             .pps
-            .filter(|_| self.argv.kind == "exact" || self.argv.kind == "cap");
+            .filter(|_| matches!(self.argv.kind, Some(RateKind::Exact | RateKind::Cap)));
         for (text, pps, _, unit) in &self.runtime {
             let Some(p) = pps else { continue };
             if let Some(a) = argv_exact {

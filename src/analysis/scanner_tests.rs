@@ -33,7 +33,7 @@ fn types() -> BTreeMap<String, String> {
 fn argv(pps: f64) -> ArgvRate {
     ArgvRate {
         pps: Some(pps),
-        kind: "exact".into(),
+        kind: Some(crate::wrappers::RateKind::Exact),
         floor_pps: None,
         provenance: vec![format!("argv: -r {pps}")],
         conflicts: vec![],

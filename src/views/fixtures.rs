@@ -153,7 +153,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         Some(100.0),
         crate::analysis::ArgvRate {
             pps: Some(100.0),
-            kind: "exact".into(),
+            kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,
             provenance: vec!["argv: -r 100".into()],
             conflicts: vec![],

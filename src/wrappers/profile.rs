@@ -179,8 +179,8 @@ pub enum RateModel {
     Unicornscan,
 }
 
-/// What a requested figure means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+/// What a requested figure means. The default is `unknown`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RateKind {
     /// The scanner paces at this rate.
@@ -192,12 +192,19 @@ pub enum RateKind {
     /// No pacing: as fast as possible.
     Unlimited,
     /// No requested rate could be read.
+    #[default]
     Unknown,
+}
+
+impl std::fmt::Display for RateKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl RateKind {
     /// The kind as profiles and the JSON output write it.
-    pub fn name(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             RateKind::Exact => "exact",
             RateKind::Cap => "cap",

@@ -11,6 +11,7 @@ use super::{
     verdict, Cause, Kind, Verdict, CALIBRATION_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE,
     WEAK_SHARE,
 };
+use crate::analysis::scanner::RateKind;
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
@@ -60,7 +61,7 @@ pub(super) fn never_sent(j: &Judgement) -> Option<Verdict> {
 
 /// Above the requested rate by more than the tolerance, where that rate is no floor.
 fn is_above(f: &Facts, r: f64) -> bool {
-    let floor = f.requested_view.is_some_and(|v| v.kind == "floor");
+    let floor = f.requested_view.is_some_and(|v| v.kind == RateKind::Floor);
     f.achieved / r > 1.0 + NO_GAP_TOLERANCE && !floor
 }
 
@@ -181,11 +182,11 @@ fn baseline_line(f: &Facts) -> Option<String> {
 
 /// The requested rate is a cap: going slower may be the scanner's own choice.
 fn is_cap(f: &Facts) -> bool {
-    f.requested_view.is_some_and(|v| v.kind == "cap")
+    f.requested_view.is_some_and(|v| v.kind == RateKind::Cap)
 }
 
 fn gap_unknown_verdict(f: &Facts) -> Verdict {
-    let unlimited = f.requested_view.is_some_and(|v| v.kind == "unlimited");
+    let unlimited = f.requested_view.is_some_and(|v| v.kind == RateKind::Unlimited);
     let sentence = if unlimited {
         format!(
             "The scanner was asked to send as fast as it can, so there is no requested rate to fall short of; it reached {}.",
