@@ -2,8 +2,8 @@
 //! sent, and its own figures (claims) that disagree with scanprof's.
 
 use super::facts::{caveat_lines, Facts};
+use super::judgement::Judgement;
 use super::loss::{qdisc_kind, queue_advice};
-use super::rules::Judgement;
 use super::units::{pps, signed_pct};
 use super::{verdict, Cause, Kind, Verdict, CLAIM_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
 use crate::analysis::snapshot::ClaimView;

@@ -4,7 +4,7 @@
 
 use super::claims::{conntrack_refused_as_loss, retried, send_errors_as_loss, send_errors_text, top_errno};
 use super::facts::{caveat_lines, per_packet, Facts};
-use super::rules::{Case, Judgement};
+use super::judgement::{Case, Judgement};
 use super::split::{Calibration, Split, MIN_GAPS};
 use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{

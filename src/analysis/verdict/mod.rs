@@ -1,13 +1,14 @@
 //! The diagnosis: from a tick's Snapshot (live) or the run's Summary, the ranked causes of the
 //! gap between requested and achieved send rate (kind `gap`) and of packets lost after they were
 //! sent (kind `loss`). Pure: figures in, verdicts out. `facts` reads either input into one shape,
-//! `split` divides the gap among its causes, `rules` lists every cause's rule (in `gap`, `claims`,
+//! `split` divides the gap among its causes, `judgement` says which case the rate is in, `rules` lists every cause's rule (in `gap`, `claims`,
 //! `loss`, `receive`, `relay`, `rings`...); docs/diagnosis.md states every rule and threshold.
 
 mod cause;
 mod claims;
 mod facts;
 mod gap;
+mod judgement;
 mod limits;
 mod loss;
 mod rate_unit;
@@ -86,14 +87,14 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
         Some((r, p)) => {
             let mut own = f.clone();
             own.requested = Some(p);
-            let judged = rules::rate_verdicts(&rules::Judgement::of(&own));
+            let judged = rules::rate_verdicts(&judgement::Judgement::of(&own));
             (
                 rate_unit::rejudged(f, r, p, judged),
                 1.0 - f.achieved / r >= NO_GAP_TOLERANCE,
             )
         }
         None => {
-            let j = rules::Judgement::of(f);
+            let j = judgement::Judgement::of(f);
             (rules::rate_verdicts(&j), j.has_gap())
         }
     };

@@ -6,7 +6,7 @@
 //! given in the other unit, and the run is judged against the scanner's packet rate instead.
 
 use super::facts::{caveat_lines, Facts};
-use super::rules::Judgement;
+use super::judgement::Judgement;
 use super::units::{pct, pps};
 use super::{verdict, Cause, Kind, Verdict, NO_GAP_TOLERANCE};
 use crate::analysis::snapshot::{RateCounts, RateUnitView};
