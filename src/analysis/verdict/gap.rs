@@ -11,7 +11,7 @@ use super::{
     verdict, Cause, Kind, Verdict, CALIBRATION_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE,
     WEAK_SHARE,
 };
-use crate::analysis::scanner::RateKind;
+use crate::analysis::scanner::{IpcDirection, ProbeRole, RateKind};
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
@@ -1128,14 +1128,14 @@ fn never_sent_verdict(f: &Facts, r: f64) -> Verdict {
 fn watches_ipc(v: &crate::analysis::snapshot::ScannerView) -> bool {
     v.probes
         .iter()
-        .any(|p| p.attached && (p.role == "ipc_send" || p.role == "ipc_recv"))
+        .any(|p| p.attached && matches!(p.role, ProbeRole::IpcSend | ProbeRole::IpcRecv))
 }
 
 fn ipc_messages(f: &Facts) -> u64 {
     f.scanner.map_or(0, |v| {
         v.ipc
             .iter()
-            .filter(|i| i.direction == "send")
+            .filter(|i| i.direction == IpcDirection::Send)
             .map(|i| i.messages)
             .sum()
     })

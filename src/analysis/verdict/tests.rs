@@ -254,7 +254,7 @@ fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
 fn pace_probe(inside_ns: u64, hits: u64) -> UprobeView {
     UprobeView {
         name: "wait_slot".into(),
-        role: "pace_wait".into(),
+        role: crate::wrappers::ProbeRole::PaceWait,
         symbol: "scanprof_sender_wait_slot".into(),
         binary: None,
         per_packet: true,
@@ -2331,7 +2331,7 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
 fn ipc_probe(name: &str) -> UprobeView {
     UprobeView {
         name: name.into(),
-        role: "ipc_send".into(),
+        role: crate::wrappers::ProbeRole::IpcSend,
         symbol: "send_message".into(),
         binary: Some("/usr/bin/unicornscan".into()),
         per_packet: false,
