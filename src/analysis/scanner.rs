@@ -34,6 +34,12 @@ pub struct ScannerView {
 /// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
 pub use crate::wrappers::PacerWait;
 
+/// What a requested figure means (`exact`, `cap`, `floor`...): declared by the profile.
+pub use crate::wrappers::RateKind;
+
+/// What a probed function means (`rate_setup`, `ipc_send`...): declared by the profile.
+pub use crate::wrappers::ProbeRole;
+
 /// One of the scanner's pacing modes, as its profile names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PacerView {
@@ -69,7 +75,7 @@ pub struct RequestedView {
     /// packets per second the run is compared with (None: unlimited or unknown)
     pub pps: Option<f64>,
     /// `exact`, `cap`, `floor`, `unlimited`, `unknown`
-    pub kind: String,
+    pub kind: RateKind,
     /// a floor given beside a cap (nmap --min-rate)
     pub floor_pps: Option<f64>,
     /// where the figure comes from: `--requested`, argv, config, work units, rate-setup calls
@@ -125,7 +131,7 @@ pub struct RateSource {
 pub struct UprobeView {
     pub name: String,
     /// `rate_setup`, `calibration`, `ipc_send`, `pace_wait`...
-    pub role: String,
+    pub role: ProbeRole,
     pub symbol: String,
     /// the file the probe is on (executable or library), once found
     pub binary: Option<String>,
@@ -204,7 +210,7 @@ pub struct IpcView {
     pub pid: u32,
     pub comm: String,
     /// `send` or `recv`
-    pub direction: String,
+    pub direction: IpcDirection,
     /// message type as the profile decodes it (`type 4`), or `unix socket` when only the
     /// send syscalls on unix sockets are seen
     pub kind: String,
@@ -294,8 +300,9 @@ use crate::collect::ThreadCounters;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ArgvRate {
     pub pps: Option<f64>,
-    /// `exact`, `cap`, `floor`, `unlimited`, `unknown`
-    pub kind: String,
+    /// what the figure means, as the profile's `[rate]` reads the command line; None when
+    /// nothing was read
+    pub kind: Option<RateKind>,
     pub floor_pps: Option<f64>,
     /// how it was read, step by step (`argv: -r 1000`)
     pub provenance: Vec<String>,
@@ -305,8 +312,34 @@ pub struct ArgvRate {
     pub per_target: Option<(f64, String)>,
 }
 
+/// Which way a message went, from the member that counted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IpcDirection {
+    /// received (an `ipc_recv` probe); ordered first, as the names are
+    Recv,
+    /// sent (an `ipc_send` probe, or a send syscall on a unix socket)
+    Send,
+}
+
+impl IpcDirection {
+    /// The stable name, as in the JSON: `recv` or `send`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpcDirection::Recv => "recv",
+            IpcDirection::Send => "send",
+        }
+    }
+}
+
+impl std::fmt::Display for IpcDirection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Messages of one kind from one process: (pid, direction, kind).
-type IpcKey = (u32, String, String);
+type IpcKey = (u32, IpcDirection, String);
 /// (messages, bytes, first ns, last ns)
 type IpcCount = (u64, u64, u64, u64);
 
@@ -540,14 +573,14 @@ impl ScannerModel {
     /// Takes one tick's calls, in time order.
     pub fn ingest(&mut self, calls: &[ProbeCall]) {
         for c in calls {
-            match (c.role.as_str(), c.entry) {
-                ("ipc_send", true) => self.message(c, "send"),
-                ("work_unit", true) => self.work_unit(c),
-                ("ipc_recv", true) => self.message(c, "recv"),
-                ("rate_setup", true) => self.rate_setup(c),
-                ("rate_setup", false) => self.setup_done(c),
-                ("calibration", true) => self.calibration_start(c),
-                ("calibration", false) => {
+            match (c.role, c.entry) {
+                (ProbeRole::IpcSend, true) => self.message(c, IpcDirection::Send),
+                (ProbeRole::WorkUnit, true) => self.work_unit(c),
+                (ProbeRole::IpcRecv, true) => self.message(c, IpcDirection::Recv),
+                (ProbeRole::RateSetup, true) => self.rate_setup(c),
+                (ProbeRole::RateSetup, false) => self.setup_done(c),
+                (ProbeRole::Calibration, true) => self.calibration_start(c),
+                (ProbeRole::Calibration, false) => {
                     self.calibration_end(c);
                     self.setup_done(c);
                 }
@@ -556,7 +589,7 @@ impl ScannerModel {
         }
     }
 
-    fn message(&mut self, c: &ProbeCall, direction: &str) {
+    fn message(&mut self, c: &ProbeCall, direction: IpcDirection) {
         let kind = match c.values.get("type") {
             Some(t) => {
                 let t = *t as i64;
@@ -581,12 +614,12 @@ impl ScannerModel {
             .unwrap_or(0.0) as u64;
         let e = self
             .ipc
-            .entry((c.pid, direction.to_string(), kind.clone()))
+            .entry((c.pid, direction, kind.clone()))
             .or_insert((0, 0, c.ts_ns, c.ts_ns));
         e.0 += 1;
         e.1 += bytes;
         e.3 = c.ts_ns;
-        if direction != "send" {
+        if direction != IpcDirection::Send {
             return;
         }
         if let Some(pps) = c.values.get("pps").copied() {
@@ -884,7 +917,7 @@ impl ScannerModel {
             .map(|((pid, dir, kind), (n, bytes, first, last))| IpcView {
                 pid: *pid,
                 comm: comm(*pid),
-                direction: dir.clone(),
+                direction: *dir,
                 kind: kind.clone(),
                 messages: *n,
                 bytes: *bytes,
@@ -902,7 +935,7 @@ impl ScannerModel {
             ipc.push(IpcView {
                 pid,
                 comm: comm(pid),
-                direction: "send".into(),
+                direction: IpcDirection::Send,
                 kind: "unix socket".into(),
                 messages: n,
                 bytes,
@@ -916,7 +949,7 @@ impl ScannerModel {
             .iter()
             .map(|s| UprobeView {
                 name: s.name.clone(),
-                role: s.role.clone(),
+                role: s.role,
                 symbol: s.symbol.clone(),
                 binary: s.binary.clone(),
                 per_packet: s.per_packet,
@@ -989,12 +1022,11 @@ impl ScannerModel {
             });
         }
         let pps = self.requested_pps();
-        let kind = if self.explicit.is_some() || (!self.runtime.is_empty() && self.argv.kind.is_empty()) {
-            "exact".to_string()
-        } else if self.argv.kind.is_empty() {
-            "unknown".to_string()
-        } else {
-            self.argv.kind.clone()
+        let kind = match self.argv.kind {
+            _ if self.explicit.is_some() => RateKind::Exact,
+            None if !self.runtime.is_empty() => RateKind::Exact,
+            None => RateKind::Unknown,
+            Some(k) => k,
         };
         RequestedView {
             pps,
@@ -1059,7 +1091,7 @@ impl ScannerModel {
         let argv_exact = self
             .argv
             .pps
-            .filter(|_| self.argv.kind == "exact" || self.argv.kind == "cap");
+            .filter(|_| matches!(self.argv.kind, Some(RateKind::Exact | RateKind::Cap)));
         for (text, pps, _, unit) in &self.runtime {
             let Some(p) = pps else { continue };
             if let Some(a) = argv_exact {

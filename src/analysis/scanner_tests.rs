@@ -9,7 +9,7 @@ const START: u64 = 1_000 * MS;
 fn call(probe: &str, role: &str, pid: u32, at_ms: u64, entry: bool, values: &[(&str, f64)]) -> ProbeCall {
     ProbeCall {
         probe: probe.into(),
-        role: role.into(),
+        role: serde_json::from_value(role.into()).expect("a probe role"),
         pid,
         tid: pid,
         ts_ns: START + at_ms * MS,
@@ -33,7 +33,7 @@ fn types() -> BTreeMap<String, String> {
 fn argv(pps: f64) -> ArgvRate {
     ArgvRate {
         pps: Some(pps),
-        kind: "exact".into(),
+        kind: Some(crate::wrappers::RateKind::Exact),
         floor_pps: None,
         provenance: vec![format!("argv: -r {pps}")],
         conflicts: vec![],

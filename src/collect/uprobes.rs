@@ -32,7 +32,7 @@ pub enum PerPacket {
 pub struct ProbeCall {
     pub probe: String,
     /// the probe's role (`rate_setup`, `ipc_send`...)
-    pub role: String,
+    pub role: ProbeRole,
     pub pid: u32,
     pub tid: u32,
     /// CLOCK_MONOTONIC ns
@@ -58,7 +58,7 @@ pub struct ProbeCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UprobeState {
     pub name: String,
-    pub role: String,
+    pub role: ProbeRole,
     pub symbol: String,
     /// the file it is attached to
     pub binary: Option<String>,
@@ -99,7 +99,7 @@ impl ScannerProbes {
             .iter()
             .map(|p| UprobeState {
                 name: p.name.clone(),
-                role: p.role.name().to_string(),
+                role: p.role,
                 symbol: p.symbol.clone(),
                 binary: None,
                 per_packet: p.per_packet,
@@ -381,7 +381,7 @@ impl ScannerProbes {
         }
         Some(ProbeCall {
             probe: probe.name.clone(),
-            role: probe.role.name().to_string(),
+            role: probe.role,
             pid: c.tgid,
             tid: c.tid,
             ts_ns: c.ts_ns,

@@ -191,7 +191,7 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
         per_packet,
         argv_rate: ArgvRate {
             pps: rate.pps,
-            kind: rate.kind.name().to_string(),
+            kind: Some(rate.kind),
             floor_pps: rate.floor_pps,
             provenance: rate.provenance,
             conflicts: rate.conflicts,
@@ -294,9 +294,13 @@ fn measure_baseline(
     opts: &RunOptions,
     scanner: Option<&ScannerSetup>,
 ) -> anyhow::Result<crate::analysis::Baseline> {
-    let argv_rate = scanner
-        .map(|s| &s.argv_rate)
-        .filter(|r| r.pps.is_some() && matches!(r.kind.as_str(), "exact" | "cap"));
+    let argv_rate = scanner.map(|s| &s.argv_rate).filter(|r| {
+        r.pps.is_some()
+            && matches!(
+                r.kind,
+                Some(crate::wrappers::RateKind::Exact | crate::wrappers::RateKind::Cap)
+            )
+    });
     let (rate, source) = match (opts.requested, argv_rate) {
         (Some(rate), _) => (rate, "--requested".to_string()),
         (None, Some(r)) => (

@@ -107,7 +107,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         },
         uprobes: vec![crate::collect::uprobes::UprobeState {
             name: "init_tslot".into(),
-            role: "rate_setup".into(),
+            role: crate::wrappers::ProbeRole::RateSetup,
             symbol: "init_tslot".into(),
             binary: Some("/bin/sender".into()),
             per_packet: false,
@@ -153,7 +153,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         Some(100.0),
         crate::analysis::ArgvRate {
             pps: Some(100.0),
-            kind: "exact".into(),
+            kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,
             provenance: vec!["argv: -r 100".into()],
             conflicts: vec![],
@@ -190,7 +190,7 @@ fn scanner_calls() -> Vec<crate::collect::uprobes::ProbeCall> {
     let call = |probe: &str, role: &str, pid: u32, ms: u64, entry: bool, values: &[(&str, f64)]| {
         crate::collect::uprobes::ProbeCall {
             probe: probe.into(),
-            role: role.into(),
+            role: serde_json::from_value(role.into()).expect("a probe role"),
             pid,
             tid: pid,
             ts_ns: ms * 1_000_000,

@@ -3,6 +3,7 @@
 //! and which functions to uprobe. Pure data and parsing: `src/probes` attaches what `[[probe]]`
 //! lists, `src/analysis` compares the achieved rate with `requested_rate`. See docs/wrappers.md.
 
+mod argv;
 mod profile;
 mod rate;
 mod status;

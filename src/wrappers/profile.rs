@@ -179,8 +179,8 @@ pub enum RateModel {
     Unicornscan,
 }
 
-/// What a requested figure means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+/// What a requested figure means. The default is `unknown`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RateKind {
     /// The scanner paces at this rate.
@@ -192,12 +192,19 @@ pub enum RateKind {
     /// No pacing: as fast as possible.
     Unlimited,
     /// No requested rate could be read.
+    #[default]
     Unknown,
+}
+
+impl std::fmt::Display for RateKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl RateKind {
     /// The kind as profiles and the JSON output write it.
-    pub fn name(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             RateKind::Exact => "exact",
             RateKind::Cap => "cap",
@@ -414,8 +421,8 @@ pub struct ProbeRead {
     pub unit: Option<String>,
 }
 
-/// What a probed function means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// What a probed function means. Serde writes the names profiles use (`rate_setup`...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeRole {
     /// Sets up the pacing for a rate (once per run or work unit).
@@ -446,7 +453,7 @@ pub enum ProbeRole {
 
 impl ProbeRole {
     /// The role as profiles and the JSON output write it (`rate_setup`, `ipc_send`...).
-    pub fn name(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ProbeRole::RateSetup => "rate_setup",
             ProbeRole::Calibration => "calibration",
@@ -461,6 +468,12 @@ impl ProbeRole {
             ProbeRole::RateMeter => "rate_meter",
             ProbeRole::Receive => "receive",
         }
+    }
+}
+
+impl std::fmt::Display for ProbeRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

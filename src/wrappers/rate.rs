@@ -3,6 +3,7 @@
 //! Pure: argv and the config text come in, a `RequestedRate` with its provenance goes out. The
 //! analysis compares this figure with the achieved rate.
 
+use super::argv::find_flag;
 use super::profile::{RateKind, RateModel, RateOption, RateRules, RateUnit, ScannerProfile, ValueForm};
 
 /// The rate a scanner was asked for, and where that figure comes from.
@@ -68,28 +69,6 @@ struct ArgvScan<'a> {
 struct Resolved {
     pps: Option<f64>,
     kind: RateKind,
-}
-
-/// Splits `arg` against `flag`: `Some(Some(v))` for `--flag=v` or `-fv`, `Some(None)` for the bare
-/// flag, `None` when it is not this flag. Two-character flags take attached values; longer ones
-/// take `=`.
-fn match_flag<'s>(arg: &'s str, flag: &str) -> Option<Option<&'s str>> {
-    if arg == flag {
-        return Some(None);
-    }
-    let rest = arg.strip_prefix(flag)?;
-    if flag.len() == 2 {
-        Some(Some(rest.strip_prefix('=').unwrap_or(rest)))
-    } else {
-        rest.strip_prefix('=').map(Some)
-    }
-}
-
-/// Finds `arg` among `flags`; returns the flag and an inline value.
-pub(super) fn find_flag<'s, 'f>(arg: &'s str, flags: &'f [String]) -> Option<(&'f str, Option<&'s str>)> {
-    flags
-        .iter()
-        .find_map(|f| match_flag(arg, f).map(|v| (f.as_str(), v)))
 }
 
 /// Parses a number; with `suffixes`, K, M and G multiply by 10^3, 10^6, 10^9 (zmap `-B 10M`).

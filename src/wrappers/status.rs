@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rate::find_flag;
+use super::argv::find_flag;
 
 /// How the status is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

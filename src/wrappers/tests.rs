@@ -629,7 +629,7 @@ fn role_and_kind_names_are_what_profiles_write() {
         (ProbeRole::RateMeter, RateKind::Exact),
         (ProbeRole::Receive, RateKind::Exact),
     ] {
-        let text = format!("role = \"{}\"\nkind = \"{}\"", role.name(), kind.name());
+        let text = format!("role = \"{}\"\nkind = \"{}\"", role.as_str(), kind.as_str());
         let r: R = toml::from_str(&text).unwrap();
         assert_eq!((r.role, r.kind), (role, kind), "{text}");
     }

@@ -7,10 +7,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// Declares `Cause` once: each variant with its stable name and the kinds it is reported as,
-/// so that the list of causes, their names and `Cause::ALL` cannot drift apart.
+/// Declares `Cause` once: each variant with its stable name, the kinds it is reported as and its
+/// rank among verdicts of equal share, so that the list of causes, their names, `Cause::ALL` and
+/// the ranking cannot drift apart. The rule that writes each cause is its row in `rules::RULES`.
 macro_rules! causes {
-    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal, [$($kind:ident),+];)+) => {
+    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal, [$($kind:ident),+], $rank:literal;)+) => {
         /// What a verdict names: one variant per cause the diagnosis writes (docs/diagnosis.md).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
@@ -37,93 +38,104 @@ macro_rules! causes {
                     $(Cause::$variant => &[$(Kind::$kind),+],)+
                 }
             }
+
+            /// Among verdicts of equal share (share-0 findings mostly), lower first: the
+            /// overall judgement (0 a measurement fault, 1 whether there is a gap, 2 what bounds
+            /// an unpaced rate, 3 a slot or unit set wrong, 4 a scanner's own figure or the
+            /// receiver's CPU) before the rest (5).
+            pub fn tie_rank(self) -> u8 {
+                match self {
+                    $(Cause::$variant => $rank,)+
+                }
+            }
         }
     };
 }
 
 causes! {
     /// achieved within `NO_GAP_TOLERANCE` of requested, and no target loss
-    NoGap = "no_gap", [Gap];
+    NoGap = "no_gap", [Gap], 1;
     /// no requested rate to compare with
-    GapUnknown = "gap_unknown", [Gap];
+    GapUnknown = "gap_unknown", [Gap], 1;
     /// no finite requested rate: what bounds the rate
-    Bottleneck = "bottleneck", [Gap];
+    Bottleneck = "bottleneck", [Gap], 2;
     /// achieved more than 2% above requested
-    AboveRequested = "above_requested", [Gap];
+    AboveRequested = "above_requested", [Gap], 2;
     /// failed send calls: a part of the gap, or a loss without one
-    SendErrors = "send_errors", [Gap, Loss];
+    SendErrors = "send_errors", [Gap, Loss], 5;
     /// the sender's on-CPU time per packet exceeds the slot
-    CpuBound = "cpu_bound", [Gap];
+    CpuBound = "cpu_bound", [Gap], 5;
     /// scanprof's own BPF programs' run time
-    ProbeCost = "probe_cost", [Gap];
+    ProbeCost = "probe_cost", [Gap], 5;
     /// a full conntrack table refused the family's flows: a part of the gap, or a loss
-    ConntrackFull = "conntrack_full", [Gap, Loss];
+    ConntrackFull = "conntrack_full", [Gap, Loss], 5;
     /// a cgroup CPU quota throttled the sender
-    CgroupThrottled = "cgroup_throttled", [Gap];
+    CgroupThrottled = "cgroup_throttled", [Gap], 5;
     /// hypervisor steal while the sender ran
-    Steal = "steal", [Gap];
+    Steal = "steal", [Gap], 5;
     /// time blocked in the send syscalls
-    BlockedSend = "blocked_send", [Gap];
+    BlockedSend = "blocked_send", [Gap], 5;
     /// runnable but not running
-    Preempted = "preempted", [Gap];
+    Preempted = "preempted", [Gap], 5;
     /// the pacer's calibration is off
-    Miscalibrated = "miscalibrated", [Gap];
+    Miscalibrated = "miscalibrated", [Gap], 3;
     /// the pacer wakes late or paces coarsely
-    PacingCoarse = "pacing_coarse", [Gap];
+    PacingCoarse = "pacing_coarse", [Gap], 5;
     /// stalls outside the pacing
-    IdleWaits = "idle_waits", [Gap];
+    IdleWaits = "idle_waits", [Gap], 5;
     /// time between scanner work units
-    UnitIdle = "unit_idle", [Gap];
+    UnitIdle = "unit_idle", [Gap], 5;
     /// set-up before each work unit's first packet
-    UnitSetup = "unit_setup", [Gap];
+    UnitSetup = "unit_setup", [Gap], 5;
     /// a gap and no time budget to explain it
-    Unexplained = "unexplained", [Gap];
+    Unexplained = "unexplained", [Gap], 1;
     /// a gap and nothing sent at all
-    NeverSent = "never_sent", [Gap];
+    NeverSent = "never_sent", [Gap], 1;
     /// the request was given in the other unit (targets against packets)
-    RateUnit = "rate_unit", [Gap];
+    RateUnit = "rate_unit", [Gap], 3;
     /// a scanner's own figure disagrees with the measurement
-    ClaimMismatch = "claim_mismatch", [Gap];
+    ClaimMismatch = "claim_mismatch", [Gap], 4;
     /// drops in a queueing discipline
-    QdiscDrop = "qdisc_drop", [Loss];
+    QdiscDrop = "qdisc_drop", [Loss], 5;
     /// drops waiting for neighbour resolution
-    NeighFailed = "neigh_failed", [Loss];
+    NeighFailed = "neigh_failed", [Loss], 5;
     /// drops for want of a route
-    NoRoute = "no_route", [Loss];
+    NoRoute = "no_route", [Loss], 5;
     /// drops by a filter (netfilter, tc, BPF, XDP, LSM)
-    Filtered = "filtered", [Loss];
+    Filtered = "filtered", [Loss], 5;
     /// drops at the device
-    DeviceDrop = "device_drop", [Loss];
+    DeviceDrop = "device_drop", [Loss], 5;
     /// any other drop of the family's outgoing packets
-    TargetDrop = "target_drop", [Loss];
+    TargetDrop = "target_drop", [Loss], 5;
     /// packets the driver refused
-    DeviceRefused = "device_refused", [Loss];
+    DeviceRefused = "device_refused", [Loss], 5;
     /// replies dropped at a full socket receive buffer
-    ReplySocketBuffer = "reply_socket_buffer", [Loss];
+    ReplySocketBuffer = "reply_socket_buffer", [Loss], 5;
     /// replies dropped at the CPU backlog
-    ReplyBacklog = "reply_backlog", [Loss];
+    ReplyBacklog = "reply_backlog", [Loss], 5;
     /// replies dropped by the capture (packet socket, TPACKET ring)
-    ReplyCapture = "reply_capture", [Loss];
+    ReplyCapture = "reply_capture", [Loss], 5;
     /// any other reply loss
-    ReplyDrop = "reply_drop", [Loss];
+    ReplyDrop = "reply_drop", [Loss], 5;
     /// packets the send syscalls accepted that no later stage saw: the figures are wrong
-    MeasurementFault = "measurement_fault", [Loss];
+    MeasurementFault = "measurement_fault", [Loss], 0;
     /// a receiver's socket buffer overflowed
-    RcvbufOverflow = "rcvbuf_overflow", [Loss];
+    RcvbufOverflow = "rcvbuf_overflow", [Loss], 5;
     /// a receiver's CPU backlog overflowed
-    BacklogOverflow = "backlog_overflow", [Loss];
-    /// the receiver needs more CPU than its reading threads have
-    ReceiverCpuBound = "receiver_cpu_bound", [Loss];
+    BacklogOverflow = "backlog_overflow", [Loss], 5;
+    /// the receiver needs more CPU than its reading threads have (ranked before
+    /// `rcvbuf_overflow` and `backlog_overflow`, whose drops it is the cause of)
+    ReceiverCpuBound = "receiver_cpu_bound", [Loss], 4;
     /// the receiver read everything that arrived
-    ReceiverKeepsUp = "receiver_keeps_up", [Loss];
+    ReceiverKeepsUp = "receiver_keeps_up", [Loss], 5;
     /// frames dropped at a family packet socket's full TPACKET ring (or receive queue)
-    RingFull = "ring_full", [Loss];
+    RingFull = "ring_full", [Loss], 5;
     /// a relay's outputs refuse or its sends take its time: egress is its bottleneck
-    RelayEgressBound = "relay_egress_bound", [Loss];
+    RelayEgressBound = "relay_egress_bound", [Loss], 5;
     /// a relay that keeps up with egress loses packets to the kernel before its read
-    RelayKernelDrops = "relay_kernel_drops", [Loss];
+    RelayKernelDrops = "relay_kernel_drops", [Loss], 5;
     /// a relay that keeps up with egress drops packets it read (its own buffer pool)
-    RelayOwnDrops = "relay_own_drops", [Loss];
+    RelayOwnDrops = "relay_own_drops", [Loss], 5;
 }
 
 impl Cause {
@@ -142,20 +154,6 @@ impl Cause {
             self,
             Cause::RelayEgressBound | Cause::RelayKernelDrops | Cause::RelayOwnDrops
         )
-    }
-
-    /// Among verdicts of equal share (share-0 findings mostly): the overall judgement first.
-    pub fn tie_rank(self) -> u8 {
-        match self {
-            Cause::MeasurementFault => 0,
-            Cause::NoGap | Cause::GapUnknown | Cause::Unexplained | Cause::NeverSent => 1,
-            Cause::Bottleneck | Cause::AboveRequested => 2,
-            Cause::Miscalibrated | Cause::RateUnit => 3,
-            Cause::ClaimMismatch => 4,
-            // the cause of the same drops that rcvbuf_overflow and backlog_overflow describe
-            Cause::ReceiverCpuBound => 4,
-            _ => 5,
-        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! sent, and its own figures (claims) that disagree with scanprof's.
 
 use super::facts::{caveat_lines, Facts};
+use super::judgement::Judgement;
 use super::loss::{qdisc_kind, queue_advice};
 use super::units::{pps, signed_pct};
 use super::{verdict, Cause, Kind, Verdict, CLAIM_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
@@ -116,29 +117,35 @@ fn counted_as_sent(f: &Facts) -> Option<String> {
     })
 }
 
-/// Failed sends when there is no gap to charge them to: packets the scanner meant to send that
-/// never left, as a loss.
-pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
+/// Sends a full conntrack table refused when there is no gap to charge them to: that table's
+/// loss.
+pub(super) fn conntrack_refused_as_loss(f: &Facts) -> Option<Verdict> {
     if f.failed_calls == 0 {
         return None;
     }
-    let share = f.failed_calls as f64 / (f.packets + f.failed_calls) as f64;
-    // Sends a full conntrack table refused are that table's loss.
-    if let Some((refused, table)) = super::limits::conntrack_refused(f) {
-        let (sentence, evidence, next) =
-            super::limits::conntrack_text(f, table, refused, super::limits::netfilter_drops(f));
-        let share = refused as f64 / (f.packets + f.failed_calls) as f64;
-        let weak = refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
-        return Some(verdict(
-            Cause::ConntrackFull,
-            Kind::Loss,
-            sentence,
-            share,
-            evidence,
-            next,
-            weak,
-        ));
+    let (refused, table) = super::limits::conntrack_refused(f)?;
+    let (sentence, evidence, next) =
+        super::limits::conntrack_text(f, table, refused, super::limits::netfilter_drops(f));
+    let share = refused as f64 / (f.packets + f.failed_calls) as f64;
+    let weak = refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
+    Some(verdict(
+        Cause::ConntrackFull,
+        Kind::Loss,
+        sentence,
+        share,
+        evidence,
+        next,
+        weak,
+    ))
+}
+
+/// Failed sends when there is no gap to charge them to: packets the scanner meant to send that
+/// never left, as a loss (unless a full conntrack table refused them: its loss).
+pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
+    if f.failed_calls == 0 || super::limits::conntrack_refused(f).is_some() {
+        return None;
     }
+    let share = f.failed_calls as f64 / (f.packets + f.failed_calls) as f64;
     let (sentence, mut evidence, next) = send_errors_text(f);
     caveat_lines(f, &mut evidence);
     let weak = f.failed_calls < MIN_DROPS || f.thin() || share < WEAK_SHARE || retried(top_errno(f));
@@ -157,7 +164,8 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
 
 /// The scanner's own figures against scanprof's: one verdict naming those that differ by more
 /// than the tolerance, and rate claims above what left the machine.
-pub(super) fn claim_mismatch(f: &Facts) -> Option<Verdict> {
+pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
+    let f = j.f;
     let v = f.scanner?;
     let off = |c: &&ClaimView| c.diff_pct.is_some_and(|d| d.abs() > CLAIM_TOLERANCE_PCT);
     let mut differing: Vec<&ClaimView> = v.claims.iter().filter(off).collect();

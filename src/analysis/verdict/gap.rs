@@ -1,87 +1,75 @@
 //! Causes of the gap between requested and achieved send rate: the overall judgement (no gap,
-//! no requested rate, above it) and one verdict per cause the time model (`split`) finds, with
-//! its sentence, evidence and next step.
+//! no requested rate, above it) and one rule per cause the time model (`split`) finds, each
+//! writing its verdict's sentence, evidence and next step; `rules::RULES` lists them.
 
-use super::claims::{claim_mismatch, retried, send_errors_as_loss, send_errors_text, top_errno};
+use super::claims::{conntrack_refused_as_loss, retried, send_errors_as_loss, send_errors_text, top_errno};
 use super::facts::{caveat_lines, per_packet, Facts};
+use super::judgement::{Case, Judgement};
 use super::split::{Calibration, Split, MIN_GAPS};
 use super::units::{dur, pct, pps, secs, signed_pct};
 use super::{
     verdict, Cause, Kind, Verdict, CALIBRATION_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE,
     WEAK_SHARE,
 };
+use crate::analysis::scanner::{IpcDirection, ProbeRole, RateKind};
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
 
-/// What the gap rules found, and whether there is a gap at all (which puts gap verdicts first).
-pub(super) struct GapVerdicts {
-    pub verdicts: Vec<Verdict>,
-    pub has_gap: bool,
+/// No requested rate to judge against: said, unless the family only receives (it never called
+/// a send, so it has no send rate to judge).
+pub(super) fn gap_unknown(j: &Judgement) -> Option<Verdict> {
+    let f = j.f;
+    let only_receives = f.packets_total == 0 && f.calls == 0 && super::receive::reader(f).is_some();
+    (matches!(j.case, Case::Unrequested) && !only_receives).then(|| gap_unknown_verdict(f))
 }
 
-pub(super) fn verdicts(f: &Facts) -> GapVerdicts {
-    let mut out = Vec::new();
-    let Some(r) = f.requested else {
-        // A family that only receives (it never called a send) has no send rate to judge.
-        let only_receives = f.packets_total == 0 && f.calls == 0 && super::receive::reader(f).is_some();
-        if !only_receives {
-            out.push(gap_unknown(f));
-        }
-        out.extend(bottleneck(f));
-        out.extend(probe_cost(f, None));
-        out.extend(send_errors_as_loss(f));
-        out.extend(claim_mismatch(f));
-        return GapVerdicts {
-            verdicts: out,
-            has_gap: false,
-        };
+/// No finite requested rate: what bounds the rate.
+pub(super) fn bottleneck(j: &Judgement) -> Option<Verdict> {
+    matches!(j.case, Case::Unrequested).then_some(())?;
+    bottleneck_verdict(j.f)
+}
+
+/// scanprof's own probes, with the gap's split when there is one (nothing sent: no finding).
+pub(super) fn probe_cost(j: &Judgement) -> Option<Verdict> {
+    match &j.case {
+        Case::Unrequested | Case::NoGap { .. } => probe_cost_verdict(j.f, None),
+        Case::Gap { r, split } => probe_cost_verdict(j.f, Some((split, *r))),
+        Case::NeverSent { .. } => None,
+    }
+}
+
+/// Achieved above the requested rate, unless that rate is a floor.
+pub(super) fn above_requested(j: &Judgement) -> Option<Verdict> {
+    let Case::NoGap { r } = j.case else { return None };
+    is_above(j.f, r).then(|| above_requested_verdict(j.f, r, j.calibration.as_ref()))
+}
+
+/// Within tolerance of the requested rate, and no packet of the family dropped.
+pub(super) fn no_gap(j: &Judgement) -> Option<Verdict> {
+    let Case::NoGap { r } = j.case else { return None };
+    (!is_above(j.f, r) && !has_target_losses(j.f)).then(|| no_gap_verdict(j.f, r, j.calibration.as_ref()))
+}
+
+/// A gap, and nothing sent at all.
+pub(super) fn never_sent(j: &Judgement) -> Option<Verdict> {
+    let Case::NeverSent { r } = j.case else {
+        return None;
     };
-    // A --requested off from the scanner's own packet rate by its packets per target was given
-    // in the other unit: judge the run against the scanner's packet rate, and say so.
-    if let Some(p) = super::rate_unit::mismatch(f, r) {
-        let mut own = f.clone();
-        own.requested = Some(p);
-        let judged = verdicts(&own);
-        return GapVerdicts {
-            verdicts: super::rate_unit::rejudged(f, r, p, judged.verdicts),
-            has_gap: 1.0 - f.achieved / r >= NO_GAP_TOLERANCE,
-        };
-    }
-    let ratio = f.achieved / r;
-    let calibration = Calibration::of(f);
-    let has_gap = 1.0 - ratio >= NO_GAP_TOLERANCE;
-    // Nothing sent since attach, not even a failed call (in a tick: and no thread listed that
-    // could be a sender gone quiet): no time model applies, say what was seen.
-    if has_gap && f.packets_total == 0 && f.calls == 0 && (!f.live || f.time.senders == 0) {
-        out.push(never_sent(f, r));
-    } else if has_gap {
-        let split = Split::of(f, r, calibration.as_ref());
-        out.extend(split.verdicts(f, r, calibration.as_ref()));
-        out.extend(probe_cost(f, Some((&split, r))));
-    } else {
-        out.extend(probe_cost(f, None));
-        let floor = f.requested_view.is_some_and(|v| v.kind == "floor");
-        if ratio > 1.0 + NO_GAP_TOLERANCE && !floor {
-            out.push(above_requested(f, r, calibration.as_ref()));
-        } else if !has_target_losses(f) {
-            out.push(no_gap(f, r, calibration.as_ref()));
-        }
-        out.extend(send_errors_as_loss(f));
-    }
-    out.extend(super::rate_unit::finding(f, r));
-    out.extend(claim_mismatch(f));
-    GapVerdicts {
-        verdicts: out,
-        has_gap,
-    }
+    Some(never_sent_verdict(j.f, r))
+}
+
+/// Above the requested rate by more than the tolerance, where that rate is no floor.
+fn is_above(f: &Facts, r: f64) -> bool {
+    let floor = f.requested_view.is_some_and(|v| v.kind == RateKind::Floor);
+    f.achieved / r > 1.0 + NO_GAP_TOLERANCE && !floor
 }
 
 /// scanprof's own probes: with a gap, the part of the sender's on-CPU excess their BPF run time
 /// explains (`split.probe_cost`), named when at least MIN_SHARE; without one (no requested rate,
 /// or none missed), a finding of share 0 when they take more than PROBE_COST_ALERT of the
 /// target's on-CPU time, since the rate it reached is then partly scanprof's doing.
-fn probe_cost(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
+fn probe_cost_verdict(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
     let p = f.probe?;
     let share = split.map_or(0.0, |(s, _)| s.probe_cost);
     if share < MIN_SHARE && !p.alert {
@@ -194,11 +182,11 @@ fn baseline_line(f: &Facts) -> Option<String> {
 
 /// The requested rate is a cap: going slower may be the scanner's own choice.
 fn is_cap(f: &Facts) -> bool {
-    f.requested_view.is_some_and(|v| v.kind == "cap")
+    f.requested_view.is_some_and(|v| v.kind == RateKind::Cap)
 }
 
-fn gap_unknown(f: &Facts) -> Verdict {
-    let unlimited = f.requested_view.is_some_and(|v| v.kind == "unlimited");
+fn gap_unknown_verdict(f: &Facts) -> Verdict {
+    let unlimited = f.requested_view.is_some_and(|v| v.kind == RateKind::Unlimited);
     let sentence = if unlimited {
         format!(
             "The scanner was asked to send as fast as it can, so there is no requested rate to fall short of; it reached {}.",
@@ -255,7 +243,7 @@ enum Bound {
 /// With no finite requested rate there is no gap to split, but the time budget still says what
 /// limits the rate: the largest of its parts (in the send syscall, blocked in it, own code,
 /// waiting, preempted), with the ceiling it implies and the machine's own (a baseline) if known.
-fn bottleneck(f: &Facts) -> Option<Verdict> {
+fn bottleneck_verdict(f: &Facts) -> Option<Verdict> {
     let t = &f.time;
     let total = t.total();
     if total <= 0.0 || f.packets == 0 {
@@ -386,7 +374,7 @@ fn bottleneck(f: &Facts) -> Option<Verdict> {
     ))
 }
 
-fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
+fn no_gap_verdict(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
     let after = if f.unseen_after_send().is_some() {
         "; what became of its packets after sending is not known (see measurement_fault)"
     } else {
@@ -421,7 +409,7 @@ fn no_gap(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
     )
 }
 
-fn above_requested(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
+fn above_requested_verdict(f: &Facts, r: f64, calibration: Option<&Calibration>) -> Verdict {
     let over = f.achieved / r - 1.0;
     let sentence = if is_cap(f) {
         format!(
@@ -475,492 +463,568 @@ impl Split {
         })
     }
 
-    fn verdicts(&self, f: &Facts, r: f64, calibration: Option<&Calibration>) -> Vec<Verdict> {
-        let mut out = Vec::new();
-        let mut push = |cause: Cause,
-                        share: f64,
-                        sentence: String,
-                        mut evidence: Vec<String>,
-                        next: String,
-                        weak: bool| {
-            if share < MIN_SHARE {
-                return;
-            }
-            evidence.insert(0, rate_line(f, r));
-            evidence.insert(
-                1,
-                format!(
-                    "costs {} of the requested rate, of a {} gap",
-                    pct(share),
-                    pct(self.gap)
-                ),
-            );
-            if is_cap(f) {
-                evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
-            }
-            if self.cpu_not_limiting > 0.0 && cause != Cause::CpuBound {
-                evidence.push(format!(
-                    "on the CPU {} of its time, off the CPU of its own accord {} of its time (asleep or blocked \
-                     in send): its CPU time did not make the gaps",
-                    pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
-                    pct(self.f_sleep + self.f_blocked)
-                ));
-            }
-            caveat_lines(f, &mut evidence);
-            let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
-            out.push(verdict(cause, Kind::Gap, sentence, share, evidence, next, weak));
-        };
-        let slot = 1e9 / r * f.time.senders.max(1) as f64;
-
-        if self.send_errors > 0.0 {
-            // Sends a full conntrack table refused (EPERM) are that table's part of step 1.
-            let mut errors_share = self.send_errors;
-            if let Some((refused, table)) = super::limits::conntrack_refused(f) {
-                let share = self.send_errors * (refused as f64 / f.failed_calls.max(1) as f64).min(1.0);
-                errors_share -= share;
-                let dropped = super::limits::netfilter_drops(f);
-                let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
-                push(
-                    Cause::ConntrackFull,
-                    share,
-                    sentence,
-                    evidence,
-                    next,
-                    refused < MIN_DROPS,
-                );
-            }
-            if errors_share > 0.0 {
-                let (sentence, evidence, next) = send_errors_text(f);
-                let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
-                push(Cause::SendErrors, errors_share, sentence, evidence, next, weak);
-            }
+    /// A verdict of the gap's split: named when its share is at least MIN_SHARE, with the rate
+    /// and the share it costs first, and the lines every split cause carries.
+    #[allow(clippy::too_many_arguments)]
+    fn verdict(
+        &self,
+        f: &Facts,
+        r: f64,
+        cause: Cause,
+        share: f64,
+        sentence: String,
+        mut evidence: Vec<String>,
+        next: String,
+        weak: bool,
+    ) -> Option<Verdict> {
+        if share < MIN_SHARE {
+            return None;
         }
-
-        if self.cpu > 0.0 {
-            let on_cpu = self.f_send + self.f_other - self.f_spin.unwrap_or(0.0);
-            let on_cpu_ns = on_cpu * self.thread_ns / self.attempts.max(1) as f64;
-            let mut evidence = vec![
-                format!(
-                    "on CPU {} per packet: {} inside send syscalls, {} outside",
-                    dur(on_cpu_ns),
-                    self.per_packet(self.f_send),
-                    self.per_packet(self.f_other - self.f_spin.unwrap_or(0.0))
-                ),
-                format!(
-                    "slot {} per packet and sender thread ({} over {} thread(s))",
-                    dur(slot),
-                    pps(r),
-                    f.time.senders.max(1)
-                ),
-                format!("asleep {} of its time", pct(self.f_sleep)),
-            ];
-            if let Some(spin) = self.f_spin {
-                evidence.push(format!(
-                    "pacing loop (pace_wait probe) {} per packet, not counted as work",
-                    self.per_packet(spin)
-                ));
-            }
-            if let Some(l) = f.latency_p50_ns {
-                evidence.push(format!("median send syscall {}", dur(l)));
-            }
-            evidence.extend(baseline_line(f));
-            // Without a probe on its pacing loop, with no calibration figure and no sleep, a busy
-            // waiting pacer with too long a slot would look the same.
-            let ambiguous = self.f_spin.is_none()
-                && calibration.is_none()
-                && self.f_sleep < WEAK_SHARE
-                && self.f_send < self.sigma;
-            if ambiguous {
-                evidence.push(
-                    "no probe on its pacing loop: if it busy-waits to pace, a slot longer than 1/requested looks the same"
-                        .to_string(),
-                );
-            }
-            let max_pps = 1e9 * f.time.senders.max(1) as f64 / on_cpu_ns.max(1.0);
-            push(
-                Cause::CpuBound,
-                self.cpu,
-                format!(
-                    "The sender is CPU-bound: it needs {} of CPU per packet against a slot of {}, so it cannot keep up with {}.",
-                    dur(on_cpu_ns),
-                    dur(slot),
-                    pps(r)
-                ),
-                evidence,
-                format!(
-                    "Cut the per-packet work: batch the sends (sendmmsg, an AF_PACKET TX ring), spread the scan \
-                     over more sender threads, or request at most {} (what its CPU time per packet allows); \
-                     {}.",
-                    pps(max_pps),
-                    reference_comparison(f, r)
-                ),
-                ambiguous,
-            );
+        evidence.insert(0, rate_line(f, r));
+        evidence.insert(
+            1,
+            format!(
+                "costs {} of the requested rate, of a {} gap",
+                pct(share),
+                pct(self.gap)
+            ),
+        );
+        if is_cap(f) {
+            evidence.push("the requested rate is a cap: the scanner may choose to go slower".to_string());
         }
-
-        if self.blocked > 0.0 {
-            let (sentence, evidence, next) = blocked_text(f, self);
-            push(Cause::BlockedSend, self.blocked, sentence, evidence, next, false);
+        if self.cpu_not_limiting > 0.0 && cause != Cause::CpuBound {
+            evidence.push(format!(
+                "on the CPU {} of its time, off the CPU of its own accord {} of its time (asleep or blocked \
+                 in send): its CPU time did not make the gaps",
+                pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
+                pct(self.f_sleep + self.f_blocked)
+            ));
         }
+        caveat_lines(f, &mut evidence);
+        let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
+        Some(verdict(cause, Kind::Gap, sentence, share, evidence, next, weak))
+    }
+}
 
-        if self.preempted > 0.0 {
-            let mut evidence = vec![
-                format!(
-                    "runnable but waiting for a CPU {} of its time, {} per packet",
-                    pct(self.f_preempted),
-                    self.per_packet(self.f_preempted)
-                ),
-                format!(
-                    "on CPU {} of its time",
-                    pct(self.f_send + self.f_other - self.f_absorbed)
-                ),
-            ];
-            evidence.extend(self.absorbed_line());
-            evidence.extend(baseline_line(f));
-            push(
-                Cause::Preempted,
-                self.preempted,
-                format!(
-                    "Other tasks take the sender's CPU: it waits {} per packet to run again, time its pacing never makes up.",
-                    self.per_packet(self.f_preempted)
-                ),
-                evidence,
-                "Give the sender a CPU of its own: pin it to an idle CPU (`taskset -cp N PID`) or raise its \
-                 priority (`chrt -f -p 10 PID`, `renice -n -10 -p PID`); `perf sched timehist -p PID` shows \
-                 what runs instead. A pacer with deadline slots would catch the time up."
-                    .to_string(),
-                false,
-            );
-        }
+/// The part of the failed sends' share a full conntrack table refused (EPERM): that table's.
+fn conntrack_part<'f>(
+    f: &'f Facts,
+    s: &Split,
+) -> Option<(f64, u64, &'f crate::analysis::snapshot::ConntrackView)> {
+    let (refused, table) = super::limits::conntrack_refused(f)?;
+    let share = s.send_errors * (refused as f64 / f.failed_calls.max(1) as f64).min(1.0);
+    Some((share, refused, table))
+}
 
-        if self.throttled > 0.0 {
-            let (sentence, evidence, next) = super::limits::throttled_text(f, self, r);
-            push(
-                Cause::CgroupThrottled,
-                self.throttled,
+/// Sends a full conntrack table refused: with a gap, that table's part of step 1 (the failed
+/// sends); without one, a loss.
+pub(super) fn conntrack_refused(j: &Judgement) -> Option<Verdict> {
+    let f = j.f;
+    match &j.case {
+        Case::Gap { r, split: s } if s.send_errors > 0.0 => {
+            let (share, refused, table) = conntrack_part(f, s)?;
+            let dropped = super::limits::netfilter_drops(f);
+            let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
+            s.verdict(
+                f,
+                *r,
+                Cause::ConntrackFull,
+                share,
                 sentence,
                 evidence,
                 next,
-                false,
-            );
+                refused < MIN_DROPS,
+            )
         }
+        Case::Unrequested | Case::NoGap { .. } => conntrack_refused_as_loss(f),
+        _ => None,
+    }
+}
 
-        if self.steal > 0.0 {
-            let (sentence, evidence, next) = super::limits::steal_text(f, self);
-            push(Cause::Steal, self.steal, sentence, evidence, next, false);
-        }
-
-        if self.miscalibrated > 0.0 {
-            let (sentence, mut evidence, next, weak) = match calibration {
-                Some(c) => {
-                    let mut evidence = vec![format!(
-                        "{}: slot {} where {} needs {} ({})",
-                        c.probe,
-                        c.delay_ns.map_or("?".to_string(), dur),
-                        pps(r),
-                        c.slot_ns.map_or("?".to_string(), dur),
-                        signed_pct(c.error_pct)
-                    )];
-                    if c.count > 1 {
-                        evidence.push(format!(
-                            "{} calibrations, median error {}, {} spent calibrating",
-                            c.count,
-                            signed_pct(c.error_pct),
-                            dur(c.duration_ms * 1e6)
-                        ));
-                    }
-                    (
-                        format!(
-                            "The scanner's pacing slot is {} too long: its calibration ({}) derived a slot that does not match {}.",
-                            signed_pct(c.error_pct),
-                            c.probe,
-                            pps(r)
-                        ),
-                        evidence,
-                        calibration_next(f, r),
-                        false,
-                    )
-                }
-                None => {
-                    let mean = self.mean_gap_ns.unwrap_or(0.0);
-                    let mut evidence = vec![format!(
-                        "mean gap {} against {} expected ({:.3}x), p50 {}, p99 {}",
-                        dur(mean),
-                        dur(self.expected_gap_ns),
-                        mean / self.expected_gap_ns,
-                        f.gap.p50_ns.map_or("?".to_string(), dur),
-                        f.gap.p99_ns.map_or("?".to_string(), dur)
-                    )];
-                    let spinning = self.busy_wait_inferred;
-                    evidence.push(if spinning {
-                        format!(
-                            "on the CPU outside its send calls {} per packet ({} in them), asleep {}: a busy-waiting pacer",
-                            self.per_packet(self.f_other),
-                            self.per_packet(self.f_send),
-                            pct(self.f_sleep)
-                        )
-                    } else {
-                        format!(
-                            "the sender works {} and waits {} of its time",
-                            pct(self.f_send + self.f_other - self.f_spin.unwrap_or(0.0)),
-                            pct(self.f_sleep + self.f_spin.unwrap_or(0.0))
-                        )
-                    });
-                    evidence
-                        .push("no calibration figure from the scanner: inferred from the gaps".to_string());
-                    if f.gap.count < MIN_GAPS {
-                        evidence.push(format!(
-                            "only {} gaps measured, each {:.0}x the slot: too far beyond it for any packet's work",
-                            f.gap.count,
-                            mean / self.expected_gap_ns
-                        ));
-                    }
-                    evidence.extend(self.absorbed_line());
-                    let how = if spinning {
-                        "while the sender spins on the CPU between packets"
-                    } else {
-                        "while the sender mostly waits"
-                    };
-                    (
-                        format!(
-                            "The pacing slot looks mis-derived: the gaps are a steady {:.2}x the {} slot {how}.",
-                            mean / self.expected_gap_ns,
-                            dur(self.expected_gap_ns)
-                        ),
-                        evidence,
-                        calibration_next(f, r),
-                        true,
-                    )
-                }
-            };
-            evidence.extend(pacer_line(f));
-            push(
-                Cause::Miscalibrated,
-                self.miscalibrated,
+/// Failed sends: with a gap, their part of it (step 1, less a full conntrack table's); without
+/// one, a loss.
+pub(super) fn send_errors(j: &Judgement) -> Option<Verdict> {
+    let f = j.f;
+    match &j.case {
+        Case::Gap { r, split: s } if s.send_errors > 0.0 => {
+            let errors_share = s.send_errors - conntrack_part(f, s).map_or(0.0, |c| c.0);
+            if errors_share <= 0.0 {
+                return None;
+            }
+            let (sentence, evidence, next) = send_errors_text(f);
+            let weak = f.failed_calls < MIN_DROPS || retried(top_errno(f));
+            s.verdict(
+                f,
+                *r,
+                Cause::SendErrors,
+                errors_share,
                 sentence,
                 evidence,
                 next,
                 weak,
-            );
+            )
         }
+        Case::Unrequested | Case::NoGap { .. } => send_errors_as_loss(f),
+        _ => None,
+    }
+}
 
-        if self.pacing > 0.0 {
-            let sleeps = self.f_sleep >= self.f_spin.unwrap_or(0.0);
+pub(super) fn cpu_bound(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.cpu > 0.0)?;
+    let f = j.f;
+    let calibration = j.calibration.as_ref();
+    let slot = 1e9 / r * f.time.senders.max(1) as f64;
+    let on_cpu = s.f_send + s.f_other - s.f_spin.unwrap_or(0.0);
+    let on_cpu_ns = on_cpu * s.thread_ns / s.attempts.max(1) as f64;
+    let mut evidence = vec![
+        format!(
+            "on CPU {} per packet: {} inside send syscalls, {} outside",
+            dur(on_cpu_ns),
+            s.per_packet(s.f_send),
+            s.per_packet(s.f_other - s.f_spin.unwrap_or(0.0))
+        ),
+        format!(
+            "slot {} per packet and sender thread ({} over {} thread(s))",
+            dur(slot),
+            pps(r),
+            f.time.senders.max(1)
+        ),
+        format!("asleep {} of its time", pct(s.f_sleep)),
+    ];
+    if let Some(spin) = s.f_spin {
+        evidence.push(format!(
+            "pacing loop (pace_wait probe) {} per packet, not counted as work",
+            s.per_packet(spin)
+        ));
+    }
+    if let Some(l) = f.latency_p50_ns {
+        evidence.push(format!("median send syscall {}", dur(l)));
+    }
+    evidence.extend(baseline_line(f));
+    // Without a probe on its pacing loop, with no calibration figure and no sleep, a busy
+    // waiting pacer with too long a slot would look the same.
+    let ambiguous =
+        s.f_spin.is_none() && calibration.is_none() && s.f_sleep < WEAK_SHARE && s.f_send < s.sigma;
+    if ambiguous {
+        evidence.push(
+                "no probe on its pacing loop: if it busy-waits to pace, a slot longer than 1/requested looks the same"
+                    .to_string(),
+            );
+    }
+    let max_pps = 1e9 * f.time.senders.max(1) as f64 / on_cpu_ns.max(1.0);
+    s.verdict(f, r, Cause::CpuBound,
+            s.cpu,
+            format!(
+                "The sender is CPU-bound: it needs {} of CPU per packet against a slot of {}, so it cannot keep up with {}.",
+                dur(on_cpu_ns),
+                dur(slot),
+                pps(r)
+            ),
+            evidence,
+            format!(
+                "Cut the per-packet work: batch the sends (sendmmsg, an AF_PACKET TX ring), spread the scan \
+                 over more sender threads, or request at most {} (what its CPU time per packet allows); \
+                 {}.",
+                pps(max_pps),
+                reference_comparison(f, r)
+            ),
+            ambiguous,
+        )
+}
+
+pub(super) fn blocked_send(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.blocked > 0.0)?;
+    let f = j.f;
+    let (sentence, evidence, next) = blocked_text(f, s);
+    s.verdict(
+        f,
+        r,
+        Cause::BlockedSend,
+        s.blocked,
+        sentence,
+        evidence,
+        next,
+        false,
+    )
+}
+
+pub(super) fn preempted(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.preempted > 0.0)?;
+    let f = j.f;
+    let mut evidence = vec![
+        format!(
+            "runnable but waiting for a CPU {} of its time, {} per packet",
+            pct(s.f_preempted),
+            s.per_packet(s.f_preempted)
+        ),
+        format!("on CPU {} of its time", pct(s.f_send + s.f_other - s.f_absorbed)),
+    ];
+    evidence.extend(s.absorbed_line());
+    evidence.extend(baseline_line(f));
+    s.verdict(f, r, Cause::Preempted,
+            s.preempted,
+            format!(
+                "Other tasks take the sender's CPU: it waits {} per packet to run again, time its pacing never makes up.",
+                s.per_packet(s.f_preempted)
+            ),
+            evidence,
+            "Give the sender a CPU of its own: pin it to an idle CPU (`taskset -cp N PID`) or raise its \
+             priority (`chrt -f -p 10 PID`, `renice -n -10 -p PID`); `perf sched timehist -p PID` shows \
+             what runs instead. A pacer with deadline slots would catch the time up."
+                .to_string(),
+            false,
+        )
+}
+
+pub(super) fn cgroup_throttled(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.throttled > 0.0)?;
+    let f = j.f;
+    let (sentence, evidence, next) = super::limits::throttled_text(f, s, r);
+    s.verdict(
+        f,
+        r,
+        Cause::CgroupThrottled,
+        s.throttled,
+        sentence,
+        evidence,
+        next,
+        false,
+    )
+}
+
+pub(super) fn steal(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.steal > 0.0)?;
+    let f = j.f;
+    let (sentence, evidence, next) = super::limits::steal_text(f, s);
+    s.verdict(f, r, Cause::Steal, s.steal, sentence, evidence, next, false)
+}
+
+pub(super) fn miscalibrated(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.miscalibrated > 0.0)?;
+    let f = j.f;
+    let calibration = j.calibration.as_ref();
+    let (sentence, mut evidence, next, weak) = match calibration {
+        Some(c) => {
             let mut evidence = vec![format!(
-                "median gap {} against {} expected per send call (mean {})",
-                f.gap.p50_ns.map_or("?".to_string(), dur),
-                dur(self.expected_gap_ns),
-                self.mean_gap_ns.map_or("?".to_string(), dur)
+                "{}: slot {} where {} needs {} ({})",
+                c.probe,
+                c.delay_ns.map_or("?".to_string(), dur),
+                pps(r),
+                c.slot_ns.map_or("?".to_string(), dur),
+                signed_pct(c.error_pct)
             )];
-            evidence.push(match self.f_spin {
-                Some(spin) => format!(
-                    "asleep {}, in its pacing loop {} of its time",
-                    pct(self.f_sleep),
-                    pct(spin)
-                ),
-                None => format!("asleep {} of its time", pct(self.f_sleep)),
-            });
-            evidence.extend(self.absorbed_line());
-            if self.f_wakeup > 0.0 {
+            if c.count > 1 {
                 evidence.push(format!(
-                    "woken but waiting for a CPU {} per packet after its sleeps: part of each wake-up's lateness",
-                    self.per_packet(self.f_wakeup)
+                    "{} calibrations, median error {}, {} spent calibrating",
+                    c.count,
+                    signed_pct(c.error_pct),
+                    dur(c.duration_ms * 1e6)
                 ));
             }
-            let no_gaps = f.gap.count < MIN_GAPS || f.gap.p50_ns.is_none();
-            if no_gaps {
-                evidence.push(format!("only {} gaps measured", f.gap.count));
-            }
-            let slot = dur(self.expected_gap_ns);
-            let (sentence, mut next) = match self.pacing_pattern(f, sleeps) {
-                PacingPattern::Batching(p50) => (
+            (
                     format!(
-                        "Pacing is too coarse: the sender sends in bursts (median gap {}, shorter than the {slot} slot) \
-                         and waits between them past the slots, so the bursts fall short of the rate.",
-                        dur(p50)
+                        "The scanner's pacing slot is {} too long: its calibration ({}) derived a slot that does not match {}.",
+                        signed_pct(c.error_pct),
+                        c.probe,
+                        pps(r)
+                    ),
+                    evidence,
+                    calibration_next(f, r),
+                    false,
+                )
+        }
+        None => {
+            let mean = s.mean_gap_ns.unwrap_or(0.0);
+            let mut evidence = vec![format!(
+                "mean gap {} against {} expected ({:.3}x), p50 {}, p99 {}",
+                dur(mean),
+                dur(s.expected_gap_ns),
+                mean / s.expected_gap_ns,
+                f.gap.p50_ns.map_or("?".to_string(), dur),
+                f.gap.p99_ns.map_or("?".to_string(), dur)
+            )];
+            let spinning = s.busy_wait_inferred;
+            evidence.push(if spinning {
+                    format!(
+                        "on the CPU outside its send calls {} per packet ({} in them), asleep {}: a busy-waiting pacer",
+                        s.per_packet(s.f_other),
+                        s.per_packet(s.f_send),
+                        pct(s.f_sleep)
+                    )
+                } else {
+                    format!(
+                        "the sender works {} and waits {} of its time",
+                        pct(s.f_send + s.f_other - s.f_spin.unwrap_or(0.0)),
+                        pct(s.f_sleep + s.f_spin.unwrap_or(0.0))
+                    )
+                });
+            evidence.push("no calibration figure from the scanner: inferred from the gaps".to_string());
+            if f.gap.count < MIN_GAPS {
+                evidence.push(format!(
+                    "only {} gaps measured, each {:.0}x the slot: too far beyond it for any packet's work",
+                    f.gap.count,
+                    mean / s.expected_gap_ns
+                ));
+            }
+            evidence.extend(s.absorbed_line());
+            let how = if spinning {
+                "while the sender spins on the CPU between packets"
+            } else {
+                "while the sender mostly waits"
+            };
+            (
+                format!(
+                    "The pacing slot looks mis-derived: the gaps are a steady {:.2}x the {} slot {how}.",
+                    mean / s.expected_gap_ns,
+                    dur(s.expected_gap_ns)
+                ),
+                evidence,
+                calibration_next(f, r),
+                true,
+            )
+        }
+    };
+    evidence.extend(pacer_line(f));
+    s.verdict(
+        f,
+        r,
+        Cause::Miscalibrated,
+        s.miscalibrated,
+        sentence,
+        evidence,
+        next,
+        weak,
+    )
+}
+
+pub(super) fn pacing_coarse(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.pacing > 0.0)?;
+    let f = j.f;
+    let sleeps = s.f_sleep >= s.f_spin.unwrap_or(0.0);
+    let mut evidence = vec![format!(
+        "median gap {} against {} expected per send call (mean {})",
+        f.gap.p50_ns.map_or("?".to_string(), dur),
+        dur(s.expected_gap_ns),
+        s.mean_gap_ns.map_or("?".to_string(), dur)
+    )];
+    evidence.push(match s.f_spin {
+        Some(spin) => format!(
+            "asleep {}, in its pacing loop {} of its time",
+            pct(s.f_sleep),
+            pct(spin)
+        ),
+        None => format!("asleep {} of its time", pct(s.f_sleep)),
+    });
+    evidence.extend(s.absorbed_line());
+    if s.f_wakeup > 0.0 {
+        evidence.push(format!(
+            "woken but waiting for a CPU {} per packet after its sleeps: part of each wake-up's lateness",
+            s.per_packet(s.f_wakeup)
+        ));
+    }
+    let no_gaps = f.gap.count < MIN_GAPS || f.gap.p50_ns.is_none();
+    if no_gaps {
+        evidence.push(format!("only {} gaps measured", f.gap.count));
+    }
+    let slot = dur(s.expected_gap_ns);
+    let (sentence, mut next) = match s.pacing_pattern(f, sleeps) {
+            PacingPattern::Batching(p50) => (
+                format!(
+                    "Pacing is too coarse: the sender sends in bursts (median gap {}, shorter than the {slot} slot) \
+                     and waits between them past the slots, so the bursts fall short of the rate.",
+                    dur(p50)
+                ),
+                pacing_next(f, r, sleeps),
+            ),
+            PacingPattern::WorkOnTop(work_ns) => {
+                evidence.push(format!(
+                    "work {} per packet (on CPU outside its waits) against an excess of {} per gap: the waits are on time",
+                    dur(work_ns),
+                    s.mean_gap_ns
+                        .map_or("?".to_string(), |m| dur(m - s.expected_gap_ns))
+                ));
+                (
+                    format!(
+                        "Pacing is too coarse: the sender waits a whole slot after each packet's work, so its {} of work \
+                         per packet comes on top of the {slot} period, and each gap is {} instead of {slot}.",
+                        dur(work_ns),
+                        f.gap.p50_ns.map_or("longer".to_string(), dur)
+                    ),
+                    "Time the slots from their start, not from the end of the work: sleep to an absolute deadline \
+                     (`clock_nanosleep(TIMER_ABSTIME)` on the previous deadline plus the period), or subtract the \
+                     time the packet took from the wait."
+                        .to_string(),
+                )
+            }
+            PacingPattern::LateWakeUps => {
+                let how = if sleeps {
+                    "its sleeps end late"
+                } else {
+                    "its waits end late"
+                };
+                (
+                    format!(
+                        "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {slot}.",
+                        f.gap.p50_ns.map_or("longer".to_string(), dur),
                     ),
                     pacing_next(f, r, sleeps),
-                ),
-                PacingPattern::WorkOnTop(work_ns) => {
-                    evidence.push(format!(
-                        "work {} per packet (on CPU outside its waits) against an excess of {} per gap: the waits are on time",
-                        dur(work_ns),
-                        self.mean_gap_ns
-                            .map_or("?".to_string(), |m| dur(m - self.expected_gap_ns))
-                    ));
-                    (
-                        format!(
-                            "Pacing is too coarse: the sender waits a whole slot after each packet's work, so its {} of work \
-                             per packet comes on top of the {slot} period, and each gap is {} instead of {slot}.",
-                            dur(work_ns),
-                            f.gap.p50_ns.map_or("longer".to_string(), dur)
-                        ),
-                        "Time the slots from their start, not from the end of the work: sleep to an absolute deadline \
-                         (`clock_nanosleep(TIMER_ABSTIME)` on the previous deadline plus the period), or subtract the \
-                         time the packet took from the wait."
-                            .to_string(),
-                    )
-                }
-                PacingPattern::LateWakeUps => {
-                    let how = if sleeps {
-                        "its sleeps end late"
-                    } else {
-                        "its waits end late"
-                    };
-                    (
-                        format!(
-                            "Pacing is too coarse: the sender waits past its slots ({how}), so each gap is {} instead of {slot}.",
-                            f.gap.p50_ns.map_or("longer".to_string(), dur),
-                        ),
-                        pacing_next(f, r, sleeps),
-                    )
-                }
-            };
-            if next.is_empty() {
-                next = pacing_next(f, r, sleeps);
-            }
-            push(
-                Cause::PacingCoarse,
-                self.pacing,
-                sentence,
-                evidence,
-                next,
-                no_gaps,
-            );
-        }
-
-        if self.stalls > 0.0 {
-            let mut evidence = vec![format!(
-                "gaps: median {}, mean {}, p99 {}, against {} expected",
-                f.gap.p50_ns.map_or("?".to_string(), dur),
-                self.mean_gap_ns.map_or("?".to_string(), dur),
-                f.gap.p99_ns.map_or("?".to_string(), dur),
-                dur(self.expected_gap_ns)
-            )];
-            evidence.push(format!("asleep {} of its time", pct(self.f_sleep)));
-            let ipc = ipc_messages(f);
-            if ipc > 0 {
-                evidence.push(format!("{ipc} messages between the scanner's processes"));
-            }
-            let sentence = if self.attempts == 0 {
-                format!(
-                    "The sender sent nothing {}: it waited (asleep {} of its time) rather than send.",
-                    f.over(),
-                    pct(self.f_sleep)
                 )
-            } else {
-                format!(
-                    "The sender stops to wait outside its pacing: most gaps are near the slot, but some stall (p99 {}).",
-                    f.gap.p99_ns.map_or("?".to_string(), dur)
-                )
-            };
-            push(
-                Cause::IdleWaits,
-                self.stalls,
-                sentence,
-                evidence,
-                "Find what the sender waits for between sends (`offcputime -p PID` from bcc, `perf trace -s -p PID`); \
-                 if it waits for another of the scanner's processes, that process is the bottleneck."
-                    .to_string(),
-                f.gap.count < MIN_GAPS,
-            );
-        }
-
-        if self.unit_idle > 0.0 {
-            let (n, idle_ms, _) = unit_sums(f);
-            let mut evidence = vec![
-                format!(
-                    "{} idle between work units {} ({} hand-overs), of {} sender time",
-                    dur(self.units.idle_seen_ns),
-                    f.over(),
-                    self.units.spans,
-                    dur(self.thread_ns)
-                ),
-                format!("{n} work units, {} idle before them in all", dur(idle_ms * 1e6)),
-            ];
-            let ipc = ipc_messages(f);
-            if ipc > 0 {
-                evidence.push(format!("{ipc} messages between the scanner's processes"));
             }
-            push(
-                Cause::UnitIdle,
-                self.unit_idle,
-                format!(
-                    "The sender sits idle between work units: {} passed {} between one unit's last packet and the next unit's hand-over.",
-                    dur(self.units.idle_seen_ns),
-                    f.over()
-                ),
-                evidence,
-                "Give the sender fewer, larger work units (fewer separate targets or modes), or look at what the \
-                 master does before it hands over the next one (the IPC table)."
-                    .to_string(),
-                false,
-            );
-        }
-
-        if self.unit_setup > 0.0 {
-            let (n, _, setup_ms) = unit_sums(f);
-            let mut evidence = vec![
-                format!(
-                    "{} of set-up inside the interval over {} hand-overs, {} each",
-                    dur(self.units.setup_seen_ns),
-                    self.units.spans,
-                    dur(self.units.setup_seen_ns / self.units.spans.max(1) as f64)
-                ),
-                format!(
-                    "{n} work units, {} of set-up (hand-over to first packet) in all",
-                    dur(setup_ms * 1e6)
-                ),
-            ];
-            if let Some(c) = calibration.filter(|c| c.duration_ms > 0.0) {
-                evidence.push(format!(
-                    "{} spent in {} calibration(s)",
-                    dur(c.duration_ms * 1e6),
-                    c.count
-                ));
-            }
-            push(
-                Cause::UnitSetup,
-                self.unit_setup,
-                format!(
-                    "Every work unit pays a set-up before its first packet (IPC, rate set-up, calibration): {} each.",
-                    dur(self.units.setup_seen_ns / self.units.spans.max(1) as f64)
-                ),
-                evidence,
-                "Fewer, larger work units amortise the set-up; a clock calibration per unit could be done once."
-                    .to_string(),
-                false,
-            );
-        }
-
-        if self.unexplained >= MIN_SHARE {
-            let mut evidence = vec![rate_line(f, r)];
-            if self.thread_ns <= 0.0 {
-                evidence
-                    .push("no time budget for the sender threads (is the sched probe attached?)".to_string());
-            }
-            caveat_lines(f, &mut evidence);
-            out.push(verdict(
-                Cause::Unexplained,
-                Kind::Gap,
-                format!(
-                    "{} of the requested rate is missing for a reason scanprof cannot see {}.",
-                    pct(self.unexplained),
-                    f.over()
-                ),
-                self.unexplained,
-                evidence,
-                "Check the run's warnings and `scanprof doctor` for probes this kernel lacks, then run again.".to_string(),
-                true,
-            ));
-        }
-        out
+        };
+    if next.is_empty() {
+        next = pacing_next(f, r, sleeps);
     }
+    s.verdict(
+        f,
+        r,
+        Cause::PacingCoarse,
+        s.pacing,
+        sentence,
+        evidence,
+        next,
+        no_gaps,
+    )
+}
+
+pub(super) fn idle_waits(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.stalls > 0.0)?;
+    let f = j.f;
+    let mut evidence = vec![format!(
+        "gaps: median {}, mean {}, p99 {}, against {} expected",
+        f.gap.p50_ns.map_or("?".to_string(), dur),
+        s.mean_gap_ns.map_or("?".to_string(), dur),
+        f.gap.p99_ns.map_or("?".to_string(), dur),
+        dur(s.expected_gap_ns)
+    )];
+    evidence.push(format!("asleep {} of its time", pct(s.f_sleep)));
+    let ipc = ipc_messages(f);
+    if ipc > 0 {
+        evidence.push(format!("{ipc} messages between the scanner's processes"));
+    }
+    let sentence = if s.attempts == 0 {
+        format!(
+            "The sender sent nothing {}: it waited (asleep {} of its time) rather than send.",
+            f.over(),
+            pct(s.f_sleep)
+        )
+    } else {
+        format!(
+                "The sender stops to wait outside its pacing: most gaps are near the slot, but some stall (p99 {}).",
+                f.gap.p99_ns.map_or("?".to_string(), dur)
+            )
+    };
+    s.verdict(f, r, Cause::IdleWaits,
+            s.stalls,
+            sentence,
+            evidence,
+            "Find what the sender waits for between sends (`offcputime -p PID` from bcc, `perf trace -s -p PID`); \
+             if it waits for another of the scanner's processes, that process is the bottleneck."
+                .to_string(),
+            f.gap.count < MIN_GAPS,
+        )
+}
+
+pub(super) fn unit_idle(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.unit_idle > 0.0)?;
+    let f = j.f;
+    let (n, idle_ms, _) = unit_sums(f);
+    let mut evidence = vec![
+        format!(
+            "{} idle between work units {} ({} hand-overs), of {} sender time",
+            dur(s.units.idle_seen_ns),
+            f.over(),
+            s.units.spans,
+            dur(s.thread_ns)
+        ),
+        format!("{n} work units, {} idle before them in all", dur(idle_ms * 1e6)),
+    ];
+    let ipc = ipc_messages(f);
+    if ipc > 0 {
+        evidence.push(format!("{ipc} messages between the scanner's processes"));
+    }
+    s.verdict(f, r, Cause::UnitIdle,
+            s.unit_idle,
+            format!(
+                "The sender sits idle between work units: {} passed {} between one unit's last packet and the next unit's hand-over.",
+                dur(s.units.idle_seen_ns),
+                f.over()
+            ),
+            evidence,
+            "Give the sender fewer, larger work units (fewer separate targets or modes), or look at what the \
+             master does before it hands over the next one (the IPC table)."
+                .to_string(),
+            false,
+        )
+}
+
+pub(super) fn unit_setup(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.unit_setup > 0.0)?;
+    let f = j.f;
+    let calibration = j.calibration.as_ref();
+    let (n, _, setup_ms) = unit_sums(f);
+    let mut evidence = vec![
+        format!(
+            "{} of set-up inside the interval over {} hand-overs, {} each",
+            dur(s.units.setup_seen_ns),
+            s.units.spans,
+            dur(s.units.setup_seen_ns / s.units.spans.max(1) as f64)
+        ),
+        format!(
+            "{n} work units, {} of set-up (hand-over to first packet) in all",
+            dur(setup_ms * 1e6)
+        ),
+    ];
+    if let Some(c) = calibration.filter(|c| c.duration_ms > 0.0) {
+        evidence.push(format!(
+            "{} spent in {} calibration(s)",
+            dur(c.duration_ms * 1e6),
+            c.count
+        ));
+    }
+    s.verdict(
+        f,
+        r,
+        Cause::UnitSetup,
+        s.unit_setup,
+        format!(
+            "Every work unit pays a set-up before its first packet (IPC, rate set-up, calibration): {} each.",
+            dur(s.units.setup_seen_ns / s.units.spans.max(1) as f64)
+        ),
+        evidence,
+        "Fewer, larger work units amortise the set-up; a clock calibration per unit could be done once."
+            .to_string(),
+        false,
+    )
+}
+
+/// What of the gap the time budget leaves unexplained, when at least MIN_SHARE.
+pub(super) fn unexplained(j: &Judgement) -> Option<Verdict> {
+    let (s, r) = j.split().filter(|(s, _)| s.unexplained >= MIN_SHARE)?;
+    let f = j.f;
+    let mut evidence = vec![rate_line(f, r)];
+    if s.thread_ns <= 0.0 {
+        evidence.push("no time budget for the sender threads (is the sched probe attached?)".to_string());
+    }
+    caveat_lines(f, &mut evidence);
+    Some(verdict(
+        Cause::Unexplained,
+        Kind::Gap,
+        format!(
+            "{} of the requested rate is missing for a reason scanprof cannot see {}.",
+            pct(s.unexplained),
+            f.over()
+        ),
+        s.unexplained,
+        evidence,
+        "Check the run's warnings and `scanprof doctor` for probes this kernel lacks, then run again."
+            .to_string(),
+        true,
+    ))
 }
 
 /// A scanner that has sent nothing since attach and made no send call: what its processes did
 /// (which exited, with what status and when) and how many IPC messages passed between them.
-fn never_sent(f: &Facts, r: f64) -> Verdict {
+fn never_sent_verdict(f: &Facts, r: f64) -> Verdict {
     let exited: Vec<&ProcessInfo> = f.processes.iter().filter(|p| !p.alive).collect();
     let member = |p: &ProcessInfo| match &p.role {
         Some(role) => format!("{} (pid {}, {role})", p.comm, p.pid),
@@ -1064,14 +1128,14 @@ fn never_sent(f: &Facts, r: f64) -> Verdict {
 fn watches_ipc(v: &crate::analysis::snapshot::ScannerView) -> bool {
     v.probes
         .iter()
-        .any(|p| p.attached && (p.role == "ipc_send" || p.role == "ipc_recv"))
+        .any(|p| p.attached && matches!(p.role, ProbeRole::IpcSend | ProbeRole::IpcRecv))
 }
 
 fn ipc_messages(f: &Facts) -> u64 {
     f.scanner.map_or(0, |v| {
         v.ipc
             .iter()
-            .filter(|i| i.direction == "send")
+            .filter(|i| i.direction == IpcDirection::Send)
             .map(|i| i.messages)
             .sum()
     })

@@ -10,40 +10,6 @@ use super::units::{dur, pct, pps, secs};
 use crate::analysis::snapshot::{CgroupThrottleView, ConntrackView};
 use crate::collect::DropClass;
 
-/// The time the sender threads waited for their cgroups' quota, ns, summed over the threads:
-/// per thread, the most any cgroup holding it made it wait, at most its window. A throttled
-/// period leaves a cgroup's k busy threads waiting (period - quota/k) each once the quota is
-/// spent; the kernel's own throttled time is taken when larger (on 6.18 it counts from when the
-/// throttled task is dequeued at its return to user space, a part of that wait).
-/// `senders` are (pid, window ns) of each sender thread.
-pub(super) fn throttled_wait(
-    limits: Option<&crate::analysis::snapshot::LimitsView>,
-    senders: &[(u32, f64)],
-) -> Option<f64> {
-    let cgroups: Vec<&CgroupThrottleView> = limits?
-        .cgroups
-        .iter()
-        .filter(|c| senders.iter().any(|(pid, _)| c.pids.contains(pid)))
-        .collect();
-    if cgroups.is_empty() {
-        return None;
-    }
-    let mut sum = 0.0;
-    for (pid, window_ns) in senders {
-        let most = cgroups
-            .iter()
-            .filter(|c| c.pids.contains(pid))
-            .map(|c| {
-                let k = senders.iter().filter(|(p, _)| c.pids.contains(p)).count().max(1) as f64;
-                let per_period_ns = (c.period_us as f64 - c.quota_us as f64 / k).max(0.0) * 1e3;
-                (c.throttled_s * 1e9 / k).max(c.throttled_periods as f64 * per_period_ns)
-            })
-            .fold(0.0, f64::max);
-        sum += most.min(*window_ns);
-    }
-    Some(sum)
-}
-
 /// The sender threads' cgroups with a quota, most throttled first.
 fn sender_cgroups<'f>(f: &'f Facts) -> Vec<&'f CgroupThrottleView> {
     let mut c: Vec<&CgroupThrottleView> = f.limits.map_or(Vec::new(), |l| l.cgroups.iter().collect());

@@ -10,70 +10,105 @@ use crate::collect::DropClass;
 /// A refused packet share of the device's traffic above which the family is its main sender.
 const MAIN_SENDER: f64 = 0.9;
 
-pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let groups = [
-        Group::Qdisc,
-        Group::Neighbour,
-        Group::Route,
-        Group::Filter,
-        Group::Device,
-        Group::TargetOther,
-        Group::ReplySocket,
-        Group::ReplyBacklog,
-        Group::ReplyCapture,
-        Group::ReplyOther,
-    ];
-    // A family that reads has its receive-side drops diagnosed by `receive` (shares of what
-    // reached it, the receive sysctls); the reply_* verdicts are for one that never reads.
+/// The family's drop rows of one group, largest first: those the receive rules diagnose (a
+/// family that reads: shares of what reached it, the receive sysctls) and a relay's drops before
+/// its read (its funnel's kernel drops, `relay`) left out.
+fn group_rows<'f, 'a>(f: &'f Facts<'a>, g: Group) -> Vec<&'f Dropped<'a>> {
     let reads = super::receive::reader(f).is_some();
-    for g in groups {
-        let mut rows: Vec<&Dropped> = f
-            .drops
-            .iter()
-            .filter(|d| d.count > 0 && Group::of(d) == Some(g))
-            .filter(|d| {
-                !(reads && d.row.class == DropClass::ReplyLoss && super::receive::handles(&d.row.reason))
-            })
-            // A relay's drops before its read are its funnel's kernel drops (`relay`).
-            .filter(|d| !(f.relay.is_some() && d.row.class == DropClass::ReplyLoss))
-            .collect();
-        if rows.is_empty() {
-            continue;
-        }
-        rows.sort_by_key(|d| std::cmp::Reverse(d.count));
-        let mut v = g.verdict(f, &rows);
-        // Packets netfilter dropped while the namespace's conntrack table was full: the table
-        // refused their flows, no rule did.
-        if let (Group::Filter, Some(table)) = (g, super::limits::full_table(f)) {
-            let dropped = super::limits::netfilter_drops(f);
-            if dropped > 0 {
-                let refused = f.errors.get("EPERM").copied().unwrap_or(0);
-                let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
-                v.cause = Cause::ConntrackFull;
-                v.sentence = sentence;
-                v.evidence
-                    .splice(0..0, evidence.into_iter().filter(|e| !e.starts_with("caveat: ")));
-                v.next_step = next;
-            }
-        }
-        out.push(v);
+    let mut rows: Vec<&Dropped> = f
+        .drops
+        .iter()
+        .filter(|d| d.count > 0 && Group::of(d) == Some(g))
+        .filter(|d| !(reads && d.row.class == DropClass::ReplyLoss && super::receive::handles(&d.row.reason)))
+        .filter(|d| !(f.relay.is_some() && d.row.class == DropClass::ReplyLoss))
+        .collect();
+    rows.sort_by_key(|d| std::cmp::Reverse(d.count));
+    rows
+}
+
+/// The verdict of one group's drop rows, if any.
+fn group_verdict(f: &Facts, g: Group) -> Option<Verdict> {
+    let rows = group_rows(f, g);
+    (!rows.is_empty()).then(|| g.verdict(f, &rows))
+}
+
+pub(super) fn qdisc_drop(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::Qdisc)
+}
+
+/// Drops waiting for neighbour resolution; without any, failed resolutions seen on a device
+/// (share 0, one per device).
+pub(super) fn neigh_failed(f: &Facts) -> Vec<Verdict> {
+    match group_verdict(f, Group::Neighbour) {
+        Some(v) => vec![v],
+        None => neighbour_failed_unseen(f),
     }
-    if !out.iter().any(|v| v.cause == Cause::DeviceDrop) {
-        out.extend(device_refused(f));
+}
+
+pub(super) fn no_route(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::Route)
+}
+
+/// Drops by a filter, unless the namespace's conntrack table was full and netfilter dropped
+/// packets: `conntrack_drops` then names them.
+pub(super) fn filtered(f: &Facts) -> Option<Verdict> {
+    if conntrack_filled(f).is_some() {
+        return None;
     }
-    if !out.iter().any(|v| v.cause == Cause::NeighFailed) {
-        out.extend(neighbour_failed_unseen(f));
-    }
-    out.extend(unseen_after_send(f));
-    out
+    group_verdict(f, Group::Filter)
+}
+
+/// Packets netfilter dropped while the namespace's conntrack table was full: the table refused
+/// their flows, no rule did. The filter group's verdict, told as the table's.
+pub(super) fn conntrack_drops(f: &Facts) -> Option<Verdict> {
+    let (table, dropped) = conntrack_filled(f)?;
+    let mut v = group_verdict(f, Group::Filter)?;
+    let refused = f.errors.get("EPERM").copied().unwrap_or(0);
+    let (sentence, evidence, next) = super::limits::conntrack_text(f, table, refused, dropped);
+    v.cause = Cause::ConntrackFull;
+    v.sentence = sentence;
+    v.evidence
+        .splice(0..0, evidence.into_iter().filter(|e| !e.starts_with("caveat: ")));
+    v.next_step = next;
+    Some(v)
+}
+
+/// A full conntrack table and the netfilter drops of its time, when there were any.
+fn conntrack_filled<'f>(f: &'f Facts) -> Option<(&'f crate::analysis::snapshot::ConntrackView, u64)> {
+    let table = super::limits::full_table(f)?;
+    let dropped = super::limits::netfilter_drops(f);
+    (dropped > 0).then_some((table, dropped))
+}
+
+pub(super) fn device_drop(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::Device)
+}
+
+pub(super) fn target_drop(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::TargetOther)
+}
+
+pub(super) fn reply_socket_buffer(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::ReplySocket)
+}
+
+pub(super) fn reply_backlog(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::ReplyBacklog)
+}
+
+pub(super) fn reply_capture(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::ReplyCapture)
+}
+
+pub(super) fn reply_drop(f: &Facts) -> Option<Verdict> {
+    group_verdict(f, Group::ReplyOther)
 }
 
 /// Packets the send syscalls accepted that no later stage saw, no drop explains and no qdisc
 /// holds: the kernel does not lose packets silently, so this is a fault of the measurement
 /// (packets not attributed to the family after the syscall, or the device probes missing), said
 /// as such rather than read as "nothing was lost".
-fn unseen_after_send(f: &Facts) -> Option<Verdict> {
+pub(super) fn measurement_fault(f: &Facts) -> Option<Verdict> {
     let unseen = f.unseen_after_send()?;
     let a = f.after_send?;
     let evidence = vec![
@@ -422,7 +457,10 @@ fn finish(
 
 /// Drivers that refused packets (busy or error) when no drop at the device was seen: a qdisc
 /// requeues what its driver refuses, so they are a loss only where there is no qdisc.
-fn device_refused(f: &Facts) -> Vec<Verdict> {
+pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
+    if !group_rows(f, Group::Device).is_empty() {
+        return Vec::new();
+    }
     f.devices
         .iter()
         .filter(|d| d.xmit_refused > 0)

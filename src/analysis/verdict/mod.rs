@@ -1,19 +1,21 @@
 //! The diagnosis: from a tick's Snapshot (live) or the run's Summary, the ranked causes of the
 //! gap between requested and achieved send rate (kind `gap`) and of packets lost after they were
 //! sent (kind `loss`). Pure: figures in, verdicts out. `facts` reads either input into one shape,
-//! `split` divides the gap among its causes, `gap`, `claims` and `loss` write the verdicts;
-//! docs/diagnosis.md states every rule and threshold.
+//! `split` divides the gap among its causes, `judgement` says which case the rate is in, `rules` lists every cause's rule (in `gap`, `claims`,
+//! `loss`, `receive`, `relay`, `rings`...); docs/diagnosis.md states every rule and threshold.
 
 mod cause;
 mod claims;
 mod facts;
 mod gap;
+mod judgement;
 mod limits;
 mod loss;
 mod rate_unit;
 mod receive;
 mod relay;
 mod rings;
+mod rules;
 mod split;
 mod units;
 
@@ -79,26 +81,38 @@ pub fn for_summary(s: &Summary) -> Vec<Verdict> {
 }
 
 fn diagnose(f: &Facts) -> Vec<Verdict> {
-    let mut gap = gap::verdicts(f);
-    let mut loss = loss::verdicts(f);
-    loss.extend(receive::verdicts(f));
+    // A --requested off from the scanner's own packet rate by its packets per target was given
+    // in the other unit: judge the rate against the scanner's packet rate, and say so.
+    let (mut gap, has_gap) = match f.requested.and_then(|r| Some((r, rate_unit::mismatch(f, r)?))) {
+        Some((r, p)) => {
+            let mut own = f.clone();
+            own.requested = Some(p);
+            let judged = rules::rate_verdicts(&judgement::Judgement::of(&own));
+            (
+                rate_unit::rejudged(f, r, p, judged),
+                1.0 - f.achieved / r >= NO_GAP_TOLERANCE,
+            )
+        }
+        None => {
+            let j = judgement::Judgement::of(f);
+            (rules::rate_verdicts(&j), j.has_gap())
+        }
+    };
+    let mut loss = rules::loss_verdicts(f);
     // A relay retries the sends its outputs refused: those refusals, and the qdisc drops
     // behind them, are no loss of their own; the relay verdicts say what was lost.
     if relay::refusals_cover_qdisc_drops(f) {
         loss.retain(|v| v.cause != Cause::QdiscDrop);
     }
     if relay::refusals_cover_failed_sends(f) {
-        gap.verdicts
-            .retain(|v| !(v.cause == Cause::SendErrors && v.kind == Kind::Loss));
+        gap.retain(|v| !(v.cause == Cause::SendErrors && v.kind == Kind::Loss));
     }
-    loss.extend(relay::verdicts(f));
-    loss.extend(rings::verdicts(f));
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
     // rule out "no significant gap" as surely as drops do.
     if loss.iter().any(loss::is_outgoing) {
-        gap.verdicts.retain(|v| v.cause != Cause::NoGap);
+        gap.retain(|v| v.cause != Cause::NoGap);
     }
-    rank(gap.verdicts, loss, gap.has_gap)
+    rank(gap, loss, has_gap)
 }
 
 /// A measurement fault first (it says which figures not to trust), then gap verdicts then loss

@@ -6,6 +6,7 @@
 //! given in the other unit, and the run is judged against the scanner's packet rate instead.
 
 use super::facts::{caveat_lines, Facts};
+use super::judgement::Judgement;
 use super::units::{pct, pps};
 use super::{verdict, Cause, Kind, Verdict, NO_GAP_TOLERANCE};
 use crate::analysis::snapshot::{RateCounts, RateUnitView};
@@ -147,8 +148,14 @@ pub(super) fn rejudged(f: &Facts, r: f64, p: f64, mut out: Vec<Verdict>) -> Vec<
     out
 }
 
+/// The rate per target beside the packet rate (share 0), whenever a rate was requested; when the
+/// request was in the other unit, `rejudged` writes this cause instead.
+pub(super) fn rate_unit(j: &Judgement) -> Option<Verdict> {
+    finding(j.f, j.case.requested()?)
+}
+
 /// Without a mismatch: the rate per target beside the packet rate (share 0).
-pub(super) fn finding(f: &Facts, r: f64) -> Option<Verdict> {
+fn finding(f: &Facts, r: f64) -> Option<Verdict> {
     let u = unit(f)?;
     if !same(r, u.packet_pps) {
         return None;

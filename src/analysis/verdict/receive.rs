@@ -25,18 +25,28 @@ pub(super) fn reader<'a>(f: &Facts<'a>) -> Option<&'a ReceiveView> {
         .filter(|r| r.stream_calls > 0 || r.stages.iter().any(|s| s.name == "recv_calls" && s.total > 0))
 }
 
-pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
-    let Some(r) = reader(f) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    out.extend(cpu_bound(f, r));
-    out.extend(rcvbuf_overflow(f, r));
-    out.extend(backlog_overflow(f, r));
-    if out.is_empty() {
-        out.extend(keeps_up(f, r));
+pub(super) fn rcvbuf_overflow(f: &Facts) -> Option<Verdict> {
+    rcvbuf_overflow_of(f, reader(f)?)
+}
+
+pub(super) fn backlog_overflow(f: &Facts) -> Option<Verdict> {
+    backlog_overflow_of(f, reader(f)?)
+}
+
+pub(super) fn receiver_cpu_bound(f: &Facts) -> Option<Verdict> {
+    cpu_bound_of(f, reader(f)?)
+}
+
+/// The receiver kept up: when none of the other receive rules found anything.
+pub(super) fn receiver_keeps_up(f: &Facts) -> Option<Verdict> {
+    let r = reader(f)?;
+    if cpu_bound_of(f, r).is_some()
+        || rcvbuf_overflow_of(f, r).is_some()
+        || backlog_overflow_of(f, r).is_some()
+    {
+        return None;
     }
-    out
+    keeps_up(f, r)
 }
 
 fn rows<'a>(r: &'a ReceiveView, reasons: &[&str]) -> Vec<&'a DropRow> {
@@ -124,7 +134,7 @@ fn dropped_before_read(f: &Facts, r: &ReceiveView, reasons: &[&str]) -> Option<D
 
 /// The family's socket buffer overflowed (SOCKET_RCVBUFF and kin): what it asked for, what the
 /// sysctls allow, and the buffer that would hold a second of what was dropped.
-fn rcvbuf_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+fn rcvbuf_overflow_of(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     let DroppedBeforeRead {
         dropped,
         read,
@@ -180,7 +190,7 @@ pub(super) const BUSY_SHARE: f64 = 0.5;
 /// cost per packet read needs more CPU than the reading threads have, and they wanted a CPU for
 /// most of the interval (on one, or runnable waiting for one: other tasks took the rest). The
 /// drops at the socket are then the symptom, the readers' CPU the cause.
-fn cpu_bound(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+fn cpu_bound_of(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     let cost = r.cost.as_ref()?;
     let ns = cost.ns_per_packet?;
     let DroppedBeforeRead {
@@ -254,7 +264,7 @@ fn cpu_bound(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
 }
 
 /// A CPU's input backlog overflowed before the packets reached the family's socket.
-fn backlog_overflow(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
+fn backlog_overflow_of(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     let DroppedBeforeRead {
         dropped,
         share,

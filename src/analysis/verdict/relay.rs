@@ -15,33 +15,35 @@ use crate::collect::DropClass;
 /// egress to be the bottleneck without refusals.
 pub(super) const EGRESS_TIME_SHARE: f64 = 0.5;
 
-pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
-    let Some(v) = f.relay else {
-        return Vec::new();
-    };
-    let own = v.own_drops;
-    if v.kernel_drops + own == 0 {
-        return Vec::new();
-    }
-    if egress_bound(v) {
-        return vec![egress(f, v, own)];
-    }
-    let mut out = Vec::new();
-    // Drops at a full socket buffer or backlog have the receive rules' verdicts already
-    // (`rcvbuf_overflow`, `receiver_cpu_bound`...), with their sysctls: not said twice.
+/// The relay funnel when it lost packets (to the kernel before its read, or its own).
+fn losing<'a>(f: &Facts<'a>) -> Option<&'a RelayView> {
+    f.relay.filter(|v| v.kernel_drops + v.own_drops > 0)
+}
+
+/// A relay that lost packets while its egress was the bottleneck: that alone is said.
+pub(super) fn relay_egress_bound(f: &Facts) -> Option<Verdict> {
+    let v = losing(f).filter(|v| egress_bound(v))?;
+    Some(egress(f, v, v.own_drops))
+}
+
+/// Packets lost to the kernel before the relay's read, but for those at a full socket buffer or
+/// backlog: the receive rules' verdicts have them already (`rcvbuf_overflow`,
+/// `receiver_cpu_bound`...), with their sysctls, and they are not said twice.
+pub(super) fn relay_kernel_drops(f: &Facts) -> Option<Verdict> {
+    let v = losing(f).filter(|v| !egress_bound(v))?;
     let unclaimed: u64 = v
         .kernel_drop_reasons
         .iter()
         .filter(|(r, _)| !super::receive::handles(r))
         .map(|(_, n)| n)
         .sum();
-    if unclaimed > 0 {
-        out.push(kernel(f, v, unclaimed));
-    }
-    if own > 0 {
-        out.push(own_drops(f, v, own));
-    }
-    out
+    (unclaimed > 0).then(|| kernel(f, v, unclaimed))
+}
+
+/// Packets the relay read and dropped itself.
+pub(super) fn relay_own_drops(f: &Facts) -> Option<Verdict> {
+    let v = losing(f).filter(|v| !egress_bound(v) && v.own_drops > 0)?;
+    Some(own_drops(f, v, v.own_drops))
 }
 
 /// Egress is the bottleneck: the outputs refused sends while packets were lost, or sending took

@@ -14,10 +14,6 @@ use crate::collect::rings::RingKind;
 /// is not fixed.
 const V3_FRAME_BYTES: u64 = 2048;
 
-pub(super) fn verdicts(f: &Facts) -> Vec<Verdict> {
-    ring_full(f).into_iter().collect()
-}
-
 /// Frames larger than this hold whole packets of the largest snapshot length (libpcap sizes a
 /// V1/V2 ring's frames from it: 65,535 bytes gives 128 KiB frames, 32 to a 4 MiB ring), when a
 /// scan's replies need a few hundred bytes.
@@ -57,7 +53,7 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
     )
 }
 
-fn ring_full(f: &Facts) -> Option<Verdict> {
+pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     let r = f.receive?;
     let rings: Vec<&RingView> = r.rings.iter().filter(|v| v.dropped > 0).collect();
     let dropped: u64 = rings.iter().map(|v| v.dropped).sum();

@@ -550,7 +550,12 @@ fn pace_fraction(f: &Facts, total_ns: f64) -> Option<f64> {
         .scanner?
         .probes
         .iter()
-        .filter(|p| p.role == "pace_wait" && p.attached && p.hits > 0 && p.inside_ns > 0)
+        .filter(|p| {
+            p.role == crate::analysis::scanner::ProbeRole::PaceWait
+                && p.attached
+                && p.hits > 0
+                && p.inside_ns > 0
+        })
         .collect();
     if probes.is_empty() || f.packets_total == 0 {
         return None;

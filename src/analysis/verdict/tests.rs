@@ -254,7 +254,7 @@ fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
 fn pace_probe(inside_ns: u64, hits: u64) -> UprobeView {
     UprobeView {
         name: "wait_slot".into(),
-        role: "pace_wait".into(),
+        role: crate::wrappers::ProbeRole::PaceWait,
         symbol: "scanprof_sender_wait_slot".into(),
         binary: None,
         per_packet: true,
@@ -485,7 +485,7 @@ fn an_unlimited_request_says_there_is_nothing_to_fall_short_of() {
             profile: "zmap".into(),
             requested: RequestedView {
                 pps: None,
-                kind: "unlimited".into(),
+                kind: crate::wrappers::RateKind::Unlimited,
                 ..Default::default()
             },
             ..Default::default()
@@ -507,7 +507,7 @@ fn a_flooding_sender_is_told_what_limits_its_rate() {
             profile: "generic".into(),
             requested: RequestedView {
                 pps: None,
-                kind: "unlimited".into(),
+                kind: crate::wrappers::RateKind::Unlimited,
                 ..Default::default()
             },
             ..Default::default()
@@ -564,7 +564,7 @@ fn the_scanners_rate_stands_in_for_requested() {
         .scanner(ScannerView {
             requested: RequestedView {
                 pps: Some(1000.0),
-                kind: "exact".into(),
+                kind: crate::wrappers::RateKind::Exact,
                 ..Default::default()
             },
             ..Default::default()
@@ -1305,7 +1305,7 @@ fn a_floor_is_met_by_sending_faster() {
         .scanner(ScannerView {
             requested: RequestedView {
                 pps: Some(1000.0),
-                kind: "floor".into(),
+                kind: crate::wrappers::RateKind::Floor,
                 ..Default::default()
             },
             ..Default::default()
@@ -1756,7 +1756,7 @@ fn an_uncertain_or_capped_request_weakens_the_gap() {
         .scanner(ScannerView {
             requested: RequestedView {
                 pps: Some(1000.0),
-                kind: "exact".into(),
+                kind: crate::wrappers::RateKind::Exact,
                 conflict: Some("argv: -r 1000 says 1000 pps but config: pps: 300; says 300".into()),
                 ..Default::default()
             },
@@ -1773,7 +1773,7 @@ fn an_uncertain_or_capped_request_weakens_the_gap() {
         .scanner(ScannerView {
             requested: RequestedView {
                 pps: Some(1000.0),
-                kind: "cap".into(),
+                kind: crate::wrappers::RateKind::Cap,
                 ..Default::default()
             },
             ..Default::default()
@@ -2331,7 +2331,7 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
 fn ipc_probe(name: &str) -> UprobeView {
     UprobeView {
         name: name.into(),
-        role: "ipc_send".into(),
+        role: crate::wrappers::ProbeRole::IpcSend,
         symbol: "send_message".into(),
         binary: Some("/usr/bin/unicornscan".into()),
         per_packet: false,
@@ -2499,7 +2499,7 @@ fn rate_in_units(profile: &str, counts: RateCounts, n: f64, source: &str, packet
         profile: profile.into(),
         requested: RequestedView {
             pps: Some(packet_pps),
-            kind: "exact".into(),
+            kind: crate::wrappers::RateKind::Exact,
             unit: Some(RateUnitView {
                 counts,
                 packets_per_target: n,

@@ -577,7 +577,7 @@ fn scanner(o: &mut String, s: &Summary) {
         r.pps
             .map(|p| format!("{p:.0} pps"))
             .unwrap_or_else(|| "unknown".into()),
-        escape_inline(&r.kind)
+        escape_inline(r.kind.as_str())
     );
     for src in &r.sources {
         let _ = writeln!(o, "- from {}", escape_inline(&src.source));
