@@ -41,6 +41,11 @@ pub struct RingView {
     /// `dropped` are then lower bounds. The family's own reads (libpcap's pcap_stats) are
     /// captured and are not clears here
     pub clears: u32,
+    /// the family's own PACKET_STATISTICS reads of it since attach, each captured at its
+    /// getsockopt's exit and added back into `queued` and `dropped` (0 in bundles from before
+    /// the capture)
+    #[serde(default)]
+    pub owner_reads: u32,
     /// open at the end of the interval
     pub open: bool,
 }
@@ -82,6 +87,7 @@ pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<Ring
                 queued_total: r.queued,
                 dropped_total: r.dropped,
                 clears: r.clears,
+                owner_reads: r.owner_reads,
                 open: r.open,
             }
         })

@@ -184,6 +184,7 @@ mod tests {
                 queued_total: 5,
                 dropped_total: 1,
                 clears: 0,
+                owner_reads: 0,
                 open: true,
             }],
             ..Default::default()

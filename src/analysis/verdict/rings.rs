@@ -43,8 +43,15 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
         Some(role) => format!("pid {} ({role})", v.pid),
         None => format!("pid {}", v.pid),
     };
+    let reads = match v.owner_reads {
+        0 => String::new(),
+        n => format!(
+            "; its owner read (and so cleared) its counters {n} time{}, each read's counts captured and included",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
     format!(
-        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({})",
+        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({}){reads}",
         v.fd,
         v.ifindex,
         v.queued,
@@ -80,7 +87,7 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     }
     if rings.iter().any(|v| v.clears > 0) {
         evidence.push(
-            "the owner read PACKET_STATISTICS (libpcap's pcap_stats) during the run, which clears the counters: frames between scanprof's last read and each clear are not counted"
+            "the sockets' counters were cleared by PACKET_STATISTICS reads whose counts scanprof did not get (a reader outside the family, or a family read it could not read): the frames counted between scanprof's last read and each such clear are missing, so these counts are lower bounds"
                 .to_string(),
         );
     }
@@ -197,6 +204,7 @@ mod tests {
             queued_total: queued,
             dropped_total: dropped,
             clears: 0,
+            owner_reads: 0,
             open: false,
         }
     }
@@ -316,6 +324,34 @@ mod tests {
         let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
         let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(!r.next_step.contains("pcap_set_snaplen"), "{}", r.next_step);
+    }
+
+    #[test]
+    fn the_owners_captured_statistics_reads_are_named_and_uncaptured_clears_make_lower_bounds() {
+        let mut zmap = ring(RingKind::TpacketV3, 200, 56);
+        zmap.owner_reads = 6;
+        let v = run(vec![zmap.clone()]);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.ends_with("its owner read (and so cleared) its counters 6 times, each read's counts captured and included")),
+            "{:#?}",
+            r.evidence
+        );
+        assert!(
+            !r.evidence.iter().any(|e| e.contains("lower bounds")),
+            "{:#?}",
+            r.evidence
+        );
+        zmap.clears = 1;
+        let v = run(vec![zmap]);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert!(
+            r.evidence.iter().any(|e| e.contains("lower bounds")),
+            "{:#?}",
+            r.evidence
+        );
     }
 
     #[test]
