@@ -9,6 +9,7 @@ pub mod collect;
 pub mod commands;
 pub mod lab;
 pub mod probes;
+pub mod run;
 pub mod senders;
 pub mod session;
 pub mod system;

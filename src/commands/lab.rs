@@ -1527,7 +1527,7 @@ fn open_tcp_listeners(lab: &Lab, ports: u16) -> anyhow::Result<Vec<std::net::Tcp
 /// --to ...`), not the wrappers that place it in the lab (`ip netns exec`, `setsid sh -c`,
 /// `nice`, `taskset`); the binary by its name, not its build path.
 fn lab_title(scenario: Scenario, sender_argv: &[String]) -> String {
-    let mut words = super::profile::command_words(sender_argv);
+    let mut words = crate::run::render::command_words(sender_argv);
     if let Some(exe) = words.first_mut() {
         if let Some(name) = exe.rsplit('/').next() {
             *exe = name.to_string();
@@ -1565,7 +1565,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let export_to = o
         .export
         .as_ref()
-        .map(|dir| super::profile::ExportTarget::open(dir, false, o.force))
+        .map(|dir| crate::run::ExportTarget::open(dir, false, o.force))
         .transpose()?;
     let mut stage = staging(o.scenario);
     let rate = o.rate.unwrap_or(stage.rate);
@@ -1681,9 +1681,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let watch = SchedWatch::start(sender.clone())?;
     let staller = stage.stall.map(|st| Staller::start(st, sender)).transpose()?;
-    let output = super::profile::Output::choose(o.json, o.no_tui);
+    let output = crate::run::Output::choose(o.json, o.no_tui);
     let argv_shown = argv.clone();
-    let mut cfg = super::profile::session_config(Target::Command(argv), &run_opts, output)?;
+    let mut cfg = crate::run::session_config(Target::Command(argv), &run_opts, output)?;
     // After the run this thread reads the lab's counters and deletes its namespaces.
     cfg.keep_also = if quota.is_some() {
         &crate::system::privileges::FOR_LAB_CGROUP
@@ -1694,9 +1694,9 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         listen: o.metrics,
         file: o.metrics_file.clone(),
     };
-    let stop = super::profile::stop_flag()?;
+    let stop = crate::run::stop_flag()?;
     let title = lab_title(o.scenario, &argv_shown);
-    let rec = super::profile::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
+    let rec = crate::run::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let sched = watch.finish();
     let stalls = staller.map(Staller::finish);

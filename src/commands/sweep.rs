@@ -223,8 +223,8 @@ fn run_step(
         user: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.
-    let cfg = super::profile::session_config(Target::Command(argv), &run_opts, super::profile::Output::Json)?;
-    let mut rec = Recording::new(super::profile::meta_now());
+    let cfg = crate::run::session_config(Target::Command(argv), &run_opts, crate::run::Output::Json)?;
+    let mut rec = Recording::new(crate::run::render::meta_now());
     let session = session::start(cfg, Arc::clone(stop))?;
     rec.meta.drop_reasons = session.drop_reasons.clone();
     for u in session.updates.iter() {
@@ -334,11 +334,11 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
         .map(|d| {
             Ok::<_, anyhow::Error>(SweepBundle {
                 dir: bundle::BundleDir::open(d, false)?,
-                meta: super::profile::meta_now(),
+                meta: crate::run::render::meta_now(),
             })
         })
         .transpose()?;
-    let stop = super::profile::stop_flag()?;
+    let stop = crate::run::stop_flag()?;
     let lab = if o.lab { Some(SweepLab::create(o)?) } else { None };
     let mut steps: Vec<SweepStep> = Vec::new();
     let mut failure = None;
