@@ -8,6 +8,7 @@ pub mod cli;
 pub mod collect;
 pub mod commands;
 pub mod lab;
+pub mod netlab;
 pub mod probes;
 pub mod run;
 pub mod senders;
