@@ -1,4 +1,4 @@
-//! `scanprof recv`: the reference UDP receiver (`lab::fixtures::recv`), its own count printed
+//! `scanprof recv`: the reference UDP receiver (`lab::reference::recv`), its own count printed
 //! and, with `--report`, written as JSON.
 
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::RecvOptions;
-use crate::lab::fixtures::recv;
+use crate::lab::reference::recv;
 use crate::views::lab::recv_text;
 
 pub fn run(o: &RecvOptions) -> Result<ExitCode> {

@@ -1,4 +1,4 @@
-//! `scanprof relay`: the reference packet relay (`lab::fixtures::relay`), its own counts printed
+//! `scanprof relay`: the reference packet relay (`lab::reference::relay`), its own counts printed
 //! and, with `--report`, written as JSON.
 
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::RelayOptions;
-use crate::lab::fixtures::relay;
+use crate::lab::reference::relay;
 use crate::views::lab::relay_text;
 
 pub fn run(o: &RelayOptions) -> Result<ExitCode> {

@@ -1,4 +1,4 @@
-//! `scanprof ring-recv`: the reference packet-socket reader (`lab::fixtures::ring_recv`), its
+//! `scanprof ring-recv`: the reference packet-socket reader (`lab::reference::ring_recv`), its
 //! own count and the socket's PACKET_STATISTICS printed and, with `--report`, written as JSON.
 
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::RingRecvOptions;
-use crate::lab::fixtures::ring_recv;
+use crate::lab::reference::ring_recv;
 use crate::views::lab::ring_recv_text;
 
 pub fn run(o: &RingRecvOptions) -> Result<ExitCode> {

@@ -52,7 +52,7 @@ impl ListenerRun {
             argv.push(exe.display().to_string());
             argv.extend(r.relay_args(&lab.target_dev, duration_s + LISTENER_EXTRA_S, &report));
         } else if l.respond.is_some_and(|r| r.realtime) {
-            argv.extend(super::fixtures::REALTIME.map(String::from));
+            argv.extend(super::reference::REALTIME.map(String::from));
         }
         if l.relay.is_none() {
             argv.push(exe.display().to_string());
@@ -129,7 +129,7 @@ impl ListenerRun {
     }
 
     /// Waits for the sender and reads the listener's own count.
-    pub fn finish(self) -> anyhow::Result<super::fixtures::recv::RecvReport> {
+    pub fn finish(self) -> anyhow::Result<super::reference::recv::RecvReport> {
         let text = self.finish_text()?;
         serde_json::from_str(&text).context("the listener's report is not JSON")
     }

@@ -75,9 +75,9 @@ pub struct Listener {
     pub read_rate: Option<f64>,
     /// it is a responder with two kinds of packet (`scanprof recv --respond`), fed by two
     /// senders, one per kind
-    pub respond: Option<super::fixtures::Respond>,
+    pub respond: Option<super::reference::Respond>,
     /// it is the packet relay (`scanprof relay`) reading the target's veth, not `scanprof recv`
-    pub relay: Option<super::fixtures::Relay>,
+    pub relay: Option<super::reference::Relay>,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -422,7 +422,7 @@ pub fn staging(s: Scenario) -> Staging {
             listener: Some(Listener {
                 rcvbuf: None,
                 read_rate: None,
-                respond: Some(super::fixtures::RESPONDER),
+                respond: Some(super::reference::RESPONDER),
                 relay: None,
             }),
             expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
@@ -437,7 +437,7 @@ pub fn staging(s: Scenario) -> Staging {
             listener: Some(Listener {
                 rcvbuf: None,
                 read_rate: None,
-                respond: Some(super::fixtures::SLOW_RESPONDER),
+                respond: Some(super::reference::SLOW_RESPONDER),
                 relay: None,
             }),
             expect: expect(Kind::Loss, Cause::ReceiverCpuBound, Truth::ListenerDrops),
@@ -470,7 +470,7 @@ pub fn staging(s: Scenario) -> Staging {
                 rcvbuf: None,
                 read_rate: None,
                 respond: None,
-                relay: Some(super::fixtures::RELAY),
+                relay: Some(super::reference::RELAY),
             }),
             expect: expect(Kind::Loss, Cause::RelayEgressBound, Truth::RelayLoss),
             ..base

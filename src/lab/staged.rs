@@ -11,8 +11,8 @@ use anyhow::Context;
 use super::cgroup::{CpuQuota, QuotaMover};
 use super::conntrack::ConntrackFill;
 use super::disturb::{Hog, SchedWatch, SenderId, Staller};
-use super::fixtures::relay::RelayReport;
 use super::receivers::{open_tcp_listeners, Echo, ListenerRun};
+use super::reference::relay::RelayReport;
 use super::scenario::{never_started_argv, scenario_name, Staging, CONNECT_SCAN_PROFILE, RUN_GRACE_S};
 use super::sender::{sender_argv, syn_scan_argv, Placement};
 use super::truth::{check, measured_truth, Counts, LabReport};
@@ -251,11 +251,11 @@ impl Staged {
         counts.receiver_pps = receiver.as_ref().and_then(SinkReport::pps);
         let conntrack = conntrack.map(ConntrackFill::finish).transpose()?;
         let cgroup = quota.map(|q| q.finish(moved)).transpose()?;
-        counts.relay_lost_share = relay_own.as_ref().map(super::fixtures::relay_lost_share);
+        counts.relay_lost_share = relay_own.as_ref().map(super::reference::relay_lost_share);
         let truth = measured_truth(stage.expect.truth, rate, duration_s, counts, &qdisc);
         let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener, &relay_own) {
-            (Some(r), Some(own), _) => super::fixtures::responder_checks(own, summary, r.realtime),
-            (_, _, Some(own)) => super::fixtures::relay_checks(own, summary),
+            (Some(r), Some(own), _) => super::reference::responder_checks(own, summary, r.realtime),
+            (_, _, Some(own)) => super::reference::relay_checks(own, summary),
             _ => Vec::new(),
         };
         let mut check = check(&stage.expect, summary, truth);

@@ -53,10 +53,10 @@ pub struct LabReport {
     /// packets the sender's veth transmitted (`ip -s link`)
     pub sender_link_tx: Option<u64>,
     /// the profiled listener's own count (receive scenarios)
-    pub listener: Option<super::fixtures::recv::RecvReport>,
+    pub listener: Option<super::reference::recv::RecvReport>,
     /// the profiled relay's own count (the relay scenario)
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub relay: Option<super::fixtures::relay::RelayReport>,
+    pub relay: Option<super::reference::relay::RelayReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
     /// its SOCKET_RCVBUFF drops before the read (receive scenarios; null when it saw none)
     pub scanprof_recv_packets: Option<u64>,
@@ -79,7 +79,7 @@ pub struct LabReport {
     pub check: DiagnosisCheck,
     /// scanprof's figures against the fixture's own counters (responder, relay scenarios)
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub fixture_checks: Vec<super::fixtures::FixtureCheck>,
+    pub fixture_checks: Vec<super::reference::FixtureCheck>,
     /// packets the sender namespace's conntrack refused (its /proc/net/stat/nf_conntrack
     /// `drop`; conntrack scenarios only)
     pub sender_ct_drops: Option<u64>,

@@ -3,9 +3,9 @@
 //! keeps), and the fixtures' own accounts (`scanprof recv`, `relay`, `ring-recv`).
 
 use crate::analysis::verdict::Cause;
-use crate::lab::fixtures::recv::RecvReport;
-use crate::lab::fixtures::relay::RelayReport;
-use crate::lab::fixtures::ring_recv::RingRecvReport;
+use crate::lab::reference::recv::RecvReport;
+use crate::lab::reference::relay::RelayReport;
+use crate::lab::reference::ring_recv::RingRecvReport;
 use crate::lab::scenario::Truth;
 use crate::lab::suite::SuiteRow;
 use crate::lab::truth::LabReport;
