@@ -61,7 +61,16 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|dir| crate::run::ExportTarget::open(dir, false, o.force))
         .transpose()?;
-    let stage = staging(o.scenario);
+    let mut stage = staging(o.scenario);
+    if let Some(n) = o.workers {
+        match stage.listener.as_mut() {
+            Some(l) if o.scenario == Scenario::ReceiverWorkers => l.workers = n,
+            _ => bail!(
+                "--workers sets the receiver's worker threads of the receiver-workers scenario: \
+                 give it with `scanprof lab receiver-workers`, or leave it out"
+            ),
+        }
+    }
     let rate = o.rate.unwrap_or(stage.rate);
     let exe = match &o.sender_exe {
         Some(p) => p.clone(),

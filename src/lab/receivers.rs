@@ -51,10 +51,16 @@ impl ListenerRun {
             r.stage_egress(lab)?;
             argv.push(exe.display().to_string());
             argv.extend(r.relay_args(&lab.target_dev, duration_s + LISTENER_EXTRA_S, &report));
+        } else if let Some(r) = l.ring {
+            argv.push(exe.display().to_string());
+            argv.extend(r.ring_args(&lab.target_dev, duration_s + LISTENER_EXTRA_S, &report));
         } else if l.respond.is_some_and(|r| r.realtime) {
             argv.extend(super::reference::REALTIME.map(String::from));
         }
-        if l.relay.is_none() {
+        // Which socket the feed waits for: a packet socket (the relay, the ring reader), or
+        // `scanprof recv`'s UDP port.
+        let packet_socket = l.relay.is_some() || l.ring.is_some();
+        if !packet_socket {
             argv.push(exe.display().to_string());
             argv.extend(
                 [
@@ -77,8 +83,11 @@ impl ListenerRun {
             if let Some(r) = l.respond {
                 argv.extend(r.recv_args());
             }
+            if l.workers > 1 {
+                argv.extend(["--workers".to_string(), l.workers.to_string()]);
+            }
         }
-        let relay = l.relay.is_some();
+        let workers = l.workers;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let ns = lab.target_ns.clone();
@@ -86,10 +95,11 @@ impl ListenerRun {
             .name("lab-listener-feed".into())
             .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
                 let deadline = std::time::Instant::now() + LISTENER_BIND_WAIT;
-                while !(if relay {
+                // Every worker's socket bound: a datagram sent earlier would go to the first.
+                while !(if packet_socket {
                     packet_socket_open(&ns)
                 } else {
-                    udp_port_bound(&ns, port)
+                    udp_sockets_bound(&ns, port) >= workers
                 }) {
                     if flag.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
                         return Ok(None);
@@ -165,19 +175,21 @@ fn packet_socket_open(ns: &str) -> bool {
     netstat::run_in_netns(Some(ns), "cat", &["/proc/net/packet"]).is_ok_and(|t| t.lines().count() > 1)
 }
 
-/// Whether a UDP socket is bound to `port` in namespace `ns` (its /proc/net/udp).
-fn udp_port_bound(ns: &str, port: u16) -> bool {
-    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/udp"]).is_ok_and(|t| udp_table_has_port(&t, port))
+/// How many UDP sockets are bound to `port` in namespace `ns` (its /proc/net/udp): a
+/// SO_REUSEPORT group has one per worker.
+fn udp_sockets_bound(ns: &str, port: u16) -> usize {
+    netstat::run_in_netns(Some(ns), "cat", &["/proc/net/udp"]).map_or(0, |t| udp_table_sockets(&t, port))
 }
 
-/// Whether a /proc/net/udp table lists a socket bound to local `port`.
-fn udp_table_has_port(table: &str, port: u16) -> bool {
+/// The sockets a /proc/net/udp table lists bound to local `port`.
+fn udp_table_sockets(table: &str, port: u16) -> usize {
     let want = format!(":{port:04X}");
     table
         .lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().nth(1))
-        .any(|local| local.ends_with(&want))
+        .filter(|local| local.ends_with(&want))
+        .count()
 }
 
 /// Sends every datagram that reaches the target's `port` back to the lab sender it came from,
@@ -258,8 +270,11 @@ mod tests {
     fn a_bound_port_is_found_in_proc_net_udp() {
         let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
                      \x20 12: 00000000:2328 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 91234 2 0000000000000000 0\n";
-        assert!(udp_table_has_port(table, 9000));
-        assert!(!udp_table_has_port(table, 9001));
-        assert!(!udp_table_has_port(table, 0x0023));
+        assert_eq!(udp_table_sockets(table, 9000), 1);
+        assert_eq!(udp_table_sockets(table, 9001), 0);
+        assert_eq!(udp_table_sockets(table, 0x0023), 0);
+        // A SO_REUSEPORT group of two workers: two rows on the port.
+        let group = format!("{table}\x20 13: 00000000:2328 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 91235 2 0000000000000000 0\n");
+        assert_eq!(udp_table_sockets(&group, 9000), 2);
     }
 }

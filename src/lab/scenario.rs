@@ -78,6 +78,12 @@ pub struct Listener {
     pub respond: Option<super::reference::Respond>,
     /// it is the packet relay (`scanprof relay`) reading the target's veth, not `scanprof recv`
     pub relay: Option<super::reference::Relay>,
+    /// it is the packet-socket reader (`scanprof ring-recv`) reading the target's veth through a
+    /// TPACKET ring, not `scanprof recv`
+    pub ring: Option<super::reference::Ring>,
+    /// `scanprof recv`'s worker threads, each on its own SO_REUSEPORT socket and fed by a
+    /// sender of its own (1: one socket, one sender)
+    pub workers: usize,
 }
 
 /// Stops of the sender: `pause` out of every `every`.
@@ -194,6 +200,8 @@ pub enum Truth {
     /// PACKET_STATISTICS tp_drops, + read and dropped for lack of a buffer) / what reached its
     /// socket (tp_packets, dropped ones included).
     RelayLoss,
+    /// tp_drops/tp_packets of the packet-socket reader's ring (its own PACKET_STATISTICS)
+    RingDrops,
 }
 
 impl Truth {
@@ -216,6 +224,7 @@ impl Truth {
             }
             Truth::ConntrackDrops => "conntrack drops/(requested x duration), sender namespace /proc/net/stat/nf_conntrack",
             Truth::RelayLoss => "(kernel drops + pool drops)/packets that reached it, the relay's own PACKET_STATISTICS and counts",
+            Truth::RingDrops => "tp_drops/tp_packets, the ring reader's own PACKET_STATISTICS",
         }
     }
 }
@@ -364,6 +373,8 @@ pub fn staging(s: Scenario) -> Staging {
                 read_rate: Some(1_000.0),
                 respond: None,
                 relay: None,
+                ring: None,
+                workers: 1,
             }),
             expect: expect(Kind::Loss, Cause::RcvbufOverflow, Truth::ListenerDrops),
             ..base
@@ -424,6 +435,8 @@ pub fn staging(s: Scenario) -> Staging {
                 read_rate: None,
                 respond: Some(super::reference::RESPONDER),
                 relay: None,
+                ring: None,
+                workers: 1,
             }),
             expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
             ..base
@@ -439,6 +452,8 @@ pub fn staging(s: Scenario) -> Staging {
                 read_rate: None,
                 respond: Some(super::reference::SLOW_RESPONDER),
                 relay: None,
+                ring: None,
+                workers: 1,
             }),
             expect: expect(Kind::Loss, Cause::ReceiverCpuBound, Truth::ListenerDrops),
             ..base
@@ -471,8 +486,42 @@ pub fn staging(s: Scenario) -> Staging {
                 read_rate: None,
                 respond: None,
                 relay: Some(super::reference::RELAY),
+                ring: None,
+                workers: 1,
             }),
             expect: expect(Kind::Loss, Cause::RelayEgressBound, Truth::RelayLoss),
+            ..base
+        },
+        // 2 workers (--workers sets it), each fed 5,000 pps from a source port of its own: each
+        // keeps up.
+        Scenario::ReceiverWorkers => Staging {
+            rate: 5_000.0,
+            sink: false,
+            flags: &["--pacer", "sleep"],
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: None,
+                relay: None,
+                ring: None,
+                workers: super::reference::RECEIVER_WORKERS,
+            }),
+            expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
+            ..base
+        },
+        // 2,000 pps into an 8-frame ring read at 200 frames/s: ~90% of the frames find it full.
+        Scenario::RingFull => Staging {
+            rate: 2_000.0,
+            sink: false,
+            listener: Some(Listener {
+                rcvbuf: None,
+                read_rate: None,
+                respond: None,
+                relay: None,
+                ring: Some(super::reference::RING),
+                workers: 1,
+            }),
+            expect: expect(Kind::Loss, Cause::RingFull, Truth::RingDrops),
             ..base
         },
     }
@@ -563,12 +612,16 @@ mod tests {
     #[test]
     fn every_scenario_stages_a_distinct_cause_or_a_healthy_run() {
         // A cause may be staged twice only in two regimes told apart by their truth (the
-        // miscalibrated slot of a 4 s run and of a 12-packet one).
+        // miscalibrated slot of a 4 s run and of a 12-packet one) or by the receiver's workers
+        // (a responder that keeps up, and a receiver of several workers that does).
         let mut causes: Vec<String> = Scenario::value_variants()
             .iter()
-            .map(|s| staging(*s).expect)
-            .filter(|e| e.cause != Expected::Cause(Cause::NoGap) && e.cause != Expected::NoLoss)
-            .map(|e| format!("{} ({:?})", e.cause, e.truth))
+            .map(|s| staging(*s))
+            .filter(|s| s.expect.cause != Expected::Cause(Cause::NoGap) && s.expect.cause != Expected::NoLoss)
+            .map(|s| {
+                let workers = s.listener.map_or(1, |l| l.workers);
+                format!("{} ({:?}, {workers} worker(s))", s.expect.cause, s.expect.truth)
+            })
             .collect();
         let n = causes.len();
         causes.sort();

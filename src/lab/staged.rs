@@ -13,6 +13,8 @@ use super::conntrack::ConntrackFill;
 use super::disturb::{Hog, SchedWatch, SenderId, Staller};
 use super::receivers::{open_tcp_listeners, Echo, ListenerRun};
 use super::reference::relay::RelayReport;
+use super::reference::ring_recv::RingRecvReport;
+use super::reference::worker_sender_argvs;
 use super::scenario::{never_started_argv, scenario_name, Staging, CONNECT_SCAN_PROFILE, RUN_GRACE_S};
 use super::sender::{sender_argv, syn_scan_argv, Placement};
 use super::truth::{check, measured_truth, Counts, LabReport};
@@ -116,6 +118,7 @@ impl Staged {
             .map(|l| {
                 let argvs = match l.respond {
                     Some(r) => r.sender_argvs(&send_argv),
+                    None if l.workers > 1 => worker_sender_argvs(&send_argv, l.workers),
                     None => vec![send_argv.clone()],
                 };
                 ListenerRun::start(&lab, l, stage.port, exe, duration_s, argvs)
@@ -235,15 +238,23 @@ impl Staged {
         std::thread::sleep(Duration::from_millis(300));
         let receiver = sink.map(|s| s.stop());
         let echoed = echo.map(Echo::finish);
-        let (listener, relay_own) = match (stage.listener.and_then(|l| l.relay), listening) {
-            (Some(_), Some(l)) => {
-                let text = l.finish_text()?;
+        // The profiled process's own report: the relay's, the ring reader's, or the listener's.
+        let (mut listener, mut relay_own, mut ring_own) = (None, None, None);
+        match (stage.listener, listening) {
+            (Some(l), Some(run)) if l.relay.is_some() => {
+                let text = run.finish_text()?;
                 let own: RelayReport =
                     serde_json::from_str(&text).context("the relay's report is not JSON")?;
-                (None, Some(own))
+                relay_own = Some(own);
             }
-            (_, l) => (l.map(ListenerRun::finish).transpose()?, None),
-        };
+            (Some(l), Some(run)) if l.ring.is_some() => {
+                let text = run.finish_text()?;
+                let own: RingRecvReport =
+                    serde_json::from_str(&text).context("the ring reader's report is not JSON")?;
+                ring_own = Some(own);
+            }
+            (_, run) => listener = run.map(ListenerRun::finish).transpose()?,
+        }
         let qdisc = lab.sender_qdisc().unwrap_or_default();
         let mut counts = Counts::read(&lab).since(before);
         counts.run_delay_s = sched.map(|s| s.run_delay_ns as f64 / 1e9);
@@ -252,10 +263,19 @@ impl Staged {
         let conntrack = conntrack.map(ConntrackFill::finish).transpose()?;
         let cgroup = quota.map(|q| q.finish(moved)).transpose()?;
         counts.relay_lost_share = relay_own.as_ref().map(super::reference::relay_lost_share);
+        counts.ring_drop_share = ring_own.as_ref().map(super::reference::ring_drop_share);
         let truth = measured_truth(stage.expect.truth, rate, duration_s, counts, &qdisc);
-        let fixture_checks = match (stage.listener.and_then(|l| l.respond), &listener, &relay_own) {
-            (Some(r), Some(own), _) => super::reference::responder_checks(own, summary, r.realtime),
-            (_, _, Some(own)) => super::reference::relay_checks(own, summary),
+        let workers = stage.listener.map_or(1, |l| l.workers);
+        let fixture_checks = match (
+            stage.listener.and_then(|l| l.respond),
+            &listener,
+            &relay_own,
+            &ring_own,
+        ) {
+            (Some(r), Some(own), _, _) => super::reference::responder_checks(own, summary, r.realtime),
+            (_, _, Some(own), _) => super::reference::relay_checks(own, summary),
+            (_, _, _, Some(own)) => super::reference::ring_checks(own, summary),
+            (None, Some(own), _, _) if workers > 1 => super::reference::worker_checks(own, summary),
             _ => Vec::new(),
         };
         let mut check = check(&stage.expect, summary, truth);
@@ -279,6 +299,7 @@ impl Staged {
             sender_link_tx: counts.sender_link_tx,
             listener,
             relay: relay_own,
+            ring: ring_own,
             scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
             scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
             echoed,

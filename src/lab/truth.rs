@@ -57,6 +57,9 @@ pub struct LabReport {
     /// the profiled relay's own count (the relay scenario)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relay: Option<super::reference::relay::RelayReport>,
+    /// the profiled ring reader's own count and PACKET_STATISTICS (the ring-full scenario)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<super::reference::ring_recv::RingRecvReport>,
     /// scanprof's receive funnel over the run: messages the family's receive calls read, and
     /// its SOCKET_RCVBUFF drops before the read (receive scenarios; null when it saw none)
     pub scanprof_recv_packets: Option<u64>,
@@ -197,6 +200,9 @@ pub struct Counts {
     pub(super) sender_ct_drops: Option<u64>,
     /// the relay's lost share by its own count (set after the run; Truth::RelayLoss)
     pub(super) relay_lost_share: Option<f64>,
+    /// the ring's dropped share by its socket's own statistics (set after the run;
+    /// Truth::RingDrops)
+    pub(super) ring_drop_share: Option<f64>,
 }
 
 impl Counts {
@@ -235,6 +241,7 @@ impl Counts {
             .ok()
             .and_then(|t| conntrack_stat(&t, "drop")),
             relay_lost_share: None,
+            ring_drop_share: None,
         }
     }
 
@@ -255,6 +262,7 @@ impl Counts {
             receiver_pps: self.receiver_pps,
             sender_ct_drops: d(self.sender_ct_drops, before.sender_ct_drops),
             relay_lost_share: self.relay_lost_share,
+            ring_drop_share: self.ring_drop_share,
         }
     }
 }
@@ -318,6 +326,7 @@ pub fn measured_truth(
         Truth::ReceiverGap => share(counts.receiver_pps?, rate).map(|r| 1.0 - r),
         Truth::ConntrackDrops => share(counts.sender_ct_drops? as f64, rate * duration_s),
         Truth::RelayLoss => counts.relay_lost_share,
+        Truth::RingDrops => counts.ring_drop_share,
     }
 }
 
@@ -360,7 +369,10 @@ mod tests {
             receiver_pps: None,
             sender_ct_drops: Some(2_000),
             relay_lost_share: Some(0.25),
+            ring_drop_share: Some(0.875),
         };
+        let ring = measured_truth(Truth::RingDrops, 1000.0, 5.0, counts, &[]).unwrap();
+        assert!((ring - 0.875).abs() < 1e-9, "{ring}");
         let relay = measured_truth(Truth::RelayLoss, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((relay - 0.25).abs() < 1e-9, "{relay}");
         let gap = measured_truth(Truth::Gap, 1000.0, 5.0, counts, &[]).unwrap();

@@ -60,6 +60,12 @@ pub fn lab_text(r: &LabReport) -> String {
             opt(r.scanprof_rcvbuf_drops)
         );
     }
+    if let Some(g) = &r.ring {
+        o += &format!(
+            "  ring reader ({}-frame TPACKET_V2 ring on {}) read {} frames by its own count | PACKET_STATISTICS: {} reached the socket, {} queued, {} dropped (ring full)\n",
+            g.frames, g.dev, g.read, g.tp_packets, g.queued, g.tp_drops
+        );
+    }
     for c in &r.fixture_checks {
         o += &format!("  {}\n", c.line());
     }
