@@ -37,6 +37,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     if !(o.duration.is_finite() && o.duration > 0.0) {
         bail!("--duration must be a positive number of seconds");
     }
+    let stage = staging(o.scenario).with_workers(o.scenario, o.workers)?;
     {
         use crate::system::caps::{self, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_ADMIN};
         let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF, CAP_PERFMON]);
@@ -61,16 +62,6 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|dir| crate::run::ExportTarget::open(dir, false, o.force))
         .transpose()?;
-    let mut stage = staging(o.scenario);
-    if let Some(n) = o.workers {
-        match stage.listener.as_mut() {
-            Some(l) if o.scenario == Scenario::ReceiverWorkers => l.workers = n,
-            _ => bail!(
-                "--workers sets the receiver's worker threads of the receiver-workers scenario: \
-                 give it with `scanprof lab receiver-workers`, or leave it out"
-            ),
-        }
-    }
     let rate = o.rate.unwrap_or(stage.rate);
     let exe = match &o.sender_exe {
         Some(p) => p.clone(),

@@ -527,6 +527,24 @@ pub fn staging(s: Scenario) -> Staging {
     }
 }
 
+impl Staging {
+    /// The staging with its receiver's worker threads set to `workers` (`lab --workers`), which
+    /// only the receiver-workers scenario takes.
+    pub fn with_workers(mut self, scenario: Scenario, workers: Option<usize>) -> anyhow::Result<Staging> {
+        let Some(n) = workers else {
+            return Ok(self);
+        };
+        match self.listener.as_mut() {
+            Some(l) if scenario == Scenario::ReceiverWorkers => l.workers = n,
+            _ => anyhow::bail!(
+                "--workers sets the worker threads of the receiver-workers scenario's receiver: \
+                 give it with `scanprof lab receiver-workers`, or leave it out"
+            ),
+        }
+        Ok(self)
+    }
+}
+
 /// The family of the never-started scenario: a shell that forks two children which exit with
 /// status 3 (after 0.5 s) and 4 (after 1 s) without sending anything, waits for them, and exits
 /// with status 1, as a scanner whose workers fail at start-up.
@@ -636,5 +654,21 @@ mod tests {
             scenario_name(Scenario::UnresolvedNeighbour),
             "unresolved-neighbour"
         );
+    }
+
+    #[test]
+    fn only_the_receiver_workers_scenario_takes_a_worker_count() {
+        let workers = |s: Scenario, n| {
+            staging(s)
+                .with_workers(s, n)
+                .map(|st| st.listener.map(|l| l.workers))
+        };
+        assert_eq!(workers(Scenario::ReceiverWorkers, None).unwrap(), Some(2));
+        assert_eq!(workers(Scenario::ReceiverWorkers, Some(4)).unwrap(), Some(4));
+        assert_eq!(workers(Scenario::Healthy, None).unwrap(), None);
+        for s in [Scenario::Healthy, Scenario::RcvbufOverflow] {
+            let e = workers(s, Some(4)).unwrap_err().to_string();
+            assert!(e.contains("scanprof lab receiver-workers"), "{e}");
+        }
     }
 }
