@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 use scanprof::analysis::Summary;
-use scanprof::lab::{self, Lab, LabConfig, TbfConfig};
+use scanprof::netlab::{self, Lab, LabConfig, TbfConfig};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
@@ -873,7 +873,7 @@ fn main() {
 
     part4();
 
-    let left = lab::leftover_namespaces();
+    let left = netlab::leftover_namespaces();
     println!(
         "\nlab namespaces left: {} | bench took {:.0} s",
         if left.is_empty() {

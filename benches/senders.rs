@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scanprof::lab::{Lab, LabConfig};
+use scanprof::netlab::{Lab, LabConfig};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");

@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use scanprof::lab::{Lab, LabConfig, TbfConfig};
+use scanprof::netlab::{Lab, LabConfig, TbfConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 /// Seconds per measured run.

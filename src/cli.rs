@@ -611,6 +611,16 @@ pub enum Scenario {
     /// refuse most writes, its pool runs out and the kernel drops at its socket. scanprof's
     /// relay funnel must match its own counts within 1%.
     Relay,
+    /// A UDP receiver with 2 SO_REUSEPORT workers (`scanprof recv --workers 2`; `--workers`
+    /// sets 1 to 64), each fed 5,000 pps by a reference sender of its own (a worker per source
+    /// port). It keeps up; scanprof's packets read, in all and per worker thread, must equal
+    /// each worker's own count.
+    ReceiverWorkers,
+    /// A packet-socket reader (`scanprof ring-recv`) with a TPACKET_V2 ring of 8 frames that
+    /// reads 200 frames/s, fed 2,000 pps: its ring is full most of the time. scanprof's ring
+    /// stages must equal the socket's own PACKET_STATISTICS, and the top loss verdict is
+    /// ring_full with the share tp_drops/tp_packets.
+    RingFull,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -710,8 +720,14 @@ pub struct RingRecvOptions {
     /// 0 to 60.
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_linger_s, allow_negative_numbers = true)]
     pub linger: f64,
+    /// Also read PACKET_STATISTICS every this many milliseconds while reading (1 to 60000), from
+    /// a second thread, as libpcap's `pcap_stats` does in zmap's monitor thread: each read clears
+    /// the kernel's counters, and the counts reported are the sums of every read.
+    #[arg(long, value_name = "MS",
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=60_000))]
+    pub stats_every: Option<u64>,
     /// Also write the counts as JSON to this file (`read`, `tp_packets`, `tp_drops`, `queued`,
-    /// `frames`, `frame_size`, `dev`, `duration_s`).
+    /// `statistics_reads`, `frames`, `frame_size`, `dev`, `duration_s`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 }
@@ -760,6 +776,10 @@ pub struct LabOptions {
     /// Write the same metrics to this file after every tick (as for run).
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<std::path::PathBuf>,
+    /// Worker threads of the receiver-workers scenario's receiver, 1 to 64 (default 2).
+    #[arg(long, value_name = "N", conflicts_with = "suite",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub workers: Option<usize>,
     /// Path of the scanprof binary to run as the sender (default: this one).
     #[arg(long, hide = true)]
     pub sender_exe: Option<PathBuf>,

@@ -738,9 +738,9 @@ mod tests {
     /// is created new: a symlink planted at its name is refused, never followed.
     #[test]
     fn the_command_log_is_private_and_never_follows_a_planted_symlink() {
-        let log = crate::commands::profile::command_log().unwrap();
+        let log = crate::run::command_log().unwrap();
         let dir = log.parent().unwrap().to_path_buf();
-        let other = crate::commands::profile::command_log().unwrap();
+        let other = crate::run::command_log().unwrap();
         assert_ne!(log, other, "two runs share a log path");
         let _ = std::fs::remove_dir(other.parent().unwrap());
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;

@@ -19,7 +19,7 @@ use common::*;
 use scanprof::analysis::verdict::Cause;
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
-use scanprof::lab::{Side, TbfConfig, UdpSink};
+use scanprof::netlab::{Side, TbfConfig, UdpSink};
 
 const PORT: u16 = 9000;
 const PORT_LATE: u16 = 9001;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use scanprof::collect::DropClass;
-use scanprof::lab::{Lab, LabConfig};
+use scanprof::netlab::{Lab, LabConfig};
 
 const CLOSED_PORT: u16 = 9;
 const RUN_TIMEOUT: Duration = Duration::from_secs(40);

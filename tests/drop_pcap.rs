@@ -13,7 +13,7 @@ use common::*;
 use scanprof::analysis::{DropRow, Summary};
 use scanprof::collect::headers::Sampling;
 use scanprof::collect::DropClass;
-use scanprof::lab::{Side, TbfConfig};
+use scanprof::netlab::{Side, TbfConfig};
 
 const PORT: u16 = 9000;
 /// Longest a run may take (stretched by SCANPROF_TEST_PATIENCE, as its 30 s --duration is: the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use scanprof::analysis::Summary;
-use scanprof::lab::UdpSink;
+use scanprof::netlab::UdpSink;
 
 const PORT: u16 = 9000;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::*;
-use scanprof::lab::TbfConfig;
+use scanprof::netlab::TbfConfig;
 
 const PORT: u16 = 9000;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use common::*;
-use scanprof::lab::TbfConfig;
+use scanprof::netlab::TbfConfig;
 
 /// A port nobody listens on in the target namespace: every packet is a NO_SOCKET drop there.
 const CLOSED_PORT: u16 = 9;

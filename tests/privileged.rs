@@ -20,7 +20,7 @@ use serde_json::Value;
 use common::*;
 use scanprof::analysis::{EndReason, Summary};
 use scanprof::collect::DropClass;
-use scanprof::lab::{Side, SinkReport, TbfConfig};
+use scanprof::netlab::{Side, SinkReport, TbfConfig};
 
 /// UDP port of the lab receiver.
 const PORT: u16 = 9000;

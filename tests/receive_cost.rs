@@ -38,7 +38,7 @@ fn rate_per_worker() -> f64 {
 fn snmp_udp_in(ns: &str) -> u64 {
     let text = scanprof::system::netstat::run_in_netns(Some(ns), "cat", &["/proc/net/snmp"])
         .unwrap_or_else(|e| panic!("cannot read /proc/net/snmp in {ns}: {e:#}"));
-    scanprof::commands::lab::snmp_counter(&text, "Udp", "InDatagrams").expect("Udp InDatagrams")
+    scanprof::lab::truth::snmp_counter(&text, "Udp", "InDatagrams").expect("Udp InDatagrams")
 }
 
 /// Sockets bound to UDP `port` in namespace `ns` (its /proc/net/udp).

@@ -143,12 +143,18 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 
 /// Runs `scanprof lab SCENARIO --json` and returns its summary and lab line.
 fn lab_run(scenario: &str) -> (scanprof::analysis::Summary, Value) {
+    lab_run_with(scenario, &[])
+}
+
+/// Runs `scanprof lab SCENARIO --json EXTRA...` and returns its summary and lab line.
+fn lab_run_with(scenario: &str, extra: &[&str]) -> (scanprof::analysis::Summary, Value) {
     require_root();
     let _serial = serial();
     let bpf = BpfBaseline::take();
-    let args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
+    let mut args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
         .map(String::from)
         .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
     let done = Proc::scanprof(&args).finish(patience(LAB_TIMEOUT));
     done.assert_success();
     bpf.assert_released(&format!("scanprof lab {scenario}"));
@@ -311,4 +317,56 @@ fn a_relays_funnel_matches_its_own_counts_and_names_its_egress() {
         }
         assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
     }
+}
+
+/// A multi-worker receiver (issue 15's third fixture): `lab receiver-workers --workers 4`,
+/// `scanprof recv --workers 4` (SO_REUSEPORT, a worker per source port) fed by four reference
+/// senders, one per worker. The truth is the receiver's own count, per worker and in all, and
+/// the target namespace's `Udp: InDatagrams` (the lab line's `target_udp_in`): scanprof's
+/// packets read equal them in all and per worker thread, every worker read its sender's share,
+/// and the top loss verdict is `receiver_keeps_up`.
+#[test]
+fn a_multi_worker_receivers_counts_are_each_workers_own() {
+    let (summary, lab) = lab_run_with("receiver-workers", &["--workers", "4"]);
+    let own = &lab["listener"];
+    let workers = own["workers"].as_array().expect("per-worker counts");
+    assert_eq!(workers.len(), 4, "{own}");
+    let total = u64_of(own, "packets");
+    // The staged load arrived, and the kernel's own count agrees with the receiver's.
+    assert!(total as f64 >= 0.9 * 4.0 * 5_000.0 * SEND_S, "{own}");
+    assert_eq!(
+        total,
+        u64_of(&lab, "target_udp_in"),
+        "receiver vs Udp InDatagrams: {lab}"
+    );
+    let receive = summary.receive.as_ref().expect("a receive funnel");
+    assert_eq!(receive.count("recv_packets"), total, "{receive:#?}");
+    for (i, w) in workers.iter().enumerate() {
+        let (tid, packets) = (u64_of(w, "tid") as u32, u64_of(w, "packets"));
+        // Spread by source port: each worker read about its own sender's quarter.
+        assert!(
+            packets as f64 >= 0.2 * total as f64,
+            "worker {i}: {packets} of {total}: {own}"
+        );
+        let row = receive
+            .threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .unwrap_or_else(|| panic!("no row for worker {i} (tid {tid}): {:#?}", receive.threads));
+        assert_eq!(row.cost.packets, packets, "worker {i}");
+    }
+    assert_eq!(receive.cost.as_ref().map(|c| c.workers), Some(4), "{receive:#?}");
+    let top = summary
+        .verdicts
+        .iter()
+        .find(|v| v.kind == Kind::Loss)
+        .expect("a loss verdict");
+    assert_eq!(top.cause, Cause::ReceiverKeepsUp, "{:#?}", summary.verdicts);
+    // The lab's own checks say the same (fixture_checks: in all, threads, per worker).
+    let checks = lab["fixture_checks"].as_array().expect("fixture checks");
+    assert_eq!(checks.len(), 2 + 4, "{lab}");
+    for c in checks {
+        assert_eq!(c["ok"], Value::Bool(true), "{c}");
+    }
+    assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
 }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use common::*;
 use scanprof::analysis::Summary;
 use scanprof::collect::DropClass;
-use scanprof::lab::{Lab, LabConfig, TbfConfig};
+use scanprof::netlab::{Lab, LabConfig, TbfConfig};
 use scanprof::probes::KernelFeatures;
 use scanprof::views::export::recount::bpftrace_script;
 use scanprof::views::export::{Meta, Recording};

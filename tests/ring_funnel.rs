@@ -34,10 +34,6 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
     ));
     let _ = std::fs::remove_file(&report);
     let mut reader: Vec<String> = Vec::new();
-    if let Some(ms) = stats_ms {
-        // env execs the reader: the same process, so the family is still the reader alone.
-        reader.extend(["env".to_string(), format!("SCANPROF_RING_RECV_STATS_MS={ms}")]);
-    }
     reader.extend(
         [
             scanprof_bin(),
@@ -57,6 +53,9 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
         ]
         .map(String::from),
     );
+    if let Some(ms) = stats_ms {
+        reader.extend(["--stats-every".to_string(), ms.to_string()]);
+    }
     let mut args: Vec<String> = ["run", "--json", "--interval", "0.5", "--duration", "20", "--"]
         .map(String::from)
         .to_vec();
@@ -171,5 +170,62 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
     assert_eq!(
         (receive.rings[0].queued_total, receive.rings[0].dropped_total),
         (queued, dropped)
+    );
+}
+
+/// The same overflow as `scanprof lab ring-full` stages it (a suite row): `scanprof ring-recv`
+/// with an 8-frame ring read at 200 frames/s in the target namespace, fed 2,000 pps. The truth
+/// is the reader's own PACKET_STATISTICS in the lab line (`ring`): scanprof's ring stages equal
+/// them, and the top loss verdict is `ring_full` with the share tp_drops/tp_packets.
+#[test]
+fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
+    require_root();
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let done = Proc::scanprof(&["lab", "ring-full", "--json", "--duration", "2.5"].map(String::from))
+        .finish(patience(RUN_TIMEOUT));
+    done.assert_success();
+    bpf.assert_released("scanprof lab ring-full");
+    let ctx = done.context();
+    let lab: Value = done
+        .of_type("lab")
+        .pop()
+        .unwrap_or_else(|| panic!("no lab line\n{ctx}"));
+    let own = &lab["ring"];
+    let (queued, dropped, packets) = (
+        u64_of(own, "queued"),
+        u64_of(own, "tp_drops"),
+        u64_of(own, "tp_packets"),
+    );
+    // The staged overflow happened.
+    assert!(dropped > 1000, "the ring did not fill: {own}");
+    assert_eq!(queued + dropped, packets, "{own}");
+    let summary = done.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
+    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
+    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    let top = summary
+        .verdicts
+        .iter()
+        .find(|v| v.kind == scanprof::analysis::verdict::Kind::Loss)
+        .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
+    assert_eq!(
+        top.cause,
+        scanprof::analysis::verdict::Cause::RingFull,
+        "{:#?}",
+        summary.verdicts
+    );
+    let truth = dropped as f64 / packets as f64;
+    assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
+    for c in lab["fixture_checks"].as_array().expect("fixture checks") {
+        assert_eq!(c["ok"], Value::Bool(true), "{c}");
+    }
+    assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
+    assert!(
+        (lab["check"]["truth"].as_f64().unwrap() - truth).abs() < 1e-9,
+        "{lab}"
     );
 }

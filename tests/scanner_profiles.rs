@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::unishape;
 use common::*;
-use scanprof::lab::{Lab, LabConfig};
+use scanprof::netlab::{Lab, LabConfig};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);

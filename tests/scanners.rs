@@ -1,5 +1,5 @@
 //! Debian's scanners under `scanprof run`: masscan, zmap, nmap and hping3, each at two requested
-//! rates, sending from the sender namespace of a private lab (`scanprof::lab::Lab`) to its target
+//! rates, sending from the sender namespace of a private lab (`scanprof::netlab::Lab`) to its target
 //! namespace. Every figure is checked against an independent count: a packet socket on the
 //! sender's veth (outgoing frames, kernel timestamps) and the veth's own `tx_packets`. What
 //! scanprof must get right: the packets and the achieved rate over the send window, the profile,
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::*;
-use scanprof::lab::{Lab, LabConfig, Side, TbfConfig};
+use scanprof::netlab::{Lab, LabConfig, Side, TbfConfig};
 
 /// Longest a scan (with scanprof around it) may take before the test ends it.
 const RUN_TIMEOUT: Duration = Duration::from_secs(25);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use common::*;
-use scanprof::lab::{Lab, LabConfig, Side, SinkReport};
+use scanprof::netlab::{Lab, LabConfig, Side, SinkReport};
 
 /// UDP port of the lab receiver.
 const PORT: u16 = 9100;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use nix::sys::signal::Signal;
-use scanprof::lab::TbfConfig;
+use scanprof::netlab::TbfConfig;
 use serde_json::Value;
 
 /// UDP payload of the sender; on the wire (the bytes tbf counts) 14 + 20 + 8 more.
@@ -263,7 +263,7 @@ fn a_lab_sweep_reports_the_labs_counts_and_writes_its_bundle() {
     assert!(String::from_utf8_lossy(&report.stdout).contains("qdisc_drop"));
     let _ = std::fs::remove_dir_all(&bundle);
     assert!(
-        scanprof::lab::leftover_namespaces().is_empty(),
+        scanprof::netlab::leftover_namespaces().is_empty(),
         "the sweep's lab was not removed"
     );
 }
@@ -303,7 +303,7 @@ fn ctrl_c_ends_the_current_step_and_prints_the_sweep_so_far() {
     assert_eq!(sweep["steps_run"], 2, "{sweep}");
     assert_eq!(sweep["interrupted"], true, "{sweep}");
     assert!(
-        scanprof::lab::leftover_namespaces().is_empty(),
+        scanprof::netlab::leftover_namespaces().is_empty(),
         "the sweep's lab was not removed"
     );
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::unishape::{self, UnitLine};
 use common::*;
-use scanprof::lab::{Lab, LabConfig, Side, SinkReport};
+use scanprof::netlab::{Lab, LabConfig, Side, SinkReport};
 
 /// Longest one fixture run may take here (each is about a second).
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);

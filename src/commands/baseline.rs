@@ -13,7 +13,7 @@ use crate::views::baseline::render_text;
 pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
     validate(o)?;
     let exe = std::env::current_exe().context("finding the scanprof binary")?;
-    let stop = super::profile::stop_flag()?;
+    let stop = crate::run::stop_flag()?;
     let matrix = Matrix {
         pacers: o.pacers.clone(),
         rates: o.rates.clone(),

@@ -5,7 +5,6 @@ pub mod baseline;
 pub mod compare;
 pub mod doctor;
 pub mod lab;
-pub mod lab_fixtures;
 pub mod profile;
 pub mod recv;
 pub mod relay;

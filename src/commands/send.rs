@@ -103,7 +103,7 @@ pub fn run(o: &SendOptions) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    let stop = super::profile::stop_flag()?;
+    let stop = crate::run::stop_flag()?;
     let report = engine::run(&cfg, &stop)?;
     if o.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 
 use crate::analysis::knee::{geometric_rates, knee, LabCounts, SweepStep, KEEP_TOLERANCE};
 use crate::cli::{RunOptions, Scenario, SweepOptions, MAX_SWEEP_STEPS};
-use crate::lab::{Lab, LabConfig, TbfConfig, UdpSink};
+use crate::netlab::{Lab, LabConfig, TbfConfig, UdpSink};
 use crate::session::{self, Target, Update};
 use crate::views::export::{bundle, plots, Recording};
 use crate::views::sweep::{self as view, SweepSummary};
@@ -116,13 +116,13 @@ pub fn substitute(template: &[String], rate: f64, target: Option<&str>) -> Vec<S
 struct SweepLab {
     lab: Lab,
     /// keeps this process's threads off the sender's CPU while it lives
-    placement: super::lab::Placement,
+    placement: crate::lab::sender::Placement,
     exe: std::path::PathBuf,
 }
 
 impl SweepLab {
     fn create(o: &SweepOptions) -> anyhow::Result<SweepLab> {
-        for ns in crate::lab::remove_dead_labs() {
+        for ns in crate::netlab::remove_dead_labs() {
             eprintln!("scanprof: removed namespace {ns}, left by a lab whose scanprof is gone");
         }
         let tbf = o.tbf_rate.as_ref().map(|r| TbfConfig {
@@ -133,7 +133,7 @@ impl SweepLab {
         let lab = Lab::create(&LabConfig { tbf })?;
         Ok(SweepLab {
             lab,
-            placement: super::lab::Placement::choose()?,
+            placement: crate::lab::sender::Placement::choose()?,
             exe: std::env::current_exe().context("finding the scanprof binary")?,
         })
     }
@@ -142,10 +142,10 @@ impl SweepLab {
     /// command inside the sender namespace.
     fn argv(&self, o: &SweepOptions, rate: f64) -> Vec<String> {
         if o.command.is_empty() {
-            let mut stage = super::lab::staging(Scenario::Healthy);
+            let mut stage = crate::lab::scenario::staging(Scenario::Healthy);
             stage.size = o.size as usize;
             stage.port = SINK_PORT;
-            super::lab::sender_argv(
+            crate::lab::sender::sender_argv(
                 &self.lab,
                 &stage,
                 self.placement.sender_cpu,
@@ -223,8 +223,8 @@ fn run_step(
         user: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.
-    let cfg = super::profile::session_config(Target::Command(argv), &run_opts, super::profile::Output::Json)?;
-    let mut rec = Recording::new(super::profile::meta_now());
+    let cfg = crate::run::session_config(Target::Command(argv), &run_opts, crate::run::Output::Json)?;
+    let mut rec = Recording::new(crate::run::render::meta_now());
     let session = session::start(cfg, Arc::clone(stop))?;
     rec.meta.drop_reasons = session.drop_reasons.clone();
     for u in session.updates.iter() {
@@ -334,11 +334,11 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
         .map(|d| {
             Ok::<_, anyhow::Error>(SweepBundle {
                 dir: bundle::BundleDir::open(d, false)?,
-                meta: super::profile::meta_now(),
+                meta: crate::run::render::meta_now(),
             })
         })
         .transpose()?;
-    let stop = super::profile::stop_flag()?;
+    let stop = crate::run::stop_flag()?;
     let lab = if o.lab { Some(SweepLab::create(o)?) } else { None };
     let mut steps: Vec<SweepStep> = Vec::new();
     let mut failure = None;

@@ -19,7 +19,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::Baseline;
-use crate::lab::{Lab, LabConfig, UdpSink};
+use crate::netlab::{Lab, LabConfig, UdpSink};
 use crate::system::machine::{Calibration, MachineFacts};
 
 /// UDP port of the lab receiver.

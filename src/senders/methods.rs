@@ -13,10 +13,10 @@ use nix::ifaddrs::getifaddrs;
 use nix::net::if_::InterfaceFlags;
 use nix::sys::socket::{setsockopt, sockopt, SockaddrIn, SockaddrLike};
 
-use crate::lab;
+use crate::netlab;
 
 /// Whether the sender may send to `ip`: loopback (127.0.0.0/8) or the lab range 10.99.0.0/24,
-/// which `crate::lab` only ever configures inside namespaces it creates. Anything else could
+/// which `crate::netlab` only ever configures inside namespaces it creates. Anything else could
 /// leave the machine. Every send method further refuses the lab range unless the sending thread
 /// is in a lab namespace, since elsewhere it would follow the default route.
 pub fn is_safe_destination(ip: Ipv4Addr) -> bool {
@@ -127,7 +127,7 @@ pub fn check_destination(to: Ipv4Addr, policy: Destinations) -> Result<()> {
         is_safe_destination(to),
         "refusing to send to {to}: only 127.0.0.0/8 and the lab range 10.99.0.0/24 are allowed"
     );
-    if !to.is_loopback() && !lab::thread_in_lab_namespace()? {
+    if !to.is_loopback() && !netlab::thread_in_lab_namespace()? {
         bail!(
             "refusing to send to {to} outside a lab namespace: elsewhere the lab range would follow the default route"
         );

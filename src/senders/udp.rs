@@ -1,5 +1,5 @@
 //! The reference UDP sender's stable entry points for the rest of scanprof: the destination
-//! rule ([`is_safe_destination`], kept in `methods`, which every send checks) and a plain paced UDP run ([`run`]) as `crate::lab` and its tests use it. The sender itself (pacers, slot
+//! rule ([`is_safe_destination`], kept in `methods`, which every send checks) and a plain paced UDP run ([`run`]) as `crate::netlab` and its tests use it. The sender itself (pacers, slot
 //! models, send methods, report) lives in `super::engine` and the modules next to it.
 //! It only ever sends to loopback or to the lab range (see [`is_safe_destination`]).
 

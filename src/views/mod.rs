@@ -7,6 +7,7 @@ pub mod export;
 #[cfg(test)]
 pub mod fixtures;
 pub mod json;
+pub mod lab;
 pub mod metrics;
 pub mod report;
 pub mod sweep;

@@ -779,7 +779,7 @@ pub fn netns_inode(name: &str) -> u32 {
 /// Asserts that none of `names` (a lab's namespaces) is among this process's leftover labs.
 #[track_caller]
 pub fn assert_namespaces_gone(names: &[String]) {
-    let left = scanprof::lab::leftover_namespaces();
+    let left = scanprof::netlab::leftover_namespaces();
     let ours: Vec<&String> = left.iter().filter(|n| names.contains(n)).collect();
     assert!(ours.is_empty(), "lab namespaces left behind: {ours:?}");
 }
@@ -848,14 +848,14 @@ pub fn function_of(location: &str) -> &str {
 }
 
 /// A UDP receiver on `port` in the lab's target namespace.
-pub fn lab_sink(lab: &scanprof::lab::Lab, port: u16) -> scanprof::lab::UdpSink {
+pub fn lab_sink(lab: &scanprof::netlab::Lab, port: u16) -> scanprof::netlab::UdpSink {
     lab.udp_sink(port)
         .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
 }
 
 /// Stops a lab receiver once what is in flight has arrived. Every datagram carried the kernel's
 /// receive timestamp, so the receiver's rate does not depend on when its thread ran.
-pub fn stop_sink(sink: scanprof::lab::UdpSink) -> scanprof::lab::SinkReport {
+pub fn stop_sink(sink: scanprof::netlab::UdpSink) -> scanprof::netlab::SinkReport {
     std::thread::sleep(Duration::from_millis(100));
     let report = sink.stop();
     assert_eq!(

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use scanprof::analysis::DropRow;
-use scanprof::lab::{Lab, LabConfig, Side, TbfConfig, UdpSink};
+use scanprof::netlab::{Lab, LabConfig, Side, TbfConfig, UdpSink};
 use scanprof::system::netstat::QdiscStats;
 
 use super::{assert_namespaces_gone, netns_inode};

@@ -1,0 +1,296 @@
+//! What this machine allows scanprof to measure, and what to do about the rest: the checks
+//! `scanprof doctor` prints and every bundle carries (`checks.json`).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::probes::{
+    caps_allow_bpf, describe_map_memory, effective_caps, kernel_release, KernelFeatures, MapMemory,
+    ProbeOptions, ProbeSet, MEMORY_BUDGET, TRACEPOINTS,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Degraded,
+    Missing,
+    Info,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    /// what the user can do about it
+    pub advice: Option<String>,
+}
+
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>, advice: Option<&str>) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        advice: advice.map(str::to_string),
+    }
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// Kernel series scanprof's probes are tested on (scripts/kernel-matrix boots Debian's 6.1 and
+/// 6.12; the development machines run 6.18).
+pub const TESTED_KERNELS: [(u32, u32); 3] = [(6, 1), (6, 12), (6, 18)];
+
+/// The running kernel against the tested ones.
+fn kernel_check(release: &str) -> Check {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let version = match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(major), Some(minor)) => Some((major, minor)),
+        _ => None,
+    };
+    let tested = TESTED_KERNELS
+        .iter()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match version {
+        Some(v) if TESTED_KERNELS.contains(&v) => check(
+            "kernel",
+            Status::Ok,
+            format!("{release}: a tested series ({tested})"),
+            None,
+        ),
+        Some(v) if v < (5, 17) => check(
+            "kernel",
+            Status::Degraded,
+            format!(
+                "{release}: older than 5.17, untested (tested: {tested}); no drop reasons, so no drop counts"
+            ),
+            Some("use kernel 5.17 or newer; the probe checks below say what loads"),
+        ),
+        _ => check(
+            "kernel",
+            Status::Info,
+            format!(
+                "{release}: not a tested series (tested: {tested}); the probe checks below say what loads"
+            ),
+            None,
+        ),
+    }
+}
+
+/// The locked memory of every map the probes created (the kernel's `memlock` of each map fd),
+/// against scanprof's default budget.
+fn memory_check(maps: &[MapMemory]) -> Check {
+    let total: u64 = maps.iter().map(|m| m.memlock).sum();
+    let detail = format!(
+        "{} in {} maps, with the default sizes (budget {:.0} MB)",
+        describe_map_memory(maps),
+        maps.len(),
+        MEMORY_BUDGET as f64 / 1e6
+    );
+    if total <= MEMORY_BUDGET {
+        check("locked BPF memory", Status::Ok, detail, None)
+    } else {
+        check(
+            "locked BPF memory",
+            Status::Info,
+            detail,
+            Some("over the budget: per-CPU maps grow with the CPU count; --map-size sizes a map"),
+        )
+    }
+}
+
+/// Every check; `load_probes` also loads and attaches each probe (the definitive test).
+pub fn checks(load_probes: bool) -> Vec<Check> {
+    let mut out = Vec::new();
+    let caps = effective_caps();
+    let privileged = caps_allow_bpf(caps);
+    out.push(kernel_check(&kernel_release()));
+    out.push(if privileged {
+        check(
+            "privileges",
+            Status::Ok,
+            "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) held",
+            None,
+        )
+    } else {
+        check(
+            "privileges",
+            Status::Missing,
+            "neither CAP_SYS_ADMIN nor CAP_BPF+CAP_PERFMON",
+            Some("run scanprof as root (sudo), or grant it cap_bpf,cap_perfmon+ep"),
+        )
+    });
+    {
+        use crate::system::privileges::{
+            mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_LAB, FOR_UPROBES, FOR_USER_COMMAND, KEPT,
+        };
+        out.push(check(
+            "privilege drop",
+            Status::Info,
+            format!(
+                "after setup, attach/run/record keep only {} (+ {} in the thread that attaches a \
+                 profile's uprobes to later members, + {} in the collection thread with \
+                 --bpf-stats sampled, the default, to turn the kernel's BPF statistics on each \
+                 tick, + {} in the thread writing a bundle into a directory it does not own, + {} \
+                 in the collection thread with --user, to signal the command) and drop the rest \
+                 from the effective, permitted and bounding sets, with no_new_privs; a launched \
+                 command keeps what it was given, unless --user names the user it runs as; lab \
+                 keeps {} as well, to read its namespaces' counters and delete them. Held now: {}",
+                names(mask(&KEPT)),
+                FOR_UPROBES.1,
+                FOR_BPF_STATS.1,
+                FOR_BUNDLE.1,
+                FOR_USER_COMMAND.1,
+                names(mask(&FOR_LAB)),
+                match names(caps) {
+                    n if n.is_empty() => "none of these".to_string(),
+                    n => n,
+                }
+            ),
+            None,
+        ));
+    }
+    let features = KernelFeatures::detect();
+    out.push(if features.btf {
+        check("btf", Status::Ok, "/sys/kernel/btf/vmlinux present", None)
+    } else {
+        check(
+            "btf",
+            Status::Missing,
+            "no kernel BTF",
+            Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.x)"),
+        )
+    });
+    let tracefs = Path::new("/sys/kernel/tracing/events").is_dir();
+    out.push(if tracefs {
+        check("tracefs", Status::Ok, "/sys/kernel/tracing mounted", None)
+    } else {
+        check(
+            "tracefs",
+            Status::Info,
+            "not mounted: scanprof does not need it, bpftrace cross-checks do",
+            Some("mount -t tracefs nodev /sys/kernel/tracing"),
+        )
+    });
+    for (tp, what) in TRACEPOINTS {
+        out.push(if features.has_tracepoint(tp) {
+            check(format!("tracepoint {tp}"), Status::Ok, what, None)
+        } else {
+            check(
+                format!("tracepoint {tp}"),
+                Status::Degraded,
+                format!("absent on this kernel: no {what}"),
+                Some("a newer kernel has it; scanprof runs without it"),
+            )
+        });
+    }
+    out.push(match (features.kfree_skb_reason, features.kfree_skb_rx_sk) {
+        (true, true) => check(
+            "drop reasons",
+            Status::Ok,
+            "kfree_skb carries reason and receiving socket",
+            None,
+        ),
+        (true, false) => check(
+            "drop reasons",
+            Status::Degraded,
+            "kfree_skb has reasons but no rx_sk (kernels before 6.8): replies dropped at the scanner's own socket are attributed by address only",
+            Some("kernel 6.8 or newer adds rx_sk"),
+        ),
+        _ => check(
+            "drop reasons",
+            Status::Degraded,
+            "kfree_skb has no drop reason (kernel older than 5.17): drops are not counted at all",
+            Some("use kernel 5.17 or newer (6.1, 6.12 and 6.18 are tested)"),
+        ),
+    });
+    let uprobe = Path::new("/sys/bus/event_source/devices/uprobe").exists();
+    out.push(if uprobe {
+        check(
+            "uprobes",
+            Status::Ok,
+            "available: scanner profiles can read rates from the scanner's functions",
+            None,
+        )
+    } else {
+        check(
+            "uprobes",
+            Status::Degraded,
+            "absent: scanner functions cannot be probed",
+            Some("enable CONFIG_UPROBE_EVENTS"),
+        )
+    });
+    let kprobe = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    out.push(check(
+        "kprobes",
+        Status::Info,
+        if kprobe {
+            "available (scanprof does not need them)"
+        } else {
+            "absent (scanprof does not need them)"
+        },
+        None,
+    ));
+    for tool in ["bpftrace", "perf"] {
+        out.push(if on_path(tool) {
+            check(
+                tool,
+                Status::Info,
+                "installed: independent counts can be taken",
+                None,
+            )
+        } else {
+            check(
+                tool,
+                Status::Info,
+                "not installed",
+                Some("apt-get install bpftrace linux-perf (for cross-checks only)"),
+            )
+        });
+    }
+    if load_probes && privileged && features.btf {
+        match ProbeSet::load(&ProbeOptions::default(), &features) {
+            Ok(set) => {
+                for p in set.status() {
+                    out.push(if p.attached {
+                        check(
+                            format!("probe {}", p.name),
+                            Status::Ok,
+                            "loads and attaches",
+                            None,
+                        )
+                    } else {
+                        check(
+                            format!("probe {}", p.name),
+                            Status::Degraded,
+                            p.error.clone().unwrap_or_default(),
+                            Some("its figures will be missing; the rest works"),
+                        )
+                    });
+                }
+                out.push(memory_check(&set.map_memory()));
+            }
+            Err(e) => out.push(check(
+                "probes",
+                Status::Missing,
+                e.to_string(),
+                Some("see the checks above"),
+            )),
+        }
+    }
+    out
+}
+
+/// The checks as JSON (for bundles), without loading probes: a running session has already
+/// said which of its probes attached.
+pub fn checks_json() -> serde_json::Value {
+    serde_json::to_value(checks(false)).unwrap_or_default()
+}

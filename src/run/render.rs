@@ -1,0 +1,502 @@
+//! A session run to its end and shown as asked: NDJSON, text, the live view, with its
+//! Prometheus metrics and its bundle (`--export`, the view's `e` key) and `--pcap`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+
+use super::Output;
+use crate::collect::family::ProcessInfo;
+use crate::probes::ProbeStatus;
+use crate::session::{self, CommandOutput, SessionConfig, Target, Update};
+use crate::views::export::spool::SpooledRecording;
+use crate::views::export::{bundle, Meta, Recording};
+use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
+use crate::views::{json, text};
+use crate::wrappers::ProfileSet;
+
+/// Where and how to write a bundle.
+#[derive(Debug, Clone)]
+pub struct ExportTarget {
+    /// opened (and checked empty, or cleared with --force) before the run starts
+    pub dir: bundle::BundleDir,
+    pub redact: bool,
+}
+
+impl ExportTarget {
+    /// Opens `dir` for a bundle before anything runs, so that a directory that cannot take it
+    /// is refused at once, not after the run.
+    pub fn open(dir: &Path, redact: bool, force: bool) -> anyhow::Result<ExportTarget> {
+        Ok(ExportTarget {
+            dir: bundle::BundleDir::open(dir, force)?,
+            redact,
+        })
+    }
+}
+
+/// Where and when this recording is being made.
+pub fn meta_now() -> Meta {
+    Meta {
+        command_line: std::env::args().collect(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        hostname: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        // Filled from the session (`Session::drop_reasons`): reading the kernel's BTF here
+        // would add a parse to start-up that the probe loading already does.
+        drop_reasons: Default::default(),
+    }
+}
+
+/// Writes `rec` as a bundle, with this machine's facts and capability checks.
+pub fn export(rec: &Recording, target: &ExportTarget) -> anyhow::Result<Vec<PathBuf>> {
+    let extras = bundle::Extras {
+        machine: serde_json::to_value(crate::system::machine::MachineFacts::gather()).ok(),
+        checks: Some(super::checks::checks_json()),
+        redact: target.redact,
+    };
+    bundle::write(&target.dir, rec, &extras)
+}
+
+/// A bundle directory named after the time, in the current directory (the view's `e` key).
+fn default_export_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from(format!("scanprof-bundle-{secs}"))
+}
+
+/// Runs a session to its end, showing it as asked; returns everything it produced.
+pub fn render(
+    cfg: SessionConfig,
+    output: Output,
+    stop: Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+) -> anyhow::Result<Rendered> {
+    render_with(cfg, output, stop, export_to, &MetricsTargets::default(), None)
+}
+
+/// The labels of a run's metrics: its scanner profile, and the shard its command line names.
+fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
+    let scanner = cfg
+        .scanner
+        .as_ref()
+        .map_or("generic", |s| s.profile.name.as_str());
+    RunLabels::of(scanner, &super::target_argv(&cfg.target).0)
+}
+
+/// The line that opens a headless run on stderr: the probes attached and what is followed. A
+/// launched command is named by its own words: when this is printed its process may still be a
+/// wrapper (`sh`, `ip`) that has not exec'd the command yet, so its name would mislead.
+fn started_line(probes: &[ProbeStatus], processes: &[ProcessInfo], command: Option<&str>) -> String {
+    let attached = probes.iter().filter(|p| p.attached).count();
+    let followed = match (command, processes) {
+        (Some(c), [root, ..]) => format!(
+            "following pid {} running `{c}` and the processes it starts",
+            root.pid
+        ),
+        (Some(c), []) => format!("following `{c}` and the processes it starts"),
+        (None, _) => format!(
+            "following {} process(es): {}",
+            processes.len(),
+            processes
+                .iter()
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!(
+        "scanprof: {attached} of {} probes attached; {followed}\n",
+        probes.len()
+    )
+}
+
+/// The words of a launched command a person reads: the scanner's own, without the wrappers
+/// that only place or schedule it (`ip netns exec NS`, `setsid`, `nice`, `taskset`,
+/// `sh -c '... exec "$@"'`), found as `scanner_setup` finds the scanner's words.
+pub(crate) fn command_words(argv: &[String]) -> Vec<String> {
+    match ProfileSet::builtin() {
+        Ok(set) => set.scanner_words(argv),
+        Err(_) => crate::wrappers::skip_wrappers(argv),
+    }
+}
+
+/// [`render`], also serving or writing Prometheus metrics of the run as it goes. `title` names
+/// the run in the live view (the lab names its scenario); None: `run` and the command's own
+/// words, or `attach` and the pids.
+pub fn render_with(
+    cfg: SessionConfig,
+    output: Output,
+    stop: Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+    metrics: &MetricsTargets,
+    title: Option<String>,
+) -> anyhow::Result<Rendered> {
+    // The listener is bound before the run starts: a port in use stops it here.
+    let exporter = if metrics.any() {
+        let e = Exporter::start(metrics, metrics_labels(&cfg))?;
+        if let Some(addr) = e.local_addr() {
+            eprintln!("scanprof: metrics at http://{addr}/metrics");
+        }
+        Some(e)
+    } else {
+        None
+    };
+    let command_log = match &cfg.command_output {
+        CommandOutput::File(path) => Some(path.clone()),
+        _ => None,
+    };
+    let command = match &cfg.target {
+        Target::Command(argv) => Some(command_words(argv).join(" ")),
+        Target::Pids(_) => None,
+    };
+    let title = title.unwrap_or_else(|| match &cfg.target {
+        Target::Pids(pids) => format!("attach {pids:?}"),
+        Target::Command(_) => format!("run {}", command.as_deref().unwrap_or_default()),
+    });
+    // The ticks go to a private spool file as they come (a bundle needs them all, memory
+    // keeps the latest): with a bundle to write, and in the live view, whose `e` key can
+    // write one at any time.
+    let mut rec = if export_to.is_some() || output == Output::Tui {
+        Recorder::Spooled(SpooledRecording::new(Recording::new(meta_now()))?)
+    } else {
+        Recorder::Latest(Recording::new(meta_now()))
+    };
+    let keep_also = cfg.keep_also;
+    crate::system::startup::mark("options and scanner profile read");
+    let mut session = session::start(cfg, Arc::clone(&stop))?;
+    rec.meta_mut().drop_reasons = session.drop_reasons.clone();
+    // The metrics take every update before the views do.
+    let metrics_tap = exporter.map(|e| {
+        let (_, own) = std::sync::mpsc::channel();
+        let (rx, handle) = crate::views::metrics::tap(std::mem::replace(&mut session.updates, own), e);
+        session.updates = rx;
+        handle
+    });
+    {
+        // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
+        // into a directory someone else owns (or the view's `e` key may make one here).
+        use crate::system::privileges::{drop_to, FOR_BUNDLE, KEPT};
+        let mut keep = KEPT.to_vec();
+        keep.extend_from_slice(keep_also);
+        if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
+            keep.push(FOR_BUNDLE);
+        }
+        if let Err(e) = drop_to(&keep) {
+            eprintln!("scanprof: warning: could not drop privileges after setup ({e})");
+        }
+    }
+    if output == Output::Tui {
+        // Without --export, the `e` key's directory is made (new) at the first press.
+        let key_target = std::cell::RefCell::new(export_to.cloned());
+        let on_export = |r: &mut SpooledRecording| -> String {
+            let mut slot = key_target.borrow_mut();
+            if slot.is_none() {
+                match ExportTarget::open(&default_export_dir(), false, false) {
+                    Ok(t) => *slot = Some(t),
+                    Err(e) => return format!("export failed: {e:#}"),
+                }
+            }
+            let Some(target) = slot.as_ref() else {
+                return "export failed: no bundle directory".to_string();
+            };
+            match r.whole().and_then(|whole| export(&whole, target)) {
+                Ok(files) => format!(
+                    "bundle written to {} ({} files)",
+                    target.dir.path.display(),
+                    files.len()
+                ),
+                Err(e) => format!("export failed: {e:#}"),
+            }
+        };
+        // A view that fails (its terminal closed) still ends the session with a summary and
+        // a bundle; its error is reported after them.
+        let Recorder::Spooled(spooled) = &mut rec else {
+            bail!("the live view records into a spool");
+        };
+        let view = crate::views::tui::run(&session.updates, title, &stop, spooled, &on_export);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Whatever the view did not take, the summary included, is still in the channel.
+        for u in session.updates.iter() {
+            rec.apply(&u);
+        }
+        let status = session.join()?;
+        let summary = rec
+            .latest()
+            .summary
+            .as_ref()
+            .context("the session ended without a summary")?;
+        // The terminal may be gone (SIGHUP): a failed print must not stop the bundle.
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, "{}", text::summary(summary));
+        if let Some(log) = &command_log {
+            let _ = writeln!(stdout, "the command's own output is in {}", log.display());
+        }
+        drop(stdout);
+        finish_metrics(metrics_tap);
+        finish_export(&mut rec, export_to)?;
+        view?;
+        return Ok(Rendered {
+            rec: rec.into_latest(),
+            status,
+        });
+    }
+    let json_out = output == Output::Json;
+    let mut stdout = std::io::stdout().lock();
+    // A failed write (a closed pipe or terminal) ends the run like a signal: the session still
+    // ends the command, detaches and writes the bundle; the error is reported after that.
+    let mut write_error: Option<std::io::Error> = None;
+    for update in session.updates.iter() {
+        rec.apply(&update);
+        let (out, err): (Option<String>, Option<String>) = match update {
+            Update::Started {
+                processes,
+                probes,
+                clocks,
+            } => {
+                if json_out {
+                    let started =
+                        serde_json::json!({ "processes": processes, "probes": probes, "clocks": clocks });
+                    (Some(json::line("started", &started) + "\n"), None)
+                } else {
+                    let mut e = started_line(&probes, &processes, command.as_deref());
+                    for p in probes.iter().filter(|p| !p.attached) {
+                        e += &format!(
+                            "scanprof: warning: probe {} unavailable: {}\n",
+                            p.name,
+                            p.error.as_deref().unwrap_or("?")
+                        );
+                    }
+                    (None, Some(e))
+                }
+            }
+            Update::Tick(s) => {
+                if json_out {
+                    (Some(json::line("sample", &*s) + "\n"), None)
+                } else {
+                    (None, Some(text::tick_line(&s) + "\n"))
+                }
+            }
+            Update::Done(s) => {
+                if json_out {
+                    (Some(json::line("summary", &*s) + "\n"), None)
+                } else {
+                    (Some(text::summary(&s)), None)
+                }
+            }
+        };
+        if let Some(e) = err.filter(|_| output != Output::Quiet) {
+            let _ = std::io::stderr().write_all(e.as_bytes());
+        }
+        if let (Some(o), None) = (out, &write_error) {
+            if let Err(e) = stdout.write_all(o.as_bytes()).and_then(|()| stdout.flush()) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                write_error = Some(e);
+            }
+        }
+    }
+    let status = session.join()?;
+    rec.latest()
+        .summary
+        .as_ref()
+        .context("the session ended without a summary")?;
+    finish_metrics(metrics_tap);
+    finish_export(&mut rec, export_to)?;
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e)
+            .context("writing the output (the run was ended; the bundle, if asked, was written)"));
+    }
+    Ok(Rendered {
+        rec: rec.into_latest(),
+        status,
+    })
+}
+
+/// How a session's updates are kept: the latest tick in memory, and with a bundle possible,
+/// every tick in a spool file.
+enum Recorder {
+    Latest(Recording),
+    Spooled(SpooledRecording),
+}
+
+impl Recorder {
+    /// Takes one update. A tick the spool cannot take is said once on stderr; the bundle then
+    /// fails with the same message, the run goes on.
+    fn apply(&mut self, update: &Update) {
+        match self {
+            Recorder::Latest(r) => r.apply_latest(update),
+            Recorder::Spooled(s) => {
+                if let Err(e) = s.apply(update) {
+                    eprintln!("scanprof: warning: {e:#}");
+                }
+            }
+        }
+    }
+
+    /// Where and when the recording is made.
+    fn meta_mut(&mut self) -> &mut Meta {
+        match self {
+            Recorder::Latest(r) => &mut r.meta,
+            Recorder::Spooled(s) => &mut s.latest.meta,
+        }
+    }
+
+    fn latest(&self) -> &Recording {
+        match self {
+            Recorder::Latest(r) => r,
+            Recorder::Spooled(s) => &s.latest,
+        }
+    }
+
+    fn into_latest(self) -> Recording {
+        match self {
+            Recorder::Latest(r) => r,
+            Recorder::Spooled(s) => s.latest,
+        }
+    }
+}
+
+/// What a rendered session produced.
+pub struct Rendered {
+    /// what the views received: the latest tick and the summary
+    pub rec: Recording,
+    /// how a launched command ended (None when attached to running processes)
+    pub status: Option<std::process::ExitStatus>,
+}
+
+/// Waits for the metrics tap (it has passed the summary on) and reports a failed file write.
+fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) {
+    let exporter = tap.and_then(|t| t.join().ok());
+    if let Some(e) = exporter.as_ref().and_then(|e| e.file_error.as_ref()) {
+        eprintln!("scanprof: warning: {e}");
+    }
+}
+
+fn finish_export(rec: &mut Recorder, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {
+    if let Some(t) = export_to {
+        let Recorder::Spooled(spooled) = rec else {
+            bail!("a run with a bundle records into a spool");
+        };
+        let files = spooled
+            .whole()
+            .and_then(|whole| export(&whole, t))
+            .with_context(|| format!("writing the bundle to {}", t.dir.path.display()))?;
+        eprintln!(
+            "scanprof: bundle written to {} ({} files); `scanprof report {}` re-renders it",
+            t.dir.path.display(),
+            files.len(),
+            t.dir.path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a `--pcap` path whose directory does not exist (or is a directory itself) before
+/// anything runs, rather than after a long run.
+pub fn check_pcap_path(path: &Path) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "--pcap {}: the directory {} does not exist: create it or give another path",
+            path.display(),
+            dir.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("--pcap {} is a directory: give a file name", path.display());
+    }
+    Ok(())
+}
+
+/// Writes the run's dropped-packet headers to `path` (`--pcap`), replacing it whole, and says
+/// how many of the family's drops they are.
+pub fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Result<()> {
+    let mut bytes = Vec::new();
+    let written = crate::views::export::pcap::write(&mut bytes, summary)?;
+    crate::views::metrics::write_atomically(path, &bytes)
+        .with_context(|| format!("writing the pcapng to {}", path.display()))?;
+    eprintln!(
+        "scanprof: pcapng written to {}: {} packet headers of the family's {} drops ({})",
+        path.display(),
+        written.packets,
+        written.family_drops,
+        summary
+            .dropped_headers
+            .sampling
+            .map_or("no sampling rule".to_string(), |s| format!(
+                "sampled: a row's first {} drops on each CPU, then 1 in {}",
+                s.first, s.every
+            )),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn a_pcap_path_without_its_directory_is_refused_before_the_run() {
+        let e = check_pcap_path(Path::new("/nonexistent-scanprof-dir/d.pcapng")).unwrap_err();
+        assert!(e.to_string().contains("does not exist: create it"), "{e}");
+        let e = check_pcap_path(&std::env::temp_dir()).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        check_pcap_path(&std::env::temp_dir().join("d.pcapng")).unwrap();
+        check_pcap_path(Path::new("d.pcapng")).unwrap();
+    }
+
+    #[test]
+    fn a_launched_command_is_named_by_its_own_words_not_its_wrappers_or_their_comm() {
+        // It read "following 1 process(es): 4242 (sh)": the root had not exec'd the command yet.
+        let argv: Vec<String> = [
+            "ip",
+            "netns",
+            "exec",
+            "ns1",
+            "sh",
+            "-c",
+            "exec masscan -p80 10.0.0.1 --rate 100",
+        ]
+        .map(String::from)
+        .to_vec();
+        let words = command_words(&argv).join(" ");
+        assert_eq!(words, "masscan -p80 10.0.0.1 --rate 100");
+        let sh = ProcessInfo {
+            pid: 4242,
+            ppid: 1,
+            comm: "sh".into(),
+            exe: "/bin/sh".into(),
+            root: true,
+            alive: true,
+            exit_code: None,
+            role: None,
+            start_s: None,
+            exit_s: None,
+        };
+        let probes = vec![ProbeStatus {
+            name: "send_path".into(),
+            attached: true,
+            error: None,
+        }];
+        let line = started_line(&probes, std::slice::from_ref(&sh), Some(&words));
+        assert_eq!(
+            line,
+            "scanprof: 1 of 1 probes attached; following pid 4242 running `masscan -p80 10.0.0.1 --rate 100` and the processes it starts\n"
+        );
+        assert!(!line.contains("(sh)"));
+        // Attached processes are named as they are.
+        let line = started_line(&probes, &[sh], None);
+        assert!(line.ends_with("following 1 process(es): 4242 (sh)\n"), "{line}");
+    }
+}
