@@ -63,6 +63,7 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 		r.owner_drops = *(volatile __u64 *)&e->drops;
 		r.owner_reads = e->reads;
 		r.owner_unread = e->unread;
+		r.recv_read = e->recv_read;
 	}
 	r.tp_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	r.tp_drops = BPF_CORE_READ(po, tp_drops.counter);

@@ -261,6 +261,35 @@ static __always_inline void rx_register(struct sp_thread *t, __u64 skp)
 		rx_armed = 1;
 }
 
+/* A receive syscall on sk by a family thread: when sk is a packet socket, its ring_reads entry
+ * says it is read. A packet socket without a ring can only be read by such syscalls, and one
+ * that nobody reads (zmap's send socket, bound to every protocol, queues every frame until its
+ * queue is full) is not a listener missing frames (the rings iterator reports the mark). Once
+ * per thread and socket: a reader's later receives leave after one compare. */
+static __always_inline void packet_read_mark(struct sp_thread *t, __u64 skp)
+{
+	struct sock *sk = (struct sock *)skp;
+	struct sp_ring_reads *e;
+	__u64 ino;
+
+	if (t->recv_read_sk == skp)
+		return;
+	t->recv_read_sk = skp;
+	if (BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
+		return;
+	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
+	e = bpf_map_lookup_elem(&ring_reads, &skp);
+	if (e && e->ino == ino) {
+		e->recv_read = 1;
+		return;
+	}
+	{
+		struct sp_ring_reads fresh = { .ino = ino, .recv_read = 1 };
+
+		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
+	}
+}
+
 /* The receive half of sys_enter: no clock, no budget; a socket read from is registered. */
 static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 {
@@ -280,6 +309,7 @@ static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 	if (rx_classes && call != SOCK_SETUP)
 		rx_class_charge(t);
 	if (call != SOCK_SETUP) {
+		packet_read_mark(t, skp);
 		t->recv_call = call - RX_BASE;
 		t->recv_kind = kind;
 		t->recv_arg = regs->si;

@@ -114,6 +114,8 @@ struct sp_thread {
 	__u32 rx_cache_kind;	/* enum sp_recv_kind */
 	__u64 recv_sk;		/* the socket this thread last registered in target_socks by a
 				 * receive, bind or setsockopt */
+	__u64 recv_read_sk;	/* the socket of this thread's latest receive syscall, marked read
+				 * in ring_reads when it is a packet socket */
 	__u32 sched_state;	/* enum sp_sched_state */
 	__s32 block_stack;	/* kernel stack id at the switch into SP_ST_BLOCKED_SEND */
 	__u64 state_since_ns;	/* when sched_state began */
@@ -402,7 +404,8 @@ struct sp_ring {
 				 * read (optlen under 8, a fault): frames lost to scanprof */
 	__u32 settled;		/* 0: a family PACKET_STATISTICS read ran during this record's read,
 				 * so the counters and the sums may disagree: read again */
-	__u32 pad;
+	__u32 recv_read;	/* 1: a family thread made a receive syscall on it (without a ring,
+				 * the only way to read it); a ring is read without syscalls */
 };
 
 /*
@@ -421,6 +424,8 @@ struct sp_ring_reads {
 	__u32 exits;		/* reads returned (whatever their result) */
 	__u32 reads;		/* returned 0 with counts read */
 	__u32 unread;		/* returned 0, counts not readable */
+	__u32 recv_read;	/* 1: a family thread made a receive syscall on the socket */
+	__u32 pad;
 };
 
 #endif /* SCANPROF_WIRE_H */

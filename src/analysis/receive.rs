@@ -439,7 +439,10 @@ pub fn receive_view(
         .chain(
             (!rings.is_empty())
                 .then(|| {
-                    let sum = |f: fn(&super::rings::RingView) -> u64| rings.iter().map(f).sum::<u64>();
+                    // What the family reads: a socket nobody reads is listed, not counted.
+                    let sum = |f: fn(&super::rings::RingView) -> u64| {
+                        rings.iter().filter(|v| v.is_reader()).map(f).sum::<u64>()
+                    };
                     let (queued, dropped) = (sum(|v| v.queued_total), sum(|v| v.dropped_total));
                     let (queued0, dropped0) = (queued - sum(|v| v.queued), dropped - sum(|v| v.dropped));
                     [

@@ -46,11 +46,28 @@ pub struct RingView {
     /// the capture)
     #[serde(default)]
     pub owner_reads: u32,
+    /// whether the family read it with receive syscalls (a socket without a ring can be read
+    /// no other way); true in bundles from before this was recorded
+    #[serde(default = "read_before_recorded")]
+    pub read: bool,
     /// open at the end of the interval
     pub open: bool,
 }
 
+/// Bundles recorded before `read` existed took every packet socket for a reader.
+fn read_before_recorded() -> bool {
+    true
+}
+
 impl RingView {
+    /// Whether the family reads what this socket queues: a ring is read without syscalls, a
+    /// socket without one only through receive syscalls. A packet socket that nobody reads
+    /// (zmap's send socket, bound to every protocol, queues every frame on the host until its
+    /// queue is full) is no listener: its frames and drops are not the receive funnel's.
+    pub fn is_reader(&self) -> bool {
+        self.kind != RingKind::Queue || self.read
+    }
+
     /// dropped / (queued + dropped) in the interval: the share of the frames that reached the
     /// socket that it lost
     pub fn drop_share(&self) -> f64 {
@@ -88,6 +105,7 @@ pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<Ring
                 dropped_total: r.dropped,
                 clears: r.clears,
                 owner_reads: r.owner_reads,
+                read: r.read,
                 open: r.open,
             }
         })
@@ -117,6 +135,7 @@ mod tests {
             dropped,
             owner_reads: 0,
             clears: 0,
+            read: false,
             open: true,
         }
     }
@@ -139,6 +158,23 @@ mod tests {
         assert!((v[0].drop_share() - 100.0 / 600.0).abs() < 1e-12);
         // A socket that appeared in the tick counts from 0.
         assert_eq!((v[1].inode, v[1].queued), (200, 5));
+    }
+
+    #[test]
+    fn the_funnels_ring_stages_count_only_sockets_the_family_reads() {
+        // A ring (read without syscalls), a ring-less socket read with recvfrom, and one that
+        // nobody reads (zmap's send socket): the last is listed, not counted.
+        let mut read = ring(200, 40, 4);
+        read.kind = RingKind::Queue;
+        read.read = true;
+        let mut unread = ring(300, 250, 4000);
+        unread.kind = RingKind::Queue;
+        let now = sample(vec![ring(100, 1000, 10), read, unread]);
+        let v = crate::analysis::receive::receive_view(&now, None, 1.0, &[]).expect("a funnel");
+        assert_eq!(v.rings.len(), 3);
+        assert_eq!(v.count(RING_STAGES[0]), 1040);
+        assert_eq!(v.count(RING_STAGES[1]), 14);
+        assert!(!v.rings.iter().find(|r| r.inode == 300).unwrap().is_reader());
     }
 
     #[test]

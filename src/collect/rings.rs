@@ -75,6 +75,10 @@ pub struct PacketRing {
     /// socket read PACKET_STATISTICS), or a family read whose counts could not be read. The
     /// frames such a clear took are not counted: `queued` and `dropped` are then lower bounds
     pub clears: u32,
+    /// whether a family thread made a receive syscall on it since attach (recvfrom, recvmsg,
+    /// recvmmsg, read): a socket without a ring is read only that way, and one that nobody
+    /// reads (zmap's send socket, bound to every protocol) queues frames it is not waiting for
+    pub read: bool,
     /// whether the socket was open at the latest read
     pub open: bool,
 }
@@ -173,6 +177,7 @@ impl RingTable {
                         dropped: 0,
                         owner_reads: 0,
                         clears: 0,
+                        read: false,
                         open: true,
                     },
                     // A socket open at attach counts from attach; one opened later counts
@@ -201,6 +206,7 @@ impl RingTable {
                 ring.owner_reads = r.owner_reads;
                 *last = Last::of(r);
             }
+            ring.read |= r.recv_read != 0;
             ring.fd = r.fd;
             ring.kind = RingKind::of(r);
             ring.frames = r.frame_nr;
@@ -233,6 +239,7 @@ impl RingTable {
             ring.dropped += after(e.drops, last.owner_drops, last.drops);
             ring.clears += e.unread.saturating_sub(last.owner_unread);
             ring.owner_reads = e.reads;
+            ring.read |= e.recv_read != 0;
             *last = Last {
                 sock: last.sock,
                 owner_queued: e.queued,
@@ -276,7 +283,7 @@ mod tests {
             owner_reads: 0,
             owner_unread: 0,
             settled: 1,
-            pad: 0,
+            recv_read: 0,
         }
     }
 
@@ -286,6 +293,19 @@ mod tests {
         r.owner_drops = drops;
         r.owner_reads = reads;
         r
+    }
+
+    #[test]
+    fn a_socket_is_read_once_a_receive_syscall_marked_it_and_stays_so() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        let rings = t.update(&[rec(7, 100, 10, 2)], |_| None);
+        assert!(!rings[0].read);
+        let mut marked = rec(7, 100, 12, 2);
+        marked.recv_read = 1;
+        assert!(t.update(&[marked], |_| None)[0].read);
+        // The mark is sticky: an entry lost to the LRU later does not unread the socket.
+        assert!(t.update(&[rec(7, 100, 14, 2)], |_| None)[0].read);
     }
 
     #[test]
@@ -370,6 +390,7 @@ mod tests {
                 exits: 2,
                 reads: 2,
                 unread: 0,
+                ..Default::default()
             })
         });
         assert_eq!(asked, vec![0xffff_0000 + 100]);

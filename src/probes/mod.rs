@@ -89,13 +89,13 @@ pub const RECV_CLASSES: usize = 4;
 pub const HEALTH_SLOTS: usize = 8;
 
 // ABI drift between wire.h and the Rust side is a build error: the generated types follow the C
-// header, these constants and sizes must follow them (344 bytes of scalars, of which 96 are the
+// header, these constants and sizes must follow them (352 bytes of scalars, of which 104 are the
 // receive side's and 24 connect's, and two 48-byte budget snapshots in sp_thread, then the errno slots and two
 // histograms, then the receive classes: 16 bytes in flight and three counters per class; 48
 // bytes of scalars in sp_event, then comm and path). The sizes of sp_thread and
 // sp_member, which user space writes into maps, are the sums of their fields' sizes: no padding.
 const _: () = assert!(
-    size_of::<sp_thread>() == 344 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS) + 16 + 3 * 8 * RECV_CLASSES
+    size_of::<sp_thread>() == 352 + 2 * 48 + 8 * (ERRNO_SLOTS + 2 * HIST_BUCKETS) + 16 + 3 * 8 * RECV_CLASSES
 );
 const _: () = assert!(size_of::<sp_member>() == 4 + 4 + 8);
 const _: () = assert!(size_of::<sp_event>() == 48 + 16 + 160);
@@ -110,8 +110,8 @@ const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 // sp_ring: two u64, twelve u32, two u64 (the owner's reads), four u32.
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 4 * 4);
-// sp_ring_reads: three u64, four u32.
-const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 4 * 4);
+// sp_ring_reads: three u64, six u32.
+const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 6 * 4);
 /// Times a read of the packet-socket iterator is taken again when a record says a family
 /// PACKET_STATISTICS read ran during it (a few microseconds each, about once a second).
 const RING_READ_TRIES: usize = 3;

@@ -185,6 +185,7 @@ mod tests {
                 dropped_total: 1,
                 clears: 0,
                 owner_reads: 0,
+                read: true,
                 open: true,
             }],
             ..Default::default()

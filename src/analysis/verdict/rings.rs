@@ -62,12 +62,13 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
 
 pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     let r = f.receive?;
-    let rings: Vec<&RingView> = r.rings.iter().filter(|v| v.dropped > 0).collect();
+    let readers = || r.rings.iter().filter(|v| v.is_reader());
+    let rings: Vec<&RingView> = readers().filter(|v| v.dropped > 0).collect();
     let dropped: u64 = rings.iter().map(|v| v.dropped).sum();
     if dropped == 0 {
         return None;
     }
-    let queued: u64 = r.rings.iter().map(|v| v.queued).sum();
+    let queued: u64 = readers().map(|v| v.queued).sum();
     let share = dropped as f64 / (queued + dropped).max(1) as f64;
     let secs = f.receive_s.max(1e-9);
     let over = if f.live { "in this tick" } else { "over the run" };
@@ -84,6 +85,13 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     )];
     for v in rings.iter().take(3) {
         evidence.push(describe(v, role(v.pid).as_deref()));
+    }
+    // Sockets nobody reads drop too once their queue is full: said, not counted.
+    for v in r.rings.iter().filter(|v| !v.is_reader() && v.dropped > 0).take(2) {
+        evidence.push(format!(
+            "not counted: pid {}, fd {}, a packet socket without a ring that the family never reads ({} frames queued, {} dropped full): it receives every frame it is bound to, and what it drops is not missed",
+            v.pid, v.fd, v.queued, v.dropped
+        ));
     }
     if rings.iter().any(|v| v.clears > 0) {
         evidence.push(
@@ -205,6 +213,7 @@ mod tests {
             dropped_total: dropped,
             clears: 0,
             owner_reads: 0,
+            read: true,
             open: false,
         }
     }
@@ -352,6 +361,35 @@ mod tests {
             "{:#?}",
             r.evidence
         );
+    }
+
+    #[test]
+    fn a_packet_socket_nobody_reads_is_no_listener_missing_frames() {
+        // zmap: its listener's ring kept up; its send socket (no ring, bound to every protocol,
+        // never read) filled its queue and dropped the rest.
+        let listener = ring(RingKind::TpacketV3, 5000, 0);
+        let mut sender = ring(RingKind::Queue, 300, 4700);
+        sender.fd = 4;
+        sender.read = false;
+        let v = diagnose(vec![listener.clone(), sender.clone()], Some("zmap"), 5000);
+        assert!(v.iter().all(|v| v.cause != Cause::RingFull), "{v:#?}");
+        // With a real overflow at the listener, the share is the listener's alone, and the
+        // unread socket is named as not counted.
+        let full = ring(RingKind::TpacketV3, 4000, 1000);
+        let v = diagnose(vec![full, sender.clone()], Some("zmap"), 5000);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert!((r.share - 0.2).abs() < 1e-9, "{r:?}");
+        assert!(
+            r.evidence
+                .iter()
+                .any(|e| e.starts_with("not counted: pid 42, fd 4")),
+            "{:#?}",
+            r.evidence
+        );
+        // The same socket read with recvfrom is a reader.
+        sender.read = true;
+        let v = run(vec![listener, sender]);
+        assert!(v.iter().any(|v| v.cause == Cause::RingFull), "{v:#?}");
     }
 
     #[test]
