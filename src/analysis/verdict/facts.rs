@@ -8,7 +8,7 @@ use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
 use crate::analysis::snapshot::{
     Baseline, BlockSiteView, DeviceView, DropRow, GapView, LimitsView, ProbeCost, ReceiveView, RequestedView,
-    ScannerView, Snapshot, Summary, ThreadView,
+    ScannerView, Snapshot, StageName, Summary, ThreadView,
 };
 use crate::collect::family::ProcessInfo;
 use crate::collect::TimeBudget;
@@ -168,11 +168,11 @@ impl<'a> Facts<'a> {
     }
 
     pub fn of_snapshot(s: &'a Snapshot) -> Facts<'a> {
-        let stage = |name: &str| s.stages.iter().find(|st| st.name == name);
+        let stage = |name: StageName| s.stages.iter().find(|st| st.name == name);
         let thread_packets: u64 = s.threads.iter().map(|t| t.packets).sum();
-        let packets = stage("syscall_packets").map_or(thread_packets, |st| st.count);
-        let calls =
-            stage("send_calls").map_or_else(|| s.threads.iter().map(|t| t.calls).sum(), |st| st.count);
+        let packets = stage(StageName::SyscallPackets).map_or(thread_packets, |st| st.count);
+        let calls = stage(StageName::SendCalls)
+            .map_or_else(|| s.threads.iter().map(|t| t.calls).sum(), |st| st.count);
         let interval_ns = s.interval_s * 1e9;
 
         let min_packets = ((packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
@@ -235,13 +235,13 @@ impl<'a> Facts<'a> {
             scanner: s.scanner.as_ref(),
             processes: &s.processes,
             baseline: None,
-            packets_total: stage("syscall_packets").map_or(packets, |st| st.total),
-            left_pps: stage("dev_xmit").map(|st| st.pps).filter(|p| *p > 0.0),
+            packets_total: stage(StageName::SyscallPackets).map_or(packets, |st| st.total),
+            left_pps: stage(StageName::DevXmit).map(|st| st.pps).filter(|p| *p > 0.0),
             latency_p50_ns: busiest.and_then(|t| t.latency_p50_ns),
-            after_send: stage("dev_queue").map(|dev_queue| AfterSend {
+            after_send: stage(StageName::DevQueue).map(|dev_queue| AfterSend {
                 dev_queue: dev_queue.count,
-                dev_xmit: stage("dev_xmit").map_or(0, |st| st.count),
-                target_drops: stage("target_drops").map_or(0, |st| st.count),
+                dev_xmit: stage(StageName::DevXmit).map_or(0, |st| st.count),
+                target_drops: stage(StageName::TargetDrops).map_or(0, |st| st.count),
                 neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
             }),
             probe: s.cost.bpf.as_ref(),
@@ -339,14 +339,17 @@ impl<'a> Facts<'a> {
             processes: &s.processes,
             baseline: s.baseline.as_ref(),
             packets_total: s.packets,
-            left_pps: s.stages.get("dev_xmit").copied().filter(|p| *p > 0.0),
+            left_pps: s.stages.get(&StageName::DevXmit).copied().filter(|p| *p > 0.0),
             latency_p50_ns: s.latency_p50_ns,
-            after_send: s.stage_counts.get("dev_queue").map(|dev_queue| AfterSend {
-                dev_queue: *dev_queue,
-                dev_xmit: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
-                target_drops: s.stage_counts.get("target_drops").copied().unwrap_or(0),
-                neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
-            }),
+            after_send: s
+                .stage_counts
+                .get(&StageName::DevQueue)
+                .map(|dev_queue| AfterSend {
+                    dev_queue: *dev_queue,
+                    dev_xmit: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),
+                    target_drops: s.stage_counts.get(&StageName::TargetDrops).copied().unwrap_or(0),
+                    neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
+                }),
             probe: s.cost.bpf.as_ref(),
             caveats,
             receive: s.receive.as_ref(),
