@@ -15,6 +15,7 @@ use super::stats::RunStats;
 pub use super::verdict::Verdict;
 use crate::collect::family::ProcessInfo;
 use crate::collect::{DropClass, Health, QueueDepth, TimeBudget};
+use crate::wrappers::PacerKind;
 
 /// Version of the JSON layout of `Snapshot` and `Summary`; bumped on any incompatible change.
 /// 2: a sample's drop rows carry the drops of its tick only (1: every row, counts since attach).
@@ -419,7 +420,8 @@ pub struct Cost {
 pub struct Baseline {
     /// packets per second asked for; 0 = unlimited
     pub rate: f64,
-    pub pacer: String,
+    /// the reference sender's pacer (`--baseline-pacer`)
+    pub pacer: PacerKind,
     /// packets per second between the first and last send
     pub achieved_pps: f64,
     /// achieved / requested; None when unlimited

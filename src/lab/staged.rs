@@ -181,7 +181,7 @@ impl Staged {
             no_tui: o.no_tui,
             quiet: false,
             baseline: false,
-            baseline_pacer: "tsc".into(),
+            baseline_pacer: crate::wrappers::PacerKind::Tsc,
             baseline_seconds: 2.0,
             export: o.export.clone(),
             force: o.force,

@@ -12,6 +12,7 @@ use crate::analysis::snapshot::{
 };
 use crate::collect::family::ProcessInfo;
 use crate::collect::TimeBudget;
+use crate::wrappers::PacerKind;
 
 /// A thread that sent fewer than this share of the interval's packets is not a sender thread
 /// for the time model (a resolver or a listener that sent a handful).
@@ -131,6 +132,9 @@ pub(super) struct Facts<'a> {
     pub drops: Vec<Dropped<'a>>,
     pub devices: &'a [DeviceView],
     pub scanner: Option<&'a ScannerView>,
+    /// the pacer in use when the run is scanprof's own reference sender (`scanprof send`),
+    /// read once from its profile's option text (`--pacer tsc`)
+    pub reference_pacer: Option<PacerKind>,
     /// the family's processes, with their exits
     pub processes: &'a [ProcessInfo],
     pub baseline: Option<&'a Baseline>,
@@ -233,6 +237,7 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            reference_pacer: reference_pacer(s.scanner.as_ref()),
             processes: &s.processes,
             baseline: None,
             packets_total: stage(StageName::SyscallPackets).map_or(packets, |st| st.total),
@@ -336,6 +341,7 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            reference_pacer: reference_pacer(s.scanner.as_ref()),
             processes: &s.processes,
             baseline: s.baseline.as_ref(),
             packets_total: s.packets,
@@ -385,6 +391,16 @@ impl<'a> Facts<'a> {
 }
 
 /// `--requested` (or what the Analyzer was given), else the rate the scanner's profile read.
+/// The profile of scanprof's own reference sender (`scanprof send`).
+const REFERENCE_PROFILE: &str = "scanprof-send";
+
+/// The reference sender's pacer in use, when the run is the reference sender itself: from the
+/// option its profile gives the pacing mode whose calibration ran (`--pacer tsc`).
+fn reference_pacer(scanner: Option<&ScannerView>) -> Option<PacerKind> {
+    let v = scanner.filter(|v| v.profile == REFERENCE_PROFILE)?;
+    PacerKind::of_options(v.pacer_in_use()?.option.as_deref()?)
+}
+
 fn requested(given: Option<f64>, scanner: Option<&ScannerView>) -> Option<f64> {
     given
         .or_else(|| scanner.and_then(|v| v.requested.pps))

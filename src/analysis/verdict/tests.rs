@@ -514,7 +514,7 @@ fn a_flooding_sender_is_told_what_limits_its_rate() {
         });
     r.0.baseline = Some(Baseline {
         rate: 0.0,
-        pacer: "none".into(),
+        pacer: crate::wrappers::PacerKind::None,
         achieved_pps: 300_000.0,
         ..Default::default()
     });
