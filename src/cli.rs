@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::wrappers::PacerKind;
+
 /// Longest run, send or lab that a `--duration` may ask for: 30 days, in seconds.
 pub const MAX_DURATION_S: f64 = 30.0 * 86_400.0;
 /// Longest tick: an hour.
@@ -345,8 +347,8 @@ pub struct RunOptions {
     #[arg(long)]
     pub baseline: bool,
     /// Pacer of the --baseline sender: tsc, clock, sleep (match the scanner's pacing class).
-    #[arg(long, default_value = "tsc", value_name = "PACER")]
-    pub baseline_pacer: String,
+    #[arg(long, default_value = "tsc", value_name = "PACER", value_parser = baseline_pacer)]
+    pub baseline_pacer: PacerKind,
     /// Seconds the --baseline sender runs (at most 60).
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS", value_parser = parse_baseline_s, allow_negative_numbers = true)]
     pub baseline_seconds: f64,
@@ -900,6 +902,14 @@ pub struct SweepOptions {
     pub command: Vec<String>,
 }
 
+/// `--baseline-pacer`: a pacer of the reference sender that paces (not `none`).
+fn baseline_pacer(s: &str) -> Result<PacerKind, String> {
+    match s.parse::<PacerKind>() {
+        Ok(p) if p != PacerKind::None => Ok(p),
+        _ => Err(format!("must be tsc, clock or sleep, not {s:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -943,6 +953,29 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("scanprof").chain(args.iter().copied()))
+    }
+
+    /// `--baseline-pacer` is a pacer that paces, parsed into the pacer type once: `none` and
+    /// unknown names are refused by the parser, naming the three it takes.
+    #[test]
+    fn the_baseline_pacer_is_a_pacer_that_paces() {
+        let pacer = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Attach { run, .. }) => Ok(run.baseline_pacer),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(pacer(&["attach", "-p", "10"]), Ok(PacerKind::Tsc));
+        assert_eq!(
+            pacer(&["attach", "-p", "10", "--baseline-pacer", "sleep"]),
+            Ok(PacerKind::Sleep)
+        );
+        for bad in ["none", "rdtsc"] {
+            let err = pacer(&["attach", "-p", "10", "--baseline-pacer", bad]).unwrap_err();
+            assert!(
+                err.contains("--baseline-pacer") && err.contains("must be tsc, clock or sleep"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

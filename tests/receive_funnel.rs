@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use scanprof::analysis::verdict::{Cause, Kind};
+use scanprof::analysis::StageName;
 use serde_json::Value;
 
 /// Seconds the sender runs.
@@ -54,7 +55,7 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     // Read: scanprof's recv_packets = the listener's own count = the namespace's InDatagrams.
     let own = u64_of(&lab["listener"], "packets");
     let snmp_in = u64_of(&lab, "target_udp_in");
-    let read = receive.count("recv_packets");
+    let read = receive.count(StageName::RecvPackets);
     // Emulated kernels (the kernel matrix) read a few hundred in the run.
     assert!(own > 100, "the listener read too little: {lab}");
     assert_eq!(read, own, "recv_packets vs the listener's own count: {lab}");
@@ -62,7 +63,7 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     assert_eq!(u64_of(&lab, "scanprof_recv_packets"), read, "{lab}");
     // Every successful recvfrom read one datagram; the failed ones found nothing (EAGAIN).
     assert_eq!(
-        receive.count("recv_calls"),
+        receive.count(StageName::RecvCalls),
         read + receive.failed_calls,
         "{receive:?}"
     );
@@ -97,7 +98,7 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     }
     assert_eq!(dropped, snmp_dropped, "SOCKET_RCVBUFF vs Udp RcvbufErrors: {lab}");
     assert_eq!(
-        receive.count("recv_drops"),
+        receive.count(StageName::RecvDrops),
         dropped,
         "only the full buffer dropped: {receive:?}"
     );
@@ -182,9 +183,13 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
         .iter()
         .collect();
     assert_eq!(receive.classes.len(), 2, "{:?}", receive.classes);
-    assert_eq!(receive.count("recv_packets"), u64_of(own, "packets"), "{lab}");
     assert_eq!(
-        receive.count("recv_packets"),
+        receive.count(StageName::RecvPackets),
+        u64_of(own, "packets"),
+        "{lab}"
+    );
+    assert_eq!(
+        receive.count(StageName::RecvPackets),
         u64_of(&lab, "target_udp_in"),
         "{lab}"
     );
@@ -237,7 +242,7 @@ fn a_responder_that_needs_more_than_its_cpu_is_receiver_cpu_bound() {
     let (summary, lab) = lab_run("receiver-cpu-bound");
     let receive = summary.receive.as_ref().expect("a receive funnel");
     assert_eq!(
-        receive.count("recv_packets"),
+        receive.count(StageName::RecvPackets),
         u64_of(&lab["listener"], "packets"),
         "{lab}"
     );
@@ -340,7 +345,7 @@ fn a_multi_worker_receivers_counts_are_each_workers_own() {
         "receiver vs Udp InDatagrams: {lab}"
     );
     let receive = summary.receive.as_ref().expect("a receive funnel");
-    assert_eq!(receive.count("recv_packets"), total, "{receive:#?}");
+    assert_eq!(receive.count(StageName::RecvPackets), total, "{receive:#?}");
     for (i, w) in workers.iter().enumerate() {
         let (tid, packets) = (u64_of(w, "tid") as u32, u64_of(w, "packets"));
         // Spread by source port: each worker read about its own sender's quarter.

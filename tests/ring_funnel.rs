@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::test_lab::TestLab;
 use common::*;
+use scanprof::analysis::StageName;
 use serde_json::Value;
 
 /// Longest the profiled run may take.
@@ -105,12 +106,20 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     eprintln!(
         "ring: scanprof ring_queued {} / ring_drops {} vs PACKET_STATISTICS queued {queued} / tp_drops {dropped}; \
          recv_drops (kfree_skb) {}",
-        receive.count("ring_queued"),
-        receive.count("ring_drops"),
-        receive.count("recv_drops")
+        receive.count(StageName::RingQueued),
+        receive.count(StageName::RingDrops),
+        receive.count(StageName::RecvDrops)
     );
-    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
-    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    assert_eq!(
+        receive.count(StageName::RingQueued),
+        queued,
+        "{own}\n{receive:#?}"
+    );
+    assert_eq!(
+        receive.count(StageName::RingDrops),
+        dropped,
+        "{own}\n{receive:#?}"
+    );
     assert_eq!(receive.rings.len(), 1, "{receive:#?}");
     let ring = &receive.rings[0];
     assert_eq!(ring.kind, scanprof::collect::rings::RingKind::TpacketV2);
@@ -156,15 +165,23 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
     let (queued, dropped) = (u64_of(&own, "queued"), u64_of(&own, "tp_drops"));
     eprintln!(
         "ring: scanprof ring_queued {} / ring_drops {} vs the reader's {} PACKET_STATISTICS reads: queued {queued} / tp_drops {dropped}",
-        receive.count("ring_queued"),
-        receive.count("ring_drops"),
+        receive.count(StageName::RingQueued),
+        receive.count(StageName::RingDrops),
         u64_of(&own, "statistics_reads"),
     );
     // It read often (about 175 reads over 3.5 s) while frames came and the ring overflowed.
     assert!(u64_of(&own, "statistics_reads") > 100, "{own}");
     assert!(dropped > 1000, "the ring did not fill: {own}");
-    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
-    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    assert_eq!(
+        receive.count(StageName::RingQueued),
+        queued,
+        "{own}\n{receive:#?}"
+    );
+    assert_eq!(
+        receive.count(StageName::RingDrops),
+        dropped,
+        "{own}\n{receive:#?}"
+    );
     assert_eq!(receive.rings.len(), 1, "{receive:#?}");
     assert_eq!(receive.rings[0].clears, 0, "{:?}", receive.rings[0]);
     assert_eq!(
@@ -205,8 +222,16 @@ fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
         .receive
         .as_ref()
         .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
-    assert_eq!(receive.count("ring_queued"), queued, "{own}\n{receive:#?}");
-    assert_eq!(receive.count("ring_drops"), dropped, "{own}\n{receive:#?}");
+    assert_eq!(
+        receive.count(StageName::RingQueued),
+        queued,
+        "{own}\n{receive:#?}"
+    );
+    assert_eq!(
+        receive.count(StageName::RingDrops),
+        dropped,
+        "{own}\n{receive:#?}"
+    );
     let top = summary
         .verdicts
         .iter()

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::*;
+use scanprof::analysis::StageName;
 use scanprof::netlab::{Lab, LabConfig, Side, TbfConfig};
 
 /// Longest a scan (with scanprof around it) may take before the test ends it.
@@ -1871,8 +1872,8 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
         seen + nudges >= rx && seen <= rx + others_tx,
         "frames at masscan's socket {seen} vs the veth's {rx} received ({nudges} of them nudges; +{others_tx} sent by others)"
     );
-    assert_eq!(receive.count("ring_queued"), ring.queued_total);
-    assert_eq!(receive.count("ring_drops"), ring.dropped_total);
+    assert_eq!(receive.count(StageName::RingQueued), ring.queued_total);
+    assert_eq!(receive.count(StageName::RingDrops), ring.dropped_total);
     let ring_full = summary
         .verdicts
         .iter()
@@ -1937,8 +1938,8 @@ fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
     eprintln!(
         "zmap: {} replies reached its veth; scanprof ring_queued {} ring_drops {}; rings {:#?}",
         cap.incoming_tcp_replies,
-        receive.count("ring_queued"),
-        receive.count("ring_drops"),
+        receive.count(StageName::RingQueued),
+        receive.count(StageName::RingDrops),
         receive.rings
     );
     // zmap holds two packet sockets: its listener's TPACKET_V3 ring (libpcap) and the one it
@@ -1962,7 +1963,7 @@ fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
     assert!(unread[0].queued_total > 0, "{:#?}", unread[0]);
     // The funnel counts what zmap reads: each reply once, not once per socket.
     assert_eq!(
-        receive.count("ring_queued") + receive.count("ring_drops"),
+        receive.count(StageName::RingQueued) + receive.count(StageName::RingDrops),
         cap.incoming_tcp_replies,
         "{:#?}",
         receive.rings

@@ -86,7 +86,7 @@ fn step_figures(st: &SweepStep, s: Option<&Summary>) -> Vec<(String, f64)> {
     f.push(("send_window_s".into(), st.send_window_s));
     if let Some(s) = s {
         for name in STAGES {
-            if let Some(pps) = s.stages.get(name) {
+            if let Some(pps) = s.stages.get(&name) {
                 f.push((format!("stage.{name}_pps"), *pps));
             }
         }

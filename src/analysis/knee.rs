@@ -5,9 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::receive::RECV_STAGES;
 use super::verdict::{Cause, Confidence, Kind, NO_GAP_TOLERANCE};
-use super::{BudgetShares, EndReason, Summary, Verdict};
+use super::{BudgetShares, EndReason, StageName, Summary, Verdict};
 use crate::collect::DropClass;
 
 /// A step is kept when achieved is within this fraction of requested (the verdicts' own
@@ -158,7 +157,7 @@ impl SweepStep {
             .filter(|b| b.total_ns() > 0)
             .map(|b| BudgetShares::of(&b, b.total_ns()));
         let kept = s.packets > 0 && (ratio - 1.0).abs() <= KEEP_TOLERANCE && lost == 0;
-        let received = s.receive.as_ref().map_or(0, |r| r.count(RECV_STAGES[2]));
+        let received = s.receive.as_ref().map_or(0, |r| r.count(StageName::RecvPackets));
         SweepStep {
             step,
             requested_pps,
@@ -167,7 +166,7 @@ impl SweepStep {
             duration_s: s.duration_s,
             send_window_s: s.send_window_s,
             packets: s.packets,
-            xmit_packets: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
+            xmit_packets: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),
             received_packets: received,
             received_per_packet: received_per_packet(received, s.packets),
             lost,
@@ -451,7 +450,7 @@ mod tests {
         let st = SweepStep::of(1, 1000.0, &s);
         assert_eq!((st.received_packets, st.received_per_packet), (0, None));
         let stage = |name: &str, count: u64| crate::analysis::snapshot::Stage {
-            name: name.into(),
+            name: name.parse().unwrap(),
             count,
             pps: 0.0,
             total: count,

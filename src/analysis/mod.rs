@@ -256,7 +256,7 @@ impl Analyzer {
             .map(|(name, (now, before))| {
                 let count = now.saturating_sub(*before);
                 Stage {
-                    name: name.to_string(),
+                    name: *name,
                     count,
                     pps: per_s(count),
                     total: *now,
@@ -354,12 +354,8 @@ impl Analyzer {
         let window_ns = t.window_ns();
         let window_s = window_ns.map(|w| w / 1e9).unwrap_or(0.0);
         let rate = |n: u64| window_ns.map(|w| n as f64 * 1e9 / w).unwrap_or(0.0);
-        let stage_counts: BTreeMap<String, u64> = STAGES
-            .iter()
-            .zip(t.stages())
-            .map(|(n, c)| (n.to_string(), c))
-            .collect();
-        let stages = stage_counts.iter().map(|(n, c)| (n.clone(), rate(*c))).collect();
+        let stage_counts: BTreeMap<StageName, u64> = STAGES.into_iter().zip(t.stages()).collect();
+        let stages = stage_counts.iter().map(|(n, c)| (*n, rate(*c))).collect();
         let duration_ns = last.t_ns.saturating_sub(self.start_ns);
         let senders: Vec<&ThreadCounters> = last.threads.iter().filter(|th| th.packets > 0).collect();
         let mut budget = TimeBudget::default();

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::{DropRow, Stage};
+use super::snapshot::{DropRow, Stage, StageName};
 use crate::collect::{
     CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime,
 };
@@ -14,7 +14,7 @@ use crate::system::machine::ReceiveTunables;
 /// Stage names of the receive funnel, in the order a packet for the family meets them: dropped
 /// before the read (at its socket, in a backlog, in a packet socket's ring), the calls that read,
 /// and the messages they returned.
-pub const RECV_STAGES: [&str; 3] = ["recv_drops", "recv_calls", "recv_packets"];
+pub const RECV_STAGES: [StageName; 3] = [StageName::RecvDrops, StageName::RecvCalls, StageName::RecvPackets];
 
 /// The family's receive side over a tick (in a Snapshot) or over the run (in the Summary).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -366,7 +366,7 @@ fn yes() -> bool {
 
 impl ReceiveView {
     /// The count of one stage (0 when absent).
-    pub fn count(&self, stage: &str) -> u64 {
+    pub fn count(&self, stage: StageName) -> u64 {
         self.stages
             .iter()
             .find(|s| s.name == stage)
@@ -419,10 +419,10 @@ pub fn receive_view(
     });
     let interval_s = interval_s.max(1e-9);
     let (threads, cost) = receive_costs(now, prev, interval_s);
-    let stage = |name: &str, total: u64, before: u64| {
+    let stage = |name: StageName, total: u64, before: u64| {
         let count = total.saturating_sub(before);
         Stage {
-            name: name.to_string(),
+            name,
             count,
             pps: count as f64 / interval_s,
             total,
@@ -537,9 +537,9 @@ mod tests {
             row("QDISC_DROP", DropClass::TargetLoss, 3),
         ];
         let v = receive_view(&now, Some(&prev), 2.0, &rows).expect("the family receives");
-        assert_eq!(v.count("recv_calls"), 1000);
-        assert_eq!(v.count("recv_packets"), 900);
-        assert_eq!(v.count("recv_drops"), 800);
+        assert_eq!(v.count(StageName::RecvCalls), 1000);
+        assert_eq!(v.count(StageName::RecvPackets), 900);
+        assert_eq!(v.count(StageName::RecvDrops), 800);
         let packets = &v.stages[2];
         assert_eq!((packets.total, packets.pps), (990, 450.0));
         assert_eq!((v.failed_calls, v.bytes), (100, 90_000));
@@ -548,14 +548,20 @@ mod tests {
         assert_eq!(v.drops_of("NO_SOCKET"), 0);
         // Since attach (the summary): the totals themselves.
         let run = receive_view(&now, None, 3.0, &rows).expect("the family receives");
-        assert_eq!((run.count("recv_packets"), run.count("recv_drops")), (990, 850));
+        assert_eq!(
+            (run.count(StageName::RecvPackets), run.count(StageName::RecvDrops)),
+            (990, 850)
+        );
     }
 
     #[test]
     fn drops_at_a_socket_the_family_never_read_make_a_funnel() {
         let s = sample(1_000_000_000, RecvCounters::default(), 5);
         let v = receive_view(&s, None, 1.0, &[]).expect("drops before a read");
-        assert_eq!((v.count("recv_drops"), v.count("recv_packets")), (5, 0));
+        assert_eq!(
+            (v.count(StageName::RecvDrops), v.count(StageName::RecvPackets)),
+            (5, 0)
+        );
     }
 
     /// A reading thread: `probes_ns` on CPU by the scheduler probes, and the kernel's

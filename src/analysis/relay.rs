@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::Summary;
+use super::snapshot::{StageName, Summary};
 use crate::collect::TimeBudget;
 
 /// Send errors of an egress the kernel refused for now (a full qdisc, a full socket buffer): a
@@ -63,12 +63,12 @@ pub struct RelayView {
 pub fn relay_view(s: &Summary, fanout: Option<u32>) -> Option<RelayView> {
     let fanout = fanout.filter(|&n| n > 0)?;
     let r = s.receive.as_ref()?;
-    let read = r.count("recv_packets");
+    let read = r.count(StageName::RecvPackets);
     if read == 0 || s.packets == 0 {
         return None;
     }
     let secs = s.duration_s.max(1e-9);
-    let kernel_drops = r.count("recv_drops");
+    let kernel_drops = r.count(StageName::RecvDrops);
     let mut reasons: Vec<(String, u64)> = Vec::new();
     for d in &r.drops {
         match reasons.iter_mut().find(|(n, _)| *n == d.reason) {
@@ -121,7 +121,7 @@ mod tests {
     ) -> Summary {
         let (_, mut s) = crate::views::fixtures::rich_run();
         let stage = |name: &str, n: u64| Stage {
-            name: name.into(),
+            name: name.parse().unwrap(),
             count: n,
             pps: 0.0,
             total: n,

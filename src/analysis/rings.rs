@@ -5,13 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::snapshot::StageName;
 use crate::collect::rings::{PacketRing, RingKind};
 use crate::collect::CounterSample;
 
 /// Stage names the receive funnel gains when the family holds packet sockets: frames queued to
 /// them (the ring took the frame: read without a syscall when it is a ring), and frames dropped
 /// at them because the ring (or the receive queue) was full.
-pub const RING_STAGES: [&str; 2] = ["ring_queued", "ring_drops"];
+pub const RING_STAGES: [StageName; 2] = [StageName::RingQueued, StageName::RingDrops];
 
 /// One packet socket of the family over the interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

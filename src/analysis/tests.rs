@@ -172,7 +172,7 @@ fn tick_rates_every_stage_in_order_against_requested() {
     assert_close(snap.achieved_pps, 1000.0);
     assert_close(snap.ratio.unwrap(), 0.5);
 
-    let names: Vec<&str> = snap.stages.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<StageName> = snap.stages.iter().map(|s| s.name).collect();
     assert_eq!(names, STAGES);
     let counts: Vec<u64> = snap.stages.iter().map(|s| s.count).collect();
     assert_eq!(counts, [500, 1000, 1000, 900, 810, 720, 10]);
@@ -1003,4 +1003,48 @@ fn a_connect_scanner_s_attempts_are_its_send_calls_and_its_syns_its_packets() {
         summary_of(&a, &sample(START + 2 * SEC).thread(th).build()).connect,
         None
     );
+}
+
+/// Every stage serializes as its `as_str` name and reads back from it; the names are unique
+/// and every funnel's list is made of them.
+#[test]
+fn stage_names_serialize_as_their_names() {
+    let mut seen = std::collections::BTreeSet::new();
+    for &n in StageName::ALL {
+        assert_eq!(serde_json::to_string(&n).unwrap(), format!("\"{}\"", n.as_str()));
+        assert_eq!(serde_json::from_str::<StageName>(&format!("\"{n}\"")).unwrap(), n);
+        assert_eq!(n.as_str().parse::<StageName>(), Ok(n));
+        assert!(seen.insert(n.as_str()), "{n} twice");
+    }
+    let listed = STAGES.len() + RECV_STAGES.len() + super::rings::RING_STAGES.len();
+    assert_eq!(listed, StageName::ALL.len());
+}
+
+/// A map keyed by stages writes its keys in alphabetical order, as the map keyed by strings
+/// did (the Summary's `stages` and `stage_counts`), and a stage pads as a string does.
+#[test]
+fn stage_maps_keep_the_keys_in_name_order() {
+    let map: BTreeMap<StageName, u64> = StageName::ALL.iter().map(|&n| (n, 1)).collect();
+    let by_name: BTreeMap<&str, u64> = StageName::ALL.iter().map(|n| (n.as_str(), 1)).collect();
+    assert_eq!(
+        serde_json::to_string(&map).unwrap(),
+        serde_json::to_string(&by_name).unwrap()
+    );
+    assert_eq!(map["dev_xmit"], 1);
+    assert_eq!(format!("[{:<12}]", StageName::DevXmit), "[dev_xmit    ]");
+    assert_eq!(format!("[{:>10}]", StageName::RingDrops), "[ring_drops]");
+}
+
+/// A name that is no stage is refused, named, with where the stages are listed.
+#[test]
+fn an_unknown_stage_name_is_refused_by_name() {
+    let err = "dev_xmitt".parse::<StageName>().unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "unknown stage 'dev_xmitt': see docs/events.md for the stages"
+    );
+    let err = serde_json::from_str::<StageName>("\"dev_xmitt\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("dev_xmitt") && err.contains("`dev_xmit`"), "{err}");
 }

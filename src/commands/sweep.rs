@@ -207,7 +207,7 @@ fn run_step(
         json: true,
         no_tui: true,
         baseline: false,
-        baseline_pacer: "tsc".into(),
+        baseline_pacer: crate::wrappers::PacerKind::Tsc,
         baseline_seconds: 2.0,
         export: None,
         force: false,

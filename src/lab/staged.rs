@@ -18,7 +18,7 @@ use super::reference::worker_sender_argvs;
 use super::scenario::{never_started_argv, scenario_name, Staging, CONNECT_SCAN_PROFILE, RUN_GRACE_S};
 use super::sender::{sender_argv, syn_scan_argv, Placement};
 use super::truth::{check, measured_truth, Counts, LabReport};
-use crate::analysis::Summary;
+use crate::analysis::{StageName, Summary};
 use crate::cli::{LabOptions, RunOptions, Scenario};
 use crate::collect::DropClass;
 use crate::netlab::{Lab, LabConfig, SinkReport, UdpSink};
@@ -181,7 +181,7 @@ impl Staged {
             no_tui: o.no_tui,
             quiet: false,
             baseline: false,
-            baseline_pacer: "tsc".into(),
+            baseline_pacer: crate::wrappers::PacerKind::Tsc,
             baseline_seconds: 2.0,
             export: o.export.clone(),
             force: o.force,
@@ -300,7 +300,7 @@ impl Staged {
             listener,
             relay: relay_own,
             ring: ring_own,
-            scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count("recv_packets")),
+            scanprof_recv_packets: summary.receive.as_ref().map(|r| r.count(StageName::RecvPackets)),
             scanprof_rcvbuf_drops: summary.receive.as_ref().map(|r| r.drops_of("SOCKET_RCVBUFF")),
             echoed,
             stalls,

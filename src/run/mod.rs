@@ -316,17 +316,12 @@ pub fn measure_baseline(
              finds no exact rate or cap for it)"
         ),
     };
-    if !matches!(opts.baseline_pacer.as_str(), "tsc" | "clock" | "sleep") {
-        bail!(
-            "--baseline-pacer must be tsc, clock or sleep, not {:?}",
-            opts.baseline_pacer
-        );
-    }
+    let pacer = opts.baseline_pacer;
     eprintln!(
         "scanprof: measuring this machine's baseline first: {} pacing at {rate} pps ({source}) for {} s in a private lab",
-        opts.baseline_pacer, opts.baseline_seconds
+        pacer, opts.baseline_seconds
     );
-    crate::senders::baseline::baseline_at(rate, &opts.baseline_pacer, opts.baseline_seconds)
+    crate::senders::baseline::baseline_at(rate, pacer, opts.baseline_seconds)
         .context("measuring the baseline (--baseline)")
 }
 

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::Baseline;
 use crate::netlab::{Lab, LabConfig, UdpSink};
 use crate::system::machine::{Calibration, MachineFacts};
+use crate::wrappers::PacerKind;
 
 /// UDP port of the lab receiver.
 const LAB_PORT: u16 = 9000;
@@ -205,7 +206,7 @@ pub fn measure(exe: &Path, o: &Matrix, stop: &AtomicBool) -> Result<BaselineRepo
 }
 
 /// One short measurement at `rate` with `pacer` in a fresh lab (for `attach/run --baseline`).
-pub fn baseline_at(rate: f64, pacer: &str, seconds: f64) -> Result<Baseline> {
+pub fn baseline_at(rate: f64, pacer: PacerKind, seconds: f64) -> Result<Baseline> {
     ensure!(rate.is_finite() && rate >= 0.0, "rate must be >= 0, not {rate}");
     ensure!(
         seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS,
@@ -228,7 +229,7 @@ pub fn baseline_at(rate: f64, pacer: &str, seconds: f64) -> Result<Baseline> {
     };
     Ok(Baseline {
         rate,
-        pacer: pacer.to_string(),
+        pacer,
         achieved_pps: report.achieved_pps,
         accuracy: accuracy(&report, rate),
         p99_lateness_ns: report.lateness_ns.as_ref().and_then(|l| l.p99),

@@ -170,7 +170,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     ensure!(
         symbols::scanprof_sender_init_slot(cfg.rate_pps, pacer.code()) == 0,
         "cannot start the {} pacer",
-        pacer.name()
+        pacer.as_str()
     );
 
     let mut rec = SendRecorder::default();
@@ -220,7 +220,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_start);
     symbols::end_slots();
     Ok(rec.finish(RunFacts {
-        pacer: pacer.name(),
+        pacer: pacer.as_str(),
         slot: cfg.slot.name(),
         method: cfg.method.name(),
         rate_pps: cfg.rate_pps,
@@ -261,7 +261,7 @@ mod tests {
             assert_eq!((report.sent, report.failed), (40, 0), "{report:?}");
             assert_eq!(
                 (report.pacer.as_str(), report.slot.as_str()),
-                (pacer.name(), slot.name())
+                (pacer.as_str(), slot.name())
             );
             assert!(
                 report.achieved_pps > 1000.0 && report.achieved_pps < 5100.0,

@@ -42,45 +42,18 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// How the sender waits for a packet's due time (`--pacer`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum PacerKind {
-    /// No waiting: every packet is sent as soon as the previous one returned.
-    None = 0,
-    /// Busy-wait on CLOCK_MONOTONIC.
-    Clock = 1,
-    /// clock_nanosleep to the absolute due time (no busy-wait: shows the wake-up latency).
-    Sleep = 2,
-    /// Busy-wait on rdtsc, converted with a calibrated (or the kernel's) TSC frequency.
-    Tsc = 3,
-}
+/// How the sender waits for a packet's due time (`--pacer`): the one pacer type, in
+/// `wrappers` so that analysis names it too.
+pub use crate::wrappers::PacerKind;
 
 impl PacerKind {
-    /// The code passed to `scanprof_sender_init_slot`.
+    /// The code passed to `scanprof_sender_init_slot` (the enum's discriminant).
     pub fn code(self) -> u8 {
         self as u8
     }
 
     pub fn from_code(code: u8) -> Option<PacerKind> {
-        [
-            PacerKind::None,
-            PacerKind::Clock,
-            PacerKind::Sleep,
-            PacerKind::Tsc,
-        ]
-        .into_iter()
-        .find(|p| p.code() == code)
-    }
-
-    /// The name used on the command line and in the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            PacerKind::None => "none",
-            PacerKind::Clock => "clock",
-            PacerKind::Sleep => "sleep",
-            PacerKind::Tsc => "tsc",
-        }
+        PacerKind::ALL.into_iter().find(|p| p.code() == code)
     }
 }
 

@@ -175,7 +175,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
     }];
     a.set_baseline(Some(crate::analysis::Baseline {
         rate: 100.0,
-        pacer: "tsc".into(),
+        pacer: crate::wrappers::PacerKind::Tsc,
         achieved_pps: 100.0,
         accuracy: Some(1.0),
         p99_lateness_ns: Some(2_000.0),

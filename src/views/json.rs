@@ -93,7 +93,7 @@ mod tests {
         use crate::analysis::{DropRow, ReceiveView, Stage};
         let (mut snap, mut summary) = crate::views::fixtures::rich_run();
         let stage = |name: &str| Stage {
-            name: name.into(),
+            name: name.parse().unwrap(),
             count: 5,
             pps: 5.0,
             total: 5,
@@ -116,7 +116,10 @@ mod tests {
             capacity: Some(crate::analysis::receive::capacity(2_000.0, 100.0, 1)),
         };
         let receive = ReceiveView {
-            stages: crate::analysis::RECV_STAGES.iter().map(|n| stage(n)).collect(),
+            stages: crate::analysis::RECV_STAGES
+                .iter()
+                .map(|n| stage(n.as_str()))
+                .collect(),
             drops: vec![DropRow {
                 reason: "SOCKET_RCVBUFF".into(),
                 location: "udp_queue_rcv_one_skb+0x437".into(),
@@ -163,7 +166,7 @@ mod tests {
             stages: RING_STAGES
                 .iter()
                 .map(|n| Stage {
-                    name: n.to_string(),
+                    name: *n,
                     count: 5,
                     pps: 5.0,
                     total: 5,

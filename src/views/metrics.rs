@@ -23,7 +23,7 @@ use anyhow::Context;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
 use crate::analysis::verdict::{Cause, Confidence, Kind};
-use crate::analysis::{Snapshot, Summary, STAGES};
+use crate::analysis::{Snapshot, StageName, Summary, STAGES};
 use crate::collect::{DropClass, TimeBudget};
 use crate::session::Update;
 
@@ -84,7 +84,7 @@ pub struct MetricsState {
     achieved_pps: f64,
     run_seconds: f64,
     /// stage -> events since attach
-    stages: BTreeMap<String, u64>,
+    stages: BTreeMap<StageName, u64>,
     /// (reason, class, device) -> drops since attach
     drops: BTreeMap<(String, String, String), u64>,
     /// (role, state) -> seconds, summed over the family's sender threads
@@ -124,7 +124,7 @@ impl MetricsState {
         self.achieved_pps = s.achieved_pps;
         self.run_seconds = s.t_s;
         for st in &s.stages {
-            raise(self.stages.entry(st.name.clone()).or_default(), st.total);
+            raise(self.stages.entry(st.name).or_default(), st.total);
         }
         // A sample's rows hold the drops of its tick: they add up.
         for (k, n) in drop_sums(&s.drops) {
@@ -151,7 +151,7 @@ impl MetricsState {
         self.achieved_pps = s.achieved_pps;
         self.run_seconds = s.duration_s;
         for (stage, total) in &s.stage_counts {
-            raise(self.stages.entry(stage.clone()).or_default(), *total);
+            raise(self.stages.entry(*stage).or_default(), *total);
         }
         // The summary's rows hold the run's totals: never below what the ticks added up.
         for (k, n) in drop_sums(&s.drops) {
@@ -261,8 +261,8 @@ impl MetricsState {
             &["stage"],
         )?;
         for name in STAGES {
-            let n = self.stages.get(name).copied().unwrap_or(0);
-            stages.with_label_values(&[name]).inc_by(n);
+            let n = self.stages.get(&name).copied().unwrap_or(0);
+            stages.with_label_values(&[name.as_str()]).inc_by(n);
         }
         r.register(Box::new(stages))?;
 
@@ -687,7 +687,7 @@ mod tests {
         let text = m.render();
         for (stage, total) in &summary.stage_counts {
             assert_eq!(
-                sample(&text, "scanprof_stage_events_total", &[("stage", stage)]),
+                sample(&text, "scanprof_stage_events_total", &[("stage", stage.as_str())]),
                 Some(*total as f64),
                 "{stage}\n{text}"
             );

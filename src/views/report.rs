@@ -4,7 +4,7 @@
 //! decode an exit status or order the drop classes each their own way. Pure: no I/O.
 
 use crate::analysis::stats::Modes;
-use crate::analysis::{DropRow, EndReason, Summary, STAGES};
+use crate::analysis::{DropRow, EndReason, StageName, Summary, STAGES};
 use crate::collect::family::ProcessInfo;
 use crate::collect::{DropClass, TimeBudget};
 
@@ -180,17 +180,17 @@ impl<'a> Report<'a> {
 
 fn funnel(s: &Summary) -> Vec<FunnelRow> {
     let requested = s.requested_pps.filter(|r| *r > 0.0);
-    let no_qdisc = s.stage_counts.get("qdisc_enqueue").copied().unwrap_or(0) == 0;
+    let no_qdisc = s.stage_counts.get(&StageName::QdiscEnqueue).copied().unwrap_or(0) == 0;
     STAGES
-        .iter()
+        .into_iter()
         .map(|name| {
-            let pps = s.stages.get(*name).copied().unwrap_or(0.0);
+            let pps = s.stages.get(&name).copied().unwrap_or(0.0);
             FunnelRow {
-                name,
+                name: name.as_str(),
                 pps,
-                count: s.stage_counts.get(*name).copied().unwrap_or(0),
+                count: s.stage_counts.get(&name).copied().unwrap_or(0),
                 of_requested: requested.map(|r| pps / r),
-                no_qdisc: no_qdisc && name.starts_with("qdisc"),
+                no_qdisc: no_qdisc && name.is_qdisc(),
             }
         })
         .collect()
@@ -293,8 +293,8 @@ mod tests {
     fn funnel_shares_are_of_the_requested_rate_and_qdisc_stages_say_when_there_is_none() {
         let mut s = Summary::for_tests();
         s.requested_pps = Some(200.0);
-        s.stages.insert("syscall_packets".into(), 100.0);
-        s.stage_counts.insert("syscall_packets".into(), 300);
+        s.stages.insert(StageName::SyscallPackets, 100.0);
+        s.stage_counts.insert(StageName::SyscallPackets, 300);
         let r = Report::new(&s);
         assert_eq!(r.funnel.len(), STAGES.len());
         let sp = r

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::analysis::verdict::Confidence;
-use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, Summary, Verdict};
+use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, StageName, Summary, Verdict};
 use crate::collect::DropClass;
 use crate::units::{duration as ns, pct};
 use crate::views::report::{DropTable, Report};
@@ -331,11 +331,11 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
     let _ = writeln!(o, "\nreceive funnel (per second over the run):");
     for st in &r.stages {
         let mut line = format!("  {:<16} {:>12.1} /s {:>12}", st.name, st.pps, st.count);
-        match st.name.as_str() {
-            "recv_calls" if r.failed_calls > 0 => {
+        match st.name {
+            StageName::RecvCalls if r.failed_calls > 0 => {
                 let _ = write!(line, "  ({} failed: nothing to read)", r.failed_calls);
             }
-            "recv_packets" => {
+            StageName::RecvPackets => {
                 let _ = write!(line, "  ({} bytes)", r.bytes);
             }
             _ => {}

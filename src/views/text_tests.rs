@@ -56,9 +56,9 @@ fn fixed_summary() -> Summary {
         errors: BTreeMap::from([("EAGAIN".to_string(), 1), ("ENOBUFS".to_string(), 3)]),
         stages: counts
             .iter()
-            .map(|(n, c)| (n.to_string(), *c as f64 / 2.0))
+            .map(|(n, c)| (n.parse().unwrap(), *c as f64 / 2.0))
             .collect(),
-        stage_counts: counts.iter().map(|(n, c)| (n.to_string(), *c)).collect(),
+        stage_counts: counts.iter().map(|(n, c)| (n.parse().unwrap(), *c)).collect(),
         rate_stats: Some(RunStats {
             n: 2,
             median: 1500.0,
@@ -285,8 +285,8 @@ fn no_qdisc_note_only_when_nothing_was_enqueued() {
 
     let mut s = fixed_summary();
     for stage in ["qdisc_enqueue", "qdisc_dequeue"] {
-        s.stage_counts.insert(stage.to_string(), 0);
-        s.stages.insert(stage.to_string(), 0.0);
+        s.stage_counts.insert(stage.parse().unwrap(), 0);
+        s.stages.insert(stage.parse().unwrap(), 0.0);
     }
     let r = summary(&s);
     assert!(
@@ -302,8 +302,8 @@ fn no_qdisc_note_only_when_nothing_was_enqueued() {
 
     // packets went into a qdisc that released none (all dropped or still queued): it is there
     let mut s = fixed_summary();
-    s.stage_counts.insert("qdisc_dequeue".to_string(), 0);
-    s.stages.insert("qdisc_dequeue".to_string(), 0.0);
+    s.stage_counts.insert(StageName::QdiscDequeue, 0);
+    s.stages.insert(StageName::QdiscDequeue, 0.0);
     let r = summary(&s);
     assert!(!r.contains("no queueing qdisc"), "{r}");
 }
@@ -750,7 +750,7 @@ fn the_receive_funnel_is_reported_only_when_the_family_receives() {
     let plain = summary(&fixed_summary());
     assert!(!plain.contains("receive funnel"), "{plain}");
     let stage = |name: &str, count: u64| Stage {
-        name: name.into(),
+        name: name.parse().unwrap(),
         count,
         pps: count as f64 / 3.0,
         total: count,

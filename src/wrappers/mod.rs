@@ -4,10 +4,12 @@
 //! lists, `src/analysis` compares the achieved rate with `requested_rate`. See docs/wrappers.md.
 
 mod argv;
+mod pacer;
 mod profile;
 mod rate;
 mod status;
 
+pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
     ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,

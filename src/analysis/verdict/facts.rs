@@ -8,10 +8,11 @@ use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
 use crate::analysis::snapshot::{
     Baseline, BlockSiteView, DeviceView, DropRow, GapView, LimitsView, ProbeCost, ReceiveView, RequestedView,
-    ScannerView, Snapshot, Summary, ThreadView,
+    ScannerView, Snapshot, StageName, Summary, ThreadView,
 };
 use crate::collect::family::ProcessInfo;
 use crate::collect::TimeBudget;
+use crate::wrappers::PacerKind;
 
 /// A thread that sent fewer than this share of the interval's packets is not a sender thread
 /// for the time model (a resolver or a listener that sent a handful).
@@ -131,6 +132,9 @@ pub(super) struct Facts<'a> {
     pub drops: Vec<Dropped<'a>>,
     pub devices: &'a [DeviceView],
     pub scanner: Option<&'a ScannerView>,
+    /// the pacer in use when the run is scanprof's own reference sender (`scanprof send`),
+    /// read once from its profile's option text (`--pacer tsc`)
+    pub reference_pacer: Option<PacerKind>,
     /// the family's processes, with their exits
     pub processes: &'a [ProcessInfo],
     pub baseline: Option<&'a Baseline>,
@@ -168,11 +172,11 @@ impl<'a> Facts<'a> {
     }
 
     pub fn of_snapshot(s: &'a Snapshot) -> Facts<'a> {
-        let stage = |name: &str| s.stages.iter().find(|st| st.name == name);
+        let stage = |name: StageName| s.stages.iter().find(|st| st.name == name);
         let thread_packets: u64 = s.threads.iter().map(|t| t.packets).sum();
-        let packets = stage("syscall_packets").map_or(thread_packets, |st| st.count);
-        let calls =
-            stage("send_calls").map_or_else(|| s.threads.iter().map(|t| t.calls).sum(), |st| st.count);
+        let packets = stage(StageName::SyscallPackets).map_or(thread_packets, |st| st.count);
+        let calls = stage(StageName::SendCalls)
+            .map_or_else(|| s.threads.iter().map(|t| t.calls).sum(), |st| st.count);
         let interval_ns = s.interval_s * 1e9;
 
         let min_packets = ((packets as f64 * SENDER_MIN_PACKET_SHARE).ceil() as u64).max(1);
@@ -233,15 +237,16 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            reference_pacer: reference_pacer(s.scanner.as_ref()),
             processes: &s.processes,
             baseline: None,
-            packets_total: stage("syscall_packets").map_or(packets, |st| st.total),
-            left_pps: stage("dev_xmit").map(|st| st.pps).filter(|p| *p > 0.0),
+            packets_total: stage(StageName::SyscallPackets).map_or(packets, |st| st.total),
+            left_pps: stage(StageName::DevXmit).map(|st| st.pps).filter(|p| *p > 0.0),
             latency_p50_ns: busiest.and_then(|t| t.latency_p50_ns),
-            after_send: stage("dev_queue").map(|dev_queue| AfterSend {
+            after_send: stage(StageName::DevQueue).map(|dev_queue| AfterSend {
                 dev_queue: dev_queue.count,
-                dev_xmit: stage("dev_xmit").map_or(0, |st| st.count),
-                target_drops: stage("target_drops").map_or(0, |st| st.count),
+                dev_xmit: stage(StageName::DevXmit).map_or(0, |st| st.count),
+                target_drops: stage(StageName::TargetDrops).map_or(0, |st| st.count),
                 neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
             }),
             probe: s.cost.bpf.as_ref(),
@@ -336,17 +341,21 @@ impl<'a> Facts<'a> {
                 .collect(),
             devices: &s.devices,
             scanner: s.scanner.as_ref(),
+            reference_pacer: reference_pacer(s.scanner.as_ref()),
             processes: &s.processes,
             baseline: s.baseline.as_ref(),
             packets_total: s.packets,
-            left_pps: s.stages.get("dev_xmit").copied().filter(|p| *p > 0.0),
+            left_pps: s.stages.get(&StageName::DevXmit).copied().filter(|p| *p > 0.0),
             latency_p50_ns: s.latency_p50_ns,
-            after_send: s.stage_counts.get("dev_queue").map(|dev_queue| AfterSend {
-                dev_queue: *dev_queue,
-                dev_xmit: s.stage_counts.get("dev_xmit").copied().unwrap_or(0),
-                target_drops: s.stage_counts.get("target_drops").copied().unwrap_or(0),
-                neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
-            }),
+            after_send: s
+                .stage_counts
+                .get(&StageName::DevQueue)
+                .map(|dev_queue| AfterSend {
+                    dev_queue: *dev_queue,
+                    dev_xmit: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),
+                    target_drops: s.stage_counts.get(&StageName::TargetDrops).copied().unwrap_or(0),
+                    neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
+                }),
             probe: s.cost.bpf.as_ref(),
             caveats,
             receive: s.receive.as_ref(),
@@ -382,6 +391,16 @@ impl<'a> Facts<'a> {
 }
 
 /// `--requested` (or what the Analyzer was given), else the rate the scanner's profile read.
+/// The profile of scanprof's own reference sender (`scanprof send`).
+const REFERENCE_PROFILE: &str = "scanprof-send";
+
+/// The reference sender's pacer in use, when the run is the reference sender itself: from the
+/// option its profile gives the pacing mode whose calibration ran (`--pacer tsc`).
+fn reference_pacer(scanner: Option<&ScannerView>) -> Option<PacerKind> {
+    let v = scanner.filter(|v| v.profile == REFERENCE_PROFILE)?;
+    PacerKind::of_options(v.pacer_in_use()?.option.as_deref()?)
+}
+
 fn requested(given: Option<f64>, scanner: Option<&ScannerView>) -> Option<f64> {
     given
         .or_else(|| scanner.and_then(|v| v.requested.pps))

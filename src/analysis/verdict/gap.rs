@@ -15,6 +15,7 @@ use crate::analysis::scanner::{IpcDirection, ProbeRole, RateKind};
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
+use crate::wrappers::PacerKind;
 
 /// No requested rate to judge against: said, unless the family only receives (it never called
 /// a send, so it has no send rate to judge).
@@ -1307,20 +1308,10 @@ fn pacer_line(f: &Facts) -> Option<String> {
     })
 }
 
-/// The profile of scanprof's own reference sender (`scanprof send`).
-const REFERENCE_PROFILE: &str = "scanprof-send";
-
-/// The reference sender's option for the pacer this run used, when the run is the reference
-/// sender itself (`--pacer tsc`): a comparison with `scanprof send` in that mode is no advice.
-fn reference_pacer_in_use<'a>(f: &Facts<'a>) -> Option<&'a str> {
-    let v = f.scanner.filter(|v| v.profile == REFERENCE_PROFILE)?;
-    v.pacer_in_use()?.option.as_deref()
-}
-
 /// `scanprof send` at this rate with its tsc pacer, to show what this machine does: unless the
 /// run is that already, then `scanprof baseline`, which measures every pacer.
 fn reference_comparison(f: &Facts, r: f64) -> String {
-    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+    if f.reference_pacer == Some(PacerKind::Tsc) {
         format!(
             "`scanprof baseline --rates {r:.0}` shows what this machine does at this rate with each pacer"
         )
@@ -1330,7 +1321,7 @@ fn reference_comparison(f: &Facts, r: f64) -> String {
 }
 
 fn calibration_next(f: &Facts, r: f64) -> String {
-    if reference_pacer_in_use(f) == Some("--pacer tsc") {
+    if f.reference_pacer == Some(PacerKind::Tsc) {
         // The reference sender on its tsc pacer: not "use the tsc pacer", but where its
         // frequency comes from, or a pacer that reads the clock.
         return format!(

@@ -8,7 +8,7 @@ use super::facts::Facts;
 use super::units::{pct, pps};
 use super::{verdict, Cause, Kind, Verdict, MIN_DROPS, MIN_PACKETS};
 use crate::analysis::receive::ReceiveView;
-use crate::analysis::snapshot::DropRow;
+use crate::analysis::snapshot::{DropRow, StageName};
 
 /// Drop reasons of a full socket: its receive buffer, the protocol's memory, its backlog.
 pub(super) const SOCKET_REASONS: [&str; 3] = ["SOCKET_RCVBUFF", "PROTO_MEM", "SOCKET_BACKLOG"];
@@ -21,8 +21,12 @@ const SKB_OVERHEAD: u64 = 768;
 /// The family's receive funnel when it reads: the rules here apply, and `loss` leaves the
 /// matching `reply_*` drops to them.
 pub(super) fn reader<'a>(f: &Facts<'a>) -> Option<&'a ReceiveView> {
-    f.receive
-        .filter(|r| r.stream_calls > 0 || r.stages.iter().any(|s| s.name == "recv_calls" && s.total > 0))
+    f.receive.filter(|r| {
+        r.stream_calls > 0
+            || r.stages
+                .iter()
+                .any(|s| s.name == StageName::RecvCalls && s.total > 0)
+    })
 }
 
 pub(super) fn rcvbuf_overflow(f: &Facts) -> Option<Verdict> {
@@ -61,13 +65,13 @@ fn rows<'a>(r: &'a ReceiveView, reasons: &[&str]) -> Vec<&'a DropRow> {
 
 /// The evidence lines every receiver verdict starts with: the funnel's figures.
 fn funnel_lines(f: &Facts, r: &ReceiveView, dropped: u64) -> Vec<String> {
-    let read = r.count("recv_packets");
+    let read = r.count(StageName::RecvPackets);
     let over = if f.live { "in this tick" } else { "over the run" };
     let per_s = |n: u64| pps(n as f64 / f.receive_s.max(1e-9));
     vec![
         format!(
             "{read} packets read by {} receive calls {over} ({}), {} calls found nothing to read",
-            r.count("recv_calls"),
+            r.count(StageName::RecvCalls),
             per_s(read),
             r.failed_calls
         ),
@@ -94,7 +98,7 @@ fn drop_lines(rows: &[&DropRow], evidence: &mut Vec<String>) {
 }
 
 fn weak(r: &ReceiveView, dropped: u64) -> bool {
-    dropped < MIN_DROPS || r.count("recv_packets") + dropped < MIN_PACKETS
+    dropped < MIN_DROPS || r.count(StageName::RecvPackets) + dropped < MIN_PACKETS
 }
 
 /// A power of two at least `n`, at least 1 MiB: a buffer size people type.
@@ -121,7 +125,7 @@ fn dropped_before_read(f: &Facts, r: &ReceiveView, reasons: &[&str]) -> Option<D
     if dropped == 0 {
         return None;
     }
-    let read = r.count("recv_packets");
+    let read = r.count(StageName::RecvPackets);
     let mut evidence = funnel_lines(f, r, dropped);
     drop_lines(&rows, &mut evidence);
     Some(DroppedBeforeRead {
@@ -300,7 +304,7 @@ fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     if !r.drops.is_empty() || !r.socket_drops_seen {
         return None;
     }
-    let read = r.count("recv_packets");
+    let read = r.count(StageName::RecvPackets);
     Some(verdict(
         Cause::ReceiverKeepsUp,
         Kind::Loss,

@@ -189,10 +189,10 @@ impl Run {
     /// The funnel after the send syscalls, over the run.
     fn after_send(mut self, dev_queue: u64, dev_xmit: u64, target_drops: u64) -> Run {
         let counts = &mut self.0.stage_counts;
-        counts.insert("syscall_packets".into(), self.0.packets);
-        counts.insert("dev_queue".into(), dev_queue);
-        counts.insert("dev_xmit".into(), dev_xmit);
-        counts.insert("target_drops".into(), target_drops);
+        counts.insert(StageName::SyscallPackets, self.0.packets);
+        counts.insert(StageName::DevQueue, dev_queue);
+        counts.insert(StageName::DevXmit, dev_xmit);
+        counts.insert(StageName::TargetDrops, target_drops);
         self
     }
 
@@ -233,7 +233,7 @@ fn unicornscan_pacers() -> Vec<PacerView> {
     .into_iter()
     .map(|(probe, name, option, waits)| PacerView {
         probe: probe.into(),
-        name: name.into(),
+        name: name.parse().unwrap(),
         option: Some(option.into()),
         waits,
     })
@@ -514,7 +514,7 @@ fn a_flooding_sender_is_told_what_limits_its_rate() {
         });
     r.0.baseline = Some(Baseline {
         rate: 0.0,
-        pacer: "none".into(),
+        pacer: crate::wrappers::PacerKind::None,
         achieved_pps: 300_000.0,
         ..Default::default()
     });
@@ -1526,7 +1526,7 @@ fn a_rate_claim_above_what_left_the_machine_disagrees() {
             claims: vec![claim("pps unisend reported for work unit 1", 1000.0, 1000.0)],
             ..Default::default()
         });
-    r.0.stages.insert("dev_xmit".into(), 300.0);
+    r.0.stages.insert(StageName::DevXmit, 300.0);
     let v = r.verdicts();
     assert_eq!(causes(&v), [Cause::QdiscDrop, Cause::ClaimMismatch]);
     assert_share(&v, Cause::QdiscDrop, 0.7);
@@ -1869,7 +1869,7 @@ fn shares_never_exceed_the_gap() {
 fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
     let packets = (achieved * interval_s).round() as u64;
     let stage = |name: &str, count: u64| Stage {
-        name: name.into(),
+        name: name.parse().unwrap(),
         count,
         pps: count as f64 / interval_s,
         total: count * n,
@@ -2160,7 +2160,7 @@ impl Run {
     fn receives(mut self, calls: u64, packets: u64, drops: &[(&str, u64)]) -> Run {
         let secs = self.0.duration_s;
         let stage = |name: &str, n: u64| Stage {
-            name: name.into(),
+            name: name.parse().unwrap(),
             count: n,
             pps: n as f64 / secs,
             total: n,
@@ -2330,7 +2330,7 @@ fn the_kernels_own_replies_and_purged_replies_are_no_loss_and_no_gap_stands() {
 /// An attached IPC probe of a profile (unicornscan's `send_message`), which saw no call.
 fn ipc_probe(name: &str) -> UprobeView {
     UprobeView {
-        name: name.into(),
+        name: name.parse().unwrap(),
         role: crate::wrappers::ProbeRole::IpcSend,
         symbol: "send_message".into(),
         binary: Some("/usr/bin/unicornscan".into()),

@@ -793,6 +793,51 @@ mod tests {
         assert_eq!(issues.iter().map(|i| i.lines).sum::<usize>(), 500_001);
     }
 
+    /// A stage name scanprof does not count (a typo, a newer scanprof's stage) in a sample
+    /// and in the summary: each line is skipped with an issue naming the name and the stages
+    /// there are; the other lines are read.
+    #[test]
+    fn an_unknown_stage_name_skips_its_line_and_names_the_stage() {
+        let rec = rich_recording();
+        let full = events_ndjson(&rec);
+        let lines: Vec<&str> = full.lines().collect();
+        let sample = lines
+            .iter()
+            .position(|l| l.contains(r#""type":"sample""#))
+            .unwrap();
+        let summary = lines
+            .iter()
+            .position(|l| l.contains(r#""type":"summary""#))
+            .unwrap();
+        let bad: Vec<String> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if i == sample || i == summary {
+                    assert!(l.contains(r#""dev_xmit""#), "{l}");
+                    l.replacen(r#""dev_xmit""#, r#""dev_xmitt""#, 1)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        let (back, issues) = parse(bad.join("\n").as_bytes(), Path::new("events.ndjson")).unwrap();
+        assert_eq!(back.ticks.len(), rec.ticks.len() - 1);
+        assert!(back.summary.is_none());
+        assert_eq!(
+            issues.iter().map(|i| i.line).collect::<Vec<_>>(),
+            [sample + 1, summary + 1],
+            "{issues:?}"
+        );
+        for i in &issues {
+            let text = i.to_string();
+            assert!(
+                text.contains("cannot read") && text.contains("dev_xmitt") && text.contains("`dev_xmit`"),
+                "{text}"
+            );
+        }
+    }
+
     #[test]
     fn a_truncated_stream_keeps_what_it_can_and_names_the_line() {
         let rec = rich_recording();

@@ -297,7 +297,7 @@ fn overview(o: &mut String, r: &Report) {
         let _ = write!(
             o,
             "Baseline on this machine: a {}-paced reference sender reached {:.1} pps at {:.0} requested",
-            escape_inline(&b.pacer),
+            escape_inline(b.pacer.as_str()),
             b.achieved_pps,
             b.rate
         );

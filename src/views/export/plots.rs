@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use super::Recording;
+use crate::analysis::StageName;
 use crate::units::{plain, si};
 
 /// Canvas size, px.
@@ -25,15 +26,20 @@ const LEGEND_CHAR_PX: f64 = 7.0;
 const LEGEND_MAX_CHARS: usize = ((WIDTH - LEGEND_X - 30.0 - 8.0) / LEGEND_CHAR_PX) as usize;
 
 /// The series of the rates plot: (element id, legend label, stage name, colour).
-const RATE_SERIES: [(&str, &str, &str, &str); 3] = [
+const RATE_SERIES: [(&str, &str, StageName, &str); 3] = [
     (
         "achieved",
         "achieved (syscall_packets)",
-        "syscall_packets",
+        StageName::SyscallPackets,
         "#1f77b4",
     ),
-    ("dev_xmit", "dev_xmit (driver accepted)", "dev_xmit", "#2ca02c"),
-    ("target_drops", "target_drops", "target_drops", "#d62728"),
+    (
+        "dev_xmit",
+        "dev_xmit (driver accepted)",
+        StageName::DevXmit,
+        "#2ca02c",
+    ),
+    ("target_drops", "target_drops", StageName::TargetDrops, "#d62728"),
 ];
 const REQUESTED_COLOUR: &str = "#555555";
 /// Shading of the time a sender thread was blocked inside a send call.
@@ -219,7 +225,7 @@ fn loss_spans(rec: &Recording, x: &Axis) -> Vec<Span> {
         let lost = t
             .stages
             .iter()
-            .find(|s| s.name == "target_drops")
+            .find(|s| s.name == StageName::TargetDrops)
             .map_or(0.0, |s| finite_or_zero(s.pps) * t.interval_s);
         if lost < 0.5 {
             continue;
@@ -855,7 +861,7 @@ mod tests {
             .iter()
             .zip(pps)
             .map(|(name, pps)| Stage {
-                name: name.to_string(),
+                name: name.parse().unwrap(),
                 count: pps as u64,
                 pps,
                 total: 0,

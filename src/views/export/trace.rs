@@ -938,7 +938,7 @@ mod tests {
             tick: n,
             t_s: n as f64,
             stages: vec![Stage {
-                name: "send_calls".into(),
+                name: crate::analysis::StageName::SendCalls,
                 count: 0,
                 pps: 0.0,
                 total: 0,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::keys::{action_of, Action};
-use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, Summary, SCHEMA_VERSION, STAGES};
+use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, StageName, Summary, SCHEMA_VERSION, STAGES};
 use crate::collect::family::ProcessInfo;
 use crate::probes::ProbeStatus;
 use crate::session::Update;
@@ -152,7 +152,7 @@ impl App {
             // view does not rely on it.
             Update::Tick(_) if self.summary.is_some() => {}
             Update::Tick(s) => {
-                let stage = |name: &str| {
+                let stage = |name: StageName| {
                     s.stages
                         .iter()
                         .find(|st| st.name == name)
@@ -161,8 +161,8 @@ impl App {
                 self.history.push_back(RatePoint {
                     t_s: s.t_s,
                     achieved: s.achieved_pps,
-                    dev_xmit: stage("dev_xmit"),
-                    target_drops: stage("target_drops"),
+                    dev_xmit: stage(StageName::DevXmit),
+                    target_drops: stage(StageName::TargetDrops),
                 });
                 while self.history.len() > HISTORY {
                     self.history.pop_front();
@@ -321,10 +321,10 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
     let stages = STAGES
         .iter()
         .map(|name| {
-            let pps = sum.stages.get(*name).copied().unwrap_or(0.0);
-            let total = sum.stage_counts.get(*name).copied().unwrap_or(0);
+            let pps = sum.stages.get(name).copied().unwrap_or(0.0);
+            let total = sum.stage_counts.get(name).copied().unwrap_or(0);
             Stage {
-                name: name.to_string(),
+                name: *name,
                 count: total,
                 pps,
                 total,

@@ -15,7 +15,7 @@ use ratatui::Frame;
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
 use crate::analysis::verdict::{Confidence, Kind};
-use crate::analysis::{DropRow, EndReason, Snapshot, Stage};
+use crate::analysis::{DropRow, EndReason, Snapshot, Stage, StageName};
 use crate::collect::DropClass;
 
 /// The smallest terminal the live view lays out its panels in; below it, it says so.
@@ -469,20 +469,20 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     let no_qdisc = s
         .stages
         .iter()
-        .any(|st| st.name == "qdisc_enqueue" && st.total == 0);
+        .any(|st| st.name == StageName::QdiscEnqueue && st.total == 0);
     let rows = funnel_stages(s).into_iter().map(|st| {
-        let shown = if no_qdisc && st.name.starts_with("qdisc") {
+        let shown = if no_qdisc && st.name.is_qdisc() {
             "-".to_string()
         } else {
             rate(st.pps)
         };
-        let style = if (st.name == "target_drops" || st.name == "recv_drops") && st.count > 0 {
+        let style = if matches!(st.name, StageName::TargetDrops | StageName::RecvDrops) && st.count > 0 {
             Style::new().fg(Color::Red)
         } else {
             Style::new()
         };
         Row::new(vec![
-            st.name.clone(),
+            st.name.to_string(),
             shown,
             st.total.to_string(),
             st.ratio.map(pct).unwrap_or_default(),
@@ -649,7 +649,7 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
     }
     sets.extend([
         line("achieved".into(), Color::Green, &achieved),
-        line("dev_xmit".into(), Color::Cyan, &xmit),
+        line(StageName::DevXmit.to_string(), Color::Cyan, &xmit),
         line("dropped".into(), Color::Red, &drops),
     ]);
     let chart = Chart::new(sets)

@@ -826,7 +826,7 @@ fn app_receiving(sent: bool) -> App {
     use crate::analysis::{ReceiveView, Stage};
     let mut tick = rich_ticks().0.remove(0);
     let stage = |name: &str, count: u64| Stage {
-        name: name.into(),
+        name: name.parse().unwrap(),
         count,
         pps: count as f64,
         total: count,
