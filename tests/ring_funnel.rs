@@ -88,6 +88,25 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
     (done, own)
 }
 
+/// scanprof's ring stages equal what the reader's own PACKET_STATISTICS say (`own`: its report).
+fn assert_ring_stages(
+    receive: &scanprof::analysis::receive::ReceiveView,
+    queued: u64,
+    dropped: u64,
+    own: &Value,
+) {
+    assert_eq!(
+        receive.count(StageName::RingQueued),
+        queued,
+        "{own}\n{receive:#?}"
+    );
+    assert_eq!(
+        receive.count(StageName::RingDrops),
+        dropped,
+        "{own}\n{receive:#?}"
+    );
+}
+
 #[test]
 fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     let test = privileged();
@@ -110,16 +129,7 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
         receive.count(StageName::RingDrops),
         receive.count(StageName::RecvDrops)
     );
-    assert_eq!(
-        receive.count(StageName::RingQueued),
-        queued,
-        "{own}\n{receive:#?}"
-    );
-    assert_eq!(
-        receive.count(StageName::RingDrops),
-        dropped,
-        "{own}\n{receive:#?}"
-    );
+    assert_ring_stages(receive, queued, dropped, &own);
     assert_eq!(receive.rings.len(), 1, "{receive:#?}");
     let ring = &receive.rings[0];
     assert_eq!(ring.kind, scanprof::collect::rings::RingKind::TpacketV2);
@@ -172,16 +182,7 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
     // It read often (about 175 reads over 3.5 s) while frames came and the ring overflowed.
     assert!(u64_of(&own, "statistics_reads") > 100, "{own}");
     assert!(dropped > 1000, "the ring did not fill: {own}");
-    assert_eq!(
-        receive.count(StageName::RingQueued),
-        queued,
-        "{own}\n{receive:#?}"
-    );
-    assert_eq!(
-        receive.count(StageName::RingDrops),
-        dropped,
-        "{own}\n{receive:#?}"
-    );
+    assert_ring_stages(receive, queued, dropped, &own);
     assert_eq!(receive.rings.len(), 1, "{receive:#?}");
     assert_eq!(receive.rings[0].clears, 0, "{:?}", receive.rings[0]);
     assert_eq!(
@@ -222,16 +223,7 @@ fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
         .receive
         .as_ref()
         .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
-    assert_eq!(
-        receive.count(StageName::RingQueued),
-        queued,
-        "{own}\n{receive:#?}"
-    );
-    assert_eq!(
-        receive.count(StageName::RingDrops),
-        dropped,
-        "{own}\n{receive:#?}"
-    );
+    assert_ring_stages(receive, queued, dropped, own);
     let top = summary
         .verdicts
         .iter()
