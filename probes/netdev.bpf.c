@@ -67,7 +67,12 @@ struct in_xmit {
 	__u32 far_devns;	/* the device's own namespace */
 	__u32 far_ns;		/* the peer's namespace, 0: not a veth; in target_netns */
 	__u32 far_left;		/* packets until the peer is read again */
-	__u32 pad;
+	__u32 queued_ok;	/* queued_print could be read */
+	/* The headers of the family packet this CPU last saw at net_dev_queue, read there once:
+	 * on a device without a queue (veth, lo) net_dev_start_xmit follows for the same skb at
+	 * once and takes them from here instead of reading the packet again. */
+	__u64 queued_skb;
+	__u64 queued_print;
 };
 
 /* How many family packets (per CPU, per device) go by on the cached far namespace of a veth
@@ -197,15 +202,14 @@ struct {
 
 /* A family packet's destination and namespace: remembered so that drops found later by address
  * (at a far namespace, no socket left) are known as this process's. */
-static __always_inline void note_dest(struct sk_buff *skb, struct net_device *dev, __u32 tgid)
+static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_device *dev,
+				      __u32 tgid)
 {
-	struct sp_flow_key fk;
+	struct sp_flow_key fk = *dst;
 	__u32 zero = 0, ns = dev_netns(dev), *owner;
 	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
 	__u64 gen = gen_now(&flows_gen), now = 0;
 
-	if (skb_addr(skb, 1, &fk))
-		return;
 	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, &fk)) {
 		if (last->gen == gen)
 			return;
@@ -234,18 +238,31 @@ static __always_inline void note_dest(struct sk_buff *skb, struct net_device *de
 	}
 }
 
-/* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. */
+/* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. Its
+ * headers are read once, here, for both this and net_dev_start_xmit (in_flight). */
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(on_dev_queue, struct sk_buff *skb)
 {
 	struct net_device *dev = skb->dev;
-	__u32 tgid;
+	__u32 tgid, zero = 0;
 
 	if (!dev)
 		return 0;
 	tgid = skb_target(skb);
-	if (tgid)
-		note_dest(skb, dev, tgid);
+	if (tgid) {
+		struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
+		struct sp_flow_key fk;
+		struct sp_l4 l;
+
+		skb_l4_dst(skb, &l, &fk);
+		if (fk.family)
+			note_dest(&fk, dev, tgid);
+		if (x) {
+			x->queued_skb = (__u64)skb;
+			x->queued_print = l.print;
+			x->queued_ok = l.ok;
+		}
+	}
 	FOR_ROWS(dev, tgid, s, s->queued += 1);
 	return 0;
 }
@@ -300,13 +317,20 @@ int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, 
 
 /* Remembers a family packet by its skb and headers: past this driver it has no socket, and a
  * drop in a far namespace is the family's only if it is this packet (drops: classify). */
-static __always_inline void note_sent(struct sk_buff *skb, __u32 tgid)
+static __always_inline void note_sent(const struct sk_buff *skb, __u32 tgid, struct in_xmit *x)
 {
 	struct sp_sent v = { .tgid = tgid }, *old;
 	__u64 key = (__u64)skb;
 	struct sp_l4 l;
 
-	skb_l4(skb, &l);
+	if (x->queued_skb == key) {
+		/* read at net_dev_queue a moment ago; used once */
+		x->queued_skb = 0;
+		l.ok = x->queued_ok;
+		l.print = x->queued_print;
+	} else {
+		skb_l4(skb, &l);
+	}
 	if (!l.ok)
 		return;
 	/* A sender's skbs come back from the slab at the same few addresses: rewrite the entry in
@@ -394,7 +418,7 @@ static __always_inline void note_far_netns(const struct net_device *dev, struct 
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
-	__u32 tgid = skb_target((struct sk_buff *)skb), zero = 0;
+	__u32 tgid = skb_target(skb), zero = 0;
 	struct in_xmit *x;
 
 	if (!tgid)
@@ -407,8 +431,8 @@ int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_devi
 	/* Only a virtual device (veth, lo: no parent device) hands the packet to another part of
 	 * this host, where it can die without a socket; a NIC's packet leaves the host, and the
 	 * map write (~65 ns a packet) would buy nothing. */
-	if (!BPF_CORE_READ(dev, dev.parent)) {
-		note_sent((struct sk_buff *)skb, tgid);
+	if (!dev->dev.parent) {
+		note_sent(skb, tgid, x);
 		note_far_netns(dev, x, tgid);
 	}
 	return 0;

@@ -330,8 +330,10 @@ static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow
 
 /* Reads the IP and transport headers at the network header into *l (zeroed when unreadable),
  * in one read when the IP header has no options. The fingerprint keeps only fields no hop
- * changes (not the TTL or the IP checksum). */
-static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
+ * changes (not the TTL or the IP checksum). With `dst`, the same read also gives the packet's
+ * destination address there (as skb_addr(skb, 1, dst)); dst->family stays 0 when it has none. */
+static __always_inline void skb_l4_dst(const struct sk_buff *skb, struct sp_l4 *l,
+				       struct sp_flow_key *dst)
 {
 	unsigned char *head = skb->head;
 	__u16 nh = skb->network_header;
@@ -343,6 +345,8 @@ static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 	l->print = 0;
 	l->reply_like = 0;
 	l->ok = 0;
+	if (dst)
+		__builtin_memset(dst, 0, sizeof(*dst));
 	if (nh == (__u16)~0U)
 		return;
 	if (bpf_probe_read_kernel(b, sizeof(b), head + nh))
@@ -350,6 +354,10 @@ static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 	if (proto == 0x0800 && (b[0] >> 4) == 4) {
 		__u32 ihl = b[0] & 0xf;
 
+		if (dst) {
+			__builtin_memcpy(dst->addr, b + 16, 4);
+			dst->family = 2;
+		}
 		p = b[9];
 		ip = ((__u64)b[4] << 16 | (__u64)b[5] << 8) | p;	/* IP id, protocol */
 		if (ihl < 5)
@@ -361,6 +369,10 @@ static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 		}
 		t = b + 20;
 	} else if (proto == 0x86DD && (b[0] >> 4) == 6) {
+		if (dst) {
+			__builtin_memcpy(dst->addr, b + 24, 16);
+			dst->family = 10;
+		}
 		p = b[6];
 		ip = ((__u64)(b[1] & 0xf) << 24 | (__u64)b[2] << 16 | (__u64)b[3] << 8) | p;	/* flow label */
 		t = b + 40;
@@ -376,6 +388,11 @@ static __always_inline void skb_l4(struct sk_buff *skb, struct sp_l4 *l)
 		l->reply_like = t[0] == 3 || t[0] == 11 || t[0] == 12;	/* unreachable, time, param */
 	else if (p == 58)
 		l->reply_like = t[0] >= 1 && t[0] <= 4;			/* ICMPv6 errors */
+}
+
+static __always_inline void skb_l4(const struct sk_buff *skb, struct sp_l4 *l)
+{
+	skb_l4_dst(skb, l, 0);
 }
 
 /* Whether two flow keys name the same address (word by word: no memcmp in BPF). */
@@ -515,11 +532,36 @@ static __always_inline __u32 sock_target(__u64 sk)
 	return tgid ? *tgid : 0;
 }
 
-/* tgid of the family process that owns the skb's socket, 0 if none. */
-static __always_inline __u32 skb_target(struct sk_buff *skb)
+/*
+ * A word per CPU through which a BTF pointer becomes a plain number. A pointer loaded directly
+ * (skb->sk in a tp_btf program) is typed by the verifier, which refuses the shifts and
+ * multiplications that hash it; stored in a map value and loaded back it is a number (root's
+ * programs may store pointers in maps: the verifier's allow_ptr_leaks). A store and a load
+ * here, where bpf_probe_read_kernel of the same field costs ~35 ns a call on this machine.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ptr_word SEC(".maps");
+
+static __always_inline __u64 ptr_num(const void *p)
 {
-	/* read as a number (not a BTF pointer), so that sock_target may hash it */
-	return sock_target((__u64)BPF_CORE_READ(skb, sk));
+	__u32 zero = 0;
+	__u64 *w = bpf_map_lookup_elem(&ptr_word, &zero);
+
+	if (!w)
+		return 0;
+	*w = (__u64)p;
+	/* the load must come from the map, not from the register the compiler still holds */
+	return *(volatile __u64 *)w;
+}
+
+/* tgid of the family process that owns the skb's socket, 0 if none. */
+static __always_inline __u32 skb_target(const struct sk_buff *skb)
+{
+	return sock_target(ptr_num(skb->sk));
 }
 
 /* The family's PACKET_STATISTICS reads by packet socket (struct sock *) -> struct sp_ring_reads:
