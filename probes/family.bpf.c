@@ -15,6 +15,39 @@ struct {
 	__type(value, struct sp_thread);
 } thread_zero SEC(".maps");
 
+/* Entries of `threads` (and of thread_slots and slot_owner), set by user space before load. */
+const volatile __u32 thread_cap = MAX_THREADS;
+
+struct slot_search {
+	__u32 tid;
+	__u32 from;
+	__u32 slot;
+};
+
+static long try_slot(__u32 i, struct slot_search *c)
+{
+	__u32 s = (c->from + i) % (thread_cap ? thread_cap : 1);
+
+	if (bpf_map_update_elem(&slot_owner, &s, &c->tid, BPF_NOEXIST))
+		return 0;	/* taken: try the next */
+	c->slot = s;
+	return 1;
+}
+
+/* A slot of `threads` for thread `tid`: the one it already holds (a reused tid whose record user
+ * space has not forgotten yet starts over there), else the first free one from a hash of the
+ * tid. SP_NO_SLOT when every slot is taken. A fork is rare: the search may visit them all. */
+static __always_inline __u32 thread_claim(__u32 tid)
+{
+	struct slot_search c = { .tid = tid, .from = tid * 2654435761u, .slot = SP_NO_SLOT };
+	__u32 *held = bpf_map_lookup_elem(&thread_slots, &tid);
+
+	if (held)
+		return *held;
+	bpf_loop(thread_cap, try_slot, &c, 0);
+	return c.slot;
+}
+
 /* Types that no map names, referenced here so that the Rust skeleton carries them. */
 struct sp_event abi_event;
 struct sp_drop_pkt abi_drop_pkt;
@@ -58,8 +91,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 ptgid = BPF_CORE_READ(parent, tgid);
 	__u32 ctgid = BPF_CORE_READ(child, tgid);
 	__u32 ctid = BPF_CORE_READ(child, pid);
-	__u32 zero = 0;
+	__u32 zero = 0, slot, idx;
 	struct sp_thread *init, *t;
+	struct sp_tid_slot *c;
 	struct sp_event *e;
 	__u64 *w;
 
@@ -68,18 +102,27 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	init = bpf_map_lookup_elem(&thread_zero, &zero);
 	if (!init)
 		return 0;
-	if (bpf_map_update_elem(&threads, &ctid, init, BPF_ANY)) {
+	slot = thread_claim(ctid);
+	if (slot == SP_NO_SLOT || bpf_map_update_elem(&threads, &slot, init, BPF_ANY)) {
 		health_inc(SP_H_THREADS_FULL);
 		return 0;
 	}
-	t = bpf_map_lookup_elem(&threads, &ctid);
+	t = bpf_map_lookup_elem(&threads, &slot);
 	if (t) {
 		t->tgid = ctgid;
-		t->tid = ctid;
 		t->sched_state = SP_ST_RUNNABLE;
 		t->state_since_ns = bpf_ktime_get_ns();
 		t->block_stack = -1;
+		t->tid = ctid;	/* last: the record is this thread's from here */
 	}
+	bpf_map_update_elem(&thread_slots, &ctid, &slot, BPF_ANY);
+	idx = ctid & (SP_TID_SLOT_WAYS - 1);
+	c = bpf_map_lookup_elem(&tid_slots, &idx);
+	if (c) {
+		c->slot = slot;
+		c->tid = ctid;
+	}
+	/* only now that its record can be found: the hot programs look for it once the bit is set */
 	w = tid_word(ctid);
 	if (w)
 		__sync_fetch_and_or(w, 1ULL << (ctid & 63));
@@ -138,7 +181,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	w = tid_word(tid);
 	if (w)
 		__sync_fetch_and_and(w, ~(1ULL << (tid & 63)));
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = thread_rec(tid);
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();

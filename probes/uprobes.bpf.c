@@ -78,7 +78,7 @@ static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u
 	c->inside_ns = 0;
 	c->buf_len = 0;
 	c->pad = 0;
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = thread_rec(tid);
 	c->packets = t ? t->packets : 0;
 	c->last_pkt_ns = t ? t->last_pkt_ns : 0;
 	return c;

@@ -170,6 +170,13 @@ struct sp_thread {
 	__u64 gap[SP_HIST_BUCKETS];	/* time between consecutive network send entries, ns */
 };
 
+/* Where a family thread's record is: entry tid % 4096 of the shared `tid_slots` array names
+ * the slot of `threads` of one thread with those low bits (tid 0: none). */
+struct sp_tid_slot {
+	__u32 tid;
+	__u32 slot;
+};
+
 /* A process of the target family, keyed by tgid in the shared `family` map. */
 struct sp_member {
 	__u32 ppid;

@@ -450,6 +450,8 @@ impl ProbeSet {
         // The maps `--map-size` may name: checked once every object has been opened.
         let mut capacity = sizing::capacity_maps(family.open_object());
         sizes.apply(family.open_object_mut())?;
+        // The fork program's search for a free thread slot goes over the array's entries.
+        rodata_of("family", family.maps.rodata_data.as_deref_mut())?.thread_cap = sizes.threads();
         let mark = log_mark();
         let family = family.load().map_err(load_err("family", mark))?;
         timing("family object loaded");
@@ -819,26 +821,67 @@ impl ProbeSet {
             .map_err(bpf_err(format!("adding pid {tgid} to the family")))
     }
 
-    /// Starts tracking one thread of a family process. `now_ns` is CLOCK_MONOTONIC.
+    /// Starts tracking one thread of a family process. `now_ns` is CLOCK_MONOTONIC. The thread
+    /// gets a free slot of the `threads` array, claimed in `slot_owner` as the fork program
+    /// claims one (probes/family.bpf.c: the same search from the same hash of the tid).
     pub fn add_thread(&self, tid: u32, tgid: u32, now_ns: u64) -> Result<(), ProbeError> {
-        let t = sp_thread {
-            tgid,
-            tid,
-            block_stack: -1,
-            state_since_ns: now_ns,
-            ..Default::default()
-        };
-        // NOEXIST: a thread the fork probe already saw keeps its counters.
-        match self
-            .objects
-            .family
-            .maps
-            .threads
-            .update(&tid.to_ne_bytes(), as_bytes(&t), MapFlags::NO_EXIST)
+        let maps = &self.objects.family.maps;
+        let key = tid.to_ne_bytes();
+        let failed = |e| bpf_err(format!("tracking thread {tid}"))(e);
+        // A thread the fork probe already saw keeps its slot and counters.
+        if maps
+            .thread_slots
+            .lookup(&key, MapFlags::ANY)
+            .map_err(failed)?
+            .is_none()
         {
-            Ok(()) => {}
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(bpf_err(format!("tracking thread {tid}"))(e)),
+            let cap = maps.threads.max_entries().max(1);
+            let from = tid.wrapping_mul(2_654_435_761);
+            let mut slot = None;
+            for i in 0..cap {
+                let s = from.wrapping_add(i) % cap;
+                match maps.slot_owner.update(&s.to_ne_bytes(), &key, MapFlags::NO_EXIST) {
+                    Ok(()) => {
+                        slot = Some(s);
+                        break;
+                    }
+                    Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            let Some(slot) = slot else {
+                return Err(ProbeError::Bpf {
+                    what: format!(
+                        "tracking thread {tid}: all {cap} thread slots are taken (--map-size threads=N gives more)"
+                    ),
+                    source: libbpf_rs::Error::from_raw_os_error(libc::E2BIG),
+                });
+            };
+            let t = sp_thread {
+                tgid,
+                tid,
+                block_stack: -1,
+                state_since_ns: now_ns,
+                ..Default::default()
+            };
+            let s = slot.to_ne_bytes();
+            maps.threads
+                .update(&s, as_bytes(&t), MapFlags::ANY)
+                .map_err(failed)?;
+            match maps.thread_slots.update(&key, &s, MapFlags::NO_EXIST) {
+                Ok(()) => {
+                    let way = (tid % TID_SLOT_WAYS).to_ne_bytes();
+                    let entry = [key, s].concat();
+                    maps.tid_slots
+                        .update(&way, &entry, MapFlags::ANY)
+                        .map_err(failed)?;
+                }
+                // The fork probe gave it a slot meanwhile: that one stays, this one is freed.
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                    let _ = maps.slot_owner.delete(&s);
+                }
+                Err(e) => return Err(failed(e)),
+            }
         }
         // Only now that its record exists: the hot programs look for it once the bit is set.
         self.tids.set(tid);
@@ -847,18 +890,38 @@ impl ProbeSet {
 
     /// Every tracked thread's record.
     pub fn threads(&self) -> Vec<sp_thread> {
-        let threads = &self.objects.family.maps.threads;
-        threads
+        let maps = &self.objects.family.maps;
+        maps.thread_slots
             .keys()
-            .filter_map(|k| threads.lookup(&k, MapFlags::ANY).ok().flatten())
-            .filter_map(|v| read_pod::<sp_thread>(&v))
+            .filter_map(|tid| {
+                let slot = maps.thread_slots.lookup(&tid, MapFlags::ANY).ok().flatten()?;
+                let rec = maps.threads.lookup(&slot, MapFlags::ANY).ok().flatten()?;
+                let t = read_pod::<sp_thread>(&rec)?;
+                (t.tid.to_ne_bytes()[..] == tid[..]).then_some(t)
+            })
             .collect()
     }
 
-    /// Stops tracking a thread (after its final counters were read).
+    /// Stops tracking a thread (after its final counters were read): its slot is emptied and
+    /// given back.
     pub fn forget_thread(&self, tid: u32) {
+        let maps = &self.objects.family.maps;
+        let key = tid.to_ne_bytes();
         // Already gone is fine.
-        let _ = self.objects.family.maps.threads.delete(&tid.to_ne_bytes());
+        let Ok(Some(slot)) = maps.thread_slots.lookup(&key, MapFlags::ANY) else {
+            return;
+        };
+        let _ = maps.thread_slots.delete(&key);
+        let _ = maps
+            .threads
+            .update(&slot, as_bytes(&sp_thread::default()), MapFlags::ANY);
+        let way = (tid % TID_SLOT_WAYS).to_ne_bytes();
+        if let Ok(Some(entry)) = maps.tid_slots.lookup(&way, MapFlags::ANY) {
+            if entry.get(..4) == Some(&key[..]) {
+                let _ = maps.tid_slots.update(&way, &[0u8; 8], MapFlags::ANY);
+            }
+        }
+        let _ = maps.slot_owner.delete(&slot);
     }
 
     /// Drop counts, summed over CPUs.
@@ -1350,6 +1413,10 @@ pub fn c_chars(bytes: &[i8]) -> String {
     let b: Vec<u8> = bytes.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect();
     String::from_utf8_lossy(&b).into_owned()
 }
+
+/// Entries of the `tid_slots` array (SP_TID_SLOT_WAYS, probes/include/shared.h): a thread's
+/// entry is its tid modulo this.
+const TID_SLOT_WAYS: u32 = 1 << 12;
 
 /// A type that map and ring-buffer bytes are read into: the generated ABI types of wire.h (and
 /// the integers that maps hold), `repr(C)` and made of integers and integer arrays only, so any

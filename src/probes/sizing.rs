@@ -15,7 +15,7 @@ use super::ProbeError;
 pub const DEFAULT_SIZES: [(&str, u32); 7] = [
     // Family threads alive at once, plus those that exited during the current tick (user space
     // deletes them once read). 6.2 KB each: the largest map by far.
-    ("threads", 1024),
+    ("threads", DEFAULT_THREADS),
     // Remote addresses the family sent to (LRU): the most recent 16384 are recognised when their
     // packets or replies are dropped after losing their socket.
     ("flows", 16384),
@@ -30,6 +30,13 @@ pub const DEFAULT_SIZES: [(&str, u32); 7] = [
     // Records of rare scanner uprobe calls, consumed every 50 ms: ~750 records.
     ("calls", 256 << 10),
 ];
+
+/// Slots for family threads by default.
+const DEFAULT_THREADS: u32 = 1024;
+
+/// The maps `--map-size threads=N` sizes: the records' array (indexed by slot, so not a
+/// capacity type itself), the tid -> slot hash and the slot claims (probes/include/shared.h).
+pub const THREAD_MAPS: [&str; 3] = ["threads", "thread_slots", "slot_owner"];
 
 /// The most entries `--map-size` may give a map (a ring buffer: bytes).
 pub const MAX_MAP_ENTRIES: u32 = 1 << 26;
@@ -104,6 +111,12 @@ impl MapSizes {
         self.entries.get(name).copied()
     }
 
+    /// Slots for family threads: the entries of the `threads` array and of the maps that index
+    /// it (`THREAD_MAPS`), sized together by `--map-size threads=N`.
+    pub fn threads(&self) -> u32 {
+        self.get("threads").unwrap_or(DEFAULT_THREADS)
+    }
+
     /// Checks that every map named is one of `RESIZABLE`, and a map whose size is a capacity
     /// in one of the objects (`capacity`: the names `capacity_maps` found in each).
     pub(super) fn check(&self, capacity: &BTreeSet<String>) -> Result<(), ProbeError> {
@@ -113,7 +126,7 @@ impl MapSizes {
                     "--map-size {name}: that map cannot be resized (maps that can: {})",
                     RESIZABLE.join(", ")
                 )
-            } else if !capacity.contains(name) {
+            } else if !capacity.contains(name) && !(name == "threads" && capacity.contains(THREAD_MAPS[1])) {
                 format!(
                     "--map-size {name}: the probes have no hash, stack or ring buffer map of that name \
                      (src/probes/sizing.rs is out of date with probes/)"
@@ -137,10 +150,14 @@ impl MapSizes {
     pub(super) fn apply(&self, obj: &mut OpenObject) -> Result<(), ProbeError> {
         for mut map in obj.maps_mut() {
             let name = map.name().to_string_lossy().into_owned();
-            if !RESIZABLE.contains(&name.as_str()) || !capacity_type(map.map_type()) {
+            let n = if THREAD_MAPS.contains(&name.as_str()) {
+                Some(self.threads())
+            } else if !RESIZABLE.contains(&name.as_str()) || !capacity_type(map.map_type()) {
                 continue;
-            }
-            if let Some(n) = self.get(&name) {
+            } else {
+                self.get(&name)
+            };
+            if let Some(n) = n {
                 map.set_max_entries(n).map_err(|source| ProbeError::Bpf {
                     what: format!("sizing map {name} to {n} entries"),
                     source,
@@ -287,5 +304,25 @@ mod tests {
         s.set("threads", 4096);
         s.set("drops", 16384);
         assert_eq!((s.get("threads"), s.get("drops")), (Some(4096), Some(16384)));
+    }
+
+    #[test]
+    fn threads_sizes_the_slot_array_and_the_maps_that_index_it() {
+        let mut s = MapSizes::default();
+        assert_eq!(s.threads(), 1024);
+        s.set("threads", 4096);
+        assert_eq!(
+            s.threads(),
+            4096,
+            "the fork program's slot search spans the same entries"
+        );
+        // `threads` is an array now: the name is accepted because its index, a hash, is there.
+        let capacity: BTreeSet<String> = ["thread_slots", "slot_owner"].map(String::from).into();
+        assert!(s.check(&capacity).is_ok());
+        let without: BTreeSet<String> = ["flows"].map(String::from).into();
+        assert!(
+            s.check(&without).is_err(),
+            "no thread maps in the objects: refused"
+        );
     }
 }
