@@ -316,10 +316,15 @@ mod tests {
             4096,
             "the fork program's slot search spans the same entries"
         );
-        // `threads` is an array now: the name is accepted because its index, a hash, is there.
-        let capacity: BTreeSet<String> = ["thread_slots", "slot_owner"].map(String::from).into();
+        // `threads` is an array now, not a capacity: the name is accepted because its index, a
+        // hash, is among the objects' capacity maps.
+        let others = DEFAULT_SIZES
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .filter(|n| n != "threads");
+        let capacity: BTreeSet<String> = others.clone().chain(["thread_slots".to_string()]).collect();
         assert!(s.check(&capacity).is_ok());
-        let without: BTreeSet<String> = ["flows"].map(String::from).into();
+        let without: BTreeSet<String> = others.collect();
         assert!(
             s.check(&without).is_err(),
             "no thread maps in the objects: refused"
