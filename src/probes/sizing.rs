@@ -126,7 +126,7 @@ impl MapSizes {
                     "--map-size {name}: that map cannot be resized (maps that can: {})",
                     RESIZABLE.join(", ")
                 )
-            } else if !capacity.contains(name) && !(name == "threads" && capacity.contains(THREAD_MAPS[1])) {
+            } else if !has_capacity(capacity, name) {
                 format!(
                     "--map-size {name}: the probes have no hash, stack or ring buffer map of that name \
                      (src/probes/sizing.rs is out of date with probes/)"
@@ -166,6 +166,12 @@ impl MapSizes {
         }
         Ok(())
     }
+}
+
+/// Whether `--map-size name` names a capacity of the objects: a hash, stack or ring buffer map of
+/// that name, or for `threads` (an array of slots) the hash that indexes it.
+fn has_capacity(capacity: &BTreeSet<String>, name: &str) -> bool {
+    capacity.contains(name) || (name == "threads" && capacity.contains(THREAD_MAPS[1]))
 }
 
 /// The maps of `obj` whose size is a capacity (hashes, stack traces, ring buffers), by name.
