@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use common::test_lab::TestLab;
 use common::*;
+use scanprof::analysis::verdict::{Cause, Kind, Verdict};
 use scanprof::analysis::StageName;
 use serde_json::Value;
 
@@ -107,6 +108,17 @@ fn assert_ring_stages(
     );
 }
 
+/// The top loss verdict names the full ring, with the share `truth` the socket's statistics give.
+fn assert_ring_full_verdict(verdicts: &[Verdict], truth: f64) -> &Verdict {
+    let top = verdicts
+        .iter()
+        .find(|v| v.kind == Kind::Loss)
+        .unwrap_or_else(|| panic!("no loss verdict: {verdicts:#?}"));
+    assert_eq!(top.cause, Cause::RingFull, "{verdicts:#?}");
+    assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
+    top
+}
+
 #[test]
 fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     let test = privileged();
@@ -137,19 +149,8 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     assert_eq!(ring.clears, 0, "{ring:?}");
 
     // The diagnosis names the full ring, with the share the socket's statistics give.
-    let top = summary
-        .verdicts
-        .iter()
-        .find(|v| v.kind == scanprof::analysis::verdict::Kind::Loss)
-        .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
-    assert_eq!(
-        top.cause,
-        scanprof::analysis::verdict::Cause::RingFull,
-        "{:#?}",
-        summary.verdicts
-    );
     let truth = dropped as f64 / (queued + dropped) as f64;
-    assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
+    let top = assert_ring_full_verdict(&summary.verdicts, truth);
     assert!(
         top.next_step.contains("pcap_set_buffer_size"),
         "{}",
@@ -224,19 +225,8 @@ fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
         .as_ref()
         .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
     assert_ring_stages(receive, queued, dropped, own);
-    let top = summary
-        .verdicts
-        .iter()
-        .find(|v| v.kind == scanprof::analysis::verdict::Kind::Loss)
-        .unwrap_or_else(|| panic!("no loss verdict: {:#?}", summary.verdicts));
-    assert_eq!(
-        top.cause,
-        scanprof::analysis::verdict::Cause::RingFull,
-        "{:#?}",
-        summary.verdicts
-    );
     let truth = dropped as f64 / packets as f64;
-    assert!((top.share - truth).abs() < 1e-9, "share {} vs {truth}", top.share);
+    assert_ring_full_verdict(&summary.verdicts, truth);
     for c in lab["fixture_checks"].as_array().expect("fixture checks") {
         assert_eq!(c["ok"], Value::Bool(true), "{c}");
     }

@@ -86,6 +86,19 @@ pub struct Listener {
     pub workers: usize,
 }
 
+impl Listener {
+    /// `scanprof recv` with the kernel's buffer, reading as fast as datagrams come, one worker:
+    /// what each receive scenario changes one thing of.
+    pub const PLAIN: Listener = Listener {
+        rcvbuf: None,
+        read_rate: None,
+        respond: None,
+        relay: None,
+        ring: None,
+        workers: 1,
+    };
+}
+
 /// Stops of the sender: `pause` out of every `every`.
 #[derive(Debug, Clone, Copy)]
 pub struct Stall {
@@ -371,10 +384,7 @@ pub fn staging(s: Scenario) -> Staging {
             listener: Some(Listener {
                 rcvbuf: Some(4096),
                 read_rate: Some(1_000.0),
-                respond: None,
-                relay: None,
-                ring: None,
-                workers: 1,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::RcvbufOverflow, Truth::ListenerDrops),
             ..base
@@ -431,12 +441,8 @@ pub fn staging(s: Scenario) -> Staging {
             sink: false,
             flags: &["--pacer", "sleep"],
             listener: Some(Listener {
-                rcvbuf: None,
-                read_rate: None,
                 respond: Some(super::reference::RESPONDER),
-                relay: None,
-                ring: None,
-                workers: 1,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
             ..base
@@ -448,12 +454,8 @@ pub fn staging(s: Scenario) -> Staging {
             sink: false,
             flags: &["--pacer", "sleep"],
             listener: Some(Listener {
-                rcvbuf: None,
-                read_rate: None,
                 respond: Some(super::reference::SLOW_RESPONDER),
-                relay: None,
-                ring: None,
-                workers: 1,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::ReceiverCpuBound, Truth::ListenerDrops),
             ..base
@@ -482,12 +484,8 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 0.0,
             sink: false,
             listener: Some(Listener {
-                rcvbuf: None,
-                read_rate: None,
-                respond: None,
                 relay: Some(super::reference::RELAY),
-                ring: None,
-                workers: 1,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::RelayEgressBound, Truth::RelayLoss),
             ..base
@@ -499,12 +497,8 @@ pub fn staging(s: Scenario) -> Staging {
             sink: false,
             flags: &["--pacer", "sleep"],
             listener: Some(Listener {
-                rcvbuf: None,
-                read_rate: None,
-                respond: None,
-                relay: None,
-                ring: None,
                 workers: super::reference::RECEIVER_WORKERS,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::ReceiverKeepsUp, Truth::ListenerDrops),
             ..base
@@ -514,12 +508,8 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 2_000.0,
             sink: false,
             listener: Some(Listener {
-                rcvbuf: None,
-                read_rate: None,
-                respond: None,
-                relay: None,
                 ring: Some(super::reference::RING),
-                workers: 1,
+                ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::RingFull, Truth::RingDrops),
             ..base
