@@ -205,12 +205,11 @@ struct {
 static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_device *dev,
 				      __u32 tgid)
 {
-	struct sp_flow_key fk = *dst;
 	__u32 zero = 0, ns = dev_netns(dev), *owner;
 	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
 	__u64 gen = gen_now(&flows_gen), now = 0;
 
-	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, &fk)) {
+	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, dst)) {
 		if (last->gen == gen)
 			return;
 		now = bpf_ktime_get_ns();
@@ -220,9 +219,9 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 	/* The address belongs to the latest family process that sent to it: drops recognised by
 	 * address go to that process, not to an earlier one that has since exited. Written only
 	 * when the owner changes. */
-	owner = bpf_map_lookup_elem(&flows, &fk);
+	owner = bpf_map_lookup_elem(&flows, dst);
 	if (!owner || *owner != tgid) {
-		bpf_map_update_elem(&flows, &fk, &tgid, BPF_ANY);
+		bpf_map_update_elem(&flows, dst, &tgid, BPF_ANY);
 		gen_bump(&flows_gen);
 	}
 	if (!bpf_map_lookup_elem(&target_netns, &ns)) {
@@ -230,7 +229,7 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 		gen_bump(&flows_gen);
 	}
 	if (last) {
-		last->fk = fk;
+		last->fk = *dst;
 		last->tgid = tgid;
 		last->netns = ns;
 		last->gen = gen_now(&flows_gen);

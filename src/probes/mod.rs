@@ -876,8 +876,12 @@ impl ProbeSet {
                         .update(&way, &entry, MapFlags::ANY)
                         .map_err(failed)?;
                 }
-                // The fork probe gave it a slot meanwhile: that one stays, this one is freed.
+                // The fork probe gave it a slot meanwhile: that one stays, this one is emptied
+                // (its record names the tid) and freed.
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                    let _ = maps
+                        .threads
+                        .update(&s, as_bytes(&sp_thread::default()), MapFlags::ANY);
                     let _ = maps.slot_owner.delete(&s);
                 }
                 Err(e) => return Err(failed(e)),
