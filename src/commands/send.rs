@@ -140,12 +140,19 @@ pub fn text(r: &SendReport, cfg: &SendConfig) -> String {
     match (r.requested_pps, r.accuracy) {
         (Some(req), Some(acc)) => {
             out += &format!(
-                "  rate      {:.1} pps of {req} requested: {:.3}% accuracy\n",
+                "  rate      {:.1} pps of {req} requested: {:.3}% accuracy (over {:.3} s of schedule: the first slot due to the last send)\n",
                 r.achieved_pps,
-                acc * 100.0
+                acc * 100.0,
+                r.rate_window_ns as f64 / 1e9
             )
         }
-        _ => out += &format!("  rate      {:.1} pps (unlimited)\n", r.achieved_pps),
+        _ => {
+            out += &format!(
+                "  rate      {:.1} pps (unlimited; over {:.3} s: the first send to the last)\n",
+                r.achieved_pps,
+                r.rate_window_ns as f64 / 1e9
+            )
+        }
     }
     out += &format!(
         "  lateness  mean {:.0} ns, p50 {} ns, p99 {} ns, max {} ns\n",
