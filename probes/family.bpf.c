@@ -18,34 +18,30 @@ struct {
 /* Entries of `threads` (and of thread_slots and slot_owner), set by user space before load. */
 const volatile __u32 thread_cap = MAX_THREADS;
 
-struct slot_search {
-	__u32 tid;
-	__u32 from;
-	__u32 slot;
-};
-
-static long try_slot(__u32 i, struct slot_search *c)
-{
-	__u32 s = (c->from + i) % (thread_cap ? thread_cap : 1);
-
-	if (bpf_map_update_elem(&slot_owner, &s, &c->tid, BPF_NOEXIST))
-		return 0;	/* taken: try the next */
-	c->slot = s;
-	return 1;
-}
+/* Slots the fork program tries from a tid's hash before it calls the table full: a bounded
+ * loop (kernels before 5.17 have no bpf_loop, and 5.10 rejects its callback), as long as the
+ * default table, so a family below --map-size threads=N's 1,024 always finds a free slot. */
+#define SP_THREAD_PROBES 1024
 
 /* A slot of `threads` for thread `tid`: the one it already holds (a reused tid whose record user
- * space has not forgotten yet starts over there), else the first free one from a hash of the
- * tid. SP_NO_SLOT when every slot is taken. A fork is rare: the search may visit them all. */
+ * space has not forgotten yet starts over there), else the first free one of the
+ * SP_THREAD_PROBES slots from a hash of the tid (user space searches on from the same start).
+ * SP_NO_SLOT when every one of them is taken. A fork is rare: the search may visit them all. */
 static __always_inline __u32 thread_claim(__u32 tid)
 {
-	struct slot_search c = { .tid = tid, .from = tid * 2654435761u, .slot = SP_NO_SLOT };
+	__u32 cap = thread_cap ? thread_cap : 1, from = tid * 2654435761u, s;
 	__u32 *held = bpf_map_lookup_elem(&thread_slots, &tid);
 
 	if (held)
 		return *held;
-	bpf_loop(thread_cap, try_slot, &c, 0);
-	return c.slot;
+	for (__u32 i = 0; i < SP_THREAD_PROBES; i++) {
+		if (i >= cap)
+			break;
+		s = (from + i) % cap;
+		if (!bpf_map_update_elem(&slot_owner, &s, &tid, BPF_NOEXIST))
+			return s;
+	}
+	return SP_NO_SLOT;
 }
 
 /* Types that no map names, referenced here so that the Rust skeleton carries them. */

@@ -75,7 +75,9 @@ static __always_inline int changes_fds(long id)
 /* The struct sock behind fd in the current task, 0 if fd is not a socket. */
 static __always_inline struct sock *fd_sock(int fd)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	/* every read below goes through BPF_CORE_READ: the untrusted pointer serves, and
+	 * bpf_get_current_task_btf is 5.11+ */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
 	struct file **fds, *f;
 	struct socket *sock;
