@@ -219,8 +219,11 @@ static __always_inline void rx_class_charge(struct sp_thread *t)
 	if (!c)
 		return;
 	t->rx_class = 0;
+	/* c is 1..SP_RECV_CLASSES here; the mask (a power of two) keeps the index provably in
+	 * range for every verifier: 6.1's lost the bound of c - 1 ("R2 unbounded memory access") */
 	if (c <= SP_RECV_CLASSES)
-		t->recv_class_oncpu_ns[c - 1] += oncpu_total(t, bpf_ktime_get_ns()) - t->rx_class_mark_ns;
+		t->recv_class_oncpu_ns[(c - 1) & (SP_RECV_CLASSES - 1)] +=
+			oncpu_total(t, bpf_ktime_get_ns()) - t->rx_class_mark_ns;
 }
 
 /* A message of `len` bytes was read: its class counts it, and its handling starts now. */
@@ -231,6 +234,7 @@ static __always_inline void rx_class_read(struct sp_thread *t, __u64 len)
 	for (int i = 0; i < SP_RECV_CLASSES - 1; i++)
 		if (i < rx_classes - 1 && len >= rx_class_bounds[i])
 			c = i + 1;
+	c &= SP_RECV_CLASSES - 1;	/* 0..SP_RECV_CLASSES - 2 already: for the verifier */
 	t->recv_class_packets[c] += 1;
 	t->recv_class_bytes[c] += len;
 	t->rx_class = c + 1;

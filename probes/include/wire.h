@@ -64,7 +64,7 @@ enum sp_recv_kind {
 
 /* Classes of packets read (by message length, send_path.bpf.c): at most this many, split at
  * SP_RECV_CLASSES - 1 boundaries set before load. */
-#define SP_RECV_CLASSES 4
+#define SP_RECV_CLASSES 4	/* a power of two: send_path masks class indexes with it */
 
 /* What kind of socket a send went to. */
 enum sp_sock_kind {

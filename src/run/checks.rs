@@ -277,6 +277,20 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
                     });
                 }
                 out.push(memory_check(&set.map_memory()));
+                let loaded: Vec<String> = set
+                    .status()
+                    .iter()
+                    .filter(|p| p.attached)
+                    .map(|p| p.name.clone())
+                    .collect();
+                drop(set);
+                for (flags, opts) in probe_configurations() {
+                    out.extend(configuration_checks(
+                        flags,
+                        ProbeSet::load(&opts, &features),
+                        &loaded,
+                    ));
+                }
             }
             Err(e) => out.push(check(
                 "probes",
@@ -287,6 +301,69 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
         }
     }
     out
+}
+
+/// The options that change what the kernel verifies (rodata the programs branch or index on,
+/// map sizes their loops are bounded by), each set as far as it goes, with the flags a user
+/// gives for it. `doctor` loads the probes once more in each, since a program the verifier
+/// accepts in the default configuration may be refused in another (6.1 refused on_sys_enter
+/// under `--recv-classes`).
+pub fn probe_configurations() -> Vec<(&'static str, ProbeOptions)> {
+    let mut threads = ProbeOptions::default();
+    threads.map_sizes.set("threads", 4096);
+    vec![
+        (
+            "--recv-classes 64,256,1024",
+            ProbeOptions {
+                recv_class_bounds: vec![64, 256, 1024],
+                ..ProbeOptions::default()
+            },
+        ),
+        ("--map-size threads=4096", threads),
+    ]
+}
+
+/// What loading the probes with `flags` did, against the programs the default configuration
+/// `loaded`: one line when they all load again, else a line per program refused only there.
+fn configuration_checks(
+    flags: &str,
+    result: Result<ProbeSet, crate::probes::ProbeError>,
+    loaded: &[String],
+) -> Vec<Check> {
+    let set = match result {
+        Ok(set) => set,
+        Err(e) => {
+            return vec![check(
+                format!("probes with {flags}"),
+                Status::Missing,
+                e.to_string(),
+                Some("runs with these options cannot load the probes; the default configuration can"),
+            )]
+        }
+    };
+    let refused: Vec<Check> = set
+        .status()
+        .iter()
+        .filter(|p| !p.attached && loaded.contains(&p.name))
+        .map(|p| {
+            check(
+                format!("probe {} with {flags}", p.name),
+                Status::Degraded,
+                p.error.clone().unwrap_or_default(),
+                Some("loads without these options: its figures are missing only in runs that give them"),
+            )
+        })
+        .collect();
+    if !refused.is_empty() {
+        return refused;
+    }
+    let n = set.status().iter().filter(|p| p.attached).count();
+    vec![check(
+        format!("probes with {flags}"),
+        Status::Ok,
+        format!("the {n} programs that load by default load and attach with these options too"),
+        None,
+    )]
 }
 
 /// The checks as JSON (for bundles), without loading probes: a running session has already

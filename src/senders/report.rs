@@ -338,7 +338,10 @@ mod tests {
         assert_eq!(report.requested_pps, Some(1000));
         // 10 packets before the last call, from slot 0's due time to the last call's start.
         assert_eq!(report.rate_window_ns, 10_000_100);
-        assert!((report.achieved_pps - 10.0 * 1e9 / 10_000_100.0).abs() < 1e-9, "{report:?}");
+        assert!(
+            (report.achieved_pps - 10.0 * 1e9 / 10_000_100.0).abs() < 1e-9,
+            "{report:?}"
+        );
         assert_eq!(report.accuracy, Some(report.achieved_pps / 1000.0));
         assert_eq!((report.lateness_ns.p50, report.lateness_ns.max), (100, 300_000));
         assert_eq!((report.gap_ns.min, report.gap_ns.max), (700_100, 1_299_900));
@@ -367,7 +370,11 @@ mod tests {
         let mut r = SendRecorder::default();
         for k in 0..40u64 {
             let due = k * 200_000;
-            let start = if k < 9 { 1_600_000 + k * 10_000 } else { due + 1_000 };
+            let start = if k < 9 {
+                1_600_000 + k * 10_000
+            } else {
+                due + 1_000
+            };
             r.slot_started(due, start.max(due));
             r.sent(1, start.max(due), start.max(due) + 5_000);
         }
