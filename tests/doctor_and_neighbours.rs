@@ -61,6 +61,14 @@ fn doctor_as_root_finds_every_probe_usable() {
         .collect();
     assert!(probes.len() >= 18, "{probes:?}");
     assert!(probes.iter().all(|c| c["status"] == "ok"), "{probes:?}");
+    // ...and again in every configuration that changes what the verifier sees.
+    for (flags, _) in scanprof::run::checks::probe_configurations() {
+        assert_eq!(
+            status(&format!("probes with {flags}")).as_deref(),
+            Some("ok"),
+            "{flags}: {checks:?}"
+        );
+    }
 }
 
 #[test]
