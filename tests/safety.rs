@@ -1039,3 +1039,115 @@ fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
     assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
     assert!(!pid_alive(sleeper), "the launched command outlived the run");
 }
+
+// ---- issue 33: nothing left running, no more privilege than needed ---------------------------
+
+/// The pid of a running (not zombie) process whose parent is `ppid` and whose name is `comm`,
+/// waiting up to 10 s for it to appear (found by a pass over /proc).
+fn child_named(ppid: u32, comm: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    return false;
+                };
+                let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                    return false;
+                };
+                let rest: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+                &stat[open + 1..close] == comm && rest.get(1) == Some(&ppid.to_string().as_str())
+            });
+        if let Some(pid) = found {
+            if pid_alive(pid) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {comm} child of {ppid} appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Processes a test started (through scanprof), SIGKILLed by pid if they still run when the
+/// guard drops: a failing assertion leaves none of them behind.
+struct EndOnDrop(Vec<u32>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if pid_alive(pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Waits up to `within` for `pid` to be gone; SIGKILLs it (a process this test started, by its
+/// pid) if it is not, and says whether it was gone.
+fn gone_within(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while pid_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive = pid_alive(pid);
+    if alive {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    !alive
+}
+
+/// Issue 33 item 3: what a launched command forked ends with the run, whichever way the run ends:
+/// `--duration`, SIGINT, SIGTERM, SIGHUP. `sh -c 'sleep 31 & exec sleep 32'`: the shell forks
+/// `sleep 31`, then becomes `sleep 32`; at the end both get SIGTERM (exit status 143, the
+/// command's). Before, only the command's own pid was signalled and `sleep 31` ran on.
+#[test]
+fn a_launched_commands_forked_children_end_with_the_run() {
+    require_root();
+    let _g = serial();
+    for ending in ["duration", "SIGINT", "SIGTERM", "SIGHUP"] {
+        let duration = if ending == "duration" { "2" } else { "60" };
+        let args: Vec<String> = [
+            "run",
+            "--json",
+            "--duration",
+            duration,
+            "--",
+            "sh",
+            "-c",
+            "sleep 31 & exec sleep 32",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut p = Proc::scanprof(&args);
+        let started = p.wait_for_json("started", Duration::from_secs(30));
+        let root = root_pid(&started);
+        // Forked before the exec: the child of the process that is now `sleep 32`.
+        let forked = child_named(root, "sleep");
+        let _leftovers = EndOnDrop(vec![forked, root]);
+        let sig = match ending {
+            "SIGINT" => Some(Signal::SIGINT),
+            "SIGTERM" => Some(Signal::SIGTERM),
+            "SIGHUP" => Some(Signal::SIGHUP),
+            _ => None,
+        };
+        if let Some(sig) = sig {
+            p.signal(sig);
+        }
+        let f = p.finish(Duration::from_secs(30));
+        let forked_gone = gone_within(forked, Duration::from_secs(2));
+        let root_gone = gone_within(root, Duration::from_secs(2));
+        assert!(
+            forked_gone && root_gone,
+            "{ending}: left running: forked sleep {forked} ({}), command {root} ({})\n{}",
+            !forked_gone,
+            !root_gone,
+            f.context()
+        );
+        assert_eq!(f.status.code(), Some(143), "{ending}: {}", f.context());
+        let want = if sig.is_some() { "interrupted" } else { "duration" };
+        assert_eq!(f.summary_json()["end_reason"], want, "{ending}");
+    }
+}
