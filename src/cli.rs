@@ -250,7 +250,12 @@ pub enum Command {
     /// Started by `run` itself (not for people): reads the launched command's family from its
     /// stdin and ends it with SIGKILL if scanprof dies before saying `done`.
     #[command(hide = true)]
-    Watchdog,
+    Watchdog {
+        /// Watch a lab's network namespaces instead (started by `lab` and `sweep`): delete
+        /// them if scanprof dies.
+        #[arg(long)]
+        namespaces: bool,
+    },
     /// Print the manual page (roff), of scanprof or of one subcommand.
     #[command(after_help = MAN_EXAMPLES)]
     Man {
@@ -1250,7 +1255,7 @@ mod tests {
             | Command::Compare { .. }
             | Command::Completions { .. }
             | Command::Man { .. }
-            | Command::Watchdog => {}
+            | Command::Watchdog { .. } => {}
         }
     }
 

@@ -26,7 +26,10 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
-        Command::Watchdog => Ok(scanprof::system::watchdog::run()),
+        Command::Watchdog { namespaces } => {
+            use scanprof::system::watchdog::{run, Watches};
+            Ok(run(if *namespaces { Watches::Namespaces } else { Watches::Family }))
+        }
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),
