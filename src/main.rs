@@ -28,7 +28,11 @@ fn main() -> ExitCode {
         Command::Completions { shell } => commands::version::completions(*shell),
         Command::Watchdog { namespaces } => {
             use scanprof::system::watchdog::{run, Watches};
-            Ok(run(if *namespaces { Watches::Namespaces } else { Watches::Family }))
+            Ok(run(if *namespaces {
+                Watches::Namespaces
+            } else {
+                Watches::Family
+            }))
         }
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),

@@ -631,7 +631,10 @@ fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
     let ns_dog = dogs.iter().find(|(_, ns)| *ns).map(|(pid, _)| *pid);
     let ns_dog = ns_dog.unwrap_or_else(|| panic!("no namespace watchdog among {dogs:?}"));
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(ns_dog as i32), Signal::SIGKILL);
-    assert!(gone_within(ns_dog, Duration::from_secs(3)), "watchdog {ns_dog} survived SIGKILL");
+    assert!(
+        gone_within(ns_dog, Duration::from_secs(3)),
+        "watchdog {ns_dog} survived SIGKILL"
+    );
     p.signal(Signal::SIGKILL);
     let _ = p.finish(Duration::from_secs(10));
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -1203,7 +1206,10 @@ fn assert_watchdog_caps(pid: u32, want: u64, what: &str) {
             "{what}: watchdog {pid} {key}\n{status}"
         );
     }
-    assert!(status.contains("NoNewPrivs:\t1"), "{what}: watchdog {pid}\n{status}");
+    assert!(
+        status.contains("NoNewPrivs:\t1"),
+        "{what}: watchdog {pid}\n{status}"
+    );
 }
 
 /// Issue 33 item 4: the watchdog `run` starts keeps CAP_KILL alone (effective, permitted and
@@ -1215,10 +1221,19 @@ fn the_run_watchdog_keeps_only_cap_kill() {
     use scanprof::system::privileges::mask;
     require_root();
     let _g = serial();
-    let args: Vec<String> = ["run", "--json", "--duration", "60", "--", "sh", "-c", "sleep 33 & exec sleep 34"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        "sleep 33 & exec sleep 34",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut p = Proc::scanprof(&args);
     let started = p.wait_for_json("started", Duration::from_secs(30));
     let root = root_pid(&started);
@@ -1267,7 +1282,11 @@ fn a_killed_lab_leaves_no_namespace_behind() {
         assert!(Path::new("/run/netns").join(ns).exists(), "no lab namespace {ns}");
     }
     let dogs = watchdogs_of(lab_pid);
-    assert_eq!(dogs.len(), 2, "expected a family and a namespace watchdog: {dogs:?}");
+    assert_eq!(
+        dogs.len(),
+        2,
+        "expected a family and a namespace watchdog: {dogs:?}"
+    );
     for (dog, namespaces) in &dogs {
         if *namespaces {
             assert_watchdog_caps(*dog, mask(&[CAP_SYS_ADMIN]), "lab namespaces");
@@ -1289,8 +1308,14 @@ fn a_killed_lab_leaves_no_namespace_behind() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(left.is_empty(), "{left:?} left behind by a SIGKILLed lab");
-    assert!(gone_within(sender, Duration::from_secs(3)), "the lab's sender {sender} outlived it");
+    assert!(
+        gone_within(sender, Duration::from_secs(3)),
+        "the lab's sender {sender} outlived it"
+    );
     for (dog, _) in dogs {
-        assert!(gone_within(dog, Duration::from_secs(3)), "watchdog {dog} still runs");
+        assert!(
+            gone_within(dog, Duration::from_secs(3)),
+            "watchdog {dog} still runs"
+        );
     }
 }

@@ -452,7 +452,10 @@ mod tests {
     /// grace. The members are the pids this test started (the shell and the job it printed).
     #[test]
     fn ending_a_family_ends_every_member_and_sigkills_the_stubborn_ones() {
-        for (job, want) in [("sleep 30", libc::SIGTERM), ("trap '' TERM; while :; do sleep 1; done", libc::SIGKILL)] {
+        for (job, want) in [
+            ("sleep 30", libc::SIGTERM),
+            ("trap '' TERM; while :; do sleep 1; done", libc::SIGKILL),
+        ] {
             let mut shell = Command::new("sh")
                 .args(["-c", &format!("sh -c \"{job}\" & echo $!; exec sleep 30")])
                 .stdout(std::process::Stdio::piped())
@@ -485,6 +488,7 @@ mod tests {
                 grace,
             );
             let took = started.elapsed();
+            let _ = shell.wait(); // reaped in the closure already: its status, cached
             let forked_alive = running(forked);
             if forked_alive {
                 let _ = kill(Pid::from_raw(forked as i32), Signal::SIGKILL);
