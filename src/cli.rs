@@ -253,8 +253,12 @@ pub enum Command {
     Watchdog {
         /// Watch a lab's network namespaces instead (started by `lab` and `sweep`): delete
         /// them if scanprof dies.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cgroups")]
         namespaces: bool,
+        /// Watch a lab's cgroup instead (started by `lab cgroup-throttled`): remove it if
+        /// scanprof dies.
+        #[arg(long)]
+        cgroups: bool,
     },
     /// Print the manual page (roff), of scanprof or of one subcommand.
     #[command(after_help = MAN_EXAMPLES)]

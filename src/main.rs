@@ -26,12 +26,12 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
-        Command::Watchdog { namespaces } => {
+        Command::Watchdog { namespaces, cgroups } => {
             use scanprof::system::watchdog::{run, Watches};
-            Ok(run(if *namespaces {
-                Watches::Namespaces
-            } else {
-                Watches::Family
+            Ok(run(match (*namespaces, *cgroups) {
+                (true, _) => Watches::Namespaces,
+                (_, true) => Watches::Cgroups,
+                _ => Watches::Family,
             }))
         }
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),

@@ -1319,3 +1319,85 @@ fn a_killed_lab_leaves_no_namespace_behind() {
         );
     }
 }
+
+/// The option a watchdog was started with (`--namespaces`, `--cgroups`), if any.
+fn watchdog_option(pid: u32) -> Option<String> {
+    let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    cmd.split(|b| *b == 0)
+        .nth(2)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+}
+
+/// Removes the named cgroup directories if they still exist (a test's lab's, also on failure).
+struct CgroupGuard(Vec<PathBuf>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Issue 33 item 9: `lab cgroup-throttled` killed with SIGKILL mid-run leaves no cgroup: its
+/// cgroup watchdog (CAP_DAC_OVERRIDE alone, with no_new_privs) removes `scanprof-lab-PID-0`
+/// once the killed sender has left it, and its namespace watchdog the namespaces. Before, the
+/// cgroup stayed for good (the next lab removes only namespaces).
+#[test]
+fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
+    use scanprof::system::caps::CAP_DAC_OVERRIDE;
+    use scanprof::system::privileges::mask;
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["lab", "cgroup-throttled", "--json", "--duration", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let lab_pid = p.pid();
+    let names = vec![format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t")];
+    let _netns = NetnsGuard(names.clone());
+    // Where CpuQuota makes it: the unified hierarchy or the v1 cpu one.
+    let candidates: Vec<PathBuf> = [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/cpu,cpuacct",
+    ]
+    .iter()
+    .map(|root| Path::new(root).join(format!("scanprof-lab-{lab_pid}-0")))
+    .collect();
+    let _cgroups = CgroupGuard(candidates.clone());
+    let _ = p.wait_for_json("started", Duration::from_secs(30));
+    let dir = candidates
+        .iter()
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| panic!("no lab cgroup among {candidates:?}"))
+        .clone();
+    let dogs = watchdogs_of(lab_pid);
+    let cg_dog = dogs
+        .iter()
+        .map(|(d, _)| *d)
+        .find(|d| watchdog_option(*d).as_deref() == Some("--cgroups"))
+        .unwrap_or_else(|| panic!("no cgroup watchdog among {dogs:?}"));
+    assert_watchdog_caps(cg_dog, mask(&[CAP_DAC_OVERRIDE]), "lab cgroup");
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while (dir.exists() || names.iter().any(|ns| Path::new("/run/netns").join(ns).exists()))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!dir.exists(), "{} left behind by a SIGKILLed lab", dir.display());
+    for ns in &names {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
+    }
+    for (dog, _) in dogs {
+        assert!(
+            gone_within(dog, Duration::from_secs(3)),
+            "watchdog {dog} still runs"
+        );
+    }
+}

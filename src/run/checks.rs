@@ -146,8 +146,8 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
                  command keeps what it was given, unless --user names the user it runs as; lab \
                  keeps {} as well, to read its namespaces' counters and delete them. The watchdog \
                  process a run starts (it ends the launched command's family if scanprof is \
-                 killed) keeps only {}, a lab's namespace watchdog only {}, both with \
-                 no_new_privs. Held now: {}",
+                 killed) keeps only {}, a lab's namespace watchdog only {}, its cgroup watchdog \
+                 only {}, all with no_new_privs. Held now: {}",
                 names(mask(&KEPT)),
                 FOR_UPROBES.1,
                 FOR_BPF_STATS.1,
@@ -156,6 +156,7 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
                 names(mask(&FOR_LAB)),
                 names(mask(Watches::Family.keeps())),
                 names(mask(Watches::Namespaces.keeps())),
+                names(mask(Watches::Cgroups.keeps())),
                 match names(caps) {
                     n if n.is_empty() => "none of these".to_string(),
                     n => n,

@@ -12,12 +12,15 @@
 //!
 //! `lab` and `sweep` start one more (`scanprof watchdog --namespaces`), told each network
 //! namespace as the lab creates it (`netns NAME`): if scanprof dies, it deletes them (and with
-//! them the lab's veths), as `ip netns delete` does.
+//! them the lab's veths), as `ip netns delete` does. A lab with a cgroup of its own
+//! (`cgroup-throttled`) starts a third (`--cgroups`), told the cgroup (`cgroup PATH`), which it
+//! removes then.
 //!
 //! A watchdog keeps only what its work needs as soon as it starts (it lives for the whole run,
 //! as root): CAP_KILL for a family (members may run as another user, `--user`),
-//! CAP_SYS_ADMIN for namespaces (unmounting their handles); no_new_privs is set and every other
-//! capability leaves its effective, permitted and bounding sets.
+//! CAP_SYS_ADMIN for namespaces (unmounting their handles), CAP_DAC_OVERRIDE for cgroups (an
+//! rmdir in a cgroupfs directory of mode 0555); no_new_privs is set and every other capability
+//! leaves its effective, permitted and bounding sets.
 
 use std::io::{BufRead, Write};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -32,16 +35,20 @@ pub enum Watches {
     Family,
     /// a lab's network namespaces: deleted
     Namespaces,
+    /// a lab's cgroups: removed
+    Cgroups,
 }
 
 impl Watches {
     /// The capabilities the watchdog keeps: CAP_KILL to signal members that may run as another
     /// user (`--user`); CAP_SYS_ADMIN to unmount a namespace's handle in /run/netns (its
-    /// unlink needs none for root, who owns the directory).
+    /// unlink needs none for root, who owns the directory); CAP_DAC_OVERRIDE to remove a
+    /// cgroup from a hierarchy root of mode 0555 (cgroup v1).
     pub fn keeps(self) -> &'static [Cap] {
         match self {
             Watches::Family => &[caps::CAP_KILL],
             Watches::Namespaces => &[caps::CAP_SYS_ADMIN],
+            Watches::Cgroups => &[caps::CAP_DAC_OVERRIDE],
         }
     }
 }
@@ -65,11 +72,22 @@ impl Watchdog {
         Watchdog::start_for(Watches::Namespaces)
     }
 
+    /// Starts `scanprof watchdog --cgroups`, for a lab's cgroup.
+    pub fn start_for_cgroups() -> std::io::Result<Watchdog> {
+        Watchdog::start_for(Watches::Cgroups)
+    }
+
     fn start_for(watches: Watches) -> std::io::Result<Watchdog> {
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg("watchdog");
-        if watches == Watches::Namespaces {
-            cmd.arg("--namespaces");
+        match watches {
+            Watches::Family => {}
+            Watches::Namespaces => {
+                cmd.arg("--namespaces");
+            }
+            Watches::Cgroups => {
+                cmd.arg("--cgroups");
+            }
         }
         let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::null()).spawn()?;
         let pipe = child.stdin.take();
@@ -94,6 +112,12 @@ impl Watchdog {
     /// scanprof dies.
     pub fn watch_namespace(&mut self, name: &str) {
         self.send(&format!("netns {name}\n"));
+    }
+
+    /// A cgroup directory just made (its absolute path under /sys/fs/cgroup): removed by the
+    /// watchdog if scanprof dies.
+    pub fn watch_cgroup(&mut self, dir: &std::path::Path) {
+        self.send(&format!("cgroup {}\n", dir.display()));
     }
 
     fn send(&mut self, line: &str) {
@@ -129,6 +153,8 @@ pub struct Ended {
     pub processes: usize,
     /// namespaces deleted, by name
     pub namespaces: Vec<String>,
+    /// cgroups removed, by path
+    pub cgroups: Vec<String>,
 }
 
 /// `scanprof watchdog`: reads members (`PID START`) and namespaces (`netns NAME`) from `input`
@@ -137,6 +163,7 @@ pub struct Ended {
 pub fn serve(input: impl BufRead) -> Ended {
     let mut members: Vec<(u32, u64)> = Vec::new();
     let mut namespaces: Vec<String> = Vec::new();
+    let mut cgroups: Vec<String> = Vec::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         if line == "done" {
@@ -144,6 +171,10 @@ pub fn serve(input: impl BufRead) -> Ended {
         }
         if let Some(name) = line.strip_prefix("netns ") {
             namespaces.push(name.to_string());
+            continue;
+        }
+        if let Some(path) = line.strip_prefix("cgroup ") {
+            cgroups.push(path.to_string());
             continue;
         }
         let mut words = line.split_whitespace();
@@ -170,7 +201,45 @@ pub fn serve(input: impl BufRead) -> Ended {
             Err(e) => eprintln!("scanprof watchdog: cannot delete the namespace {name}: {e}"),
         }
     }
+    for path in cgroups {
+        match remove_cgroup(&path, std::time::Duration::from_secs(3)) {
+            Ok(()) => ended.cgroups.push(path),
+            Err(e) => eprintln!("scanprof watchdog: cannot remove the cgroup {path}: {e}"),
+        }
+    }
     ended
+}
+
+/// Where cgroup hierarchies are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Removes the cgroup directory `path`, retrying for up to `patience` while processes in it
+/// (killed with scanprof) are still leaving. Only an absolute path under /sys/fs/cgroup with
+/// no `..` is accepted.
+fn remove_cgroup(path: &str, patience: std::time::Duration) -> std::io::Result<()> {
+    use std::path::{Component, Path};
+    let p = Path::new(path);
+    let plain = p.is_absolute()
+        && p.starts_with(CGROUP_ROOT)
+        && p != Path::new(CGROUP_ROOT)
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a cgroup path",
+        ));
+    }
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match std::fs::remove_dir(p) {
+            // EBUSY while a process is still in it
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            done => return done,
+        }
+    }
 }
 
 /// Where `ip netns add` leaves a namespace's handle.
@@ -214,6 +283,12 @@ pub fn run(watches: Watches) -> ExitCode {
             ended.processes
         );
     }
+    if !ended.cgroups.is_empty() {
+        eprintln!(
+            "scanprof watchdog: scanprof ended without removing its lab; removed the cgroup(s) {}",
+            ended.cgroups.join(", ")
+        );
+    }
     if !ended.namespaces.is_empty() {
         eprintln!(
             "scanprof watchdog: scanprof ended without removing its lab; deleted the namespace(s) {}",
@@ -226,6 +301,7 @@ pub fn run(watches: Watches) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn sleeper() -> Child {
         Command::new("sleep").arg("30").spawn().unwrap()
@@ -270,10 +346,11 @@ mod tests {
         assert_eq!(serve("x y\n1 0\n\n".as_bytes()), Ended::default());
     }
 
-    /// Only a plain name in /run/netns is ever deleted: a path that climbs out, a nested one
-    /// or an empty one is refused before anything is touched.
+    /// Only a plain name in /run/netns is ever deleted, and only a cgroup directory under
+    /// /sys/fs/cgroup removed: a path that climbs out, a nested name or an empty one is refused
+    /// before anything is touched.
     #[test]
-    fn a_namespace_name_that_is_not_a_plain_file_name_is_refused() {
+    fn a_name_or_path_that_is_not_the_labs_own_kind_is_refused() {
         for bad in ["", ".", "..", "../etc/passwd", "a/b", "/run/netns/x", "a\0b"] {
             let e = delete_namespace(bad).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
@@ -281,5 +358,16 @@ mod tests {
         // A name that was never created is an error, and no name is claimed deleted.
         let input = "netns scanprof-test-no-such-namespace\n";
         assert_eq!(serve(input.as_bytes()).namespaces, Vec::<String>::new());
+        // Cgroups alike: only a directory under /sys/fs/cgroup, never one that climbs out.
+        for bad in [
+            "",
+            "relative/x",
+            "/sys/fs/cgroup",
+            "/sys/fs/cgroup/../../tmp",
+            "/tmp/x",
+        ] {
+            let e = remove_cgroup(bad, Duration::ZERO).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
+        }
     }
 }
