@@ -1401,3 +1401,35 @@ fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
         );
     }
 }
+
+/// Issue 33 item 3, the other side: `attach` never ends a family it did not start. The test's
+/// own `sh -c 'sleep 35 & exec sleep 36'` is attached to for 2 s; after the run both the
+/// command and what it forked still run (the test then ends them, by pid).
+#[test]
+fn attach_leaves_the_family_it_attached_to_running() {
+    require_root();
+    let _g = serial();
+    let mut shell = Command::new("sh")
+        .args(["-c", "sleep 35 & exec sleep 36"])
+        .spawn()
+        .unwrap();
+    let root = shell.id();
+    let forked = child_named(root, "sleep");
+    let _leftovers = EndOnDrop(vec![forked, root]);
+    let spid = root.to_string();
+    let args: Vec<String> = ["attach", "-p", &spid, "--json", "--duration", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let p = Proc::scanprof(&args);
+    let f = p.finish(Duration::from_secs(30));
+    assert_eq!(f.status.code(), Some(0), "{}", f.context());
+    assert_eq!(f.summary_json()["end_reason"], "duration");
+    let (root_alive, forked_alive) = (pid_alive(root), pid_alive(forked));
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert!(
+        root_alive && forked_alive,
+        "attach ended processes it did not start: command {root} alive {root_alive}, forked {forked} alive {forked_alive}"
+    );
+}
