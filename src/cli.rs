@@ -250,7 +250,16 @@ pub enum Command {
     /// Started by `run` itself (not for people): reads the launched command's family from its
     /// stdin and ends it with SIGKILL if scanprof dies before saying `done`.
     #[command(hide = true)]
-    Watchdog,
+    Watchdog {
+        /// Watch a lab's network namespaces instead (started by `lab` and `sweep`): delete
+        /// them if scanprof dies.
+        #[arg(long, conflicts_with = "cgroups")]
+        namespaces: bool,
+        /// Watch a lab's cgroup instead (started by `lab cgroup-throttled`): remove it if
+        /// scanprof dies.
+        #[arg(long)]
+        cgroups: bool,
+    },
     /// Print the manual page (roff), of scanprof or of one subcommand.
     #[command(after_help = MAN_EXAMPLES)]
     Man {
@@ -1250,7 +1259,7 @@ mod tests {
             | Command::Compare { .. }
             | Command::Completions { .. }
             | Command::Man { .. }
-            | Command::Watchdog => {}
+            | Command::Watchdog { .. } => {}
         }
     }
 

@@ -26,7 +26,14 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
-        Command::Watchdog => Ok(scanprof::system::watchdog::run()),
+        Command::Watchdog { namespaces, cgroups } => {
+            use scanprof::system::watchdog::{run, Watches};
+            Ok(run(match (*namespaces, *cgroups) {
+                (true, _) => Watches::Namespaces,
+                (_, true) => Watches::Cgroups,
+                _ => Watches::Family,
+            }))
+        }
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),

@@ -372,6 +372,13 @@ impl Launched {
         }
     }
 
+    /// Reaps the command if it has exited, without waiting.
+    fn reap(&mut self) {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+    }
+
     fn end(&mut self) {
         self.release = None;
         if self.status.is_some() {
@@ -380,6 +387,28 @@ impl Launched {
         self.status =
             crate::system::child::end_child(&mut self.child, Signal::SIGTERM, Duration::from_secs(2));
     }
+}
+
+/// Ends what is left of a launched command's family when the run ends, however it ends
+/// (duration, Ctrl-C, SIGTERM, SIGHUP, the command's own exit): the command and every process
+/// it forked that the probes' fork records made a member, even one that left its process group
+/// or session, get SIGTERM, then SIGKILL after 2 s ([`end_family`]). Forks that happen
+/// meanwhile are read from the probes at each step and ended too. Only for a command scanprof
+/// launched: an attached family is never signalled.
+///
+/// [`end_family`]: crate::system::child::end_family
+fn end_launched_family(collector: &mut Collector, l: &mut Launched) {
+    l.release = None;
+    crate::system::child::end_family(
+        || {
+            collector.poll_events();
+            l.reap();
+            collector.family.reap_vanished();
+            collector.family.alive().map(|m| m.pid).collect()
+        },
+        Signal::SIGTERM,
+        Duration::from_secs(2),
+    );
 }
 
 /// A reader for each readable status of the scanner, with where it is read.
@@ -688,6 +717,7 @@ fn collect(
         }
     };
     if let Some(l) = launched.as_mut() {
+        end_launched_family(&mut collector, l);
         l.finish();
         // What the command sent between the last tick and its end still belongs to the run.
         collector.poll_events();

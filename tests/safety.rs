@@ -604,9 +604,10 @@ impl Drop for NetnsGuard {
     }
 }
 
-/// Item 6: A lab killed with SIGKILL: its sender dies with it; its namespaces stay (nothing could
-/// remove them), and the next `lab` removes them, and only them: a namespace of a live pid and
-/// one that merely looks alike stay.
+/// Item 6: A lab killed with SIGKILL together with its namespace watchdog (as `kill -9` of every
+/// scanprof process would): its sender dies with it; its namespaces stay (nothing could remove
+/// them), and the next `lab` removes them, and only them: a namespace of a live pid and one that
+/// merely looks alike stay.
 #[test]
 fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
     require_root();
@@ -625,6 +626,15 @@ fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
     let started = p.wait_for_json("started", Duration::from_secs(30));
     let sender = root_pid(&started);
     assert!(Path::new("/run/netns").join(&s).exists(), "no lab namespace {s}");
+    // The namespace watchdog first: alone, it would delete the namespaces (issue 33 item 9).
+    let dogs = watchdogs_of(lab_pid);
+    let ns_dog = dogs.iter().find(|(_, ns)| *ns).map(|(pid, _)| *pid);
+    let ns_dog = ns_dog.unwrap_or_else(|| panic!("no namespace watchdog among {dogs:?}"));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(ns_dog as i32), Signal::SIGKILL);
+    assert!(
+        gone_within(ns_dog, Duration::from_secs(3)),
+        "watchdog {ns_dog} survived SIGKILL"
+    );
     p.signal(Signal::SIGKILL);
     let _ = p.finish(Duration::from_secs(10));
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -1038,4 +1048,388 @@ fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
     assert!(stderr.contains("writing the output"), "{stderr}");
     assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
     assert!(!pid_alive(sleeper), "the launched command outlived the run");
+}
+
+// ---- issue 33: nothing left running, no more privilege than needed ---------------------------
+
+/// The pid of a running (not zombie) process whose parent is `ppid` and whose name is `comm`,
+/// waiting up to 10 s for it to appear (found by a pass over /proc).
+fn child_named(ppid: u32, comm: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    return false;
+                };
+                let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                    return false;
+                };
+                let rest: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+                &stat[open + 1..close] == comm && rest.get(1) == Some(&ppid.to_string().as_str())
+            });
+        if let Some(pid) = found {
+            if pid_alive(pid) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {comm} child of {ppid} appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Processes a test started (through scanprof), SIGKILLed by pid if they still run when the
+/// guard drops: a failing assertion leaves none of them behind.
+struct EndOnDrop(Vec<u32>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if pid_alive(pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Waits up to `within` for `pid` to be gone; SIGKILLs it (a process this test started, by its
+/// pid) if it is not, and says whether it was gone.
+fn gone_within(pid: u32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while pid_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive = pid_alive(pid);
+    if alive {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    !alive
+}
+
+/// Issue 33 item 3: what a launched command forked ends with the run, whichever way the run ends:
+/// `--duration`, SIGINT, SIGTERM, SIGHUP. `sh -c 'sleep 31 & exec sleep 32'`: the shell forks
+/// `sleep 31`, then becomes `sleep 32`; at the end both get SIGTERM (exit status 143, the
+/// command's). Before, only the command's own pid was signalled and `sleep 31` ran on.
+#[test]
+fn a_launched_commands_forked_children_end_with_the_run() {
+    require_root();
+    let _g = serial();
+    for ending in ["duration", "SIGINT", "SIGTERM", "SIGHUP"] {
+        let duration = if ending == "duration" { "2" } else { "60" };
+        let args: Vec<String> = [
+            "run",
+            "--json",
+            "--duration",
+            duration,
+            "--",
+            "sh",
+            "-c",
+            "sleep 31 & exec sleep 32",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut p = Proc::scanprof(&args);
+        let started = p.wait_for_json("started", Duration::from_secs(30));
+        let root = root_pid(&started);
+        // Forked before the exec: the child of the process that is now `sleep 32`.
+        let forked = child_named(root, "sleep");
+        let _leftovers = EndOnDrop(vec![forked, root]);
+        let sig = match ending {
+            "SIGINT" => Some(Signal::SIGINT),
+            "SIGTERM" => Some(Signal::SIGTERM),
+            "SIGHUP" => Some(Signal::SIGHUP),
+            _ => None,
+        };
+        if let Some(sig) = sig {
+            p.signal(sig);
+        }
+        let f = p.finish(Duration::from_secs(30));
+        let forked_gone = gone_within(forked, Duration::from_secs(2));
+        let root_gone = gone_within(root, Duration::from_secs(2));
+        assert!(
+            forked_gone && root_gone,
+            "{ending}: left running: forked sleep {forked} ({}), command {root} ({})\n{}",
+            !forked_gone,
+            !root_gone,
+            f.context()
+        );
+        assert_eq!(f.status.code(), Some(143), "{ending}: {}", f.context());
+        let want = if sig.is_some() { "interrupted" } else { "duration" };
+        assert_eq!(f.summary_json()["end_reason"], want, "{ending}");
+    }
+}
+
+/// The watchdog children of scanprof process `pid`: (pid, whether it watches namespaces).
+fn watchdogs_of(pid: u32) -> Vec<(u32, bool)> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|c| {
+            fs::read_to_string(format!("/proc/{c}/stat")).is_ok_and(|s| {
+                s.rfind(')')
+                    .and_then(|i| s[i + 2..].split_whitespace().nth(1).map(|p| p == pid.to_string()))
+                    .unwrap_or(false)
+            })
+        })
+        .filter_map(|c| {
+            let cmd = fs::read(format!("/proc/{c}/cmdline")).ok()?;
+            let words: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect();
+            (words.get(1).map(String::as_str) == Some("watchdog"))
+                .then(|| (c, words.iter().any(|w| w == "--namespaces")))
+        })
+        .collect()
+}
+
+/// Asserts a watchdog's effective, permitted and bounding sets are exactly `want` (as far as
+/// this test's own sets reach) with no_new_privs, waiting up to 3 s for it to have dropped.
+fn assert_watchdog_caps(pid: u32, want: u64, what: &str) {
+    use scanprof::system::caps::parse_set;
+    let own = parse_set(&fs::read_to_string("/proc/self/status").unwrap(), "CapEff").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let status = loop {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        if status.contains("NoNewPrivs:\t1") || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for key in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(
+            parse_set(&status, key),
+            Some(want & own),
+            "{what}: watchdog {pid} {key}\n{status}"
+        );
+    }
+    assert!(
+        status.contains("NoNewPrivs:\t1"),
+        "{what}: watchdog {pid}\n{status}"
+    );
+}
+
+/// Issue 33 item 4: the watchdog `run` starts keeps CAP_KILL alone (effective, permitted and
+/// bounding sets) with no_new_privs for the whole run, and still ends what the command forked
+/// when scanprof is killed. Before, it ran as root with every capability.
+#[test]
+fn the_run_watchdog_keeps_only_cap_kill() {
+    use scanprof::system::caps::CAP_KILL;
+    use scanprof::system::privileges::mask;
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        "sleep 33 & exec sleep 34",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::scanprof(&args);
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let root = root_pid(&started);
+    let forked = child_named(root, "sleep");
+    let _leftovers = EndOnDrop(vec![forked, root]);
+    let dogs = watchdogs_of(p.pid());
+    assert_eq!(dogs.len(), 1, "expected one watchdog: {dogs:?}");
+    assert!(!dogs[0].1, "the run's watchdog watches namespaces: {dogs:?}");
+    assert_watchdog_caps(dogs[0].0, mask(&[CAP_KILL]), "run");
+    // With only CAP_KILL it still does its work: SIGKILL of scanprof, and the fork is ended.
+    std::thread::sleep(Duration::from_millis(300));
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let forked_gone = gone_within(forked, Duration::from_secs(3));
+    let root_gone = gone_within(root, Duration::from_secs(3));
+    assert!(
+        forked_gone && root_gone,
+        "outlived a SIGKILLed scanprof: forked {forked} ({}), command {root} ({})",
+        !forked_gone,
+        !root_gone
+    );
+}
+
+/// Issue 33 items 9 and 4: SIGKILL of `scanprof lab` mid-run leaves neither of the namespaces it
+/// made (named `sp{pid}-0s` and `sp{pid}-0t` after its pid, src/netlab) within a few
+/// seconds: its namespace watchdog deletes them; that watchdog keeps CAP_SYS_ADMIN alone, with
+/// no_new_privs, and the lab's family watchdog CAP_KILL alone. Before, both namespaces stayed
+/// until the next `lab`.
+#[test]
+fn a_killed_lab_leaves_no_namespace_behind() {
+    use scanprof::system::caps::{CAP_KILL, CAP_SYS_ADMIN};
+    use scanprof::system::privileges::mask;
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["lab", "healthy", "--json", "--duration", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let lab_pid = p.pid();
+    let names = vec![format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t")];
+    let _guard = NetnsGuard(names.clone());
+    let started = p.wait_for_json("started", Duration::from_secs(30));
+    let sender = root_pid(&started);
+    for ns in &names {
+        assert!(Path::new("/run/netns").join(ns).exists(), "no lab namespace {ns}");
+    }
+    let dogs = watchdogs_of(lab_pid);
+    assert_eq!(
+        dogs.len(),
+        2,
+        "expected a family and a namespace watchdog: {dogs:?}"
+    );
+    for (dog, namespaces) in &dogs {
+        if *namespaces {
+            assert_watchdog_caps(*dog, mask(&[CAP_SYS_ADMIN]), "lab namespaces");
+        } else {
+            assert_watchdog_caps(*dog, mask(&[CAP_KILL]), "lab family");
+        }
+    }
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = loop {
+        let left: Vec<&String> = names
+            .iter()
+            .filter(|ns| Path::new("/run/netns").join(ns).exists())
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(left.is_empty(), "{left:?} left behind by a SIGKILLed lab");
+    assert!(
+        gone_within(sender, Duration::from_secs(3)),
+        "the lab's sender {sender} outlived it"
+    );
+    for (dog, _) in dogs {
+        assert!(
+            gone_within(dog, Duration::from_secs(3)),
+            "watchdog {dog} still runs"
+        );
+    }
+}
+
+/// The option a watchdog was started with (`--namespaces`, `--cgroups`), if any.
+fn watchdog_option(pid: u32) -> Option<String> {
+    let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    cmd.split(|b| *b == 0)
+        .nth(2)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+}
+
+/// Removes the named cgroup directories if they still exist (a test's lab's, also on failure).
+struct CgroupGuard(Vec<PathBuf>);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Issue 33 item 9: `lab cgroup-throttled` killed with SIGKILL mid-run leaves no cgroup: its
+/// cgroup watchdog (CAP_DAC_OVERRIDE alone, with no_new_privs) removes `scanprof-lab-PID-0`
+/// once the killed sender has left it, and its namespace watchdog the namespaces. Before, the
+/// cgroup stayed for good (the next lab removes only namespaces).
+#[test]
+fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
+    use scanprof::system::caps::CAP_DAC_OVERRIDE;
+    use scanprof::system::privileges::mask;
+    require_root();
+    let _g = serial();
+    let args: Vec<String> = ["lab", "cgroup-throttled", "--json", "--duration", "30"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::scanprof(&args);
+    let lab_pid = p.pid();
+    let names = vec![format!("sp{lab_pid}-0s"), format!("sp{lab_pid}-0t")];
+    let _netns = NetnsGuard(names.clone());
+    // Where CpuQuota makes it: the unified hierarchy or the v1 cpu one.
+    let candidates: Vec<PathBuf> = [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/cpu,cpuacct",
+    ]
+    .iter()
+    .map(|root| Path::new(root).join(format!("scanprof-lab-{lab_pid}-0")))
+    .collect();
+    let _cgroups = CgroupGuard(candidates.clone());
+    let _ = p.wait_for_json("started", Duration::from_secs(30));
+    let dir = candidates
+        .iter()
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| panic!("no lab cgroup among {candidates:?}"))
+        .clone();
+    let dogs = watchdogs_of(lab_pid);
+    let cg_dog = dogs
+        .iter()
+        .map(|(d, _)| *d)
+        .find(|d| watchdog_option(*d).as_deref() == Some("--cgroups"))
+        .unwrap_or_else(|| panic!("no cgroup watchdog among {dogs:?}"));
+    assert_watchdog_caps(cg_dog, mask(&[CAP_DAC_OVERRIDE]), "lab cgroup");
+    p.signal(Signal::SIGKILL);
+    let _ = p.finish(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while (dir.exists() || names.iter().any(|ns| Path::new("/run/netns").join(ns).exists()))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!dir.exists(), "{} left behind by a SIGKILLed lab", dir.display());
+    for ns in &names {
+        assert!(!Path::new("/run/netns").join(ns).exists(), "{ns} left behind");
+    }
+    for (dog, _) in dogs {
+        assert!(
+            gone_within(dog, Duration::from_secs(3)),
+            "watchdog {dog} still runs"
+        );
+    }
+}
+
+/// Issue 33 item 3, the other side: `attach` never ends a family it did not start. The test's
+/// own `sh -c 'sleep 35 & exec sleep 36'` is attached to for 2 s; after the run both the
+/// command and what it forked still run (the test then ends them, by pid).
+#[test]
+fn attach_leaves_the_family_it_attached_to_running() {
+    require_root();
+    let _g = serial();
+    let mut shell = Command::new("sh")
+        .args(["-c", "sleep 35 & exec sleep 36"])
+        .spawn()
+        .unwrap();
+    let root = shell.id();
+    let forked = child_named(root, "sleep");
+    let _leftovers = EndOnDrop(vec![forked, root]);
+    let spid = root.to_string();
+    let args: Vec<String> = ["attach", "-p", &spid, "--json", "--duration", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let p = Proc::scanprof(&args);
+    let f = p.finish(Duration::from_secs(30));
+    assert_eq!(f.status.code(), Some(0), "{}", f.context());
+    assert_eq!(f.summary_json()["end_reason"], "duration");
+    let (root_alive, forked_alive) = (pid_alive(root), pid_alive(forked));
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert!(
+        root_alive && forked_alive,
+        "attach ended processes it did not start: command {root} alive {root_alive}, forked {forked} alive {forked_alive}"
+    );
 }

@@ -130,7 +130,7 @@ impl SweepLab {
             burst: o.tbf_burst.clone(),
             limit: o.tbf_limit.clone(),
         });
-        let lab = Lab::create(&LabConfig { tbf })?;
+        let lab = Lab::create_watched(&LabConfig { tbf })?;
         Ok(SweepLab {
             lab,
             placement: crate::lab::sender::Placement::choose()?,

@@ -20,6 +20,8 @@ pub struct CpuQuota {
     root_procs: std::path::PathBuf,
     quota_us: u64,
     removed: bool,
+    /// removes the cgroup if scanprof dies before it does (src/system/watchdog.rs)
+    watchdog: Option<crate::system::watchdog::Watchdog>,
 }
 
 /// The sender's cgroup and its own counters after the run.
@@ -71,13 +73,30 @@ impl CpuQuota {
             ),
         };
         let dir = root.join(&name);
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create the cgroup {}", dir.display()))?;
+        // Told first: scanprof killed right after the mkdir leaves no cgroup either.
+        let watchdog = match crate::system::watchdog::Watchdog::start_for_cgroups() {
+            Ok(mut w) => {
+                w.watch_cgroup(&dir);
+                Some(w)
+            }
+            Err(e) => {
+                eprintln!("scanprof: warning: no watchdog for the lab's cgroup ({e}): if scanprof is killed, it stays");
+                None
+            }
+        };
+        if let Err(e) = std::fs::create_dir(&dir) {
+            if let Some(w) = watchdog {
+                w.done();
+            }
+            return Err(e).with_context(|| format!("cannot create the cgroup {}", dir.display()));
+        }
         let q = CpuQuota {
             version,
             dir,
             root_procs: root.join("cgroup.procs"),
             quota_us,
             removed: false,
+            watchdog,
         };
         let write = |file: &str, value: String| {
             std::fs::write(q.dir.join(file), &value)
@@ -157,13 +176,25 @@ impl CpuQuota {
             match std::fs::remove_dir(&self.dir) {
                 Ok(()) => {
                     self.removed = true;
+                    self.release_watchdog();
                     return Ok(());
                 }
                 Err(e) if std::time::Instant::now() >= deadline => {
-                    return Err(e).with_context(|| format!("cannot remove the cgroup {}", self.dir.display()))
+                    self.release_watchdog();
+                    return Err(e)
+                        .with_context(|| format!("cannot remove the cgroup {}", self.dir.display()));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
+        }
+    }
+}
+
+impl CpuQuota {
+    /// Removed here, or the failure reported: the watchdog has nothing left to do.
+    fn release_watchdog(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.done();
         }
     }
 }

@@ -63,7 +63,7 @@ impl Staged {
         duration_s: f64,
         exe: &Path,
     ) -> anyhow::Result<Staged> {
-        let lab = Lab::create(&LabConfig {
+        let lab = Lab::create_watched(&LabConfig {
             tbf: stage.tbf.take(),
         })?;
         if stage.fast_neighbour_failure {

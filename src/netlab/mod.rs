@@ -80,6 +80,8 @@ pub struct Lab {
     pub target_addr: Ipv4Addr,
     /// namespaces created and not yet deleted
     live_namespaces: Vec<String>,
+    /// deletes the namespaces if scanprof dies before it does ([`Lab::create_watched`])
+    watchdog: Option<crate::system::watchdog::Watchdog>,
 }
 
 /// One end of the lab.
@@ -116,6 +118,28 @@ impl Lab {
     /// adds the tbf if asked. On failure whatever was made is deleted again, and the error names
     /// the failing command and its stderr.
     pub fn create(cfg: &LabConfig) -> Result<Lab> {
+        Lab::create_with(cfg, None)
+    }
+
+    /// [`Lab::create`], with a watchdog (`scanprof watchdog --namespaces`, src/system/watchdog.rs)
+    /// told each namespace before it is made: if scanprof dies (SIGKILL) before it deletes them,
+    /// the watchdog does. For the scanprof binary only (`lab`, `sweep`): the watchdog is this
+    /// same executable. Without a watchdog (it could not start) a warning says so and the lab
+    /// goes on; the next `lab` removes what a killed one left.
+    pub fn create_watched(cfg: &LabConfig) -> Result<Lab> {
+        let watchdog = match crate::system::watchdog::Watchdog::start_for_namespaces() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!(
+                    "scanprof: warning: no watchdog for the lab's namespaces ({e}): if scanprof is killed, they stay until the next `scanprof lab`"
+                );
+                None
+            }
+        };
+        Lab::create_with(cfg, watchdog)
+    }
+
+    fn create_with(cfg: &LabConfig, watchdog: Option<crate::system::watchdog::Watchdog>) -> Result<Lab> {
         use crate::system::caps::{self, CAP_NET_ADMIN, CAP_SYS_ADMIN};
         let missing = caps::missing(&[CAP_SYS_ADMIN, CAP_NET_ADMIN]);
         ensure!(
@@ -134,6 +158,7 @@ impl Lab {
             sender_addr: SENDER.addr,
             target_addr: TARGET.addr,
             live_namespaces: Vec::new(),
+            watchdog,
         };
         ensure!(
             lab.sender_dev.len() <= MAX_IFNAME,
@@ -143,6 +168,10 @@ impl Lab {
         // From here on, an early return drops `lab`, which deletes what exists so far.
         let (sender_ns, target_ns) = (lab.sender_ns.clone(), lab.target_ns.clone());
         for ns in [&sender_ns, &target_ns] {
+            // Told first: scanprof killed while `ip netns add` runs leaves nothing either.
+            if let Some(w) = lab.watchdog.as_mut() {
+                w.watch_namespace(ns);
+            }
             netstat::run_in_netns(None, "ip", &["netns", "add", ns])?;
             lab.live_namespaces.push(ns.clone());
             // Before the veth exists, so it never gets an IPv6 address (no DAD, RS or MLD).
@@ -259,6 +288,10 @@ impl Lab {
             .filter_map(|ns| netstat::run_in_netns(None, "ip", &["netns", "delete", &ns]).err())
             .map(|err| format!("{err:#}"))
             .collect();
+        // Deleted here (or reported): the watchdog has nothing left to do.
+        if let Some(w) = self.watchdog.take() {
+            w.done();
+        }
         ensure!(
             failures.is_empty(),
             "lab teardown incomplete: {}",

@@ -132,6 +132,7 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
         use crate::system::privileges::{
             mask, names, FOR_BPF_STATS, FOR_BUNDLE, FOR_LAB, FOR_UPROBES, FOR_USER_COMMAND, KEPT,
         };
+        use crate::system::watchdog::Watches;
         out.push(check(
             "privilege drop",
             Status::Info,
@@ -143,13 +144,19 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
                  in the collection thread with --user, to signal the command) and drop the rest \
                  from the effective, permitted and bounding sets, with no_new_privs; a launched \
                  command keeps what it was given, unless --user names the user it runs as; lab \
-                 keeps {} as well, to read its namespaces' counters and delete them. Held now: {}",
+                 keeps {} as well, to read its namespaces' counters and delete them. The watchdog \
+                 process a run starts (it ends the launched command's family if scanprof is \
+                 killed) keeps only {}, a lab's namespace watchdog only {}, its cgroup watchdog \
+                 only {}, all with no_new_privs. Held now: {}",
                 names(mask(&KEPT)),
                 FOR_UPROBES.1,
                 FOR_BPF_STATS.1,
                 FOR_BUNDLE.1,
                 FOR_USER_COMMAND.1,
                 names(mask(&FOR_LAB)),
+                names(mask(Watches::Family.keeps())),
+                names(mask(Watches::Namespaces.keeps())),
+                names(mask(Watches::Cgroups.keeps())),
                 match names(caps) {
                     n if n.is_empty() => "none of these".to_string(),
                     n => n,

@@ -186,7 +186,7 @@ pub fn measure(exe: &Path, o: &Matrix, stop: &AtomicBool) -> Result<BaselineRepo
         }
         match target.as_str() {
             "loopback" => run_matrix(exe, Place::Loopback, o, stop, &mut report),
-            "lab" => match Lab::create(&LabConfig::default()) {
+            "lab" => match Lab::create_watched(&LabConfig::default()) {
                 Ok(lab) => {
                     report
                         .machine
@@ -213,7 +213,7 @@ pub fn baseline_at(rate: f64, pacer: PacerKind, seconds: f64) -> Result<Baseline
         "seconds must be in (0, {MAX_SECONDS}], not {seconds}"
     );
     let exe = std::env::current_exe().context("finding the scanprof binary")?;
-    let lab = Lab::create(&LabConfig::default())?;
+    let lab = Lab::create_watched(&LabConfig::default())?;
     let cell = Cell {
         pacer: Some(pacer.to_string()),
         method: "sendto".into(),

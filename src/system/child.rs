@@ -7,7 +7,8 @@
 //!
 //! Ending a child on purpose is done here too, once: [`end_child`] asks it to end (SIGTERM, or
 //! the signal given), waits a grace period, then SIGKILLs it and reaps it; [`ChildGuard`] does
-//! that when dropped. Only the child's own pid is ever signalled.
+//! that when dropped. Only the child's own pid is signalled there; [`end_family`] ends a whole
+//! family known by pid (a launched command's: src/session.rs) the same way.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
@@ -38,6 +39,56 @@ pub fn end_child(child: &mut Child, polite: Signal, grace: Duration) -> Option<E
     }
     let _ = kill(pid, Signal::SIGKILL);
     child.wait().ok()
+}
+
+/// Ends a family of processes known by pid, as a signal to a process group would, but also
+/// reaching members that left the group (`setsid`, a daemon's double fork): `polite` to every
+/// member, up to `grace` for them to end, then SIGKILL to those left, until none is. `members`
+/// is asked again at every step (every [`POLL`]) for the members alive now, so that one
+/// forked meanwhile is ended too; it should reap what it can, so that an ended member no
+/// longer counts. A pid is signalled only while it is the process first seen under it (same
+/// start time), never one that reused it. The SIGKILL passes stop after `grace` too, even if a
+/// member is still listed (one that cannot die, or a pid now another process's).
+pub fn end_family(mut members: impl FnMut() -> Vec<u32>, polite: Signal, grace: Duration) {
+    // pid -> start time when it was first signalled
+    let mut seen: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for sig in [polite, Signal::SIGKILL] {
+        let deadline = Instant::now() + grace;
+        let mut asked: Vec<u32> = Vec::new();
+        loop {
+            let live = members();
+            if live.is_empty() {
+                return;
+            }
+            // Politely once each; SIGKILL at every pass (a member may have been stopped).
+            for &pid in live.iter().filter(|p| **p > 1) {
+                if sig != Signal::SIGKILL && asked.contains(&pid) {
+                    continue;
+                }
+                let Some(start) = start_time(pid) else {
+                    continue; // gone
+                };
+                if *seen.entry(pid).or_insert(start) == start {
+                    let _ = kill(Pid::from_raw(pid as i32), sig);
+                }
+                asked.push(pid);
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// The start time of `pid` in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+/// it names one process, never a later one that reused the pid. None when it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    procfs::process::Process::new(pid as i32)
+        .ok()?
+        .stat()
+        .ok()
+        .map(|s| s.starttime)
 }
 
 /// A child process that is ended (by [`end_child`]: SIGTERM, the grace period, SIGKILL) and
@@ -386,6 +437,69 @@ mod tests {
         let mut st = 0;
         let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
         assert_eq!(r, -1, "the guard left its child unreaped");
+    }
+
+    /// Whether `pid` runs (a zombie does not).
+    fn running(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rfind(')').map(|i| !s[i + 2..].starts_with('Z')))
+            .unwrap_or(false)
+    }
+
+    /// A shell's background job outlives the shell's own end (it is reparented): ending the
+    /// family ends it too, by SIGTERM, and a member that ignores SIGTERM by SIGKILL after the
+    /// grace. The members are the pids this test started (the shell and the job it printed).
+    #[test]
+    fn ending_a_family_ends_every_member_and_sigkills_the_stubborn_ones() {
+        for (job, want) in [
+            ("sleep 30", libc::SIGTERM),
+            ("trap '' TERM; while :; do sleep 1; done", libc::SIGKILL),
+        ] {
+            let mut shell = Command::new("sh")
+                .args(["-c", &format!("sh -c \"{job}\" & echo $!; exec sleep 30")])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            let forked: u32 = line.trim().parse().unwrap();
+            // Give the job's shell time to set its trap.
+            std::thread::sleep(Duration::from_millis(300));
+            let root = shell.id();
+            let mut root_status = None;
+            let grace = Duration::from_millis(500);
+            let started = Instant::now();
+            end_family(
+                || {
+                    if root_status.is_none() {
+                        root_status = shell.try_wait().unwrap();
+                    }
+                    [root, forked]
+                        .into_iter()
+                        .filter(|p| (*p != root || root_status.is_none()) && running(*p))
+                        .collect()
+                },
+                Signal::SIGTERM,
+                grace,
+            );
+            let took = started.elapsed();
+            let _ = shell.wait(); // reaped in the closure already: its status, cached
+            let forked_alive = running(forked);
+            if forked_alive {
+                let _ = kill(Pid::from_raw(forked as i32), Signal::SIGKILL);
+            }
+            assert!(!forked_alive, "{job}: the forked member outlived end_family");
+            assert_eq!(root_status.and_then(|s| s.signal()), Some(libc::SIGTERM), "{job}");
+            if want == libc::SIGKILL {
+                assert!(took >= grace, "{job}: SIGKILL before the grace: {took:?}");
+            }
+            assert!(took < Duration::from_secs(4), "{job}: {took:?}");
+        }
     }
 
     /// A child started with the guard from a thread that then ends is killed with it: the

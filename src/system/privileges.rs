@@ -151,6 +151,7 @@ pub fn names(m: u64) -> String {
     let all = [
         caps::CAP_DAC_OVERRIDE,
         caps::CAP_DAC_READ_SEARCH,
+        caps::CAP_KILL,
         caps::CAP_NET_ADMIN,
         caps::CAP_NET_RAW,
         caps::CAP_SETPCAP,
