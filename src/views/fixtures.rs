@@ -156,6 +156,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,
             provenance: vec!["argv: -r 100".into()],
+            origin: crate::wrappers::RateOrigin::Given,
             conflicts: vec![],
             per_target: None,
         },

@@ -580,7 +580,7 @@ fn scanner(o: &mut String, s: &Summary) {
         escape_inline(r.kind.as_str())
     );
     for src in &r.sources {
-        let _ = writeln!(o, "- from {}", escape_inline(&src.source));
+        let _ = writeln!(o, "- from {}", escape_inline(&src.described()));
     }
     if let Some(c) = &r.conflict {
         let _ = writeln!(o, "- **sources disagree**: {}", escape_inline(c));

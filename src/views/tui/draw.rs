@@ -151,7 +151,7 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
             Style::new().bold(),
         ));
         for r in sc.requested.sources.iter().rev().take(3) {
-            lines.push(Line::from(format!("  rate from {}", r.source)));
+            lines.push(Line::from(format!("  rate from {}", r.described())));
         }
         if let Some(c) = &sc.requested.conflict {
             lines.push(Line::styled(
