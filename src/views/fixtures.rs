@@ -285,3 +285,30 @@ pub fn rich_recording() -> crate::views::export::Recording {
         summary: Some(summary),
     }
 }
+
+/// Eight ranked verdicts: five share-bearing ones, a strong `ring_full` sixth (the one a list of
+/// the first five hid), then two weak ones at 0.0% that every view counts instead of showing.
+pub fn verdicts_beyond_five() -> Vec<crate::analysis::Verdict> {
+    use crate::analysis::verdict::{Cause, Confidence, Kind};
+    let v = |cause: Cause, kind: Kind, share: f64, confidence: Confidence, sentence: &str| {
+        crate::analysis::Verdict {
+            cause,
+            kind,
+            sentence: sentence.into(),
+            share,
+            evidence: vec![format!("evidence of {cause}")],
+            next_step: format!("next step of {cause}"),
+            confidence,
+        }
+    };
+    vec![
+        v(Cause::CpuBound, Kind::Gap, 0.40, Confidence::Strong, "The sender is CPU-bound."),
+        v(Cause::Preempted, Kind::Gap, 0.10, Confidence::Weak, "The sender waits for a CPU."),
+        v(Cause::IdleWaits, Kind::Gap, 0.05, Confidence::Weak, "The sender stalls outside its pacing."),
+        v(Cause::PacingCoarse, Kind::Gap, 0.02, Confidence::Weak, "The pacer wakes late."),
+        v(Cause::UnitIdle, Kind::Gap, 0.01, Confidence::Weak, "Work units wait between them."),
+        v(Cause::RingFull, Kind::Loss, 0.089, Confidence::Strong, "The listener missed 921 replies."),
+        v(Cause::ClaimMismatch, Kind::Gap, 0.0, Confidence::Weak, "The scanner's own figures disagree."),
+        v(Cause::Steal, Kind::Gap, 0.0, Confidence::Weak, "The hypervisor stole time."),
+    ]
+}

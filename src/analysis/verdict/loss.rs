@@ -146,6 +146,8 @@ pub(super) fn is_outgoing(v: &Verdict) -> bool {
     let maybe_requeued = v.cause == Cause::DeviceRefused && v.confidence != Confidence::Strong;
     v.share > 0.0
         && !v.cause.is_reply_loss()
+        // frames a packet-socket ring missed had reached the family: replies, not its packets
+        && v.cause != Cause::RingFull
         && !super::receive::is_receive(v.cause)
         && !super::relay::is_relay(v.cause)
         && v.cause != Cause::SendErrors

@@ -10,6 +10,7 @@ mod facts;
 mod gap;
 mod judgement;
 mod limits;
+mod listing;
 mod loss;
 mod rate_unit;
 mod receive;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::snapshot::{Snapshot, Summary};
 pub use cause::{Cause, Confidence, Kind, UnknownCause};
+pub use listing::{Listing, LISTED_SHARE};
 use facts::Facts;
 
 /// One cause, with the share it explains, the numbers behind it and what to do.
@@ -120,7 +122,9 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
 /// then strong before weak, then a fixed order of causes.
 fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
     let order = |v: &Verdict| -> u8 {
-        if v.cause == Cause::MeasurementFault {
+        if !v.listed() {
+            3
+        } else if v.cause == Cause::MeasurementFault {
             0
         } else if (v.kind == Kind::Gap) == has_gap {
             1
