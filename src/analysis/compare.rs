@@ -329,7 +329,8 @@ mod tests {
         let (_, mut b) = crate::views::fixtures::rich_run();
         b.packets = 9_478;
         b.failed_calls = 47_140;
-        b.drops.retain(|d| d.class != crate::collect::DropClass::TargetLoss);
+        b.drops
+            .retain(|d| d.class != crate::collect::DropClass::TargetLoss);
         b.drops.push(crate::analysis::DropRow {
             reason: "QDISC_DROP".into(),
             location: "__dev_queue_xmit".into(),
@@ -345,7 +346,10 @@ mod tests {
         let share = fig(&c, "loss_share").b.unwrap();
         assert!((share - 47_140.0 / 56_618.0).abs() < 1e-12, "{share}");
         let q = crate::analysis::verdict::for_summary(&b);
-        let q = q.iter().find(|v| v.cause == Cause::QdiscDrop).expect("qdisc_drop");
+        let q = q
+            .iter()
+            .find(|v| v.cause == Cause::QdiscDrop)
+            .expect("qdisc_drop");
         assert_eq!(q.share, share);
     }
 

@@ -325,24 +325,21 @@ pub fn knee(steps: &[SweepStep]) -> Knee {
     };
     let failure = above.and_then(|a| a.failure());
     let change = above.zip(failure.as_ref()).and_then(|(a, fail)| {
-        a.verdicts
-            .iter()
-            .filter(|v| fail.explained_by(v))
-            .find_map(|v| {
-                let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
-                let how = match at_knee {
-                    None => ChangeKind::Appeared,
-                    Some(k) if v.share >= k.share + GROWTH_MIN => ChangeKind::Grew,
-                    Some(_) => return None,
-                };
-                Some(Change {
-                    cause: v.cause,
-                    kind: v.kind,
-                    how,
-                    share_at_knee: at_knee.map(|k| k.share),
-                    share_above: v.share,
-                })
+        a.verdicts.iter().filter(|v| fail.explained_by(v)).find_map(|v| {
+            let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
+            let how = match at_knee {
+                None => ChangeKind::Appeared,
+                Some(k) if v.share >= k.share + GROWTH_MIN => ChangeKind::Grew,
+                Some(_) => return None,
+            };
+            Some(Change {
+                cause: v.cause,
+                kind: v.kind,
+                how,
+                share_at_knee: at_knee.map(|k| k.share),
+                share_above: v.share,
             })
+        })
     });
     let kept_again = first_fail
         .map(|i| {
@@ -499,9 +496,15 @@ mod tests {
         let steps = vec![step(1000.0, 1000.0, 0, &[(Cause::NoGap, Kind::Gap, 0.0)]), fail];
         let k = knee(&steps);
         let f = k.failure.as_ref().expect("the step above failed");
-        assert_eq!((f.off_rate, f.lost, f.top_loss.as_deref()), (false, 12, Some("QDISC_DROP")));
+        assert_eq!(
+            (f.off_rate, f.lost, f.top_loss.as_deref()),
+            (false, 12, Some("QDISC_DROP"))
+        );
         let c = k.change.expect("a change named");
-        assert_eq!((c.cause, c.how, c.share_above), (Cause::QdiscDrop, ChangeKind::Appeared, 0.002));
+        assert_eq!(
+            (c.cause, c.how, c.share_above),
+            (Cause::QdiscDrop, ChangeKind::Appeared, 0.002)
+        );
         // A rate off requested with nothing lost: a gap verdict, never a loss that appeared.
         let steps = vec![
             step(1000.0, 1000.0, 0, &[]),
@@ -509,7 +512,10 @@ mod tests {
                 2000.0,
                 1500.0,
                 0,
-                &[(Cause::RingFull, Kind::Loss, 0.3), (Cause::CpuBound, Kind::Gap, 0.25)],
+                &[
+                    (Cause::RingFull, Kind::Loss, 0.3),
+                    (Cause::CpuBound, Kind::Gap, 0.25),
+                ],
             ),
         ];
         assert_eq!(knee(&steps).change.map(|c| c.cause), Some(Cause::CpuBound));
@@ -537,10 +543,17 @@ mod tests {
         }];
         let st = SweepStep::of(1, 1000.0, &s);
         assert_eq!((st.lost, st.handed_packets), (47_140, 56_618));
-        assert!((st.loss_share - 47_140.0 / 56_618.0).abs() < 1e-12, "{}", st.loss_share);
+        assert!(
+            (st.loss_share - 47_140.0 / 56_618.0).abs() < 1e-12,
+            "{}",
+            st.loss_share
+        );
         assert_eq!(crate::units::pct(st.loss_share), "83.3%");
         let v = crate::analysis::verdict::for_summary(&s);
-        let q = v.iter().find(|v| v.cause == Cause::QdiscDrop).expect("qdisc_drop");
+        let q = v
+            .iter()
+            .find(|v| v.cause == Cause::QdiscDrop)
+            .expect("qdisc_drop");
         assert_eq!(q.share, st.loss_share, "one definition: {q:#?}");
         // Drops above what was handed over (a relay's packets the syscalls never counted) are
         // capped at all of them, in the step as in the verdicts.

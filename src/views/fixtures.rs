@@ -290,25 +290,30 @@ pub fn rich_recording() -> crate::views::export::Recording {
 /// the first five hid), then two weak ones at 0.0% that every view counts instead of showing.
 pub fn verdicts_beyond_five() -> Vec<crate::analysis::Verdict> {
     use crate::analysis::verdict::{Cause, Confidence, Kind};
-    let v = |cause: Cause, kind: Kind, share: f64, confidence: Confidence, sentence: &str| {
-        crate::analysis::Verdict {
-            cause,
-            kind,
-            sentence: sentence.into(),
-            share,
-            evidence: vec![format!("evidence of {cause}")],
-            next_step: format!("next step of {cause}"),
-            confidence,
-        }
-    };
-    vec![
-        v(Cause::CpuBound, Kind::Gap, 0.40, Confidence::Strong, "The sender is CPU-bound."),
-        v(Cause::Preempted, Kind::Gap, 0.10, Confidence::Weak, "The sender waits for a CPU."),
-        v(Cause::IdleWaits, Kind::Gap, 0.05, Confidence::Weak, "The sender stalls outside its pacing."),
-        v(Cause::PacingCoarse, Kind::Gap, 0.02, Confidence::Weak, "The pacer wakes late."),
-        v(Cause::UnitIdle, Kind::Gap, 0.01, Confidence::Weak, "Work units wait between them."),
-        v(Cause::RingFull, Kind::Loss, 0.089, Confidence::Strong, "The listener missed 921 replies."),
-        v(Cause::ClaimMismatch, Kind::Gap, 0.0, Confidence::Weak, "The scanner's own figures disagree."),
-        v(Cause::Steal, Kind::Gap, 0.0, Confidence::Weak, "The hypervisor stole time."),
-    ]
+    use Confidence::{Strong, Weak};
+    // A table, one verdict a row.
+    #[rustfmt::skip]
+    let rows = [
+        (Cause::CpuBound, Kind::Gap, 0.40, Strong, "The sender is CPU-bound."),
+        (Cause::Preempted, Kind::Gap, 0.10, Weak, "The sender waits for a CPU."),
+        (Cause::IdleWaits, Kind::Gap, 0.05, Weak, "The sender stalls outside its pacing."),
+        (Cause::PacingCoarse, Kind::Gap, 0.02, Weak, "The pacer wakes late."),
+        (Cause::UnitIdle, Kind::Gap, 0.01, Weak, "Work units wait between them."),
+        (Cause::RingFull, Kind::Loss, 0.089, Strong, "The listener missed 921 replies."),
+        (Cause::ClaimMismatch, Kind::Gap, 0.0, Weak, "The scanner's own figures disagree."),
+        (Cause::Steal, Kind::Gap, 0.0, Weak, "The hypervisor stole time."),
+    ];
+    rows.into_iter()
+        .map(
+            |(cause, kind, share, confidence, sentence)| crate::analysis::Verdict {
+                cause,
+                kind,
+                sentence: sentence.into(),
+                share,
+                evidence: vec![format!("evidence of {cause}")],
+                next_step: format!("next step of {cause}"),
+                confidence,
+            },
+        )
+        .collect()
 }

@@ -1008,7 +1008,10 @@ fn every_strong_or_share_bearing_verdict_is_shown_and_the_rest_counted() {
         assert!(r.contains(&v.sentence), "{} missing:\n{r}", v.cause);
         assert!(r.contains(&v.next_step), "{} missing:\n{r}", v.cause);
     }
-    assert!(r.contains("  6. [loss 8.9%] The listener missed 921 replies."), "{r}");
+    assert!(
+        r.contains("  6. [loss 8.9%] The listener missed 921 replies."),
+        "{r}"
+    );
     for v in &s.verdicts[6..] {
         assert!(!r.contains(&v.sentence), "{} shown:\n{r}", v.cause);
     }

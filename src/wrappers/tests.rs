@@ -329,7 +329,10 @@ fn unicornscan_rates() {
     assert_eq!(r.origin, RateOrigin::Default, "nobody asked for 250: a default");
     assert_eq!(r.work_units.len(), 1);
     // A phase's own rate is given, whatever the global rate's origin.
-    assert_eq!(rate("unicornscan", "unicornscan -mT500 10.0.0.1:80", None).origin, RateOrigin::Given);
+    assert_eq!(
+        rate("unicornscan", "unicornscan -mT500 10.0.0.1:80", None).origin,
+        RateOrigin::Given
+    );
     // Config file's pps: 300 without -r.
     let r = rate("unicornscan", "unicornscan 10.0.0.1:80", Some(UNICORN_CONF));
     check(&r, Some(300.0), RateKind::Exact);

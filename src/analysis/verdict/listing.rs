@@ -117,7 +117,10 @@ mod tests {
     fn a_weak_verdict_at_0_percent_never_ranks_above_a_strong_one() {
         // 2 frames of 10,328 missed: a weak ring_full at 0.0%, beside a strong no_gap.
         let v = for_summary(&kept_up_with_ring(10_326, 2));
-        let ring = v.iter().position(|v| v.cause == Cause::RingFull).expect("ring_full");
+        let ring = v
+            .iter()
+            .position(|v| v.cause == Cause::RingFull)
+            .expect("ring_full");
         assert_eq!(v[ring].confidence, Confidence::Weak);
         assert!(!v[ring].listed(), "{:?}", v[ring]);
         let strong = v
@@ -154,7 +157,8 @@ mod tests {
         let v = for_summary(&kept_up_with_ring(5_000, 5_328));
         let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         assert!(
-            r.next_step.contains(&format!("pcap_set_buffer_size({})", 256u64 << 20)),
+            r.next_step
+                .contains(&format!("pcap_set_buffer_size({})", 256u64 << 20)),
             "{}",
             r.next_step
         );

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use super::snapshot::{Snapshot, Summary};
 pub use cause::{Cause, Confidence, Kind, UnknownCause};
-pub use listing::{Listing, LISTED_SHARE};
 use facts::Facts;
+pub use listing::{Listing, LISTED_SHARE};
 
 /// One cause, with the share it explains, the numbers behind it and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

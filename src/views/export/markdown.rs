@@ -1361,7 +1361,9 @@ mod tests {
         let shown: Vec<String> = all[..6].iter().map(|v| escape_inline(&v.sentence)).collect();
         assert_eq!(rows, shown, "{md}");
         assert!(
-            md.contains("2 more at 0.0%, with weak evidence: claim\\_mismatch, steal (each in full in the JSON)"),
+            md.contains(
+                "2 more at 0.0%, with weak evidence: claim\\_mismatch, steal (each in full in the JSON)"
+            ),
             "{md}"
         );
     }
