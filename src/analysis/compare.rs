@@ -92,6 +92,9 @@ fn step_figures(st: &SweepStep, s: Option<&Summary>) -> Vec<(String, f64)> {
         }
     }
     f.push(("xmit_packets".into(), st.xmit_packets as f64));
+    // A loss share is the verdicts' (`verdict::loss_share`): lost over the packets handed to
+    // the kernel, the figure beside it.
+    f.push(("handed_packets".into(), st.handed_packets as f64));
     f.push(("lost".into(), st.lost as f64));
     f.push(("loss_share".into(), st.loss_share));
     let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
@@ -317,6 +320,37 @@ mod tests {
         assert!(!only_b.is_empty() && only_b.iter().all(|f| f.figure.starts_with("drops.")));
         assert!(only_b.iter().all(|f| f.diff.is_none() && f.b.unwrap() > 0.0));
         assert_eq!(fig(&c, "lost").a, Some(0.0));
+    }
+
+    #[test]
+    fn the_loss_share_is_the_verdicts_of_the_packets_handed_to_the_kernel() {
+        // 9,478 packets accepted, 47,140 failed sends the qdisc dropped: 83.3% lost, as the
+        // qdisc_drop verdict says, not 5.03 (lost over the packets accepted alone).
+        let (_, mut b) = crate::views::fixtures::rich_run();
+        b.packets = 9_478;
+        b.failed_calls = 47_140;
+        b.drops
+            .retain(|d| d.class != crate::collect::DropClass::TargetLoss);
+        b.drops.push(crate::analysis::DropRow {
+            reason: "QDISC_DROP".into(),
+            location: "__dev_queue_xmit".into(),
+            device: Some("veth0".into()),
+            netns: 1,
+            class: crate::collect::DropClass::TargetLoss,
+            pid: None,
+            count: 47_140,
+            rate: 0.0,
+        });
+        let c = runs(&b, &b);
+        assert_eq!(fig(&c, "handed_packets").b, Some(56_618.0));
+        let share = fig(&c, "loss_share").b.unwrap();
+        assert!((share - 47_140.0 / 56_618.0).abs() < 1e-12, "{share}");
+        let q = crate::analysis::verdict::for_summary(&b);
+        let q = q
+            .iter()
+            .find(|v| v.cause == Cause::QdiscDrop)
+            .expect("qdisc_drop");
+        assert_eq!(q.share, share);
     }
 
     #[test]

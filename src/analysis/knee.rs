@@ -1,11 +1,13 @@
 //! A rate sweep's analysis: one `SweepStep` per requested rate, made from that step's run
 //! `Summary` (what `scanprof sweep` shows and exports), and the knee of the sweep: the highest
-//! rate kept within 2% with no loss, and the verdict that appears or grows above it. Pure: no
-//! clock, no I/O; the command fills in the lab's independent counts when it has them.
+//! rate kept within 2% with no loss, what made the first rate above it fail (the rate off by
+//! more than 2%, target packets lost) and the verdict of that failure that appears or grows
+//! there. Pure: no clock, no I/O; the command fills in the lab's independent counts when it has
+//! them.
 
 use serde::{Deserialize, Serialize};
 
-use super::verdict::{Cause, Confidence, Kind, NO_GAP_TOLERANCE};
+use super::verdict::{loss_share, Cause, Confidence, Kind, NO_GAP_TOLERANCE};
 use super::{BudgetShares, EndReason, StageName, Summary, Verdict};
 use crate::collect::DropClass;
 
@@ -91,9 +93,14 @@ pub struct SweepStep {
     /// nothing through its receive syscalls (or sent nothing)
     #[serde(default)]
     pub received_per_packet: Option<f64>,
+    /// packets handed to the kernel over the step: those the send syscalls accepted and those
+    /// of failed send calls (a loss share's denominator, as in the verdicts)
+    #[serde(default)]
+    pub handed_packets: u64,
     /// the target's own packets dropped after it sent them (class `target_loss`), over the step
     pub lost: u64,
-    /// lost / packets (0 without packets)
+    /// lost / handed_packets, at most 1 (`verdict::loss_share`, the verdicts' definition; 0
+    /// without packets)
     pub loss_share: f64,
     /// lost packets by class, reason and place, largest first
     pub losses: Vec<LossRow>,
@@ -157,6 +164,7 @@ impl SweepStep {
             .filter(|b| b.total_ns() > 0)
             .map(|b| BudgetShares::of(&b, b.total_ns()));
         let kept = s.packets > 0 && (ratio - 1.0).abs() <= KEEP_TOLERANCE && lost == 0;
+        let handed = s.packets + s.failed_calls;
         let received = s.receive.as_ref().map_or(0, |r| r.count(StageName::RecvPackets));
         SweepStep {
             step,
@@ -169,12 +177,9 @@ impl SweepStep {
             xmit_packets: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),
             received_packets: received,
             received_per_packet: received_per_packet(received, s.packets),
+            handed_packets: handed,
             lost,
-            loss_share: if s.packets > 0 {
-                lost as f64 / s.packets as f64
-            } else {
-                0.0
-            },
+            loss_share: loss_share(lost, handed),
             losses,
             budget,
             scanprof_cpu: s.cost.cpu,
@@ -191,6 +196,69 @@ impl SweepStep {
     pub fn top(&self) -> Option<&VerdictBrief> {
         self.verdicts.first()
     }
+
+    /// What made the step fail, if it was not kept: the keep criteria it crossed.
+    pub fn failure(&self) -> Option<StepFailure> {
+        if self.kept {
+            return None;
+        }
+        Some(StepFailure {
+            ratio: self.ratio,
+            off_rate: self.packets == 0 || (self.ratio - 1.0).abs() > KEEP_TOLERANCE,
+            lost: self.lost,
+            loss_share: self.loss_share,
+            top_loss: self
+                .losses
+                .iter()
+                .find(|l| l.class == DropClass::TargetLoss)
+                .map(|l| l.reason.clone()),
+        })
+    }
+}
+
+/// Why a step was not kept: the criteria it crossed, with their figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepFailure {
+    /// achieved / requested at the step
+    pub ratio: f64,
+    /// the rate criterion crossed: achieved off requested by more than KEEP_TOLERANCE (or
+    /// nothing sent)
+    pub off_rate: bool,
+    /// the loss criterion: the target's own packets lost after sending (0: not crossed)
+    pub lost: u64,
+    /// lost / the packets handed to the kernel (`verdict::loss_share`)
+    pub loss_share: f64,
+    /// the kernel drop reason of the largest of those losses (`QDISC_DROP`)
+    pub top_loss: Option<String>,
+}
+
+impl StepFailure {
+    /// Whether a verdict speaks to a criterion this step crossed: a gap verdict to a rate off
+    /// requested, a loss of the target's own outgoing packets (the drop rows `lost` counts) to
+    /// packets lost. A reply lost at the listener, a receiver's or a relay's verdict, failed no
+    /// step.
+    fn explained_by(&self, v: &VerdictBrief) -> bool {
+        match v.kind {
+            Kind::Gap => self.off_rate && !is_judgement(v.cause),
+            Kind::Loss => self.lost > 0 && is_target_loss(v.cause),
+        }
+    }
+}
+
+/// Causes whose verdict counts the drop rows of the target's own outgoing packets (class
+/// `target_loss`): what a step's `lost` counts.
+fn is_target_loss(cause: Cause) -> bool {
+    matches!(
+        cause,
+        Cause::QdiscDrop
+            | Cause::NeighFailed
+            | Cause::NoRoute
+            | Cause::Filtered
+            | Cause::DeviceDrop
+            | Cause::TargetDrop
+            | Cause::ConntrackFull
+            | Cause::SendErrors
+    )
 }
 
 /// Packets received per packet sent; None when nothing was received (or nothing sent).
@@ -228,7 +296,12 @@ pub struct Knee {
     pub knee_pps: Option<f64>,
     /// the first rate above it that was not kept (None: every rate swept was kept)
     pub above_pps: Option<f64>,
-    /// the first verdict of that rate that appeared or grew, compared with the knee
+    /// what made that rate fail: the keep criteria it crossed
+    #[serde(default)]
+    pub failure: Option<StepFailure>,
+    /// the first verdict of that rate speaking to a criterion it crossed (a gap verdict for a
+    /// rate off requested, a loss of the target's own packets for packets lost) that appeared or
+    /// grew, compared with the knee
     pub change: Option<Change>,
     /// rates above the first failure that were kept again (noise, or a limit that comes and
     /// goes): the knee is still the rate below the first failure
@@ -250,25 +323,23 @@ pub fn knee(steps: &[SweepStep]) -> Knee {
         Some(0) => (None, Some(by_rate[0])),
         Some(i) => (Some(by_rate[i - 1]), Some(by_rate[i])),
     };
-    let change = above.and_then(|a| {
-        a.verdicts
-            .iter()
-            .filter(|v| !is_judgement(v.cause))
-            .find_map(|v| {
-                let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
-                let how = match at_knee {
-                    None => ChangeKind::Appeared,
-                    Some(k) if v.share >= k.share + GROWTH_MIN => ChangeKind::Grew,
-                    Some(_) => return None,
-                };
-                Some(Change {
-                    cause: v.cause,
-                    kind: v.kind,
-                    how,
-                    share_at_knee: at_knee.map(|k| k.share),
-                    share_above: v.share,
-                })
+    let failure = above.and_then(|a| a.failure());
+    let change = above.zip(failure.as_ref()).and_then(|(a, fail)| {
+        a.verdicts.iter().filter(|v| fail.explained_by(v)).find_map(|v| {
+            let at_knee = below.and_then(|b| b.verdicts.iter().find(|k| k.cause == v.cause));
+            let how = match at_knee {
+                None => ChangeKind::Appeared,
+                Some(k) if v.share >= k.share + GROWTH_MIN => ChangeKind::Grew,
+                Some(_) => return None,
+            };
+            Some(Change {
+                cause: v.cause,
+                kind: v.kind,
+                how,
+                share_at_knee: at_knee.map(|k| k.share),
+                share_above: v.share,
             })
+        })
     });
     let kept_again = first_fail
         .map(|i| {
@@ -282,6 +353,7 @@ pub fn knee(steps: &[SweepStep]) -> Knee {
     Knee {
         knee_pps: below.map(|s| s.requested_pps),
         above_pps: above.map(|s| s.requested_pps),
+        failure,
         change,
         kept_again,
     }
@@ -316,6 +388,7 @@ mod tests {
             duration_s: 3.0,
             send_window_s: 3.0,
             packets: (achieved * 3.0) as u64,
+            handed_packets: (achieved * 3.0) as u64,
             xmit_packets: 0,
             received_packets: 0,
             received_per_packet: None,
@@ -398,6 +471,94 @@ mod tests {
             step(20_000.0, 18_000.0, 0, &[(Cause::Preempted, Kind::Gap, 0.1)]),
         ];
         assert_eq!(knee(&steps).change, None);
+    }
+
+    #[test]
+    fn the_knee_names_the_verdict_of_what_made_the_step_fail() {
+        // Kept at 1000 pps; at 2000, 12 QDISC_DROPs (a batch overflowing a 10-packet queue)
+        // failed the step, while the listener's ring missed 1.6% of the replies: the knee
+        // names the qdisc drops, the loss that crossed the step's criterion.
+        let mut fail = step(
+            2000.0,
+            1995.0,
+            12,
+            &[
+                (Cause::RingFull, Kind::Loss, 0.016),
+                (Cause::QdiscDrop, Kind::Loss, 0.002),
+            ],
+        );
+        fail.losses = vec![LossRow {
+            class: DropClass::TargetLoss,
+            reason: "QDISC_DROP".into(),
+            location: "__dev_queue_xmit".into(),
+            count: 12,
+        }];
+        let steps = vec![step(1000.0, 1000.0, 0, &[(Cause::NoGap, Kind::Gap, 0.0)]), fail];
+        let k = knee(&steps);
+        let f = k.failure.as_ref().expect("the step above failed");
+        assert_eq!(
+            (f.off_rate, f.lost, f.top_loss.as_deref()),
+            (false, 12, Some("QDISC_DROP"))
+        );
+        let c = k.change.expect("a change named");
+        assert_eq!(
+            (c.cause, c.how, c.share_above),
+            (Cause::QdiscDrop, ChangeKind::Appeared, 0.002)
+        );
+        // A rate off requested with nothing lost: a gap verdict, never a loss that appeared.
+        let steps = vec![
+            step(1000.0, 1000.0, 0, &[]),
+            step(
+                2000.0,
+                1500.0,
+                0,
+                &[
+                    (Cause::RingFull, Kind::Loss, 0.3),
+                    (Cause::CpuBound, Kind::Gap, 0.25),
+                ],
+            ),
+        ];
+        assert_eq!(knee(&steps).change.map(|c| c.cause), Some(Cause::CpuBound));
+    }
+
+    #[test]
+    fn a_steps_loss_share_is_the_verdicts_of_the_packets_handed_to_the_kernel() {
+        // 9,478 packets accepted and 47,140 failed sends whose packets the qdisc dropped:
+        // 83.3% of the packets handed to the kernel, as the qdisc_drop verdict says, not the
+        // 497.4% of the packets accepted.
+        let mut s = Summary::for_tests();
+        s.packets = 9_478;
+        s.failed_calls = 47_140;
+        s.send_calls = 9_478 + 47_140;
+        s.achieved_pps = 1000.0;
+        s.drops = vec![crate::analysis::DropRow {
+            reason: "QDISC_DROP".into(),
+            location: "__dev_queue_xmit".into(),
+            device: Some("veth0".into()),
+            netns: 1,
+            class: DropClass::TargetLoss,
+            pid: None,
+            count: 47_140,
+            rate: 0.0,
+        }];
+        let st = SweepStep::of(1, 1000.0, &s);
+        assert_eq!((st.lost, st.handed_packets), (47_140, 56_618));
+        assert!(
+            (st.loss_share - 47_140.0 / 56_618.0).abs() < 1e-12,
+            "{}",
+            st.loss_share
+        );
+        assert_eq!(crate::units::pct(st.loss_share), "83.3%");
+        let v = crate::analysis::verdict::for_summary(&s);
+        let q = v
+            .iter()
+            .find(|v| v.cause == Cause::QdiscDrop)
+            .expect("qdisc_drop");
+        assert_eq!(q.share, st.loss_share, "one definition: {q:#?}");
+        // Drops above what was handed over (a relay's packets the syscalls never counted) are
+        // capped at all of them, in the step as in the verdicts.
+        assert_eq!(loss_share(50, 10), 1.0);
+        assert_eq!(loss_share(0, 0), 0.0);
     }
 
     #[test]

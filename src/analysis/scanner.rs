@@ -40,6 +40,9 @@ pub use crate::wrappers::RateKind;
 /// What a probed function means (`rate_setup`, `ipc_send`...): declared by the profile.
 pub use crate::wrappers::ProbeRole;
 
+/// Where a rate source's figure comes from: given, observed, or a profile default.
+pub use crate::wrappers::RateOrigin;
+
 /// One of the scanner's pacing modes, as its profile names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PacerView {
@@ -80,7 +83,8 @@ pub struct RequestedView {
     pub floor_pps: Option<f64>,
     /// where the figure comes from: `--requested`, argv, config, work units, rate-setup calls
     pub sources: Vec<RateSource>,
-    /// set when two sources disagree by more than 1%, saying which
+    /// set when two given or observed sources disagree by more than 1%, saying which (a
+    /// profile default disagrees with nothing)
     pub conflict: Option<String>,
     /// what the scanner's rate counts, when each target gets more than one packet (zmap `-P`,
     /// unicornscan's `repeats`): the rate per target beside the packet rate
@@ -124,6 +128,24 @@ pub struct RateSource {
     pub pps: Option<f64>,
     /// seconds since attach when it was seen (None for the command line and config)
     pub at_s: Option<f64>,
+    /// `given` (a command line, a config file), `observed` (seen at run time) or `default`
+    /// (the profile's figure for a scanner given no rate: compared with nothing)
+    #[serde(default)]
+    pub origin: RateOrigin,
+}
+
+impl RateSource {
+    /// How every view names it: how it was read, and for a profile default that it is one (a
+    /// default is compared with no other source).
+    pub fn described(&self) -> String {
+        match self.origin {
+            RateOrigin::Default => format!(
+                "{} [the profile's default, not asked for: compared with no other source]",
+                self.source
+            ),
+            RateOrigin::Given | RateOrigin::Observed => self.source.clone(),
+        }
+    }
 }
 
 /// One probe of the profile.
@@ -306,6 +328,8 @@ pub struct ArgvRate {
     pub floor_pps: Option<f64>,
     /// how it was read, step by step (`argv: -r 1000`)
     pub provenance: Vec<String>,
+    /// given on the command line or in the config, or the profile's default
+    pub origin: RateOrigin,
     pub conflicts: Vec<String>,
     /// packets each target gets when the rate read counts targets (zmap `-P`), and that
     /// multiplier as written (`-P 4`); None when the rate counts packets
@@ -992,6 +1016,7 @@ impl ScannerModel {
                 source: format!("--requested {}", whole_or(r, 3)),
                 pps: Some(r),
                 at_s: None,
+                origin: RateOrigin::Given,
             });
         }
         let argv_text = self.argv.provenance.join("; ");
@@ -1004,6 +1029,7 @@ impl ScannerModel {
                 },
                 pps: self.argv.pps,
                 at_s: None,
+                origin: self.argv.origin,
             });
         }
         for (text, pps, ns, unit) in self.runtime.iter().take(64) {
@@ -1019,6 +1045,7 @@ impl ScannerModel {
                 source: text,
                 pps: *pps,
                 at_s: Some(self.secs(*ns)),
+                origin: RateOrigin::Observed,
             });
         }
         let pps = self.requested_pps();
@@ -1067,13 +1094,15 @@ impl ScannerModel {
     }
 
     /// The first disagreement beyond 1% between sources that name the same rate: the command
-    /// line against what the scanner set up, and a work unit against its own set-up.
+    /// line against what the scanner set up, and a work unit against its own set-up. Only given
+    /// and observed figures disagree: a profile default is what the scanner does when nobody
+    /// asks, so `--requested` or a rate set up at run time overrides it and contradicts nothing.
     fn conflict(&self, sources: &[RateSource]) -> Option<String> {
         let differ = |a: f64, b: f64| (a - b).abs() > 0.01 * a.abs().max(b.abs());
         let mut said: Vec<String> = self.argv.conflicts.clone();
         let fixed: Vec<&RateSource> = sources
             .iter()
-            .filter(|s| s.at_s.is_none() && s.pps.is_some())
+            .filter(|s| s.at_s.is_none() && s.pps.is_some() && s.origin != RateOrigin::Default)
             .collect();
         for (i, a) in fixed.iter().enumerate() {
             for b in &fixed[i + 1..] {
@@ -1088,10 +1117,10 @@ impl ScannerModel {
                 }
             }
         }
-        let argv_exact = self
-            .argv
-            .pps
-            .filter(|_| matches!(self.argv.kind, Some(RateKind::Exact | RateKind::Cap)));
+        let argv_exact = self.argv.pps.filter(|_| {
+            self.argv.origin != RateOrigin::Default
+                && matches!(self.argv.kind, Some(RateKind::Exact | RateKind::Cap))
+        });
         for (text, pps, _, unit) in &self.runtime {
             let Some(p) = pps else { continue };
             if let Some(a) = argv_exact {

@@ -36,6 +36,7 @@ fn argv(pps: f64) -> ArgvRate {
         kind: Some(crate::wrappers::RateKind::Exact),
         floor_pps: None,
         provenance: vec![format!("argv: -r {pps}")],
+        origin: RateOrigin::Given,
         conflicts: vec![],
         per_target: None,
     }
@@ -215,6 +216,71 @@ fn disagreeing_sources_are_flagged_and_the_scanners_own_setup_wins() {
     assert_eq!(v.requested.pps, Some(1000.0));
     assert_eq!(v.requested.sources[0].source, "--requested 1000");
     assert_eq!(v.requested.conflict, None);
+}
+
+/// The profile's default rate for a scanner given none (unicornscan's 250 pps; the reference
+/// sender's 100), as `requested_rate` reads it.
+fn default_argv(pps: f64) -> ArgvRate {
+    ArgvRate {
+        provenance: vec![format!("default: {pps} (the scanner's built-in default)")],
+        origin: RateOrigin::Default,
+        ..argv(pps)
+    }
+}
+
+#[test]
+fn a_default_is_no_source_that_can_disagree() {
+    // --requested 50000 beside the profile's default of 100 pps: the default is overridden,
+    // not contradicted.
+    let m = ScannerModel::new(
+        "scanprof-send",
+        BTreeMap::new(),
+        Some(50_000.0),
+        default_argv(100.0),
+        None,
+        START,
+    );
+    let v = m.view(&[], &[], &[]);
+    assert_eq!(v.requested.pps, Some(50_000.0));
+    assert_eq!(v.requested.conflict, None, "{:?}", v.requested.sources);
+    let origins: Vec<RateOrigin> = v.requested.sources.iter().map(|s| s.origin).collect();
+    assert_eq!(origins, [RateOrigin::Given, RateOrigin::Default]);
+
+    // Nor does a rate the scanner set up at run time contradict its default.
+    let mut m = ScannerModel::new(
+        "unicornscan",
+        types(),
+        None,
+        default_argv(250.0),
+        Some(1e9),
+        START,
+    );
+    unit(&mut m, 0, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let v = m.view(&[], &[], &[]);
+    assert_eq!(v.requested.pps, Some(1000.0), "what the scanner set up");
+    assert_eq!(v.requested.conflict, None, "{:?}", v.requested.sources);
+    assert!(v.requested.sources[1..]
+        .iter()
+        .all(|s| s.origin == RateOrigin::Observed));
+
+    // Given against given still disagrees.
+    let m = ScannerModel::new(
+        "scanprof-send",
+        BTreeMap::new(),
+        Some(50_000.0),
+        argv(100.0),
+        None,
+        START,
+    );
+    let c = m
+        .view(&[], &[], &[])
+        .requested
+        .conflict
+        .expect("given sources disagree");
+    assert!(
+        c.contains("--requested 50000 says 50000 pps but argv: -r 100 says 100"),
+        "{c}"
+    );
 }
 
 #[test]

@@ -195,6 +195,7 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
             kind: Some(rate.kind),
             floor_pps: rate.floor_pps,
             provenance: rate.provenance,
+            origin: rate.origin,
             conflicts: rate.conflicts,
             per_target: rate.per_target_source.map(|text| (rate.per_target, text)),
         },

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::analysis::compare::{CauseChange, CauseRow, Comparison};
+use crate::analysis::verdict::LOSS_SHARE_OF;
 use crate::views::json;
 
 /// A number as a table shows it: whole numbers plain, fractions below 1 to four places.
@@ -54,6 +55,14 @@ fn cause_line(r: &CauseRow) -> String {
     )
 }
 
+/// What `loss_share` is of, when a row shows one (the verdicts' definition).
+fn loss_share_note(c: &Comparison) -> Option<String> {
+    c.figures
+        .iter()
+        .any(|f| f.figure.ends_with("loss_share"))
+        .then(|| format!("loss_share: lost / handed_packets, the share {LOSS_SHARE_OF}, as in the verdicts"))
+}
+
 /// The comparison as text.
 pub fn text(c: &Comparison, a: &str, b: &str) -> String {
     let mut o = format!("compare  A: {a}\n         B: {b}\n\n");
@@ -90,6 +99,9 @@ pub fn text(c: &Comparison, a: &str, b: &str) -> String {
             d = cw[2]
         );
     }
+    if let Some(n) = loss_share_note(c) {
+        let _ = writeln!(o, "  ({n})");
+    }
     o += "\ncauses (verdict shares, A -> B):\n";
     if c.causes.is_empty() {
         o += "  none named in either\n";
@@ -118,6 +130,9 @@ pub fn markdown(c: &Comparison, a: &str, b: &str) -> String {
             num(f.b),
             signed(f.diff)
         );
+    }
+    if let Some(n) = loss_share_note(c) {
+        let _ = writeln!(o, "\n{n}.");
     }
     o += "\n## Causes\n\n| cause | kind | at | A | B | change |\n|---|---|---:|---:|---:|---|\n";
     for r in &c.causes {
@@ -181,6 +196,9 @@ mod tests {
             md.contains("| achieved_pps |") && md.contains("| +50.0 |"),
             "{md}"
         );
+        // The loss share's denominator is named under the figures, in both.
+        let note = "loss_share: lost / handed_packets, the share of the packets handed to the kernel (sent + failed sends)";
+        assert!(t.contains(note) && md.contains(note), "{t}\n{md}");
         for r in &c.causes {
             assert!(t.contains(&cause_line(r)), "{t}");
             assert!(md.contains(&format!("| `{}` |", r.cause)), "{md}");

@@ -156,6 +156,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,
             provenance: vec!["argv: -r 100".into()],
+            origin: crate::wrappers::RateOrigin::Given,
             conflicts: vec![],
             per_target: None,
         },
@@ -283,4 +284,36 @@ pub fn rich_recording() -> crate::views::export::Recording {
         ticks,
         summary: Some(summary),
     }
+}
+
+/// Eight ranked verdicts: five share-bearing ones, a strong `ring_full` sixth (the one a list of
+/// the first five hid), then two weak ones at 0.0% that every view counts instead of showing.
+pub fn verdicts_beyond_five() -> Vec<crate::analysis::Verdict> {
+    use crate::analysis::verdict::{Cause, Confidence, Kind};
+    use Confidence::{Strong, Weak};
+    // A table, one verdict a row.
+    #[rustfmt::skip]
+    let rows = [
+        (Cause::CpuBound, Kind::Gap, 0.40, Strong, "The sender is CPU-bound."),
+        (Cause::Preempted, Kind::Gap, 0.10, Weak, "The sender waits for a CPU."),
+        (Cause::IdleWaits, Kind::Gap, 0.05, Weak, "The sender stalls outside its pacing."),
+        (Cause::PacingCoarse, Kind::Gap, 0.02, Weak, "The pacer wakes late."),
+        (Cause::UnitIdle, Kind::Gap, 0.01, Weak, "Work units wait between them."),
+        (Cause::RingFull, Kind::Loss, 0.089, Strong, "The listener missed 921 replies."),
+        (Cause::ClaimMismatch, Kind::Gap, 0.0, Weak, "The scanner's own figures disagree."),
+        (Cause::Steal, Kind::Gap, 0.0, Weak, "The hypervisor stole time."),
+    ];
+    rows.into_iter()
+        .map(
+            |(cause, kind, share, confidence, sentence)| crate::analysis::Verdict {
+                cause,
+                kind,
+                sentence: sentence.into(),
+                share,
+                evidence: vec![format!("evidence of {cause}")],
+                next_step: format!("next step of {cause}"),
+                confidence,
+            },
+        )
+        .collect()
 }

@@ -4,6 +4,7 @@
 //! decode an exit status or order the drop classes each their own way. Pure: no I/O.
 
 use crate::analysis::stats::Modes;
+use crate::analysis::verdict::Listing;
 use crate::analysis::{DropRow, EndReason, StageName, Summary, STAGES};
 use crate::collect::family::ProcessInfo;
 use crate::collect::{DropClass, TimeBudget};
@@ -27,6 +28,8 @@ pub struct Report<'a> {
     pub budget: Option<BudgetView>,
     /// the drop table
     pub drops: DropTable<'a>,
+    /// the verdicts every report lists in full, and the weak ones at 0.0% it counts
+    pub verdicts: Listing<'a>,
 }
 
 /// How a process of the family ended (decoded from its wait status).
@@ -174,6 +177,7 @@ impl<'a> Report<'a> {
             funnel: funnel(s),
             budget: budget(s),
             drops: DropTable::new(&s.drops),
+            verdicts: Listing::of(&s.verdicts),
         }
     }
 }

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::knee::{ChangeKind, Knee, SweepStep};
+use crate::analysis::knee::{ChangeKind, Knee, StepFailure, SweepStep};
+use crate::analysis::verdict::LOSS_SHARE_OF;
 use crate::units::{pct, whole_or_tenths as rate};
 use crate::views::json;
 
@@ -110,6 +111,9 @@ pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
         (None, None) => "knee: no step ran".to_string(),
     };
     if k.above_pps.is_some() {
+        if let Some(f) = &k.failure {
+            let _ = write!(o, "{}: ", failed_on(f, tolerance));
+        }
         o += &match &k.change {
             Some(c) => match c.how {
                 ChangeKind::Appeared => {
@@ -123,7 +127,7 @@ pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
                     pct(c.share_above)
                 ),
             },
-            None => "no verdict appeared or grew (see the step's own report)".to_string(),
+            None => "no verdict of that appeared or grew (see the step's own report)".to_string(),
         };
     }
     if !k.kept_again.is_empty() {
@@ -137,6 +141,31 @@ pub fn knee_sentence(k: &Knee, tolerance: f64) -> String {
     o
 }
 
+/// The keep criteria a step crossed: `failed on 12 packets lost (QDISC_DROP), 0.0% of the
+/// packets handed to the kernel (sent + failed sends)`, `failed on achieved/requested 0.750, off
+/// by more than 2.0%`.
+fn failed_on(f: &StepFailure, tolerance: f64) -> String {
+    let mut why = Vec::new();
+    if f.off_rate {
+        why.push(format!(
+            "achieved/requested {:.3}, off by more than {}",
+            f.ratio,
+            pct(tolerance)
+        ));
+    }
+    if f.lost > 0 {
+        why.push(format!(
+            "{} packets lost{}, {} {LOSS_SHARE_OF}",
+            f.lost,
+            f.top_loss
+                .as_ref()
+                .map_or(String::new(), |r| format!(" (most {r})")),
+            pct(f.loss_share)
+        ));
+    }
+    format!("it failed on {}", why.join(" and "))
+}
+
 /// Columns of the table.
 const COLUMNS: usize = 11;
 
@@ -145,7 +174,7 @@ const HEADER: [&str; COLUMNS] = [
     "achieved",
     "ach/req",
     "kept",
-    "lost",
+    "lost (% of handed)",
     "xmit",
     "rx/pkt",
     "budget send/blk/sleep/pre/other %",
@@ -175,6 +204,13 @@ fn row(s: &SweepStep) -> [String; COLUMNS] {
             format!("{} / {}", l.receiver_packets, l.qdisc_drops)
         }),
     ]
+}
+
+/// What the `lost` column counts, and its share's denominator.
+fn lost_legend() -> String {
+    format!(
+        "the lost column counts the target's own packets dropped after sending (class target_loss), with their share {LOSS_SHARE_OF}, as in the verdicts"
+    )
 }
 
 /// The losses of a step, one `count REASON at place (class)` per row.
@@ -221,6 +257,7 @@ pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
             let _ = writeln!(o, "      lost: {l}");
         }
     }
+    let _ = writeln!(o, "{}", lost_legend());
     let _ = writeln!(o, "{}", knee_sentence(&sum.knee, sum.keep_tolerance));
     o
 }
@@ -239,6 +276,7 @@ pub fn table_md(steps: &[SweepStep], sum: &SweepSummary, plot: Option<&str>) -> 
         pct(sum.keep_tolerance)
     );
     let _ = writeln!(o, "{}\n", knee_sentence(&sum.knee, sum.keep_tolerance));
+    let _ = writeln!(o, "{}\n", lost_legend());
     if let Some(p) = plot {
         let _ = writeln!(o, "![achieved against requested]({p})\n");
     }
@@ -343,10 +381,17 @@ pub(crate) mod tests {
         assert!(t.contains("3 of 4 steps") && t.contains("interrupted"), "{t}");
         assert_eq!(t.lines().filter(|l| l.contains(" yes ")).count(), 2, "{t}");
         assert!(t.contains("knee: 2000 pps"), "{t}");
+        let lost = steps[2].lost;
+        assert!(lost > 0, "the fixture's third step loses packets");
         assert!(
-            t.contains("above it, at 4000 pps, `qdisc_drop` (loss) appeared at"),
+            t.contains(&format!(
+                "above it, at 4000 pps, it failed on {lost} packets lost (most QDISC_DROP), {} of the packets handed to the kernel (sent + failed sends): `qdisc_drop` (loss) appeared at",
+                pct(steps[2].loss_share)
+            )),
             "{t}"
         );
+        assert!(t.contains("lost (% of handed)"), "{t}");
+        assert!(t.contains("the lost column counts the target's own packets dropped after sending (class target_loss), with their share of the packets handed to the kernel (sent + failed sends)"), "{t}");
         assert_eq!(t.matches("lost: ").count(), 1, "{t}");
         // Received per packet sent: a figure where the family read replies, a dash where not.
         assert!(t.contains("rx/pkt"), "{t}");

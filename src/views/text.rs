@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::verdict::Confidence;
-use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, StageName, Summary, Verdict};
+use crate::analysis::verdict::{Confidence, Listing};
+use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, StageName, Summary};
 use crate::collect::DropClass;
 use crate::units::{duration as ns, pct};
 use crate::views::report::{DropTable, Report};
@@ -164,7 +164,7 @@ pub fn summary(s: &Summary) -> String {
     if let Some(sc) = &s.scanner {
         scanner_section(&mut o, sc);
     }
-    verdict_section(&mut o, &s.verdicts);
+    verdict_section(&mut o, &r.verdicts);
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
         let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.name, f.pps, f.count);
@@ -477,7 +477,7 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     );
     for src in r.sources.iter().take(8) {
         let at = src.at_s.map(|t| format!(" at {t:.3} s")).unwrap_or_default();
-        let _ = writeln!(o, "  from {}{at}", src.source);
+        let _ = writeln!(o, "  from {}{at}", src.described());
     }
     if r.sources.len() > 8 {
         let _ = writeln!(o, "  ... and {} more sources", r.sources.len() - 8);
@@ -563,13 +563,14 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     }
 }
 
-/// The diagnosis: the top causes, with their share, evidence and next step.
-fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
-    if verdicts.is_empty() {
+/// The diagnosis: every verdict the listing shows, with its share, evidence and next step, and
+/// a line counting the rest.
+fn verdict_section(o: &mut String, verdicts: &Listing) {
+    if verdicts.shown.is_empty() && verdicts.rest.is_empty() {
         return;
     }
     let _ = writeln!(o, "\ndiagnosis:");
-    for (i, v) in verdicts.iter().take(5).enumerate() {
+    for (i, v) in verdicts.shown.iter().enumerate() {
         let weak = if v.confidence == Confidence::Weak {
             " (weak evidence)"
         } else {
@@ -593,6 +594,9 @@ fn verdict_section(o: &mut String, verdicts: &[Verdict]) {
         if !v.next_step.is_empty() {
             let _ = writeln!(o, "       next: {}", v.next_step);
         }
+    }
+    if let Some(rest) = verdicts.rest_sentence() {
+        let _ = writeln!(o, "  {rest}");
     }
 }
 

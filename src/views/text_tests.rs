@@ -997,3 +997,26 @@ fn the_relay_funnel_is_in_the_text_report() {
         "{r}"
     );
 }
+
+#[test]
+fn every_strong_or_share_bearing_verdict_is_shown_and_the_rest_counted() {
+    // A list of the first five hid a strong ring_full (921 replies lost) sixth.
+    let mut s = fixed_summary();
+    s.verdicts = crate::views::fixtures::verdicts_beyond_five();
+    let r = summary(&s);
+    for v in &s.verdicts[..6] {
+        assert!(r.contains(&v.sentence), "{} missing:\n{r}", v.cause);
+        assert!(r.contains(&v.next_step), "{} missing:\n{r}", v.cause);
+    }
+    assert!(
+        r.contains("  6. [loss 8.9%] The listener missed 921 replies."),
+        "{r}"
+    );
+    for v in &s.verdicts[6..] {
+        assert!(!r.contains(&v.sentence), "{} shown:\n{r}", v.cause);
+    }
+    assert!(
+        r.contains("  2 more at 0.0%, with weak evidence: claim_mismatch, steal (each in full in the JSON)"),
+        "{r}"
+    );
+}

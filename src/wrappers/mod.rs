@@ -15,7 +15,7 @@ pub use profile::{
     ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,
     RateUnit, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
-pub use rate::{requested_rate, RequestedRate, WorkUnitRate};
+pub use rate::{requested_rate, RateOrigin, RequestedRate, WorkUnitRate};
 pub use status::{
     OutputStream, StatusField, StatusFigure, StatusFormat, StatusLocation, StatusParser, StatusRule,
 };

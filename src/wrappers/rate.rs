@@ -3,6 +3,8 @@
 //! Pure: argv and the config text come in, a `RequestedRate` with its provenance goes out. The
 //! analysis compares this figure with the achieved rate.
 
+use serde::{Deserialize, Serialize};
+
 use super::argv::find_flag;
 use super::profile::{RateKind, RateModel, RateOption, RateRules, RateUnit, ScannerProfile, ValueForm};
 
@@ -20,6 +22,9 @@ pub struct RequestedRate {
     pub work_units: Vec<WorkUnitRate>,
     /// How the figure was read, step by step (`argv: -r 1000`, `config: pps: 300`, `default: ...`).
     pub provenance: Vec<String>,
+    /// Whether the figure was given (a rate option, the config file) or is the scanner's
+    /// default when nothing asks for a rate: a default disagrees with nothing.
+    pub origin: RateOrigin,
     /// Contradictions found (argv over config, two rate options, unreadable values).
     pub conflicts: Vec<String>,
     /// Packets per target from the `[[rate.multiplier]]` options (zmap `-P`), 1 without any.
@@ -27,6 +32,32 @@ pub struct RequestedRate {
     /// The multiplier as written (`-P 4`, `-P 1 by default`) when the rate read counts targets
     /// and `pps` is that rate x `per_target`; None when the rate counts packets.
     pub per_target_source: Option<String>,
+}
+
+/// Where a figure for the requested rate comes from. Only figures that were given or observed
+/// can disagree with each other: a default is what the scanner does when nobody asks, and a
+/// rate asked for elsewhere (`--requested`, a work unit) overrides it rather than contradicts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateOrigin {
+    /// given: on scanprof's command line (`--requested`), the scanner's, or its config file
+    #[default]
+    Given,
+    /// seen at run time: a rate-setup call, a work unit handed to a sender
+    Observed,
+    /// the profile's default for a scanner given no rate (`[rate] default`)
+    Default,
+}
+
+impl RateOrigin {
+    /// The stable name, as in the JSON: `given`, `observed`, `default`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateOrigin::Given => "given",
+            RateOrigin::Observed => "observed",
+            RateOrigin::Default => "default",
+        }
+    }
 }
 
 /// The rate of one unicornscan work unit.
@@ -408,7 +439,14 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
     };
     let per_target_source =
         (counted_targets && global.pps.is_some() && !factor_text.is_empty()).then(|| factor_text.clone());
+    // Nothing on the command line or in the config: the figure is the profile's default.
+    let origin = if setter.is_some() || cap.is_some() || floor.is_some() || from_config.is_some() {
+        RateOrigin::Given
+    } else {
+        RateOrigin::Default
+    };
     let mut out = RequestedRate {
+        origin,
         per_target_source,
         pps: global.pps,
         kind: global.kind,
@@ -510,6 +548,8 @@ fn unicornscan_work_units(out: &mut RequestedRate, mode: Option<&str>, targets: 
     }
     for u in &units {
         if u.source != "global rate" {
+            // A phase's own rate was given (`-mT500`), whatever the global rate's origin.
+            out.origin = RateOrigin::Given;
             out.provenance.push(format!(
                 "work unit {} {}: {} pps from {}",
                 u.target,

@@ -326,10 +326,17 @@ fn unicornscan_rates() {
     let r = rate("unicornscan", "unicornscan 10.0.0.1:80", None);
     check(&r, Some(250.0), RateKind::Exact);
     assert!(r.provenance[0].starts_with("default: 250"), "{:?}", r.provenance);
+    assert_eq!(r.origin, RateOrigin::Default, "nobody asked for 250: a default");
     assert_eq!(r.work_units.len(), 1);
+    // A phase's own rate is given, whatever the global rate's origin.
+    assert_eq!(
+        rate("unicornscan", "unicornscan -mT500 10.0.0.1:80", None).origin,
+        RateOrigin::Given
+    );
     // Config file's pps: 300 without -r.
     let r = rate("unicornscan", "unicornscan 10.0.0.1:80", Some(UNICORN_CONF));
     check(&r, Some(300.0), RateKind::Exact);
+    assert_eq!(r.origin, RateOrigin::Given);
     assert_eq!(r.provenance[0], "config: pps:\t\t300;");
     // Command line wins over config, and the conflict is reported.
     for args in [

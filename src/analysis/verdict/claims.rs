@@ -126,7 +126,7 @@ pub(super) fn conntrack_refused_as_loss(f: &Facts) -> Option<Verdict> {
     let (refused, table) = super::limits::conntrack_refused(f)?;
     let (sentence, evidence, next) =
         super::limits::conntrack_text(f, table, refused, super::limits::netfilter_drops(f));
-    let share = refused as f64 / (f.packets + f.failed_calls) as f64;
+    let share = super::loss_share(refused, f.packets + f.failed_calls);
     let weak = refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
     Some(verdict(
         Cause::ConntrackFull,
@@ -145,7 +145,7 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
     if f.failed_calls == 0 || super::limits::conntrack_refused(f).is_some() {
         return None;
     }
-    let share = f.failed_calls as f64 / (f.packets + f.failed_calls) as f64;
+    let share = super::loss_share(f.failed_calls, f.packets + f.failed_calls);
     let (sentence, mut evidence, next) = send_errors_text(f);
     caveat_lines(f, &mut evidence);
     let weak = f.failed_calls < MIN_DROPS || f.thin() || share < WEAK_SHARE || retried(top_errno(f));

@@ -146,6 +146,8 @@ pub(super) fn is_outgoing(v: &Verdict) -> bool {
     let maybe_requeued = v.cause == Cause::DeviceRefused && v.confidence != Confidence::Strong;
     v.share > 0.0
         && !v.cause.is_reply_loss()
+        // frames a packet-socket ring missed had reached the family: replies, not its packets
+        && v.cause != Cause::RingFull
         && !super::receive::is_receive(v.cause)
         && !super::relay::is_relay(v.cause)
         && v.cause != Cause::SendErrors
@@ -239,7 +241,7 @@ impl Group {
     fn verdict(self, f: &Facts, rows: &[&Dropped]) -> Verdict {
         let count: u64 = rows.iter().map(|d| d.count).sum();
         let sent = handed(f);
-        let share = count as f64 / sent.max(count).max(1) as f64;
+        let share = super::loss_share(count, sent);
         let top = rows[0].row;
         let dev = top.device.clone().unwrap_or_else(|| "DEV".to_string());
         let where_ = format!(
@@ -430,7 +432,8 @@ impl Group {
 }
 
 /// Packets the scanner handed to the kernel: those sent, and those of failed sends (a packet
-/// socket's ENOBUFS is a qdisc drop of a packet the syscall did not count).
+/// socket's ENOBUFS is a qdisc drop of a packet the syscall did not count): a loss share's
+/// denominator (`super::loss_share`).
 fn handed(f: &Facts) -> u64 {
     f.packets + f.failed_calls
 }
@@ -466,7 +469,7 @@ pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
         .filter(|d| d.xmit_refused > 0)
         .filter_map(|d| {
             let sent = handed(f);
-            let share = d.xmit_refused as f64 / sent.max(d.xmit_refused).max(1) as f64;
+            let share = super::loss_share(d.xmit_refused, sent);
             let no_qdisc = d.qlen_max.is_none();
             let mostly_ours = d.all_xmit_pps > 0.0 && d.target_xmit_pps >= MAIN_SENDER * d.all_xmit_pps;
             if share < MIN_SHARE && d.xmit_refused < MIN_DROPS {

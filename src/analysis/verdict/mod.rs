@@ -10,6 +10,7 @@ mod facts;
 mod gap;
 mod judgement;
 mod limits;
+mod listing;
 mod loss;
 mod rate_unit;
 mod receive;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::snapshot::{Snapshot, Summary};
 pub use cause::{Cause, Confidence, Kind, UnknownCause};
 use facts::Facts;
+pub use listing::{Listing, LISTED_SHARE};
 
 /// One cause, with the share it explains, the numbers behind it and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,7 +43,8 @@ pub struct Verdict {
     /// 0..1. For `gap`: the part of the requested rate this cause cost, so that the time-based
     /// shares add up to the gap, 1 - achieved/requested (0.45 of a 0.75 gap: 45 of the 75
     /// missing percent); 0 for findings that explain none of it (`no_gap`, `claim_mismatch`...).
-    /// For `loss`: the dropped packets as a share of the packets sent.
+    /// For `loss`: the dropped packets as a share of the packets handed to the kernel
+    /// (`loss_share`: sent + failed sends).
     pub share: f64,
     /// the numbers behind it, each with its unit
     pub evidence: Vec<String>,
@@ -69,6 +72,17 @@ pub const MIN_TICK_S: f64 = 0.5;
 pub const CALIBRATION_TOLERANCE_PCT: f64 = 2.0;
 /// A scanner's own figure further than this from the measurement, in percent, disagrees.
 pub const CLAIM_TOLERANCE_PCT: f64 = 5.0;
+
+/// A loss share, the one definition the loss verdicts, a sweep's steps and `compare` use:
+/// packets lost over the packets handed to the kernel (accepted by the send syscalls, plus the
+/// failed send calls, whose packets the kernel refused or dropped), at most 1 (drops of packets
+/// the send syscalls did not count, a relay's say, are capped rather than read above 100%).
+pub fn loss_share(lost: u64, handed: u64) -> f64 {
+    lost as f64 / handed.max(lost).max(1) as f64
+}
+
+/// What a loss share is of, as the views name its denominator.
+pub const LOSS_SHARE_OF: &str = "of the packets handed to the kernel (sent + failed sends)";
 
 /// The causes over one tick, for the live view.
 pub fn for_snapshot(s: &Snapshot) -> Vec<Verdict> {
@@ -117,10 +131,13 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
 
 /// A measurement fault first (it says which figures not to trust), then gap verdicts then loss
 /// verdicts when there is a gap, loss first otherwise; by share within each kind, larger first,
-/// then strong before weak, then a fixed order of causes.
+/// then strong before weak, then a fixed order of causes. A weak verdict at 0.0% (not
+/// `Verdict::listed`) comes after all of them: it never ranks above a strong one.
 fn rank(gap: Vec<Verdict>, loss: Vec<Verdict>, has_gap: bool) -> Vec<Verdict> {
     let order = |v: &Verdict| -> u8 {
-        if v.cause == Cause::MeasurementFault {
+        if !v.listed() {
+            3
+        } else if v.cause == Cause::MeasurementFault {
             0
         } else if (v.kind == Kind::Gap) == has_gap {
             1

@@ -99,7 +99,9 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
                 .to_string(),
         );
     }
-    // The ring that would hold a second of what arrived at the worst socket.
+    // The size advised is sized to the loss: the worst socket's ring (or receive queue) with
+    // room for the frames it dropped, at most a second of what arrived there (a reader slower
+    // than that for longer needs to read faster, not a larger ring).
     let worst = rings.iter().max_by_key(|v| v.dropped)?;
     let arrived_pps = (worst.queued + worst.dropped) as f64 / secs;
     let frame_bytes = match worst.kind {
@@ -109,12 +111,27 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
             .checked_div(u64::from(worst.frames))
             .unwrap_or(V3_FRAME_BYTES),
     };
-    let figure = ring_figure((arrived_pps * frame_bytes as f64).ceil() as u64);
-    evidence.push(format!(
-        "a second of what reached pid {}'s socket ({}, the average {over}) takes ~{figure} bytes of ring at ~{frame_bytes} bytes a frame",
-        worst.pid,
-        pps(arrived_pps)
-    ));
+    let held = match worst.kind {
+        RingKind::Queue => u64::from(worst.rcvbuf),
+        _ => worst.ring_bytes,
+    };
+    let lost_bytes = worst.dropped.saturating_mul(frame_bytes);
+    let need = held.saturating_add(lost_bytes);
+    let second = (arrived_pps * frame_bytes as f64).ceil() as u64;
+    let capped = held < second && need > second;
+    let figure = ring_figure(if capped { second } else { need });
+    let lost = format!(
+        "pid {}'s socket held {held} bytes; its {} dropped frames take ~{lost_bytes} more at ~{frame_bytes} bytes a frame",
+        worst.pid, worst.dropped
+    );
+    evidence.push(if capped {
+        format!(
+            "{lost}, more than a second of what reached it (~{second} bytes at {}, the average {over}): ~{figure} bytes holds that second; a reader behind for longer needs to read faster",
+            pps(arrived_pps)
+        )
+    } else {
+        format!("{lost}: ~{figure} bytes would have held them")
+    });
     // Large fixed frames: the snapshot length, not the ring's bytes, limits the frames it holds.
     let large =
         worst.kind != RingKind::TpacketV3 && worst.kind != RingKind::Queue && frame_bytes > LARGE_FRAME;

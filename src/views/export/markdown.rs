@@ -43,7 +43,7 @@ pub fn report_md(
             time_budget(&mut o, &r);
             drops(&mut o, &r);
             scanner(&mut o, s);
-            verdicts(&mut o, s);
+            verdicts(&mut o, &r);
         }
         None => {
             let _ = writeln!(
@@ -539,14 +539,16 @@ fn drops(o: &mut String, r: &Report) {
     table(o, &header, &rows);
 }
 
-/// The diagnosis: each verdict with its share, evidence and next step.
-fn verdicts(o: &mut String, s: &Summary) {
-    if s.verdicts.is_empty() {
+/// The diagnosis: each verdict the listing shows with its share, evidence and next step, and
+/// a sentence counting the rest.
+fn verdicts(o: &mut String, r: &Report) {
+    let l = &r.verdicts;
+    if l.shown.is_empty() && l.rest.is_empty() {
         return;
     }
     let _ = writeln!(o, "## Verdicts\n");
-    let rows: Vec<Vec<String>> = s
-        .verdicts
+    let rows: Vec<Vec<String>> = l
+        .shown
         .iter()
         .map(|v| {
             vec![
@@ -559,11 +561,16 @@ fn verdicts(o: &mut String, s: &Summary) {
             ]
         })
         .collect();
-    table(
-        o,
-        &["Kind", "Share", "Cause", "Evidence", "Next step", "Confidence"],
-        &rows,
-    );
+    if !rows.is_empty() {
+        table(
+            o,
+            &["Kind", "Share", "Cause", "Evidence", "Next step", "Confidence"],
+            &rows,
+        );
+    }
+    if let Some(rest) = l.rest_sentence() {
+        let _ = writeln!(o, "{}\n", escape_inline(&rest));
+    }
 }
 
 /// What the scanner's own functions said (its profile's uprobes).
@@ -580,7 +587,7 @@ fn scanner(o: &mut String, s: &Summary) {
         escape_inline(r.kind.as_str())
     );
     for src in &r.sources {
-        let _ = writeln!(o, "- from {}", escape_inline(&src.source));
+        let _ = writeln!(o, "- from {}", escape_inline(&src.described()));
     }
     if let Some(c) = &r.conflict {
         let _ = writeln!(o, "- **sources disagree**: {}", escape_inline(c));
@@ -1336,6 +1343,29 @@ mod tests {
             .map(|r| r[0].clone())
             .collect();
         assert_eq!(classes, ["target\\_loss", "expected", "unrelated"]);
+    }
+
+    #[test]
+    fn every_strong_or_share_bearing_verdict_is_a_row_and_the_rest_are_counted() {
+        let mut rec = rich_recording();
+        let all = crate::views::fixtures::verdicts_beyond_five();
+        if let Some(s) = rec.summary.as_mut() {
+            s.verdicts = all.clone();
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(check_tables(&md).is_ok(), "{md}");
+        let rows: Vec<String> = rows_after(&md, "## Verdicts")
+            .into_iter()
+            .map(|r| r[2].clone())
+            .collect();
+        let shown: Vec<String> = all[..6].iter().map(|v| escape_inline(&v.sentence)).collect();
+        assert_eq!(rows, shown, "{md}");
+        assert!(
+            md.contains(
+                "2 more at 0.0%, with weak evidence: claim\\_mismatch, steal (each in full in the JSON)"
+            ),
+            "{md}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use ratatui::Frame;
 
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
-use crate::analysis::verdict::{Confidence, Kind};
+use crate::analysis::verdict::{Confidence, Kind, Listing};
 use crate::analysis::{DropRow, EndReason, Snapshot, Stage, StageName};
 use crate::collect::DropClass;
 
@@ -120,7 +120,8 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
         .and_then(|x| x.scanner.as_ref())
         .or(s.and_then(|s| s.scanner.as_ref()));
     let mut lines: Vec<Line> = Vec::new();
-    for v in verdicts.into_iter().flatten().take(6) {
+    let listing = Listing::of(verdicts.map_or(&[], |v| v.as_slice()));
+    for v in &listing.shown {
         let colour = if v.kind == Kind::Loss {
             Color::Red
         } else {
@@ -145,13 +146,16 @@ fn draw_diagnosis(f: &mut Frame, app: &App, area: Rect) {
             ));
         }
     }
+    if let Some(rest) = listing.rest_sentence() {
+        lines.push(Line::styled(rest, Style::new().fg(Color::DarkGray)));
+    }
     if let Some(sc) = scanner {
         lines.push(Line::styled(
             format!("scanner: {}", sc.profile),
             Style::new().bold(),
         ));
         for r in sc.requested.sources.iter().rev().take(3) {
-            lines.push(Line::from(format!("  rate from {}", r.source)));
+            lines.push(Line::from(format!("  rate from {}", r.described())));
         }
         if let Some(c) = &sc.requested.conflict {
             lines.push(Line::styled(

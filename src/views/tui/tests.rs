@@ -928,3 +928,25 @@ fn the_funnel_panel_shows_the_receive_cost_while_the_family_reads() {
     let shown = screen(&app, 80, 24);
     assert!(shown.contains("read 4.20 us/pkt, 10G: 31.6 CPUs"), "{shown}");
 }
+
+#[test]
+fn the_diagnosis_panel_lists_every_strong_or_share_bearing_verdict_and_counts_the_rest() {
+    let (_, mut summary) = rich_run();
+    summary.verdicts = crate::views::fixtures::verdicts_beyond_five();
+    summary.scanner = None;
+    let mut app = live_app(false);
+    app.apply(Update::Done(Box::new(summary.clone())));
+    app.focus = Some(Panel::Diagnosis);
+    app.on_key(key(KeyCode::Char('z')));
+    let s = screen(&app, 200, 60);
+    for v in &summary.verdicts[..6] {
+        assert!(s.contains(&v.sentence), "{} missing:\n{s}", v.cause);
+    }
+    for v in &summary.verdicts[6..] {
+        assert!(!s.contains(&v.sentence), "{} shown:\n{s}", v.cause);
+    }
+    assert!(
+        s.contains("2 more at 0.0%, with weak evidence: claim_mismatch, steal (each in full in the JSON)"),
+        "{s}"
+    );
+}
