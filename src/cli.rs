@@ -204,7 +204,7 @@ pub enum Command {
         run: RunOptions,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
     /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o DIR
     /// (required: created if missing; must be empty unless --force).
@@ -221,7 +221,7 @@ pub enum Command {
         run: RunOptions,
         /// The command to start and profile, after `--` (instead of -p).
         #[arg(last = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
     /// Re-render a bundle's report (no root needed): text, markdown or JSON.
     #[command(after_help = REPORT_EXAMPLES)]

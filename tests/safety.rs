@@ -1039,3 +1039,53 @@ fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
     assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
     assert!(!pid_alive(sleeper), "the launched command outlived the run");
 }
+
+// ---- issue 33: safe with anything it is handed ------------------------------------------------
+
+/// A name that is not UTF-8 (legal on Linux): 0xff and 0xfe are never UTF-8.
+fn non_utf8(prefix: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let mut b = prefix.as_bytes().to_vec();
+    b.extend_from_slice(b"\xff\xfe");
+    std::ffi::OsString::from_vec(b)
+}
+
+/// Item 5: a file name that is not UTF-8 is a file name like any other: `report` reads the
+/// bundle there (and says what is wrong with it), it does not panic (exit 101).
+#[test]
+fn a_non_utf8_file_name_is_read_not_a_panic() {
+    let t = TempDir::new("non-utf8");
+    let b = t.path().join(non_utf8("bundle-"));
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("events.ndjson"),
+        "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n",
+    )
+    .unwrap();
+    for args in [vec!["report"], vec!["report", "--format", "md"], vec!["--version", "report"]] {
+        let mut cmd = scanprof(&args);
+        cmd.arg(&b);
+        let r = run_bounded(cmd, Duration::from_secs(20), t.path());
+        assert_ne!(r.status.code(), Some(101), "{args:?} panicked: {}", r.stderr);
+        if args[0] == "report" {
+            assert_eq!(r.status.code(), Some(2), "{args:?}: {}", r.stderr);
+            assert!(r.stderr.contains("neither a summary nor a tick"), "{args:?}: {}", r.stderr);
+        }
+    }
+}
+
+/// Item 5: a launched command's arguments reach it byte for byte, whatever their encoding.
+#[test]
+fn run_passes_non_utf8_arguments_on_unchanged() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("non-utf8-run");
+    let out = t.path().join("got");
+    let word = non_utf8("word-");
+    let mut cmd = scanprof(&["run", "--no-tui", "--quiet", "--", "/bin/sh", "-c", "printf %s \"$1\" > \"$2\"", "sh"]);
+    cmd.arg(&word).arg(&out);
+    let r = run_bounded(cmd, Duration::from_secs(60), t.path());
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    use std::os::unix::ffi::OsStrExt;
+    assert_eq!(fs::read(&out).unwrap(), word.as_bytes());
+}

@@ -343,7 +343,7 @@ pub fn command_log() -> anyhow::Result<PathBuf> {
 /// launch, or the first pid's /proc/PID/cmdline and exe.
 pub(crate) fn target_argv(target: &Target) -> (Vec<String>, Option<PathBuf>) {
     match target {
-        Target::Command(argv) => (argv.clone(), None),
+        Target::Command(argv) => (crate::session::lossy_words(argv), None),
         Target::Pids(pids) => {
             let pid = pids[0];
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -438,7 +438,7 @@ mod tests {
                 shown: "/var/tmp/s.csv".into()
             }
         );
-        let run = Target::Command(words("zmap -u s.csv"));
+        let run = Target::Command(words("zmap -u s.csv").into_iter().map(Into::into).collect());
         let launched = at("zmap -u s.csv", &run);
         let StatusAt::File { open, .. } = &launched[0].at else {
             panic!("{launched:?}")
