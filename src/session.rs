@@ -293,14 +293,8 @@ impl Launched {
                 cmd.stdout(std::io::stderr());
             }
             CommandOutput::File(path) => {
-                use std::os::unix::fs::OpenOptionsExt;
-                // A new file only (O_EXCL), never through a symlink, readable by its owner only.
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(path)
+                // A new file only, never through a symlink, readable by its owner only.
+                let file = crate::system::user_files::create_new(path, 0o600)
                     .with_context(|| format!("creating {} for the command's output", path.display()))?;
                 cmd.stdout(file.try_clone()?).stderr(file.try_clone()?);
                 log = Some(file);

@@ -1089,3 +1089,61 @@ fn run_passes_non_utf8_arguments_on_unchanged() {
     use std::os::unix::ffi::OsStrExt;
     assert_eq!(fs::read(&out).unwrap(), word.as_bytes());
 }
+/// Runs `cmd` with umask 0, so that the mode a file is created with shows whole.
+fn with_umask_0(mut cmd: Command) -> Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: umask is async-signal-safe and touches only the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// A report path that is a planted link to a victim file: the link is replaced by the report,
+/// the victim keeps its contents, and the report is not writable by group or others.
+fn assert_report_replaces_planted_link(what: &str, args: &[&str]) {
+    let t = TempDir::new(&format!("planted-{what}"));
+    let victim = t.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    let link = t.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let mut cmd = scanprof(args);
+    cmd.arg("--report").arg(&link);
+    let r = run_bounded(with_umask_0(cmd), Duration::from_secs(30), t.path());
+    assert_eq!(r.status.code(), Some(0), "{what}: {}", r.stderr);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{what} wrote through the link");
+    let meta = fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_file(), "{what}: the report is not a regular file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{what}: report mode");
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&link).unwrap()).unwrap();
+    assert!(v.is_object(), "{what}: {v}");
+    let left: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "{what} left {left:?}");
+}
+
+/// Item 1: `recv --report LINK` (no privilege needed).
+#[test]
+fn recv_report_never_writes_through_a_planted_link() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = port.to_string();
+    assert_report_replaces_planted_link("recv", &["recv", "--port", &port, "--duration", "0.2"]);
+}
+
+/// Item 1: `ring-recv --report LINK` and `relay --report LINK`, which `lab` runs as root.
+#[test]
+fn ring_recv_and_relay_reports_never_write_through_a_planted_link() {
+    require_root();
+    let _g = serial();
+    assert_report_replaces_planted_link("ring-recv", &["ring-recv", "--dev", "lo", "--duration", "0.2"]);
+    assert_report_replaces_planted_link("relay", &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"]);
+}
+

@@ -425,7 +425,7 @@ pub fn check_pcap_path(path: &Path) -> anyhow::Result<()> {
 pub fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Result<()> {
     let mut bytes = Vec::new();
     let written = crate::views::export::pcap::write(&mut bytes, summary)?;
-    crate::views::metrics::write_atomically(path, &bytes)
+    crate::system::user_files::replace(path, 0o644, &bytes)
         .with_context(|| format!("writing the pcapng to {}", path.display()))?;
     eprintln!(
         "scanprof: pcapng written to {}: {} packet headers of the family's {} drops ({})",
