@@ -1089,6 +1089,7 @@ fn run_passes_non_utf8_arguments_on_unchanged() {
     use std::os::unix::ffi::OsStrExt;
     assert_eq!(fs::read(&out).unwrap(), word.as_bytes());
 }
+
 /// Runs `cmd` with umask 0, so that the mode a file is created with shows whole.
 fn with_umask_0(mut cmd: Command) -> Command {
     use std::os::unix::process::CommandExt;
@@ -1147,3 +1148,26 @@ fn ring_recv_and_relay_reports_never_write_through_a_planted_link() {
     assert_report_replaces_planted_link("relay", &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"]);
 }
 
+/// Item 2: `--profile` naming an endless device or a FIFO nobody writes: refused at once with
+/// what it is (exit 2), with bounded memory, before the run starts.
+#[test]
+fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("profile-device");
+    let fifo = t.path().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let fifo = fifo.to_str().unwrap().to_string();
+    for (profile, says) in [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"), (fifo.as_str(), "a FIFO")] {
+        let started = Instant::now();
+        let r = run_bounded(
+            scanprof(&["run", "--no-tui", "--duration", "1", "--profile", profile, "--", "true"]),
+            Duration::from_secs(20),
+            t.path(),
+        );
+        assert_eq!(r.status.code(), Some(2), "{profile}: {}", r.stderr);
+        assert!(r.stderr.contains(says) && r.stderr.contains("regular file"), "{profile}: {}", r.stderr);
+        assert!(started.elapsed() < Duration::from_secs(5), "{profile}: {:?}", started.elapsed());
+        assert!(r.max_rss_kib < 128 << 10, "{profile}: peak RSS {} KiB", r.max_rss_kib);
+    }
+}

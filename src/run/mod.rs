@@ -23,7 +23,12 @@ use crate::collect::uprobes::PerPacket;
 use crate::probes::ProbeOptions;
 use crate::session::{CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target};
 use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::system::user_files::{read_text, Links};
+
+/// The most bytes of a profile file read (the built-in ones are a few KiB).
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
 
 /// Raised by SIGINT, SIGTERM or SIGHUP (a closed terminal or SSH session): the session ends,
 /// ends a launched command, detaches the probes and still writes its summary and bundle.
@@ -118,7 +123,8 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
     let explicit;
     let (profile, at) = match &opts.profile {
         Some(name) if name.ends_with(".toml") || name.contains('/') => {
-            let text = std::fs::read_to_string(name).with_context(|| format!("reading profile {name}"))?;
+            let text = read_text(Path::new(name), MAX_PROFILE_BYTES, Links::Follow)
+                .with_context(|| format!("reading profile {name}"))?;
             explicit = ScannerProfile::parse_named(&text, name)?;
             let at = set
                 .find_in_argv(&argv)

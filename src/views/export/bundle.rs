@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::{markdown, pcap, perfetto, plots, recount, trace, Meta, Recording};
 use crate::analysis::{Snapshot, Summary};
+use crate::system::user_files::{self, Links};
 use crate::views::json;
 
 /// The event stream: `meta`, `started`, `sample`..., `summary` lines (docs/events.md).
@@ -327,50 +328,10 @@ impl std::fmt::Display for ReadIssue {
 /// The most bytes of system.json that `report` reads.
 pub const MAX_SYSTEM_BYTES: u64 = 16 << 20;
 
-/// Opens a bundle file for reading: a regular file only. It is opened with O_NOFOLLOW (a
-/// symlink in the bundle is refused, not followed out of it) and O_NONBLOCK (a FIFO cannot
-/// hang the open), then checked with fstat: a device, FIFO or socket is refused, and so is a
-/// file over `cap` bytes. Reads through the result stop at `cap` even if the file grows.
+/// Opens a bundle file for reading: a regular file of at most `cap` bytes, and not through a
+/// symbolic link (one is refused, not followed out of the bundle).
 pub fn open_regular(file: &Path, cap: u64) -> anyhow::Result<std::io::Take<fs::File>> {
-    let fd = nix::fcntl::open(
-        file,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        Errno::ELOOP => anyhow::anyhow!(
-            "{} is a symbolic link: report reads only regular files in the bundle (copy the file \
-             it points to there instead)",
-            file.display()
-        ),
-        e => anyhow::anyhow!("opening {}: {e}", file.display()),
-    })?;
-    let st = nix::sys::stat::fstat(&fd).with_context(|| format!("examining {}", file.display()))?;
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => None,
-        libc::S_IFIFO => Some("a FIFO"),
-        libc::S_IFCHR => Some("a character device"),
-        libc::S_IFBLK => Some("a block device"),
-        libc::S_IFSOCK => Some("a socket"),
-        libc::S_IFDIR => Some("a directory"),
-        _ => Some("not a regular file"),
-    };
-    if let Some(kind) = kind {
-        anyhow::bail!("{} is {kind}: report reads only regular files", file.display());
-    }
-    if st.st_size as u64 > cap {
-        anyhow::bail!(
-            "{} is {} MiB, over the {} MiB that report reads: not a scanprof recording, or cut \
-             it down (e.g. `head -n 100000`)",
-            file.display(),
-            st.st_size as u64 >> 20,
-            cap >> 20
-        );
-    }
-    let file = fs::File::from(fd);
-    // Back to blocking reads (a regular file never blocks; this only undoes O_NONBLOCK).
-    let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_RDONLY));
-    Ok(file.take(cap))
+    user_files::open_regular(file, cap, Links::Refuse)
 }
 
 /// A bundle's system.json, if it is there as a regular file of sane size and valid JSON.
