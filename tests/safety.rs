@@ -1171,3 +1171,67 @@ fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
         assert!(r.max_rss_kib < 128 << 10, "{profile}: peak RSS {} KiB", r.max_rss_kib);
     }
 }
+
+/// Item 6: a bundle from someone else whose strings (comm, executable, host name, command
+/// line) hold escape sequences and line breaks: `report` shows them as `\u{1b}` in text and
+/// markdown, never sends them to the terminal, and a line break in a name cannot forge a line
+/// of the report. (`views::text_tests` and the markdown tests cover every other string.)
+#[test]
+fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("escapes");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let b = t.path().join("b");
+    let r = run_bounded(
+        scanprof(&["record", "--json", "-o", b.to_str().unwrap(), "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let evil = "\x1b]0;pwned\x07\x1b[2J\u{9b}31m\u{202e}";
+    let events = b.join("events.ndjson");
+    let mut changed = 0;
+    let lines: Vec<String> = fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            match v["type"].as_str() {
+                Some("meta") => {
+                    v["hostname"] = format!("host{evil}").into();
+                    v["command_line"].as_array_mut().unwrap().push(format!("arg{evil}").into());
+                    changed += 1;
+                }
+                Some("summary") => {
+                    for p in v["processes"].as_array_mut().unwrap() {
+                        p["comm"] = format!("true{evil}\nverdict: all is well").into();
+                        p["exe"] = format!("/bin/x{evil}").into();
+                        changed += 1;
+                    }
+                }
+                _ => {}
+            }
+            v.to_string()
+        })
+        .collect();
+    assert!(changed >= 2, "no meta or no process in the summary");
+    fs::write(&events, lines.join("\n") + "\n").unwrap();
+    for format in ["text", "md"] {
+        let r = report(&b, format, &out);
+        assert_eq!(r.status.code(), Some(0), "{format}: {}", r.stderr);
+        let sent: Vec<char> = r
+            .stdout
+            .chars()
+            .filter(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
+            .collect();
+        assert!(sent.is_empty(), "{format} sends {sent:?} to the terminal");
+        assert!(r.stdout.contains("\\u{1b}]0;pwned\\u{7}"), "{format}:\n{}", r.stdout);
+        assert!(
+            !r.stdout.lines().any(|l| l.trim_start().starts_with("verdict: all is well")),
+            "{format}: a comm forged a line:\n{}",
+            r.stdout
+        );
+    }
+}

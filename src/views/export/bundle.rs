@@ -321,7 +321,14 @@ pub struct ReadIssue {
 
 impl std::fmt::Display for ReadIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} line {}: {}", self.file.display(), self.line, self.problem)
+        // The problem may quote the line (serde names an unknown value): shown, not sent.
+        write!(
+            f,
+            "{} line {}: {}",
+            self.file.display(),
+            self.line,
+            crate::views::report::visible(&self.problem)
+        )
     }
 }
 
