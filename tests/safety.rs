@@ -1235,3 +1235,41 @@ fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
         );
     }
 }
+
+/// Item 8: lines that are valid JSON but do not decode, and a layout newer than this
+/// scanprof's: `report` names each line ("FILE line N: problem") before it says nothing is
+/// left to report, in every format; it said only "holds neither a summary nor a tick".
+#[test]
+fn report_names_each_line_that_does_not_decode() {
+    let t = TempDir::new("undecodable");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let b = t.path().join("b");
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("events.ndjson"),
+        "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n\
+         {\"type\":\"sample\",\"schema_version\":2,\"tick\":-1}\n\
+         {\"type\":\"sample\",\"schema_version\":999,\"tick\":1}\n\
+         {\"type\":\"summary\",\"schema_version\":2,\"duration_s\":1e300,\"send_calls\":18446744073709551616}\n",
+    )
+    .unwrap();
+    for format in ["text", "md", "json"] {
+        let r = report(&b, format, &out);
+        assert_eq!(r.status.code(), Some(2), "{format}: {}", r.stderr);
+        let file = b.join("events.ndjson").display().to_string();
+        for (line, says) in [
+            (2, "a \"sample\" line scanprof cannot read"),
+            (3, "a \"sample\" line of schema_version 999"),
+            (4, "a \"summary\" line scanprof cannot read"),
+        ] {
+            assert!(
+                r.stderr.contains(&format!("{file} line {line}: {says}")),
+                "{format}: line {line}: {}",
+                r.stderr
+            );
+        }
+        assert!(r.stderr.contains("the lines named above could not be read"), "{format}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
+    }
+}
