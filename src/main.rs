@@ -9,6 +9,11 @@ use scanprof::session::Target;
 
 fn main() -> ExitCode {
     scanprof::system::startup::begin();
+    // `scanprof watchdog` is started by `run` itself, not by people: it is no clap subcommand,
+    // so that no --help, manual page or shell completion offers it.
+    if commands::version::is_watchdog() {
+        return scanprof::system::watchdog::run();
+    }
     let cli = commands::version::parse();
     let result = match &cli.command {
         Command::Attach {
@@ -26,7 +31,6 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
-        Command::Watchdog => Ok(scanprof::system::watchdog::run()),
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),

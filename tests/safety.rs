@@ -1273,3 +1273,85 @@ fn report_names_each_line_that_does_not_decode() {
         assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
     }
 }
+
+/// Item 10: a zombie (exited, not reaped) is refused before anything loads, naming what it is;
+/// it was accepted, gave one tick and "family exited", exit 0.
+#[test]
+fn attach_refuses_a_zombie() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("zombie");
+    // A child of this test that exits and is reaped only at the end: a zombie meanwhile.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z ") {
+        assert!(Instant::now() < deadline, "pid {pid} never became a zombie");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = run_bounded(
+        scanprof(&["attach", "-p", &pid.to_string(), "--duration", "2", "--no-tui"]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    child.wait().unwrap();
+    assert_eq!(r.status.code(), Some(2), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(&format!("pid {pid} has exited (a zombie")), "{}", r.stderr);
+}
+
+/// Item 10: a TOML error names the line and column, and quotes nothing of a file that
+/// `--profile` named (it quoted the file's first line, whatever the file was).
+#[test]
+fn a_profile_error_quotes_nothing_of_the_file() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("profile-quote");
+    let f = t.path().join("p.toml");
+    fs::write(&f, "root:$6$secret-hash:19000:0:99999:7:::\nmore secret\n").unwrap();
+    let r = run_bounded(
+        scanprof(&["run", "--no-tui", "--duration", "1", "--profile", f.to_str().unwrap(), "--", "true"]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("line 1, column"), "{}", r.stderr);
+    assert!(!r.stderr.contains("secret"), "{}", r.stderr);
+}
+
+/// Item 10: the internal `watchdog` subcommand is in no --help, manual page or completion
+/// script, and `man watchdog` is refused like any unknown name.
+#[test]
+fn the_internal_watchdog_is_offered_nowhere() {
+    let t = TempDir::new("watchdog-hidden");
+    for args in [
+        vec!["--help"],
+        vec!["help"],
+        vec!["man"],
+        vec!["completions", "bash"],
+        vec!["completions", "zsh"],
+        vec!["completions", "fish"],
+    ] {
+        let r = run_bounded(scanprof(&args), Duration::from_secs(20), t.path());
+        assert_eq!(r.status.code(), Some(0), "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.contains("watchdog"), "{args:?} offers the watchdog");
+    }
+    let r = run_bounded(scanprof(&["man", "watchdog"]), Duration::from_secs(20), t.path());
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("no subcommand watchdog"), "{}", r.stderr);
+}
+
+/// Item 10: `--map-size` naming no resizable map is refused by the parser, the flag and the
+/// maps named once (it printed "os error 22" twice, after loading the probes).
+#[test]
+fn a_map_size_for_no_map_is_refused_once_by_the_parser() {
+    let t = TempDir::new("map-size");
+    let r = run_bounded(
+        scanprof(&["attach", "-p", "1", "--map-size", "nosuch=5"]),
+        Duration::from_secs(20),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--map-size") && r.stderr.contains("no map scanprof can resize"), "{}", r.stderr);
+    assert!(r.stderr.contains("threads"), "{}", r.stderr);
+    assert!(!r.stderr.contains("os error"), "{}", r.stderr);
+}

@@ -9,6 +9,13 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::Cli;
 
+/// Whether this process is the run's watchdog: `scanprof watchdog` and nothing else, as
+/// `system::watchdog` starts it.
+pub fn is_watchdog() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    args.next().is_some_and(|a| a == "watchdog") && args.next().is_none()
+}
+
 /// Parses the command line; `--version` prints [`long_version`], `-V` the version alone.
 pub fn parse() -> Cli {
     let mut cmd = Cli::command();

@@ -384,6 +384,12 @@ pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
     if pid == std::process::id() {
         return Some(format!("pid {pid} is scanprof itself: give the scanner's pid"));
     }
+    if has_exited(pid) {
+        return Some(format!(
+            "pid {pid} has exited (a zombie: its parent has not reaped it yet), so it sends \
+             nothing: give the pid of a running scanner"
+        ));
+    }
     if allow_system {
         return None;
     }
@@ -402,6 +408,27 @@ pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
         ));
     }
     None
+}
+
+/// Whether every thread of `pid` has exited (state Z or X in /proc/PID/task/*/stat): a zombie.
+/// A leader that exited while its other threads run shows Z too, but is no zombie. False when
+/// the process is gone (the session says so) or cannot be read.
+fn has_exited(pid: u32) -> bool {
+    let state = |stat: &str| stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(String::from));
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        any = true;
+        if !matches!(state(&stat).as_deref(), Some("Z" | "X")) {
+            return false;
+        }
+    }
+    any
 }
 
 /// Whether a /proc/PID/stat line is a kernel thread's: PF_KTHREAD in its flags (field 9).
