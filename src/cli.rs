@@ -85,8 +85,11 @@ pub fn parse_map_size(s: &str) -> Result<(String, u32), String> {
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: give MAP=ENTRIES, e.g. threads=4096"))?;
     let name = name.trim();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("{name:?} is not a map name (letters, digits and _)"));
+    if !crate::probes::RESIZABLE.contains(&name) {
+        return Err(format!(
+            "{name:?} is no map scanprof can resize: one of {}",
+            crate::probes::RESIZABLE.join(", ")
+        ));
     }
     let max = crate::probes::MAX_MAP_ENTRIES;
     let n: u32 = n
@@ -204,7 +207,7 @@ pub enum Command {
         run: RunOptions,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
     /// Profile like attach (with -p) or run (with a command), and write a trace bundle to -o DIR
     /// (required: created if missing; must be empty unless --force).
@@ -221,7 +224,7 @@ pub enum Command {
         run: RunOptions,
         /// The command to start and profile, after `--` (instead of -p).
         #[arg(last = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
     /// Re-render a bundle's report (no root needed): text, markdown or JSON.
     #[command(after_help = REPORT_EXAMPLES)]
@@ -246,19 +249,6 @@ pub enum Command {
         /// The shell to complete for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
-    },
-    /// Started by `run` itself (not for people): reads the launched command's family from its
-    /// stdin and ends it with SIGKILL if scanprof dies before saying `done`.
-    #[command(hide = true)]
-    Watchdog {
-        /// Watch a lab's network namespaces instead (started by `lab` and `sweep`): delete
-        /// them if scanprof dies.
-        #[arg(long, conflicts_with = "cgroups")]
-        namespaces: bool,
-        /// Watch a lab's cgroup instead (started by `lab cgroup-throttled`): remove it if
-        /// scanprof dies.
-        #[arg(long)]
-        cgroups: bool,
     },
     /// Print the manual page (roff), of scanprof or of one subcommand.
     #[command(after_help = MAN_EXAMPLES)]
@@ -498,14 +488,16 @@ pub struct SendOptions {
     #[arg(long, default_value_t = 1000.0, value_name = "PPS", value_parser = parse_pps_or_unlimited, allow_negative_numbers = true)]
     pub rate: f64,
     /// Number of packets to send.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
+          value_parser = clap::builder::RangedI64ValueParser::<u64>::new().range(0..))]
     pub count: Option<u64>,
     /// Seconds to send for (at most 30 days).
     #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// UDP payload size in bytes (0 to 65507).
+    /// UDP payload size in bytes, 8 to 65507 (the first 8 carry the packet's sequence number).
     #[arg(long, default_value_t = 64, value_name = "BYTES",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=MAX_UDP_PAYLOAD as u64))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(crate::senders::methods::SEQ_BYTES as u64..=MAX_UDP_PAYLOAD as u64))]
     pub size: usize,
     /// Socket send buffer to request, bytes, up to 1 GiB (default: the kernel's).
     #[arg(long, value_name = "BYTES",
@@ -892,8 +884,10 @@ pub struct SweepOptions {
     /// The tbf's queue (tc limit).
     #[arg(long, default_value = "10kb", value_name = "SIZE", requires = "tbf_rate")]
     pub tbf_limit: String,
-    /// UDP payload bytes of the lab's reference sender.
-    #[arg(long, default_value_t = 512, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(1..=1472))]
+    /// UDP payload bytes of the lab's reference sender, 8 to 1472 (the first 8 carry the
+    /// packet's sequence number).
+    #[arg(long, default_value_t = 512, value_name = "BYTES",
+          value_parser = clap::value_parser!(u16).range(crate::senders::methods::SEQ_BYTES as i64..=1472))]
     pub size: u16,
     /// Scanner profile (a name or a .toml file); default: recognised from the command line.
     #[arg(long, value_name = "NAME|FILE")]
@@ -1167,7 +1161,6 @@ mod tests {
             ("sweep", &["--lab", "--rates", "1000"]),
             ("compare", &["/nonexistent/a", "/nonexistent/b"]),
             ("completions", &["bash"]),
-            ("watchdog", &[]),
             ("man", &[]),
         ];
         let root = Cli::command();
@@ -1258,8 +1251,7 @@ mod tests {
             | Command::Doctor { .. }
             | Command::Compare { .. }
             | Command::Completions { .. }
-            | Command::Man { .. }
-            | Command::Watchdog { .. } => {}
+            | Command::Man { .. } => {}
         }
     }
 
@@ -1288,6 +1280,13 @@ mod tests {
                 "--size",
                 "65507",
             ),
+            (
+                &["send", "--to", "127.0.0.1:9", "--size", "4"],
+                "--size",
+                "8..=65507",
+            ),
+            (&["send", "--to", "127.0.0.1:9", "--count", "-1"], "--count", "-1 is not in 0.."),
+            (&["run", "--map-size", "nosuch=5", "--", "true"], "--map-size", "no map scanprof can resize"),
             (&["baseline", "--seconds", "inf"], "--seconds", "out of range"),
             (&["baseline", "--rates", "100,-5"], "--rates", "at least 0"),
         ] {

@@ -9,6 +9,11 @@ use scanprof::session::Target;
 
 fn main() -> ExitCode {
     scanprof::system::startup::begin();
+    // `scanprof watchdog` is started by `run` itself, not by people: it is no clap subcommand,
+    // so that no --help, manual page or shell completion offers it.
+    if let Some(watches) = scanprof::system::watchdog::requested() {
+        return scanprof::system::watchdog::run(watches);
+    }
     let cli = commands::version::parse();
     let result = match &cli.command {
         Command::Attach {
@@ -26,14 +31,6 @@ fn main() -> ExitCode {
         Command::Report { path, format } => commands::report::run(path, *format),
         Command::Doctor { json } => commands::doctor::run(*json),
         Command::Completions { shell } => commands::version::completions(*shell),
-        Command::Watchdog { namespaces, cgroups } => {
-            use scanprof::system::watchdog::{run, Watches};
-            Ok(run(match (*namespaces, *cgroups) {
-                (true, _) => Watches::Namespaces,
-                (_, true) => Watches::Cgroups,
-                _ => Watches::Family,
-            }))
-        }
         Command::Man { subcommand } => commands::version::man(subcommand.as_deref()),
         Command::Send(o) => commands::send::run(o),
         Command::Recv(o) => commands::recv::run(o),

@@ -30,8 +30,15 @@ use crate::system::startup::mark;
 pub enum Target {
     /// running processes and their families
     Pids(Vec<u32>),
-    /// a command to start once every probe is attached
-    Command(Vec<String>),
+    /// a command to start once every probe is attached: its words as given, in bytes (a file
+    /// name need not be UTF-8); [`lossy_words`] for the text that recognises and names it
+    Command(Vec<std::ffi::OsString>),
+}
+
+/// A command's words as text, for recognising its scanner and naming it: a byte that is not
+/// UTF-8 reads as U+FFFD (the command itself is started with its words unchanged).
+pub fn lossy_words(argv: &[std::ffi::OsString]) -> Vec<String> {
+    argv.iter().map(|w| w.to_string_lossy().into_owned()).collect()
 }
 
 /// Where a launched command's output goes, so that it cannot garble scanprof's own.
@@ -229,7 +236,7 @@ impl Launched {
     /// Starts `/bin/sh` that waits on a pipe, then execs the command in the same process, so
     /// the pid the probes follow is the command's pid from its first instruction.
     fn spawn(
-        argv: &[String],
+        argv: &[std::ffi::OsString],
         output: &CommandOutput,
         run_as: Option<&crate::system::child::RunAs>,
         claims: &[crate::wrappers::OutputClaim],
@@ -245,7 +252,7 @@ impl Launched {
         if !is_executable_command(&argv[0]) {
             bail!(
                 "command not found or not executable: {} (give a path, or a name on PATH)",
-                argv[0]
+                std::path::Path::new(&argv[0]).display()
             );
         }
         let (gate_rd, gate_wr) =
@@ -286,14 +293,8 @@ impl Launched {
                 cmd.stdout(std::io::stderr());
             }
             CommandOutput::File(path) => {
-                use std::os::unix::fs::OpenOptionsExt;
-                // A new file only (O_EXCL), never through a symlink, readable by its owner only.
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(path)
+                // A new file only, never through a symlink, readable by its owner only.
+                let file = crate::system::user_files::create_new(path, 0o600)
                     .with_context(|| format!("creating {} for the command's output", path.display()))?;
                 cmd.stdout(file.try_clone()?).stderr(file.try_clone()?);
                 log = Some(file);
@@ -319,7 +320,7 @@ impl Launched {
         if err_m.is_some() || err_s.is_some() {
             cmd.stderr(std::process::Stdio::piped());
         }
-        let mut child = cmd.spawn().with_context(|| format!("starting {}", argv[0]))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", std::path::Path::new(&argv[0]).display()))?;
         drop(gate_rd);
         let dest = |is_stdout: bool| -> anyhow::Result<Box<dyn std::io::Write + Send>> {
             Ok(match (output, &log) {
@@ -437,12 +438,12 @@ fn status_readers(
 }
 
 /// Whether `cmd` names an executable file: a path, or a name found on PATH.
-fn is_executable_command(cmd: &str) -> bool {
+fn is_executable_command(cmd: &std::ffi::OsStr) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &std::path::Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if cmd.contains('/') {
+    if cmd.as_encoded_bytes().contains(&b'/') {
         return executable(std::path::Path::new(cmd));
     }
     std::env::var_os("PATH")

@@ -1433,3 +1433,319 @@ fn attach_leaves_the_family_it_attached_to_running() {
         "attach ended processes it did not start: command {root} alive {root_alive}, forked {forked} alive {forked_alive}"
     );
 }
+
+// ---- issue 33: safe with anything it is handed ------------------------------------------------
+
+/// A name that is not UTF-8 (legal on Linux): 0xff and 0xfe are never UTF-8.
+fn non_utf8(prefix: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let mut b = prefix.as_bytes().to_vec();
+    b.extend_from_slice(b"\xff\xfe");
+    std::ffi::OsString::from_vec(b)
+}
+
+/// Item 5: a file name that is not UTF-8 is a file name like any other: `report` reads the
+/// bundle there (and says what is wrong with it), it does not panic (exit 101).
+#[test]
+fn a_non_utf8_file_name_is_read_not_a_panic() {
+    let t = TempDir::new("non-utf8");
+    let b = t.path().join(non_utf8("bundle-"));
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("events.ndjson"),
+        "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n",
+    )
+    .unwrap();
+    for args in [vec!["report"], vec!["report", "--format", "md"], vec!["--version", "report"]] {
+        let mut cmd = scanprof(&args);
+        cmd.arg(&b);
+        let r = run_bounded(cmd, Duration::from_secs(20), t.path());
+        assert_ne!(r.status.code(), Some(101), "{args:?} panicked: {}", r.stderr);
+        if args[0] == "report" {
+            assert_eq!(r.status.code(), Some(2), "{args:?}: {}", r.stderr);
+            assert!(r.stderr.contains("neither a summary nor a tick"), "{args:?}: {}", r.stderr);
+        }
+    }
+}
+
+/// Item 5: a launched command's arguments reach it byte for byte, whatever their encoding.
+#[test]
+fn run_passes_non_utf8_arguments_on_unchanged() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("non-utf8-run");
+    let out = t.path().join("got");
+    let word = non_utf8("word-");
+    let mut cmd = scanprof(&["run", "--no-tui", "--quiet", "--", "/bin/sh", "-c", "printf %s \"$1\" > \"$2\"", "sh"]);
+    cmd.arg(&word).arg(&out);
+    let r = run_bounded(cmd, Duration::from_secs(60), t.path());
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    use std::os::unix::ffi::OsStrExt;
+    assert_eq!(fs::read(&out).unwrap(), word.as_bytes());
+}
+
+/// Runs `cmd` with umask 0, so that the mode a file is created with shows whole.
+fn with_umask_0(mut cmd: Command) -> Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: umask is async-signal-safe and touches only the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// A report path that is a planted link to a victim file: the link is replaced by the report,
+/// the victim keeps its contents, and the report is not writable by group or others.
+fn assert_report_replaces_planted_link(what: &str, args: &[&str]) {
+    let t = TempDir::new(&format!("planted-{what}"));
+    let victim = t.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    let link = t.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let mut cmd = scanprof(args);
+    cmd.arg("--report").arg(&link);
+    let r = run_bounded(with_umask_0(cmd), Duration::from_secs(30), t.path());
+    assert_eq!(r.status.code(), Some(0), "{what}: {}", r.stderr);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{what} wrote through the link");
+    let meta = fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_file(), "{what}: the report is not a regular file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{what}: report mode");
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&link).unwrap()).unwrap();
+    assert!(v.is_object(), "{what}: {v}");
+    let left: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "{what} left {left:?}");
+}
+
+/// Item 1: `recv --report LINK` (no privilege needed).
+#[test]
+fn recv_report_never_writes_through_a_planted_link() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = port.to_string();
+    assert_report_replaces_planted_link("recv", &["recv", "--port", &port, "--duration", "0.2"]);
+}
+
+/// Item 1: `ring-recv --report LINK` and `relay --report LINK`, which `lab` runs as root.
+#[test]
+fn ring_recv_and_relay_reports_never_write_through_a_planted_link() {
+    require_root();
+    let _g = serial();
+    assert_report_replaces_planted_link("ring-recv", &["ring-recv", "--dev", "lo", "--duration", "0.2"]);
+    assert_report_replaces_planted_link("relay", &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"]);
+}
+
+/// Item 2: `--profile` naming an endless device or a FIFO nobody writes: refused at once with
+/// what it is (exit 2), with bounded memory, before the run starts.
+#[test]
+fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("profile-device");
+    let fifo = t.path().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let fifo = fifo.to_str().unwrap().to_string();
+    for (profile, says) in [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"), (fifo.as_str(), "a FIFO")] {
+        let started = Instant::now();
+        let r = run_bounded(
+            scanprof(&["run", "--no-tui", "--duration", "1", "--profile", profile, "--", "true"]),
+            Duration::from_secs(20),
+            t.path(),
+        );
+        assert_eq!(r.status.code(), Some(2), "{profile}: {}", r.stderr);
+        assert!(r.stderr.contains(says) && r.stderr.contains("regular file"), "{profile}: {}", r.stderr);
+        assert!(started.elapsed() < Duration::from_secs(5), "{profile}: {:?}", started.elapsed());
+        assert!(r.max_rss_kib < 128 << 10, "{profile}: peak RSS {} KiB", r.max_rss_kib);
+    }
+}
+
+/// Item 6: a bundle from someone else whose strings (comm, executable, host name, command
+/// line) hold escape sequences and line breaks: `report` shows them as `\u{1b}` in text and
+/// markdown, never sends them to the terminal, and a line break in a name cannot forge a line
+/// of the report. (`views::text_tests` and the markdown tests cover every other string.)
+#[test]
+fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("escapes");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let b = t.path().join("b");
+    let r = run_bounded(
+        scanprof(&["record", "--json", "-o", b.to_str().unwrap(), "--", "true"]),
+        Duration::from_secs(60),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    let evil = "\x1b]0;pwned\x07\x1b[2J\u{9b}31m\u{202e}";
+    let events = b.join("events.ndjson");
+    let mut changed = 0;
+    let lines: Vec<String> = fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            match v["type"].as_str() {
+                Some("meta") => {
+                    v["hostname"] = format!("host{evil}").into();
+                    v["command_line"].as_array_mut().unwrap().push(format!("arg{evil}").into());
+                    changed += 1;
+                }
+                Some("summary") => {
+                    for p in v["processes"].as_array_mut().unwrap() {
+                        p["comm"] = format!("true{evil}\nverdict: all is well").into();
+                        p["exe"] = format!("/bin/x{evil}").into();
+                        changed += 1;
+                    }
+                }
+                _ => {}
+            }
+            v.to_string()
+        })
+        .collect();
+    assert!(changed >= 2, "no meta or no process in the summary");
+    fs::write(&events, lines.join("\n") + "\n").unwrap();
+    for format in ["text", "md"] {
+        let r = report(&b, format, &out);
+        assert_eq!(r.status.code(), Some(0), "{format}: {}", r.stderr);
+        let sent: Vec<char> = r
+            .stdout
+            .chars()
+            .filter(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
+            .collect();
+        assert!(sent.is_empty(), "{format} sends {sent:?} to the terminal");
+        assert!(r.stdout.contains("\\u{1b}]0;pwned\\u{7}"), "{format}:\n{}", r.stdout);
+        assert!(
+            !r.stdout.lines().any(|l| l.trim_start().starts_with("verdict: all is well")),
+            "{format}: a comm forged a line:\n{}",
+            r.stdout
+        );
+    }
+}
+
+/// Item 8: lines that are valid JSON but do not decode, and a layout newer than this
+/// scanprof's: `report` names each line ("FILE line N: problem") before it says nothing is
+/// left to report, in every format; it said only "holds neither a summary nor a tick".
+#[test]
+fn report_names_each_line_that_does_not_decode() {
+    let t = TempDir::new("undecodable");
+    let out = t.path().join("out");
+    fs::create_dir_all(&out).unwrap();
+    let b = t.path().join("b");
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("events.ndjson"),
+        "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n\
+         {\"type\":\"sample\",\"schema_version\":2,\"tick\":-1}\n\
+         {\"type\":\"sample\",\"schema_version\":999,\"tick\":1}\n\
+         {\"type\":\"summary\",\"schema_version\":2,\"duration_s\":1e300,\"send_calls\":18446744073709551616}\n",
+    )
+    .unwrap();
+    for format in ["text", "md", "json"] {
+        let r = report(&b, format, &out);
+        assert_eq!(r.status.code(), Some(2), "{format}: {}", r.stderr);
+        let file = b.join("events.ndjson").display().to_string();
+        for (line, says) in [
+            (2, "a \"sample\" line scanprof cannot read"),
+            (3, "a \"sample\" line of schema_version 999"),
+            (4, "a \"summary\" line scanprof cannot read"),
+        ] {
+            assert!(
+                r.stderr.contains(&format!("{file} line {line}: {says}")),
+                "{format}: line {line}: {}",
+                r.stderr
+            );
+        }
+        assert!(r.stderr.contains("the lines named above could not be read"), "{format}: {}", r.stderr);
+        assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
+    }
+}
+
+/// Item 10: a zombie (exited, not reaped) is refused before anything loads, naming what it is;
+/// it was accepted, gave one tick and "family exited", exit 0.
+#[test]
+fn attach_refuses_a_zombie() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("zombie");
+    // A child of this test that exits and is reaped only at the end: a zombie meanwhile.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z ") {
+        assert!(Instant::now() < deadline, "pid {pid} never became a zombie");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = run_bounded(
+        scanprof(&["attach", "-p", &pid.to_string(), "--duration", "2", "--no-tui"]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    child.wait().unwrap();
+    assert_eq!(r.status.code(), Some(2), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(&format!("pid {pid} has exited (a zombie")), "{}", r.stderr);
+}
+
+/// Item 10: a TOML error names the line and column, and quotes nothing of a file that
+/// `--profile` named (it quoted the file's first line, whatever the file was).
+#[test]
+fn a_profile_error_quotes_nothing_of_the_file() {
+    require_root();
+    let _g = serial();
+    let t = TempDir::new("profile-quote");
+    let f = t.path().join("p.toml");
+    fs::write(&f, "root:$6$secret-hash:19000:0:99999:7:::\nmore secret\n").unwrap();
+    let r = run_bounded(
+        scanprof(&["run", "--no-tui", "--duration", "1", "--profile", f.to_str().unwrap(), "--", "true"]),
+        Duration::from_secs(30),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("line 1, column"), "{}", r.stderr);
+    assert!(!r.stderr.contains("secret"), "{}", r.stderr);
+}
+
+/// Item 10: the internal `watchdog` subcommand is in no --help, manual page or completion
+/// script, and `man watchdog` is refused like any unknown name.
+#[test]
+fn the_internal_watchdog_is_offered_nowhere() {
+    let t = TempDir::new("watchdog-hidden");
+    for args in [
+        vec!["--help"],
+        vec!["help"],
+        vec!["man"],
+        vec!["completions", "bash"],
+        vec!["completions", "zsh"],
+        vec!["completions", "fish"],
+    ] {
+        let r = run_bounded(scanprof(&args), Duration::from_secs(20), t.path());
+        assert_eq!(r.status.code(), Some(0), "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.contains("watchdog"), "{args:?} offers the watchdog");
+    }
+    let r = run_bounded(scanprof(&["man", "watchdog"]), Duration::from_secs(20), t.path());
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("no subcommand watchdog"), "{}", r.stderr);
+}
+
+/// Item 10: `--map-size` naming no resizable map is refused by the parser, the flag and the
+/// maps named once (it printed "os error 22" twice, after loading the probes).
+#[test]
+fn a_map_size_for_no_map_is_refused_once_by_the_parser() {
+    let t = TempDir::new("map-size");
+    let r = run_bounded(
+        scanprof(&["attach", "-p", "1", "--map-size", "nosuch=5"]),
+        Duration::from_secs(20),
+        t.path(),
+    );
+    assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--map-size") && r.stderr.contains("no map scanprof can resize"), "{}", r.stderr);
+    assert!(r.stderr.contains("threads"), "{}", r.stderr);
+    assert!(!r.stderr.contains("os error"), "{}", r.stderr);
+}

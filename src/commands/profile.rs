@@ -26,7 +26,7 @@ pub fn attach(pids: &[u32], allow_system: bool, opts: &RunOptions) -> anyhow::Re
 pub fn record(
     pids: &[u32],
     allow_system: bool,
-    command: &[String],
+    command: &[std::ffi::OsString],
     opts: &RunOptions,
 ) -> anyhow::Result<ExitCode> {
     if opts.export.is_none() {

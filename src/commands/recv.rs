@@ -14,8 +14,8 @@ pub fn run(o: &RecvOptions) -> Result<ExitCode> {
     print!("{}", recv_text(&report));
     if let Some(path) = &o.report {
         let text = serde_json::to_string(&report)?;
-        std::fs::write(path, text)
-            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+        crate::system::user_files::replace(path, 0o644, text.as_bytes())
+            .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

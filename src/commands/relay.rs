@@ -13,8 +13,8 @@ pub fn run(o: &RelayOptions) -> Result<ExitCode> {
     let report = relay::run(o)?;
     print!("{}", relay_text(&report, &o.input));
     if let Some(path) = &o.report {
-        std::fs::write(path, serde_json::to_string(&report)?)
-            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+        crate::system::user_files::replace(path, 0o644, serde_json::to_string(&report)?.as_bytes())
+            .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,17 +13,23 @@ use crate::views::{json, text};
 
 pub fn run(path: &Path, format: ReportFormat) -> anyhow::Result<ExitCode> {
     let (rec, issues) = bundle::read(path)?;
-    // Checked before anything is printed: every format fails alike on a bundle with nothing
-    // to report.
-    if rec.summary.is_none() && rec.ticks.is_empty() {
-        anyhow::bail!(
-            "{} holds neither a summary nor a tick (the run ended before its first tick, or the \
-             file is not a whole recording): nothing to report",
-            path.display()
-        );
-    }
+    // Each line that could not be read is named first, also when nothing is left to report:
+    // a summary that did not decode is why there is none.
     for i in &issues {
         eprintln!("scanprof: {i}");
+    }
+    // Checked before the report is printed: every format fails alike on a bundle with nothing
+    // to report.
+    if rec.summary.is_none() && rec.ticks.is_empty() {
+        let why = if issues.is_empty() {
+            "the run ended before its first tick, or the file is not a whole recording"
+        } else {
+            "the lines named above could not be read"
+        };
+        anyhow::bail!(
+            "{} holds neither a summary nor a tick ({why}): nothing to report",
+            path.display()
+        );
     }
     if !issues.is_empty() {
         eprintln!(

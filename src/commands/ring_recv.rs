@@ -13,7 +13,7 @@ pub fn run(o: &RingRecvOptions) -> Result<ExitCode> {
     let report = ring_recv::run(o)?;
     print!("{}", ring_recv_text(&report));
     if let Some(path) = &o.report {
-        std::fs::write(path, serde_json::to_string(&report)?)
+        crate::system::user_files::replace(path, 0o644, serde_json::to_string(&report)?.as_bytes())
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)

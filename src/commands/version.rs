@@ -13,7 +13,9 @@ use crate::cli::Cli;
 pub fn parse() -> Cli {
     let mut cmd = Cli::command();
     // Reading the kernel's BTF takes a few ms: only when the long version is asked for.
-    if std::env::args().skip(1).any(|a| a == "--version") {
+    // args_os: a non-UTF-8 argument (a legal file name, a scanner's argument) is clap's to
+    // judge, not a panic here.
+    if std::env::args_os().skip(1).any(|a| a == "--version") {
         cmd = cmd.long_version(long_version());
     }
     let matches = cmd.get_matches();

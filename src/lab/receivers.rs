@@ -13,6 +13,7 @@ use anyhow::Context;
 use super::scenario::{Listener, OPEN_TCP_BASE};
 use crate::netlab::Lab;
 use crate::system::netstat::{self};
+use crate::system::user_files::Links;
 
 /// The profiled listener of a receive scenario (`scanprof recv` in the target namespace) and
 /// the reference sender feeding it, started on a thread of its own once the port is bound.
@@ -30,6 +31,8 @@ pub struct ListenerRun {
 const LISTENER_BIND_WAIT: Duration = Duration::from_secs(30);
 /// The listener receives this much longer than the sender sends, s.
 const LISTENER_EXTRA_S: f64 = 1.0;
+/// The most bytes of a listener's report read back (one JSON object of counters: a few KiB).
+const MAX_REPORT_BYTES: u64 = 1 << 20;
 
 impl ListenerRun {
     pub fn start(
@@ -155,7 +158,8 @@ impl ListenerRun {
             sent.is_some(),
             "the listener never bound its port, so the sender was not started"
         );
-        std::fs::read_to_string(&self.report)
+        // In a directory others can write (/tmp): a link or FIFO planted there is not read.
+        crate::system::user_files::read_text(&self.report, MAX_REPORT_BYTES, Links::Refuse)
             .with_context(|| format!("the listener wrote no report to {}", self.report.display()))
     }
 }

@@ -6,9 +6,9 @@
 //! named after the lab's pid, and the record goes when the value is back. The next lab, as it
 //! removes the namespaces of dead labs, puts back every value whose lab is gone.
 
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::DirBuilder;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -167,12 +167,7 @@ fn write_record(dir: &Path, path: &str, saved: &str) -> Result<PathBuf> {
         N.fetch_add(1, Ordering::Relaxed)
     ));
     // O_EXCL | O_NOFOLLOW: never through a file or link already there.
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&record)
+    let mut f = crate::system::user_files::create_new(&record, 0o600)
         .with_context(|| format!("cannot create {}", record.display()))?;
     f.write_all(format!("{path}\n{saved}\n").as_bytes())
         .and_then(|()| f.sync_all())

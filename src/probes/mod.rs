@@ -163,6 +163,9 @@ pub enum ProbeError {
         /// the verifier's complaint (and the source line it points at), or libbpf's last word
         reason: String,
     },
+    /// A `--map-size` that names no map the probes can resize: the user's to correct.
+    #[error("{0}")]
+    MapSize(String),
     #[error("{what}: {source}")]
     Bpf {
         what: String,

@@ -134,10 +134,8 @@ impl MapSizes {
             } else {
                 continue;
             };
-            return Err(ProbeError::Bpf {
-                what,
-                source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
-            });
+            // Not an errno: the message says it all (an EINVAL here printed "os error 22" twice).
+            return Err(ProbeError::MapSize(what));
         }
         Ok(())
     }

@@ -23,7 +23,12 @@ use crate::collect::uprobes::PerPacket;
 use crate::probes::ProbeOptions;
 use crate::session::{CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target};
 use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::system::user_files::{read_text, Links};
+
+/// The most bytes of a profile file read (the built-in ones are a few KiB).
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
 
 /// Raised by SIGINT, SIGTERM or SIGHUP (a closed terminal or SSH session): the session ends,
 /// ends a launched command, detaches the probes and still writes its summary and bundle.
@@ -118,7 +123,8 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
     let explicit;
     let (profile, at) = match &opts.profile {
         Some(name) if name.ends_with(".toml") || name.contains('/') => {
-            let text = std::fs::read_to_string(name).with_context(|| format!("reading profile {name}"))?;
+            let text = read_text(Path::new(name), MAX_PROFILE_BYTES, Links::Follow)
+                .with_context(|| format!("reading profile {name}"))?;
             explicit = ScannerProfile::parse_named(&text, name)?;
             let at = set
                 .find_in_argv(&argv)
@@ -344,7 +350,7 @@ pub fn command_log() -> anyhow::Result<PathBuf> {
 /// launch, or the first pid's /proc/PID/cmdline and exe.
 pub(crate) fn target_argv(target: &Target) -> (Vec<String>, Option<PathBuf>) {
     match target {
-        Target::Command(argv) => (argv.clone(), None),
+        Target::Command(argv) => (crate::session::lossy_words(argv), None),
         Target::Pids(pids) => {
             let pid = pids[0];
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -379,6 +385,12 @@ pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
     if pid == std::process::id() {
         return Some(format!("pid {pid} is scanprof itself: give the scanner's pid"));
     }
+    if has_exited(pid) {
+        return Some(format!(
+            "pid {pid} has exited (a zombie: its parent has not reaped it yet), so it sends \
+             nothing: give the pid of a running scanner"
+        ));
+    }
     if allow_system {
         return None;
     }
@@ -397,6 +409,27 @@ pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
         ));
     }
     None
+}
+
+/// Whether every thread of `pid` has exited (state Z or X in /proc/PID/task/*/stat): a zombie.
+/// A leader that exited while its other threads run shows Z too, but is no zombie. False when
+/// the process is gone (the session says so) or cannot be read.
+fn has_exited(pid: u32) -> bool {
+    let state = |stat: &str| stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(String::from));
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        any = true;
+        if !matches!(state(&stat).as_deref(), Some("Z" | "X")) {
+            return false;
+        }
+    }
+    any
 }
 
 /// Whether a /proc/PID/stat line is a kernel thread's: PF_KTHREAD in its flags (field 9).
@@ -439,7 +472,7 @@ mod tests {
                 shown: "/var/tmp/s.csv".into()
             }
         );
-        let run = Target::Command(words("zmap -u s.csv"));
+        let run = Target::Command(words("zmap -u s.csv").into_iter().map(Into::into).collect());
         let launched = at("zmap -u s.csv", &run);
         let StatusAt::File { open, .. } = &launched[0].at else {
             panic!("{launched:?}")

@@ -40,7 +40,7 @@ impl ExportTarget {
 /// Where and when this recording is being made.
 pub fn meta_now() -> Meta {
     Meta {
-        command_line: std::env::args().collect(),
+        command_line: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         hostname: nix::unistd::gethostname()
@@ -156,7 +156,7 @@ pub fn render_with(
         _ => None,
     };
     let command = match &cfg.target {
-        Target::Command(argv) => Some(command_words(argv).join(" ")),
+        Target::Command(argv) => Some(command_words(&crate::session::lossy_words(argv)).join(" ")),
         Target::Pids(_) => None,
     };
     let title = title.unwrap_or_else(|| match &cfg.target {
@@ -425,7 +425,7 @@ pub fn check_pcap_path(path: &Path) -> anyhow::Result<()> {
 pub fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Result<()> {
     let mut bytes = Vec::new();
     let written = crate::views::export::pcap::write(&mut bytes, summary)?;
-    crate::views::metrics::write_atomically(path, &bytes)
+    crate::system::user_files::replace(path, 0o644, &bytes)
         .with_context(|| format!("writing the pcapng to {}", path.display()))?;
     eprintln!(
         "scanprof: pcapng written to {}: {} packet headers of the family's {} drops ({})",

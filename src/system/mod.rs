@@ -9,6 +9,7 @@ pub mod machine;
 pub mod netstat;
 pub mod privileges;
 pub mod tsc_freq;
+pub mod user_files;
 pub mod watchdog;
 
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns()` reads, so the probes' timestamps,

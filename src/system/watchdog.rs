@@ -60,6 +60,20 @@ pub struct Watchdog {
     pipe: Option<ChildStdin>,
 }
 
+/// The watchdog this process was started as (`scanprof watchdog`, `--namespaces` or
+/// `--cgroups`, exactly as [`Watchdog::start_for`] starts it), or None. `main` asks before
+/// parsing the command line: the watchdog is no clap subcommand, so no `--help`, manual page
+/// or shell completion offers it.
+pub fn requested() -> Option<Watches> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    match args.iter().map(|a| a.to_str()).collect::<Vec<_>>().as_slice() {
+        [Some("watchdog")] => Some(Watches::Family),
+        [Some("watchdog"), Some("--namespaces")] => Some(Watches::Namespaces),
+        [Some("watchdog"), Some("--cgroups")] => Some(Watches::Cgroups),
+        _ => None,
+    }
+}
+
 impl Watchdog {
     /// Starts `scanprof watchdog` (this same executable) with a pipe on its stdin, for a
     /// launched command's family.

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,6 +26,7 @@ use crate::analysis::verdict::{Cause, Confidence, Kind};
 use crate::analysis::{Snapshot, StageName, Summary, STAGES};
 use crate::collect::{DropClass, TimeBudget};
 use crate::session::Update;
+use crate::system::user_files::replace;
 
 /// The content type of the Prometheus text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -456,7 +457,7 @@ impl Exporter {
             None => None,
         };
         if let Some(path) = &targets.file {
-            write_atomically(path, state.render())
+            replace(path, 0o644, state.render().as_bytes())
                 .with_context(|| format!("writing the metrics file {}", path.display()))?;
         }
         Ok(Exporter {
@@ -477,7 +478,7 @@ impl Exporter {
         self.state.update(update);
         let text = self.state.render();
         if let Some(path) = &self.file {
-            if let Err(e) = write_atomically(path, &text) {
+            if let Err(e) = replace(path, 0o644, text.as_bytes()) {
                 self.file_error
                     .get_or_insert_with(|| format!("writing the metrics file {}: {e}", path.display()));
             }
@@ -585,35 +586,6 @@ fn serve(stream: TcpStream, body: &str) -> std::io::Result<()> {
         w.write_all(text.as_bytes())?;
     }
     w.flush()
-}
-
-/// Replaces `path` with `text` at once: written to a new file beside it (created exclusively,
-/// never through a symbolic link), then renamed over it, so a reader sees the old or the new
-/// exposition, never a part.
-pub fn write_atomically(path: &Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    // A stale one of an earlier run of this pid (or a planted link): unlinked, not followed.
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let written = f.write_all(text.as_ref()).and_then(|()| f.sync_all());
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -796,23 +768,4 @@ mod tests {
         assert!(TcpListener::bind(addr).is_ok());
     }
 
-    #[test]
-    fn the_file_is_replaced_whole_and_a_planted_link_is_not_followed() {
-        let dir = std::env::temp_dir().join(format!("scanprof-metrics-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let victim = dir.join("victim");
-        std::fs::write(&victim, "keep").unwrap();
-        let path = dir.join("scanprof.prom");
-        // A link planted where the temporary file goes, and one at the file itself.
-        let tmp = dir.join(format!(".scanprof.prom.{}.tmp", std::process::id()));
-        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
-        std::os::unix::fs::symlink(&victim, &path).unwrap();
-        write_atomically(&path, "a 1\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
-        assert!(!std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a 1\n");
-        assert!(!tmp.exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

@@ -231,9 +231,107 @@ fn budget(s: &Summary) -> Option<BudgetView> {
     })
 }
 
+/// Whether `c` would act on a terminal instead of showing: a control character (C0, DEL, C1:
+/// escape sequences, cursor moves, a bell) or a bidirectional override (text that reads in
+/// another order than it is stored).
+fn acts_on_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A string that comes from the kernel or a bundle (a comm, an executable, a device, a drop
+/// reason or location, a profile name, a command line), as a report may print it: each
+/// character that would act on a terminal, a line break included, is shown as its escape
+/// (`\u{1b}`), so that a name can neither send an escape sequence nor forge a report line.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    escape_unless(s, |_| false)
+}
+
+/// A whole rendered report (text or markdown) as it may be printed: as [`visible`], but its
+/// own line breaks kept. The renderers pass what they return through it, so that no string
+/// they print, whatever its origin, reaches the terminal as a control sequence.
+pub fn visible_lines(s: String) -> String {
+    match escape_unless(&s, |c| c == '\n') {
+        std::borrow::Cow::Borrowed(_) => s,
+        std::borrow::Cow::Owned(shown) => shown,
+    }
+}
+
+fn escape_unless(s: &str, keep: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| acts_on_terminal(c) && !keep(c)) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut o = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if acts_on_terminal(c) && !keep(c) {
+            use std::fmt::Write as _;
+            let _ = write!(o, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            o.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_and_overrides_are_shown_not_sent() {
+        assert_eq!(visible("eth0"), "eth0");
+        assert!(matches!(visible("eth0"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(visible("a\x1b[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(visible("x\ny\u{7}\u{9b}\u{202e}"), "x\\u{a}y\\u{7}\\u{9b}\\u{202e}");
+        assert_eq!(visible_lines("a\x1b]0;t\x07\nb\n".into()), "a\\u{1b}]0;t\\u{7}\nb\n");
+        assert_eq!(visible("Grüße ✓"), "Grüße ✓");
+    }
+
+    /// Every string of a run that comes from the kernel or a bundle, poisoned with escape
+    /// sequences, a bidirectional override and a line break: neither report sends any of them.
+    #[test]
+    fn neither_report_sends_a_control_character_from_a_bundle() {
+        let evil = "\x1b]0;t\x07\x1b[2J\u{9b}1m\u{202e}\nverdict: forged";
+        let mut rec = crate::views::fixtures::rich_recording();
+        rec.meta.hostname = format!("h{evil}");
+        rec.meta.kernel = format!("k{evil}");
+        rec.meta.command_line.push(format!("a{evil}"));
+        let s = rec.summary.as_mut().expect("a summary");
+        s.warnings.push(format!("w{evil}"));
+        for p in &mut s.processes {
+            p.comm = format!("c{evil}");
+            p.exe = format!("/e{evil}");
+        }
+        for d in &mut s.drops {
+            d.reason = format!("r{evil}");
+            d.location = format!("l{evil}");
+            d.device = Some(format!("d{evil}"));
+        }
+        for d in &mut s.devices {
+            d.device = format!("d{evil}");
+        }
+        for q in &mut s.queues {
+            q.device = format!("q{evil}");
+        }
+        if let Some(sc) = s.scanner.as_mut() {
+            sc.profile = format!("p{evil}");
+        }
+        assert!(!s.drops.is_empty() && !s.processes.is_empty(), "the fixture lost its rows");
+        let s = rec.summary.clone().expect("a summary");
+        let text = crate::views::text::summary(&s);
+        let md = crate::views::export::markdown::report_md(&rec, None, None, &[]);
+        for (what, out) in [("text", &text), ("markdown", &md)] {
+            let sent: Vec<char> = out
+                .chars()
+                .filter(|c| *c != '\n' && acts_on_terminal(*c))
+                .collect();
+            assert!(sent.is_empty(), "{what} sends {sent:?}:\n{out}");
+            assert!(out.contains("\\u{1b}]0;t\\u{7}"), "{what}:\n{out}");
+            assert!(
+                !out.lines().any(|l| l.starts_with("verdict: forged")),
+                "{what}: a name forged a line:\n{out}"
+            );
+        }
+    }
 
     #[test]
     fn exit_statuses_decode_once() {

@@ -6,7 +6,7 @@ use crate::analysis::verdict::{Confidence, Listing};
 use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, StageName, Summary};
 use crate::collect::DropClass;
 use crate::units::{duration as ns, pct};
-use crate::views::report::{DropTable, Report};
+use crate::views::report::{visible, visible_lines, DropTable, Report};
 
 /// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
 pub fn tick_line(s: &Snapshot) -> String {
@@ -95,8 +95,8 @@ pub fn summary(s: &Summary) -> String {
             "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
             p.pid,
             p.ppid,
-            p.comm,
-            p.exe,
+            visible(&p.comm),
+            visible(&p.exe),
             if p.root { ", target" } else { "" }
         );
     }
@@ -241,10 +241,10 @@ pub fn summary(s: &Summary) -> String {
             o,
             "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
             d.class.name(),
-            d.reason,
+            visible(&d.reason),
             d.count,
-            d.location,
-            d.device.as_deref().unwrap_or("-"),
+            visible(&d.location),
+            visible(d.device.as_deref().unwrap_or("-")),
             d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
         );
     }
@@ -259,14 +259,14 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(
             o,
             "qdisc on {} peaked at {} packets / {} bytes queued",
-            q.device, q.qlen_max, q.backlog_max
+            visible(&q.device), q.qlen_max, q.backlog_max
         );
     }
     for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
         let _ = writeln!(
             o,
             "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
-            d.device, d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
+            visible(&d.device), d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
         );
     }
     let _ = writeln!(
@@ -280,9 +280,9 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(o, "{line}");
     }
     for w in &s.warnings {
-        let _ = writeln!(o, "warning: {w}");
+        let _ = writeln!(o, "warning: {}", visible(w));
     }
-    o
+    visible_lines(o)
 }
 
 /// The relay funnel over the run: ingress against egress, and where the difference went.
@@ -356,8 +356,8 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
             o,
             "  dropped before the read: {} {} at {} (pid {}, netns {})",
             d.count,
-            d.reason,
-            d.location,
+            visible(&d.reason),
+            visible(&d.location),
             d.pid.map_or("-".to_string(), |p| p.to_string()),
             d.netns
         );
@@ -469,7 +469,7 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     let _ = writeln!(
         o,
         "\nscanner (profile {}): requested rate {}",
-        sc.profile,
+        visible(&sc.profile),
         match r.pps {
             Some(p) => format!("{p:.0} pps ({})", r.kind),
             None => format!("not known ({})", r.kind),
@@ -528,7 +528,7 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
         let _ = writeln!(
             o,
             "  ipc: {} (pid {}) {} {} x{} ({} bytes)",
-            m.comm, m.pid, m.direction, m.kind, m.messages, m.bytes
+            visible(&m.comm), m.pid, m.direction, m.kind, m.messages, m.bytes
         );
     }
     for c in &sc.claims {

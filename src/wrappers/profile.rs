@@ -634,12 +634,34 @@ impl ScannerProfile {
 
     /// Like [`ScannerProfile::parse`], with the file name used in error messages.
     pub fn parse_named(text: &str, origin: &str) -> Result<ScannerProfile, ProfileError> {
-        let toml_err = |e: toml::de::Error| ProfileError::Toml {
-            origin: origin.to_string(),
-            message: e.to_string().trim_end().to_string(),
+        // The parser's message and where, without its quote of the line: the file may be
+        // anything `--profile` was pointed at (/etc/shadow), not a profile.
+        // A value the profile's types refuse is in valid TOML: then its key is named too.
+        let toml_err = |valid_toml: bool| {
+            move |e: toml::de::Error| ProfileError::Toml {
+                origin: origin.to_string(),
+                message: match e.span() {
+                    Some(span) => {
+                        let before = &text[..span.start.min(text.len())];
+                        let line = before.matches('\n').count() + 1;
+                        let start = before.rfind('\n').map_or(0, |i| i + 1);
+                        let column = before.len() - start + 1;
+                        let key = text[start..]
+                            .lines()
+                            .next()
+                            .and_then(|l| l.split_once('='))
+                            .map(|(k, _)| k.trim())
+                            .filter(|k| valid_toml && !k.is_empty())
+                            .map(|k| format!(", key {k}"))
+                            .unwrap_or_default();
+                        format!("line {line}, column {column}{key}: {}", e.message().trim_end())
+                    }
+                    None => e.message().trim_end().to_string(),
+                },
+            }
         };
         // The version first, so an old or new profile fails on `schema`, not on some key.
-        let table: toml::Table = toml::from_str(text).map_err(toml_err)?;
+        let table: toml::Table = toml::from_str(text).map_err(toml_err(false))?;
         let line = line_of(text, "schema");
         match table.get("schema") {
             None => {
@@ -660,7 +682,7 @@ impl ScannerProfile {
                 })
             }
         }
-        let profile: ScannerProfile = toml::from_str(text).map_err(toml_err)?;
+        let profile: ScannerProfile = toml::from_str(text).map_err(toml_err(true))?;
         profile.validate()?;
         Ok(profile)
     }

@@ -17,7 +17,8 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::{markdown, pcap, perfetto, plots, recount, trace, Meta, Recording};
-use crate::analysis::{Snapshot, Summary};
+use crate::analysis::{Snapshot, Summary, SCHEMA_VERSION};
+use crate::system::user_files::{self, Links};
 use crate::views::json;
 
 /// The event stream: `meta`, `started`, `sample`..., `summary` lines (docs/events.md).
@@ -320,57 +321,24 @@ pub struct ReadIssue {
 
 impl std::fmt::Display for ReadIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} line {}: {}", self.file.display(), self.line, self.problem)
+        // The problem may quote the line (serde names an unknown value): shown, not sent.
+        write!(
+            f,
+            "{} line {}: {}",
+            self.file.display(),
+            self.line,
+            crate::views::report::visible(&self.problem)
+        )
     }
 }
 
 /// The most bytes of system.json that `report` reads.
 pub const MAX_SYSTEM_BYTES: u64 = 16 << 20;
 
-/// Opens a bundle file for reading: a regular file only. It is opened with O_NOFOLLOW (a
-/// symlink in the bundle is refused, not followed out of it) and O_NONBLOCK (a FIFO cannot
-/// hang the open), then checked with fstat: a device, FIFO or socket is refused, and so is a
-/// file over `cap` bytes. Reads through the result stop at `cap` even if the file grows.
+/// Opens a bundle file for reading: a regular file of at most `cap` bytes, and not through a
+/// symbolic link (one is refused, not followed out of the bundle).
 pub fn open_regular(file: &Path, cap: u64) -> anyhow::Result<std::io::Take<fs::File>> {
-    let fd = nix::fcntl::open(
-        file,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        Errno::ELOOP => anyhow::anyhow!(
-            "{} is a symbolic link: report reads only regular files in the bundle (copy the file \
-             it points to there instead)",
-            file.display()
-        ),
-        e => anyhow::anyhow!("opening {}: {e}", file.display()),
-    })?;
-    let st = nix::sys::stat::fstat(&fd).with_context(|| format!("examining {}", file.display()))?;
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => None,
-        libc::S_IFIFO => Some("a FIFO"),
-        libc::S_IFCHR => Some("a character device"),
-        libc::S_IFBLK => Some("a block device"),
-        libc::S_IFSOCK => Some("a socket"),
-        libc::S_IFDIR => Some("a directory"),
-        _ => Some("not a regular file"),
-    };
-    if let Some(kind) = kind {
-        anyhow::bail!("{} is {kind}: report reads only regular files", file.display());
-    }
-    if st.st_size as u64 > cap {
-        anyhow::bail!(
-            "{} is {} MiB, over the {} MiB that report reads: not a scanprof recording, or cut \
-             it down (e.g. `head -n 100000`)",
-            file.display(),
-            st.st_size as u64 >> 20,
-            cap >> 20
-        );
-    }
-    let file = fs::File::from(fd);
-    // Back to blocking reads (a regular file never blocks; this only undoes O_NONBLOCK).
-    let _ = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_RDONLY));
-    Ok(file.take(cap))
+    user_files::open_regular(file, cap, Links::Refuse)
 }
 
 /// A bundle's system.json, if it is there as a regular file of sane size and valid JSON.
@@ -498,15 +466,19 @@ pub fn parse(mut reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        if let Some(problem) = unreadable_schema(&kind, &value) {
+            push(&mut issues, n, problem);
+            continue;
+        }
         let taken = match kind.as_str() {
-            "meta" => serde_json::from_value::<Meta>(value).map(|m| rec.meta = m),
-            "started" => serde_json::from_value::<Started>(value).map(|s| {
+            "meta" => decode::<Meta>(text).map(|m| rec.meta = m),
+            "started" => decode::<Started>(text).map(|s| {
                 rec.processes = s.processes;
                 rec.probes = s.probes;
                 rec.clocks = s.clocks;
             }),
-            "sample" => serde_json::from_value::<Snapshot>(value).map(|s| rec.ticks.push(s)),
-            "summary" => serde_json::from_value::<Summary>(value).map(|s| rec.summary = Some(s)),
+            "sample" => decode::<Snapshot>(text).map(|s| rec.ticks.push(s)),
+            "summary" => decode::<Summary>(text).map(|s| rec.summary = Some(s)),
             "" => {
                 push(
                     &mut issues,
@@ -540,10 +512,54 @@ pub fn parse(mut reader: impl BufRead, file: &Path) -> anyhow::Result<(Recording
         });
     }
     if known == 0 {
-        let first = issues.first().map(|i| format!(" ({i})")).unwrap_or_default();
-        anyhow::bail!("{} holds no scanprof events{first}", file.display());
+        // Every line that could not be read, each named (they are at most MAX_LISTED_ISSUES + 1).
+        let lines: String = issues.iter().map(|i| format!("\n  {i}")).collect();
+        anyhow::bail!("{} holds no scanprof events{lines}", file.display());
     }
     Ok((rec, issues))
+}
+
+/// One line decoded as `T`; the error is serde's message and the key whose value it could not
+/// take (serde_json says only the column): "invalid type: floating point `1.8e19`, expected
+/// u64 (at \"send_calls\", column 1234)".
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| {
+        let whole = e.to_string();
+        let message = whole
+            .strip_suffix(&format!(" at line {} column {}", e.line(), e.column()))
+            .unwrap_or(&whole);
+        match key_before(text, e.column()) {
+            Some(key) => format!("{message} (at {key:?}, column {})", e.column()),
+            None => format!("{message} (column {})", e.column()),
+        }
+    })
+}
+
+/// The last object key that starts before byte `column` (1-based) of a one-line JSON text.
+fn key_before(text: &str, column: usize) -> Option<&str> {
+    let upto = text.get(..column.min(text.len()))?;
+    let colon = upto.rfind("\":")?;
+    let open = upto[..colon].rfind('"')?;
+    Some(&upto[open + 1..colon])
+}
+
+/// Why a `sample` or `summary` line's layout is not one this scanprof reads: its
+/// `schema_version` is newer than [`SCHEMA_VERSION`] (or 0, or not a number). None when it
+/// is readable, or carries no version (then decoding says what is missing).
+fn unreadable_schema(kind: &str, value: &Value) -> Option<String> {
+    if !matches!(kind, "sample" | "summary") {
+        return None;
+    }
+    let v = value.get("schema_version")?;
+    match v.as_u64() {
+        Some(n) if (1..=u64::from(SCHEMA_VERSION)).contains(&n) => None,
+        _ => Some(format!(
+            "a {kind:?} line of schema_version {v}, which this scanprof ({}) does not read (it \
+             reads 1 to {SCHEMA_VERSION}, docs/events.md): re-render it with the scanprof that \
+             wrote it (the version on its meta line), or a newer one",
+            env!("CARGO_PKG_VERSION")
+        )),
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -796,6 +812,52 @@ mod tests {
     /// A stage name scanprof does not count (a typo, a newer scanprof's stage) in a sample
     /// and in the summary: each line is skipped with an issue naming the name and the stages
     /// there are; the other lines are read.
+    /// Valid JSON that does not decode (a count past u64, a negative tick number) and a layout newer than this scanprof's: each line is skipped and named with
+    /// what is wrong, the rest of the recording kept.
+    #[test]
+    fn lines_that_do_not_decode_and_newer_schemas_are_named_line_by_line() {
+        let rec = rich_recording();
+        let full = events_ndjson(&rec);
+        let mut lines: Vec<serde_json::Value> =
+            full.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let at = |lines: &[serde_json::Value], kind: &str| {
+            lines.iter().position(|l| l["type"] == kind).unwrap()
+        };
+        let summary = at(&lines, "summary");
+        let first_sample = at(&lines, "sample");
+        let mut cases: Vec<(usize, String)> = Vec::new();
+        // The summary: a count one past u64::MAX.
+        let big: serde_json::Value = serde_json::from_str("18446744073709551616").unwrap();
+        lines[summary]["send_calls"] = big;
+        cases.push((summary, "send_calls".into()));
+        // A sample: a tick number below zero.
+        lines[first_sample]["tick"] = (-1).into();
+        cases.push((first_sample, "-1".into()));
+        // The next sample: a layout from a newer scanprof.
+        lines[first_sample + 1]["schema_version"] = 999.into();
+        cases.push((first_sample + 1, "schema_version 999".into()));
+        let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        let (back, issues) = parse(text.join("\n").as_bytes(), Path::new("ev.ndjson")).unwrap();
+        assert!(back.summary.is_none());
+        assert_eq!(back.ticks.len(), rec.ticks.len() - 2);
+        assert_eq!(
+            issues.iter().map(|i| i.line).collect::<Vec<_>>(),
+            {
+                let mut want: Vec<usize> = cases.iter().map(|(l, _)| l + 1).collect();
+                want.sort_unstable();
+                want
+            },
+            "{issues:?}"
+        );
+        for (line, says) in &cases {
+            let i = issues.iter().find(|i| i.line == line + 1).unwrap().to_string();
+            assert!(i.starts_with(&format!("ev.ndjson line {}: ", line + 1)), "{i}");
+            assert!(i.contains(says.as_str()), "{i}");
+        }
+        let newer = issues.iter().find(|i| i.problem.contains("999")).unwrap();
+        assert!(newer.problem.contains("re-render it with the scanprof that wrote it"), "{newer}");
+    }
+
     #[test]
     fn an_unknown_stage_name_skips_its_line_and_names_the_stage() {
         let rec = rich_recording();

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Recording;
 use crate::analysis::Summary;
 use crate::units::{duration as ns, or_dash, pct};
-use crate::views::report::{DropTable, Report};
+use crate::views::report::{visible_lines, DropTable, Report};
 use crate::views::text::{modes_text, probe_cost_lines};
 
 /// Renders the bundle's report.md.
@@ -64,7 +64,8 @@ pub fn report_md(
     while o.ends_with("\n\n") {
         o.pop();
     }
-    o
+    // Whatever a bundle's strings hold, no control character reaches the reader's terminal.
+    visible_lines(o)
 }
 
 // ---- sections ---------------------------------------------------------------------------------

@@ -44,12 +44,7 @@ impl TickSpool {
             )
         })?;
         let path = dir.join("ticks.ndjson");
-        let opened = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
+        let opened = crate::system::user_files::create_new(&path, 0o600)
             .and_then(|out| {
                 let back = fs::OpenOptions::new()
                     .read(true)
