@@ -615,6 +615,7 @@ fn collect(
     }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
+    analyzer.set_interval(interval_ns);
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
     let mut next_tick = start_ns + interval_ns;
     let mut last: CounterSample;

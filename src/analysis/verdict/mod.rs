@@ -70,9 +70,15 @@ pub const CALIBRATION_TOLERANCE_PCT: f64 = 2.0;
 /// A scanner's own figure further than this from the measurement, in percent, disagrees.
 pub const CLAIM_TOLERANCE_PCT: f64 = 5.0;
 
-/// The causes over one tick, for the live view.
+/// The causes over one tick, for the live view. A tick whose rate measures no sending (before
+/// the first send, after the last, or partly: `Snapshot::judges_rate`) gets no gap verdict:
+/// its phase says what the family did.
 pub fn for_snapshot(s: &Snapshot) -> Vec<Verdict> {
-    diagnose(&Facts::of_snapshot(s))
+    let mut verdicts = diagnose(&Facts::of_snapshot(s));
+    if !s.judges_rate() {
+        verdicts.retain(|v| v.kind != Kind::Gap);
+    }
+    verdicts
 }
 
 /// The causes over the whole run.

@@ -353,6 +353,10 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         tick: last.map_or(0, |l| l.tick),
         t_s: sum.duration_s,
         interval_s: window_s,
+        // The run's figures are over its send window: a whole stretch of sending.
+        phase: crate::analysis::RunPhase::Sending,
+        partial: false,
+        last_send_s: sum.last_send_s,
         requested_pps: sum.requested_pps,
         achieved_pps: sum.achieved_pps,
         ratio: sum.ratio,
