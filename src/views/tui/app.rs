@@ -75,7 +75,7 @@ impl DropSort {
     }
 }
 
-/// One tick of the rate chart, packets per second.
+/// One whole tick of sending on the rate chart, packets per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RatePoint {
     /// seconds since attach
@@ -158,12 +158,16 @@ impl App {
                         .find(|st| st.name == name)
                         .map_or(0.0, |st| st.pps)
                 };
-                self.history.push_back(RatePoint {
-                    t_s: s.t_s,
-                    achieved: s.achieved_pps,
-                    dev_xmit: stage(StageName::DevXmit),
-                    target_drops: stage(StageName::TargetDrops),
-                });
+                // Only whole ticks of sending are rates: the start, the partial last sending
+                // tick and a wait for late replies would draw a collapse.
+                if s.judges_rate() {
+                    self.history.push_back(RatePoint {
+                        t_s: s.t_s,
+                        achieved: s.achieved_pps,
+                        dev_xmit: stage(StageName::DevXmit),
+                        target_drops: stage(StageName::TargetDrops),
+                    });
+                }
                 while self.history.len() > HISTORY {
                     self.history.pop_front();
                 }
