@@ -79,7 +79,11 @@ fn ticks_after_the_last_send_are_waiting_and_judge_no_rate() {
         .iter()
         .filter(|t| t["t_s"].as_f64().unwrap() - t["interval_s"].as_f64().unwrap() > last_send)
         .collect();
-    assert!(after.len() >= IDLE_S as usize - 1, "{} ticks after the last send", after.len());
+    assert!(
+        after.len() >= IDLE_S as usize - 1,
+        "{} ticks after the last send",
+        after.len()
+    );
     for t in &after {
         assert!(matches!(phase(t).as_str(), "waiting" | "ended"), "{t}");
         assert_eq!(t["achieved_pps"].as_f64(), Some(0.0), "{t}");
@@ -89,7 +93,11 @@ fn ticks_after_the_last_send_are_waiting_and_judge_no_rate() {
     // Only a whole tick of sending carries a gap verdict, in any tick of the run.
     for t in &samples {
         if !gap_verdicts(t).is_empty() {
-            assert_eq!((phase(t).as_str(), &t["partial"]), ("sending", &Value::Bool(false)), "{t}");
+            assert_eq!(
+                (phase(t).as_str(), &t["partial"]),
+                ("sending", &Value::Bool(false)),
+                "{t}"
+            );
         }
     }
     // The run's verdicts are the send window's: none is `unexplained`, and the rate is over it.
@@ -98,7 +106,11 @@ fn ticks_after_the_last_send_are_waiting_and_judge_no_rate() {
         "{:?}",
         s.verdicts
     );
-    assert!(s.duration_s - last_send >= IDLE_S as f64 - 0.5, "{} {last_send}", s.duration_s);
+    assert!(
+        s.duration_s - last_send >= IDLE_S as f64 - 0.5,
+        "{} {last_send}",
+        s.duration_s
+    );
     assert!(s.send_window_s < last_send, "{} {last_send}", s.send_window_s);
 
     drop(run);

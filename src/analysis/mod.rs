@@ -162,7 +162,10 @@ fn tick_phase(
         RunPhase::Waiting
     };
     if phase != RunPhase::Sending {
-        return TickPhase { phase, partial: false };
+        return TickPhase {
+            phase,
+            partial: false,
+        };
     }
     let tick_ns = nominal_ns.unwrap_or(interval_ns) as f64;
     let slot_ns = now

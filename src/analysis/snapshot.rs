@@ -600,14 +600,18 @@ impl Snapshot {
         if self.judges_rate() {
             return None;
         }
-        let last = self
-            .last_send_s
-            .map(|t| format!("last send at {t:.2} s, {:.2} s before the tick's end", (self.t_s - t).max(0.0)));
+        let last = self.last_send_s.map(|t| {
+            format!(
+                "last send at {t:.2} s, {:.2} s before the tick's end",
+                (self.t_s - t).max(0.0)
+            )
+        });
         let mut text = match self.phase {
             RunPhase::Starting => "starting: no send call since attach yet".to_string(),
             RunPhase::Sending => format!(
                 "partial tick: {}; its rate is not judged",
-                last.clone().unwrap_or_else(|| format!("{:.2} s long", self.interval_s))
+                last.clone()
+                    .unwrap_or_else(|| format!("{:.2} s long", self.interval_s))
             ),
             RunPhase::Waiting => format!(
                 "not sending (waiting for late replies, or paused){}",

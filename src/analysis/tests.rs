@@ -1064,7 +1064,12 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
         ..Default::default()
     };
     // Cumulative counters: packets, the latest send, the run's budget, the send window's.
-    let at = |t_ns: u64, packets: u64, last_ns: u64, budget: TimeBudget, window: Option<TimeBudget>, alive: bool| {
+    let at = |t_ns: u64,
+              packets: u64,
+              last_ns: u64,
+              budget: TimeBudget,
+              window: Option<TimeBudget>,
+              alive: bool| {
         let mut s = sample(t_ns).process(100, 1, "scan").build();
         s.processes[0].alive = alive;
         let th = if packets == 0 {
@@ -1101,7 +1106,14 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
     }
     // Sending stops at 4.6 s: 480 packets in the tick's first 0.6 s.
     let window = ms(1080, 0, 2520);
-    samples.push(at(START + 5 * SEC, 2880, START + 4600 * MS, ms(1080, 400, 3520), Some(window), true));
+    samples.push(at(
+        START + 5 * SEC,
+        2880,
+        START + 4600 * MS,
+        ms(1080, 400, 3520),
+        Some(window),
+        true,
+    ));
     for k in 1..=5u64 {
         samples.push(at(
             START + (5 + k) * SEC,
@@ -1112,7 +1124,14 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
             true,
         ));
     }
-    samples.push(at(START + 10_500 * MS, 2880, START + 4600 * MS, ms(1080, 5900, 3520), Some(window), false));
+    samples.push(at(
+        START + 10_500 * MS,
+        2880,
+        START + 4600 * MS,
+        ms(1080, 5900, 3520),
+        Some(window),
+        false,
+    ));
 
     let mut ticks = Vec::new();
     let mut before_idle = None;
@@ -1133,7 +1152,12 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
     // The whole sending ticks judge the 20% gap; no other tick carries a gap verdict.
     for t in &ticks[1..4] {
         assert!(t.judges_rate());
-        assert!(t.verdicts.iter().any(|v| v.kind == Kind::Gap), "tick {}: {:?}", t.tick, t.verdicts);
+        assert!(
+            t.verdicts.iter().any(|v| v.kind == Kind::Gap),
+            "tick {}: {:?}",
+            t.tick,
+            t.verdicts
+        );
         assert_close(t.achieved_pps, 800.0);
     }
     for t in ticks.iter().filter(|t| !t.judges_rate()) {
@@ -1145,9 +1169,15 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
     // The partial tick's rate is what it counted, and says why it is not judged.
     assert_close(ticks[4].achieved_pps, 480.0);
     let partial = ticks[4].phase_text().unwrap();
-    assert!(partial.contains("last send at 4.60 s, 0.40 s before the tick's end"), "{partial}");
+    assert!(
+        partial.contains("last send at 4.60 s, 0.40 s before the tick's end"),
+        "{partial}"
+    );
     let waiting = ticks[7].phase_text().unwrap();
-    assert!(waiting.starts_with("not sending (waiting for late replies, or paused): last send at 4.60 s"), "{waiting}");
+    assert!(
+        waiting.starts_with("not sending (waiting for late replies, or paused): last send at 4.60 s"),
+        "{waiting}"
+    );
     assert_eq!(ticks[7].last_send_s, Some(4.6));
     assert_eq!(ticks[0].last_send_s, None);
 
@@ -1162,7 +1192,11 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
     };
     assert!(!after.verdicts.is_empty());
     assert_eq!(judged(&after), judged(&before));
-    assert!(after.verdicts.iter().all(|v| v.cause != Cause::Unexplained), "{:?}", after.verdicts);
+    assert!(
+        after.verdicts.iter().all(|v| v.cause != Cause::Unexplained),
+        "{:?}",
+        after.verdicts
+    );
     assert_eq!(after.phase, RunPhase::Ended);
     assert_eq!(before.phase, RunPhase::Sending);
     assert_eq!((after.first_send_s, after.last_send_s), (Some(1.001), Some(4.6)));

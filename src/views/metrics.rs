@@ -711,7 +711,10 @@ mod tests {
             ),
             Some(gap.share)
         );
-        assert_eq!(sample(&text, "scanprof_run_phase", &[("phase", "waiting")]), Some(1.0));
+        assert_eq!(
+            sample(&text, "scanprof_run_phase", &[("phase", "waiting")]),
+            Some(1.0)
+        );
         // A whole sending tick takes over again.
         let again = Snapshot {
             achieved_pps: 42.0,
@@ -720,9 +723,15 @@ mod tests {
         };
         m.update(&Update::Tick(Box::new(again)));
         let text = m.render();
-        assert_eq!(sample(&text, "scanprof_achieved_packets_per_second", &[]), Some(42.0));
+        assert_eq!(
+            sample(&text, "scanprof_achieved_packets_per_second", &[]),
+            Some(42.0)
+        );
         assert!(!text.contains("kind=\"gap\""), "{text}");
-        assert_eq!(sample(&text, "scanprof_run_phase", &[("phase", "sending")]), Some(1.0));
+        assert_eq!(
+            sample(&text, "scanprof_run_phase", &[("phase", "sending")]),
+            Some(1.0)
+        );
     }
 
     #[test]

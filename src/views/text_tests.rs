@@ -1040,7 +1040,10 @@ fn tick_lines_follow_the_run_phase() {
         phase: RunPhase::Starting,
         ..snapshot(Some(5000.0), 0.0, Vec::new())
     };
-    assert_eq!(tick_line(&starting), "[    3.0 s] starting: no send call since attach yet");
+    assert_eq!(
+        tick_line(&starting),
+        "[    3.0 s] starting: no send call since attach yet"
+    );
     let ended = Snapshot {
         phase: RunPhase::Ended,
         ..snapshot(Some(5000.0), 0.0, Vec::new())

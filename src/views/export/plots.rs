@@ -115,7 +115,14 @@ pub fn rates_svg(rec: &Recording) -> String {
     let blocked = blocked_spans(rec, &x);
     svg.spans("blocked", BLOCKED_COLOUR, 0.25, PLOT_TOP, PLOT_BOTTOM, &blocked);
     let idle = not_sending_spans(rec, &x);
-    svg.spans("not_sending", NOT_SENDING_COLOUR, 0.2, PLOT_TOP, PLOT_BOTTOM, &idle);
+    svg.spans(
+        "not_sending",
+        NOT_SENDING_COLOUR,
+        0.2,
+        PLOT_TOP,
+        PLOT_BOTTOM,
+        &idle,
+    );
     let losses = loss_spans(rec, &x);
     svg.spans(
         "lost",
@@ -1030,23 +1037,34 @@ mod tests {
             ..tick(n, [pps, pps, 0.0], Some(1000.0))
         };
         rec.ticks = vec![with(1, 0.0, RunPhase::Starting, false)];
-        rec.ticks.extend((2..=4).map(|n| with(n, 1000.0, RunPhase::Sending, false)));
+        rec.ticks
+            .extend((2..=4).map(|n| with(n, 1000.0, RunPhase::Sending, false)));
         rec.ticks.push(with(5, 600.0, RunPhase::Sending, true));
-        rec.ticks.extend((6..=8).map(|n| with(n, 0.0, RunPhase::Waiting, false)));
+        rec.ticks
+            .extend((6..=8).map(|n| with(n, 0.0, RunPhase::Waiting, false)));
         let svg = rates_svg(&rec);
         assert_eq!(well_formed(&svg), Ok(()), "{svg}");
         let achieved = points(&svg, "achieved");
         assert_eq!(achieved.len(), 3, "{achieved:?}");
         let y_1000 = attr_of(&svg, "requested", "y1").unwrap().parse::<f64>().unwrap();
-        assert!(achieved.iter().all(|p| (p.1 - y_1000).abs() < 0.06), "{achieved:?}");
+        assert!(
+            achieved.iter().all(|p| (p.1 - y_1000).abs() < 0.06),
+            "{achieved:?}"
+        );
         let x_of = |t: f64| PLOT_LEFT + t / 8.0 * (PLOT_RIGHT - PLOT_LEFT);
         assert!((achieved[0].0 - x_of(1.5)).abs() < 0.06, "{achieved:?}");
         // Two shaded stretches: the first tick, and the partial tick with the wait after it.
         let group = &svg[svg.find(r#"<g id="not_sending""#).expect("no shading")..];
         let group = &group[..group.find("</g>").unwrap()];
         assert_eq!(group.matches("<rect").count(), 2, "{group}");
-        assert!(group.contains("<title>starting from 0 s to 1 s: no rate drawn</title>"), "{group}");
-        assert!(group.contains("<title>partial, waiting from 4 s to 8 s: no rate drawn</title>"), "{group}");
+        assert!(
+            group.contains("<title>starting from 0 s to 1 s: no rate drawn</title>"),
+            "{group}"
+        );
+        assert!(
+            group.contains("<title>partial, waiting from 4 s to 8 s: no rate drawn</title>"),
+            "{group}"
+        );
         assert!(svg.contains(">not sending or partial</text>"));
         assert!(!svg.contains("no whole tick of sending"));
     }

@@ -332,7 +332,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
                         line1.push(Span::raw(" (partial tick, not judged)"));
                     }
                 }
-                Some(s) => line1.push(Span::styled(s.phase_text().unwrap_or_default(), Style::new().bold())),
+                Some(s) => line1.push(Span::styled(
+                    s.phase_text().unwrap_or_default(),
+                    Style::new().bold(),
+                )),
                 None => {}
             }
         }

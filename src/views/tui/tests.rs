@@ -954,6 +954,9 @@ fn the_chart_skips_ticks_that_judge_no_rate_and_the_header_says_the_phase() {
     assert_eq!(app.history.len(), 1, "{:?}", app.history);
     assert_eq!(app.history[0].achieved, snap.achieved_pps);
     let s = screen(&app, 160, 40);
-    assert!(s.contains("not sending (waiting for late replies, or paused): last send at"), "{s}");
+    assert!(
+        s.contains("not sending (waiting for late replies, or paused): last send at"),
+        "{s}"
+    );
     assert!(!s.contains("achieved 0"), "{s}");
 }
