@@ -1285,8 +1285,16 @@ mod tests {
                 "--size",
                 "8..=65507",
             ),
-            (&["send", "--to", "127.0.0.1:9", "--count", "-1"], "--count", "-1 is not in 0.."),
-            (&["run", "--map-size", "nosuch=5", "--", "true"], "--map-size", "no map scanprof can resize"),
+            (
+                &["send", "--to", "127.0.0.1:9", "--count", "-1"],
+                "--count",
+                "-1 is not in 0..",
+            ),
+            (
+                &["run", "--map-size", "nosuch=5", "--", "true"],
+                "--map-size",
+                "no map scanprof can resize",
+            ),
             (&["baseline", "--seconds", "inf"], "--seconds", "out of range"),
             (&["baseline", "--rates", "100,-5"], "--rates", "at least 0"),
         ] {

@@ -320,7 +320,9 @@ impl Launched {
         if err_m.is_some() || err_s.is_some() {
             cmd.stderr(std::process::Stdio::piped());
         }
-        let mut child = cmd.spawn().with_context(|| format!("starting {}", std::path::Path::new(&argv[0]).display()))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", std::path::Path::new(&argv[0]).display()))?;
         drop(gate_rd);
         let dest = |is_stdout: bool| -> anyhow::Result<Box<dyn std::io::Write + Send>> {
             Ok(match (output, &log) {
@@ -645,6 +647,7 @@ fn collect(
     }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
+    analyzer.set_interval(interval_ns);
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
     let mut next_tick = start_ns + interval_ns;
     let mut last: CounterSample;

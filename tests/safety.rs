@@ -1456,14 +1456,22 @@ fn a_non_utf8_file_name_is_read_not_a_panic() {
         "{\"type\":\"meta\",\"command_line\":[\"scanprof\"],\"version\":\"0\",\"started_at\":\"\",\"hostname\":\"h\",\"kernel\":\"k\"}\n",
     )
     .unwrap();
-    for args in [vec!["report"], vec!["report", "--format", "md"], vec!["--version", "report"]] {
+    for args in [
+        vec!["report"],
+        vec!["report", "--format", "md"],
+        vec!["--version", "report"],
+    ] {
         let mut cmd = scanprof(&args);
         cmd.arg(&b);
         let r = run_bounded(cmd, Duration::from_secs(20), t.path());
         assert_ne!(r.status.code(), Some(101), "{args:?} panicked: {}", r.stderr);
         if args[0] == "report" {
             assert_eq!(r.status.code(), Some(2), "{args:?}: {}", r.stderr);
-            assert!(r.stderr.contains("neither a summary nor a tick"), "{args:?}: {}", r.stderr);
+            assert!(
+                r.stderr.contains("neither a summary nor a tick"),
+                "{args:?}: {}",
+                r.stderr
+            );
         }
     }
 }
@@ -1476,7 +1484,16 @@ fn run_passes_non_utf8_arguments_on_unchanged() {
     let t = TempDir::new("non-utf8-run");
     let out = t.path().join("got");
     let word = non_utf8("word-");
-    let mut cmd = scanprof(&["run", "--no-tui", "--quiet", "--", "/bin/sh", "-c", "printf %s \"$1\" > \"$2\"", "sh"]);
+    let mut cmd = scanprof(&[
+        "run",
+        "--no-tui",
+        "--quiet",
+        "--",
+        "/bin/sh",
+        "-c",
+        "printf %s \"$1\" > \"$2\"",
+        "sh",
+    ]);
     cmd.arg(&word).arg(&out);
     let r = run_bounded(cmd, Duration::from_secs(60), t.path());
     assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
@@ -1509,9 +1526,16 @@ fn assert_report_replaces_planted_link(what: &str, args: &[&str]) {
     cmd.arg("--report").arg(&link);
     let r = run_bounded(with_umask_0(cmd), Duration::from_secs(30), t.path());
     assert_eq!(r.status.code(), Some(0), "{what}: {}", r.stderr);
-    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{what} wrote through the link");
+    assert_eq!(
+        fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "{what} wrote through the link"
+    );
     let meta = fs::symlink_metadata(&link).unwrap();
-    assert!(meta.file_type().is_file(), "{what}: the report is not a regular file");
+    assert!(
+        meta.file_type().is_file(),
+        "{what}: the report is not a regular file"
+    );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{what}: report mode");
     let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&link).unwrap()).unwrap();
@@ -1528,7 +1552,11 @@ fn assert_report_replaces_planted_link(what: &str, args: &[&str]) {
 /// Item 1: `recv --report LINK` (no privilege needed).
 #[test]
 fn recv_report_never_writes_through_a_planted_link() {
-    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let port = port.to_string();
     assert_report_replaces_planted_link("recv", &["recv", "--port", &port, "--duration", "0.2"]);
 }
@@ -1539,7 +1567,10 @@ fn ring_recv_and_relay_reports_never_write_through_a_planted_link() {
     require_root();
     let _g = serial();
     assert_report_replaces_planted_link("ring-recv", &["ring-recv", "--dev", "lo", "--duration", "0.2"]);
-    assert_report_replaces_planted_link("relay", &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"]);
+    assert_report_replaces_planted_link(
+        "relay",
+        &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"],
+    );
 }
 
 /// Item 2: `--profile` naming an endless device or a FIFO nobody writes: refused at once with
@@ -1552,17 +1583,42 @@ fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
     let fifo = t.path().join("fifo.toml");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let fifo = fifo.to_str().unwrap().to_string();
-    for (profile, says) in [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"), (fifo.as_str(), "a FIFO")] {
+    for (profile, says) in [
+        ("/dev/zero", "a character device"),
+        ("/dev/urandom", "a character device"),
+        (fifo.as_str(), "a FIFO"),
+    ] {
         let started = Instant::now();
         let r = run_bounded(
-            scanprof(&["run", "--no-tui", "--duration", "1", "--profile", profile, "--", "true"]),
+            scanprof(&[
+                "run",
+                "--no-tui",
+                "--duration",
+                "1",
+                "--profile",
+                profile,
+                "--",
+                "true",
+            ]),
             Duration::from_secs(20),
             t.path(),
         );
         assert_eq!(r.status.code(), Some(2), "{profile}: {}", r.stderr);
-        assert!(r.stderr.contains(says) && r.stderr.contains("regular file"), "{profile}: {}", r.stderr);
-        assert!(started.elapsed() < Duration::from_secs(5), "{profile}: {:?}", started.elapsed());
-        assert!(r.max_rss_kib < 128 << 10, "{profile}: peak RSS {} KiB", r.max_rss_kib);
+        assert!(
+            r.stderr.contains(says) && r.stderr.contains("regular file"),
+            "{profile}: {}",
+            r.stderr
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{profile}: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            r.max_rss_kib < 128 << 10,
+            "{profile}: peak RSS {} KiB",
+            r.max_rss_kib
+        );
     }
 }
 
@@ -1595,7 +1651,10 @@ fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
             match v["type"].as_str() {
                 Some("meta") => {
                     v["hostname"] = format!("host{evil}").into();
-                    v["command_line"].as_array_mut().unwrap().push(format!("arg{evil}").into());
+                    v["command_line"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(format!("arg{evil}").into());
                     changed += 1;
                 }
                 Some("summary") => {
@@ -1621,9 +1680,15 @@ fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
             .filter(|c| (c.is_control() && *c != '\n') || ('\u{202a}'..='\u{202e}').contains(c))
             .collect();
         assert!(sent.is_empty(), "{format} sends {sent:?} to the terminal");
-        assert!(r.stdout.contains("\\u{1b}]0;pwned\\u{7}"), "{format}:\n{}", r.stdout);
         assert!(
-            !r.stdout.lines().any(|l| l.trim_start().starts_with("verdict: all is well")),
+            r.stdout.contains("\\u{1b}]0;pwned\\u{7}"),
+            "{format}:\n{}",
+            r.stdout
+        );
+        assert!(
+            !r.stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with("verdict: all is well")),
             "{format}: a comm forged a line:\n{}",
             r.stdout
         );
@@ -1663,7 +1728,11 @@ fn report_names_each_line_that_does_not_decode() {
                 r.stderr
             );
         }
-        assert!(r.stderr.contains("the lines named above could not be read"), "{format}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("the lines named above could not be read"),
+            "{format}: {}",
+            r.stderr
+        );
         assert!(r.stdout.is_empty(), "{format}: {}", r.stdout);
     }
 }
@@ -1679,7 +1748,10 @@ fn attach_refuses_a_zombie() {
     let mut child = Command::new("true").spawn().unwrap();
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z ") {
+    while !fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .contains(") Z ")
+    {
         assert!(Instant::now() < deadline, "pid {pid} never became a zombie");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -1690,7 +1762,11 @@ fn attach_refuses_a_zombie() {
     );
     child.wait().unwrap();
     assert_eq!(r.status.code(), Some(2), "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stderr.contains(&format!("pid {pid} has exited (a zombie")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("pid {pid} has exited (a zombie")),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Item 10: a TOML error names the line and column, and quotes nothing of a file that
@@ -1703,7 +1779,16 @@ fn a_profile_error_quotes_nothing_of_the_file() {
     let f = t.path().join("p.toml");
     fs::write(&f, "root:$6$secret-hash:19000:0:99999:7:::\nmore secret\n").unwrap();
     let r = run_bounded(
-        scanprof(&["run", "--no-tui", "--duration", "1", "--profile", f.to_str().unwrap(), "--", "true"]),
+        scanprof(&[
+            "run",
+            "--no-tui",
+            "--duration",
+            "1",
+            "--profile",
+            f.to_str().unwrap(),
+            "--",
+            "true",
+        ]),
         Duration::from_secs(30),
         t.path(),
     );
@@ -1745,7 +1830,11 @@ fn a_map_size_for_no_map_is_refused_once_by_the_parser() {
         t.path(),
     );
     assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
-    assert!(r.stderr.contains("--map-size") && r.stderr.contains("no map scanprof can resize"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--map-size") && r.stderr.contains("no map scanprof can resize"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("threads"), "{}", r.stderr);
     assert!(!r.stderr.contains("os error"), "{}", r.stderr);
 }

@@ -82,6 +82,14 @@ impl Totals {
         ]
     }
 
+    /// Mean time between the family's sending calls over its send window so far, ns; None
+    /// before two of them.
+    fn mean_slot_ns(&self) -> Option<f64> {
+        let sending_calls = self.calls.saturating_sub(self.failed_calls);
+        (sending_calls >= 2 && self.last_send_ns > self.first_send_ns)
+            .then(|| (self.last_send_ns - self.first_send_ns) as f64 / (sending_calls - 1) as f64)
+    }
+
     /// The send window, ns: first to last sending call, stretched by one mean interval between
     /// calls, so that N calls at R per second give N / window = R exactly (rather than
     /// (N-1) / span), also when each call carries a batch of packets.
@@ -106,6 +114,75 @@ fn connect_scanner(threads: &[ThreadCounters]) -> bool {
 /// How often a live tick's rate statistics are recomputed, ns of sample time (ticks in
 /// between repeat the last).
 const LIVE_STATS_EVERY_NS: u64 = 500_000_000;
+
+/// A family silent for this many of its mean intervals between sends has stopped sending...
+const STOPPED_SLOTS: f64 = 4.0;
+/// ...when that silence is also at least this share of the tick's interval; and a tick shorter
+/// than the interval by more than this share is partial.
+const STOPPED_TICK_SHARE: f64 = 0.1;
+
+/// A tick's phase and whether its rate covers time the family did not send in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TickPhase {
+    phase: RunPhase,
+    partial: bool,
+}
+
+/// What the family did between `prev` and `s` (totals `now` and `before`), against the
+/// requested rate and the nominal interval when known. One definition, decided here for every
+/// view: no send call yet is `starting`; send calls in the tick, or a sender blocked inside one
+/// at its end, are `sending`; no send call in the tick after having sent is `waiting`, or
+/// `ended` once the family has exited. A sending tick is partial when the family fell silent
+/// before its end (for STOPPED_SLOTS mean send intervals and STOPPED_TICK_SHARE of the tick,
+/// with no failed call in the tick, which carries no time) or when it is shorter than the
+/// interval by more than STOPPED_TICK_SHARE.
+fn tick_phase(
+    s: &CounterSample,
+    prev_t_ns: u64,
+    now: &Totals,
+    before: &Totals,
+    requested_pps: Option<f64>,
+    nominal_ns: Option<u64>,
+) -> TickPhase {
+    let interval_ns = s.t_ns.saturating_sub(prev_t_ns);
+    let family_ended = !s.processes.is_empty() && s.processes.iter().all(|p| !p.alive);
+    let blocked = s.threads.iter().any(|t| t.blocked_now.is_some());
+    let called = now.calls > before.calls;
+    let phase = if now.calls == 0 && !blocked {
+        if family_ended {
+            RunPhase::Ended
+        } else {
+            RunPhase::Starting
+        }
+    } else if called || blocked {
+        RunPhase::Sending
+    } else if family_ended {
+        RunPhase::Ended
+    } else {
+        RunPhase::Waiting
+    };
+    if phase != RunPhase::Sending {
+        return TickPhase {
+            phase,
+            partial: false,
+        };
+    }
+    let tick_ns = nominal_ns.unwrap_or(interval_ns) as f64;
+    let slot_ns = now
+        .mean_slot_ns()
+        .or_else(|| requested_pps.filter(|r| *r > 0.0).map(|r| 1e9 / r))
+        .unwrap_or(0.0);
+    let silence_ns = s.t_ns.saturating_sub(now.last_send_ns) as f64;
+    let stopped = !blocked
+        && now.last_send_ns > 0
+        && now.failed_calls == before.failed_calls
+        && silence_ns > (STOPPED_SLOTS * slot_ns).max(STOPPED_TICK_SHARE * tick_ns);
+    let short = nominal_ns.is_some_and(|n| (interval_ns as f64) < n as f64 * (1.0 - STOPPED_TICK_SHARE));
+    TickPhase {
+        phase,
+        partial: stopped || short,
+    }
+}
 
 /// One tick's achieved rate, kept to compute statistics over the complete ticks.
 #[derive(Debug, Clone, Copy)]
@@ -138,6 +215,10 @@ pub struct Analyzer {
     limits_t_ns: u64,
     /// outputs a relay writes each packet it reads to (`--relay-fanout`)
     relay_fanout: Option<u32>,
+    /// the length the session asked of a tick, ns, when given (`set_interval`)
+    nominal_interval_ns: Option<u64>,
+    /// the latest tick's phase
+    last_phase: Option<RunPhase>,
 }
 
 impl Analyzer {
@@ -156,7 +237,15 @@ impl Analyzer {
             limits: limits::LimitsRun::default(),
             limits_t_ns: 0,
             relay_fanout: None,
+            nominal_interval_ns: None,
+            last_phase: None,
         }
+    }
+
+    /// The length the session asks of a tick: a tick shorter than it (the last one, cut by the
+    /// family's exit or the end of the run) is partial.
+    pub fn set_interval(&mut self, interval_ns: u64) {
+        self.nominal_interval_ns = Some(interval_ns).filter(|n| *n > 0);
     }
 
     /// The fan-out of a relay: each packet read is to be sent this many times.
@@ -276,6 +365,15 @@ impl Analyzer {
             e.1 = e.1.max(q.backlog_max);
         }
 
+        let TickPhase { phase, partial } = tick_phase(
+            s,
+            prev.t_ns,
+            &now_t,
+            &prev_t,
+            self.requested_pps,
+            self.nominal_interval_ns,
+        );
+        self.last_phase = Some(phase);
         let threads = thread_views(s, Some(&prev), interval_ns, self.start_ns);
         let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
         let receive = receive::receive_view(s, Some(&prev), interval_s, &drops);
@@ -298,6 +396,9 @@ impl Analyzer {
             tick: self.ticks.len() as u64,
             t_s: s.t_ns.saturating_sub(self.start_ns) as f64 / 1e9,
             interval_s,
+            phase,
+            partial,
+            last_send_s: self.since_attach_s(now_t.last_send_ns),
             requested_pps: self.requested_pps,
             achieved_pps: achieved,
             ratio: self.ratio(achieved),
@@ -392,6 +493,9 @@ impl Analyzer {
             end_reason,
             duration_s: duration_ns as f64 / 1e9,
             send_window_s: window_s,
+            first_send_s: self.since_attach_s(t.first_send_ns),
+            last_send_s: self.since_attach_s(t.last_send_ns),
+            phase: self.end_phase(last),
             requested_pps: self.requested_pps,
             achieved_pps: achieved,
             baseline_pps: self.baseline.as_ref().map(|b| b.achieved_pps),
@@ -465,6 +569,24 @@ impl Analyzer {
             run.add(&limits::between(last, self.prev.as_ref(), since));
         }
         run.view(duration_ns.max(1) as f64 / 1e9)
+    }
+
+    /// A send's CLOCK_MONOTONIC ns as seconds since attach; None for 0 (no send yet).
+    fn since_attach_s(&self, ns: u64) -> Option<f64> {
+        (ns > 0).then(|| ns.saturating_sub(self.start_ns) as f64 / 1e9)
+    }
+
+    /// The phase the run ended in: `ended` once every process of the family has exited, else
+    /// the latest tick's (without a tick: `sending` when it made send calls, else `starting`).
+    fn end_phase(&self, last: &CounterSample) -> RunPhase {
+        if !last.processes.is_empty() && last.processes.iter().all(|p| !p.alive) {
+            return RunPhase::Ended;
+        }
+        match self.last_phase {
+            Some(p) => p,
+            None if Totals::of(last).calls > 0 => RunPhase::Sending,
+            None => RunPhase::Starting,
+        }
     }
 
     fn ratio(&self, pps: f64) -> Option<f64> {

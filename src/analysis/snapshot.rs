@@ -353,6 +353,43 @@ pub struct GapView {
     pub histogram: Vec<(u64, u64, u64)>,
 }
 
+/// What the family was doing in a tick, from its counters (`Analyzer::tick` decides it, once,
+/// for every view). Only a whole tick of sending has its rate judged (`Snapshot::judges_rate`):
+/// a scanner waiting for late replies sends nothing by design.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunPhase {
+    /// no send call since attach yet (loading targets, calibrating, resolving)
+    Starting,
+    /// send calls in the tick, or a sender blocked inside one at its end
+    #[default]
+    Sending,
+    /// no send call in the tick after having sent, with the family alive: a scanner's wait for
+    /// late replies (masscan `--wait`, zmap `--cooldown-time`, unicornscan's listener timeout)
+    /// or a pause
+    Waiting,
+    /// the family has exited, and sent nothing in the tick
+    Ended,
+}
+
+impl RunPhase {
+    /// The name the JSON and the views use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPhase::Starting => "starting",
+            RunPhase::Sending => "sending",
+            RunPhase::Waiting => "waiting",
+            RunPhase::Ended => "ended",
+        }
+    }
+}
+
+impl std::fmt::Display for RunPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Everything known at one tick; what the live views draw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -363,6 +400,17 @@ pub struct Snapshot {
     pub t_s: f64,
     /// length of the tick, s
     pub interval_s: f64,
+    /// what the family was doing in the tick (bundles older than the field read `sending`)
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// a sending tick whose rate covers time the family did not send in: it stopped sending
+    /// before the tick's end, or the tick is shorter than the interval (the last one); its rate
+    /// is not judged and the plots do not draw it as a rate
+    #[serde(default)]
+    pub partial: bool,
+    /// seconds since attach of the family's latest packet send, None before the first
+    #[serde(default)]
+    pub last_send_s: Option<f64>,
     pub requested_pps: Option<f64>,
     /// packets per second through the family's send syscalls in this tick
     pub achieved_pps: f64,
@@ -452,6 +500,16 @@ pub struct Summary {
     pub duration_s: f64,
     /// seconds from the family's first to its last packet send
     pub send_window_s: f64,
+    /// seconds since attach of the family's first and latest packet send (None when it sent
+    /// none, and in summaries older than them)
+    #[serde(default)]
+    pub first_send_s: Option<f64>,
+    #[serde(default)]
+    pub last_send_s: Option<f64>,
+    /// what the family was doing when the run ended: `ended` once it exited, `waiting` when it
+    /// was alive and had stopped sending, `sending`, or `starting` when it never sent
+    #[serde(default)]
+    pub phase: RunPhase,
     pub requested_pps: Option<f64>,
     /// packets per second that left through the family's send syscalls, over the send window
     pub achieved_pps: f64,
@@ -528,6 +586,52 @@ impl Snapshot {
     /// The unit of achieved_pps as the views name it.
     pub fn rate_unit(&self) -> &'static str {
         rate_unit(self.connect_scanner)
+    }
+
+    /// Whether the tick's rate measures sending: a whole tick of the sending phase. Only such a
+    /// tick gets rate verdicts, a point on the rate charts and the metrics' achieved rate.
+    pub fn judges_rate(&self) -> bool {
+        self.phase == RunPhase::Sending && !self.partial
+    }
+
+    /// What the family did in a tick whose rate is not judged, in words (None for a whole
+    /// sending tick): the phase, the latest send, and the replies read in the tick.
+    pub fn phase_text(&self) -> Option<String> {
+        if self.judges_rate() {
+            return None;
+        }
+        let last = self.last_send_s.map(|t| {
+            format!(
+                "last send at {t:.2} s, {:.2} s before the tick's end",
+                (self.t_s - t).max(0.0)
+            )
+        });
+        let mut text = match self.phase {
+            RunPhase::Starting => "starting: no send call since attach yet".to_string(),
+            RunPhase::Sending => format!(
+                "partial tick: {}; its rate is not judged",
+                last.clone()
+                    .unwrap_or_else(|| format!("{:.2} s long", self.interval_s))
+            ),
+            RunPhase::Waiting => format!(
+                "not sending (waiting for late replies, or paused){}",
+                last.as_ref().map(|l| format!(": {l}")).unwrap_or_default()
+            ),
+            RunPhase::Ended => "ended: the family has exited".to_string(),
+        };
+        if let Some(r) = &self.receive {
+            let read = r
+                .stages
+                .iter()
+                .find(|s| s.name == StageName::RecvPackets)
+                .map_or(0, |s| s.count);
+            let queued: u64 = r.rings.iter().map(|g| g.queued).sum();
+            text.push_str(&format!("; {read} packets read in the tick"));
+            if !r.rings.is_empty() {
+                text.push_str(&format!(", {queued} frames queued to its packet sockets"));
+            }
+        }
+        Some(text)
     }
 }
 
@@ -646,6 +750,9 @@ impl Summary {
             end_reason: EndReason::Duration,
             duration_s: 0.0,
             send_window_s: 0.0,
+            first_send_s: None,
+            last_send_s: None,
+            phase: RunPhase::Ended,
             requested_pps: None,
             achieved_pps: 0.0,
             baseline_pps: None,
@@ -694,6 +801,9 @@ impl Snapshot {
             tick: 1,
             t_s: 1.0,
             interval_s: 1.0,
+            phase: RunPhase::Sending,
+            partial: false,
+            last_send_s: None,
             requested_pps: None,
             achieved_pps: 0.0,
             ratio: None,

@@ -1048,3 +1048,158 @@ fn an_unknown_stage_name_is_refused_by_name() {
         .to_string();
     assert!(err.contains("dev_xmitt") && err.contains("`dev_xmit`"), "{err}");
 }
+
+/// A scan of 1,000 pps requested that reaches 800, seen tick by tick: a tick before its first
+/// send, three whole ticks of sending, a last sending tick that stops 0.4 s before its end, five
+/// ticks of waiting for late replies with the family alive, and its exit half a tick later.
+/// Only the whole sending ticks judge the rate; the summary's verdicts come from the send window
+/// whatever followed it.
+#[test]
+fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
+    use crate::analysis::verdict::{Cause, Kind};
+    let ms = |send: u64, sleep: u64, other: u64| TimeBudget {
+        send_ns: send * MS,
+        sleep_ns: sleep * MS,
+        other_ns: other * MS,
+        ..Default::default()
+    };
+    // Cumulative counters: packets, the latest send, the run's budget, the send window's.
+    let at = |t_ns: u64,
+              packets: u64,
+              last_ns: u64,
+              budget: TimeBudget,
+              window: Option<TimeBudget>,
+              alive: bool| {
+        let mut s = sample(t_ns).process(100, 1, "scan").build();
+        s.processes[0].alive = alive;
+        let th = if packets == 0 {
+            ThreadCounters {
+                tid: 101,
+                pid: 100,
+                budget,
+                ..Default::default()
+            }
+        } else {
+            ThreadCounters {
+                budget,
+                window_budget: window,
+                exited: !alive,
+                ..sender(100, 101, packets, START + SEC + MS, last_ns)
+            }
+        };
+        s.threads.push(th);
+        s
+    };
+    let mut a = Analyzer::new(Some(1000.0), START);
+    a.set_interval(SEC);
+    a.baseline(sample(START).process(100, 1, "scan").build());
+    let mut samples = vec![at(START + SEC, 0, 0, ms(0, 0, 1000), None, true)];
+    for k in 1..=3u64 {
+        samples.push(at(
+            START + (k + 1) * SEC,
+            800 * k,
+            START + (k + 1) * SEC - MS,
+            ms(300 * k, 0, 1000 + 700 * k),
+            Some(ms(300 * k, 0, 700 * k)),
+            true,
+        ));
+    }
+    // Sending stops at 4.6 s: 480 packets in the tick's first 0.6 s.
+    let window = ms(1080, 0, 2520);
+    samples.push(at(
+        START + 5 * SEC,
+        2880,
+        START + 4600 * MS,
+        ms(1080, 400, 3520),
+        Some(window),
+        true,
+    ));
+    for k in 1..=5u64 {
+        samples.push(at(
+            START + (5 + k) * SEC,
+            2880,
+            START + 4600 * MS,
+            ms(1080, 400 + 1000 * k, 3520),
+            Some(window),
+            true,
+        ));
+    }
+    samples.push(at(
+        START + 10_500 * MS,
+        2880,
+        START + 4600 * MS,
+        ms(1080, 5900, 3520),
+        Some(window),
+        false,
+    ));
+
+    let mut ticks = Vec::new();
+    let mut before_idle = None;
+    for (i, s) in samples.iter().enumerate() {
+        ticks.push(a.tick(s, &[]));
+        if i == 4 {
+            before_idle = Some(summary_of(&a, s));
+        }
+    }
+    let phases: Vec<(RunPhase, bool)> = ticks.iter().map(|t| (t.phase, t.partial)).collect();
+    let mut expected = vec![(RunPhase::Starting, false)];
+    expected.extend([(RunPhase::Sending, false); 3]);
+    expected.push((RunPhase::Sending, true));
+    expected.extend([(RunPhase::Waiting, false); 5]);
+    expected.push((RunPhase::Ended, false));
+    assert_eq!(phases, expected);
+
+    // The whole sending ticks judge the 20% gap; no other tick carries a gap verdict.
+    for t in &ticks[1..4] {
+        assert!(t.judges_rate());
+        assert!(
+            t.verdicts.iter().any(|v| v.kind == Kind::Gap),
+            "tick {}: {:?}",
+            t.tick,
+            t.verdicts
+        );
+        assert_close(t.achieved_pps, 800.0);
+    }
+    for t in ticks.iter().filter(|t| !t.judges_rate()) {
+        let gap: Vec<_> = t.verdicts.iter().filter(|v| v.kind == Kind::Gap).collect();
+        assert!(gap.is_empty(), "tick {} ({}): {gap:?}", t.tick, t.phase);
+        assert!(t.verdicts.iter().all(|v| v.cause != Cause::Unexplained));
+        assert!(t.phase_text().is_some());
+    }
+    // The partial tick's rate is what it counted, and says why it is not judged.
+    assert_close(ticks[4].achieved_pps, 480.0);
+    let partial = ticks[4].phase_text().unwrap();
+    assert!(
+        partial.contains("last send at 4.60 s, 0.40 s before the tick's end"),
+        "{partial}"
+    );
+    let waiting = ticks[7].phase_text().unwrap();
+    assert!(
+        waiting.starts_with("not sending (waiting for late replies, or paused): last send at 4.60 s"),
+        "{waiting}"
+    );
+    assert_eq!(ticks[7].last_send_s, Some(4.6));
+    assert_eq!(ticks[0].last_send_s, None);
+
+    // The run: its verdicts from the send window, as they were before the idle ticks.
+    let before = before_idle.unwrap();
+    let after = a.summary(&samples[10], EndReason::FamilyExited, Vec::new(), Vec::new());
+    let judged = |s: &Summary| -> Vec<(Cause, Kind, String)> {
+        s.verdicts
+            .iter()
+            .map(|v| (v.cause, v.kind, format!("{:.4}", v.share)))
+            .collect()
+    };
+    assert!(!after.verdicts.is_empty());
+    assert_eq!(judged(&after), judged(&before));
+    assert!(
+        after.verdicts.iter().all(|v| v.cause != Cause::Unexplained),
+        "{:?}",
+        after.verdicts
+    );
+    assert_eq!(after.phase, RunPhase::Ended);
+    assert_eq!(before.phase, RunPhase::Sending);
+    assert_eq!((after.first_send_s, after.last_send_s), (Some(1.001), Some(4.6)));
+    // 2,880 packets over 1.001 s to 4.6 s, stretched by one interval: 800 pps.
+    assert!((after.achieved_pps - 800.0).abs() < 0.5, "{}", after.achieved_pps);
+}

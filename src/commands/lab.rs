@@ -71,7 +71,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let run_opts = staged.run_options(o);
     let output = crate::run::Output::choose(o.json, o.no_tui);
     let title = lab_title(o.scenario, &staged.argv);
-    let mut cfg = crate::run::session_config(Target::Command(staged.argv.iter().map(Into::into).collect()), &run_opts, output)?;
+    let mut cfg = crate::run::session_config(
+        Target::Command(staged.argv.iter().map(Into::into).collect()),
+        &run_opts,
+        output,
+    )?;
     // After the run this thread reads the lab's counters and deletes its namespaces.
     cfg.keep_also = if staged.has_quota() {
         &crate::system::privileges::FOR_LAB_CGROUP

@@ -223,7 +223,11 @@ fn run_step(
         user: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.
-    let cfg = crate::run::session_config(Target::Command(argv.into_iter().map(Into::into).collect()), &run_opts, crate::run::Output::Json)?;
+    let cfg = crate::run::session_config(
+        Target::Command(argv.into_iter().map(Into::into).collect()),
+        &run_opts,
+        crate::run::Output::Json,
+    )?;
     let mut rec = Recording::new(crate::run::render::meta_now());
     let session = session::start(cfg, Arc::clone(stop))?;
     rec.meta.drop_reasons = session.drop_reasons.clone();

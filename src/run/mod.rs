@@ -415,7 +415,10 @@ pub fn refused_target(pid: u32, allow_system: bool) -> Option<String> {
 /// A leader that exited while its other threads run shows Z too, but is no zombie. False when
 /// the process is gone (the session says so) or cannot be read.
 fn has_exited(pid: u32) -> bool {
-    let state = |stat: &str| stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(String::from));
+    let state = |stat: &str| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next().map(String::from))
+    };
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };

@@ -40,7 +40,9 @@ impl ExportTarget {
 /// Where and when this recording is being made.
 pub fn meta_now() -> Meta {
     Meta {
-        command_line: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command_line: std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         hostname: nix::unistd::gethostname()

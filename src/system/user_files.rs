@@ -171,12 +171,16 @@ mod tests {
     fn only_regular_files_of_bounded_size_are_read() {
         let d = tempdir("read");
         for dev in ["/dev/zero", "/dev/urandom"] {
-            let e = open_regular(Path::new(dev), 1 << 20, Links::Follow).unwrap_err().to_string();
+            let e = open_regular(Path::new(dev), 1 << 20, Links::Follow)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("a character device"), "{e}");
         }
         let fifo = d.join("fifo");
         nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
-        let e = open_regular(&fifo, 1 << 20, Links::Follow).unwrap_err().to_string();
+        let e = open_regular(&fifo, 1 << 20, Links::Follow)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a FIFO"), "{e}");
         let big = d.join("big");
         fs::write(&big, vec![b'x'; 4096]).unwrap();

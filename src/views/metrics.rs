@@ -23,7 +23,7 @@ use anyhow::Context;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
 use crate::analysis::verdict::{Cause, Confidence, Kind};
-use crate::analysis::{Snapshot, StageName, Summary, STAGES};
+use crate::analysis::{RunPhase, Snapshot, StageName, Summary, STAGES};
 use crate::collect::{DropClass, TimeBudget};
 use crate::session::Update;
 use crate::system::user_files::replace;
@@ -99,6 +99,8 @@ pub struct MetricsState {
     bpf_share_of_target: Option<f64>,
     /// top verdict per kind: kind -> (cause, confidence, share)
     verdicts: BTreeMap<Kind, (Cause, Confidence, f64)>,
+    /// what the family was doing at the latest tick
+    phase: Option<RunPhase>,
     /// why the run ended, once it has
     ended: Option<String>,
 }
@@ -122,7 +124,12 @@ impl MetricsState {
 
     fn tick(&mut self, s: &Snapshot) {
         self.requested_pps = s.requested_pps;
-        self.achieved_pps = s.achieved_pps;
+        // Only a whole tick of sending measures the rate: during a wait for late replies (and
+        // over the partial last sending tick) the gauge keeps the last judged tick's rate.
+        if s.judges_rate() {
+            self.achieved_pps = s.achieved_pps;
+        }
+        self.phase = Some(s.phase);
         self.run_seconds = s.t_s;
         for st in &s.stages {
             raise(self.stages.entry(st.name).or_default(), st.total);
@@ -144,7 +151,7 @@ impl MetricsState {
         self.health(&s.health);
         self.cpu = s.cost.cpu;
         self.bpf(s.cost.bpf.as_ref());
-        self.top_verdicts(&s.verdicts);
+        self.top_verdicts(&s.verdicts, s.judges_rate());
     }
 
     fn done(&mut self, s: &Summary) {
@@ -181,7 +188,8 @@ impl MetricsState {
         self.health(&s.health);
         self.cpu = s.cost.cpu;
         self.bpf(s.cost.bpf.as_ref());
-        self.top_verdicts(&s.verdicts);
+        self.top_verdicts(&s.verdicts, true);
+        self.phase = Some(s.phase);
         self.ended = serde_json::to_value(s.end_reason)
             .ok()
             .and_then(|v| v.as_str().map(String::from));
@@ -206,9 +214,11 @@ impl MetricsState {
         }
     }
 
-    fn top_verdicts(&mut self, verdicts: &[crate::analysis::Verdict]) {
+    /// Takes the top verdict of each kind; `rate_judged` false (a tick outside a whole stretch
+    /// of sending, which has no gap verdict) keeps the gap verdict of the last judged tick.
+    fn top_verdicts(&mut self, verdicts: &[crate::analysis::Verdict], rate_judged: bool) {
         // Verdicts come ranked, most important first: the first of each kind is its top.
-        self.verdicts.clear();
+        self.verdicts.retain(|kind, _| !rate_judged && *kind == Kind::Gap);
         for v in verdicts {
             self.verdicts
                 .entry(v.kind)
@@ -244,7 +254,7 @@ impl MetricsState {
         gauge(
             &r,
             "achieved_packets_per_second",
-            "Packets per second through the family's send syscalls over the last tick (over the send window once the run has ended).",
+            "Packets per second through the family's send syscalls over the last whole tick of sending (over the send window once the run has ended).",
             self.achieved_pps,
         )?;
         gauge(
@@ -356,6 +366,18 @@ impl MetricsState {
         }
         r.register(Box::new(info))?;
         r.register(Box::new(share))?;
+
+        if let Some(phase) = self.phase {
+            let g = GaugeVec::new(
+                Opts::new(
+                    "run_phase",
+                    "What the family was doing at the latest tick (starting, sending, waiting, ended); always 1.",
+                ),
+                &["phase"],
+            )?;
+            g.with_label_values(&[phase.as_str()]).set(1.0);
+            r.register(Box::new(g))?;
+        }
 
         if let Some(reason) = &self.ended {
             let ended = GaugeVec::new(
@@ -603,6 +625,87 @@ mod tests {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
+    /// A scanner's wait for late replies after its last send (and its partial last sending
+    /// tick) leave the achieved rate and the gap verdict at the last whole sending tick's: the
+    /// exported values were achieved 0 pps and `unexplained` 100% from the idle ticks.
+    #[test]
+    fn idle_ticks_after_the_last_send_keep_the_sending_phases_rate_and_gap_verdict() {
+        use crate::analysis::RunPhase;
+        let mut sending = rich_recording().ticks[1].clone();
+        assert!(sending.judges_rate());
+        let gap = crate::analysis::Verdict {
+            cause: Cause::CpuBound,
+            kind: Kind::Gap,
+            sentence: "The sender is CPU-bound.".into(),
+            share: 0.3,
+            evidence: Vec::new(),
+            next_step: String::new(),
+            confidence: Confidence::Strong,
+        };
+        sending.verdicts.insert(0, gap.clone());
+        let partial = Snapshot {
+            partial: true,
+            achieved_pps: sending.achieved_pps * 0.6,
+            verdicts: Vec::new(),
+            ..sending.clone()
+        };
+        let waiting = Snapshot {
+            phase: RunPhase::Waiting,
+            achieved_pps: 0.0,
+            verdicts: Vec::new(),
+            ..sending.clone()
+        };
+        let mut m = MetricsState::new(RunLabels::of("unicornscan", &[]));
+        m.update(&Update::Tick(Box::new(sending.clone())));
+        m.update(&Update::Tick(Box::new(partial)));
+        for _ in 0..5 {
+            m.update(&Update::Tick(Box::new(waiting.clone())));
+        }
+        let text = m.render();
+        assert_eq!(
+            sample(&text, "scanprof_achieved_packets_per_second", &[]),
+            Some(sending.achieved_pps)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "scanprof_verdict_info",
+                &[("kind", "gap"), ("cause", gap.cause.as_str())]
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "scanprof_verdict_share",
+                &[("kind", "gap"), ("cause", gap.cause.as_str())]
+            ),
+            Some(gap.share)
+        );
+        assert_eq!(
+            sample(&text, "scanprof_run_phase", &[("phase", "waiting")]),
+            Some(1.0)
+        );
+        // A whole sending tick takes over again.
+        let again = Snapshot {
+            achieved_pps: 42.0,
+            verdicts: Vec::new(),
+            ..sending
+        };
+        m.update(&Update::Tick(Box::new(again)));
+        let text = m.render();
+        assert_eq!(
+            sample(&text, "scanprof_achieved_packets_per_second", &[]),
+            Some(42.0)
+        );
+        assert!(!text.contains("kind=\"gap\""), "{text}");
+        assert_eq!(
+            sample(&text, "scanprof_run_phase", &[("phase", "sending")]),
+            Some(1.0)
+        );
+    }
+
     #[test]
     fn shards_are_read_from_masscan_and_zmap_command_lines() {
         let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
@@ -767,5 +870,4 @@ mod tests {
         drop(e); // the server stops and its port is free again
         assert!(TcpListener::bind(addr).is_ok());
     }
-
 }

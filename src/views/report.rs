@@ -281,8 +281,14 @@ mod tests {
         assert_eq!(visible("eth0"), "eth0");
         assert!(matches!(visible("eth0"), std::borrow::Cow::Borrowed(_)));
         assert_eq!(visible("a\x1b[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(visible("x\ny\u{7}\u{9b}\u{202e}"), "x\\u{a}y\\u{7}\\u{9b}\\u{202e}");
-        assert_eq!(visible_lines("a\x1b]0;t\x07\nb\n".into()), "a\\u{1b}]0;t\\u{7}\nb\n");
+        assert_eq!(
+            visible("x\ny\u{7}\u{9b}\u{202e}"),
+            "x\\u{a}y\\u{7}\\u{9b}\\u{202e}"
+        );
+        assert_eq!(
+            visible_lines("a\x1b]0;t\x07\nb\n".into()),
+            "a\\u{1b}]0;t\\u{7}\nb\n"
+        );
         assert_eq!(visible("Grüße ✓"), "Grüße ✓");
     }
 
@@ -315,7 +321,10 @@ mod tests {
         if let Some(sc) = s.scanner.as_mut() {
             sc.profile = format!("p{evil}");
         }
-        assert!(!s.drops.is_empty() && !s.processes.is_empty(), "the fixture lost its rows");
+        assert!(
+            !s.drops.is_empty() && !s.processes.is_empty(),
+            "the fixture lost its rows"
+        );
         let s = rec.summary.clone().expect("a summary");
         let text = crate::views::text::summary(&s);
         let md = crate::views::export::markdown::report_md(&rec, None, None, &[]);

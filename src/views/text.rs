@@ -3,21 +3,29 @@
 use std::fmt::Write as _;
 
 use crate::analysis::verdict::{Confidence, Listing};
-use crate::analysis::{ConnectView, Cost, ReceiveView, ScannerView, Snapshot, StageName, Summary};
+use crate::analysis::{ConnectView, Cost, ReceiveView, RunPhase, ScannerView, Snapshot, StageName, Summary};
 use crate::collect::DropClass;
 use crate::units::{duration as ns, pct};
 use crate::views::report::{visible, visible_lines, DropTable, Report};
 
-/// One line per tick: elapsed time, achieved vs requested, drops of the target this tick.
+/// One line per tick: elapsed time, achieved vs requested (a tick outside a whole stretch of
+/// sending says what the family did instead: `Snapshot::phase_text`), drops of the target this
+/// tick.
 pub fn tick_line(s: &Snapshot) -> String {
-    let mut out = format!(
-        "[{:7.1} s] achieved {:>10.1} {}",
-        s.t_s,
-        s.achieved_pps,
-        s.rate_unit()
-    );
-    if let (Some(req), Some(r)) = (s.requested_pps, s.ratio) {
-        let _ = write!(out, " of {req:.0} requested ({:5.1}%)", r * 100.0);
+    let mut out = format!("[{:7.1} s] ", s.t_s);
+    match s.phase {
+        RunPhase::Sending => {
+            let _ = write!(out, "achieved {:>10.1} {}", s.achieved_pps, s.rate_unit());
+            if let (Some(req), Some(r)) = (s.requested_pps, s.ratio) {
+                let _ = write!(out, " of {req:.0} requested ({:5.1}%)", r * 100.0);
+            }
+            if let Some(why) = s.phase_text() {
+                let _ = write!(out, " ({why})");
+            }
+        }
+        RunPhase::Starting | RunPhase::Waiting | RunPhase::Ended => {
+            out.push_str(&s.phase_text().unwrap_or_default());
+        }
     }
     let lost: f64 = s
         .drops
@@ -41,6 +49,21 @@ pub fn tick_line(s: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// When the family sent, and what followed its last send until the run ended (a scanner's wait
+/// for late replies is no part of the send window the rates and verdicts cover).
+pub fn phase_line(s: &Summary) -> Option<String> {
+    let (first, last) = (s.first_send_s?, s.last_send_s?);
+    let after = (s.duration_s - last).max(0.0);
+    let then = match s.phase {
+        RunPhase::Ended => "the family exited",
+        RunPhase::Waiting => "the family was alive and not sending (waiting for late replies, or paused)",
+        RunPhase::Sending | RunPhase::Starting => "the run ended",
+    };
+    Some(format!(
+        "sent from {first:.2} s to {last:.2} s after attach; {after:.2} s later {then} (rates and verdicts are over the send window)"
+    ))
 }
 
 /// What scanprof's BPF programs cost over the run (or a tick), in plain lines: the figure, what
@@ -118,6 +141,9 @@ pub fn summary(s: &Summary) -> String {
         ": {} packets in a {:.3} s send window, {} send calls, {} failed",
         s.packets, s.send_window_s, s.send_calls, s.failed_calls
     );
+    if let Some(line) = phase_line(s) {
+        let _ = writeln!(o, "{line}");
+    }
     if let Some(c) = &s.connect {
         let _ = writeln!(o, "{}", connect_line(c));
     }
@@ -259,14 +285,20 @@ pub fn summary(s: &Summary) -> String {
         let _ = writeln!(
             o,
             "qdisc on {} peaked at {} packets / {} bytes queued",
-            visible(&q.device), q.qlen_max, q.backlog_max
+            visible(&q.device),
+            q.qlen_max,
+            q.backlog_max
         );
     }
     for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
         let _ = writeln!(
             o,
             "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
-            visible(&d.device), d.neigh_started, d.neigh_queued, d.neigh_resolved, d.neigh_failed
+            visible(&d.device),
+            d.neigh_started,
+            d.neigh_queued,
+            d.neigh_resolved,
+            d.neigh_failed
         );
     }
     let _ = writeln!(
@@ -528,7 +560,12 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
         let _ = writeln!(
             o,
             "  ipc: {} (pid {}) {} {} x{} ({} bytes)",
-            visible(&m.comm), m.pid, m.direction, m.kind, m.messages, m.bytes
+            visible(&m.comm),
+            m.pid,
+            m.direction,
+            m.kind,
+            m.messages,
+            m.bytes
         );
     }
     for c in &sc.claims {

@@ -1020,3 +1020,71 @@ fn every_strong_or_share_bearing_verdict_is_shown_and_the_rest_counted() {
         "{r}"
     );
 }
+
+/// A tick outside a whole stretch of sending says what the family did, never a rate verdict's
+/// "achieved ... (61.6%)": the partial last sending tick keeps its count but says it is not
+/// judged, a waiting tick says when the last send was and what it read.
+#[test]
+fn tick_lines_follow_the_run_phase() {
+    use crate::analysis::RunPhase;
+    let partial = Snapshot {
+        phase: RunPhase::Sending,
+        partial: true,
+        last_send_s: Some(2.6),
+        ..snapshot(Some(5000.0), 3079.5, Vec::new())
+    };
+    assert_eq!(
+        tick_line(&partial),
+        "[    3.0 s] achieved     3079.5 pps of 5000 requested ( 61.6%) (partial tick: last send at 2.60 s, \
+         0.40 s before the tick's end; its rate is not judged)"
+    );
+    let waiting = Snapshot {
+        phase: RunPhase::Waiting,
+        last_send_s: Some(2.6),
+        t_s: 6.0,
+        receive: Some(crate::analysis::ReceiveView {
+            stages: vec![crate::analysis::Stage {
+                name: crate::analysis::StageName::RecvPackets,
+                count: 3,
+                pps: 3.0,
+                total: 40,
+                ratio: None,
+            }],
+            ..Default::default()
+        }),
+        ..snapshot(Some(5000.0), 0.0, Vec::new())
+    };
+    assert_eq!(
+        tick_line(&waiting),
+        "[    6.0 s] not sending (waiting for late replies, or paused): last send at 2.60 s, 3.40 s before \
+         the tick's end; 3 packets read in the tick"
+    );
+    let starting = Snapshot {
+        phase: RunPhase::Starting,
+        ..snapshot(Some(5000.0), 0.0, Vec::new())
+    };
+    assert_eq!(
+        tick_line(&starting),
+        "[    3.0 s] starting: no send call since attach yet"
+    );
+    let ended = Snapshot {
+        phase: RunPhase::Ended,
+        ..snapshot(Some(5000.0), 0.0, Vec::new())
+    };
+    assert_eq!(tick_line(&ended), "[    3.0 s] ended: the family has exited");
+
+    let run = Summary {
+        duration_s: 9.0,
+        first_send_s: Some(0.1),
+        last_send_s: Some(2.6),
+        phase: RunPhase::Ended,
+        ..Summary::for_tests()
+    };
+    assert_eq!(
+        phase_line(&run).as_deref(),
+        Some(
+            "sent from 0.10 s to 2.60 s after attach; 6.40 s later the family exited (rates and verdicts \
+             are over the send window)"
+        )
+    );
+}

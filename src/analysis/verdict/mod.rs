@@ -84,9 +84,15 @@ pub fn loss_share(lost: u64, handed: u64) -> f64 {
 /// What a loss share is of, as the views name its denominator.
 pub const LOSS_SHARE_OF: &str = "of the packets handed to the kernel (sent + failed sends)";
 
-/// The causes over one tick, for the live view.
+/// The causes over one tick, for the live view. A tick whose rate measures no sending (before
+/// the first send, after the last, or partly: `Snapshot::judges_rate`) gets no gap verdict:
+/// its phase says what the family did.
 pub fn for_snapshot(s: &Snapshot) -> Vec<Verdict> {
-    diagnose(&Facts::of_snapshot(s))
+    let mut verdicts = diagnose(&Facts::of_snapshot(s));
+    if !s.judges_rate() {
+        verdicts.retain(|v| v.kind != Kind::Gap);
+    }
+    verdicts
 }
 
 /// The causes over the whole run.

@@ -820,9 +820,8 @@ mod tests {
         let full = events_ndjson(&rec);
         let mut lines: Vec<serde_json::Value> =
             full.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        let at = |lines: &[serde_json::Value], kind: &str| {
-            lines.iter().position(|l| l["type"] == kind).unwrap()
-        };
+        let at =
+            |lines: &[serde_json::Value], kind: &str| lines.iter().position(|l| l["type"] == kind).unwrap();
         let summary = at(&lines, "summary");
         let first_sample = at(&lines, "sample");
         let mut cases: Vec<(usize, String)> = Vec::new();
@@ -855,7 +854,12 @@ mod tests {
             assert!(i.contains(says.as_str()), "{i}");
         }
         let newer = issues.iter().find(|i| i.problem.contains("999")).unwrap();
-        assert!(newer.problem.contains("re-render it with the scanprof that wrote it"), "{newer}");
+        assert!(
+            newer
+                .problem
+                .contains("re-render it with the scanprof that wrote it"),
+            "{newer}"
+        );
     }
 
     #[test]

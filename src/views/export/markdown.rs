@@ -294,6 +294,9 @@ fn overview(o: &mut String, r: &Report) {
         "{line}: {} packets in a {:.3} s send window, {} send calls, {} failed.\n",
         s.packets, s.send_window_s, s.send_calls, s.failed_calls
     );
+    if let Some(phases) = crate::views::text::phase_line(s) {
+        let _ = writeln!(o, "Phases: {}.\n", escape_inline(&phases));
+    }
     if let Some(b) = &s.baseline {
         let _ = write!(
             o,

@@ -48,6 +48,9 @@ const BLOCKED_COLOUR: &str = "#ff7f0e";
 const LOSS_COLOUR: &str = "#d62728";
 /// Height of that band at the top of the plot area, px.
 const LOSS_BAND_PX: f64 = 8.0;
+/// Shading of the ticks whose rate is not judged: before the first send, the partial last
+/// sending tick, a wait for late replies, the end.
+const NOT_SENDING_COLOUR: &str = "#999999";
 
 /// How a legend entry is drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,8 +63,10 @@ enum Key {
 
 /// Rate over time of the family's packets through the send syscalls (achieved), the driver
 /// (dev_xmit) and the target's drops, one point per tick at the middle of the tick, with the
-/// requested rate as a dashed line. A recording without ticks gives the empty frame with a
-/// "no data" note.
+/// requested rate as a dashed line. Only whole ticks of sending are points (`judges_rate`):
+/// the ticks before the first send, after the last (a scanner's wait for late replies) and the
+/// partial last sending tick are shaded instead, so that they never draw a collapse of the rate.
+/// A recording without ticks gives the empty frame with a "no data" note.
 pub fn rates_svg(rec: &Recording) -> String {
     let mut svg = Svg::new("Packets per second over the run");
     let requested = rec
@@ -82,6 +87,7 @@ pub fn rates_svg(rec: &Recording) -> String {
         .map(|(_, _, stage, _)| {
             rec.ticks
                 .iter()
+                .filter(|t| t.judges_rate())
                 .map(|t| {
                     let pps = t.stages.iter().find(|s| s.name == *stage).map_or(0.0, |s| s.pps);
                     ((t.t_s - t.interval_s / 2.0).max(0.0), finite_or_zero(pps))
@@ -108,6 +114,15 @@ pub fn rates_svg(rec: &Recording) -> String {
     }
     let blocked = blocked_spans(rec, &x);
     svg.spans("blocked", BLOCKED_COLOUR, 0.25, PLOT_TOP, PLOT_BOTTOM, &blocked);
+    let idle = not_sending_spans(rec, &x);
+    svg.spans(
+        "not_sending",
+        NOT_SENDING_COLOUR,
+        0.2,
+        PLOT_TOP,
+        PLOT_BOTTOM,
+        &idle,
+    );
     let losses = loss_spans(rec, &x);
     svg.spans(
         "lost",
@@ -138,7 +153,13 @@ pub fn rates_svg(rec: &Recording) -> String {
     if !losses.is_empty() {
         legend.push(("ticks that lost packets".into(), LOSS_COLOUR, Key::Area));
     }
+    if !idle.is_empty() {
+        legend.push(("not sending or partial".into(), NOT_SENDING_COLOUR, Key::Area));
+    }
     svg.legend(&legend);
+    if series[0].is_empty() {
+        svg.note("no whole tick of sending");
+    }
     svg.finish()
 }
 
@@ -212,6 +233,49 @@ fn blocked_spans(rec: &Recording, x: &Axis) -> Vec<Span> {
                 if m.count == 1 { "" } else { "s" },
                 plain(m.blocked_s),
                 m.sites.join(", ")
+            ),
+        })
+        .collect()
+}
+
+/// The ticks whose rate is not judged (not a whole tick of sending), consecutive ones merged,
+/// each titled with the phases it holds.
+fn not_sending_spans(rec: &Recording, x: &Axis) -> Vec<Span> {
+    let mut spans: Vec<(f64, f64, Vec<String>)> = Vec::new();
+    let mut count = Vec::new();
+    for t in rec.ticks.iter().filter(|t| !t.judges_rate()) {
+        let (t0, t1) = ((t.t_s - t.interval_s).max(0.0), t.t_s);
+        let what = if t.partial {
+            "partial".to_string()
+        } else {
+            t.phase.to_string()
+        };
+        match spans.last_mut() {
+            Some(last) if (t0 - last.1).abs() < 1e-6 => {
+                last.1 = t1;
+                if !last.2.contains(&what) {
+                    last.2.push(what);
+                }
+                *count.last_mut().expect("one count per span") += 1;
+            }
+            _ => {
+                spans.push((t0, t1, vec![what]));
+                count.push(1);
+            }
+        }
+    }
+    spans
+        .into_iter()
+        .zip(count)
+        .map(|((t0, t1, phases), count)| Span {
+            x0: x.px(t0),
+            x1: x.px(t1).max(x.px(t0) + 1.0),
+            count,
+            title: format!(
+                "{} from {} s to {} s: no rate drawn",
+                phases.join(", "),
+                plain(t0),
+                plain(t1)
             ),
         })
         .collect()
@@ -958,6 +1022,51 @@ mod tests {
         let svg = rates_svg(&rec);
         assert!(attr_of(&svg, "requested", "y1").is_none());
         assert!(!svg.contains("requested ("));
+    }
+
+    /// A scan's start, its partial last sending tick and its wait for late replies are no
+    /// rate: rates.svg drew them as a collapse to 600 and 0 pps; they are shaded instead.
+    #[test]
+    fn the_rates_plot_draws_only_whole_sending_ticks_and_shades_the_others() {
+        use crate::analysis::RunPhase;
+        let mut rec = rich_recording();
+        rec.summary = None;
+        let with = |n: u64, pps: f64, phase: RunPhase, partial: bool| Snapshot {
+            phase,
+            partial,
+            ..tick(n, [pps, pps, 0.0], Some(1000.0))
+        };
+        rec.ticks = vec![with(1, 0.0, RunPhase::Starting, false)];
+        rec.ticks
+            .extend((2..=4).map(|n| with(n, 1000.0, RunPhase::Sending, false)));
+        rec.ticks.push(with(5, 600.0, RunPhase::Sending, true));
+        rec.ticks
+            .extend((6..=8).map(|n| with(n, 0.0, RunPhase::Waiting, false)));
+        let svg = rates_svg(&rec);
+        assert_eq!(well_formed(&svg), Ok(()), "{svg}");
+        let achieved = points(&svg, "achieved");
+        assert_eq!(achieved.len(), 3, "{achieved:?}");
+        let y_1000 = attr_of(&svg, "requested", "y1").unwrap().parse::<f64>().unwrap();
+        assert!(
+            achieved.iter().all(|p| (p.1 - y_1000).abs() < 0.06),
+            "{achieved:?}"
+        );
+        let x_of = |t: f64| PLOT_LEFT + t / 8.0 * (PLOT_RIGHT - PLOT_LEFT);
+        assert!((achieved[0].0 - x_of(1.5)).abs() < 0.06, "{achieved:?}");
+        // Two shaded stretches: the first tick, and the partial tick with the wait after it.
+        let group = &svg[svg.find(r#"<g id="not_sending""#).expect("no shading")..];
+        let group = &group[..group.find("</g>").unwrap()];
+        assert_eq!(group.matches("<rect").count(), 2, "{group}");
+        assert!(
+            group.contains("<title>starting from 0 s to 1 s: no rate drawn</title>"),
+            "{group}"
+        );
+        assert!(
+            group.contains("<title>partial, waiting from 4 s to 8 s: no rate drawn</title>"),
+            "{group}"
+        );
+        assert!(svg.contains(">not sending or partial</text>"));
+        assert!(!svg.contains("no whole tick of sending"));
     }
 
     #[test]

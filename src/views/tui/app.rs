@@ -75,7 +75,7 @@ impl DropSort {
     }
 }
 
-/// One tick of the rate chart, packets per second.
+/// One whole tick of sending on the rate chart, packets per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RatePoint {
     /// seconds since attach
@@ -158,12 +158,16 @@ impl App {
                         .find(|st| st.name == name)
                         .map_or(0.0, |st| st.pps)
                 };
-                self.history.push_back(RatePoint {
-                    t_s: s.t_s,
-                    achieved: s.achieved_pps,
-                    dev_xmit: stage(StageName::DevXmit),
-                    target_drops: stage(StageName::TargetDrops),
-                });
+                // Only whole ticks of sending are rates: the start, the partial last sending
+                // tick and a wait for late replies would draw a collapse.
+                if s.judges_rate() {
+                    self.history.push_back(RatePoint {
+                        t_s: s.t_s,
+                        achieved: s.achieved_pps,
+                        dev_xmit: stage(StageName::DevXmit),
+                        target_drops: stage(StageName::TargetDrops),
+                    });
+                }
                 while self.history.len() > HISTORY {
                     self.history.pop_front();
                 }
@@ -353,6 +357,10 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         tick: last.map_or(0, |l| l.tick),
         t_s: sum.duration_s,
         interval_s: window_s,
+        // The run's figures are over its send window: a whole stretch of sending.
+        phase: crate::analysis::RunPhase::Sending,
+        partial: false,
+        last_send_s: sum.last_send_s,
         requested_pps: sum.requested_pps,
         achieved_pps: sum.achieved_pps,
         ratio: sum.ratio,

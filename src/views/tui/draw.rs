@@ -15,7 +15,7 @@ use ratatui::Frame;
 use super::app::{App, Panel};
 use super::keys::{footer, BINDINGS, HELP};
 use crate::analysis::verdict::{Confidence, Kind, Listing};
-use crate::analysis::{DropRow, EndReason, Snapshot, Stage, StageName};
+use crate::analysis::{DropRow, EndReason, RunPhase, Snapshot, Stage, StageName};
 use crate::collect::DropClass;
 
 /// The smallest terminal the live view lays out its panels in; below it, it says so.
@@ -323,12 +323,24 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             line1.push(Span::raw(format!(" t={:.1}s ", s.map_or(0.0, |s| s.t_s))));
             line1.push(requested);
             line1.extend(disagree);
-            if let Some(s) = s {
-                let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
-                line1.push(Span::styled(
-                    format!("achieved {} {}{ratio}", rate(s.achieved_pps), s.rate_unit()),
+            // A tick outside a whole stretch of sending says what the family does instead of
+            // a rate (`Snapshot::phase_text`); a partial tick keeps its count and says so.
+            match s {
+                Some(s) if s.phase == RunPhase::Sending => {
+                    let ratio = s.ratio.map(|r| format!(" ({})", pct(r))).unwrap_or_default();
+                    line1.push(Span::styled(
+                        format!("achieved {} {}{ratio}", rate(s.achieved_pps), s.rate_unit()),
+                        Style::new().bold(),
+                    ));
+                    if s.partial {
+                        line1.push(Span::raw(" (partial tick, not judged)"));
+                    }
+                }
+                Some(s) => line1.push(Span::styled(
+                    s.phase_text().unwrap_or_default(),
                     Style::new().bold(),
-                ));
+                )),
+                None => {}
             }
         }
     }

@@ -950,3 +950,35 @@ fn the_diagnosis_panel_lists_every_strong_or_share_bearing_verdict_and_counts_th
         "{s}"
     );
 }
+
+/// The rate chart takes whole ticks of sending only, and the header says what the family does
+/// after its last send instead of "achieved 0 pps (0.0%)".
+#[test]
+fn the_chart_skips_ticks_that_judge_no_rate_and_the_header_says_the_phase() {
+    use crate::analysis::RunPhase;
+    let (snap, _) = rich_run();
+    assert!(snap.judges_rate());
+    let mut app = App::new("scan".into());
+    app.apply(Update::Tick(Box::new(snap.clone())));
+    let mut partial = snap.clone();
+    partial.partial = true;
+    partial.last_send_s = Some(partial.t_s - 0.4);
+    app.apply(Update::Tick(Box::new(partial)));
+    assert!(screen(&app, 160, 40).contains("(partial tick, not judged)"));
+    let mut waiting = snap.clone();
+    waiting.phase = RunPhase::Waiting;
+    waiting.achieved_pps = 0.0;
+    waiting.t_s += 2.0;
+    waiting.last_send_s = Some(waiting.t_s - 2.5);
+    for _ in 0..5 {
+        app.apply(Update::Tick(Box::new(waiting.clone())));
+    }
+    assert_eq!(app.history.len(), 1, "{:?}", app.history);
+    assert_eq!(app.history[0].achieved, snap.achieved_pps);
+    let s = screen(&app, 160, 40);
+    assert!(
+        s.contains("not sending (waiting for late replies, or paused): last send at"),
+        "{s}"
+    );
+    assert!(!s.contains("achieved 0"), "{s}");
+}
