@@ -341,13 +341,30 @@ pub(super) fn handles(reason: &str) -> bool {
 }
 
 /// Whether a verdict ranks after the rate verdicts: one about the family's receiving (this
-/// module's, `ring_full`, the `reply_*` losses) in a family that sent packets, when the run
+/// module's, `ring_full`, the `reply_*` losses) in a family whose job is sending, when the run
 /// asked for no rate (a loss of replies is then no reason its rate is what it is: the rate's
 /// limit comes first) or when it found nothing lost (`receiver_keeps_up`: a sender's receive
 /// side is never its headline).
 pub(super) fn ranks_after_the_rate(f: &Facts, v: &super::Verdict) -> bool {
     let about_receiving = is_receive(v.cause) || v.cause.is_reply_loss() || v.cause == Cause::RingFull;
-    about_receiving && f.packets_total > 0 && (f.requested.is_none() || v.share == 0.0)
+    about_receiving && sends_for_a_living(f) && (f.requested.is_none() || v.share == 0.0)
+}
+
+/// Whether the family's job is sending: it sent packets in the interval, and it is a scanner
+/// (a profile other than `generic`) or sent more than it read (by receive calls, or incoming
+/// frames queued to the rings it reads, at least: a ring it never reads queues a few). A
+/// responder answering what it reads sends no more than it reads: its receiving is its job.
+fn sends_for_a_living(f: &Facts) -> bool {
+    let scanner = f.scanner.is_some_and(|s| s.profile != "generic");
+    let read = f.receive.map_or(0, |r| {
+        r.count(StageName::RecvPackets)
+            + r.rings
+                .iter()
+                .filter(|v| v.is_reader())
+                .map(|v| v.queued.saturating_sub(v.outgoing))
+                .sum::<u64>()
+    });
+    f.packets > 0 && (scanner || f.packets > read)
 }
 
 /// Whether a verdict is one of this module's (about the receive side, not the packets sent).

@@ -3180,6 +3180,19 @@ fn receiver_keeps_up_is_never_the_top_verdict_of_a_sender() {
     let mut r = run(None, 0.0, 10.0).receives(5000, 5000, &[]);
     r.0.send_calls = 0;
     assert_eq!(causes(&r.verdicts()), [Cause::ReceiverKeepsUp]);
+    // A responder that answers each of the 5,000 packets it read (no rate asked of it): its
+    // receiving is its job, and keeps_up leads.
+    let v = run(None, 500.0, 10.0)
+        .time(0.1, 0.0, 0.8, 0.0, 0.1)
+        .receives(5000, 5000, &[])
+        .verdicts();
+    assert_eq!(v[0].cause, Cause::ReceiverKeepsUp, "{v:#?}");
+    // A responder that cannot keep up: its loss leads too.
+    let v = run(None, 100.0, 10.0)
+        .time(0.1, 0.0, 0.8, 0.0, 0.1)
+        .receives(1000, 1000, &[("SOCKET_RCVBUFF", 9000)])
+        .verdicts();
+    assert_eq!(v[0].cause, Cause::RcvbufOverflow, "{v:#?}");
 }
 
 #[test]
