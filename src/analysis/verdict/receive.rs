@@ -310,16 +310,17 @@ fn backlog_overflow_of(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
 /// The family read everything that reached it: nothing dropped before its read. Not claimed
 /// where the kernel cannot name the socket a drop was at (before 6.8): drops there are unseen;
 /// nor with fewer than `MIN_PACKETS` read (nothing to judge); nor where its packet sockets'
-/// rings took more frames than its receive calls read (the ring is the path it reads by, and
-/// its calls say nothing of it), or dropped any (`ring_full` is about the same receiver).
+/// rings took more incoming frames than its receive calls read (the ring is the path it reads
+/// by, and its calls say nothing of it), or dropped incoming ones (`ring_full` is about the
+/// same receiver).
 fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     if !r.drops.is_empty() || !r.socket_drops_seen {
         return None;
     }
     let read = r.count(StageName::RecvPackets);
     let readers = || r.rings.iter().filter(|v| v.is_reader());
-    let ring_frames: u64 = readers().map(|v| v.queued + v.dropped).sum();
-    if read < MIN_PACKETS || ring_frames > read || readers().any(|v| v.dropped > 0) {
+    let ring_frames: u64 = readers().map(|v| v.incoming()).sum();
+    if read < MIN_PACKETS || ring_frames > read || readers().any(|v| v.incoming_dropped() > 0) {
         return None;
     }
     Some(verdict(
