@@ -14,6 +14,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define AF_PACKET 17
+#define ETH_P_ALL_BE 0x0300	/* htons(ETH_P_ALL) */
 
 /* For the generated skeleton: the record type, so Rust gets it from wire.h. */
 struct sp_ring abi_ring;
@@ -64,6 +65,7 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 		r.owner_reads = e->reads;
 		r.owner_unread = e->unread;
 		r.recv_read = e->recv_read;
+		r.sent = e->sent;
 	}
 	r.tp_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	r.tp_drops = BPF_CORE_READ(po, tp_drops.counter);
@@ -83,6 +85,14 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 	r.block_nr = BPF_CORE_READ(po, rx_ring.pg_vec_len);
 	r.ifindex = BPF_CORE_READ(po, ifindex);
 	r.rcvbuf = BPF_CORE_READ(sk, sk_rcvbuf);
+	r.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	/* Frames sent on a device are copied to the sockets bound to every protocol
+	 * (dev_queue_xmit_nit): those see the host's outgoing frames beside the incoming ones,
+	 * unless PACKET_IGNORE_OUTGOING (4.20+) is set. */
+	r.outgoing = BPF_CORE_READ(po, num) == ETH_P_ALL_BE;
+	if (r.outgoing && bpf_core_field_exists(po->prot_hook.ignore_outgoing))
+		r.outgoing = !BPF_CORE_READ(po, prot_hook.ignore_outgoing);
+	r.filtered = BPF_CORE_READ(sk, sk_filter) != NULL;
 	bpf_seq_write(seq, &r, sizeof(r));
 	return 0;
 }

@@ -296,6 +296,32 @@ static __always_inline void packet_read_mark(struct sp_thread *t, __u64 skp)
 	}
 }
 
+/* A send syscall on sk by a family thread, sk new to the thread: when sk is a packet socket,
+ * its ring_reads entry says it sends. The kernel copies frames sent on a device to the packet
+ * sockets bound to every protocol, except to the socket that sent them: the rings iterator
+ * reports the mark, so that the family's frames sent through a listening socket are not taken
+ * for copies it was given. */
+static __always_inline void packet_send_mark(__u64 skp)
+{
+	struct sock *sk = (struct sock *)skp;
+	struct sp_ring_reads *e;
+	__u64 ino;
+
+	if (BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
+		return;
+	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
+	e = bpf_map_lookup_elem(&ring_reads, &skp);
+	if (e && e->ino == ino) {
+		e->sent = 1;
+		return;
+	}
+	{
+		struct sp_ring_reads fresh = { .ino = ino, .sent = 1 };
+
+		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
+	}
+}
+
 /* The receive half of sys_enter: no clock, no budget; a socket read from is registered. */
 static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 {
@@ -465,6 +491,8 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
 			bpf_map_update_elem(&target_socks, &skp, &tgid, BPF_ANY);
 			gen_bump(&sock_gen);
 		}
+		if (t->send_sk != skp)
+			packet_send_mark(skp);
 		/* Until a call has sent a packet, each attempt may be the first: its entry is where
 		 * the thread's send window begins. The budget is accounted up to `now` here. */
 		if (!t->packets)

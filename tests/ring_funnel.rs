@@ -3,10 +3,13 @@
 //! target namespace of a lab while the reference sender sends it 2,000 pps from the other. Its
 //! ring fills. scanprof's ring stages must equal the socket's own PACKET_STATISTICS, read by the
 //! fixture after scanprof's last sample: frames queued to the ring (tp_packets - tp_drops) and
-//! dropped because it was full (tp_drops); the top loss verdict is `ring_full` with that share.
+//! dropped because it was full (tp_drops); the top loss verdict is `ring_full` with that share
+//! of the incoming frames. A flood's own sniffer (issue 28 item 2): the copies of the frames
+//! the family sends are counted apart, incoming frames equal what the veth received, and no
+//! `ring_full` is written for drops the copies account for.
 //!
 //! Needs root (BPF, namespaces); fails, never skips, without it. Bounded: 4,000 packets in at
-//! most 2.5 s into the lab the test creates and removes.
+//! most 2.5 s into the lab the test creates and removes (each test).
 //!
 //! Run: `cargo test --test ring_funnel`
 
@@ -108,8 +111,11 @@ fn assert_ring_stages(
     );
 }
 
-/// The top loss verdict names the full ring, with the share `truth` the socket's statistics give.
-fn assert_ring_full_verdict(verdicts: &[Verdict], truth: f64) -> &Verdict {
+/// The top loss verdict names the full ring, with the share the socket's statistics give of
+/// the incoming frames: `dropped` of `seen` (queued + dropped), less the copies of frames sent on
+/// its device (`outgoing`: the target's ICMP errors), which are no frames it missed.
+fn assert_ring_full_verdict(verdicts: &[Verdict], dropped: u64, seen: u64, outgoing: u64) -> &Verdict {
+    let truth = (dropped - outgoing) as f64 / (seen - outgoing) as f64;
     let top = verdicts
         .iter()
         .find(|v| v.kind == Kind::Loss)
@@ -149,8 +155,7 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     assert_eq!(ring.clears, 0, "{ring:?}");
 
     // The diagnosis names the full ring, with the share the socket's statistics give.
-    let truth = dropped as f64 / (queued + dropped) as f64;
-    let top = assert_ring_full_verdict(&summary.verdicts, truth);
+    let top = assert_ring_full_verdict(&summary.verdicts, dropped, queued + dropped, ring.outgoing_total);
     assert!(
         top.next_step.contains("pcap_set_buffer_size"),
         "{}",
@@ -225,14 +230,107 @@ fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
         .as_ref()
         .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
     assert_ring_stages(receive, queued, dropped, own);
-    let truth = dropped as f64 / packets as f64;
-    assert_ring_full_verdict(&summary.verdicts, truth);
+    let outgoing = receive.rings.iter().map(|r| r.outgoing_total).sum();
+    assert_ring_full_verdict(&summary.verdicts, dropped, packets, outgoing);
     for c in lab["fixture_checks"].as_array().expect("fixture checks") {
         assert_eq!(c["ok"], Value::Bool(true), "{c}");
     }
     assert_eq!(lab["check"]["ok"], Value::Bool(true), "{lab}");
     assert!(
-        (lab["check"]["truth"].as_f64().unwrap() - truth).abs() < 1e-9,
+        (lab["check"]["truth"].as_f64().unwrap() - dropped as f64 / packets as f64).abs() < 1e-9,
         "{lab}"
     );
+}
+
+/// Issue 28 item 2: a flood whose family also holds a sniffer. `scanprof ring-recv` (an 8-frame
+/// ring read at 200 frames/s, bound to every protocol) on the sender's own veth, and the
+/// reference sender flooding through a packet socket of its own (no rate asked of scanprof):
+/// every frame the flood sends is copied to the sniffer (PACKET_OUTGOING), so its ring takes
+/// about twice what comes in and drops nearly all of it. The copies are no replies: the frames
+/// scanprof counts as incoming must equal what the veth received (`ip -s link`), the copies
+/// what it sent, and no `ring_full` may say replies were missed when the copies alone account
+/// for the drops; the send rate's verdict comes first. IPv6 is off on the veths (no router
+/// solicitations at random times); the only replies are the target's rate-limited ICMP errors
+/// and its ARP request.
+#[test]
+fn a_floods_own_frames_copied_to_its_sniffer_are_no_replies() {
+    let test = privileged();
+    let lab = TestLab::new(None);
+    let l = &lab.lab;
+    for (ns, dev) in [(&l.sender_ns, &l.sender_dev), (&l.target_ns, &l.target_dev)] {
+        let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+        scanprof::system::netstat::run_in_netns(Some(ns), "sysctl", &["-qw", &key])
+            .unwrap_or_else(|e| panic!("sysctl {key} in {ns}: {e:#}"));
+    }
+    let link = |what: &str| {
+        scanprof::system::netstat::link_stats(Some(&l.sender_ns), &l.sender_dev)
+            .unwrap_or_else(|e| panic!("ip -s link {what}: {e:#}"))
+    };
+    let before = link("before");
+    let sniffer = [
+        scanprof_bin(),
+        "ring-recv",
+        "--dev",
+        &l.sender_dev,
+        "--frames",
+        "8",
+        "--read-rate",
+        "200",
+        "--duration",
+        "4",
+        "--linger",
+        "1",
+    ]
+    .join(" ");
+    let flood = sender_argv(&lab.to(9000), 2000.0, 4000, 2.5, &["--method", "packet"]).join(" ");
+    // One family: the sniffer first, the flood once its ring is mapped.
+    let script = format!("{sniffer} & sleep 0.5; {flood} >/dev/null; wait");
+    let mut args: Vec<String> = ["run", "--json", "--interval", "0.5", "--duration", "20", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(in_netns(&l.sender_ns, &["sh".into(), "-c".into(), script]));
+    let done = Proc::scanprof(&args).finish(patience(RUN_TIMEOUT));
+    done.assert_success();
+    test.assert_released("scanprof run -- ring-recv & scanprof send --method packet");
+    let after = link("after");
+    let ctx = done.context();
+    let summary = done.summary();
+    let receive = summary
+        .receive
+        .as_ref()
+        .unwrap_or_else(|| panic!("no receive funnel\n{ctx}"));
+    let ring = receive
+        .rings
+        .iter()
+        .find(|r| r.kind == scanprof::collect::rings::RingKind::TpacketV2)
+        .unwrap_or_else(|| panic!("no sniffer ring: {receive:#?}"));
+    let (rx, tx) = (
+        after.rx_packets - before.rx_packets,
+        after.tx_packets - before.tx_packets,
+    );
+    let seen = ring.queued_total + ring.dropped_total;
+    let incoming = seen - ring.outgoing_total;
+    eprintln!(
+        "sniffer: {seen} frames ({} queued, {} dropped), {} outgoing copies, {incoming} incoming; the veth sent {tx}, received {rx}",
+        ring.queued_total, ring.dropped_total, ring.outgoing_total
+    );
+    assert!(ring.sees_outgoing && !ring.filtered, "{ring:?}");
+    // The flood happened and the ring overflowed with it.
+    assert!(tx >= 4000 && ring.dropped_total > 3000, "{ring:?}; tx {tx}");
+    assert!(rx > 0, "the target never answered: {rx} frames received");
+    assert_eq!(ring.outgoing_total, tx, "{ring:?}");
+    assert_eq!(incoming, rx, "{ring:?}");
+    // The drops are the flood's own copies, no missed replies; the rate's verdict leads.
+    assert!(
+        summary.verdicts.iter().all(|v| v.cause != Cause::RingFull),
+        "{:#?}",
+        summary.verdicts
+    );
+    assert_eq!(
+        summary.verdicts.first().map(|v| v.kind),
+        Some(Kind::Gap),
+        "{:#?}",
+        summary.verdicts
+    );
+    lab.destroy();
 }

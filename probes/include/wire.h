@@ -413,6 +413,14 @@ struct sp_ring {
 				 * so the counters and the sums may disagree: read again */
 	__u32 recv_read;	/* 1: a family thread made a receive syscall on it (without a ring,
 				 * the only way to read it); a ring is read without syscalls */
+	__u32 netns;		/* its network namespace (inode): the devices it may be bound to */
+	__u32 outgoing;		/* 1: the kernel gives it a copy of every frame sent on its devices
+				 * (PACKET_OUTGOING): bound to every protocol (ETH_P_ALL), without
+				 * PACKET_IGNORE_OUTGOING */
+	__u32 filtered;		/* 1: a socket filter (SO_ATTACH_FILTER: libpcap's pcap_setfilter)
+				 * decides which frames it takes */
+	__u32 sent;		/* 1: a family thread sent on it (its own frames are not copied
+				 * back to it) */
 };
 
 /*
@@ -432,7 +440,7 @@ struct sp_ring_reads {
 	__u32 reads;		/* returned 0 with counts read */
 	__u32 unread;		/* returned 0, counts not readable */
 	__u32 recv_read;	/* 1: a family thread made a receive syscall on the socket */
-	__u32 pad;
+	__u32 sent;		/* 1: a family thread made a send syscall on the socket */
 };
 
 #endif /* SCANPROF_WIRE_H */

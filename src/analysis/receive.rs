@@ -44,7 +44,8 @@ pub struct ReceiveView {
     #[serde(default)]
     pub threads: Vec<ThreadReceiveCost>,
     /// what reading cost over all those threads together, with the capacity it implies; None
-    /// when no packet was read in the interval (and in bundles older than it)
+    /// when fewer than `MIN_COST_PACKETS` were read in the interval (and in bundles older than
+    /// it)
     #[serde(default)]
     pub cost: Option<ReceiveCost>,
     /// the packets read by class of length (`--recv-classes`) and what handling each class
@@ -143,6 +144,12 @@ pub const UDP_IPV4_HEADER_BYTES: f64 = 28.0;
 /// The line rates the capacity is figured for, bits per second.
 pub const LINE_RATES_BPS: [f64; 2] = [1e9, 10e9];
 
+/// Fewer packets read than this (by a thread, or by all together, in the interval) give no cost
+/// per packet and no capacity: the time of a thread that read a handful of packets (a control
+/// connection's one read) is mostly not reading, and a line rate extrapolated from it is
+/// nonsense (155,116 us a packet, 276,994 CPUs at 1 Gbit/s, from one read).
+pub const MIN_COST_PACKETS: u64 = 200;
+
 /// Where a receive cost's on-CPU time comes from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -180,7 +187,7 @@ pub struct ReceiveCost {
     /// (absent in bundles older than it)
     #[serde(default)]
     pub runq_ns: u64,
-    /// `oncpu_ns / packets`, ns; None without packets
+    /// `oncpu_ns / packets`, ns; None under `MIN_COST_PACKETS` packets
     pub ns_per_packet: Option<f64>,
     /// user and system CPU time over the interval (/proc utime and stime), ns; None when not read
     pub user_ns: Option<u64>,
@@ -188,7 +195,8 @@ pub struct ReceiveCost {
     /// `user_ns / packets` and `system_ns / packets`, ns
     pub user_ns_per_packet: Option<f64>,
     pub system_ns_per_packet: Option<f64>,
-    /// the share of a CPU needed to read a full line of such packets, at 1 and 10 Gbit/s
+    /// the share of a CPU needed to read a full line of such packets, at 1 and 10 Gbit/s;
+    /// None under `MIN_COST_PACKETS` packets
     pub capacity: Option<Capacity>,
 }
 
@@ -285,7 +293,9 @@ impl CostSums {
     }
 
     fn cost(&self, interval_s: f64) -> ReceiveCost {
-        let per = |ns: u64| (self.packets > 0).then(|| ns as f64 / self.packets as f64);
+        let per = |ns: u64| {
+            (self.packets >= MIN_COST_PACKETS).then(|| ns as f64 / self.packets as f64)
+        };
         let (oncpu_ns, oncpu_source) = match self.cpu.and_then(|c| c.oncpu_ns) {
             Some(ns) => (ns, OncpuSource::Kernel),
             None => (self.probes_oncpu_ns, OncpuSource::SchedulerProbes),
@@ -356,7 +366,7 @@ pub fn receive_costs(
         });
     }
     threads.sort_by_key(|t| (std::cmp::Reverse(t.cost.packets), t.tid));
-    let total = (all.packets > 0).then(|| all.cost(interval_s));
+    let total = (all.packets >= MIN_COST_PACKETS).then(|| all.cost(interval_s));
     (threads, total)
 }
 
@@ -662,6 +672,27 @@ mod tests {
             (OncpuSource::Kernel, 50_000_000, 45_000_000)
         );
         assert_eq!((all.user_ns, all.system_ns), (Some(7_666_666), Some(42_333_334)));
+    }
+
+    #[test]
+    fn a_handful_of_reads_gives_no_cost_per_packet_and_no_capacity() {
+        // iperf3 -u: one read on its control connection, the thread 155 ms on a CPU sending.
+        let now = at(1_000_000_000, vec![worker(1, 1, 155_116_000, Some((155_116_000, 0, 155_116_000)))]);
+        let v = receive_view(&now, None, 1.0, &[]).expect("the family received");
+        assert_eq!(v.cost, None, "{v:#?}");
+        assert_eq!(v.threads.len(), 1);
+        let t = &v.threads[0].cost;
+        assert_eq!((t.packets, t.ns_per_packet, t.capacity.as_ref()), (1, None, None));
+        assert_eq!(t.system_ns_per_packet, None);
+        // From MIN_COST_PACKETS on, both.
+        let now = at(
+            1_000_000_000,
+            vec![worker(1, MIN_COST_PACKETS, 200_000, Some((200_000, 0, 200_000)))],
+        );
+        let v = receive_view(&now, None, 1.0, &[]).unwrap();
+        let all = v.cost.expect("enough packets");
+        assert_eq!(all.ns_per_packet, Some(1_000.0));
+        assert!(all.capacity.is_some());
     }
 
     #[test]

@@ -53,6 +53,21 @@ pub struct RingView {
     pub read: bool,
     /// open at the end of the interval
     pub open: bool,
+    /// of `queued + dropped`, the copies of frames sent on its devices (PACKET_OUTGOING: the
+    /// kernel gives one to every socket bound to every protocol) in the interval, and since
+    /// attach: not replies. 0 for a socket that is given none, or one with a filter (which of
+    /// its frames were outgoing is then not known)
+    #[serde(default)]
+    pub outgoing: u64,
+    #[serde(default)]
+    pub outgoing_total: u64,
+    /// whether the kernel gives it copies of outgoing frames (ETH_P_ALL, without
+    /// PACKET_IGNORE_OUTGOING)
+    #[serde(default)]
+    pub sees_outgoing: bool,
+    /// whether a socket filter decides which frames it takes
+    #[serde(default)]
+    pub filtered: bool,
 }
 
 /// Bundles recorded before `read` existed took every packet socket for a reader.
@@ -74,6 +89,19 @@ impl RingView {
     pub fn drop_share(&self) -> f64 {
         self.dropped as f64 / (self.queued + self.dropped).max(1) as f64
     }
+
+    /// Frames that came in (replies, for a scanner) among those that reached it in the
+    /// interval: all of them less the copies of outgoing frames.
+    pub fn incoming(&self) -> u64 {
+        (self.queued + self.dropped).saturating_sub(self.outgoing)
+    }
+
+    /// Incoming frames it dropped full in the interval, at least: its drops less every
+    /// outgoing copy (a full ring drops whatever comes, and which of the two a drop was is not
+    /// counted), so none when the outgoing copies alone could account for the drops.
+    pub fn incoming_dropped(&self) -> u64 {
+        self.dropped.saturating_sub(self.outgoing)
+    }
 }
 
 /// The family's packet sockets between `prev` (None: since attach) and `now`, most frames first.
@@ -84,13 +112,13 @@ pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<Ring
                 .iter()
                 .find(|q| q.pid == r.pid && q.inode == r.inode)
         })
-        .map_or((0, 0), |q| (q.queued, q.dropped))
+        .map_or((0, 0, 0), |q| (q.queued, q.dropped, q.outgoing))
     };
     let mut views: Vec<RingView> = now
         .packet_rings
         .iter()
         .map(|r| {
-            let (q0, d0) = before(r);
+            let (q0, d0, o0) = before(r);
             RingView {
                 pid: r.pid,
                 fd: r.fd,
@@ -108,6 +136,10 @@ pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<Ring
                 owner_reads: r.owner_reads,
                 read: r.read,
                 open: r.open,
+                outgoing: r.outgoing.saturating_sub(o0),
+                outgoing_total: r.outgoing,
+                sees_outgoing: r.sees_outgoing,
+                filtered: r.filtered,
             }
         })
         .collect();
@@ -138,6 +170,11 @@ mod tests {
             clears: 0,
             read: false,
             open: true,
+            sees_outgoing: true,
+            filtered: false,
+            sent: false,
+            netns: 1,
+            outgoing: 0,
         }
     }
 

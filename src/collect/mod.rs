@@ -918,7 +918,7 @@ impl Collector {
             .collect();
         drops.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.location.cmp(&b.location)));
 
-        let devices = raw_devices
+        let devices: Vec<DeviceCounters> = raw_devices
             .into_iter()
             .map(|(k, s)| DeviceCounters {
                 device: device_name(k.ifindex, k.netns).unwrap_or_else(|| format!("if{}", k.ifindex)),
@@ -1019,11 +1019,16 @@ impl Collector {
         // their entry goes.
         let probes = &self.probes;
         let packet_rings = match probes.packet_rings() {
-            Ok(records) => self.rings.update(&records, |sock| {
-                let last = probes.ring_reads(sock);
-                probes.forget_ring_reads(sock);
-                last
-            }),
+            Ok(records) => {
+                self.rings.update(&records, |sock| {
+                    let last = probes.ring_reads(sock);
+                    probes.forget_ring_reads(sock);
+                    last
+                });
+                // The copies of outgoing frames among what they took, from the same sample's
+                // device rows.
+                self.rings.count_outgoing(&devices)
+            }
             Err(_) => self.rings.current(),
         };
         let receives = threads.iter().any(|t| t.recv.any())

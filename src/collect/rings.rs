@@ -81,6 +81,29 @@ pub struct PacketRing {
     pub read: bool,
     /// whether the socket was open at the latest read
     pub open: bool,
+    /// whether the kernel gives it a copy of every frame sent on its devices (PACKET_OUTGOING):
+    /// it is bound to every protocol (ETH_P_ALL) without PACKET_IGNORE_OUTGOING. Such copies
+    /// are in `queued` and `dropped` beside the incoming frames
+    #[serde(default)]
+    pub sees_outgoing: bool,
+    /// whether a socket filter (libpcap's pcap_setfilter) decides which frames it takes: then
+    /// which of them were outgoing copies is not known, and `outgoing` stays 0
+    #[serde(default)]
+    pub filtered: bool,
+    /// whether a family thread sent on it: the kernel copies no frame back to the socket that
+    /// sent it
+    #[serde(default)]
+    pub sent: bool,
+    /// its network namespace (inode); 0 in bundles from before it was recorded
+    #[serde(default)]
+    pub netns: u32,
+    /// frames sent on its devices while it was open, each of which the kernel copied to it
+    /// (PACKET_OUTGOING), since seen: every transmission on the device it is bound to (every
+    /// device of its namespace when bound to none), by the device probes, less the family's
+    /// own when the family sent on this socket. Counted only when `sees_outgoing` and not
+    /// `filtered`; per sample, so a socket opened mid-sample is counted from the previous one
+    #[serde(default)]
+    pub outgoing: u64,
 }
 
 /// The raw counts of one socket at the latest settled read, to take the next read's
@@ -114,6 +137,28 @@ pub struct RingTable {
     rings: BTreeMap<(u32, u64), (PacketRing, Last)>,
     /// whether a read was taken: the sockets of the first read (at attach) count from it
     primed: bool,
+    /// the device transmissions (everyone's, the family's) on each socket's devices at the
+    /// previous `count_outgoing`, by (pid, socket inode)
+    xmits: BTreeMap<(u32, u64), (u64, u64)>,
+    /// the device rows of the previous `count_outgoing` (none before the first): a socket that
+    /// appears counts from them
+    devices: Vec<crate::collect::DeviceCounters>,
+}
+
+/// Transmissions since attach on the device `ifindex` of namespace `netns` (every device of it
+/// when 0): everyone's and the family's, from the device probes' rows (each `net_dev_xmit` is
+/// one pass through the kernel's transmit path, where the copies for packet sockets are made).
+fn xmits_of(devices: &[crate::collect::DeviceCounters], netns: u32, ifindex: u32) -> (u64, u64) {
+    devices
+        .iter()
+        .filter(|d| d.netns == netns && (ifindex == 0 || d.ifindex == ifindex))
+        .fold((0, 0), |(all, family), d| {
+            let n = d.xmit_ok + d.xmit_busy + d.xmit_err;
+            match d.pid {
+                None => (all + n, family),
+                Some(_) => (all, family + n),
+            }
+        })
 }
 
 /// What one counter grew by between two reads, from the sums of the family's own
@@ -179,6 +224,11 @@ impl RingTable {
                         clears: 0,
                         read: false,
                         open: true,
+                        sees_outgoing: false,
+                        filtered: false,
+                        sent: false,
+                        netns: 0,
+                        outgoing: 0,
                     },
                     // A socket open at attach counts from attach; one opened later counts
                     // from its start (all its frames were the family's).
@@ -216,6 +266,10 @@ impl RingTable {
             ring.ring_bytes = u64::from(r.block_size) * u64::from(r.block_nr);
             ring.rcvbuf = r.rcvbuf;
             ring.ifindex = r.ifindex;
+            ring.sees_outgoing = r.outgoing != 0;
+            ring.filtered = r.filtered != 0;
+            ring.sent |= r.sent != 0;
+            ring.netns = r.netns;
             ring.open = true;
         }
         // Sockets closed since the previous read: the family reads made after it.
@@ -252,6 +306,34 @@ impl RingTable {
         self.current()
     }
 
+    /// Adds to each open socket that sees outgoing frames (and has no filter) the frames sent
+    /// on its devices since the previous call: `devices` are the device probes' cumulative rows
+    /// of the same sample. The family's own transmissions are left out for a socket it sent on
+    /// (the kernel does not copy a frame to the socket that sent it): exact when that socket is
+    /// the family's only one sending on those devices. Returns every socket as `current`.
+    pub fn count_outgoing(&mut self, devices: &[crate::collect::DeviceCounters]) -> Vec<PacketRing> {
+        for (key, (ring, _)) in self.rings.iter_mut() {
+            if !ring.open || !ring.sees_outgoing || ring.filtered {
+                continue;
+            }
+            let (all, family) = xmits_of(devices, ring.netns, ring.ifindex);
+            // A socket seen for the first time counts from the previous sample (from attach
+            // at the first).
+            let (all0, family0) = *self
+                .xmits
+                .entry(*key)
+                .or_insert_with(|| xmits_of(&self.devices, ring.netns, ring.ifindex));
+            let mut copies = all.saturating_sub(all0);
+            if ring.sent {
+                copies = copies.saturating_sub(family.saturating_sub(family0));
+            }
+            ring.outgoing += copies;
+            self.xmits.insert(*key, (all, family));
+        }
+        self.devices = devices.to_vec();
+        self.current()
+    }
+
     /// Every socket seen so far with its cumulative counts, as of the latest read.
     pub fn current(&self) -> Vec<PacketRing> {
         self.rings.values().map(|(ring, _)| ring.clone()).collect()
@@ -284,6 +366,10 @@ mod tests {
             owner_unread: 0,
             settled: 1,
             recv_read: 0,
+            netns: 4026531840,
+            outgoing: 0,
+            filtered: 0,
+            sent: 0,
         }
     }
 
@@ -306,6 +392,75 @@ mod tests {
         assert!(t.update(&[marked], |_| None)[0].read);
         // The mark is sticky: an entry lost to the LRU later does not unread the socket.
         assert!(t.update(&[rec(7, 100, 14, 2)], |_| None)[0].read);
+    }
+
+    /// The device probes' cumulative rows of one device: everyone's and the family's
+    /// transmissions.
+    fn xmitted(ifindex: u32, all: u64, family: u64) -> Vec<crate::collect::DeviceCounters> {
+        let row = |pid: Option<u32>, n: u64| crate::collect::DeviceCounters {
+            device: format!("veth{ifindex}"),
+            ifindex,
+            netns: 4026531840,
+            pid,
+            queued: n,
+            enqueued: 0,
+            dequeued: 0,
+            xmit_ok: n,
+            xmit_busy: 0,
+            xmit_err: 0,
+            xmit_bytes: n * 64,
+            neigh_started: 0,
+            neigh_queued: 0,
+            neigh_resolved: 0,
+            neigh_failed: 0,
+            qdisc: None,
+        };
+        vec![row(None, all), row(Some(7), family)]
+    }
+
+    #[test]
+    fn a_socket_bound_to_every_protocol_counts_the_frames_sent_on_its_device_as_outgoing() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.count_outgoing(&xmitted(2, 100, 0));
+        // It appears: 1,000 frames were sent on its device since the previous sample, 900 of
+        // them the family's (through another socket: all are copied to it).
+        let mut sniffer = rec(7, 100, 1_000, 0);
+        sniffer.outgoing = 1;
+        t.update(&[sniffer], |_| None);
+        let rings = t.count_outgoing(&xmitted(2, 1_100, 900));
+        assert_eq!(rings[0].outgoing, 1_000);
+        assert!(rings[0].sees_outgoing);
+        // Frames sent on another device are not copied to it.
+        let mut both = xmitted(2, 1_300, 1_000);
+        both.extend(xmitted(3, 5_000, 5_000));
+        t.update(&[rec_outgoing(7, 100, 1_200)], |_| None);
+        assert_eq!(t.count_outgoing(&both)[0].outgoing, 1_200);
+        // A socket the family sends on is given no copy of its own frames.
+        let mut t = RingTable::default();
+        t.update(&[], |_| None);
+        t.count_outgoing(&[]);
+        let mut own = rec_outgoing(7, 100, 500);
+        own.sent = 1;
+        t.update(&[own], |_| None);
+        assert_eq!(t.count_outgoing(&xmitted(2, 500, 450))[0].outgoing, 50);
+        // One with a filter, or one bound to a single protocol: none counted.
+        for (outgoing, filtered) in [(1, 1), (0, 0)] {
+            let mut t = RingTable::default();
+            t.update(&[], |_| None);
+            t.count_outgoing(&[]);
+            let mut r = rec(7, 100, 500, 0);
+            (r.outgoing, r.filtered) = (outgoing, filtered);
+            t.update(&[r], |_| None);
+            assert_eq!(t.count_outgoing(&xmitted(2, 500, 450))[0].outgoing, 0);
+        }
+    }
+
+    /// A socket bound to every protocol.
+    fn rec_outgoing(tgid: u32, ino: u64, packets: u32) -> sp_ring {
+        let mut r = rec(tgid, ino, packets, 0);
+        r.outgoing = 1;
+        r
     }
 
     #[test]

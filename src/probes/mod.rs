@@ -108,8 +108,8 @@ const _: () = assert!(size_of::<sp_dev_key>() == 16);
 const _: () = assert!(size_of::<sp_dev_stats>() == 13 * 8 - 2 * 8);
 const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
-// sp_ring: two u64, twelve u32, two u64 (the owner's reads), four u32.
-const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 4 * 4);
+// sp_ring: two u64, twelve u32, two u64 (the owner's reads), eight u32.
+const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
 // sp_ring_reads: three u64, six u32.
 const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 6 * 4);
 /// Times a read of the packet-socket iterator is taken again when a record says a family

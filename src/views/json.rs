@@ -190,6 +190,10 @@ mod tests {
                 owner_reads: 0,
                 read: true,
                 open: true,
+                outgoing: 1,
+                outgoing_total: 1,
+                sees_outgoing: true,
+                filtered: false,
             }],
             ..Default::default()
         };

@@ -79,6 +79,10 @@ mod tests {
             owner_reads: 0,
             read: true,
             open: false,
+            outgoing: 0,
+            outgoing_total: 0,
+            sees_outgoing: false,
+            filtered: false,
         }
     }
 

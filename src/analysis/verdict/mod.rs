@@ -132,7 +132,12 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
     if loss.iter().any(loss::is_outgoing) {
         gap.retain(|v| v.cause != Cause::NoGap);
     }
-    rank(gap, loss, has_gap)
+    // A sender's receive side comes after its rate's verdicts where it says nothing of that
+    // rate (no rate asked for, or nothing lost): `receive::ranks_after_the_rate`.
+    let (first, later): (Vec<Verdict>, Vec<Verdict>) = rank(gap, loss, has_gap)
+        .into_iter()
+        .partition(|v| !receive::ranks_after_the_rate(f, v));
+    first.into_iter().chain(later).collect()
 }
 
 /// A measurement fault first (it says which figures not to trust), then gap verdicts then loss

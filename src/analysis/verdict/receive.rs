@@ -1,8 +1,10 @@
 //! Causes on the receive side of a family that reads (it called a receive syscall): its socket's
 //! receive buffer overflowed (`rcvbuf_overflow`), a CPU's input backlog overflowed before the
 //! socket (`backlog_overflow`), or it kept up (`receiver_keeps_up`). Each share is the drops as
-//! a share of the packets that reached the family (read + dropped before the read). A family that
-//! never reads gets the `reply_*` verdicts of `loss` instead.
+//! a share of the packets that reached the family (read + dropped before the read). They apply
+//! only where the family's receive calls are material (at least `MIN_PACKETS` packets read or
+//! dropped before the read): a family that reads less (one read on a control socket, a scan
+//! that read nothing) gets the `reply_*` verdicts of `loss` for its drops instead.
 
 use super::facts::Facts;
 use super::units::{pct, pps};
@@ -18,15 +20,22 @@ pub(super) const BACKLOG_REASON: &str = "CPU_BACKLOG";
 /// socket buffer fills by this much more per packet than the bytes read say.
 const SKB_OVERHEAD: u64 = 768;
 
-/// The family's receive funnel when it reads: the rules here apply, and `loss` leaves the
-/// matching `reply_*` drops to them.
+/// The family's receive funnel when it makes receive calls on datagram or packet sockets and
+/// they are material: at least `MIN_PACKETS` packets reached them in the interval (read by a receive syscall, or dropped at its sockets
+/// before the read). The rules here apply, and `loss` leaves the matching `reply_*` drops to
+/// them. Stream reads (a TCP control connection) and calls that read nothing are no receiving
+/// to judge; frames read through a TPACKET ring take no syscall and are `ring_full`'s.
 pub(super) fn reader<'a>(f: &Facts<'a>) -> Option<&'a ReceiveView> {
     f.receive.filter(|r| {
-        r.stream_calls > 0
-            || r.stages
-                .iter()
-                .any(|s| s.name == StageName::RecvCalls && s.total > 0)
+        let called = r.stages.iter().any(|s| s.name == StageName::RecvCalls && s.total > 0);
+        called && syscall_packets(r) >= MIN_PACKETS
     })
+}
+
+/// Packets that reached the family's receive calls in the interval: read, or dropped at its
+/// sockets before the read.
+fn syscall_packets(r: &ReceiveView) -> u64 {
+    r.count(StageName::RecvPackets) + r.count(StageName::RecvDrops)
 }
 
 pub(super) fn rcvbuf_overflow(f: &Facts) -> Option<Verdict> {
@@ -299,12 +308,21 @@ fn backlog_overflow_of(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
 }
 
 /// The family read everything that reached it: nothing dropped before its read. Not claimed
-/// where the kernel cannot name the socket a drop was at (before 6.8): drops there are unseen.
+/// where the kernel cannot name the socket a drop was at (before 6.8): drops there are unseen;
+/// nor with fewer than `MIN_PACKETS` read (nothing to judge); nor where its packet sockets'
+/// rings took more incoming frames than its receive calls read (the ring is the path it reads
+/// by, and its calls say nothing of it), or dropped incoming ones (`ring_full` is about the
+/// same receiver).
 fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
     if !r.drops.is_empty() || !r.socket_drops_seen {
         return None;
     }
     let read = r.count(StageName::RecvPackets);
+    let readers = || r.rings.iter().filter(|v| v.is_reader());
+    let ring_frames: u64 = readers().map(|v| v.incoming()).sum();
+    if read < MIN_PACKETS || ring_frames > read || readers().any(|v| v.incoming_dropped() > 0) {
+        return None;
+    }
     Some(verdict(
         Cause::ReceiverKeepsUp,
         Kind::Loss,
@@ -314,13 +332,40 @@ fn keeps_up(f: &Facts, r: &ReceiveView) -> Option<Verdict> {
         0.0,
         funnel_lines(f, r, 0),
         "Nothing to tune on the receive side.".to_string(),
-        read < MIN_PACKETS,
+        false,
     ))
 }
 
 /// Whether a drop row is one the rules here diagnose for a family that reads.
 pub(super) fn handles(reason: &str) -> bool {
     SOCKET_REASONS.contains(&reason) || reason == BACKLOG_REASON
+}
+
+/// Whether a verdict ranks after the rate verdicts: one about the family's receiving (this
+/// module's, `ring_full`, the `reply_*` losses) in a family whose job is sending, when the run
+/// asked for no rate (a loss of replies is then no reason its rate is what it is: the rate's
+/// limit comes first) or when it found nothing lost (`receiver_keeps_up`: a sender's receive
+/// side is never its headline).
+pub(super) fn ranks_after_the_rate(f: &Facts, v: &super::Verdict) -> bool {
+    let about_receiving = is_receive(v.cause) || v.cause.is_reply_loss() || v.cause == Cause::RingFull;
+    about_receiving && sends_for_a_living(f) && (f.requested.is_none() || v.share == 0.0)
+}
+
+/// Whether the family's job is sending: it sent packets in the interval, and it is a scanner
+/// (a profile other than `generic`) or sent more than it read (by receive calls, or incoming
+/// frames queued to the rings it reads, at least: a ring it never reads queues a few). A
+/// responder answering what it reads sends no more than it reads: its receiving is its job.
+fn sends_for_a_living(f: &Facts) -> bool {
+    let scanner = f.scanner.is_some_and(|s| s.profile != "generic");
+    let read = f.receive.map_or(0, |r| {
+        r.count(StageName::RecvPackets)
+            + r.rings
+                .iter()
+                .filter(|v| v.is_reader())
+                .map(|v| v.queued.saturating_sub(v.outgoing))
+                .sum::<u64>()
+    });
+    f.packets > 0 && (scanner || f.packets > read)
 }
 
 /// Whether a verdict is one of this module's (about the receive side, not the packets sent).

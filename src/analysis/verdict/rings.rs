@@ -1,7 +1,9 @@
 //! `ring_full`: frames for the family's packet sockets dropped because the socket's TPACKET
 //! ring (or, without a ring, its receive queue) was full. The figures are the sockets' own
 //! counters (the ones PACKET_STATISTICS returns), read by the packet-socket iterator; the share
-//! is the dropped frames over the frames that reached those sockets (queued + dropped).
+//! is the incoming frames dropped over the incoming frames that reached those sockets: a socket
+//! bound to every protocol is also given a copy of every frame sent on its devices
+//! (PACKET_OUTGOING), and those copies are no replies (`RingView::incoming`).
 
 use super::facts::Facts;
 use super::units::{pct, pps};
@@ -23,6 +25,9 @@ const LARGE_FRAME: u64 = 8192;
 const SHORT_SNAPLEN: u64 = 256;
 const SHORT_FRAME: u64 = 512;
 
+/// Advice when more than half of the incoming frames were dropped.
+const KEEP_UP: &str = " More than half of what arrived was dropped: the reader is slower than the traffic, so a larger ring only delays the drops; read faster (fewer packets per reader: a BPF filter, PACKET_FANOUT over more readers).";
+
 /// A power of two at least `n`, at least 4 MiB: a ring size people type.
 fn ring_figure(n: u64) -> u64 {
     n.max(4 << 20).next_power_of_two()
@@ -43,6 +48,10 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
         Some(role) => format!("pid {} ({role})", v.pid),
         None => format!("pid {}", v.pid),
     };
+    let copies = match v.outgoing {
+        0 => String::new(),
+        n => format!(", {n} of all of them copies of frames sent on its devices"),
+    };
     let reads = match v.owner_reads {
         0 => String::new(),
         n => format!(
@@ -51,7 +60,7 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
         ),
     };
     format!(
-        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({}){reads}",
+        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({}){copies}{reads}",
         v.fd,
         v.ifindex,
         v.queued,
@@ -63,13 +72,20 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
 pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     let r = f.receive?;
     let readers = || r.rings.iter().filter(|v| v.is_reader());
-    let rings: Vec<&RingView> = readers().filter(|v| v.dropped > 0).collect();
-    let dropped: u64 = rings.iter().map(|v| v.dropped).sum();
+    // Only incoming frames are replies: drops that the copies of outgoing frames could account
+    // for are no missed reply.
+    let rings: Vec<&RingView> = readers().filter(|v| v.incoming_dropped() > 0).collect();
+    let dropped: u64 = rings.iter().map(|v| v.incoming_dropped()).sum();
     if dropped == 0 {
         return None;
     }
-    let queued: u64 = readers().map(|v| v.queued).sum();
-    let share = dropped as f64 / (queued + dropped).max(1) as f64;
+    let incoming: u64 = readers().map(RingView::incoming).sum();
+    let outgoing: u64 = readers().map(|v| v.outgoing).sum();
+    let (queued, all_dropped): (u64, u64) = (
+        readers().map(|v| v.queued).sum(),
+        readers().map(|v| v.dropped).sum(),
+    );
+    let share = dropped as f64 / incoming.max(1) as f64;
     let secs = f.receive_s.max(1e-9);
     let over = if f.live { "in this tick" } else { "over the run" };
     let role = |pid: u32| {
@@ -77,12 +93,21 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
             .and_then(|s| s.roles.iter().find(|r| r.pid == pid))
             .map(|r| format!("{}'s {}", f.scanner.map_or("", |s| s.profile.as_str()), r.role))
     };
-    let mut evidence = vec![format!(
-        "{} frames reached the family's packet sockets {over} ({}); {queued} were queued for it to read and {dropped} ({}) dropped because the ring was full",
-        queued + dropped,
-        pps((queued + dropped) as f64 / secs),
-        pct(share)
-    )];
+    let mut evidence = vec![if outgoing == 0 {
+        format!(
+            "{} frames reached the family's packet sockets {over} ({}); {queued} were queued for it to read and {dropped} ({}) dropped because the ring was full",
+            queued + all_dropped,
+            pps((queued + all_dropped) as f64 / secs),
+            pct(share)
+        )
+    } else {
+        format!(
+            "{} frames reached the family's packet sockets {over} ({}): {outgoing} copies of frames sent on their devices (PACKET_OUTGOING: the kernel gives them to a socket bound to every protocol; no replies) and {incoming} incoming; {queued} were queued and {all_dropped} dropped because the ring was full, of which at least {dropped} incoming ({} of them: the drops less every outgoing copy)",
+            queued + all_dropped,
+            pps((queued + all_dropped) as f64 / secs),
+            pct(share)
+        )
+    }];
     for v in rings.iter().take(3) {
         evidence.push(describe(v, role(v.pid).as_deref()));
     }
@@ -93,16 +118,25 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
             v.pid, v.fd, v.queued, v.dropped
         ));
     }
+    // A filter decides what such a socket takes: which of its frames were outgoing copies is
+    // not known, and all count as incoming.
+    for v in rings.iter().filter(|v| v.sees_outgoing && v.filtered).take(2) {
+        evidence.push(format!(
+            "pid {}, fd {} is bound to every protocol, so it is also given copies of the frames sent on its devices, and a socket filter picks what it takes: which of its frames were such copies is not known, and all are counted as incoming",
+            v.pid, v.fd
+        ));
+    }
     if rings.iter().any(|v| v.clears > 0) {
         evidence.push(
             "the sockets' counters were cleared by PACKET_STATISTICS reads whose counts scanprof did not get (a reader outside the family, or a family read it could not read): the frames counted between scanprof's last read and each such clear are missing, so these counts are lower bounds"
                 .to_string(),
         );
     }
-    // The size advised is sized to the loss: the worst socket's ring (or receive queue) with
-    // room for the frames it dropped, at most a second of what arrived there (a reader slower
-    // than that for longer needs to read faster, not a larger ring).
-    let worst = rings.iter().max_by_key(|v| v.dropped)?;
+    // The size advised is sized to the loss: the ring (or receive queue) of the socket that lost
+    // the most replies, with room for every frame it dropped (a full ring drops copies of
+    // outgoing frames too, and they take the same room), at most a second of what arrived there
+    // (a reader slower than that for longer needs to read faster, not a larger ring).
+    let worst = rings.iter().max_by_key(|v| v.incoming_dropped())?;
     let arrived_pps = (worst.queued + worst.dropped) as f64 / secs;
     let frame_bytes = match worst.kind {
         RingKind::Queue | RingKind::TpacketV3 => V3_FRAME_BYTES,
@@ -167,16 +201,19 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
             ),
         );
     }
+    // With outgoing copies among the frames, the incoming drops are a lower bound.
+    let least = if outgoing > 0 { "at least " } else { "" };
+    let frames = if outgoing > 0 { "incoming frames" } else { "frames" };
     let (sentence, step) = if worst.kind == RingKind::Queue {
         (
-            format!("The family's packet socket's receive queue was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!("The family's packet socket's receive queue was full: {least}{dropped} {frames} ({}) were dropped before it read them.", pct(share)),
             format!(
                 "Raise the socket's receive buffer to {figure} bytes (SO_RCVBUF, within net.core.rmem_max), or map a receive ring (PACKET_RX_RING)."
             ),
         )
     } else {
         (
-            format!("The family's packet-socket ring was full: {dropped} frames ({}) were dropped before it read them.", pct(share)),
+            format!("The family's packet-socket ring was full: {least}{dropped} {frames} ({}) were dropped before it read them.", pct(share)),
             format!(
                 "Raise the ring size to {figure} bytes: through libpcap, pcap_set_buffer_size({figure}) before pcap_activate (tcpdump -B {}); with PACKET_RX_RING directly, tp_block_nr x tp_block_size.",
                 figure / 1024
@@ -185,16 +222,22 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     };
     let sentence = match scanner {
         Some(name) => format!(
-            "{name}'s listener missed {dropped} replies ({}): {}",
+            "{name}'s listener missed {least}{dropped} replies ({}): {}",
             pct(share),
             sentence.replacen("The family's", "its", 1)
         ),
         None => sentence,
     };
-    let keep_up = if share > 0.5 {
-        " More than half of what arrived was dropped: the reader is slower than the traffic, so a larger ring only delays the drops; read faster (fewer packets per reader: a BPF filter, PACKET_FANOUT over more readers)."
+    let keep_up = if outgoing > 0 {
+        format!(
+            "{} Copies of outgoing frames took {} of what reached the sockets: a socket that wants only incoming frames can refuse them (setsockopt PACKET_IGNORE_OUTGOING, Linux 4.20+, or a filter on `inbound`).",
+            if share > 0.5 { KEEP_UP } else { "" },
+            pct(outgoing as f64 / (queued + all_dropped).max(1) as f64)
+        )
+    } else if share > 0.5 {
+        KEEP_UP.to_string()
     } else {
-        ""
+        String::new()
     };
     Some(verdict(
         Cause::RingFull,
@@ -203,7 +246,7 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
         share,
         evidence,
         format!("{step}{short}{keep_up}"),
-        dropped < MIN_DROPS || queued + dropped < MIN_PACKETS,
+        dropped < MIN_DROPS || incoming < MIN_PACKETS,
     ))
 }
 
@@ -232,6 +275,10 @@ mod tests {
             owner_reads: 0,
             read: true,
             open: false,
+            outgoing: 0,
+            outgoing_total: 0,
+            sees_outgoing: true,
+            filtered: false,
         }
     }
 
@@ -407,6 +454,36 @@ mod tests {
         sender.read = true;
         let v = run(vec![listener, sender]);
         assert!(v.iter().any(|v| v.cause == Cause::RingFull), "{v:#?}");
+    }
+
+    #[test]
+    fn copies_of_outgoing_frames_are_no_replies_missed() {
+        // Issue 28 item 2: a flood's sniffer (bound to every protocol, never read): 2,438,450
+        // frames, 1,221,582 of them copies of the flood's own frames.
+        let mut sniffer = ring(RingKind::TpacketV3, 2_932, 2_435_518);
+        sniffer.outgoing = 1_221_582;
+        let v = diagnose(vec![sniffer.clone()], Some("masscan"), 1_221_582);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        // Of the 1,216,868 incoming frames, at least 2,435,518 - 1,221,582 were dropped.
+        assert!(
+            r.sentence.starts_with("masscan's listener missed at least 1213936 replies (99.8%)"),
+            "{}",
+            r.sentence
+        );
+        assert!((r.share - 1_213_936.0 / 1_216_868.0).abs() < 1e-9, "{r:?}");
+        assert!(
+            r.evidence.iter().any(|e| e.contains("1221582 copies of frames sent on their devices")
+                && e.contains("1216868 incoming")),
+            "{:#?}",
+            r.evidence
+        );
+        assert!(r.next_step.contains("PACKET_IGNORE_OUTGOING"), "{}", r.next_step);
+        // A ring full of the family's own outgoing copies, with 3 incoming frames queued: no
+        // reply was missed.
+        let mut own = ring(RingKind::TpacketV3, 67, 4_936);
+        own.outgoing = 5_000;
+        let v = diagnose(vec![own], Some("masscan"), 5_000);
+        assert!(v.iter().all(|v| v.cause != Cause::RingFull), "{v:#?}");
     }
 
     #[test]

@@ -3075,3 +3075,146 @@ fn a_relay_busy_reading_has_kernel_drops_and_one_that_drops_what_it_read_has_own
     let v = relay_run(10_000, 0, 30_000, Some(3), 0, 0.2, 0.7).verdicts();
     assert!(!causes(&v).iter().any(|c| c.is_relay()), "{:?}", causes(&v));
 }
+
+// --- issue 28: receive verdicts only where receiving is material, never a sender's headline ---
+
+impl Run {
+    /// A packet socket of the family with a TPACKET_V3 ring that took `queued` frames and
+    /// dropped `dropped` because it was full, over the run.
+    fn ring(mut self, queued: u64, dropped: u64) -> Run {
+        let v = crate::analysis::rings::RingView {
+            pid: 7,
+            fd: 5,
+            inode: 900,
+            kind: crate::collect::rings::RingKind::TpacketV3,
+            ring_bytes: 4 << 20,
+            frames: 0,
+            rcvbuf: 212_992,
+            ifindex: 2,
+            queued,
+            dropped,
+            queued_total: queued,
+            dropped_total: dropped,
+            clears: 0,
+            owner_reads: 0,
+            read: false,
+            open: false,
+            outgoing: 0,
+            outgoing_total: 0,
+            sees_outgoing: true,
+            filtered: false,
+        };
+        self.0
+            .receive
+            .get_or_insert_with(crate::analysis::receive::ReceiveView::default)
+            .rings
+            .push(v);
+        self
+    }
+}
+
+#[test]
+fn a_udp_bandwidth_test_with_one_control_read_gets_no_receive_verdict() {
+    // iperf3 -u: 10,000 datagrams sent at the rate asked for; its one receive is a read on
+    // its TCP control connection.
+    let mut r = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .receives(1, 1, &[]);
+    if let Some(rx) = r.0.receive.as_mut() {
+        rx.stream_calls = 1;
+        rx.stream_bytes = 37;
+    }
+    let v = r.verdicts();
+    assert_eq!(causes(&v), [Cause::NoGap], "{v:#?}");
+}
+
+#[test]
+fn a_udp_scan_that_read_nothing_gets_no_receiver_keeps_up() {
+    // A scan that made 50 receive calls, none of which read a packet: no receive to judge;
+    // its own limit (no rate asked for: the bottleneck) is the verdict.
+    let v = run(None, 1000.0, 10.0)
+        .time(0.65, 0.0, 0.0, 0.0, 0.35)
+        .receives(50, 0, &[])
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::Bottleneck, Cause::GapUnknown], "{v:#?}");
+}
+
+#[test]
+fn a_ring_listener_is_not_judged_by_its_few_receive_calls() {
+    // A scanner's listener took 47,862 frames through its pcap ring and dropped none; its
+    // receive syscalls read 300 packets (say, a resolver's replies): the ring is the path it
+    // reads by, so "the receiver read 300 packets and kept up" says nothing true of it.
+    let v = run(Some(1000.0), 1000.0, 50.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .receives(300, 300, &[])
+        .ring(47_862, 0)
+        .verdicts();
+    assert!(!causes(&v).contains(&Cause::ReceiverKeepsUp), "{v:#?}");
+    // Without any syscall read at all: the same.
+    let v = run(Some(1000.0), 1000.0, 50.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .receives(0, 0, &[])
+        .ring(47_862, 0)
+        .verdicts();
+    assert!(!causes(&v).contains(&Cause::ReceiverKeepsUp), "{v:#?}");
+}
+
+#[test]
+fn receiver_keeps_up_is_never_beside_ring_full_about_the_same_listener() {
+    // The listener read 5,000 packets by recvfrom, and its ring dropped 79.6% of the frames
+    // that reached it: it did not keep up.
+    let mut r = run(None, 0.0, 10.0)
+        .receives(5000, 5000, &[])
+        .ring(10_200, 39_800);
+    r.0.send_calls = 0;
+    let v = r.verdicts();
+    assert_eq!(causes(&v), [Cause::RingFull], "{v:#?}");
+}
+
+#[test]
+fn receiver_keeps_up_is_never_the_top_verdict_of_a_sender() {
+    // A scanner that reached its rate and read its 5,000 replies: no_gap is the headline.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .receives(5000, 5000, &[])
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::NoGap, Cause::ReceiverKeepsUp], "{v:#?}");
+    // A listener that never sends: keeps_up is all there is to say.
+    let mut r = run(None, 0.0, 10.0).receives(5000, 5000, &[]);
+    r.0.send_calls = 0;
+    assert_eq!(causes(&r.verdicts()), [Cause::ReceiverKeepsUp]);
+    // A responder that answers each of the 5,000 packets it read (no rate asked of it): its
+    // receiving is its job, and keeps_up leads.
+    let v = run(None, 500.0, 10.0)
+        .time(0.1, 0.0, 0.8, 0.0, 0.1)
+        .receives(5000, 5000, &[])
+        .verdicts();
+    assert_eq!(v[0].cause, Cause::ReceiverKeepsUp, "{v:#?}");
+    // A responder that cannot keep up: its loss leads too.
+    let v = run(None, 100.0, 10.0)
+        .time(0.1, 0.0, 0.8, 0.0, 0.1)
+        .receives(1000, 1000, &[("SOCKET_RCVBUFF", 9000)])
+        .verdicts();
+    assert_eq!(v[0].cause, Cause::RcvbufOverflow, "{v:#?}");
+}
+
+#[test]
+fn a_loss_of_replies_never_ranks_above_the_limit_of_a_run_that_asked_no_rate() {
+    // Issue 28 item 2: a flood with no requested rate, its send syscall 65% of its time, and a
+    // packet socket's ring that dropped 99.9% of what reached it.
+    let v = run(None, 122_158.0, 10.0)
+        .time(0.65, 0.0, 0.0, 0.0, 0.35)
+        .ring(2_932, 2_435_518)
+        .verdicts();
+    assert_eq!(
+        causes(&v),
+        [Cause::Bottleneck, Cause::GapUnknown, Cause::RingFull],
+        "{v:#?}"
+    );
+    // With a rate asked for and reached, the lost replies are the finding and come first.
+    let v = run(Some(122_158.0), 122_158.0, 10.0)
+        .time(0.65, 0.0, 0.0, 0.0, 0.35)
+        .ring(2_932, 2_435_518)
+        .verdicts();
+    assert_eq!(v[0].cause, Cause::RingFull, "{v:#?}");
+}
