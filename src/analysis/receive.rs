@@ -293,9 +293,7 @@ impl CostSums {
     }
 
     fn cost(&self, interval_s: f64) -> ReceiveCost {
-        let per = |ns: u64| {
-            (self.packets >= MIN_COST_PACKETS).then(|| ns as f64 / self.packets as f64)
-        };
+        let per = |ns: u64| (self.packets >= MIN_COST_PACKETS).then(|| ns as f64 / self.packets as f64);
         let (oncpu_ns, oncpu_source) = match self.cpu.and_then(|c| c.oncpu_ns) {
             Some(ns) => (ns, OncpuSource::Kernel),
             None => (self.probes_oncpu_ns, OncpuSource::SchedulerProbes),
@@ -677,7 +675,10 @@ mod tests {
     #[test]
     fn a_handful_of_reads_gives_no_cost_per_packet_and_no_capacity() {
         // iperf3 -u: one read on its control connection, the thread 155 ms on a CPU sending.
-        let now = at(1_000_000_000, vec![worker(1, 1, 155_116_000, Some((155_116_000, 0, 155_116_000)))]);
+        let now = at(
+            1_000_000_000,
+            vec![worker(1, 1, 155_116_000, Some((155_116_000, 0, 155_116_000)))],
+        );
         let v = receive_view(&now, None, 1.0, &[]).expect("the family received");
         assert_eq!(v.cost, None, "{v:#?}");
         assert_eq!(v.threads.len(), 1);

@@ -70,6 +70,37 @@ pub struct RingView {
     pub filtered: bool,
 }
 
+#[cfg(test)]
+impl RingView {
+    /// A test socket: pid 42's fd 3 (inode 100) on ifindex 2, a ring of `kind` in `ring_bytes`
+    /// and `frames` frames, that queued and dropped that many frames in the interval and since
+    /// attach, read by the family, given no outgoing copies. Tests change what they need.
+    pub fn fixture(kind: RingKind, ring_bytes: u64, frames: u32, queued: u64, dropped: u64) -> RingView {
+        RingView {
+            pid: 42,
+            fd: 3,
+            inode: 100,
+            kind,
+            ring_bytes,
+            frames,
+            rcvbuf: 212_992,
+            ifindex: 2,
+            queued,
+            dropped,
+            queued_total: queued,
+            dropped_total: dropped,
+            clears: 0,
+            owner_reads: 0,
+            read: true,
+            open: false,
+            outgoing: 0,
+            outgoing_total: 0,
+            sees_outgoing: false,
+            filtered: false,
+        }
+    }
+}
+
 /// Bundles recorded before `read` existed took every packet socket for a reader.
 fn read_before_recorded() -> bool {
     true

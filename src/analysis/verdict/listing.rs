@@ -62,28 +62,7 @@ mod tests {
 
     /// libpcap's ring as masscan opens it: 32 frames of 128 KiB in 4 MiB.
     fn pcap_ring(queued: u64, dropped: u64) -> RingView {
-        RingView {
-            pid: 42,
-            fd: 3,
-            inode: 100,
-            kind: RingKind::TpacketV2,
-            ring_bytes: 4 << 20,
-            frames: 32,
-            rcvbuf: 212_992,
-            ifindex: 2,
-            queued,
-            dropped,
-            queued_total: queued,
-            dropped_total: dropped,
-            clears: 0,
-            owner_reads: 0,
-            read: true,
-            open: false,
-            outgoing: 0,
-            outgoing_total: 0,
-            sees_outgoing: false,
-            filtered: false,
-        }
+        RingView::fixture(RingKind::TpacketV2, 4 << 20, 32, queued, dropped)
     }
 
     /// A paced run that kept up (995 of 1000 pps for 10 s: a strong `no_gap`) whose listener's

@@ -27,7 +27,10 @@ const SKB_OVERHEAD: u64 = 768;
 /// to judge; frames read through a TPACKET ring take no syscall and are `ring_full`'s.
 pub(super) fn reader<'a>(f: &Facts<'a>) -> Option<&'a ReceiveView> {
     f.receive.filter(|r| {
-        let called = r.stages.iter().any(|s| s.name == StageName::RecvCalls && s.total > 0);
+        let called = r
+            .stages
+            .iter()
+            .any(|s| s.name == StageName::RecvCalls && s.total > 0);
         called && syscall_packets(r) >= MIN_PACKETS
     })
 }

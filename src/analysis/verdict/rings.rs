@@ -259,26 +259,8 @@ mod tests {
 
     fn ring(kind: RingKind, queued: u64, dropped: u64) -> RingView {
         RingView {
-            pid: 42,
-            fd: 3,
-            inode: 100,
-            kind,
-            ring_bytes: 16384,
-            frames: 8,
-            rcvbuf: 212_992,
-            ifindex: 2,
-            queued,
-            dropped,
-            queued_total: queued,
-            dropped_total: dropped,
-            clears: 0,
-            owner_reads: 0,
-            read: true,
-            open: false,
-            outgoing: 0,
-            outgoing_total: 0,
             sees_outgoing: true,
-            filtered: false,
+            ..RingView::fixture(kind, 16384, 8, queued, dropped)
         }
     }
 
@@ -466,14 +448,17 @@ mod tests {
         let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
         // Of the 1,216,868 incoming frames, at least 2,435,518 - 1,221,582 were dropped.
         assert!(
-            r.sentence.starts_with("masscan's listener missed at least 1213936 replies (99.8%)"),
+            r.sentence
+                .starts_with("masscan's listener missed at least 1213936 replies (99.8%)"),
             "{}",
             r.sentence
         );
         assert!((r.share - 1_213_936.0 / 1_216_868.0).abs() < 1e-9, "{r:?}");
         assert!(
-            r.evidence.iter().any(|e| e.contains("1221582 copies of frames sent on their devices")
-                && e.contains("1216868 incoming")),
+            r.evidence
+                .iter()
+                .any(|e| e.contains("1221582 copies of frames sent on their devices")
+                    && e.contains("1216868 incoming")),
             "{:#?}",
             r.evidence
         );

@@ -3086,23 +3086,15 @@ impl Run {
             pid: 7,
             fd: 5,
             inode: 900,
-            kind: crate::collect::rings::RingKind::TpacketV3,
-            ring_bytes: 4 << 20,
-            frames: 0,
-            rcvbuf: 212_992,
-            ifindex: 2,
-            queued,
-            dropped,
-            queued_total: queued,
-            dropped_total: dropped,
-            clears: 0,
-            owner_reads: 0,
             read: false,
-            open: false,
-            outgoing: 0,
-            outgoing_total: 0,
             sees_outgoing: true,
-            filtered: false,
+            ..crate::analysis::rings::RingView::fixture(
+                crate::collect::rings::RingKind::TpacketV3,
+                4 << 20,
+                0,
+                queued,
+                dropped,
+            )
         };
         self.0
             .receive
