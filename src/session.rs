@@ -81,6 +81,8 @@ pub struct ScannerSetup {
     pub per_packet: crate::collect::uprobes::PerPacket,
     /// the requested rate as the scanner's command line says
     pub argv_rate: crate::analysis::ArgvRate,
+    /// the user named the profile (`--profile`): only its processes are the scanner
+    pub explicit: bool,
     /// executable of the process attached to or launched: the profile's `paths` are relative
     /// to its directory
     pub anchor_exe: Option<std::path::PathBuf>,
@@ -407,6 +409,51 @@ fn status_readers(
         .collect()
 }
 
+/// A family process now runs `exe` (an exec, or found at attach). When it is the scanner's
+/// process (src/wrappers/exec.rs) the analysis takes its profile and the rate its own command
+/// line asks for, with its pid and comm; the profile's uprobes follow it when the profile applied
+/// so far had none (the generic fallback, for a command whose scanner was behind a wrapper).
+/// A command line that could not be read (the process had exited) chooses nothing.
+#[allow(clippy::too_many_arguments)]
+fn follow_scanner(
+    cfg: &SessionConfig,
+    choice: &mut Option<crate::wrappers::ScannerChoice>,
+    collector: &mut Collector,
+    analyzer: &mut Analyzer,
+    pid: u32,
+    comm: &str,
+    exe: &str,
+    argv: Option<&[String]>,
+) {
+    let (Some(choice), Some(sc), Some(argv)) = (choice.as_mut(), cfg.scanner.as_ref(), argv) else {
+        return;
+    };
+    let Some(s) = choice.exec(crate::wrappers::Image { pid, comm, exe, argv }) else {
+        return;
+    };
+    let process = crate::analysis::RateProcess {
+        pid: s.pid,
+        comm: s.comm.clone(),
+    };
+    analyzer.scanner_process(
+        &s.profile.name,
+        s.profile.message_types.clone(),
+        crate::analysis::ArgvRate::read(&s.rate, Some(process)),
+    );
+    let replace = collector
+        .scanner_profile()
+        .is_some_and(|p| p.name != s.profile.name && p.probes.is_empty());
+    if replace {
+        let launched = matches!(cfg.target, Target::Command(_));
+        collector.set_scanner(
+            s.profile.clone(),
+            &sc.per_packet,
+            Some(std::path::Path::new(&s.exe)),
+            launched,
+        );
+    }
+}
+
 /// Whether `cmd` names an executable file: a path, or a name found on PATH.
 fn is_executable_command(cmd: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -613,6 +660,35 @@ fn collect(
         }
         analyzer.set_scanner(model);
     }
+    let launched_cmd = matches!(cfg.target, Target::Command(_));
+    let mut choice = cfg.scanner.as_ref().and_then(|sc| {
+        let set = crate::wrappers::ProfileSet::builtin().ok()?;
+        Some(crate::wrappers::ScannerChoice::new(
+            set,
+            sc.explicit.then(|| sc.profile.clone()),
+        ))
+    });
+    // Attached: the family found at start may already run the scanner behind a wrapper.
+    if !launched_cmd {
+        let found: Vec<(u32, String, String)> = collector
+            .family
+            .alive()
+            .map(|m| (m.pid, m.comm.clone(), m.exe.clone()))
+            .collect();
+        for (pid, comm, exe) in found {
+            let argv = crate::collect::family::command_line(pid);
+            follow_scanner(
+                &cfg,
+                &mut choice,
+                &mut collector,
+                &mut analyzer,
+                pid,
+                &comm,
+                &exe,
+                argv.as_deref(),
+            );
+        }
+    }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
     let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
@@ -624,8 +700,24 @@ fn collect(
         let mut exited = false;
         loop {
             for e in collector.poll_events() {
-                if let FamilyEvent::Exited { .. } = e {
-                    exited = true;
+                match e {
+                    FamilyEvent::Exited { .. } => exited = true,
+                    FamilyEvent::Execed {
+                        pid,
+                        comm,
+                        path,
+                        argv,
+                    } => follow_scanner(
+                        &cfg,
+                        &mut choice,
+                        &mut collector,
+                        &mut analyzer,
+                        pid,
+                        &comm,
+                        &path,
+                        argv.as_deref(),
+                    ),
+                    _ => {}
                 }
             }
             let now = monotonic_ns();
@@ -690,7 +782,26 @@ fn collect(
     if let Some(l) = launched.as_mut() {
         l.finish();
         // What the command sent between the last tick and its end still belongs to the run.
-        collector.poll_events();
+        for e in collector.poll_events() {
+            if let FamilyEvent::Execed {
+                pid,
+                comm,
+                path,
+                argv,
+            } = e
+            {
+                follow_scanner(
+                    &cfg,
+                    &mut choice,
+                    &mut collector,
+                    &mut analyzer,
+                    pid,
+                    &comm,
+                    &path,
+                    argv.as_deref(),
+                );
+            }
+        }
         collector.family.reap_vanished();
         last = collector.sample(monotonic_ns());
         analyzer.absorb(&last);

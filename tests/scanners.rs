@@ -970,6 +970,79 @@ fn masscan_at_2000_pps_with_its_libpcap_probe() {
     });
 }
 
+/// Issue 28 item 5: masscan started by a shell script that execs `ip netns exec NS masscan`, with
+/// no `--profile`. The command scanprof was given is the shell's (no scanner word in it); the
+/// profile and the requested rate come from the process that runs masscan, at its exec: profile
+/// masscan, 500 pps from masscan's own argv (naming that process), and no `above_requested`
+/// (before, the run said `generic` with no rate; with `--profile masscan` it read masscan's
+/// default 100 pps from the shell's words and judged the scan 400% above it).
+#[test]
+fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
+    require_root();
+    require_scanner("masscan");
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let scan = masscan(&lab, 500, 300);
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let script = format!(
+        ": start; exec ip netns exec {} {} 1>&2",
+        lab.lab().sender_ns,
+        scan.argv.join(" ")
+    );
+    for extra in [&[][..], &["--profile", "masscan"][..]] {
+        let before = capture.packets_so_far();
+        let mut args = strings(&["run", "--json", "--duration", "20"]);
+        args.extend(strings(extra));
+        args.extend(strings(&["--", "sh", "-c", &script]));
+        let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || {
+            nudger.poll(capture.packets_so_far() >= before + scan.packets)
+        });
+        run.assert_success();
+        let s = run.summary_json();
+        assert_eq!(
+            capture.packets_so_far() - before,
+            scan.packets,
+            "the capture saw another number of SYNs"
+        );
+        assert_eq!(
+            s["packets"].as_u64(),
+            Some(scan.packets),
+            "{extra:?}: {}",
+            run.context()
+        );
+        let sc = &s["scanner"];
+        assert_eq!(sc["profile"], "masscan", "{extra:?}: {sc:#}");
+        let req = &sc["requested"];
+        assert_eq!(req["pps"].as_f64(), Some(500.0), "{extra:?}: {req:#}");
+        assert_eq!(req["kind"], "exact", "{req:#}");
+        assert_eq!(s["requested_pps"].as_f64(), Some(500.0), "{extra:?}");
+        // Read from masscan's process: the launched process (sh, then ip, then masscan).
+        let masscan_pid = s["processes"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["comm"] == "masscan"))
+            .and_then(|p| p["pid"].as_u64())
+            .unwrap_or_else(|| panic!("no masscan process: {}", s["processes"]));
+        let from = req["sources"]
+            .as_array()
+            .and_then(|v| v.iter().find(|src| src["pps"].as_f64() == Some(500.0)))
+            .unwrap_or_else(|| panic!("no source of 500 pps: {req:#}"));
+        assert_eq!(from["process"]["comm"], "masscan", "{from}");
+        assert_eq!(from["process"]["pid"].as_u64(), Some(masscan_pid), "{from}");
+        assert!(
+            !s.to_string().contains("above_requested"),
+            "{extra:?}: {:#}",
+            s["verdicts"]
+        );
+        drop(run);
+    }
+    drop(nudger);
+    let _ = capture.stop();
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
 #[test]
 fn masscan_at_10000_pps() {
     run_scan(|lab| masscan(lab, 10_000, 20_000));

@@ -171,6 +171,21 @@ impl Analyzer {
         self.scanner = Some(model);
     }
 
+    /// The process that runs the scanner was seen: its profile, and the rate its own command
+    /// line asks for (`ScannerModel::scanner_process`); the requested rate follows it, unless
+    /// `--requested` gave one.
+    pub fn scanner_process(
+        &mut self,
+        profile: &str,
+        message_types: BTreeMap<String, String>,
+        argv: ArgvRate,
+    ) {
+        if let Some(m) = self.scanner.as_mut() {
+            m.scanner_process(profile, message_types, argv);
+            self.requested_pps = m.requested_pps();
+        }
+    }
+
     /// Takes the probe calls of a sample that gets no tick of its own (the last one, read after
     /// a launched command ended).
     pub fn absorb(&mut self, s: &CounterSample) {

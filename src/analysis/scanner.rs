@@ -124,6 +124,17 @@ pub struct RateSource {
     pub pps: Option<f64>,
     /// seconds since attach when it was seen (None for the command line and config)
     pub at_s: Option<f64>,
+    /// the process whose own command line it was read from (the one that runs the scanner,
+    /// behind any wrapper); None when it was read from the command scanprof was given
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<RateProcess>,
+}
+
+/// A process a figure was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateProcess {
+    pub pid: u32,
+    pub comm: String,
 }
 
 /// One probe of the profile.
@@ -310,6 +321,25 @@ pub struct ArgvRate {
     /// packets each target gets when the rate read counts targets (zmap `-P`), and that
     /// multiplier as written (`-P 4`); None when the rate counts packets
     pub per_target: Option<(f64, String)>,
+    /// the process whose command line it was read from, once the family's execs showed which
+    /// process runs the scanner (src/wrappers/exec.rs); None: the command scanprof was given
+    pub process: Option<RateProcess>,
+}
+
+impl ArgvRate {
+    /// The rate a profile's `[rate]` rules read from a command line, and the process whose
+    /// command line it was (None: the command scanprof was given).
+    pub fn read(rate: &crate::wrappers::RequestedRate, process: Option<RateProcess>) -> ArgvRate {
+        ArgvRate {
+            pps: rate.pps,
+            kind: Some(rate.kind),
+            floor_pps: rate.floor_pps,
+            provenance: rate.provenance.clone(),
+            conflicts: rate.conflicts.clone(),
+            per_target: rate.per_target_source.clone().map(|text| (rate.per_target, text)),
+            process,
+        }
+    }
 }
 
 /// Which way a message went, from the member that counted it.
@@ -415,6 +445,19 @@ impl ScannerModel {
             output_notes: Vec::new(),
             pacers: Vec::new(),
         }
+    }
+
+    /// The process that runs the scanner was seen (at an exec, or at attach): its profile and
+    /// the rate its own command line asks for replace what the command scanprof was given said.
+    pub fn scanner_process(
+        &mut self,
+        profile: &str,
+        message_types: BTreeMap<String, String>,
+        argv: ArgvRate,
+    ) {
+        self.profile = profile.to_string();
+        self.message_types = message_types;
+        self.argv = argv;
     }
 
     /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
@@ -992,6 +1035,7 @@ impl ScannerModel {
                 source: format!("--requested {}", whole_or(r, 3)),
                 pps: Some(r),
                 at_s: None,
+                process: None,
             });
         }
         let argv_text = self.argv.provenance.join("; ");
@@ -1004,6 +1048,7 @@ impl ScannerModel {
                 },
                 pps: self.argv.pps,
                 at_s: None,
+                process: self.argv.process.clone(),
             });
         }
         for (text, pps, ns, unit) in self.runtime.iter().take(64) {
@@ -1019,6 +1064,7 @@ impl ScannerModel {
                 source: text,
                 pps: *pps,
                 at_s: Some(self.secs(*ns)),
+                process: None,
             });
         }
         let pps = self.requested_pps();

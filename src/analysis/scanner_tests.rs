@@ -38,6 +38,7 @@ fn argv(pps: f64) -> ArgvRate {
         provenance: vec![format!("argv: -r {pps}")],
         conflicts: vec![],
         per_target: None,
+        process: None,
     }
 }
 

@@ -158,6 +158,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             provenance: vec!["argv: -r 100".into()],
             conflicts: vec![],
             per_target: None,
+            process: None,
         },
         Some(1e9),
         0,
