@@ -429,9 +429,16 @@ impl Analyzer {
             latency_p50_ns: latency.quantile(0.5),
             latency_p99_ns: latency.quantile(0.99),
             devices: device_views(&last.devices, &[], duration_ns.max(1) as f64 / 1e9, last),
+            // The depth of the queues the family's packets went through: the probes record
+            // every device's queue on the machine (other processes' devices and namespaces too).
             queues: self
                 .queues
                 .iter()
+                .filter(|((device, netns), _)| {
+                    last.devices
+                        .iter()
+                        .any(|d| d.pid.is_some() && &d.device == device && d.netns == *netns)
+                })
                 .map(|((device, netns), (q, b))| crate::collect::QueueDepth {
                     device: device.clone(),
                     netns: *netns,
