@@ -2,8 +2,8 @@
 /*
  * Every packet drop on the machine (skb:kfree_skb, via tp_btf): counted per reason, location,
  * device, namespace and class, where the class says whether the packet was the target's own
- * outgoing packet, an expected casualty of scanning (no socket at either end), a lost reply, or
- * somebody else's.
+ * outgoing packet, an expected casualty of scanning (no socket at either end, or a probe the
+ * destination's transport layer dropped), a lost reply, or somebody else's.
  */
 #include "shared.h"
 
@@ -77,6 +77,27 @@ struct {
 static __always_inline int skb_came_in(struct sk_buff *skb)
 {
 	return skb->skb_iif != 0 || BPF_CORE_READ_BITFIELD_PROBED(skb, pkt_type) == 4 /* PACKET_OUTGOING */;
+}
+
+/* Whether a TCP packet was handed to the TCP layer of the host that received it (tcp_v4_rcv,
+ * tcp_v6_rcv): ip_local_deliver_finish (and IPv6's) pulls skb->data to the transport header,
+ * so data at or past it means the packet reached its destination's stack; a drop on the way (a
+ * qdisc, the backlog, netfilter, a forwarding namespace) finds data below it. Other protocols
+ * are left out: a datagram dropped at a full socket of its receiver is that receiver's loss. */
+static __always_inline int skb_at_tcp(struct sk_buff *skb)
+{
+	__u64 head = (__u64)BPF_CORE_READ(skb, head), data = (__u64)BPF_CORE_READ(skb, data);
+	__u16 nh = skb->network_header, th = skb->transport_header;
+	__u16 proto = bpf_ntohs(skb->protocol);
+	__u8 l4 = 0;
+
+	if (nh == (__u16)~0U || th == (__u16)~0U || th <= nh || data - head < th)
+		return 0;
+	if (proto == 0x0800)		/* ETH_P_IP: protocol at byte 9 */
+		bpf_probe_read_kernel(&l4, 1, (void *)(head + nh + 9));
+	else if (proto == 0x86DD)	/* ETH_P_IPV6: next header at byte 6 */
+		bpf_probe_read_kernel(&l4, 1, (void *)(head + nh + 6));
+	return l4 == 6;			/* IPPROTO_TCP */
 }
 
 /*
@@ -260,6 +281,12 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	    ((k.class == SP_CLASS_TARGET_LOSS && skb->sk) || k.class == SP_CLASS_REPLY_LOSS) &&
 	    skb_came_in(skb))
 		k.class = SP_CLASS_REPLY_SIDE;
+	/* The family's packet, without a socket any more, that came in and reached the TCP layer
+	 * where it arrived (a lab target's TCP dropping a probe or an RST it does not want:
+	 * NOT_SPECIFIED or TCP_* at tcp_v4_rcv) met its destination: the scan's outcome, as a
+	 * NO_SOCKET there is, not a loss on the way. */
+	if (k.class == SP_CLASS_TARGET_LOSS && !skb->sk && skb_came_in(skb) && skb_at_tcp(skb))
+		k.class = SP_CLASS_EXPECTED;
 	last = bpf_map_lookup_elem(&last_drop_row, &zero);
 	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
 		slot = last->slot;

@@ -1043,6 +1043,85 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
     lab.destroy();
 }
 
+/// Issue 28 item 10: masscan's own RSTs that reach the target's TCP stack. masscan scans 40
+/// ports the target listens on from an address of the lab's subnet no host owns (`--source-ip
+/// 10.99.0.99`), so the sender namespace's kernel cannot answer the SYN-ACKs (it drops them,
+/// IP_INADDRERRORS) and only masscan does, with an RST per port from its own TX budget. The
+/// target's TCP frees each RST at tcp_v4_rcv (NOT_SPECIFIED, the half-open connection it
+/// reset): the scan's normal outcome, class `expected`, never `target_loss` (before the fix the
+/// 40 were the scanner's loss).
+#[test]
+fn masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss() {
+    const PORTS: u16 = 40;
+    require_root();
+    require_scanner("masscan");
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let target = lab.lab().target_addr;
+    let listeners = lab
+        .lab()
+        .in_target(move || {
+            (80..80 + PORTS)
+                .map(|p| std::net::TcpListener::bind((target, p)))
+                .collect::<io::Result<Vec<_>>>()
+        })
+        .expect("cannot enter the target namespace")
+        .unwrap_or_else(|e| panic!("cannot listen in the target namespace: {e}"));
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let masscan = strings(&[
+        "masscan",
+        &lab.target(),
+        &format!("-p80-{}", 80 + PORTS - 1),
+        "--rate",
+        "100",
+        "--interface",
+        &lab.lab().sender_dev,
+        "--router-mac",
+        &lab.target_mac,
+        "--source-ip",
+        "10.99.0.99",
+        "--wait",
+        "1",
+    ]);
+    let mut args = strings(&["run", "--json", "--duration", "20", "--"]);
+    args.extend(in_sender(&lab, &masscan));
+    // SYNs and RSTs leave: 2 per port (and masscan's ARP answers for its address).
+    let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || {
+        nudger.poll(capture.packets_so_far() >= 2 * PORTS as u64)
+    });
+    drop(nudger);
+    let _ = capture.stop();
+    drop(listeners);
+    run.assert_success();
+    let s = run.summary_json();
+    let drops = s["drops"].as_array().unwrap_or_else(|| panic!("no drops: {s}"));
+    let at_target_tcp: Vec<&Value> = drops
+        .iter()
+        .filter(|d| {
+            d["device"] == lab.lab().target_dev.as_str()
+                && d["location"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("tcp_v4_rcv"))
+        })
+        .collect();
+    let expected: u64 = at_target_tcp
+        .iter()
+        .filter(|d| d["class"] == "expected" && d["reason"] == "NOT_SPECIFIED")
+        .map(|d| d["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        expected, PORTS as u64,
+        "one RST per port reached the target's TCP: {drops:#?}"
+    );
+    let loss: Vec<&Value> = drops.iter().filter(|d| d["class"] == "target_loss").collect();
+    assert!(loss.is_empty(), "the scanner lost nothing on the way: {loss:#?}");
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
 #[test]
 fn masscan_at_10000_pps() {
     run_scan(|lab| masscan(lab, 10_000, 20_000));
