@@ -1037,6 +1037,55 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
         );
         drop(run);
     }
+    // attach: to a shell that runs masscan as its child (no exec): the wrapper's pid is the
+    // target, its words hide the scanner, and masscan is found among the family at start.
+    let before = capture.packets_so_far();
+    let child_script = format!(
+        ": start; ip netns exec {} {} 1>&2; :",
+        lab.lab().sender_ns,
+        scan.argv.join(" ")
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &child_script]);
+    let sh = Proc::spawn("sh", cmd, false);
+    let sh_pid = sh.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while capture.packets_so_far() == before {
+        assert!(Instant::now() < deadline, "masscan sent nothing within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let attach = Proc::scanprof(&strings(&[
+        "attach",
+        "-p",
+        &sh_pid.to_string(),
+        "--json",
+        "--duration",
+        "20",
+    ]));
+    let run = attach.finish_polling(RUN_TIMEOUT, || {
+        nudger.poll(capture.packets_so_far() >= before + scan.packets)
+    });
+    let sh = sh.finish(RUN_TIMEOUT);
+    run.assert_success();
+    sh.assert_success();
+    let s = run.summary_json();
+    let sc = &s["scanner"];
+    assert_eq!(sc["profile"], "masscan", "attach: {sc:#}");
+    assert_eq!(sc["requested"]["pps"].as_f64(), Some(500.0), "attach: {sc:#}");
+    let from = sc["requested"]["sources"]
+        .as_array()
+        .and_then(|v| v.iter().find(|src| src["pps"].as_f64() == Some(500.0)))
+        .unwrap_or_else(|| panic!("no source of 500 pps: {sc:#}"));
+    assert_eq!(from["process"]["comm"], "masscan", "{from}");
+    assert_ne!(
+        from["process"]["pid"].as_u64(),
+        Some(sh_pid as u64),
+        "read from the shell: {from}"
+    );
+    // The rate the run is judged against is masscan's (attached mid-scan, a window of a
+    // fraction of a second may still read a few percent above it: that is the measurement's).
+    assert_eq!(s["requested_pps"].as_f64(), Some(500.0), "attach");
+    drop(run);
     drop(nudger);
     let _ = capture.stop();
     bpf.assert_released("scanprof run");
