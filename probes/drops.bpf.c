@@ -53,16 +53,18 @@ struct {
 	__type(value, struct last_row);
 } last_drop_row SEC(".maps");
 
-/* What the last socket-less drop on this CPU was, by namespace and destination: a flood of
+/* What the last socket-less drop on this CPU was, by device and destination: a flood of
  * probes to a closed port dies the same way over and over, and flows_gen says when the answer
  * may have changed. */
 struct last_drop {
 	struct sp_flow_key dst;
 	__u64 gen;
 	__u32 netns;
+	__u32 ifindex;
 	__u32 tgid;		/* owner found by destination, 0: none (then the source decides) */
-	__u32 known;		/* the namespace carries family traffic */
+	__u32 known;		/* the device carries family traffic */
 	__u32 valid;
+	__u32 pad;
 };
 
 struct {
@@ -125,7 +127,7 @@ static __always_inline __u32 sent_class(struct sk_buff *skb, __u32 reason, __u32
 }
 
 static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
-				      __u32 netns, __u32 *tgid)
+				      __u32 netns, __u32 ifindex, __u32 *tgid)
 {
 	struct sp_flow_key fk;
 	struct last_drop *last;
@@ -145,9 +147,11 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	}
 	/*
 	 * No owner any more (it crossed a veth, or is a reply): recognise it by address, but only
-	 * if it has no socket (a packet of another socket is somebody else's) and only in a
-	 * namespace the family's traffic reached (another namespace may use the same addresses).
-	 * An address match alone does not make a packet the family's (sent_class).
+	 * if it has no socket (a packet of another socket is somebody else's) and only on a device
+	 * the family's traffic used (another namespace may use the same addresses, and another
+	 * device of a namespace it reached carries other processes' packets: the root namespace's
+	 * lo behind the veth a namespaced scanner sends through). An address match alone does not
+	 * make a packet the family's (sent_class).
 	 */
 	if (skb->sk)
 		return SP_CLASS_UNRELATED;
@@ -156,14 +160,15 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	gen = gen_now(&flows_gen);
 	last = bpf_map_lookup_elem(&last_drop, &zero);
 	if (last && last->valid && last->gen == gen && last->netns == netns &&
-	    same_flow(&last->dst, &fk)) {
+	    last->ifindex == ifindex && same_flow(&last->dst, &fk)) {
 		if (!last->known)
 			return SP_CLASS_UNRELATED;
 		if (last->tgid) {
 			return sent_class(skb, reason, last->tgid, tgid);
 		}
 	} else {
-		__u32 known = bpf_map_lookup_elem(&target_netns, &netns) != 0, owner = 0;
+		__u64 dk = dev_key(netns, ifindex);
+		__u32 known = bpf_map_lookup_elem(&target_devs, &dk) != 0, owner = 0;
 
 		if (known) {
 			who = bpf_map_lookup_elem(&flows, &fk);
@@ -173,6 +178,7 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 			last->dst = fk;
 			last->gen = gen;
 			last->netns = netns;
+			last->ifindex = ifindex;
 			last->tgid = owner;
 			last->known = known;
 			last->valid = 1;
@@ -273,7 +279,7 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	int fresh;
 	__u64 *n;
 
-	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
+	k.class = classify(skb, rx_sk, reason, k.netns, k.ifindex, &k.tgid);
 	/* A packet that came in, purged unread from a queue: in a family socket's (it owns the
 	 * skb), or a reply to the family (found by source; UDP's queue keeps no owner). Delivered,
 	 * not lost. A family packet forwarded by a far namespace and purged there stays a loss. */
