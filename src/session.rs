@@ -411,21 +411,19 @@ fn status_readers(
 
 /// A family process now runs `exe` (an exec, or found at attach). When it is the scanner's
 /// process (src/wrappers/exec.rs) the analysis takes its profile and the rate its own command
-/// line asks for, with its pid and comm; the profile's uprobes follow it when the profile applied
-/// so far had none (the generic fallback, for a command whose scanner was behind a wrapper).
-/// A command line that could not be read (the process had exited) chooses nothing.
-#[allow(clippy::too_many_arguments)]
+/// line asks for, with its pid and comm. The uprobes stay those of the profile chosen at start
+/// (attaching others here, inside the loop that reads exit records, delayed them past the
+/// process's end). A command line that could not be read (the process had exited) chooses
+/// nothing.
 fn follow_scanner(
-    cfg: &SessionConfig,
     choice: &mut Option<crate::wrappers::ScannerChoice>,
-    collector: &mut Collector,
     analyzer: &mut Analyzer,
     pid: u32,
     comm: &str,
     exe: &str,
     argv: Option<&[String]>,
 ) {
-    let (Some(choice), Some(sc), Some(argv)) = (choice.as_mut(), cfg.scanner.as_ref(), argv) else {
+    let (Some(choice), Some(argv)) = (choice.as_mut(), argv) else {
         return;
     };
     let Some(s) = choice.exec(crate::wrappers::Image { pid, comm, exe, argv }) else {
@@ -440,18 +438,6 @@ fn follow_scanner(
         s.profile.message_types.clone(),
         crate::analysis::ArgvRate::read(&s.rate, Some(process)),
     );
-    let replace = collector
-        .scanner_profile()
-        .is_some_and(|p| p.name != s.profile.name && p.probes.is_empty());
-    if replace {
-        let launched = matches!(cfg.target, Target::Command(_));
-        collector.set_scanner(
-            s.profile.clone(),
-            &sc.per_packet,
-            Some(std::path::Path::new(&s.exe)),
-            launched,
-        );
-    }
 }
 
 /// Whether `cmd` names an executable file: a path, or a name found on PATH.
@@ -677,16 +663,7 @@ fn collect(
             .collect();
         for (pid, comm, exe) in found {
             let argv = crate::collect::family::command_line(pid);
-            follow_scanner(
-                &cfg,
-                &mut choice,
-                &mut collector,
-                &mut analyzer,
-                pid,
-                &comm,
-                &exe,
-                argv.as_deref(),
-            );
+            follow_scanner(&mut choice, &mut analyzer, pid, &comm, &exe, argv.as_deref());
         }
     }
     analyzer.baseline(collector.sample(start_ns));
@@ -707,16 +684,7 @@ fn collect(
                         comm,
                         path,
                         argv,
-                    } => follow_scanner(
-                        &cfg,
-                        &mut choice,
-                        &mut collector,
-                        &mut analyzer,
-                        pid,
-                        &comm,
-                        &path,
-                        argv.as_deref(),
-                    ),
+                    } => follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref()),
                     _ => {}
                 }
             }
@@ -790,16 +758,7 @@ fn collect(
                 argv,
             } = e
             {
-                follow_scanner(
-                    &cfg,
-                    &mut choice,
-                    &mut collector,
-                    &mut analyzer,
-                    pid,
-                    &comm,
-                    &path,
-                    argv.as_deref(),
-                );
+                follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref());
             }
         }
         collector.family.reap_vanished();

@@ -733,11 +733,6 @@ impl Collector {
         self.scanner = Some(scanner);
     }
 
-    /// The profile whose uprobes `set_scanner` attached, if any.
-    pub fn scanner_profile(&self) -> Option<&crate::wrappers::ScannerProfile> {
-        self.scanner.as_ref().map(|s| s.profile())
-    }
-
     /// Waits up to `timeout` for a record that needs attention at once (an exec).
     pub fn wait(&self, timeout: std::time::Duration) {
         self.probes.wait(timeout);
