@@ -2,8 +2,8 @@
 /*
  * Every packet drop on the machine (skb:kfree_skb, via tp_btf): counted per reason, location,
  * device, namespace and class, where the class says whether the packet was the target's own
- * outgoing packet, an expected casualty of scanning (no socket at either end), a lost reply, or
- * somebody else's.
+ * outgoing packet, an expected casualty of scanning (no socket at either end, or a probe the
+ * destination's transport layer dropped), a lost reply, or somebody else's.
  */
 #include "shared.h"
 
@@ -53,16 +53,18 @@ struct {
 	__type(value, struct last_row);
 } last_drop_row SEC(".maps");
 
-/* What the last socket-less drop on this CPU was, by namespace and destination: a flood of
+/* What the last socket-less drop on this CPU was, by device and destination: a flood of
  * probes to a closed port dies the same way over and over, and flows_gen says when the answer
  * may have changed. */
 struct last_drop {
 	struct sp_flow_key dst;
 	__u64 gen;
 	__u32 netns;
+	__u32 ifindex;
 	__u32 tgid;		/* owner found by destination, 0: none (then the source decides) */
-	__u32 known;		/* the namespace carries family traffic */
+	__u32 known;		/* the device carries family traffic */
 	__u32 valid;
+	__u32 pad;
 };
 
 struct {
@@ -77,6 +79,27 @@ struct {
 static __always_inline int skb_came_in(struct sk_buff *skb)
 {
 	return skb->skb_iif != 0 || BPF_CORE_READ_BITFIELD_PROBED(skb, pkt_type) == 4 /* PACKET_OUTGOING */;
+}
+
+/* Whether a TCP packet was handed to the TCP layer of the host that received it (tcp_v4_rcv,
+ * tcp_v6_rcv): ip_local_deliver_finish (and IPv6's) pulls skb->data to the transport header,
+ * so data at or past it means the packet reached its destination's stack; a drop on the way (a
+ * qdisc, the backlog, netfilter, a forwarding namespace) finds data below it. Other protocols
+ * are left out: a datagram dropped at a full socket of its receiver is that receiver's loss. */
+static __always_inline int skb_at_tcp(struct sk_buff *skb)
+{
+	__u64 head = (__u64)BPF_CORE_READ(skb, head), data = (__u64)BPF_CORE_READ(skb, data);
+	__u16 nh = skb->network_header, th = skb->transport_header;
+	__u16 proto = bpf_ntohs(skb->protocol);
+	__u8 l4 = 0;
+
+	if (nh == (__u16)~0U || th == (__u16)~0U || th <= nh || data - head < th)
+		return 0;
+	if (proto == 0x0800)		/* ETH_P_IP: protocol at byte 9 */
+		bpf_probe_read_kernel(&l4, 1, (void *)(head + nh + 9));
+	else if (proto == 0x86DD)	/* ETH_P_IPV6: next header at byte 6 */
+		bpf_probe_read_kernel(&l4, 1, (void *)(head + nh + 6));
+	return l4 == 6;			/* IPPROTO_TCP */
 }
 
 /*
@@ -104,7 +127,7 @@ static __always_inline __u32 sent_class(struct sk_buff *skb, __u32 reason, __u32
 }
 
 static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, __u32 reason,
-				      __u32 netns, __u32 *tgid)
+				      __u32 netns, __u32 ifindex, __u32 *tgid)
 {
 	struct sp_flow_key fk;
 	struct last_drop *last;
@@ -124,9 +147,11 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	}
 	/*
 	 * No owner any more (it crossed a veth, or is a reply): recognise it by address, but only
-	 * if it has no socket (a packet of another socket is somebody else's) and only in a
-	 * namespace the family's traffic reached (another namespace may use the same addresses).
-	 * An address match alone does not make a packet the family's (sent_class).
+	 * if it has no socket (a packet of another socket is somebody else's) and only on a device
+	 * the family's traffic used (another namespace may use the same addresses, and another
+	 * device of a namespace it reached carries other processes' packets: the root namespace's
+	 * lo behind the veth a namespaced scanner sends through). An address match alone does not
+	 * make a packet the family's (sent_class).
 	 */
 	if (skb->sk)
 		return SP_CLASS_UNRELATED;
@@ -135,14 +160,15 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 	gen = gen_now(&flows_gen);
 	last = bpf_map_lookup_elem(&last_drop, &zero);
 	if (last && last->valid && last->gen == gen && last->netns == netns &&
-	    same_flow(&last->dst, &fk)) {
+	    last->ifindex == ifindex && same_flow(&last->dst, &fk)) {
 		if (!last->known)
 			return SP_CLASS_UNRELATED;
 		if (last->tgid) {
 			return sent_class(skb, reason, last->tgid, tgid);
 		}
 	} else {
-		__u32 known = bpf_map_lookup_elem(&target_netns, &netns) != 0, owner = 0;
+		__u64 dk = dev_key(netns, ifindex);
+		__u32 known = bpf_map_lookup_elem(&target_devs, &dk) != 0, owner = 0;
 
 		if (known) {
 			who = bpf_map_lookup_elem(&flows, &fk);
@@ -152,6 +178,7 @@ static __always_inline __u32 classify(struct sk_buff *skb, struct sock *rx_sk, _
 			last->dst = fk;
 			last->gen = gen;
 			last->netns = netns;
+			last->ifindex = ifindex;
 			last->tgid = owner;
 			last->known = known;
 			last->valid = 1;
@@ -252,7 +279,7 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	int fresh;
 	__u64 *n;
 
-	k.class = classify(skb, rx_sk, reason, k.netns, &k.tgid);
+	k.class = classify(skb, rx_sk, reason, k.netns, k.ifindex, &k.tgid);
 	/* A packet that came in, purged unread from a queue: in a family socket's (it owns the
 	 * skb), or a reply to the family (found by source; UDP's queue keeps no owner). Delivered,
 	 * not lost. A family packet forwarded by a far namespace and purged there stays a loss. */
@@ -260,6 +287,12 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	    ((k.class == SP_CLASS_TARGET_LOSS && skb->sk) || k.class == SP_CLASS_REPLY_LOSS) &&
 	    skb_came_in(skb))
 		k.class = SP_CLASS_REPLY_SIDE;
+	/* The family's packet, without a socket any more, that came in and reached the TCP layer
+	 * where it arrived (a lab target's TCP dropping a probe or an RST it does not want:
+	 * NOT_SPECIFIED or TCP_* at tcp_v4_rcv) met its destination: the scan's outcome, as a
+	 * NO_SOCKET there is, not a loss on the way. */
+	if (k.class == SP_CLASS_TARGET_LOSS && !skb->sk && skb_came_in(skb) && skb_at_tcp(skb))
+		k.class = SP_CLASS_EXPECTED;
 	last = bpf_map_lookup_elem(&last_drop_row, &zero);
 	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
 		slot = last->slot;

@@ -65,7 +65,8 @@ struct in_xmit {
 	__u32 far_ifindex;
 	__u64 far_dev;
 	__u32 far_devns;	/* the device's own namespace */
-	__u32 far_ns;		/* the peer's namespace, 0: not a veth; in target_netns */
+	__u32 far_ns;		/* the peer's namespace, 0: not a veth; in target_devs */
+	__u32 far_ifindex_peer;	/* the peer's ifindex */
 	__u32 far_left;		/* packets until the peer is read again */
 	__u32 queued_ok;	/* queued_print could be read */
 	/* The headers of the family packet this CPU last saw at net_dev_queue, read there once:
@@ -178,13 +179,15 @@ static __always_inline void dev_rows(struct net_device *dev, __u32 tgid, struct 
 		if (s) { body; }                                     \
 	} while (0)
 
-/* Where this CPU last saw a family packet go: its process, destination and namespace are
- * already in flows and target_netns, so a stream to one address writes (and looks up) nothing
+/* Where this CPU last saw a family packet go: its process, destination and device are
+ * already in flows and target_devs, so a stream to one address writes (and looks up) nothing
  * while flows_gen stays the same. */
 struct last_dest {
 	struct sp_flow_key fk;
 	__u32 tgid;
 	__u32 netns;
+	__u32 ifindex;
+	__u32 pad;
 	__u64 gen;		/* flows_gen after this CPU's own writes */
 	__u64 checked_ns;	/* when flows was last looked at for it after a change elsewhere */
 };
@@ -205,11 +208,12 @@ struct {
 static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_device *dev,
 				      __u32 tgid)
 {
-	__u32 zero = 0, ns = dev_netns(dev), *owner;
+	__u32 zero = 0, ns = dev_netns(dev), ifindex = dev->ifindex, *owner;
 	struct last_dest *last = bpf_map_lookup_elem(&last_dest, &zero);
-	__u64 gen = gen_now(&flows_gen), now = 0;
+	__u64 gen = gen_now(&flows_gen), now = 0, dk = dev_key(ns, ifindex);
 
-	if (last && last->tgid == tgid && last->netns == ns && same_flow(&last->fk, dst)) {
+	if (last && last->tgid == tgid && last->netns == ns && last->ifindex == ifindex &&
+	    same_flow(&last->fk, dst)) {
 		if (last->gen == gen)
 			return;
 		now = bpf_ktime_get_ns();
@@ -224,14 +228,15 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 		bpf_map_update_elem(&flows, dst, &tgid, BPF_ANY);
 		gen_bump(&flows_gen);
 	}
-	if (!bpf_map_lookup_elem(&target_netns, &ns)) {
-		bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
+	if (!bpf_map_lookup_elem(&target_devs, &dk)) {
+		bpf_map_update_elem(&target_devs, &dk, &tgid, BPF_ANY);
 		gen_bump(&flows_gen);
 	}
 	if (last) {
 		last->fk = *dst;
 		last->tgid = tgid;
 		last->netns = ns;
+		last->ifindex = ifindex;
 		last->gen = gen_now(&flows_gen);
 		last->checked_ns = now;	/* 0 when not looked at for a change elsewhere */
 	}
@@ -361,8 +366,9 @@ static __always_inline __u64 netdev_priv_offset(void)
 }
 
 /* The namespace at the far end of a veth (its peer's), 0 for any other device or when the
- * peer is gone (`ip link set PEER netns X` moves it: callers read it again now and then). */
-static __always_inline __u32 veth_far_netns(const struct net_device *dev)
+ * peer is gone (`ip link set PEER netns X` moves it: callers read it again now and then); the
+ * peer's ifindex in *peer_ifindex. */
+static __always_inline __u32 veth_far_netns(const struct net_device *dev, __u32 *peer_ifindex)
 {
 	const struct rtnl_link_ops *ops = dev->rtnl_link_ops;
 	struct net_device *peer = 0;
@@ -382,33 +388,39 @@ static __always_inline __u32 veth_far_netns(const struct net_device *dev)
 		at += bpf_core_field_offset(struct veth_priv___sp, peer);
 	if (bpf_probe_read_kernel(&peer, sizeof(peer), (void *)at) || !peer)
 		return 0;
+	*peer_ifindex = BPF_CORE_READ(peer, ifindex);
 	return BPF_CORE_READ(peer, nd_net.net, ns.inum);
 }
 
-/* A veth hands the family's packet to its peer's namespace (a lab's target host): that namespace
- * now carries the family's traffic, and a socket-less drop there may be the family's (drops:
- * classify). Loopback delivers into its own namespace, which net_dev_queue already noted. The
- * peer is read (four reads, ~130 ns here) only when the device changes on this CPU and every
- * SP_FAR_RECHECK packets; target_netns entries are never deleted during a run, so a namespace
- * once noted stays noted. */
+/* A veth hands the family's packet to its peer (in a lab's target host's namespace): that device
+ * now carries the family's traffic, and a socket-less drop on it may be the family's (drops:
+ * classify). Loopback delivers to itself, which net_dev_queue already noted. The peer is read
+ * (five reads, ~130 ns here) only when the device changes on this CPU and every SP_FAR_RECHECK
+ * packets; target_devs entries are never deleted during a run, so a device once noted stays
+ * noted. */
 static __always_inline void note_far_netns(const struct net_device *dev, struct in_xmit *x, __u32 tgid)
 {
-	__u32 ifindex = dev->ifindex, devns = dev_netns((struct net_device *)dev), ns;
+	__u32 ifindex = dev->ifindex, devns = dev_netns((struct net_device *)dev), ns, peer = 0;
 
 	if (x->far_dev == (__u64)dev && x->far_ifindex == ifindex && x->far_devns == devns &&
 	    x->far_left) {
 		x->far_left -= 1;
 		return;
 	}
-	ns = veth_far_netns(dev);
-	if (ns && ns != x->far_ns && !bpf_map_lookup_elem(&target_netns, &ns)) {
-		bpf_map_update_elem(&target_netns, &ns, &tgid, BPF_ANY);
-		gen_bump(&flows_gen);
+	ns = veth_far_netns(dev, &peer);
+	if (ns && (ns != x->far_ns || peer != x->far_ifindex_peer)) {
+		__u64 dk = dev_key(ns, peer);
+
+		if (!bpf_map_lookup_elem(&target_devs, &dk)) {
+			bpf_map_update_elem(&target_devs, &dk, &tgid, BPF_ANY);
+			gen_bump(&flows_gen);
+		}
 	}
 	x->far_dev = (__u64)dev;
 	x->far_ifindex = ifindex;
 	x->far_devns = devns;
 	x->far_ns = ns;
+	x->far_ifindex_peer = peer;
 	x->far_left = SP_FAR_RECHECK - 1;
 }
 

@@ -88,6 +88,8 @@ pub struct ScannerSetup {
     pub per_packet: crate::collect::uprobes::PerPacket,
     /// the requested rate as the scanner's command line says
     pub argv_rate: crate::analysis::ArgvRate,
+    /// the user named the profile (`--profile`): only its processes are the scanner
+    pub explicit: bool,
     /// executable of the process attached to or launched: the profile's `paths` are relative
     /// to its directory
     pub anchor_exe: Option<std::path::PathBuf>,
@@ -439,6 +441,37 @@ fn status_readers(
         .collect()
 }
 
+/// A family process now runs `exe` (an exec, or found at attach). When it is the scanner's
+/// process (src/wrappers/exec.rs) the analysis takes its profile and the rate its own command
+/// line asks for, with its pid and comm. The uprobes stay those of the profile chosen at start
+/// (attaching others here, inside the loop that reads exit records, delayed them past the
+/// process's end). A command line that could not be read (the process had exited) chooses
+/// nothing.
+fn follow_scanner(
+    choice: &mut Option<crate::wrappers::ScannerChoice>,
+    analyzer: &mut Analyzer,
+    pid: u32,
+    comm: &str,
+    exe: &str,
+    argv: Option<&[String]>,
+) {
+    let (Some(choice), Some(argv)) = (choice.as_mut(), argv) else {
+        return;
+    };
+    let Some(s) = choice.exec(crate::wrappers::Image { pid, comm, exe, argv }) else {
+        return;
+    };
+    let process = crate::analysis::RateProcess {
+        pid: s.pid,
+        comm: s.comm.clone(),
+    };
+    analyzer.scanner_process(
+        &s.profile.name,
+        s.profile.message_types.clone(),
+        crate::analysis::ArgvRate::read(&s.rate, Some(process)),
+    );
+}
+
 /// Whether `cmd` names an executable file: a path, or a name found on PATH.
 fn is_executable_command(cmd: &std::ffi::OsStr) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -645,6 +678,26 @@ fn collect(
         }
         analyzer.set_scanner(model);
     }
+    let launched_cmd = matches!(cfg.target, Target::Command(_));
+    let mut choice = cfg.scanner.as_ref().and_then(|sc| {
+        let set = crate::wrappers::ProfileSet::builtin().ok()?;
+        Some(crate::wrappers::ScannerChoice::new(
+            set,
+            sc.explicit.then(|| sc.profile.clone()),
+        ))
+    });
+    // Attached: the family found at start may already run the scanner behind a wrapper.
+    if !launched_cmd {
+        let found: Vec<(u32, String, String)> = collector
+            .family
+            .alive()
+            .map(|m| (m.pid, m.comm.clone(), m.exe.clone()))
+            .collect();
+        for (pid, comm, exe) in found {
+            let argv = crate::collect::family::command_line(pid);
+            follow_scanner(&mut choice, &mut analyzer, pid, &comm, &exe, argv.as_deref());
+        }
+    }
     analyzer.baseline(collector.sample(start_ns));
     let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
     analyzer.set_interval(interval_ns);
@@ -657,8 +710,15 @@ fn collect(
         let mut exited = false;
         loop {
             for e in collector.poll_events() {
-                if let FamilyEvent::Exited { .. } = e {
-                    exited = true;
+                match e {
+                    FamilyEvent::Exited { .. } => exited = true,
+                    FamilyEvent::Execed {
+                        pid,
+                        comm,
+                        path,
+                        argv,
+                    } => follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref()),
+                    _ => {}
                 }
             }
             let now = monotonic_ns();
@@ -724,7 +784,17 @@ fn collect(
         end_launched_family(&mut collector, l);
         l.finish();
         // What the command sent between the last tick and its end still belongs to the run.
-        collector.poll_events();
+        for e in collector.poll_events() {
+            if let FamilyEvent::Execed {
+                pid,
+                comm,
+                path,
+                argv,
+            } = e
+            {
+                follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref());
+            }
+        }
         collector.family.reap_vanished();
         last = collector.sample(monotonic_ns());
         analyzer.absorb(&last);

@@ -546,7 +546,7 @@ fn every_map_declared_in_shared_h_is_loaded_once() {
         "threads",
         "target_socks",
         "flows",
-        "target_netns",
+        "target_devs",
         "events",
         "health",
         "sock_gen",

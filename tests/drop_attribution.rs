@@ -86,3 +86,82 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }
+
+/// Issue 28 item 10: a drop is the family's only on a device its packets used. The family sends
+/// from the sender namespace across the veth to a closed port of the target; meanwhile another
+/// process in the target namespace sends datagrams over that namespace's `lo` from the target's
+/// own address (one the family sends to) to a closed port of 127.0.0.1. Both die as NO_SOCKET
+/// in the target namespace, and the lo ones match a family address by their source; but the
+/// family's packets never used that lo: before the fix its 500 drops were charged to the sender
+/// as expected replies (the address match counted in any device of a namespace the family
+/// reached).
+#[test]
+fn drops_on_a_device_the_family_never_used_are_not_charged_to_it() {
+    const FAMILY: u64 = 2000;
+    const OTHERS: u64 = 500;
+    let test = privileged();
+    let lab = Lab::create(&LabConfig { tbf: None })
+        .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
+    let names = vec![lab.sender_ns.clone(), lab.target_ns.clone()];
+    let target_netns = netns_inode(&lab.target_ns);
+    let to = format!("{}:{CLOSED_PORT}", lab.target_addr);
+    let mut args: Vec<String> = ["run", "--json", "--duration", "30", "--"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(in_netns(
+        &lab.sender_ns,
+        &sender_argv(&to, 500.0, FAMILY, 10.0, &[]),
+    ));
+    let proc = Proc::scanprof(&args);
+    // While the family sends (4 s): the other process's datagrams over the target's lo.
+    std::thread::sleep(Duration::from_secs(2));
+    let from = lab.target_addr;
+    let sent = lab
+        .in_target(move || -> std::io::Result<u64> {
+            let s = std::net::UdpSocket::bind((from, 0))?;
+            let mut n = 0;
+            for _ in 0..OTHERS {
+                s.send_to(b"not the family's", ("127.0.0.1", CLOSED_PORT))?;
+                n += 1;
+            }
+            Ok(n)
+        })
+        .expect("cannot enter the target namespace")
+        .unwrap_or_else(|e| panic!("cannot send over the target's lo: {e}"));
+    assert_eq!(sent, OTHERS);
+    let run = proc.finish(RUN_TIMEOUT);
+    run.assert_success();
+    let s = run.summary();
+    let in_target = |device: &str, family: bool| -> u64 {
+        s.drops
+            .iter()
+            .filter(|d| d.netns == target_netns && d.reason == "NO_SOCKET")
+            .filter(|d| d.device.as_deref() == Some(device) && d.pid.is_some() == family)
+            .map(|d| d.count)
+            .sum()
+    };
+    assert_eq!(
+        in_target(&lab.target_dev, true),
+        FAMILY,
+        "the family's probes: {:?}",
+        s.drops
+    );
+    assert_eq!(
+        in_target("lo", true),
+        0,
+        "lo drops charged to the family: {:?}",
+        s.drops
+    );
+    assert_eq!(
+        in_target("lo", false),
+        OTHERS,
+        "the other process's drops: {:?}",
+        s.drops
+    );
+    drop(run);
+    test.assert_released("scanprof run");
+    lab.destroy()
+        .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
+    assert_namespaces_gone(&names);
+}

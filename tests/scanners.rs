@@ -970,6 +970,207 @@ fn masscan_at_2000_pps_with_its_libpcap_probe() {
     });
 }
 
+/// Issue 28 item 5: masscan started by a shell script that execs `ip netns exec NS masscan`, with
+/// no `--profile`. The command scanprof was given is the shell's (no scanner word in it); the
+/// profile and the requested rate come from the process that runs masscan, at its exec: profile
+/// masscan, 500 pps from masscan's own argv (naming that process), and no `above_requested`
+/// (before, the run said `generic` with no rate; with `--profile masscan` it read masscan's
+/// default 100 pps from the shell's words and judged the scan 400% above it).
+#[test]
+fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
+    require_root();
+    require_scanner("masscan");
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let scan = masscan(&lab, 500, 300);
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let script = format!(
+        ": start; exec ip netns exec {} {} 1>&2",
+        lab.lab().sender_ns,
+        scan.argv.join(" ")
+    );
+    for extra in [&[][..], &["--profile", "masscan"][..]] {
+        let before = capture.packets_so_far();
+        let mut args = strings(&["run", "--json", "--duration", "20"]);
+        args.extend(strings(extra));
+        args.extend(strings(&["--", "sh", "-c", &script]));
+        let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || {
+            nudger.poll(capture.packets_so_far() >= before + scan.packets)
+        });
+        run.assert_success();
+        let s = run.summary_json();
+        assert_eq!(
+            capture.packets_so_far() - before,
+            scan.packets,
+            "the capture saw another number of SYNs"
+        );
+        assert_eq!(
+            s["packets"].as_u64(),
+            Some(scan.packets),
+            "{extra:?}: {}",
+            run.context()
+        );
+        let sc = &s["scanner"];
+        assert_eq!(sc["profile"], "masscan", "{extra:?}: {sc:#}");
+        let req = &sc["requested"];
+        assert_eq!(req["pps"].as_f64(), Some(500.0), "{extra:?}: {req:#}");
+        assert_eq!(req["kind"], "exact", "{req:#}");
+        assert_eq!(s["requested_pps"].as_f64(), Some(500.0), "{extra:?}");
+        // Read from masscan's process: the launched process (sh, then ip, then masscan).
+        let masscan_pid = s["processes"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["comm"] == "masscan"))
+            .and_then(|p| p["pid"].as_u64())
+            .unwrap_or_else(|| panic!("no masscan process: {}", s["processes"]));
+        let from = req["sources"]
+            .as_array()
+            .and_then(|v| v.iter().find(|src| src["pps"].as_f64() == Some(500.0)))
+            .unwrap_or_else(|| panic!("no source of 500 pps: {req:#}"));
+        assert_eq!(from["process"]["comm"], "masscan", "{from}");
+        assert_eq!(from["process"]["pid"].as_u64(), Some(masscan_pid), "{from}");
+        assert!(
+            !s.to_string().contains("above_requested"),
+            "{extra:?}: {:#}",
+            s["verdicts"]
+        );
+        drop(run);
+    }
+    // attach: to a shell that runs masscan as its child (no exec): the wrapper's pid is the
+    // target, its words hide the scanner, and masscan is found among the family at start.
+    let before = capture.packets_so_far();
+    let child_script = format!(
+        ": start; ip netns exec {} {} 1>&2; :",
+        lab.lab().sender_ns,
+        scan.argv.join(" ")
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &child_script]);
+    let sh = Proc::spawn("sh", cmd, false);
+    let sh_pid = sh.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while capture.packets_so_far() == before {
+        assert!(Instant::now() < deadline, "masscan sent nothing within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let attach = Proc::scanprof(&strings(&[
+        "attach",
+        "-p",
+        &sh_pid.to_string(),
+        "--json",
+        "--duration",
+        "20",
+    ]));
+    let run = attach.finish_polling(RUN_TIMEOUT, || {
+        nudger.poll(capture.packets_so_far() >= before + scan.packets)
+    });
+    let sh = sh.finish(RUN_TIMEOUT);
+    run.assert_success();
+    sh.assert_success();
+    let s = run.summary_json();
+    let sc = &s["scanner"];
+    assert_eq!(sc["profile"], "masscan", "attach: {sc:#}");
+    assert_eq!(sc["requested"]["pps"].as_f64(), Some(500.0), "attach: {sc:#}");
+    let from = sc["requested"]["sources"]
+        .as_array()
+        .and_then(|v| v.iter().find(|src| src["pps"].as_f64() == Some(500.0)))
+        .unwrap_or_else(|| panic!("no source of 500 pps: {sc:#}"));
+    assert_eq!(from["process"]["comm"], "masscan", "{from}");
+    assert_ne!(
+        from["process"]["pid"].as_u64(),
+        Some(sh_pid as u64),
+        "read from the shell: {from}"
+    );
+    // The rate the run is judged against is masscan's (attached mid-scan, a window of a
+    // fraction of a second may still read a few percent above it: that is the measurement's).
+    assert_eq!(s["requested_pps"].as_f64(), Some(500.0), "attach");
+    drop(run);
+    drop(nudger);
+    let _ = capture.stop();
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
+/// Issue 28 item 10: masscan's own RSTs that reach the target's TCP stack. masscan scans 40
+/// ports the target listens on from an address of the lab's subnet no host owns (`--source-ip
+/// 10.99.0.99`), so the sender namespace's kernel cannot answer the SYN-ACKs (it drops them,
+/// IP_INADDRERRORS) and only masscan does, with an RST per port from its own TX budget. The
+/// target's TCP frees each RST at tcp_v4_rcv (NOT_SPECIFIED, the half-open connection it
+/// reset): the scan's normal outcome, class `expected`, never `target_loss` (before the fix the
+/// 40 were the scanner's loss).
+#[test]
+fn masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss() {
+    const PORTS: u16 = 40;
+    require_root();
+    require_scanner("masscan");
+    let _serial = serial();
+    let bpf = BpfBaseline::take();
+    let lab = ScanLab::new();
+    let target = lab.lab().target_addr;
+    let listeners = lab
+        .lab()
+        .in_target(move || {
+            (80..80 + PORTS)
+                .map(|p| std::net::TcpListener::bind((target, p)))
+                .collect::<io::Result<Vec<_>>>()
+        })
+        .expect("cannot enter the target namespace")
+        .unwrap_or_else(|e| panic!("cannot listen in the target namespace: {e}"));
+    let capture = TxCapture::start(lab.lab());
+    let mut nudger = Nudger::new(lab.lab());
+    let masscan = strings(&[
+        "masscan",
+        &lab.target(),
+        &format!("-p80-{}", 80 + PORTS - 1),
+        "--rate",
+        "100",
+        "--interface",
+        &lab.lab().sender_dev,
+        "--router-mac",
+        &lab.target_mac,
+        "--source-ip",
+        "10.99.0.99",
+        "--wait",
+        "1",
+    ]);
+    let mut args = strings(&["run", "--json", "--duration", "20", "--"]);
+    args.extend(in_sender(&lab, &masscan));
+    // SYNs and RSTs leave: 2 per port (and masscan's ARP answers for its address).
+    let run = Proc::scanprof(&args).finish_polling(RUN_TIMEOUT, || {
+        nudger.poll(capture.packets_so_far() >= 2 * PORTS as u64)
+    });
+    drop(nudger);
+    let _ = capture.stop();
+    drop(listeners);
+    run.assert_success();
+    let s = run.summary_json();
+    let drops = s["drops"].as_array().unwrap_or_else(|| panic!("no drops: {s}"));
+    let at_target_tcp: Vec<&Value> = drops
+        .iter()
+        .filter(|d| {
+            d["device"] == lab.lab().target_dev.as_str()
+                && d["location"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("tcp_v4_rcv"))
+        })
+        .collect();
+    let expected: u64 = at_target_tcp
+        .iter()
+        .filter(|d| d["class"] == "expected" && d["reason"] == "NOT_SPECIFIED")
+        .map(|d| d["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        expected, PORTS as u64,
+        "one RST per port reached the target's TCP: {drops:#?}"
+    );
+    let loss: Vec<&Value> = drops.iter().filter(|d| d["class"] == "target_loss").collect();
+    assert!(loss.is_empty(), "the scanner lost nothing on the way: {loss:#?}");
+    drop(run);
+    bpf.assert_released("scanprof run");
+    lab.destroy();
+}
+
 #[test]
 fn masscan_at_10000_pps() {
     run_scan(|lab| masscan(lab, 10_000, 20_000));

@@ -103,14 +103,22 @@ struct {
 	__type(value, __u32);
 } flows SEC(".maps");
 
-/* Network namespaces the family's packets were queued in or delivered into -> tgid: an address
- * match (above) counts only in these, so other namespaces using the same addresses stay apart. */
+/* Devices the family's packets were queued on or delivered to, by dev_key(namespace, ifindex)
+ * -> tgid: an address match (above) counts only for a packet on one of these, so other
+ * namespaces using the same addresses, and other devices of the family's namespaces (the root
+ * namespace's lo when the scanner runs in a namespace behind a veth), stay apart. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
-	__type(key, __u32);
+	__type(key, __u64);
 	__type(value, __u32);
-} target_netns SEC(".maps");
+} target_devs SEC(".maps");
+
+/* Key of target_devs: a device's namespace inode and ifindex. */
+static __always_inline __u64 dev_key(__u32 netns, __u32 ifindex)
+{
+	return (__u64)netns << 32 | ifindex;
+}
 
 /* What a packet's headers say about it (skb_l4): a fingerprint to recognise the same packet
  * later, and whether it is a reply the kernel makes on its own (TCP RST, ICMP error). */
@@ -485,7 +493,7 @@ struct {
 	__type(value, struct sock_owner);
 } last_sock SEC(".maps");
 
-/* Bumped whenever flows or target_netns gets a new or changed entry: per-CPU caches of what an
+/* Bumped whenever flows or target_devs gets a new or changed entry: per-CPU caches of what an
  * address or namespace means (drops) are valid while it stays the same. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -190,7 +190,8 @@ struct sp_member {
 enum sp_drop_class {
 	SP_CLASS_UNRELATED = 0,
 	SP_CLASS_TARGET_LOSS = 1,	/* the target's own outgoing packet died */
-	SP_CLASS_EXPECTED = 2,		/* normal for a scan: probe or reply met no socket */
+	SP_CLASS_EXPECTED = 2,		/* normal for a scan: probe or reply met no socket, or a
+					 * probe reached the TCP layer where it arrived */
 	SP_CLASS_REPLY_LOSS = 3,	/* a reply to the target died for another reason */
 	SP_CLASS_REPLY_SIDE = 4,	/* expected reply-side traffic, not sent by the target: the
 					 * kernel's own replies (TCP RST, ICMP error) to the target's

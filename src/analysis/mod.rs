@@ -260,6 +260,21 @@ impl Analyzer {
         self.scanner = Some(model);
     }
 
+    /// The process that runs the scanner was seen: its profile, and the rate its own command
+    /// line asks for (`ScannerModel::scanner_process`); the requested rate follows it, unless
+    /// `--requested` gave one.
+    pub fn scanner_process(
+        &mut self,
+        profile: &str,
+        message_types: BTreeMap<String, String>,
+        argv: ArgvRate,
+    ) {
+        if let Some(m) = self.scanner.as_mut() {
+            m.scanner_process(profile, message_types, argv);
+            self.requested_pps = m.requested_pps();
+        }
+    }
+
     /// Takes the probe calls of a sample that gets no tick of its own (the last one, read after
     /// a launched command ended).
     pub fn absorb(&mut self, s: &CounterSample) {
@@ -518,9 +533,16 @@ impl Analyzer {
             latency_p50_ns: latency.quantile(0.5),
             latency_p99_ns: latency.quantile(0.99),
             devices: device_views(&last.devices, &[], duration_ns.max(1) as f64 / 1e9, last),
+            // The depth of the queues the family's packets went through: the probes record
+            // every device's queue on the machine (other processes' devices and namespaces too).
             queues: self
                 .queues
                 .iter()
+                .filter(|((device, netns), _)| {
+                    last.devices
+                        .iter()
+                        .any(|d| d.pid.is_some() && &d.device == device && d.netns == *netns)
+                })
                 .map(|((device, netns), (q, b))| crate::collect::QueueDepth {
                     device: device.clone(),
                     netns: *netns,

@@ -132,6 +132,17 @@ pub struct RateSource {
     /// (the profile's figure for a scanner given no rate: compared with nothing)
     #[serde(default)]
     pub origin: RateOrigin,
+    /// the process whose own command line it was read from (the one that runs the scanner,
+    /// behind any wrapper); None when it was read from the command scanprof was given
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<RateProcess>,
+}
+
+/// A process a figure was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateProcess {
+    pub pid: u32,
+    pub comm: String,
 }
 
 impl RateSource {
@@ -334,6 +345,26 @@ pub struct ArgvRate {
     /// packets each target gets when the rate read counts targets (zmap `-P`), and that
     /// multiplier as written (`-P 4`); None when the rate counts packets
     pub per_target: Option<(f64, String)>,
+    /// the process whose command line it was read from, once the family's execs showed which
+    /// process runs the scanner (src/wrappers/exec.rs); None: the command scanprof was given
+    pub process: Option<RateProcess>,
+}
+
+impl ArgvRate {
+    /// The rate a profile's `[rate]` rules read from a command line, and the process whose
+    /// command line it was (None: the command scanprof was given).
+    pub fn read(rate: &crate::wrappers::RequestedRate, process: Option<RateProcess>) -> ArgvRate {
+        ArgvRate {
+            pps: rate.pps,
+            kind: Some(rate.kind),
+            floor_pps: rate.floor_pps,
+            provenance: rate.provenance.clone(),
+            origin: rate.origin,
+            conflicts: rate.conflicts.clone(),
+            per_target: rate.per_target_source.clone().map(|text| (rate.per_target, text)),
+            process,
+        }
+    }
 }
 
 /// Which way a message went, from the member that counted it.
@@ -439,6 +470,19 @@ impl ScannerModel {
             output_notes: Vec::new(),
             pacers: Vec::new(),
         }
+    }
+
+    /// The process that runs the scanner was seen (at an exec, or at attach): its profile and
+    /// the rate its own command line asks for replace what the command scanprof was given said.
+    pub fn scanner_process(
+        &mut self,
+        profile: &str,
+        message_types: BTreeMap<String, String>,
+        argv: ArgvRate,
+    ) {
+        self.profile = profile.to_string();
+        self.message_types = message_types;
+        self.argv = argv;
     }
 
     /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
@@ -1017,6 +1061,7 @@ impl ScannerModel {
                 pps: Some(r),
                 at_s: None,
                 origin: RateOrigin::Given,
+                process: None,
             });
         }
         let argv_text = self.argv.provenance.join("; ");
@@ -1030,6 +1075,7 @@ impl ScannerModel {
                 pps: self.argv.pps,
                 at_s: None,
                 origin: self.argv.origin,
+                process: self.argv.process.clone(),
             });
         }
         for (text, pps, ns, unit) in self.runtime.iter().take(64) {
@@ -1046,6 +1092,7 @@ impl ScannerModel {
                 pps: *pps,
                 at_s: Some(self.secs(*ns)),
                 origin: RateOrigin::Observed,
+                process: None,
             });
         }
         let pps = self.requested_pps();

@@ -39,6 +39,7 @@ fn argv(pps: f64) -> ArgvRate {
         origin: RateOrigin::Given,
         conflicts: vec![],
         per_target: None,
+        process: None,
     }
 }
 

@@ -647,6 +647,14 @@ fn device_views_split_the_target_from_everyone() {
     assert_eq!(sum.devices.len(), 1);
     assert_close(sum.devices[0].target_xmit_pps, 1390.0 / 3.0);
     assert_eq!(sum.devices[0].xmit_refused, 7);
+    // Issue 28 item 10: the queues listed are those the family's packets used; eth0 of
+    // namespace 7 (another process's device) is not one.
+    let queues: Vec<(&str, u32, u64)> = sum
+        .queues
+        .iter()
+        .map(|q| (q.device.as_str(), q.netns, q.qlen_max))
+        .collect();
+    assert_eq!(queues, [("eth0", 1, 12)]);
 }
 
 #[test]

@@ -194,6 +194,18 @@ impl ProcessTable {
     }
 }
 
+/// A process's command line (argv[0] included) from /proc/PID/cmdline; None when it is gone or
+/// has none (a kernel thread, a zombie).
+pub fn command_line(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    (!argv.is_empty()).then_some(argv)
+}
+
 /// Every descendant the processes `roots` have now, parents before children. With
 /// CONFIG_PROC_CHILDREN, from each family thread's `children` file: the work grows with the
 /// family, not with the machine. Without it (this kernel), from one pass over /proc reading

@@ -531,6 +531,9 @@ pub enum FamilyEvent {
         pid: u32,
         comm: String,
         path: String,
+        /// its command line, read from /proc/PID/cmdline when the record is read (None: it had
+        /// exited by then); a later exec of the same process brings its own record
+        argv: Option<Vec<String>>,
     },
     Exited {
         pid: u32,
@@ -742,12 +745,23 @@ impl Collector {
 
     /// Applies the records streamed since the last call to the process table and returns them.
     pub fn poll_events(&mut self) -> Vec<FamilyEvent> {
-        let events: Vec<FamilyEvent> = self
+        let mut events: Vec<FamilyEvent> = self
             .probes
             .drain_events()
             .iter()
             .filter_map(decode_event)
             .collect();
+        // The command line each exec brought, read now: it tells the scanner from its wrappers.
+        // Only a process's last exec of the batch gets it (what /proc shows is that image's);
+        // an earlier one was replaced before it could be read.
+        let mut seen = std::collections::BTreeSet::new();
+        for e in events.iter_mut().rev() {
+            if let FamilyEvent::Execed { pid, argv, .. } = e {
+                if seen.insert(*pid) {
+                    *argv = family::command_line(*pid);
+                }
+            }
+        }
         self.keep_drop_packets();
         for e in &events {
             match e {
@@ -774,7 +788,7 @@ impl Collector {
                         s.on_member(&mut self.probes, *pid, &exe, &comm_now);
                     }
                 }
-                FamilyEvent::Execed { pid, comm, path } => {
+                FamilyEvent::Execed { pid, comm, path, .. } => {
                     self.family.execed(*pid, comm, path);
                     if let Some(s) = self.scanner.as_mut() {
                         s.on_member(&mut self.probes, *pid, path, comm);
@@ -1120,6 +1134,7 @@ fn decode_event(e: &sp_event) -> Option<FamilyEvent> {
             pid: e.tgid,
             comm: probes::c_chars(&e.comm),
             path: probes::c_chars(&e.path),
+            argv: None,
         },
         sp_event_kind::SP_EV_EXIT => FamilyEvent::Exited {
             pid: e.tgid,

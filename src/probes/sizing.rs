@@ -57,7 +57,7 @@ pub const RESIZABLE: [&str; 15] = [
     "flows",
     "sent_skbs",
     "target_socks",
-    "target_netns",
+    "target_devs",
     "stacks",
     "block_sites",
     "neighs",

@@ -129,7 +129,7 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
             let at = set
                 .find_in_argv(&argv)
                 .filter(|(p, _)| p.name == explicit.name)
-                .map_or(0, |(_, i)| i);
+                .map(|(_, i)| i);
             (&explicit, at)
         }
         Some(name) => {
@@ -141,30 +141,47 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
                 )
             })?;
             // The scanner's words start at the first one this profile recognises.
-            let at = argv
-                .iter()
-                .position(|w| {
-                    let base = w.rsplit('/').next().unwrap_or(w);
-                    p.processes
-                        .iter()
-                        .any(|r| r.exe.iter().any(|e| e == base || e == w))
-                })
-                .unwrap_or(0);
+            let at = argv.iter().position(|w| {
+                let base = w.rsplit('/').next().unwrap_or(w);
+                p.processes
+                    .iter()
+                    .any(|r| r.exe.iter().any(|e| e == base || e == w))
+            });
             (p, at)
         }
         None => match set.find_in_argv(&argv) {
-            Some(found) => found,
+            Some((p, at)) => (p, Some(at)),
             None => {
                 let exe_name = exe.as_ref().map(|e| e.display().to_string()).unwrap_or_default();
                 match set.recognise(&exe_name, "") {
-                    Some((p, _)) => (p, 0),
+                    // An attached process its profile knows: its own command line.
+                    Some((p, _)) if !p.fallback => (p, Some(0)),
+                    Some((p, _)) => (p, None),
                     None => return Ok(None),
                 }
             }
         },
     };
-    let words = &argv[at.min(argv.len())..];
+    // The scanner's words: from the word its profile recognises, else after the wrappers. When
+    // a wrapper hides them (a shell script), nothing here is the scanner's: its rate is read
+    // from its own process when the family's execs show it (session::follow_scanner).
+    let (words, hidden) = match at {
+        Some(at) => (argv[at.min(argv.len())..].to_vec(), false),
+        None => crate::wrappers::strip_wrappers(&argv),
+    };
+    let words: &[String] = if hidden { &[] } else { &words };
     let rate = requested_rate(profile, words, None);
+    let argv_rate = if hidden {
+        ArgvRate {
+            provenance: vec![format!(
+                "the command starts its sender through `{}`: the rate is read from the sender's own command line when a profile recognises its process (else give --requested)",
+                argv.iter().take(2).cloned().collect::<Vec<_>>().join(" ")
+            )],
+            ..ArgvRate::default()
+        }
+    } else {
+        ArgvRate::read(&rate, None)
+    };
     let anchor_exe = exe.or_else(|| words.first().and_then(|w| which(w)));
     let per_packet = match opts.per_packet.as_deref() {
         None => PerPacket::Off,
@@ -196,15 +213,8 @@ fn scanner_setup(target: &Target, opts: &RunOptions) -> anyhow::Result<Option<Sc
     Ok(Some(ScannerSetup {
         profile: profile.clone(),
         per_packet,
-        argv_rate: ArgvRate {
-            pps: rate.pps,
-            kind: Some(rate.kind),
-            floor_pps: rate.floor_pps,
-            provenance: rate.provenance,
-            origin: rate.origin,
-            conflicts: rate.conflicts,
-            per_target: rate.per_target_source.map(|text| (rate.per_target, text)),
-        },
+        argv_rate,
+        explicit: opts.profile.is_some(),
         anchor_exe,
         status: status_setups(profile, words, target, rate.per_target),
     }))
@@ -491,6 +501,48 @@ mod tests {
         assert!(why.contains("only `scanprof run` can read"), "{why}");
         let run = status_setups(masscan, &words("masscan 10.0.0.1 --status-ndjson"), &run, 1.0);
         assert_eq!(run[0].at, StatusAt::Stream(OutputStream::Stderr));
+    }
+
+    /// The run options of `scanprof run [EXTRA...] -- true`.
+    fn run_options(extra: &[&str]) -> RunOptions {
+        use clap::Parser;
+        let argv = ["scanprof", "run"].iter().chain(extra).chain(&["--", "true"]);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Run { run, .. } => run,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 28 item 5: a scanner started by a shell script. The launch's own words are the
+    /// shell's: they neither give a rate (masscan's default 100 pps was read from them with
+    /// `--profile masscan`) nor a scanner; the rate waits for the scanner's own process.
+    #[test]
+    fn a_scanner_behind_a_shell_script_takes_no_rate_from_the_scripts_words() {
+        let script = "ip link set lo up; exec ip netns exec lab masscan --rate 50000 -p80 10.9.0.2";
+        let target = Target::Command(vec!["sh".into(), "-c".into(), script.into()]);
+        for extra in [&[][..], &["--profile", "masscan"][..]] {
+            let sc = scanner_setup(&target, &run_options(extra)).unwrap().unwrap();
+            assert_eq!(sc.explicit, !extra.is_empty());
+            assert_eq!(sc.argv_rate.pps, None, "{extra:?}: {:?}", sc.argv_rate);
+            assert_eq!(sc.argv_rate.kind, None, "{extra:?}");
+            assert!(
+                sc.argv_rate.provenance[0].contains("the sender's own command line"),
+                "{:?}",
+                sc.argv_rate.provenance
+            );
+        }
+        // Wrappers it sees through still give the scanner's words, and its rate.
+        let target = Target::Command(
+            "timeout 60 ip netns exec lab masscan --rate 700 10.9.0.2"
+                .split(' ')
+                .map(std::ffi::OsString::from)
+                .collect(),
+        );
+        let sc = scanner_setup(&target, &run_options(&[])).unwrap().unwrap();
+        assert_eq!(
+            (sc.profile.name.as_str(), sc.argv_rate.pps),
+            ("masscan", Some(700.0))
+        );
     }
 
     #[test]

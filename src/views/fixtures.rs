@@ -159,6 +159,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             origin: crate::wrappers::RateOrigin::Given,
             conflicts: vec![],
             per_target: None,
+            process: None,
         },
         Some(1e9),
         0,

@@ -509,7 +509,12 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
     );
     for src in r.sources.iter().take(8) {
         let at = src.at_s.map(|t| format!(" at {t:.3} s")).unwrap_or_default();
-        let _ = writeln!(o, "  from {}{at}", src.described());
+        let of = src
+            .process
+            .as_ref()
+            .map(|p| format!(" (the command line of {}, pid {})", visible(&p.comm), p.pid))
+            .unwrap_or_default();
+        let _ = writeln!(o, "  from {}{of}{at}", src.described());
     }
     if r.sources.len() > 8 {
         let _ = writeln!(o, "  ... and {} more sources", r.sources.len() - 8);

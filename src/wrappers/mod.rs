@@ -4,11 +4,13 @@
 //! lists, `src/analysis` compares the achieved rate with `requested_rate`. See docs/wrappers.md.
 
 mod argv;
+mod exec;
 mod pacer;
 mod profile;
 mod rate;
 mod status;
 
+pub use exec::{Image, ScannerChoice, ScannerProcess};
 pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
@@ -151,14 +153,23 @@ impl ProfileSet {
 }
 
 /// `argv` without the wrappers in front of the command they run: `ip netns exec NS`, `sudo`,
-/// `env VAR=..`, `setsid`, `nice -n N`, `taskset -c CPUS`, `chrt`, and `sh -c` with a script
+/// `env VAR=..`, `setsid`, `nice -n N`, `taskset -c CPUS`, `chrt`, `timeout DURATION`,
+/// `cgexec -g CONTROLLERS:PATH`, `systemd-run --scope ...`, and `sh -c` with a script
 /// that ends by exec'ing its arguments (`sh -c '...; exec "$@"' NAME CMD...`) or that is
 /// `exec CMD...`. A wrapper it does not know ends the stripping: the rest is shown as it is.
 pub fn skip_wrappers(argv: &[String]) -> Vec<String> {
+    strip_wrappers(argv).0
+}
+
+/// `skip_wrappers`, and whether the words left still start with a wrapper it cannot see
+/// through (a shell script that does more than `exec` a command, a wrapper with nothing after
+/// it): then they are not the scanner's words, and its rate can only be read from the process
+/// that runs it (src/wrappers/exec.rs).
+pub fn strip_wrappers(argv: &[String]) -> (Vec<String>, bool) {
     let mut words: Vec<String> = argv.to_vec();
     loop {
         let Some(first) = words.first() else {
-            return words;
+            return (words, false);
         };
         let base = first.rsplit('/').next().unwrap_or(first).to_string();
         let word = |i: usize| words.get(i).map(String::as_str);
@@ -175,6 +186,34 @@ pub fn skip_wrappers(argv: &[String]) -> Vec<String> {
             }
             "setsid" | "ionice" | "stdbuf" => options_end(&words, &["-c", "-n", "-p", "-i", "-o", "-e"]),
             "nice" => options_end(&words, &["-n"]),
+            // Its options, then the duration.
+            "timeout" => options_end(&words, &["-s", "-k", "--signal", "--kill-after"]) + 1,
+            "cgexec" => options_end(&words, &["-g"]),
+            "systemd-run" => options_end(
+                &words,
+                &[
+                    "-p",
+                    "--property",
+                    "-u",
+                    "--unit",
+                    "--slice",
+                    "--uid",
+                    "--gid",
+                    "-E",
+                    "--setenv",
+                    "--description",
+                    "-M",
+                    "--machine",
+                    "-H",
+                    "--host",
+                    "--nice",
+                    "--working-directory",
+                    "--service-type",
+                    "--on-active",
+                    "--on-calendar",
+                    "--timer-property",
+                ],
+            ),
             // Its options, then the CPU list (or mask).
             "taskset" => options_end(&words, &[]) + 1,
             // Its options, then the priority.
@@ -184,7 +223,7 @@ pub fn skip_wrappers(argv: &[String]) -> Vec<String> {
                 if let Some(cmd) = script.strip_prefix("exec ") {
                     // Plain words only: a quoted script is shown as it is.
                     if cmd.contains(['\'', '"', '\\', '$', ';', '|', '&', '<', '>', '`']) {
-                        return words;
+                        return (words, true);
                     }
                     let mut rest: Vec<String> = cmd.split_whitespace().map(String::from).collect();
                     rest.extend(words.drain(3..));
@@ -195,13 +234,13 @@ pub fn skip_wrappers(argv: &[String]) -> Vec<String> {
                     // $0 is the word after the script; the command is the words after it.
                     4
                 } else {
-                    return words;
+                    return (words, true);
                 }
             }
-            _ => return words,
+            _ => return (words, false),
         };
         if skip == 0 || skip >= words.len() {
-            return words;
+            return (words, true);
         }
         words.drain(..skip);
     }

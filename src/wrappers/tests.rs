@@ -717,6 +717,13 @@ fn the_words_shown_for_a_command_skip_the_wrappers_that_only_place_it() {
         ),
         ("env -i FOO=1 taskset 0x3 mysender -x", "mysender -x"),
         ("chrt -f 50 mysender", "mysender"),
+        ("timeout -k 5 60 mysender --rate 9", "mysender --rate 9"),
+        ("timeout 60s mysender", "mysender"),
+        ("cgexec -g cpu,memory:scan mysender", "mysender"),
+        (
+            "systemd-run --scope -p CPUQuota=50% --unit scan mysender -x",
+            "mysender -x",
+        ),
         ("mysender --nice 5", "mysender --nice 5"),
         ("ip route", "ip route"),
     ] {
