@@ -26,9 +26,10 @@ pub const MIN_TARGET_ONCPU_SHARE: f64 = 0.02;
 /// the probes' cost is a cost per packet sent.
 pub const MIN_SHARE_PACKETS: u64 = 100;
 
-/// The alert needs the target's threads on a CPU at least this share of the interval (summed):
-/// only a sender that spends its time on a CPU can be slowed by the probes' CPU time. One that
-/// sleeps, waits for a pacer or blocks in its sends absorbs it in its waits.
+/// The alert needs the target's threads on a CPU, or runnable waiting for one, at least this
+/// share of the interval (summed): only a sender that wants a CPU all the time can be slowed by
+/// the probes' CPU time. One that sleeps, waits for a pacer or blocks in its sends absorbs it in
+/// its waits.
 pub const ALERT_MIN_ONCPU_SHARE: f64 = 0.5;
 
 /// Why an interval has no share of the target's time.
@@ -61,9 +62,13 @@ pub struct ProgramCost {
     /// of `runs`, the runs on the target's threads (counted by the program; not scaled)
     #[serde(default)]
     pub target_runs: u64,
-    /// their time, ns, as the program timed it (not scaled)
+    /// their time as the program timed their bodies, ns (not scaled)
     #[serde(default)]
     pub target_run_time_ns: u64,
+    /// those runs' share by runs of the untimed rest of run_time_ns (their entries and exits
+    /// around the timed bodies: mostly the timing's own clock reads), ns (not scaled)
+    #[serde(default)]
+    pub timing_ns: u64,
     /// target_run_time_ns scaled to the interval, per target packet, ns; None without packets
     /// or without timing
     #[serde(default)]
@@ -88,13 +93,19 @@ pub struct ProbeCost {
     #[serde(default)]
     pub target_timed: bool,
     /// what the target pays: run time of the programs' runs on the target's threads (the task
-    /// on the CPU was one of them, so the run was part of its on-CPU time), timed by the
-    /// programs themselves, ns; scaled like bpf_ns
+    /// on the CPU was one of them, so the run was part of its on-CPU time): runs counted, bodies
+    /// timed by the programs themselves (a lower bound by each run's entry and family check, a
+    /// few ns); ns, scaled like bpf_ns
     #[serde(default)]
     pub target_bpf_ns: Option<f64>,
-    /// the tax on the rest of the machine: bpf_ns - target_bpf_ns, the runs in every other task
-    /// or context (other processes' syscalls and switches, the target's packets handled outside
-    /// its threads' time), ns
+    /// the target's runs' untimed entries and exits (their share by runs of each program's
+    /// run time outside the timed bodies), mostly the timing's own two clock reads: scanprof's
+    /// cost of measuring, paid only while the statistics are on; ns, scaled
+    #[serde(default)]
+    pub timing_ns: Option<f64>,
+    /// the tax on the rest of the machine: bpf_ns - target_bpf_ns - timing_ns, the runs in every
+    /// other task or context (other processes' syscalls and switches, the target's packets
+    /// handled outside its threads' time), ns
     #[serde(default)]
     pub machine_bpf_ns: Option<f64>,
     /// machine_bpf_ns over the interval: the share of one CPU it took
@@ -114,42 +125,65 @@ pub struct ProbeCost {
     /// target_oncpu_ns over the interval (threads summed: above 1 with several busy threads)
     #[serde(default)]
     pub target_oncpu_share: f64,
+    /// the target's threads' time on a CPU or runnable waiting for one (preempted), over the
+    /// interval (threads summed): how busy it was, whatever the machine's load let it run
+    #[serde(default)]
+    pub target_busy_share: f64,
     /// target_bpf_ns / target_oncpu_ns: the share of the target's on-CPU time the probes took on
     /// its threads; None when `no_share` says why
     pub share_of_target: Option<f64>,
     /// why share_of_target is None
     #[serde(default)]
     pub no_share: Option<NoShare>,
-    /// share_of_target above PROBE_COST_ALERT while the target was on a CPU at least
-    /// ALERT_MIN_ONCPU_SHARE of the interval
+    /// share_of_target above PROBE_COST_ALERT while target_busy_share was at least
+    /// ALERT_MIN_ONCPU_SHARE
     pub alert: bool,
     /// per program, most costly first
     pub programs: Vec<ProgramCost>,
 }
 
+/// The target's threads' time over an interval, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetTime {
+    /// on a CPU (inside and outside send syscalls)
+    pub oncpu_ns: u64,
+    /// runnable, waiting for a CPU (preempted)
+    pub waiting_ns: u64,
+}
+
 /// On-CPU time of every thread in `now` since `prev` (by pid and tid; a thread new since then
 /// counts whole), ns.
 pub fn target_oncpu_ns(now: &[ThreadCounters], prev: Option<&[ThreadCounters]>) -> u64 {
-    now.iter()
-        .map(|t| {
-            let before = prev
-                .and_then(|p| p.iter().find(|o| o.tid == t.tid && o.pid == t.pid))
-                .map_or(0, |b| b.budget.send_ns + b.budget.other_ns);
-            (t.budget.send_ns + t.budget.other_ns).saturating_sub(before)
-        })
-        .sum()
+    target_time(now, prev).oncpu_ns
+}
+
+/// On-CPU and preempted time of every thread in `now` since `prev` (as target_oncpu_ns).
+pub fn target_time(now: &[ThreadCounters], prev: Option<&[ThreadCounters]>) -> TargetTime {
+    let mut out = TargetTime::default();
+    for t in now {
+        let before = prev.and_then(|p| p.iter().find(|o| o.tid == t.tid && o.pid == t.pid));
+        let oncpu = |c: &ThreadCounters| c.budget.send_ns + c.budget.other_ns;
+        out.oncpu_ns += oncpu(t).saturating_sub(before.map_or(0, oncpu));
+        out.waiting_ns += t
+            .budget
+            .preempted_ns
+            .saturating_sub(before.map_or(0, |b| b.budget.preempted_ns));
+    }
+    out
 }
 
 impl ProbeCost {
     /// The cost over an interval of `interval_ns` ending with reading `now`, since `prev` (None:
-    /// since attach). None when the statistics measured nothing in it.
+    /// since attach), with the target's `packets` and `target` time over it. None when the
+    /// statistics measured nothing in it.
     pub fn of(
         now: &BpfRunTime,
         prev: Option<&BpfRunTime>,
         interval_ns: u64,
         packets: u64,
-        target_oncpu_ns: u64,
+        target: TargetTime,
     ) -> Option<ProbeCost> {
+        let target_oncpu_ns = target.oncpu_ns;
         let measured_ns = now.measured_ns.saturating_sub(prev.map_or(0, |p| p.measured_ns));
         if measured_ns == 0 || interval_ns == 0 {
             return None;
@@ -170,17 +204,25 @@ impl ProbeCost {
                 };
                 let runs = since(|r| r.runs);
                 let run_time_ns = since(|r| r.run_time_ns);
-                // The program's own timing of a run includes a little the kernel's does not
-                // (the clock read), never more than the run: held to the kernel's figure.
+                let target_runs = since(|r| r.target_runs).min(runs);
                 let target_run_time_ns = since(|r| r.target_ns).min(run_time_ns);
+                // The untimed rest of the kernel's run time: every run's entry and exit around
+                // a timed body, other tasks' runs whole. The target's runs' share of it by runs
+                // is mostly the timing's own clock reads, paid only while measuring.
+                let timing_ns = if runs > 0 {
+                    ((run_time_ns - target_run_time_ns) as u128 * target_runs as u128 / runs as u128) as u64
+                } else {
+                    0
+                };
                 ProgramCost {
                     name: p.name.clone(),
                     runs,
                     run_time_ns,
                     ns_per_run: (runs > 0).then(|| run_time_ns as f64 / runs as f64),
                     ns_per_packet: per_packet(run_time_ns as f64 * scale),
-                    target_runs: since(|r| r.target_runs).min(runs),
+                    target_runs,
                     target_run_time_ns,
+                    timing_ns,
                     target_ns_per_packet: per_packet(target_run_time_ns as f64 * scale).filter(|_| timed),
                 }
             })
@@ -194,8 +236,12 @@ impl ProbeCost {
         let bpf_ns = programs.iter().map(|p| p.run_time_ns).sum::<u64>() as f64 * scale;
         let target_bpf_ns =
             timed.then(|| programs.iter().map(|p| p.target_run_time_ns).sum::<u64>() as f64 * scale);
-        let machine_bpf_ns = target_bpf_ns.map(|t| (bpf_ns - t).max(0.0));
+        let timing_ns = timed.then(|| programs.iter().map(|p| p.timing_ns).sum::<u64>() as f64 * scale);
+        let machine_bpf_ns = target_bpf_ns
+            .zip(timing_ns)
+            .map(|(t, m)| (bpf_ns - t - m).max(0.0));
         let target_oncpu_share = target_oncpu_ns as f64 / interval_ns as f64;
+        let target_busy_share = (target_oncpu_ns + target.waiting_ns) as f64 / interval_ns as f64;
         let no_share = if !timed {
             Some(NoShare::NotTimed)
         } else if target_oncpu_share < MIN_TARGET_ONCPU_SHARE {
@@ -220,6 +266,7 @@ impl ProbeCost {
             bpf_ns,
             target_timed: timed,
             target_bpf_ns,
+            timing_ns,
             machine_bpf_ns,
             machine_cpu_share: machine_bpf_ns.map(|m| m / interval_ns as f64),
             packets,
@@ -227,10 +274,10 @@ impl ProbeCost {
             target_ns_per_packet: target_bpf_ns.and_then(per_packet),
             target_oncpu_ns,
             target_oncpu_share,
+            target_busy_share,
             share_of_target,
             no_share,
-            alert: share_of_target.is_some_and(|s| s > PROBE_COST_ALERT)
-                && target_oncpu_share >= ALERT_MIN_ONCPU_SHARE,
+            alert: share_of_target.is_some_and(|s| s > PROBE_COST_ALERT) && target_busy_share >= ALERT_MIN_ONCPU_SHARE,
             programs,
         })
     }
@@ -301,6 +348,13 @@ mod tests {
     use crate::collect::TimeBudget;
 
     const SECOND: u64 = 1_000_000_000;
+
+    fn oncpu(ns: u64) -> TargetTime {
+        TargetTime {
+            oncpu_ns: ns,
+            waiting_ns: 0,
+        }
+    }
     const MS: u64 = 1_000_000;
 
     /// A reading with per program (name, runs, run ns, target runs, target ns).
@@ -343,7 +397,7 @@ mod tests {
             200_000_000,
             &[("a.x", 51_000, 10_200_000), ("b.y", 20_010, 10_005_000)],
         );
-        let c = ProbeCost::of(&now, Some(&prev), SECOND, 100_000, 600 * MS).unwrap();
+        let c = ProbeCost::of(&now, Some(&prev), SECOND, 100_000, oncpu(600 * MS)).unwrap();
         assert_eq!(c.coverage, StatsCoverage::Sampled);
         assert!((c.measured_share - 0.1).abs() < 1e-12);
         // 20 ms in the slice -> 200 ms over the tick -> 2,000 ns per packet, a third of the
@@ -372,7 +426,7 @@ mod tests {
             3 * SECOND,
             &[("a.x", 300_000, 30_000_000)],
         );
-        let c = ProbeCost::of(&now, None, 3 * SECOND, 300_000, SECOND).unwrap();
+        let c = ProbeCost::of(&now, None, 3 * SECOND, 300_000, oncpu(SECOND)).unwrap();
         assert_eq!(c.coverage, StatsCoverage::Continuous);
         assert_eq!(c.coverage_text(), "counted");
         assert!((c.ns_per_packet.unwrap() - 100.0).abs() < 1e-9);
@@ -384,8 +438,8 @@ mod tests {
     #[test]
     fn nothing_measured_gives_no_figure_and_no_packets_no_per_packet_figure() {
         let r = reading(StatsCoverage::Sampled, 5, &[("a.x", 10, 100)]);
-        assert_eq!(ProbeCost::of(&r, Some(&r), SECOND, 10, 10), None);
-        let c = ProbeCost::of(&r, None, 50, 0, 0).unwrap();
+        assert_eq!(ProbeCost::of(&r, Some(&r), SECOND, 10, oncpu(10)), None);
+        let c = ProbeCost::of(&r, None, 50, 0, oncpu(0)).unwrap();
         assert_eq!(c.ns_per_packet, None);
         assert_eq!(c.target_ns_per_packet, None);
         assert_eq!(c.share_of_target, None);
@@ -397,7 +451,7 @@ mod tests {
         // A full-speed sender: on a CPU 95% of the second, 200,000 packets; 190 ms of the
         // programs' runs on its threads (20%).
         let now = reading(StatsCoverage::Continuous, SECOND, &[("a.x", 600_000, 190 * MS)]);
-        let c = ProbeCost::of(&now, None, SECOND, 200_000, 950 * MS).unwrap();
+        let c = ProbeCost::of(&now, None, SECOND, 200_000, oncpu(950 * MS)).unwrap();
         let text = c.alert_text().expect("20% is above the alert");
         assert!(text.contains("20.0% of the target's on-CPU time"), "{text}");
         assert!(text.contains("950 ns per packet on its threads"), "{text}");
@@ -407,24 +461,56 @@ mod tests {
     // The ticks of issue 28: machine-wide runs (another process's syscall loop) must never be
     // charged to the target, and a target that is not busy on a CPU never raises the alert.
 
-    /// Programs of a tick in which another process's syscalls ran the syscall programs
-    /// `machine_ms` ms and the target's own runs took `target_ms` ms.
+    /// Programs of a tick in which another process's syscalls ran the syscall exit program
+    /// `machine_ms` ms, and the target's own syscalls the entry program `target_ms` ms.
     fn busy_machine(machine_ms: u64, target_ms: u64) -> BpfRunTime {
         timed(
             StatsCoverage::Continuous,
             SECOND,
             &[
-                ("send_path.on_sys_enter", 5_000_000, (machine_ms + target_ms) * MS / 2, 10_000, target_ms * MS / 2),
-                ("send_path.on_sys_exit", 5_000_000, (machine_ms + target_ms) * MS / 2, 10_000, target_ms * MS / 2),
+                ("send_path.on_sys_enter", 10_000, target_ms * MS, 10_000, target_ms * MS),
+                ("send_path.on_sys_exit", 5_000_000, machine_ms * MS, 0, 0),
             ],
         )
+    }
+
+    #[test]
+    fn the_timings_own_cost_is_charged_to_neither_the_target_nor_the_machine() {
+        // 1,000 runs, 100 of them the target's with 20 us of timed bodies; the kernel counted
+        // 100 us in all: of the 80 us untimed (entries, exits, the clock reads, other runs'
+        // early exits), the target's tenth by runs, 8 us, is the timing's; 72 us the machine's.
+        let r = timed(StatsCoverage::Continuous, SECOND, &[("a.x", 1000, 100_000, 100, 20_000)]);
+        let c = ProbeCost::of(&r, None, SECOND, 1000, oncpu(500 * MS)).unwrap();
+        assert_eq!(c.programs[0].target_run_time_ns, 20_000);
+        assert_eq!(c.programs[0].timing_ns, 8_000);
+        assert_eq!(c.target_bpf_ns, Some(20_000.0));
+        assert_eq!(c.timing_ns, Some(8_000.0));
+        assert_eq!(c.machine_bpf_ns, Some(72_000.0));
+    }
+
+    #[test]
+    fn a_busy_sender_that_waits_for_a_cpu_on_a_loaded_machine_is_alerted() {
+        // On a CPU 14% of the tick, runnable waiting for one 80%: it wants a CPU all the time.
+        let c = ProbeCost::of(
+            &busy_machine(0, 20),
+            None,
+            SECOND,
+            20_000,
+            TargetTime {
+                oncpu_ns: 140 * MS,
+                waiting_ns: 800 * MS,
+            },
+        )
+        .unwrap();
+        assert!((c.target_busy_share - 0.94).abs() < 1e-9);
+        assert!(c.alert, "{c:?}");
     }
 
     #[test]
     fn an_idle_tick_has_no_share_and_no_alert_and_the_machine_tax_is_apart() {
         // The target ran 1 ms and sent nothing; the machine's syscalls ran the programs 650 ms
         // (the old figure: 65,000% of the target's time).
-        let c = ProbeCost::of(&busy_machine(650, 0), None, SECOND, 0, MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(650, 0), None, SECOND, 0, oncpu(MS)).unwrap();
         assert_eq!(c.share_of_target, None);
         assert_eq!(c.no_share, Some(NoShare::LittleTargetCpu));
         assert!(!c.alert);
@@ -444,10 +530,10 @@ mod tests {
         // On a CPU 8.5% of the tick (asleep 91.5%), 2,000 packets; its own runs 2 ms, the
         // machine's 500 ms. Share: 2 / 85 ms. Even at 20 ms of its own (23%), no alert: it
         // absorbs the probes' time in its sleep.
-        let c = ProbeCost::of(&busy_machine(500, 2), None, SECOND, 2000, 85 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(500, 2), None, SECOND, 2000, oncpu(85 * MS)).unwrap();
         assert!((c.share_of_target.unwrap() - 2.0 / 85.0).abs() < 1e-9);
         assert!(!c.alert);
-        let c = ProbeCost::of(&busy_machine(500, 20), None, SECOND, 2000, 85 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(500, 20), None, SECOND, 2000, oncpu(85 * MS)).unwrap();
         assert!((c.share_of_target.unwrap() - 20.0 / 85.0).abs() < 1e-9);
         assert!(!c.alert, "not busy on a CPU: no alert");
         assert_eq!(c.alert_text(), None);
@@ -456,7 +542,7 @@ mod tests {
     #[test]
     fn a_blocked_sender_is_not_alerted_and_too_few_packets_give_no_share() {
         // Blocked in its sends: on a CPU 3% of the tick, 40 packets.
-        let c = ProbeCost::of(&busy_machine(300, 3), None, SECOND, 40, 30 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(300, 3), None, SECOND, 40, oncpu(30 * MS)).unwrap();
         assert_eq!(c.no_share, Some(NoShare::FewPackets));
         assert_eq!(c.share_of_target, None);
         assert!(!c.alert);
@@ -466,7 +552,7 @@ mod tests {
     #[test]
     fn a_paced_sender_gets_its_share_without_an_alert() {
         // Paced: on a CPU 30% of the tick, 50,000 packets, 24 ms of its own runs (8%).
-        let c = ProbeCost::of(&busy_machine(100, 24), None, SECOND, 50_000, 300 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(100, 24), None, SECOND, 50_000, oncpu(300 * MS)).unwrap();
         assert!((c.share_of_target.unwrap() - 0.08).abs() < 1e-9);
         assert!(!c.alert);
     }
@@ -474,14 +560,14 @@ mod tests {
     #[test]
     fn a_full_speed_sender_above_the_threshold_is_alerted_on_its_own_runs() {
         // On a CPU 99% of the tick: 300 ms of its own runs (30.3%), 200 ms machine-wide beside.
-        let c = ProbeCost::of(&busy_machine(200, 300), None, SECOND, 250_000, 990 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(200, 300), None, SECOND, 250_000, oncpu(990 * MS)).unwrap();
         assert!((c.share_of_target.unwrap() - 300.0 / 990.0).abs() < 1e-9);
         assert!(c.alert);
         assert!((c.target_ns_per_packet.unwrap() - 1200.0).abs() < 1e-9);
         assert!((c.ns_per_packet.unwrap() - 2000.0).abs() < 1e-9);
         assert!(c.alert_text().unwrap().contains("up to 43% faster"));
         // Below the threshold, the same busy sender is quiet.
-        let c = ProbeCost::of(&busy_machine(200, 30), None, SECOND, 250_000, 990 * MS).unwrap();
+        let c = ProbeCost::of(&busy_machine(200, 30), None, SECOND, 250_000, oncpu(990 * MS)).unwrap();
         assert!(!c.alert);
     }
 
@@ -490,7 +576,7 @@ mod tests {
         // A bundle written before the programs timed the target's runs.
         let mut r = reading(StatsCoverage::Continuous, SECOND, &[("a.x", 10_000, 500 * MS)]);
         r.target_timed = false;
-        let c = ProbeCost::of(&r, None, SECOND, 100_000, 900 * MS).unwrap();
+        let c = ProbeCost::of(&r, None, SECOND, 100_000, oncpu(900 * MS)).unwrap();
         assert_eq!(c.no_share, Some(NoShare::NotTimed));
         assert_eq!((c.share_of_target, c.target_bpf_ns, c.machine_bpf_ns), (None, None, None));
         assert!(!c.alert);

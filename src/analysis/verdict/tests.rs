@@ -605,15 +605,28 @@ fn measured_probes(packets: u64, interval_s: f64, oncpu_ns: f64, target_ns: f64,
         holder: StatsHolder::Scanprof,
         measured_ns: interval_ns,
         target_timed: true,
-        programs: vec![ProgramRun {
-            name: "send_path.on_sys_enter".into(),
-            runs: packets + 1_000_000,
-            run_time_ns: (target_ns + machine_ns) as u64,
-            target_runs: packets,
-            target_ns: target_ns as u64,
-        }],
+        programs: vec![
+            ProgramRun {
+                name: "send_path.on_sys_enter".into(),
+                runs: packets,
+                run_time_ns: target_ns as u64,
+                target_runs: packets,
+                target_ns: target_ns as u64,
+            },
+            ProgramRun {
+                name: "send_path.on_sys_exit".into(),
+                runs: 1_000_000,
+                run_time_ns: machine_ns as u64,
+                target_runs: 0,
+                target_ns: 0,
+            },
+        ],
     };
-    ProbeCost::of(&reading, None, interval_ns, packets, oncpu_ns as u64).expect("measured")
+    let target = crate::analysis::probe_cost::TargetTime {
+        oncpu_ns: oncpu_ns as u64,
+        waiting_ns: 0,
+    };
+    ProbeCost::of(&reading, None, interval_ns, packets, target).expect("measured")
 }
 
 /// The probes of a crafted run: `ns_per_packet` on the sender's threads, which must make
