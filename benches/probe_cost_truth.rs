@@ -155,7 +155,7 @@ fn under_scanprof(lab: &Lab, mode: &Mode) -> Round {
         };
         let bpf = &v["cost"]["bpf"];
         match v["type"].as_str() {
-            Some("tick") if bpf.is_object() => {
+            Some("sample") if bpf.is_object() => {
                 r.ticks += 1;
                 if bpf["alert"].as_bool() == Some(true) {
                     r.alert_ticks += 1;

@@ -298,7 +298,7 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
         "{:#?}",
         summary.verdicts
     );
-    let ticks = finished.of_type("tick");
+    let ticks = finished.of_type("sample");
     assert!(ticks.len() >= 2, "{}", finished.context());
     for t in ticks {
         let tick: Snapshot = serde_json::from_value(t).expect("a tick line");

@@ -519,7 +519,7 @@ mod tests {
         assert!((c.machine_bpf_ns.unwrap() - 650e6).abs() < 1.0);
         assert!((c.machine_cpu_share.unwrap() - 0.65).abs() < 1e-9);
         let why = c.share_text();
-        assert!(why.starts_with("no share of the target's time (its threads ran 1.00 ms on a CPU"), "{why}");
+        assert!(why.starts_with("no share of the target's time (its threads ran 1.000 ms on a CPU, 0.1% of the interval, under 2.0%)"), "{why}");
         let tax = c.machine_text().unwrap();
         assert!(tax.starts_with("tax on the rest of the machine: 650"), "{tax}");
         assert!(tax.ends_with("65.0% of a CPU"), "{tax}");

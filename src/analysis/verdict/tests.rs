@@ -668,7 +668,7 @@ fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
     assert!(
         p.evidence
             .iter()
-            .any(|e| e.contains("30.0% of the target's on-CPU time (counted)")),
+            .any(|e| e.contains("30.0% of the target's on-CPU time (counted, timed by the programs)")),
         "{:#?}",
         p.evidence
     );
