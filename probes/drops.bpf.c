@@ -319,7 +319,7 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 
 /* kfree_skb with rx_sk (kernels >= 6.8): the receiving socket names replies lost at the target. */
 SEC("tp_btf/kfree_skb")
-int BPF_PROG(on_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
+int SP_PROG(SP_PROG_KFREE_SKB, on_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_reason reason,
 	     struct sock *rx_sk)
 {
 	count_drop(skb, location, reason, rx_sk);
@@ -328,7 +328,7 @@ int BPF_PROG(on_kfree_skb, struct sk_buff *skb, void *location, enum skb_drop_re
 
 /* kfree_skb without rx_sk (5.17 to 6.7); user space loads exactly one of the two. */
 SEC("tp_btf/kfree_skb")
-int BPF_PROG(on_kfree_skb_norx, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
+int SP_PROG(SP_PROG_KFREE_SKB_NORX, on_kfree_skb_norx, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
 	count_drop(skb, location, reason, 0);
 	return 0;

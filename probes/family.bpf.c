@@ -64,6 +64,8 @@ enum sp_pkt_sampling abi_pkt_sampling;
 enum sp_pkt_flags abi_pkt_flags;
 enum sp_recv_call abi_recv_call;
 enum sp_recv_kind abi_recv_kind;
+enum sp_prog abi_prog;
+struct sp_prog_cost abi_prog_cost;
 
 static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
 {
@@ -82,7 +84,7 @@ static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct ta
 
 /* sched_process_fork: covers new threads (same tgid) and new processes of the family. */
 SEC("tp_btf/sched_process_fork")
-int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+int SP_PROG(SP_PROG_FORK, on_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptgid = BPF_CORE_READ(parent, tgid);
 	__u32 ctgid = BPF_CORE_READ(child, tgid);
@@ -142,7 +144,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 
 /* sched_process_exec: the member's image changed (a master exec'ing its sender binary). */
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+int SP_PROG(SP_PROG_EXEC, on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 	struct sp_event *e;
@@ -163,7 +165,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 /* sched_process_exit: mark the thread gone (user space folds in its last counters); on the
  * last thread, the process leaves the family. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *p)
+int SP_PROG(SP_PROG_EXIT, on_exit, struct task_struct *p)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
 	__u32 tid = BPF_CORE_READ(p, pid);

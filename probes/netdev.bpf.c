@@ -245,7 +245,7 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 /* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. Its
  * headers are read once, here, for both this and net_dev_start_xmit (in_flight). */
 SEC("tp_btf/net_dev_queue")
-int BPF_PROG(on_dev_queue, struct sk_buff *skb)
+int SP_PROG(SP_PROG_DEV_QUEUE, on_dev_queue, struct sk_buff *skb)
 {
 	struct net_device *dev = skb->dev;
 	__u32 tgid, zero = 0;
@@ -292,7 +292,7 @@ static __always_inline void qdisc_depth(struct net_device *dev, struct Qdisc *q)
 
 /* qdisc_enqueue: the packet was accepted by a queueing discipline. */
 SEC("tp_btf/qdisc_enqueue")
-int BPF_PROG(on_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
+int SP_PROG(SP_PROG_QDISC_ENQUEUE, on_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
 {
 	struct net_device *dev = q->dev_queue->dev;
 	__u32 tgid = skb_target(skb);
@@ -306,7 +306,7 @@ int BPF_PROG(on_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, 
 
 /* qdisc_dequeue: `packets` left the queue towards the driver (skb is the first of them). */
 SEC("tp_btf/qdisc_dequeue")
-int BPF_PROG(on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
+int SP_PROG(SP_PROG_QDISC_DEQUEUE, on_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
 	struct net_device *dev = q->dev_queue->dev;
@@ -427,7 +427,7 @@ static __always_inline void note_far_netns(const struct net_device *dev, struct 
 /* net_dev_start_xmit: the family's packet goes to the driver; veth and lo deliver it to the far
  * side before the driver returns, so it is marked here, not at net_dev_xmit. */
 SEC("tp_btf/net_dev_start_xmit")
-int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
+int SP_PROG(SP_PROG_DEV_START_XMIT, on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
 	__u32 tgid = skb_target(skb), zero = 0;
 	struct in_xmit *x;
@@ -453,7 +453,7 @@ int BPF_PROG(on_dev_start_xmit, const struct sk_buff *skb, const struct net_devi
  * net_dev_start_xmit: a driver may orphan the skb before it returns (loopback does), so its
  * socket no longer says whose it was. */
 SEC("tp_btf/net_dev_xmit")
-int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
+int SP_PROG(SP_PROG_DEV_XMIT, on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, unsigned int len)
 {
 	__u32 zero = 0, tgid;
 	struct in_xmit *x;
@@ -485,7 +485,7 @@ int BPF_PROG(on_dev_xmit, struct sk_buff *skb, int rc, struct net_device *dev, u
  * The reply can be handled before this fires (softirqs run as the sender re-enables them, so
  * neigh_update comes first on a veth): a resolution already over is counted here, from the state. */
 SEC("tp_btf/neigh_event_send_done")
-int BPF_PROG(on_neigh_send, struct neighbour *n, int err)
+int SP_PROG(SP_PROG_NEIGH_SEND, on_neigh_send, struct neighbour *n, int err)
 {
 	struct sp_thread *t = family_thread((__u32)bpf_get_current_pid_tgid());
 	struct net_device *dev;
@@ -537,7 +537,7 @@ static __always_inline void neigh_outcome(struct neighbour *n, int failed)
 
 /* neigh_timer_handler: retries ran out for a neighbour the target waited on. */
 SEC("tp_btf/neigh_timer_handler")
-int BPF_PROG(on_neigh_timer, struct neighbour *n, int err)
+int SP_PROG(SP_PROG_NEIGH_TIMER, on_neigh_timer, struct neighbour *n, int err)
 {
 	if (n->nud_state & NUD_FAILED)
 		neigh_outcome(n, 1);
@@ -546,7 +546,7 @@ int BPF_PROG(on_neigh_timer, struct neighbour *n, int err)
 
 /* neigh_update: a neighbour the target waited on got an address (or failed). */
 SEC("tp_btf/neigh_update")
-int BPF_PROG(on_neigh_update, struct neighbour *n, const u8 *lladdr, u8 new, u32 flags, u32 pid)
+int SP_PROG(SP_PROG_NEIGH_UPDATE, on_neigh_update, struct neighbour *n, const u8 *lladdr, u8 new, u32 flags, u32 pid)
 {
 	if (new & NUD_VALID)
 		neigh_outcome(n, 0);

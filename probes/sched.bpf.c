@@ -87,7 +87,7 @@ static __always_inline void end_off_cpu(struct sp_thread *t, __u64 now)
 
 /* sched_switch: one family thread leaves the CPU and/or one arrives. */
 SEC("tp_btf/sched_switch")
-int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+int SP_PROG(SP_PROG_SWITCH, on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
 	/* most switches on the machine are nobody's in the family: two bit tests and out */
@@ -142,14 +142,14 @@ static __always_inline void woken(struct task_struct *p)
 
 /* sched_wakeup: a sleeping or blocked thread becomes runnable; from here it waits for a CPU. */
 SEC("tp_btf/sched_wakeup")
-int BPF_PROG(on_wakeup, struct task_struct *p)
+int SP_PROG(SP_PROG_WAKEUP, on_wakeup, struct task_struct *p)
 {
 	woken(p);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(on_wakeup_new, struct task_struct *p)
+int SP_PROG(SP_PROG_WAKEUP_NEW, on_wakeup_new, struct task_struct *p)
 {
 	woken(p);
 	return 0;

@@ -445,7 +445,7 @@ static __always_inline int stats_exit(long ret)
  * Every syscall on the machine comes here: anything but a send by a family thread leaves after
  * a compare and a bit test, with no map lookup that is not inlined. */
 SEC("tp_btf/sys_enter")
-int BPF_PROG(on_sys_enter, struct pt_regs *regs, long id)
+int SP_PROG(SP_PROG_SYS_ENTER, on_sys_enter, struct pt_regs *regs, long id)
 {
 	__u32 call = call_of(id);
 	struct sp_thread *t;
@@ -570,7 +570,7 @@ static __always_inline int recv_exit(long ret)
 /* sys_exit: the send's outcome, duration and packet count. Like sys_enter, every other syscall
  * leaves after a compare. */
 SEC("tp_btf/sys_exit")
-int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+int SP_PROG(SP_PROG_SYS_EXIT, on_sys_exit, struct pt_regs *regs, long ret)
 {
 	long id = regs->orig_ax;	/* the syscall's number: a plain load of a BTF pointer */
 	struct sp_thread *t;

@@ -115,8 +115,7 @@ static __always_inline bool family_probe(struct pt_regs *ctx, __u64 id, __u64 *c
 	return *cfg && *st;
 }
 
-SEC("uprobe")
-int sp_uprobe_entry(struct pt_regs *ctx)
+static __always_inline int timed_uprobe_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
@@ -161,8 +160,7 @@ int sp_uprobe_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int sp_uprobe_return(struct pt_regs *ctx)
+static __always_inline int timed_uprobe_return(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
@@ -200,4 +198,27 @@ int sp_uprobe_return(struct pt_regs *ctx)
 	c->inside_ns = inside;
 	bpf_ringbuf_submit(c, BPF_RB_NO_WAKEUP);
 	return 0;
+}
+
+/* A scanner function's entry (the attach cookie names the probe); timed for the family like
+ * every program (SP_PROG in shared.h). */
+SEC("uprobe")
+int sp_uprobe_entry(struct pt_regs *ctx)
+{
+	__u64 t0 = cost_begin();
+	int ret = timed_uprobe_entry(ctx);
+
+	cost_end(SP_PROG_UPROBE_ENTRY, t0);
+	return ret;
+}
+
+/* Its return. */
+SEC("uretprobe")
+int sp_uprobe_return(struct pt_regs *ctx)
+{
+	__u64 t0 = cost_begin();
+	int ret = timed_uprobe_return(ctx);
+
+	cost_end(SP_PROG_UPROBE_RETURN, t0);
+	return ret;
 }

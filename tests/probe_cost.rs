@@ -18,6 +18,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use common::*;
+use scanprof::analysis::verdict::Cause;
+use scanprof::analysis::Snapshot;
 use scanprof::collect::bpf_time::{StatsCoverage, StatsHolder};
 
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -165,12 +167,29 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
         bpftool_per_packet,
         0.25,
     );
+    // What the target paid is the programs' runs on its threads: part of all the runs, and
+    // every send's sys_enter among them (the whole run was timed: statistics on throughout).
+    let target_ns = bpf.target_bpf_ns.expect("target_bpf_ns");
+    assert!(target_ns > 0.0 && target_ns <= bpf.bpf_ns, "{bpf:#?}");
+    for p in &bpf.programs {
+        assert!(p.target_runs <= p.runs && p.target_run_time_ns <= p.run_time_ns, "{p:#?}");
+    }
+    let enter = bpf
+        .programs
+        .iter()
+        .find(|p| p.name == "send_path.on_sys_enter")
+        .expect("sys_enter ran");
+    assert!(
+        enter.target_runs >= sent,
+        "{} sys_enter runs on the family's threads for {sent} sends",
+        enter.target_runs
+    );
     // And the share of the target's time is that run time over its threads' on-CPU time.
     let share = bpf.share_of_target.expect("share_of_target");
     assert_within(
         "share of the target's on-CPU time",
         share,
-        bpf.bpf_ns / bpf.target_oncpu_ns as f64,
+        target_ns / bpf.target_oncpu_ns as f64,
         1e-9,
     );
 
@@ -207,6 +226,94 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     drop(_off);
     assert_eq!(std::fs::read_to_string(SYSCTL).unwrap().trim(), "0");
     baseline.assert_released("the probe-cost runs");
+}
+
+/// A busy loop of syscalls outside the family, ended (by its pid) when dropped.
+struct SyscallLoop(std::process::Child);
+
+impl SyscallLoop {
+    /// `dd bs=1` from /dev/zero to /dev/null: a read and a write a byte, as fast as it can.
+    fn start() -> SyscallLoop {
+        let child = Command::new("dd")
+            .args(["if=/dev/zero", "of=/dev/null", "bs=1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting dd");
+        SyscallLoop(child)
+    }
+}
+
+impl Drop for SyscallLoop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 28: a sender asleep between its packets, profiled while another process makes
+/// syscalls as fast as it can. The syscall programs run for every one of them; none of that is
+/// the sender's. No tick and not the run may warn that the probes slow it, nor name probe_cost.
+#[test]
+fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
+    require_root();
+    let _serial = serial();
+    let baseline = BpfBaseline::take();
+    let _off = StatsSysctl::set("0");
+    let _busy = SyscallLoop::start();
+    // 2,000 pps for 3 s, asleep between packets (clock_nanosleep), to a closed loopback port;
+    // statistics counted the whole run, so every tick has its figure.
+    let sender = sender_argv("127.0.0.1:9", 2000.0, 6000, 3.0, &["--pacer", "sleep"]);
+    let mut args: Vec<String> = ["run", "--json", "--bpf-stats", "always", "--duration", "30", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(sender);
+    let finished = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    finished.assert_success();
+    let summary = finished.summary();
+    let bpf = summary.cost.bpf.as_ref().expect("cost.bpf");
+    let machine = bpf.machine_bpf_ns.expect("machine_bpf_ns");
+    let target = bpf.target_bpf_ns.expect("target_bpf_ns");
+    eprintln!(
+        "sleeping sender beside dd: target {:.2} ms of BPF on its threads, {:.1} ms on a CPU ({:?}), \
+         machine tax {:.1} ms; the old figure (all runs over its time) would be {:.0}%",
+        target / 1e6,
+        bpf.target_oncpu_ns as f64 / 1e6,
+        bpf.share_of_target,
+        machine / 1e6,
+        bpf.bpf_ns / bpf.target_oncpu_ns.max(1) as f64 * 100.0
+    );
+    // The loop's syscalls ran the programs outside the family: that is the machine's tax.
+    assert!(machine > 0.0, "{bpf:#?}");
+    let enter = bpf
+        .programs
+        .iter()
+        .find(|p| p.name == "send_path.on_sys_enter")
+        .expect("sys_enter ran");
+    assert!(enter.runs > enter.target_runs, "{enter:#?}");
+    assert!(!bpf.alert, "the run warned: {bpf:#?}");
+    assert!(
+        summary.verdicts.iter().all(|v| v.cause != Cause::ProbeCost),
+        "{:#?}",
+        summary.verdicts
+    );
+    let ticks = finished.of_type("sample");
+    assert!(ticks.len() >= 2, "{}", finished.context());
+    for t in ticks {
+        let tick: Snapshot = serde_json::from_value(t).expect("a tick line");
+        let b = tick.cost.bpf.as_ref().expect("every tick measured (--bpf-stats always)");
+        assert!(!b.alert, "tick {} warned: {b:#?}", tick.tick);
+        assert!(
+            tick.verdicts.iter().all(|v| v.cause != Cause::ProbeCost),
+            "tick {} named probe_cost: {:#?}",
+            tick.tick,
+            tick.verdicts
+        );
+    }
+    drop(_busy);
+    drop(_off);
+    baseline.assert_released("the sleeping sender's run");
 }
 
 #[test]

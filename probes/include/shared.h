@@ -216,6 +216,74 @@ static __always_inline int in_family(__u32 tid)
 	return w && ((*w >> (tid & 63)) & 1);
 }
 
+/*
+ * What scanprof's programs cost the family itself, apart from their runs for the rest of the
+ * machine: each program's runs while a family thread is the task on the CPU, timed. The kernel's
+ * run-time statistics cannot tell them apart. Timing is on only while user space reads those
+ * statistics (`cost_timing`, set around each window): outside it a program pays one inlined
+ * array load; inside it a run for another task also pays the bit test, and a family run two
+ * clock reads and a per-CPU add.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cost_timing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_PROG_MAX);
+	__type(key, __u32);
+	__type(value, struct sp_prog_cost);
+} prog_cost SEC(".maps");
+
+/* The clock at a run's start when it runs on a family thread while timing is on; 0 otherwise. */
+static __always_inline __u64 cost_begin(void)
+{
+	__u32 zero = 0, *on = bpf_map_lookup_elem(&cost_timing, &zero);
+
+	if (!on || !*on || !in_family((__u32)bpf_get_current_pid_tgid()))
+		return 0;
+	return bpf_ktime_get_ns();
+}
+
+/* Adds a timed run (cost_begin's t0, non-zero) to program `prog`'s counters on this CPU. */
+static __always_inline void cost_end(__u32 prog, __u64 t0)
+{
+	struct sp_prog_cost *c;
+
+	if (!t0)
+		return;
+	c = bpf_map_lookup_elem(&prog_cost, &prog);
+	if (c) {
+		c->runs += 1;
+		c->run_ns += bpf_ktime_get_ns() - t0;
+	}
+}
+
+/*
+ * BPF_PROG with each run timed for the family (cost_begin/cost_end around the body): written
+ * `int SP_PROG(SP_PROG_X, name, args...)` where BPF_PROG would be `int BPF_PROG(name, args...)`.
+ */
+#define SP_PROG(prog, name, args...)					\
+name(unsigned long long *ctx);						\
+static __always_inline typeof(name(0))					\
+____##name(unsigned long long *ctx, ##args);				\
+typeof(name(0)) name(unsigned long long *ctx)				\
+{									\
+	__u64 ___t0 = cost_begin();					\
+	typeof(name(0)) ___ret;						\
+	_Pragma("GCC diagnostic push")					\
+	_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")		\
+	___ret = ____##name(___bpf_ctx_cast(args));			\
+	_Pragma("GCC diagnostic pop")					\
+	cost_end(prog, ___t0);						\
+	return ___ret;							\
+}									\
+static __always_inline typeof(name(0))					\
+____##name(unsigned long long *ctx, ##args)
+
 static __always_inline struct sp_thread *family_thread(__u32 tid)
 {
 	struct sp_thread *t;

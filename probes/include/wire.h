@@ -333,6 +333,42 @@ enum sp_health {
 };
 
 /*
+ * Indices of the per-CPU `prog_cost` counters: one per program that can run on a family thread
+ * (src/probes/stats.rs names each "object.program"). Counted only while user space has timing
+ * on (`cost_timing`), which it keeps on exactly while it reads the kernel's run-time statistics.
+ */
+enum sp_prog {
+	SP_PROG_FORK = 0,
+	SP_PROG_EXEC = 1,
+	SP_PROG_EXIT = 2,
+	SP_PROG_SYS_ENTER = 3,
+	SP_PROG_SYS_EXIT = 4,
+	SP_PROG_SWITCH = 5,
+	SP_PROG_WAKEUP = 6,
+	SP_PROG_WAKEUP_NEW = 7,
+	SP_PROG_DEV_QUEUE = 8,
+	SP_PROG_QDISC_ENQUEUE = 9,
+	SP_PROG_QDISC_DEQUEUE = 10,
+	SP_PROG_DEV_START_XMIT = 11,
+	SP_PROG_DEV_XMIT = 12,
+	SP_PROG_NEIGH_SEND = 13,
+	SP_PROG_NEIGH_TIMER = 14,
+	SP_PROG_NEIGH_UPDATE = 15,
+	SP_PROG_KFREE_SKB = 16,
+	SP_PROG_KFREE_SKB_NORX = 17,
+	SP_PROG_UPROBE_ENTRY = 18,
+	SP_PROG_UPROBE_RETURN = 19,
+	SP_PROG_MAX = 24,
+};
+
+/* One program's runs on the family's threads (the task on the CPU is a family thread: the run
+ * is part of that thread's on-CPU time), while timing was on. */
+struct sp_prog_cost {
+	__u64 runs;
+	__u64 run_ns;	/* from the program's entry check to its return, ns (bpf_ktime_get_ns) */
+};
+
+/*
  * Scanner uprobes (uprobes.bpf.c): one program pair serves every probe a profile names. The attach
  * cookie's low 32 bits are the probe's index into `uprobe_cfg`, set by user space before
  * attaching; the bits above say what kind of link it is.

@@ -436,7 +436,7 @@ impl Analyzer {
                         prev.bpf.as_ref(),
                         interval_ns,
                         now_t.packets.saturating_sub(prev_t.packets),
-                        probe_cost::target_oncpu_ns(&s.threads, Some(&prev.threads)),
+                        probe_cost::target_time(&s.threads, Some(&prev.threads)),
                     )
                 }),
             },
@@ -563,7 +563,7 @@ impl Analyzer {
                         None,
                         duration_ns,
                         t.packets,
-                        probe_cost::target_oncpu_ns(&last.threads, None),
+                        probe_cost::target_time(&last.threads, None),
                     )
                 }),
             },

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::probe_cost::{ProbeCost, ProgramCost, PROBE_COST_ALERT};
+pub use super::probe_cost::{NoShare, ProbeCost, ProgramCost, PROBE_COST_ALERT};
 pub use super::receive::{
     Capacity, LineRate, OncpuSource, ReceiveCost, ReceiveView, ThreadReceiveCost, RECV_STAGES,
 };

@@ -1,7 +1,9 @@
 //! scanprof's own BPF programs' run time, as the kernel's run-time statistics count it, summed
 //! into cumulative counters for the `CounterSample`: per program, over the windows in which the
 //! statistics were on, with the time those windows covered. The analysis scales them to the
-//! interval and divides by the target's packets and time; nothing here divides.
+//! interval and divides by the target's packets and time; nothing here divides. Beside the
+//! kernel's figures, each program's runs on the family's threads and their time, as the programs
+//! timed them over the same windows (`ProgramRun::target_runs`).
 
 use std::collections::BTreeMap;
 
@@ -57,6 +59,13 @@ pub struct ProgramRun {
     pub runs: u64,
     /// time the program ran while statistics were on, ns
     pub run_time_ns: u64,
+    /// of those runs, the ones on a family thread (the task on the CPU was one of the
+    /// target's), as the program counted them; 0 in bundles written before they were counted
+    #[serde(default)]
+    pub target_runs: u64,
+    /// their time as the program timed it, ns
+    #[serde(default)]
+    pub target_ns: u64,
 }
 
 /// scanprof's BPF run time so far, cumulative since attach.
@@ -66,6 +75,10 @@ pub struct BpfRunTime {
     pub holder: StatsHolder,
     /// wall time the statistics were on and measured (summed over the windows), ns
     pub measured_ns: u64,
+    /// whether the programs timed their runs on the family's threads in those windows
+    /// (`ProgramRun::target_runs`); false in bundles written before they did
+    #[serde(default)]
+    pub target_timed: bool,
     /// per program, sorted by name
     pub programs: Vec<ProgramRun>,
 }
@@ -76,7 +89,8 @@ pub struct BpfMeter {
     policy: StatsPolicy,
     /// (CLOCK_MONOTONIC ns it opened, the counters then)
     window: Option<(u64, Vec<ProgramRuntime>)>,
-    totals: BTreeMap<String, (u64, u64)>,
+    /// per program: runs, run time ns, target runs, target ns
+    totals: BTreeMap<String, [u64; 4]>,
     measured_ns: u64,
     holder: StatsHolder,
     /// whether any window was sampled rather than continuous
@@ -132,6 +146,7 @@ impl BpfMeter {
                 return;
             }
         }
+        stats.time_target(true);
         self.window = Some((now_ns, stats.read()));
     }
 
@@ -143,18 +158,21 @@ impl BpfMeter {
         };
         let after = stats.read();
         if !self.continuous() {
+            stats.time_target(false);
             stats.turn_off();
             self.sampled = true;
         }
         self.measured_ns += now_ns.saturating_sub(opened);
         for a in after {
-            let (runs, ns) = before
+            let b = before
                 .iter()
                 .find(|b| b.name == a.name)
-                .map_or((0, 0), |b| (b.run_cnt, b.run_time_ns));
+                .map_or([0; 4], |b| [b.run_cnt, b.run_time_ns, b.target_runs, b.target_ns]);
+            let now = [a.run_cnt, a.run_time_ns, a.target_runs, a.target_ns];
             let e = self.totals.entry(a.name).or_default();
-            e.0 += a.run_cnt.saturating_sub(runs);
-            e.1 += a.run_time_ns.saturating_sub(ns);
+            for (sum, (n, b)) in e.iter_mut().zip(now.into_iter().zip(b)) {
+                *sum += n.saturating_sub(b);
+            }
         }
     }
 
@@ -176,13 +194,16 @@ impl BpfMeter {
             },
             holder: self.holder,
             measured_ns: self.measured_ns,
+            target_timed: true,
             programs: self
                 .totals
                 .iter()
-                .map(|(name, (runs, ns))| ProgramRun {
+                .map(|(name, [runs, ns, target_runs, target_ns])| ProgramRun {
                     name: name.clone(),
                     runs: *runs,
                     run_time_ns: *ns,
+                    target_runs: *target_runs,
+                    target_ns: *target_ns,
                 })
                 .collect(),
         })

@@ -615,7 +615,12 @@ impl ProbeSet {
         let uprobes_obj = uprobes_skel.as_ref().map(|s| s.object());
         let rings_obj = rings_skel.as_ref().map(|s| s.object());
         check_shared(objects.iter().chain(uprobes_obj).chain(rings_obj))?;
-        let bpf_stats = BpfStats::of_objects(objects.iter().chain(uprobes_obj).chain(rings_obj));
+        let family_maps = &objects.family.maps;
+        let bpf_stats = BpfStats::of_objects(
+            objects.iter().chain(uprobes_obj).chain(rings_obj),
+            MapHandle::try_from(&family_maps.prog_cost).map_err(bpf_err("opening map prog_cost"))?,
+            MapHandle::try_from(&family_maps.cost_timing).map_err(bpf_err("opening map cost_timing"))?,
+        );
         timing("objects loaded, shared maps checked");
 
         // Attached only now that every object is loaded and its maps checked: a program that

@@ -3,12 +3,54 @@
 //! every BPF program on the machine a little per run (two clock reads), so they are on only while
 //! scanprof holds the fd the kernel returned (`turn_on` .. `turn_off`, or until the ProbeSet is
 //! dropped or the process dies: the kernel restores them when the fd closes).
+//!
+//! The kernel counts every run of a program, for whatever task or packet. Beside its figures,
+//! each program times its own runs on the family's threads (`prog_cost`, shared.h) while
+//! scanprof holds timing on (`cost_timing`), which it does exactly while it reads statistics:
+//! what the target pays, apart from the tax on the rest of the machine.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use libbpf_rs::{libbpf_sys, Object};
+use libbpf_rs::{libbpf_sys, MapCore, MapFlags, MapHandle, Object};
 
+use super::family_skel::types::{sp_prog, sp_prog_cost};
 use super::ProbeError;
+
+/// Each program's slot in the `prog_cost` counters (enum sp_prog in wire.h), by its name
+/// ("object.program"). Every program that can run on a family thread has one (a unit test holds
+/// this list to the programs the objects declare).
+const COST_SLOTS: [(&str, sp_prog); 20] = [
+    ("family.on_fork", sp_prog::SP_PROG_FORK),
+    ("family.on_exec", sp_prog::SP_PROG_EXEC),
+    ("family.on_exit", sp_prog::SP_PROG_EXIT),
+    ("send_path.on_sys_enter", sp_prog::SP_PROG_SYS_ENTER),
+    ("send_path.on_sys_exit", sp_prog::SP_PROG_SYS_EXIT),
+    ("sched.on_switch", sp_prog::SP_PROG_SWITCH),
+    ("sched.on_wakeup", sp_prog::SP_PROG_WAKEUP),
+    ("sched.on_wakeup_new", sp_prog::SP_PROG_WAKEUP_NEW),
+    ("netdev.on_dev_queue", sp_prog::SP_PROG_DEV_QUEUE),
+    ("netdev.on_qdisc_enqueue", sp_prog::SP_PROG_QDISC_ENQUEUE),
+    ("netdev.on_qdisc_dequeue", sp_prog::SP_PROG_QDISC_DEQUEUE),
+    ("netdev.on_dev_start_xmit", sp_prog::SP_PROG_DEV_START_XMIT),
+    ("netdev.on_dev_xmit", sp_prog::SP_PROG_DEV_XMIT),
+    ("netdev.on_neigh_send", sp_prog::SP_PROG_NEIGH_SEND),
+    ("netdev.on_neigh_timer", sp_prog::SP_PROG_NEIGH_TIMER),
+    ("netdev.on_neigh_update", sp_prog::SP_PROG_NEIGH_UPDATE),
+    ("drops.on_kfree_skb", sp_prog::SP_PROG_KFREE_SKB),
+    ("drops.on_kfree_skb_norx", sp_prog::SP_PROG_KFREE_SKB_NORX),
+    ("uprobes.sp_uprobe_entry", sp_prog::SP_PROG_UPROBE_ENTRY),
+    ("uprobes.sp_uprobe_return", sp_prog::SP_PROG_UPROBE_RETURN),
+];
+
+/// Programs that never run on a family thread, so have no slot: the packet-socket iterator
+/// runs in scanprof's own reads.
+#[cfg(test)]
+const UNTIMED: [&str; 1] = ["rings.sp_rings"];
+
+/// The `prog_cost` slot of program `name`, if it has one.
+fn cost_slot(name: &str) -> Option<u32> {
+    COST_SLOTS.iter().find(|(n, _)| *n == name).map(|(_, p)| p.0 as u32)
+}
 
 /// Where the kernel's machine-wide switch for BPF run-time statistics is.
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -23,6 +65,17 @@ pub struct ProgramRuntime {
     pub run_cnt: u64,
     /// time spent running, ns, while statistics were on
     pub run_time_ns: u64,
+    /// of those, runs on a family thread (timed while scanprof held statistics on)
+    pub target_runs: u64,
+    /// their time, ns
+    pub target_ns: u64,
+}
+
+/// The family's own share of the programs' runs: the per-CPU `prog_cost` counters and the
+/// switch that turns their timing on.
+struct TargetTiming {
+    prog_cost: MapHandle,
+    cost_timing: MapHandle,
 }
 
 /// The loaded programs' fds, and the statistics fd while scanprof keeps statistics on.
@@ -30,12 +83,18 @@ pub struct BpfStats {
     programs: Vec<(String, OwnedFd)>,
     /// BPF_ENABLE_STATS's fd: statistics stay on while it is open
     enabled: Option<OwnedFd>,
+    timing: TargetTiming,
 }
 
 impl BpfStats {
-    /// Keeps a duplicate fd of every loaded program of `objects` (named like `ProbeStatus`).
-    /// A program whose fd cannot be duplicated is left out.
-    pub(super) fn of_objects<'a>(objects: impl IntoIterator<Item = &'a Object>) -> BpfStats {
+    /// Keeps a duplicate fd of every loaded program of `objects` (named like `ProbeStatus`),
+    /// and handles on the family's timing maps (`prog_cost`, `cost_timing` of `family`, which
+    /// every object shares). A program whose fd cannot be duplicated is left out.
+    pub(super) fn of_objects<'a>(
+        objects: impl IntoIterator<Item = &'a Object>,
+        prog_cost: MapHandle,
+        cost_timing: MapHandle,
+    ) -> BpfStats {
         let mut programs = Vec::new();
         for obj in objects {
             let obj_name = obj
@@ -51,7 +110,43 @@ impl BpfStats {
         BpfStats {
             programs,
             enabled: None,
+            timing: TargetTiming {
+                prog_cost,
+                cost_timing,
+            },
         }
+    }
+
+    /// Turns the timing of the family's runs on or off (every program reads the switch at each
+    /// run). On exactly while statistics are read: its cost is paid inside the windows only.
+    pub fn time_target(&mut self, on: bool) {
+        let v: u32 = on.into();
+        // A write to an array's only key does not fail once the map exists; if it ever did, the
+        // window would count no target runs (or keep timing), shown as they are.
+        let _ = self
+            .timing
+            .cost_timing
+            .update(&0u32.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY);
+    }
+
+    /// Each slot's target runs and time, summed over CPUs.
+    fn target_counters(&self) -> Vec<(u64, u64)> {
+        let mut out = vec![(0, 0); sp_prog::SP_PROG_MAX.0 as usize];
+        let t = &self.timing;
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let Ok(Some(per_cpu)) = t.prog_cost.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY) {
+                for b in per_cpu {
+                    let word = |at: usize| {
+                        b.get(at..at + 8)
+                            .and_then(|w| w.try_into().ok())
+                            .map_or(0, u64::from_ne_bytes)
+                    };
+                    slot.0 += word(0);
+                    slot.1 += word(8);
+                }
+            }
+        }
+        out
     }
 
     /// Whether statistics are on machine-wide by the sysctl (`kernel.bpf_stats_enabled = 1`),
@@ -91,6 +186,7 @@ impl BpfStats {
 
     /// Every program's counters now. A program the kernel will not describe is left out.
     pub fn read(&self) -> Vec<ProgramRuntime> {
+        let target = self.target_counters();
         self.programs
             .iter()
             .filter_map(|(name, fd)| {
@@ -99,12 +195,54 @@ impl BpfStats {
                 // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes with every pointer field
                 // null (no arrays requested); the kernel writes at most `len` bytes into it.
                 let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+                let (target_runs, target_ns) = cost_slot(name)
+                    .and_then(|i| target.get(i as usize).copied())
+                    .unwrap_or((0, 0));
                 (rc == 0).then(|| ProgramRuntime {
                     name: name.clone(),
                     run_cnt: info.run_cnt,
                     run_time_ns: info.run_time_ns,
+                    target_runs,
+                    target_ns,
                 })
             })
             .collect()
+    }
+}
+
+// The ABI of the counters read above: two u64.
+const _: () = assert!(std::mem::size_of::<sp_prog_cost>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program of every object has a timing slot or is listed as never running on a
+    /// family thread; no slot is used twice; no slot names a program that does not exist.
+    #[test]
+    fn every_program_that_can_run_on_a_family_thread_has_a_cost_slot() {
+        let mut declared = Vec::new();
+        for (obj_name, bytes) in super::super::objects() {
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(bytes)
+                .expect("the embedded object opens without privileges");
+            for prog in obj.progs() {
+                declared.push(format!("{obj_name}.{}", prog.name().to_string_lossy()));
+            }
+        }
+        for name in &declared {
+            assert!(
+                cost_slot(name).is_some() || UNTIMED.contains(&name.as_str()),
+                "{name} has no prog_cost slot (enum sp_prog) and is not listed as untimed"
+            );
+        }
+        for (name, _) in COST_SLOTS {
+            assert!(declared.iter().any(|d| d == name), "{name} is not a program");
+        }
+        let mut slots: Vec<u32> = COST_SLOTS.iter().map(|(_, p)| p.0 as u32).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), COST_SLOTS.len(), "a slot is used twice");
+        assert!(slots.iter().all(|s| *s < sp_prog::SP_PROG_MAX.0 as u32));
     }
 }

@@ -120,21 +120,29 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             note: None,
         }],
         // BPF statistics on for a tenth of the time: 3 syscall-program runs of 200 ns and one
-        // device-program run of 500 ns per packet counted in the slices (1.1 us per packet).
+        // device-program run of 500 ns per packet counted in the slices (1.1 us per packet, of
+        // which 700 ns on the target's threads).
         bpf: Some(BpfRunTime {
             coverage: StatsCoverage::Sampled,
             holder: StatsHolder::Scanprof,
             measured_ns: t / 10,
+            target_timed: true,
+            // The device program ran on the target's threads for every packet; the syscall
+            // program for one call in three (the others were other processes' syscalls).
             programs: vec![
                 ProgramRun {
                     name: "netdev.on_dev_queue".into(),
                     runs: packets / 10,
                     run_time_ns: packets / 10 * 500,
+                    target_runs: packets / 10,
+                    target_ns: packets / 10 * 500,
                 },
                 ProgramRun {
                     name: "send_path.on_sys_enter".into(),
                     runs: packets * 3 / 10,
                     run_time_ns: packets * 3 / 10 * 200,
+                    target_runs: packets / 10,
+                    target_ns: packets / 10 * 200,
                 },
             ],
         }),

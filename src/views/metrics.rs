@@ -96,7 +96,10 @@ pub struct MetricsState {
     lost: BTreeMap<&'static str, u64>,
     cpu: f64,
     bpf_ns_per_packet: Option<f64>,
+    bpf_target_ns_per_packet: Option<f64>,
+    /// None on a tick without a share (the gauge is then absent, never a stale value)
     bpf_share_of_target: Option<f64>,
+    bpf_machine_cpu_share: Option<f64>,
     /// top verdict per kind: kind -> (cause, confidence, share)
     verdicts: BTreeMap<Kind, (Cause, Confidence, f64)>,
     /// what the family was doing at the latest tick
@@ -210,7 +213,10 @@ impl MetricsState {
     fn bpf(&mut self, bpf: Option<&crate::analysis::ProbeCost>) {
         if let Some(b) = bpf {
             self.bpf_ns_per_packet = b.ns_per_packet.or(self.bpf_ns_per_packet);
-            self.bpf_share_of_target = b.share_of_target.or(self.bpf_share_of_target);
+            self.bpf_target_ns_per_packet = b.target_ns_per_packet.or(self.bpf_target_ns_per_packet);
+            // The share of this interval or none: an idle tick must not show a busy one's share.
+            self.bpf_share_of_target = b.share_of_target;
+            self.bpf_machine_cpu_share = b.machine_cpu_share.or(self.bpf_machine_cpu_share);
         }
     }
 
@@ -332,7 +338,15 @@ impl MetricsState {
             gauge(
                 &r,
                 "bpf_seconds_per_packet",
-                "Run time of scanprof's BPF programs per packet the family sent, seconds (kernel run-time statistics).",
+                "Run time of all of scanprof's BPF programs, wherever they ran, per packet the family sent, seconds (kernel run-time statistics).",
+                ns / 1e9,
+            )?;
+        }
+        if let Some(ns) = self.bpf_target_ns_per_packet {
+            gauge(
+                &r,
+                "bpf_target_seconds_per_packet",
+                "Run time of scanprof's BPF programs on the family's threads per packet the family sent, seconds (timed by the programs).",
                 ns / 1e9,
             )?;
         }
@@ -340,8 +354,16 @@ impl MetricsState {
             gauge(
                 &r,
                 "bpf_share_of_target",
-                "Run time of scanprof's BPF programs as a share of the family's on-CPU time (an upper bound).",
+                "Run time of scanprof's BPF programs on the family's threads as a share of their on-CPU time; absent when the last interval had too little family CPU time or too few packets.",
                 share,
+            )?;
+        }
+        if let Some(m) = self.bpf_machine_cpu_share {
+            gauge(
+                &r,
+                "bpf_machine_cpu_share",
+                "The tax on the rest of the machine: run time of scanprof's BPF programs outside the family's threads, as a share of one CPU.",
+                m,
             )?;
         }
 

@@ -39,13 +39,16 @@ pub fn tick_line(s: &Snapshot) -> String {
     if let Some(b) = &s.cost.bpf {
         let _ = write!(
             out,
-            ", probes {} per packet = {} of target CPU ({})",
-            b.ns_per_packet.map_or("-".to_string(), ns),
-            b.share_of_target.map_or("-".to_string(), pct),
+            ", probes on target threads {} per packet, {} ({})",
+            b.target_ns_per_packet.map_or("-".to_string(), ns),
+            b.share_text(),
             b.coverage_text()
         );
-        if b.alert {
-            out.push_str(" PROBES SLOW THE TARGET");
+        if let Some(m) = b.machine_cpu_share {
+            let _ = write!(out, ", tax on the rest of the machine {} of a CPU", pct(m));
+        }
+        if let Some(share) = b.share_of_target.filter(|_| b.alert) {
+            let _ = write!(out, " PROBES TAKE {} OF A BUSY TARGET'S CPU", pct(share));
         }
     }
     out
@@ -66,29 +69,45 @@ pub fn phase_line(s: &Summary) -> Option<String> {
     ))
 }
 
-/// What scanprof's BPF programs cost over the run (or a tick), in plain lines: the figure, what
-/// it covers, the costliest programs, and the alert when they take more than 5% of the target's
-/// time. Nothing when they were not measured.
+/// What scanprof's BPF programs cost over the run (or a tick), in plain lines: what the target
+/// pays (its share, or why there is none), the tax on the rest of the machine apart, the
+/// costliest programs, and the alert when they take more than 5% of a busy target's time.
 pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
     let Some(b) = &c.bpf else {
         return vec![
             "scanprof's BPF programs: run time not measured (--bpf-stats off, or the kernel refused its statistics)".to_string(),
         ];
     };
-    let mut out = vec![format!(
-        "scanprof's BPF programs: {} per target packet, {} of the target's on-CPU time ({}, run time of all of \
-         scanprof's programs wherever they ran, over the target threads' on-CPU time)",
-        b.ns_per_packet.map_or("-".to_string(), ns),
-        b.share_of_target.map_or("-".to_string(), pct),
-        b.coverage_text()
-    )];
+    let mut out = Vec::new();
+    if b.target_timed {
+        out.push(format!(
+            "scanprof's BPF programs on the target's threads: {} per target packet, {} ({}; the programs' runs \
+             while a target thread was on the CPU, timed by the programs, over the target threads' on-CPU time)",
+            b.target_ns_per_packet.map_or("-".to_string(), ns),
+            b.share_text(),
+            b.coverage_text()
+        ));
+        if let Some(tax) = b.machine_text() {
+            out.push(format!("  {tax}"));
+        }
+    } else {
+        out.push(format!(
+            "scanprof's BPF programs: {} per target packet wherever they ran ({}); {}",
+            b.ns_per_packet.map_or("-".to_string(), ns),
+            b.coverage_text(),
+            b.share_text()
+        ));
+    }
     let top: Vec<String> = b
         .programs
         .iter()
         .take(4)
         .filter_map(|p| {
+            let mine = p
+                .target_ns_per_packet
+                .map_or(String::new(), |t| format!(", {} on the target's threads", ns(t)));
             Some(format!(
-                "{} {} ({} a run)",
+                "{} {}{mine} ({} a run)",
                 p.name,
                 ns(p.ns_per_packet?),
                 ns(p.ns_per_run?)
@@ -96,7 +115,7 @@ pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
         })
         .collect();
     if !top.is_empty() {
-        out.push(format!("  per packet: {}", top.join(", ")));
+        out.push(format!("  per packet, all runs: {}", top.join(", ")));
     }
     if let Some(alert) = b.alert_text() {
         out.push(format!("WARNING: {alert}"));

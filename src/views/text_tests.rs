@@ -612,28 +612,44 @@ fn work_unit_moments_not_seen_are_a_dash_without_a_unit() {
 #[test]
 fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_five_percent() {
     // The fixture counts, in a tenth of each tick, 0.3 runs of 200 ns and 0.1 of 500 ns per packet:
-    // scaled to the run, 600 + 500 ns per packet.
-    let (tick, mut s) = crate::views::fixtures::rich_run();
+    // scaled to the run, 600 + 500 ns per packet, of which 200 + 500 ns on the target's threads.
+    let (mut tick, mut s) = crate::views::fixtures::rich_run();
     let r = summary(&s);
     assert!(
-        r.contains("scanprof's BPF programs: 1.1 us per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time,"),
+        r.contains("scanprof's BPF programs on the target's threads: 700 ns per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time;"),
         "{r}"
     );
     assert!(
-        r.contains("  per packet: send_path.on_sys_enter 600 ns (200 ns a run), netdev.on_dev_queue 500 ns (500 ns a run)"),
+        r.contains("  tax on the rest of the machine: 80.0 us of BPF run time outside the target's threads"),
+        "{r}"
+    );
+    assert!(
+        r.contains("  per packet, all runs: send_path.on_sys_enter 600 ns, 200 ns on the target's threads (200 ns a run), netdev.on_dev_queue 500 ns, 500 ns on the target's threads (500 ns a run)"),
         "{r}"
     );
     assert!(!r.contains("WARNING"), "{r}");
-    assert!(tick_line(&tick)
-        .contains(", probes 1.1 us per packet = 0.0% of target CPU (sampled 10% of the time)"));
+    let line = tick_line(&tick);
+    assert!(
+        line.contains(", probes on target threads 700 ns per packet, 0.0% of the target's on-CPU time (sampled 10% of the time), tax on the rest of the machine 0.0% of a CPU"),
+        "{line}"
+    );
     let b = s.cost.bpf.as_mut().expect("measured");
     b.share_of_target = Some(0.25);
     b.alert = true;
     let r = summary(&s);
     assert!(
-        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (1100 ns per packet): measuring costs the target that much CPU; a target that sends as fast as its CPU allows is up to 33% faster without scanprof"),
+        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (700 ns per packet on its threads, timed): measuring costs the target that much CPU; a target that sends as fast as its CPU allows is up to 33% faster without scanprof"),
         "{r}"
     );
+    // A tick without a share says why, and never warns.
+    let b = tick.cost.bpf.as_mut().expect("measured");
+    b.share_of_target = None;
+    b.no_share = Some(crate::analysis::NoShare::FewPackets);
+    b.packets = 40;
+    b.alert = false;
+    let line = tick_line(&tick);
+    assert!(line.contains("no share of the target's time (it sent 40 packets, under 100)"), "{line}");
+    assert!(!line.contains("PROBES TAKE"), "{line}");
 }
 
 #[test]

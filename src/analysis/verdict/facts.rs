@@ -165,10 +165,15 @@ pub(super) struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    /// scanprof's BPF run time over the interval's packets, ns: the probes' ns per packet (of the
-    /// tick, or of the run) times the interval's packets. None when not measured.
+    /// scanprof's BPF run time on the target's threads over the interval's packets, ns: the
+    /// probes' ns per packet on those threads (of the tick, or of the run) times the interval's
+    /// packets. Their runs for the rest of the machine never count. None when not measured, or
+    /// when the interval has no share of the target's time (too little on a CPU, too few
+    /// packets, not timed).
     pub fn probe_ns(&self) -> Option<f64> {
-        Some(self.probe?.ns_per_packet? * self.packets as f64)
+        let p = self.probe?;
+        p.share_of_target?;
+        Some(p.target_ns_per_packet? * self.packets as f64)
     }
 
     pub fn of_snapshot(s: &'a Snapshot) -> Facts<'a> {

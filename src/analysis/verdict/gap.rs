@@ -68,15 +68,16 @@ fn is_above(f: &Facts, r: f64) -> bool {
 
 /// scanprof's own probes: with a gap, the part of the sender's on-CPU excess their BPF run time
 /// explains (`split.probe_cost`), named when at least MIN_SHARE; without one (no requested rate,
-/// or none missed), a finding of share 0 when they take more than PROBE_COST_ALERT of the
-/// target's on-CPU time, since the rate it reached is then partly scanprof's doing.
+/// or none missed), a finding of share 0 on the alert (more than PROBE_COST_ALERT of a busy
+/// target's on-CPU time), since the rate it reached is then partly scanprof's doing. Only the
+/// programs' runs on the target's threads count; an interval without a share gets no finding.
 fn probe_cost_verdict(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict> {
     let p = f.probe?;
     let share = split.map_or(0.0, |(s, _)| s.probe_cost);
     if share < MIN_SHARE && !p.alert {
         return None;
     }
-    let per_packet = p.ns_per_packet?;
+    let per_packet = p.target_ns_per_packet.filter(|_| p.share_of_target.is_some())?;
     let mut evidence = Vec::new();
     if let Some((s, r)) = split {
         evidence.push(rate_line(f, r));
@@ -94,15 +95,18 @@ fn probe_cost_verdict(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict
         ));
     }
     evidence.push(format!(
-        "scanprof's BPF programs ran {} per target packet, {} of the target's on-CPU time ({})",
+        "scanprof's BPF programs ran {} per target packet on the target's threads, {} ({}, timed by the programs)",
         dur(per_packet),
-        p.share_of_target.map_or("?".to_string(), pct),
+        p.share_text(),
         p.coverage_text()
     ));
+    if let Some(tax) = p.machine_text() {
+        evidence.push(format!("apart from the target: {tax}"));
+    }
     for prog in p.programs.iter().take(3) {
-        if let (Some(pp), Some(pr)) = (prog.ns_per_packet, prog.ns_per_run) {
+        if let (Some(pp), Some(pr)) = (prog.target_ns_per_packet, prog.ns_per_run) {
             evidence.push(format!(
-                "{}: {} per packet, {} a run",
+                "{}: {} per packet on the target's threads, {} a run (all runs)",
                 prog.name,
                 dur(pp),
                 dur(pr)

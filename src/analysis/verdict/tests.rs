@@ -177,7 +177,7 @@ impl Run {
     /// scanprof's probes: `ns_per_packet` of BPF run time per packet, `share` of the target's
     /// on-CPU time, counted over the run.
     fn probes(mut self, ns_per_packet: f64, share: f64) -> Run {
-        self.0.cost.bpf = Some(probe_cost_of(self.0.packets, ns_per_packet, share));
+        self.0.cost.bpf = Some(probe_cost_of(&self.0, ns_per_packet, share));
         self
     }
 
@@ -594,26 +594,48 @@ fn sending_faster_than_asked_is_named() {
 
 // --- scanprof's own probes ----------------------------------------------------------------------
 
-fn probe_cost_of(packets: u64, ns_per_packet: f64, share: f64) -> ProbeCost {
-    let bpf_ns = ns_per_packet * packets as f64;
-    ProbeCost {
-        coverage: crate::collect::bpf_time::StatsCoverage::Continuous,
-        holder: crate::collect::bpf_time::StatsHolder::Scanprof,
-        measured_share: 1.0,
-        bpf_ns,
-        packets,
-        ns_per_packet: Some(ns_per_packet),
-        target_oncpu_ns: (bpf_ns / share) as u64,
-        share_of_target: Some(share),
-        alert: share > PROBE_COST_ALERT,
-        programs: vec![ProgramCost {
-            name: "send_path.on_sys_enter".into(),
-            runs: packets,
-            run_time_ns: bpf_ns as u64,
-            ns_per_run: Some(ns_per_packet),
-            ns_per_packet: Some(ns_per_packet),
-        }],
-    }
+/// What the probes cost, as `ProbeCost::of` makes it from a reading counted over an interval of
+/// `interval_s`: `target_ns` of run time on the target's threads (on a CPU `oncpu_ns`) and
+/// `machine_ns` more in other tasks (another process's syscalls).
+fn measured_probes(packets: u64, interval_s: f64, oncpu_ns: f64, target_ns: f64, machine_ns: f64) -> ProbeCost {
+    use crate::collect::bpf_time::{BpfRunTime, ProgramRun, StatsCoverage, StatsHolder};
+    let interval_ns = (interval_s * 1e9) as u64;
+    let reading = BpfRunTime {
+        coverage: StatsCoverage::Continuous,
+        holder: StatsHolder::Scanprof,
+        measured_ns: interval_ns,
+        target_timed: true,
+        programs: vec![
+            ProgramRun {
+                name: "send_path.on_sys_enter".into(),
+                runs: packets,
+                run_time_ns: target_ns as u64,
+                target_runs: packets,
+                target_ns: target_ns as u64,
+            },
+            ProgramRun {
+                name: "send_path.on_sys_exit".into(),
+                runs: 1_000_000,
+                run_time_ns: machine_ns as u64,
+                target_runs: 0,
+                target_ns: 0,
+            },
+        ],
+    };
+    let target = crate::analysis::probe_cost::TargetTime {
+        oncpu_ns: oncpu_ns as u64,
+        waiting_ns: 0,
+    };
+    ProbeCost::of(&reading, None, interval_ns, packets, target).expect("measured")
+}
+
+/// The probes of a crafted run: `ns_per_packet` on the sender's threads, which must make
+/// `share` of its on-CPU time (a check on the test's arithmetic), nothing elsewhere.
+fn probe_cost_of(r: &Summary, ns_per_packet: f64, share: f64) -> ProbeCost {
+    let oncpu = (r.budget.send_ns + r.budget.other_ns) as f64;
+    let c = measured_probes(r.packets, r.duration_s, oncpu, ns_per_packet * r.packets as f64, 0.0);
+    assert!(close(c.share_of_target.unwrap_or(-1.0), share), "{c:?}");
+    c
 }
 
 #[test]
@@ -646,7 +668,7 @@ fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
     assert!(
         p.evidence
             .iter()
-            .any(|e| e.contains("30.0% of the target's on-CPU time (counted)")),
+            .any(|e| e.contains("30.0% of the target's on-CPU time (counted, timed by the programs)")),
         "{:#?}",
         p.evidence
     );
@@ -722,6 +744,89 @@ fn probes_above_the_alert_are_named_even_without_a_requested_rate() {
         .probes(200.0, 0.02)
         .verdicts();
     assert!(!causes(&v).contains(&Cause::ProbeCost), "{:?}", causes(&v));
+}
+
+// Issue 28: the probes' runs for the rest of the machine (another process's busy syscall loop)
+// are never the target's, and a target that is not busy on a CPU never gets a probe_cost verdict.
+
+/// A 1 s tick of a sender at `achieved` of `requested` pps whose thread's time is `b`; the
+/// probes ran `target_ms` on its threads and `machine_ms` elsewhere.
+fn probed_tick(requested: f64, achieved: f64, b: TimeBudget, target_ms: f64, machine_ms: f64) -> Snapshot {
+    let mut s = tick(5, requested, achieved, 1.0);
+    let packets = achieved.round() as u64;
+    s.threads = vec![sender(packets, b, 1.0)];
+    let oncpu = (b.send_ns + b.other_ns) as f64;
+    s.cost.bpf = Some(measured_probes(packets, 1.0, oncpu, target_ms * MS, machine_ms * MS));
+    s
+}
+
+fn assert_no_probe_cost(s: &Snapshot) {
+    let b = s.cost.bpf.as_ref().expect("measured");
+    assert!(!b.alert, "{b:?}");
+    assert_eq!(b.alert_text(), None);
+    let v = for_snapshot(s);
+    assert!(!causes(&v).contains(&Cause::ProbeCost), "{:#?}", v);
+}
+
+#[test]
+fn an_idle_tick_never_gets_probe_cost() {
+    // A paced sender at its 1,000 pps, on a CPU 2 ms of the tick, asleep the rest, while the
+    // machine's syscalls ran the programs 650 ms: no share (too little target CPU), no verdict.
+    let s = probed_tick(1000.0, 1000.0, budget(1.0, 0.001, 0.0, 0.998, 0.0, 0.001), 0.2, 650.0);
+    assert_eq!(s.cost.bpf.as_ref().and_then(|b| b.no_share), Some(NoShare::LittleTargetCpu));
+    assert_no_probe_cost(&s);
+}
+
+#[test]
+fn a_sleeping_sender_never_gets_probe_cost() {
+    // 1,000 of 2,000 pps, asleep 91.5% of the tick: its own probe runs are 10 ms of its 85 ms on
+    // a CPU (11.8%, above the alert share), 500 ms ran for the rest of the machine. It sleeps
+    // between packets: the probes' time does not slow it.
+    let s = probed_tick(2000.0, 1000.0, budget(1.0, 0.05, 0.0, 0.915, 0.0, 0.035), 10.0, 500.0);
+    let b = s.cost.bpf.as_ref().expect("measured");
+    assert!(close(b.share_of_target.unwrap(), 10.0 / 85.0), "{b:?}");
+    assert_no_probe_cost(&s);
+}
+
+#[test]
+fn a_blocked_sender_never_gets_probe_cost() {
+    // Blocked in its sends 96% of the tick (a full queue), 5,000 of 100,000 pps.
+    let s = probed_tick(100_000.0, 5000.0, budget(1.0, 0.03, 0.96, 0.0, 0.0, 0.01), 3.0, 300.0);
+    assert_no_probe_cost(&s);
+}
+
+#[test]
+fn a_paced_sender_with_time_to_spare_never_gets_probe_cost() {
+    // 10,000 of 10,000 pps, on a CPU 30% of the tick: its probes take 8% of that, and 100 ms ran
+    // elsewhere. It keeps its rate and has time to spare.
+    let s = probed_tick(10_000.0, 10_000.0, budget(1.0, 0.2, 0.0, 0.7, 0.0, 0.1), 24.0, 100.0);
+    assert!(close(s.cost.bpf.as_ref().unwrap().share_of_target.unwrap(), 0.08));
+    assert_no_probe_cost(&s);
+}
+
+#[test]
+fn a_full_speed_sender_gets_probe_cost_from_its_own_runs_only() {
+    // 250,000 of 1,000,000 pps, on a CPU the whole tick: 300 ms of its own probe runs (30%),
+    // 200 ms ran elsewhere. The verdict's figure is its own, the machine's tax said apart.
+    let s = probed_tick(1e6, 250_000.0, budget(1.0, 0.7, 0.0, 0.0, 0.0, 0.3), 300.0, 200.0);
+    let b = s.cost.bpf.as_ref().expect("measured");
+    assert!(b.alert && close(b.share_of_target.unwrap(), 0.3), "{b:?}");
+    let v = for_snapshot(&s);
+    let p = find(&v, Cause::ProbeCost);
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("1.2 us per target packet on the target's threads, 30.0% of the target's on-CPU time")),
+        "{:#?}",
+        p.evidence
+    );
+    assert!(
+        p.evidence
+            .iter()
+            .any(|e| e.contains("apart from the target: tax on the rest of the machine: 200")),
+        "{:#?}",
+        p.evidence
+    );
 }
 
 // --- CPU-bound ---------------------------------------------------------------------------------

@@ -1227,7 +1227,11 @@ mod tests {
         let mut rec = rich_recording();
         let md = report_md(&rec, None, None, &[]);
         assert!(
-            md.contains("- scanprof's BPF programs: 1.1 us per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time,"),
+            md.contains("- scanprof's BPF programs on the target's threads: 700 ns per target packet, 0.0% of the target's on-CPU time (sampled 10% of the time;"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- tax on the rest of the machine: 80.0 us of BPF run time outside the target's threads"),
             "{md}"
         );
         assert!(!md.contains("**scanprof's probes take"), "{md}");

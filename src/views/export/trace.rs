@@ -31,10 +31,14 @@ const REQUESTED: &str = "requested pps";
 const STAGES: &str = "pps at";
 const DROPS: &str = "target drops per second by reason";
 const CPU: &str = "scanprof CPU %";
-/// scanprof's BPF programs' run time as a share of the target's on-CPU time, per tick.
+/// scanprof's BPF programs' run time on the target's threads as a share of their on-CPU time,
+/// per tick (no point on a tick without a share).
 const PROBES_SHARE: &str = "scanprof probes % of target CPU";
-/// scanprof's BPF programs' run time per target packet, per tick.
-const PROBES_NS: &str = "scanprof probes ns/packet";
+/// scanprof's BPF programs' run time on the target's threads per target packet, per tick.
+const PROBES_NS: &str = "scanprof probes ns/packet on target threads";
+/// The tax on the rest of the machine: the programs' run time outside the target's threads, as
+/// a share of one CPU, per tick.
+const PROBES_MACHINE: &str = "scanprof probes % of a CPU outside the target";
 /// The series of a counter with a single one.
 pub(super) const VALUE: &str = "value";
 
@@ -651,8 +655,11 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
                 if let Some(share) = b.share_of_target {
                     c(out, PROBES_SHARE, ts, series([(VALUE, share * 100.0)]));
                 }
-                if let Some(v) = b.ns_per_packet {
+                if let Some(v) = b.target_ns_per_packet {
                     c(out, PROBES_NS, ts, series([(VALUE, v)]));
+                }
+                if let Some(m) = b.machine_cpu_share {
+                    c(out, PROBES_MACHINE, ts, series([(VALUE, m * 100.0)]));
                 }
             }
         }
@@ -1009,11 +1016,12 @@ mod tests {
                 .cost
                 .bpf
                 .as_ref()
-                .and_then(|b| b.ns_per_packet)
+                .and_then(|b| b.target_ns_per_packet)
                 .expect("measured");
             assert_eq!(e["args"]["value"].as_f64(), num(want).as_f64());
         }
         assert_eq!(find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_SHARE).len(), 4);
+        assert_eq!(find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_MACHINE).len(), 4);
     }
 
     #[test]

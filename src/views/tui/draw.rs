@@ -350,8 +350,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     if let Some(s) = s {
         line2.push(Span::raw(format!("scanprof {:.1}% CPU", s.cost.cpu * 100.0)));
         if let Some(b) = &s.cost.bpf {
-            let per_packet = b.ns_per_packet.map_or("-".to_string(), dur);
-            let share = b.share_of_target.map_or("-".to_string(), pct);
+            // What the target pays (runs on its threads); the tax on the rest of the machine apart.
+            let per_packet = b.target_ns_per_packet.map_or("-".to_string(), dur);
+            let share = b.share_of_target.map_or("no share".to_string(), pct);
+            let tax = b
+                .machine_cpu_share
+                .map_or(String::new(), |m| format!(", rest of machine {} CPU", pct(m)));
             let sampled = match b.coverage {
                 crate::collect::bpf_time::StatsCoverage::Sampled => {
                     format!(" (sampled {:.0}%)", b.measured_share * 100.0)
@@ -360,12 +364,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             };
             line2.push(if b.alert {
                 Span::styled(
-                    format!(" + PROBES TAKE {share} OF TARGET CPU, {per_packet}/pkt{sampled}"),
+                    format!(" + PROBES TAKE {share} OF TARGET CPU, {per_packet}/pkt{sampled}{tax}"),
                     Style::new().fg(Color::Red).bold(),
                 )
             } else {
                 Span::raw(format!(
-                    " + probes {per_packet}/pkt = {share} of target CPU{sampled}"
+                    " + probes {per_packet}/pkt = {share} of target CPU{sampled}{tax}"
                 ))
             });
         }

@@ -541,7 +541,7 @@ fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
         screen(&a, 120, 40)
     };
     assert!(
-        plain.contains("+ probes 1.1us/pkt = 0.0% of target CPU (sampled 10%)"),
+        plain.contains("+ probes 700ns/pkt = 0.0% of target CPU (sampled 10%), rest of machine 0.0% CPU"),
         "{plain}"
     );
     assert!(!plain.contains("PROBES TAKE"), "{plain}");
@@ -553,7 +553,7 @@ fn probes_above_the_alert_share_are_called_out_in_red_in_the_header() {
     term.draw(|f| draw(f, &app)).unwrap();
     let buf = term.backend().buffer().clone();
     let row: String = (0..120).map(|x| buf[(x, 2)].symbol().to_string()).collect();
-    let at = row.find("PROBES TAKE 12.3% OF TARGET CPU, 1.1us/pkt (sampled 10%)");
+    let at = row.find("PROBES TAKE 12.3% OF TARGET CPU, 700ns/pkt (sampled 10%)");
     assert!(at.is_some(), "{row}");
     let x = row[..at.unwrap()].chars().count() as u16;
     assert_eq!(buf[(x, 2)].fg, ratatui::style::Color::Red, "{row}");
