@@ -209,11 +209,11 @@ fn measure(lab: &Lab, mode: &Mode) {
     let share = (!shares.is_empty()).then(|| median(&shares));
     let machine: Vec<f64> = b.iter().filter_map(|r| r.machine_cpu_share).collect();
     println!(
-        "{:<9} rate {:>9.0} alone, {:>9.0} under ({}); CPU/packet {:>7.0} ns alone, {:>7.0} ns under",
+        "{:<9} rate {:>9.0} alone, {:>9.0} under ({:+.0} pps); CPU/packet {:>7.0} ns alone, {:>7.0} ns under",
         mode.name,
         pps_a,
         pps_b,
-        format!("{:+.0} pps", pps_b - pps_a),
+        pps_b - pps_a,
         cpu_a,
         cpu_b
     );

@@ -49,7 +49,7 @@ const UNTIMED: [&str; 1] = ["rings.sp_rings"];
 
 /// The `prog_cost` slot of program `name`, if it has one.
 fn cost_slot(name: &str) -> Option<u32> {
-    COST_SLOTS.iter().find(|(n, _)| *n == name).map(|(_, p)| p.0 as u32)
+    COST_SLOTS.iter().find(|(n, _)| *n == name).map(|(_, p)| p.0)
 }
 
 /// Where the kernel's machine-wide switch for BPF run-time statistics is.
@@ -239,10 +239,10 @@ mod tests {
         for (name, _) in COST_SLOTS {
             assert!(declared.iter().any(|d| d == name), "{name} is not a program");
         }
-        let mut slots: Vec<u32> = COST_SLOTS.iter().map(|(_, p)| p.0 as u32).collect();
+        let mut slots: Vec<u32> = COST_SLOTS.iter().map(|(_, p)| p.0).collect();
         slots.sort_unstable();
         slots.dedup();
         assert_eq!(slots.len(), COST_SLOTS.len(), "a slot is used twice");
-        assert!(slots.iter().all(|s| *s < sp_prog::SP_PROG_MAX.0 as u32));
+        assert!(slots.iter().all(|s| *s < sp_prog::SP_PROG_MAX.0));
     }
 }
