@@ -205,8 +205,8 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
         "threads map of 4096 entries locks only {threads} B"
     );
 
-    // An array's size, or a slot table's, is a number the programs define: refused, naming the
-    // maps that can be sized.
+    // An array's size, or a slot table's, is a number the programs define: refused at parse
+    // time, naming the maps that can be sized.
     for fixed in ["health=64", "drops=512", "drop_slots=512"] {
         let target = sleeper();
         let out = Command::new(scanprof_bin())
@@ -225,8 +225,10 @@ fn map_size_resizes_a_shared_map_for_every_object_and_refuses_a_fixed_one() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let name = fixed.split('=').next().unwrap_or_default();
         assert!(!out.status.success(), "--map-size {fixed} accepted: {stderr}");
+        // Refused by the parser, before anything loads: the map named, and the ones that can.
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(
-            stderr.contains(&format!("--map-size {name}: that map cannot be resized"))
+            stderr.contains(&format!("\"{name}\" is no map scanprof can resize"))
                 && stderr.contains("threads")
                 && stderr.contains("flows"),
             "{stderr}"
