@@ -260,8 +260,11 @@ fn expected_counter_samples(samples: &[Value]) -> BTreeMap<String, u64> {
         if !bpf["share_of_target"].is_null() {
             add("scanprof probes % of target CPU".into());
         }
-        if !bpf["ns_per_packet"].is_null() {
-            add("scanprof probes ns/packet".into());
+        if !bpf["target_ns_per_packet"].is_null() {
+            add("scanprof probes ns/packet on target threads".into());
+        }
+        if !bpf["machine_cpu_share"].is_null() {
+            add("scanprof probes % of a CPU outside the target".into());
         }
         for d in t["drops"].as_array().expect("drops") {
             let reason = d["reason"].as_str().expect("reason");
