@@ -223,7 +223,10 @@ fn measure(lab: &Lab, mode: &Mode) {
         pct(pps_a / pps_b.max(1.0) - 1.0),
         pct(1.0 - cpu_a / cpu_b.max(1.0)),
         share.map_or_else(
-            || format!("none ({})", b.iter().find_map(|r| r.no_share.clone()).unwrap_or_default()),
+            || format!(
+                "none ({})",
+                b.iter().find_map(|r| r.no_share.clone()).unwrap_or_default()
+            ),
             pct
         ),
         share.map_or("-".into(), |s| pct(1.0 / (1.0 - s.min(0.99)) - 1.0)),

@@ -172,7 +172,10 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     let target_ns = bpf.target_bpf_ns.expect("target_bpf_ns");
     assert!(target_ns > 0.0 && target_ns <= bpf.bpf_ns, "{bpf:#?}");
     for p in &bpf.programs {
-        assert!(p.target_runs <= p.runs && p.target_run_time_ns <= p.run_time_ns, "{p:#?}");
+        assert!(
+            p.target_runs <= p.runs && p.target_run_time_ns <= p.run_time_ns,
+            "{p:#?}"
+        );
     }
     let enter = bpf
         .programs
@@ -302,7 +305,11 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     assert!(ticks.len() >= 2, "{}", finished.context());
     for t in ticks {
         let tick: Snapshot = serde_json::from_value(t).expect("a tick line");
-        let b = tick.cost.bpf.as_ref().expect("every tick measured (--bpf-stats always)");
+        let b = tick
+            .cost
+            .bpf
+            .as_ref()
+            .expect("every tick measured (--bpf-stats always)");
         assert!(!b.alert, "tick {} warned: {b:#?}", tick.tick);
         assert!(
             tick.verdicts.iter().all(|v| v.cause != Cause::ProbeCost),

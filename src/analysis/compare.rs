@@ -248,15 +248,7 @@ mod tests {
     use crate::analysis::Verdict;
 
     fn verdict(cause: Cause, kind: Kind, share: f64) -> Verdict {
-        Verdict {
-            cause,
-            kind,
-            sentence: String::new(),
-            share,
-            evidence: Vec::new(),
-            next_step: String::new(),
-            confidence: Confidence::Strong,
-        }
+        Verdict::bare(cause, kind, share, Confidence::Strong)
     }
 
     fn fig(c: &Comparison, name: &str) -> FigureRow {

@@ -277,7 +277,8 @@ impl ProbeCost {
             target_busy_share,
             share_of_target,
             no_share,
-            alert: share_of_target.is_some_and(|s| s > PROBE_COST_ALERT) && target_busy_share >= ALERT_MIN_ONCPU_SHARE,
+            alert: share_of_target.is_some_and(|s| s > PROBE_COST_ALERT)
+                && target_busy_share >= ALERT_MIN_ONCPU_SHARE,
             programs,
         })
     }
@@ -306,10 +307,9 @@ impl ProbeCost {
                 pct(self.target_oncpu_share),
                 pct(MIN_TARGET_ONCPU_SHARE)
             ),
-            Some(NoShare::FewPackets) => format!(
-                "it sent {} packets, under {MIN_SHARE_PACKETS}",
-                self.packets
-            ),
+            Some(NoShare::FewPackets) => {
+                format!("it sent {} packets, under {MIN_SHARE_PACKETS}", self.packets)
+            }
         };
         format!("no share of the target's time ({why})")
     }
@@ -358,7 +358,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// A reading with per program (name, runs, run ns, target runs, target ns).
-    fn timed(coverage: StatsCoverage, measured_ns: u64, programs: &[(&str, u64, u64, u64, u64)]) -> BpfRunTime {
+    fn timed(
+        coverage: StatsCoverage,
+        measured_ns: u64,
+        programs: &[(&str, u64, u64, u64, u64)],
+    ) -> BpfRunTime {
         BpfRunTime {
             coverage,
             holder: StatsHolder::Scanprof,
@@ -468,7 +472,13 @@ mod tests {
             StatsCoverage::Continuous,
             SECOND,
             &[
-                ("send_path.on_sys_enter", 10_000, target_ms * MS, 10_000, target_ms * MS),
+                (
+                    "send_path.on_sys_enter",
+                    10_000,
+                    target_ms * MS,
+                    10_000,
+                    target_ms * MS,
+                ),
                 ("send_path.on_sys_exit", 5_000_000, machine_ms * MS, 0, 0),
             ],
         )
@@ -479,7 +489,11 @@ mod tests {
         // 1,000 runs, 100 of them the target's with 20 us of timed bodies; the kernel counted
         // 100 us in all: of the 80 us untimed (entries, exits, the clock reads, other runs'
         // early exits), the target's tenth by runs, 8 us, is the timing's; 72 us the machine's.
-        let r = timed(StatsCoverage::Continuous, SECOND, &[("a.x", 1000, 100_000, 100, 20_000)]);
+        let r = timed(
+            StatsCoverage::Continuous,
+            SECOND,
+            &[("a.x", 1000, 100_000, 100, 20_000)],
+        );
         let c = ProbeCost::of(&r, None, SECOND, 1000, oncpu(500 * MS)).unwrap();
         assert_eq!(c.programs[0].target_run_time_ns, 20_000);
         assert_eq!(c.programs[0].timing_ns, 8_000);
@@ -546,7 +560,10 @@ mod tests {
         assert_eq!(c.no_share, Some(NoShare::FewPackets));
         assert_eq!(c.share_of_target, None);
         assert!(!c.alert);
-        assert_eq!(c.share_text(), "no share of the target's time (it sent 40 packets, under 100)");
+        assert_eq!(
+            c.share_text(),
+            "no share of the target's time (it sent 40 packets, under 100)"
+        );
     }
 
     #[test]
@@ -578,7 +595,10 @@ mod tests {
         r.target_timed = false;
         let c = ProbeCost::of(&r, None, SECOND, 100_000, oncpu(900 * MS)).unwrap();
         assert_eq!(c.no_share, Some(NoShare::NotTimed));
-        assert_eq!((c.share_of_target, c.target_bpf_ns, c.machine_bpf_ns), (None, None, None));
+        assert_eq!(
+            (c.share_of_target, c.target_bpf_ns, c.machine_bpf_ns),
+            (None, None, None)
+        );
         assert!(!c.alert);
         assert_eq!(c.machine_text(), None);
         // Such a bundle's JSON still reads.

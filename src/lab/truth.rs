@@ -414,15 +414,7 @@ mod tests {
     }
 
     fn verdict(kind: Kind, cause: Cause, share: f64) -> crate::analysis::verdict::Verdict {
-        crate::analysis::verdict::Verdict {
-            kind,
-            cause,
-            sentence: String::new(),
-            share,
-            evidence: Vec::new(),
-            next_step: String::new(),
-            confidence: Confidence::Weak,
-        }
+        crate::analysis::verdict::Verdict::bare(cause, kind, share, Confidence::Weak)
     }
 
     #[test]

@@ -134,7 +134,10 @@ impl BpfStats {
         let mut out = vec![(0, 0); sp_prog::SP_PROG_MAX.0 as usize];
         let t = &self.timing;
         for (i, slot) in out.iter_mut().enumerate() {
-            if let Ok(Some(per_cpu)) = t.prog_cost.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY) {
+            if let Ok(Some(per_cpu)) = t
+                .prog_cost
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+            {
                 for b in per_cpu {
                     let word = |at: usize| {
                         b.get(at..at + 8)

@@ -648,7 +648,10 @@ fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_fi
     b.packets = 40;
     b.alert = false;
     let line = tick_line(&tick);
-    assert!(line.contains("no share of the target's time (it sent 40 packets, under 100)"), "{line}");
+    assert!(
+        line.contains("no share of the target's time (it sent 40 packets, under 100)"),
+        "{line}"
+    );
     assert!(!line.contains("PROBES TAKE"), "{line}");
 }
 

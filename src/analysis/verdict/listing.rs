@@ -85,15 +85,7 @@ mod tests {
     }
 
     fn verdict(cause: Cause, kind: Kind, share: f64, confidence: Confidence) -> Verdict {
-        Verdict {
-            cause,
-            kind,
-            sentence: String::new(),
-            share,
-            evidence: Vec::new(),
-            next_step: String::new(),
-            confidence,
-        }
+        Verdict::bare(cause, kind, share, confidence)
     }
 
     #[test]

@@ -54,6 +54,22 @@ pub struct Verdict {
     pub confidence: Confidence,
 }
 
+#[cfg(test)]
+impl Verdict {
+    /// A verdict with no sentence, evidence or advice: for tests of ranking and listing.
+    pub fn bare(cause: Cause, kind: Kind, share: f64, confidence: Confidence) -> Verdict {
+        Verdict {
+            cause,
+            kind,
+            sentence: String::new(),
+            share,
+            evidence: Vec::new(),
+            next_step: String::new(),
+            confidence,
+        }
+    }
+}
+
 /// Achieved within this fraction of requested (either way) is no significant gap.
 pub const NO_GAP_TOLERANCE: f64 = 0.02;
 /// A time-based cause with a smaller share is not named at all.

@@ -597,7 +597,13 @@ fn sending_faster_than_asked_is_named() {
 /// What the probes cost, as `ProbeCost::of` makes it from a reading counted over an interval of
 /// `interval_s`: `target_ns` of run time on the target's threads (on a CPU `oncpu_ns`) and
 /// `machine_ns` more in other tasks (another process's syscalls).
-fn measured_probes(packets: u64, interval_s: f64, oncpu_ns: f64, target_ns: f64, machine_ns: f64) -> ProbeCost {
+fn measured_probes(
+    packets: u64,
+    interval_s: f64,
+    oncpu_ns: f64,
+    target_ns: f64,
+    machine_ns: f64,
+) -> ProbeCost {
     use crate::collect::bpf_time::{BpfRunTime, ProgramRun, StatsCoverage, StatsHolder};
     let interval_ns = (interval_s * 1e9) as u64;
     let reading = BpfRunTime {
@@ -633,7 +639,13 @@ fn measured_probes(packets: u64, interval_s: f64, oncpu_ns: f64, target_ns: f64,
 /// `share` of its on-CPU time (a check on the test's arithmetic), nothing elsewhere.
 fn probe_cost_of(r: &Summary, ns_per_packet: f64, share: f64) -> ProbeCost {
     let oncpu = (r.budget.send_ns + r.budget.other_ns) as f64;
-    let c = measured_probes(r.packets, r.duration_s, oncpu, ns_per_packet * r.packets as f64, 0.0);
+    let c = measured_probes(
+        r.packets,
+        r.duration_s,
+        oncpu,
+        ns_per_packet * r.packets as f64,
+        0.0,
+    );
     assert!(close(c.share_of_target.unwrap_or(-1.0), share), "{c:?}");
     c
 }
@@ -756,7 +768,13 @@ fn probed_tick(requested: f64, achieved: f64, b: TimeBudget, target_ms: f64, mac
     let packets = achieved.round() as u64;
     s.threads = vec![sender(packets, b, 1.0)];
     let oncpu = (b.send_ns + b.other_ns) as f64;
-    s.cost.bpf = Some(measured_probes(packets, 1.0, oncpu, target_ms * MS, machine_ms * MS));
+    s.cost.bpf = Some(measured_probes(
+        packets,
+        1.0,
+        oncpu,
+        target_ms * MS,
+        machine_ms * MS,
+    ));
     s
 }
 
@@ -772,8 +790,17 @@ fn assert_no_probe_cost(s: &Snapshot) {
 fn an_idle_tick_never_gets_probe_cost() {
     // A paced sender at its 1,000 pps, on a CPU 2 ms of the tick, asleep the rest, while the
     // machine's syscalls ran the programs 650 ms: no share (too little target CPU), no verdict.
-    let s = probed_tick(1000.0, 1000.0, budget(1.0, 0.001, 0.0, 0.998, 0.0, 0.001), 0.2, 650.0);
-    assert_eq!(s.cost.bpf.as_ref().and_then(|b| b.no_share), Some(NoShare::LittleTargetCpu));
+    let s = probed_tick(
+        1000.0,
+        1000.0,
+        budget(1.0, 0.001, 0.0, 0.998, 0.0, 0.001),
+        0.2,
+        650.0,
+    );
+    assert_eq!(
+        s.cost.bpf.as_ref().and_then(|b| b.no_share),
+        Some(NoShare::LittleTargetCpu)
+    );
     assert_no_probe_cost(&s);
 }
 
@@ -782,7 +809,13 @@ fn a_sleeping_sender_never_gets_probe_cost() {
     // 1,000 of 2,000 pps, asleep 91.5% of the tick: its own probe runs are 10 ms of its 85 ms on
     // a CPU (11.8%, above the alert share), 500 ms ran for the rest of the machine. It sleeps
     // between packets: the probes' time does not slow it.
-    let s = probed_tick(2000.0, 1000.0, budget(1.0, 0.05, 0.0, 0.915, 0.0, 0.035), 10.0, 500.0);
+    let s = probed_tick(
+        2000.0,
+        1000.0,
+        budget(1.0, 0.05, 0.0, 0.915, 0.0, 0.035),
+        10.0,
+        500.0,
+    );
     let b = s.cost.bpf.as_ref().expect("measured");
     assert!(close(b.share_of_target.unwrap(), 10.0 / 85.0), "{b:?}");
     assert_no_probe_cost(&s);
@@ -791,7 +824,13 @@ fn a_sleeping_sender_never_gets_probe_cost() {
 #[test]
 fn a_blocked_sender_never_gets_probe_cost() {
     // Blocked in its sends 96% of the tick (a full queue), 5,000 of 100,000 pps.
-    let s = probed_tick(100_000.0, 5000.0, budget(1.0, 0.03, 0.96, 0.0, 0.0, 0.01), 3.0, 300.0);
+    let s = probed_tick(
+        100_000.0,
+        5000.0,
+        budget(1.0, 0.03, 0.96, 0.0, 0.0, 0.01),
+        3.0,
+        300.0,
+    );
     assert_no_probe_cost(&s);
 }
 
@@ -799,7 +838,13 @@ fn a_blocked_sender_never_gets_probe_cost() {
 fn a_paced_sender_with_time_to_spare_never_gets_probe_cost() {
     // 10,000 of 10,000 pps, on a CPU 30% of the tick: its probes take 8% of that, and 100 ms ran
     // elsewhere. It keeps its rate and has time to spare.
-    let s = probed_tick(10_000.0, 10_000.0, budget(1.0, 0.2, 0.0, 0.7, 0.0, 0.1), 24.0, 100.0);
+    let s = probed_tick(
+        10_000.0,
+        10_000.0,
+        budget(1.0, 0.2, 0.0, 0.7, 0.0, 0.1),
+        24.0,
+        100.0,
+    );
     assert!(close(s.cost.bpf.as_ref().unwrap().share_of_target.unwrap(), 0.08));
     assert_no_probe_cost(&s);
 }
@@ -814,9 +859,8 @@ fn a_full_speed_sender_gets_probe_cost_from_its_own_runs_only() {
     let v = for_snapshot(&s);
     let p = find(&v, Cause::ProbeCost);
     assert!(
-        p.evidence
-            .iter()
-            .any(|e| e.contains("1.2 us per target packet on the target's threads, 30.0% of the target's on-CPU time")),
+        p.evidence.iter().any(|e| e
+            .contains("1.2 us per target packet on the target's threads, 30.0% of the target's on-CPU time")),
         "{:#?}",
         p.evidence
     );

@@ -1231,7 +1231,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("- tax on the rest of the machine: 80.0 us of BPF run time outside the target's threads"),
+            md.contains(
+                "- tax on the rest of the machine: 80.0 us of BPF run time outside the target's threads"
+            ),
             "{md}"
         );
         assert!(!md.contains("**scanprof's probes take"), "{md}");

@@ -1021,7 +1021,10 @@ mod tests {
             assert_eq!(e["args"]["value"].as_f64(), num(want).as_f64());
         }
         assert_eq!(find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_SHARE).len(), 4);
-        assert_eq!(find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_MACHINE).len(), 4);
+        assert_eq!(
+            find(&v, |e| e["ph"] == "C" && e["name"] == PROBES_MACHINE).len(),
+            4
+        );
     }
 
     #[test]
