@@ -321,6 +321,22 @@ struct sp_drop_pkt {
 	__u8 data[SP_PKT_HDR];	/* the packet from its network header (IPv4 or IPv6) */
 };
 
+/* Kinds of packet counted by replies.bpf.c: what arrived at the host from an address the family
+ * sent to, on a device its packets used, by protocol and what the header says. A TCP SYN alone
+ * or an ICMP echo request is a probe, not a reply, and is not counted. */
+enum sp_reply_kind {
+	SP_RK_TCP_SYNACK = 0,		/* TCP SYN+ACK: an open port */
+	SP_RK_TCP_RST = 1,		/* TCP RST: a closed port */
+	SP_RK_TCP_OTHER = 2,		/* other TCP with ACK or FIN (a connection's traffic) */
+	SP_RK_ICMP_UNREACH = 3,		/* ICMP/ICMPv6 destination unreachable */
+	SP_RK_ICMP_ECHO_REPLY = 4,	/* ICMP/ICMPv6 echo reply */
+	SP_RK_ICMP_OTHER = 5,		/* other ICMP errors and replies (time exceeded, timestamp) */
+	SP_RK_UDP = 6,			/* UDP */
+	SP_RK_OTHER = 7,		/* any other protocol */
+	SP_RK_UDP_LOOPBACK = 8,		/* UDP on a loopback device: a probe or a reply, not told apart */
+	SP_RK_MAX = 9,
+};
+
 /* Indices of the per-CPU `health` counters. */
 enum sp_health {
 	SP_H_RB_LOST = 0,	/* ring buffer reservations that failed: records lost */
@@ -358,6 +374,7 @@ enum sp_prog {
 	SP_PROG_KFREE_SKB_NORX = 17,
 	SP_PROG_UPROBE_ENTRY = 18,
 	SP_PROG_UPROBE_RETURN = 19,
+	SP_PROG_REPLY = 20,
 	SP_PROG_MAX = 24,
 };
 

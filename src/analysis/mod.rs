@@ -8,6 +8,7 @@ pub mod limits;
 pub mod probe_cost;
 pub mod receive;
 pub mod relay;
+pub mod replies;
 pub mod rings;
 pub mod scanner;
 pub mod snapshot;
@@ -392,6 +393,13 @@ impl Analyzer {
         let threads = thread_views(s, Some(&prev), interval_ns, self.start_ns);
         let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
         let receive = receive::receive_view(s, Some(&prev), interval_s, &drops);
+        let replies = replies::reply_funnel(
+            s,
+            Some(&prev),
+            now_t.packets.saturating_sub(prev_t.packets),
+            receive.as_ref(),
+            &drops,
+        );
         let devices = device_views(&s.devices, &prev.devices, interval_s, s);
         let block_sites = block_site_views(s, Some(&prev));
         let gap = self.gap_view(&s.threads, Some(&prev.threads));
@@ -443,6 +451,7 @@ impl Analyzer {
             scanner: None,
             connect_scanner: connect_scanner(&s.threads),
             receive,
+            replies,
             limits: None,
             verdicts: Vec::new(),
             warnings: warnings.to_vec(),
@@ -498,6 +507,7 @@ impl Analyzer {
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
         let receive = receive::receive_view(last, None, duration_ns.max(1) as f64 / 1e9, &drops);
+        let replies = replies::reply_funnel(last, None, t.packets, receive.as_ref(), &drops);
         let mut connects = crate::collect::ConnectCounters::default();
         for th in &last.threads {
             connects.add(&th.connect);
@@ -571,6 +581,7 @@ impl Analyzer {
             scanner,
             connect,
             receive,
+            replies,
             limits: self.run_limits(last, duration_ns),
             relay: None,
             verdicts: Vec::new(),

@@ -435,6 +435,10 @@ pub struct Snapshot {
     /// the receive funnel over the tick, when the family receives (absent otherwise)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// the reply funnel over the tick: probes sent, replies arrived, delivered, dropped here
+    /// (absent when the reply counter is not attached, or nothing was sent or arrived)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies: Option<super::replies::ReplyFunnel>,
     /// what bounds the family from outside its code over the interval: CPU quotas of its
     /// cgroups, steal time on its CPUs, conntrack tables (absent when none applies)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -555,6 +559,10 @@ pub struct Summary {
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// the reply funnel over the run: probes sent, replies arrived, delivered, dropped here
+    /// (absent when the reply counter is not attached, or nothing was sent or arrived)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies: Option<super::replies::ReplyFunnel>,
     /// what bounds the family from outside its code over the interval: CPU quotas of its
     /// cgroups, steal time on its CPUs, conntrack tables (absent when none applies)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -783,6 +791,7 @@ impl Summary {
             scanner: None,
             connect: None,
             receive: None,
+            replies: None,
             limits: None,
             relay: None,
             verdicts: Vec::new(),
@@ -820,6 +829,7 @@ impl Snapshot {
             cost: Cost::default(),
             scanner: None,
             receive: None,
+            replies: None,
             limits: None,
             connect_scanner: false,
             verdicts: Vec::new(),

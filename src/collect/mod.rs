@@ -8,6 +8,7 @@ pub mod family;
 pub mod headers;
 pub mod hist;
 pub mod output;
+pub mod replies;
 pub mod rings;
 pub mod status_file;
 pub mod symbols;
@@ -491,6 +492,10 @@ pub struct CounterSample {
     /// with the frames the kernel queued to each and dropped at it, cumulative
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packet_rings: Vec<rings::PacketRing>,
+    /// packets that arrived from the family's destinations since attach, by kind (the reply
+    /// counter); None when it is not attached (and in bundles older than it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replies: Option<replies::ReplyCounts>,
 }
 
 fn yes() -> bool {
@@ -878,6 +883,10 @@ impl Collector {
         let raw_drops = self.probes.drops();
         let raw_devices = self.probes.devices();
         let raw_queues = self.probes.take_qdepth();
+        let replies = self
+            .probes
+            .reply_counts()
+            .map(|k| replies::ReplyCounts::from_kinds(&k));
         let h = self.probes.health();
         let mut threads = Vec::new();
         // Sends blocked right now: (tgid, tid, stack id, since), named below with the sites.
@@ -1069,6 +1078,7 @@ impl Collector {
             steal: crate::system::cpu_limits::read_steal(&live),
             conntrack: self.conntrack_tables(&live),
             packet_rings,
+            replies,
             processes,
             threads,
             drops,

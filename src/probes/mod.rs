@@ -57,6 +57,10 @@ mod rings_skel {
     include!(concat!(env!("OUT_DIR"), "/rings.skel.rs"));
 }
 #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+mod replies_skel {
+    include!(concat!(env!("OUT_DIR"), "/replies.skel.rs"));
+}
+#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
 mod uprobes_skel {
     include!(concat!(env!("OUT_DIR"), "/uprobes.skel.rs"));
 }
@@ -64,6 +68,7 @@ mod uprobes_skel {
 use drops_skel::{DropsSkel, DropsSkelBuilder, OpenDropsSkel};
 use family_skel::{FamilySkel, FamilySkelBuilder};
 use netdev_skel::{NetdevSkel, NetdevSkelBuilder};
+use replies_skel::{RepliesSkel, RepliesSkelBuilder};
 use rings_skel::{RingsSkel, RingsSkelBuilder};
 use sched_skel::{OpenSchedSkel, SchedSkel, SchedSkelBuilder};
 use send_path_skel::{OpenSendPathSkel, SendPathSkel, SendPathSkelBuilder};
@@ -78,6 +83,7 @@ pub use family_skel::types::{
     sp_drop_pkt, sp_event, sp_event_kind, sp_flow_key, sp_health, sp_member, sp_pkt_flags, sp_pkt_sampling,
     sp_qdepth, sp_sched_state, sp_thread,
 };
+use replies_skel::types::sp_reply_kind;
 
 /// Number of buckets in the kernel's histograms (SP_HIST_BUCKETS in wire.h).
 pub const HIST_BUCKETS: usize = 304;
@@ -85,6 +91,8 @@ pub const HIST_BUCKETS: usize = 304;
 pub const ERRNO_SLOTS: usize = 128;
 /// Classes of packets read by length (SP_RECV_CLASSES in wire.h): at most this many.
 pub const RECV_CLASSES: usize = 4;
+/// Kinds of reply counted at arrival (SP_RK_MAX in wire.h, enum sp_reply_kind).
+pub const REPLY_KINDS: usize = 9;
 /// Health counter slots (SP_H_MAX in wire.h).
 pub const HEALTH_SLOTS: usize = 8;
 
@@ -112,6 +120,13 @@ const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
 // sp_ring_reads: three u64, six u32.
 const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 6 * 4);
+/// The reply counter's program, as its status entry names it.
+const REPLIES_PROG: &str = "replies.on_netif_receive";
+/// What a report lacks without the reply counter.
+const REPLIES_MISSING: &str =
+    "the replies that arrived for the family's flows (the reply funnel, lost_beyond_host)";
+const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
+
 /// Times a read of the packet-socket iterator is taken again when a record says a family
 /// PACKET_STATISTICS read ran during it (a few microseconds each, about once a second).
 const RING_READ_TRIES: usize = 3;
@@ -124,9 +139,10 @@ const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o
 const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
 const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
 const RINGS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rings.bpf.o"));
+const REPLIES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/replies.bpf.o"));
 
 /// Every BPF object built into this binary, by name, in load order (`--version` names them).
-pub fn objects() -> [(&'static str, &'static [u8]); 7] {
+pub fn objects() -> [(&'static str, &'static [u8]); 8] {
     [
         ("family", FAMILY_OBJ),
         ("send_path", SEND_PATH_OBJ),
@@ -135,6 +151,7 @@ pub fn objects() -> [(&'static str, &'static [u8]); 7] {
         ("drops", DROPS_OBJ),
         ("uprobes", UPROBES_OBJ),
         ("rings", RINGS_OBJ),
+        ("replies", REPLIES_OBJ),
     ]
 }
 
@@ -367,6 +384,9 @@ pub struct ProbeSet {
     rings: Option<(RingsSkel<'static>, Link)>,
     /// the class bounds the receive programs were loaded with (ProbeOptions)
     recv_class_bounds: Vec<u32>,
+    /// the counter of replies arriving for the family's flows (replies.bpf.c), attached; None
+    /// when this kernel refused it
+    replies: Option<(RepliesSkel<'static>, Link)>,
 }
 
 /// The loaded objects, each through its generated skeleton: the maps scanprof reads are fields
@@ -478,7 +498,7 @@ impl ProbeSet {
             features: &features,
             family: family.object(),
         };
-        let (send_path, sched, netdev, drops, uprobes, rings) = std::thread::scope(|scope| {
+        let (send_path, sched, netdev, drops, uprobes, rings, replies) = std::thread::scope(|scope| {
             let stage = &stage;
             let send_path = spawn_load(scope, "send_path", move || {
                 let bounds = &stage.opts.recv_class_bounds;
@@ -544,6 +564,10 @@ impl ProbeSet {
             let rings = spawn_load(scope, "rings", move || {
                 load_stage::<RingsSkelBuilder>("rings", stage, |_| Ok(()), Vec::new(), false)
             });
+            // The reply counter loads whole or not at all.
+            let replies = spawn_load(scope, "replies", move || {
+                load_stage::<RepliesSkelBuilder>("replies", stage, |_| Ok(()), Vec::new(), false)
+            });
             (
                 join_load("send_path", send_path),
                 join_load("sched", sched),
@@ -551,6 +575,7 @@ impl ProbeSet {
                 join_load("drops", drops),
                 join_load("uprobes", uprobes),
                 join_load("rings", rings),
+                join_load("replies", replies),
             )
         });
         // Every name `--map-size` gave, against the maps of every object (opened, whether it
@@ -562,6 +587,7 @@ impl ProbeSet {
             &drops.capacity,
             &uprobes.capacity,
             &rings.capacity,
+            &replies.capacity,
         ] {
             capacity.extend(names.iter().cloned());
         }
@@ -612,12 +638,35 @@ impl ProbeSet {
                 None
             }
         };
+        status.extend(replies.status);
+        let replies_skel = match replies.skel {
+            Ok(skel) => Some(skel),
+            Err(e) => {
+                status.push(ProbeStatus {
+                    name: REPLIES_PROG.into(),
+                    attached: false,
+                    error: Some(format!("{e}; missing without it: {REPLIES_MISSING}")),
+                });
+                None
+            }
+        };
         let uprobes_obj = uprobes_skel.as_ref().map(|s| s.object());
         let rings_obj = rings_skel.as_ref().map(|s| s.object());
-        check_shared(objects.iter().chain(uprobes_obj).chain(rings_obj))?;
+        let replies_obj = replies_skel.as_ref().map(|s| s.object());
+        check_shared(
+            objects
+                .iter()
+                .chain(uprobes_obj)
+                .chain(rings_obj)
+                .chain(replies_obj),
+        )?;
         let family_maps = &objects.family.maps;
         let bpf_stats = BpfStats::of_objects(
-            objects.iter().chain(uprobes_obj).chain(rings_obj),
+            objects
+                .iter()
+                .chain(uprobes_obj)
+                .chain(rings_obj)
+                .chain(replies_obj),
             MapHandle::try_from(&family_maps.prog_cost).map_err(bpf_err("opening map prog_cost"))?,
             MapHandle::try_from(&family_maps.cost_timing).map_err(bpf_err("opening map cost_timing"))?,
         );
@@ -667,6 +716,24 @@ impl ProbeSet {
                         "{e}; missing without it: the frames queued to and dropped at the family's \
                          packet-socket rings (ring_full)"
                     )),
+                });
+                None
+            }
+        });
+        let replies = replies_skel.and_then(|skel| match skel.progs.on_netif_receive.attach() {
+            Ok(link) => {
+                status.push(ProbeStatus {
+                    name: REPLIES_PROG.into(),
+                    attached: true,
+                    error: None,
+                });
+                Some((skel, link))
+            }
+            Err(e) => {
+                status.push(ProbeStatus {
+                    name: REPLIES_PROG.into(),
+                    attached: false,
+                    error: Some(format!("{e}; missing without it: {REPLIES_MISSING}")),
                 });
                 None
             }
@@ -740,6 +807,7 @@ impl ProbeSet {
             objects,
             rings,
             recv_class_bounds: opts.recv_class_bounds.clone(),
+            replies,
         };
         Ok((set, features))
     }
@@ -1065,6 +1133,26 @@ impl ProbeSet {
             }
         }
         out
+    }
+
+    /// Packets that arrived from the family's destinations, by kind (enum sp_reply_kind),
+    /// summed over CPUs, since attach; None when the reply counter is not attached.
+    pub fn reply_counts(&self) -> Option<[u64; REPLY_KINDS]> {
+        let (skel, _) = self.replies.as_ref()?;
+        let mut out = [0u64; REPLY_KINDS];
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let Ok(Some(per_cpu)) = skel
+                .maps
+                .replies
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+            {
+                *slot = per_cpu
+                    .iter()
+                    .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+                    .sum();
+            }
+        }
+        Some(out)
     }
 
     /// Records the probes streamed since the last call.

@@ -89,6 +89,27 @@ mod tests {
     }
 
     #[test]
+    fn every_replies_field_is_documented_in_events_md() {
+        let (mut snap, mut summary) = crate::views::fixtures::rich_run();
+        let funnel = crate::analysis::replies::ReplyFunnel {
+            probes: 1010,
+            arrived_total: 7,
+            reply_ratio: Some(7.0 / 1010.0),
+            unanswered: 1003,
+            beyond_host: 1003,
+            ..Default::default()
+        };
+        snap.replies = Some(funnel.clone());
+        summary.replies = Some(funnel);
+        let found = documented_keys(&[line("sample", &snap), line("summary", &summary)], "replies");
+        assert!(
+            found.contains("icmp_unreachable")
+                && found.contains("beyond_host")
+                && found.contains("udp_loopback")
+        );
+    }
+
+    #[test]
     fn every_receive_field_is_documented_in_events_md() {
         use crate::analysis::{DropRow, ReceiveView, Stage};
         let (mut snap, mut summary) = crate::views::fixtures::rich_run();

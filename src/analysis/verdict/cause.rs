@@ -130,6 +130,9 @@ causes! {
     ReceiverKeepsUp = "receiver_keeps_up", [Loss], 5;
     /// frames dropped at a family packet socket's full TPACKET ring (or receive queue)
     RingFull = "ring_full", [Loss], 5;
+    /// a scanner's probes unanswered at this host while nothing dropped the replies here: the
+    /// loss (or the silence) is beyond this host
+    LostBeyondHost = "lost_beyond_host", [Loss], 5;
     /// a relay's outputs refuse or its sends take its time: egress is its bottleneck
     RelayEgressBound = "relay_egress_bound", [Loss], 5;
     /// a relay that keeps up with egress loses packets to the kernel before its read

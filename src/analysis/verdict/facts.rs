@@ -162,6 +162,8 @@ pub(super) struct Facts<'a> {
     pub throttled_ns: Option<f64>,
     /// the relay funnel (the run's only), when the family reads and sends
     pub relay: Option<&'a crate::analysis::relay::RelayView>,
+    /// the reply funnel over the interval, when the reply counter was attached
+    pub replies: Option<&'a crate::analysis::replies::ReplyFunnel>,
 }
 
 impl<'a> Facts<'a> {
@@ -261,6 +263,7 @@ impl<'a> Facts<'a> {
             limits: s.limits.as_ref(),
             throttled_ns: throttled_wait(s.limits.as_ref(), &sender_windows),
             relay: None,
+            replies: s.replies.as_ref(),
         }
     }
 
@@ -368,6 +371,7 @@ impl<'a> Facts<'a> {
             limits: s.limits.as_ref(),
             throttled_ns: throttled_wait(s.limits.as_ref(), &sender_windows),
             relay: s.relay.as_ref(),
+            replies: s.replies.as_ref(),
         }
     }
 

@@ -15,6 +15,7 @@ mod loss;
 mod rate_unit;
 mod receive;
 mod relay;
+mod replies;
 mod rings;
 mod rules;
 mod split;

@@ -350,7 +350,10 @@ pub(super) fn handles(reason: &str) -> bool {
 /// limit comes first) or when it found nothing lost (`receiver_keeps_up`: a sender's receive
 /// side is never its headline).
 pub(super) fn ranks_after_the_rate(f: &Facts, v: &super::Verdict) -> bool {
-    let about_receiving = is_receive(v.cause) || v.cause.is_reply_loss() || v.cause == Cause::RingFull;
+    let about_receiving = is_receive(v.cause)
+        || v.cause.is_reply_loss()
+        || v.cause == Cause::RingFull
+        || v.cause == Cause::LostBeyondHost;
     about_receiving && sends_for_a_living(f) && (f.requested.is_none() || v.share == 0.0)
 }
 
@@ -358,7 +361,7 @@ pub(super) fn ranks_after_the_rate(f: &Facts, v: &super::Verdict) -> bool {
 /// (a profile other than `generic`) or sent more than it read (by receive calls, or incoming
 /// frames queued to the rings it reads, at least: a ring it never reads queues a few). A
 /// responder answering what it reads sends no more than it reads: its receiving is its job.
-fn sends_for_a_living(f: &Facts) -> bool {
+pub(super) fn sends_for_a_living(f: &Facts) -> bool {
     let scanner = f.scanner.is_some_and(|s| s.profile != "generic");
     let read = f.receive.map_or(0, |r| {
         r.count(StageName::RecvPackets)

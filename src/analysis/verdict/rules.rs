@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::judgement::Judgement;
-use super::{claims, gap, loss, rate_unit, receive, relay, rings};
+use super::{claims, gap, loss, rate_unit, receive, relay, replies, rings};
 use super::{Cause, Verdict};
 
 /// A rule judging the send rate.
@@ -89,6 +89,7 @@ pub(super) const RULES: &[Rule] = &[
     loss(Cause::ReceiverCpuBound, One(receive::receiver_cpu_bound)),
     loss(Cause::ReceiverKeepsUp, One(receive::receiver_keeps_up)),
     loss(Cause::RingFull, One(rings::ring_full)),
+    loss(Cause::LostBeyondHost, One(replies::lost_beyond_host)),
     loss(Cause::RelayEgressBound, One(relay::relay_egress_bound)),
     loss(Cause::RelayKernelDrops, One(relay::relay_kernel_drops)),
     loss(Cause::RelayOwnDrops, One(relay::relay_own_drops)),

@@ -2051,6 +2051,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         cost: Cost::default(),
         scanner: None,
         receive: None,
+        replies: None,
         limits: None,
         connect_scanner: false,
         verdicts: Vec::new(),
@@ -3358,4 +3359,161 @@ fn a_loss_of_replies_never_ranks_above_the_limit_of_a_run_that_asked_no_rate() {
         .ring(2_932, 2_435_518)
         .verdicts();
     assert_eq!(v[0].cause, Cause::RingFull, "{v:#?}");
+}
+
+/// The reply funnel of a crafted scan: `probes` sent, `rst` RSTs and `unreach` ICMP unreachable
+/// arrived, `dropped_here` of the family's probes dropped on this host.
+fn reply_funnel(
+    probes: u64,
+    rst: u64,
+    unreach: u64,
+    dropped_here: u64,
+) -> crate::analysis::replies::ReplyFunnel {
+    let arrived = crate::collect::replies::ReplyCounts {
+        tcp_rst: rst,
+        icmp_unreachable: unreach,
+        ..Default::default()
+    };
+    let unanswered = probes.saturating_sub(arrived.total());
+    crate::analysis::replies::ReplyFunnel {
+        probes,
+        arrived,
+        arrived_total: arrived.total(),
+        reply_ratio: Some(arrived.total() as f64 / probes as f64),
+        unanswered,
+        delivered: arrived.total(),
+        dropped_here: 0,
+        probes_dropped_here: dropped_here,
+        beyond_host: unanswered.saturating_sub(dropped_here),
+    }
+}
+
+/// A family that reads: two receive calls on a datagram or packet socket.
+fn a_reader() -> ReceiveView {
+    ReceiveView {
+        stages: vec![Stage {
+            name: StageName::RecvCalls,
+            count: 2,
+            pps: 1.0,
+            total: 2,
+            ratio: None,
+        }],
+        ..Default::default()
+    }
+}
+
+impl Run {
+    fn replies(mut self, f: crate::analysis::replies::ReplyFunnel, reads: bool) -> Run {
+        self.0.replies = Some(f);
+        self.0.receive = reads.then(a_reader);
+        self
+    }
+}
+
+/// Issue 28 item 4: a scan that sent 1,010 probes and got 7 replies, nothing dropped here, read
+/// `receiver_keeps_up` then `no_gap`; now its first verdict says where the replies went.
+#[test]
+fn unanswered_probes_with_nothing_dropped_here_are_lost_beyond_the_host() {
+    let r = run(Some(505.0), 505.0, 2.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .replies(reply_funnel(1010, 7, 0, 0), true);
+    let v = r.verdicts();
+    let top = &v[0];
+    assert_eq!(top.cause, Cause::LostBeyondHost, "{v:#?}");
+    assert_eq!(top.kind, Kind::Loss);
+    assert!(
+        top.sentence.starts_with("1003 of 1010 probes unanswered over the run (99.3%), none dropped here: the loss is beyond this host"),
+        "{}",
+        top.sentence
+    );
+    assert!((top.share - 1003.0 / 1010.0).abs() < 1e-9);
+    assert_eq!(top.confidence, Confidence::Strong);
+    assert!(top.evidence[0].contains("7 RST"), "{:?}", top.evidence);
+    assert!(!top.next_step.contains("icmp_ratelimit"), "{}", top.next_step);
+    assert!(top.next_step.contains("scanprof sweep"), "{}", top.next_step);
+}
+
+/// A sender that reads nothing expects no answer (a flood): no verdict about replies.
+#[test]
+fn a_family_that_reads_nothing_gets_no_reply_verdict() {
+    let r = run(Some(505.0), 505.0, 2.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .replies(reply_funnel(1010, 0, 0, 0), false);
+    assert!(
+        r.verdicts().iter().all(|v| v.cause != Cause::LostBeyondHost),
+        "{:#?}",
+        r.verdicts()
+    );
+}
+
+/// Probes dropped on this host (a filter in a lab's target namespace) are no loss beyond it:
+/// only what no drop here accounts for is.
+#[test]
+fn probes_dropped_on_this_host_are_not_lost_beyond_it() {
+    let all_here = run(Some(505.0), 505.0, 2.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .replies(reply_funnel(1010, 10, 0, 1000), true);
+    assert!(
+        all_here
+            .verdicts()
+            .iter()
+            .all(|v| v.cause != Cause::LostBeyondHost),
+        "{:#?}",
+        all_here.verdicts()
+    );
+    let some = run(Some(505.0), 505.0, 2.0)
+        .time(0.1, 0.0, 0.85, 0.0, 0.05)
+        .replies(reply_funnel(1010, 10, 0, 500), true);
+    let v = some.verdicts();
+    let beyond = v
+        .iter()
+        .find(|v| v.cause == Cause::LostBeyondHost)
+        .expect("a verdict");
+    assert!(
+        beyond.sentence.starts_with("500 of 1010 probes unanswered over the run (49.5%), beside the 500 probes and 0 replies dropped on this host"),
+        "{}",
+        beyond.sentence
+    );
+}
+
+/// ICMP unreachable answers (a UDP scan of closed ports) bring the target's ICMP rate limit into
+/// the advice.
+#[test]
+fn icmp_unreachable_replies_name_the_targets_icmp_rate_limit() {
+    let r = run(Some(5000.0), 5000.0, 2.0)
+        .time(0.3, 0.0, 0.65, 0.0, 0.05)
+        .replies(reply_funnel(10_000, 0, 56, 0), true);
+    let v = r.verdicts();
+    let beyond = v
+        .iter()
+        .find(|v| v.cause == Cause::LostBeyondHost)
+        .expect("a verdict");
+    assert!(
+        beyond.next_step.contains("net.ipv4.icmp_ratelimit"),
+        "{}",
+        beyond.next_step
+    );
+    assert!(
+        beyond
+            .evidence
+            .iter()
+            .any(|e| e.contains("56 of the replies were ICMP unreachable")),
+        "{:?}",
+        beyond.evidence
+    );
+}
+
+/// A run that asked for no rate: the rate's verdict comes first, the replies' after it.
+#[test]
+fn without_a_requested_rate_the_reply_verdict_ranks_after_the_rate() {
+    let r = run(None, 505.0, 2.0)
+        .time(0.9, 0.0, 0.05, 0.0, 0.05)
+        .replies(reply_funnel(1010, 7, 0, 0), true);
+    let v = r.verdicts();
+    let at = v
+        .iter()
+        .position(|v| v.cause == Cause::LostBeyondHost)
+        .expect("a verdict");
+    assert!(at > 0, "{v:#?}");
+    assert_eq!(v[0].kind, Kind::Gap, "{v:#?}");
 }

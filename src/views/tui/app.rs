@@ -377,6 +377,7 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         cost: sum.cost.clone(),
         scanner: sum.scanner.clone(),
         receive: sum.receive.clone(),
+        replies: sum.replies.clone(),
         limits: sum.limits.clone(),
         connect_scanner: sum.connect.is_some_and(|c| c.connect_scanner),
         verdicts: sum.verdicts.clone(),

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Replies that arrived at the host for the family's flows: every packet entering the stack on a
+ * device the family's packets used (target_devs) whose source is an address the family sent to
+ * (flows), counted per CPU by kind (enum sp_reply_kind: SYN-ACK, RST, ICMP unreachable, echo
+ * reply, UDP...). Counted before any socket, ring or drop sees it: the funnel's "arrived", beside
+ * what was delivered to the family and what was dropped here. Packets on other devices cost one
+ * hash lookup.
+ */
+#include "shared.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* For the generated skeleton: the kinds, so Rust gets them from wire.h. */
+enum sp_reply_kind abi_reply_kind;
+
+/* Packets of each kind (enum sp_reply_kind) that arrived from the family's destinations. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_RK_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} replies SEC(".maps");
+
+/* What a packet is, from its protocol and the first bytes of its transport header; SP_RK_MAX
+ * for a probe (a TCP SYN alone, an ICMP echo request) or a fragment's tail. */
+static __always_inline __u32 reply_kind(__u8 proto, const __u8 *t, int loopback)
+{
+	__u8 flags = t[13], type = t[0];
+
+	if (proto == 6) {
+		if ((flags & 0x12) == 0x12)
+			return SP_RK_TCP_SYNACK;
+		if (flags & 0x04)
+			return SP_RK_TCP_RST;
+		if (flags & 0x11)	/* ACK or FIN */
+			return SP_RK_TCP_OTHER;
+		return SP_RK_MAX;	/* a SYN alone: a probe */
+	}
+	if (proto == 17)
+		return loopback ? SP_RK_UDP_LOOPBACK : SP_RK_UDP;
+	if (proto == 1) {
+		if (type == 3)
+			return SP_RK_ICMP_UNREACH;
+		if (type == 0)
+			return SP_RK_ICMP_ECHO_REPLY;
+		if (type == 8 || type == 13 || type == 17)
+			return SP_RK_MAX;	/* requests: probes */
+		return SP_RK_ICMP_OTHER;
+	}
+	if (proto == 58) {
+		if (type == 1)
+			return SP_RK_ICMP_UNREACH;
+		if (type == 129)
+			return SP_RK_ICMP_ECHO_REPLY;
+		if (type == 128 || type >= 133)
+			return SP_RK_MAX;	/* echo request, neighbour discovery */
+		return SP_RK_ICMP_OTHER;
+	}
+	return SP_RK_OTHER;
+}
+
+/* netif_receive_skb: every packet entering the stack on any device (one tracepoint for the list
+ * and single paths), before packet sockets, netfilter or a socket see it. The MAC header is
+ * already pulled: skb->data is the network header. */
+SEC("tp_btf/netif_receive_skb")
+int SP_PROG(SP_PROG_REPLY, on_netif_receive, struct sk_buff *skb)
+{
+	struct net_device *dev = skb->dev;
+	__u16 proto = bpf_ntohs(skb->protocol);
+	__u8 b[56] = {}, *t, p;
+	struct sp_flow_key src = {};
+	__u32 kind, loopback;
+	__u64 dk, *n;
+
+	if (!dev)
+		return 0;
+	dk = dev_key(dev_netns(dev), dev->ifindex);
+	if (!bpf_map_lookup_elem(&target_devs, &dk))
+		return 0;
+	if (bpf_probe_read_kernel(b, sizeof(b), skb->data))
+		return 0;
+	if (proto == 0x0800 && (b[0] >> 4) == 4) {
+		__u32 ihl = b[0] & 0xf;
+
+		if (ihl < 5 || (b[6] & 0x1f) || b[7])
+			return 0;	/* bad header, or a fragment after the first */
+		__builtin_memcpy(src.addr, b + 12, 4);
+		src.family = 2;
+		p = b[9];
+		if (ihl > 5 && bpf_probe_read_kernel(b + 20, 16, skb->data + ihl * 4))
+			return 0;
+		t = b + 20;
+	} else if (proto == 0x86DD && (b[0] >> 4) == 6) {
+		__builtin_memcpy(src.addr, b + 8, 16);
+		src.family = 10;
+		p = b[6];
+		t = b + 40;
+	} else {
+		return 0;
+	}
+	if (!bpf_map_lookup_elem(&flows, &src))
+		return 0;
+	loopback = (dev->flags & IFF_LOOPBACK) != 0;
+	kind = reply_kind(p, t, loopback);
+	if (kind >= SP_RK_MAX)
+		return 0;
+	n = bpf_map_lookup_elem(&replies, &kind);
+	if (n)
+		*n += 1;
+	return 0;
+}
