@@ -93,6 +93,15 @@ pub struct SweepStep {
     /// nothing through its receive syscalls (or sent nothing)
     #[serde(default)]
     pub received_per_packet: Option<f64>,
+    /// replies that arrived at the host from the addresses the family sent to over the step
+    /// (the summary's reply funnel, `arrived_total`), whatever the family reads them with (a
+    /// receive syscall or a packet socket's ring); None when the reply counter was not attached
+    #[serde(default)]
+    pub replies_arrived: Option<u64>,
+    /// replies_arrived / packets (the reply funnel's `reply_ratio`); None without the reply
+    /// counter or without packets
+    #[serde(default)]
+    pub reply_ratio: Option<f64>,
     /// packets handed to the kernel over the step: those the send syscalls accepted and those
     /// of failed send calls (a loss share's denominator, as in the verdicts)
     #[serde(default)]
@@ -177,6 +186,8 @@ impl SweepStep {
             xmit_packets: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),
             received_packets: received,
             received_per_packet: received_per_packet(received, s.packets),
+            replies_arrived: s.replies.as_ref().map(|r| r.arrived_total),
+            reply_ratio: s.replies.as_ref().and_then(|r| r.reply_ratio),
             handed_packets: handed,
             lost,
             loss_share: loss_share(lost, handed),
@@ -259,6 +270,25 @@ fn is_target_loss(cause: Cause) -> bool {
             | Cause::ConntrackFull
             | Cause::SendErrors
     )
+}
+
+/// A reply ratio this much lower at the fastest step than at the slowest is a fall.
+pub const REPLY_RATIO_FALL: f64 = 0.1;
+
+/// The slowest and the fastest step with a reply ratio (by requested rate), when the ratio at
+/// the fastest is lower by `REPLY_RATIO_FALL` or more: a path (or a target) that answers less as
+/// the rate rises. None with fewer than two such steps, or no such fall.
+pub fn reply_ratio_fall(steps: &[SweepStep]) -> Option<(&SweepStep, &SweepStep)> {
+    let with: Vec<&SweepStep> = steps.iter().filter(|s| s.reply_ratio.is_some()).collect();
+    let slowest = with
+        .iter()
+        .min_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps))?;
+    let fastest = with
+        .iter()
+        .max_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps))?;
+    let (lo, hi) = (slowest.reply_ratio?, fastest.reply_ratio?);
+    (fastest.requested_pps > slowest.requested_pps && hi < lo * (1.0 - REPLY_RATIO_FALL))
+        .then_some((*slowest, *fastest))
 }
 
 /// Packets received per packet sent; None when nothing was received (or nothing sent).
@@ -392,6 +422,8 @@ mod tests {
             xmit_packets: 0,
             received_packets: 0,
             received_per_packet: None,
+            replies_arrived: None,
+            reply_ratio: None,
             lost,
             loss_share: 0.0,
             losses: Vec::new(),
@@ -601,6 +633,46 @@ mod tests {
             let sum = b.send + b.blocked_send + b.sleep + b.preempted + b.other;
             assert!((sum - 1.0).abs() < 1e-9, "{b:?}");
         }
+    }
+
+    #[test]
+    fn the_reply_ratio_comes_from_the_reply_funnel_ring_listeners_too_and_its_fall_is_found() {
+        let (_, mut s) = crate::views::fixtures::rich_run();
+        s.packets = 4000;
+        // A ring listener: no receive syscalls, the replies counted on arrival.
+        s.receive = None;
+        s.replies = Some(crate::analysis::replies::ReplyFunnel {
+            probes: 4000,
+            arrived_total: 3600,
+            reply_ratio: Some(0.9),
+            ..Default::default()
+        });
+        let slow = SweepStep::of(1, 1000.0, &s);
+        assert_eq!(
+            (slow.received_per_packet, slow.replies_arrived, slow.reply_ratio),
+            (None, Some(3600), Some(0.9))
+        );
+        s.replies.as_mut().unwrap().reply_ratio = Some(0.5);
+        let fast = SweepStep::of(2, 8000.0, &s);
+        let both = [fast, slow.clone()];
+        let (lo, hi) = reply_ratio_fall(&both).expect("a fall");
+        assert_eq!((lo.requested_pps, hi.requested_pps), (1000.0, 8000.0));
+        // A ratio that stays (within 10%) is no fall; a single step neither.
+        s.replies.as_mut().unwrap().reply_ratio = Some(0.85);
+        assert!(reply_ratio_fall(&[slow.clone(), SweepStep::of(2, 8000.0, &s)]).is_none());
+        assert!(reply_ratio_fall(&[slow]).is_none());
+        // Without the reply counter: null, and an older line without the keys still reads.
+        s.replies = None;
+        let line = serde_json::to_value(SweepStep::of(1, 1000.0, &s)).unwrap();
+        assert!(
+            line["reply_ratio"].is_null() && line["replies_arrived"].is_null(),
+            "{line}"
+        );
+        let mut old = line.as_object().unwrap().clone();
+        old.remove("reply_ratio");
+        old.remove("replies_arrived");
+        let back: SweepStep = serde_json::from_value(serde_json::Value::Object(old)).unwrap();
+        assert_eq!((back.replies_arrived, back.reply_ratio), (None, None));
     }
 
     #[test]

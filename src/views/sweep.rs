@@ -167,7 +167,7 @@ fn failed_on(f: &StepFailure, tolerance: f64) -> String {
 }
 
 /// Columns of the table.
-const COLUMNS: usize = 11;
+const COLUMNS: usize = 12;
 
 const HEADER: [&str; COLUMNS] = [
     "requested",
@@ -177,6 +177,7 @@ const HEADER: [&str; COLUMNS] = [
     "lost (% of handed)",
     "xmit",
     "rx/pkt",
+    "replies/probe",
     "budget send/blk/sleep/pre/other %",
     "scanprof cpu/bpf",
     "top verdict",
@@ -197,6 +198,7 @@ fn row(s: &SweepStep) -> [String; COLUMNS] {
         s.xmit_packets.to_string(),
         s.received_per_packet
             .map_or("-".to_string(), |r| format!("{r:.3}")),
+        s.reply_ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
         budget(s),
         cost(s),
         top(s),
@@ -235,7 +237,7 @@ pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
     let line = |cells: &[String]| -> String {
         let mut l = String::from(" ");
         for (i, c) in cells.iter().enumerate() {
-            if i < 3 || i == 5 || i == 6 {
+            if i < 3 || (5..=7).contains(&i) {
                 let _ = write!(l, " {c:>w$}", w = widths[i]);
             } else {
                 let _ = write!(l, " {c:<w$}", w = widths[i]);
@@ -259,7 +261,22 @@ pub fn table_text(steps: &[SweepStep], sum: &SweepSummary) -> String {
     }
     let _ = writeln!(o, "{}", lost_legend());
     let _ = writeln!(o, "{}", knee_sentence(&sum.knee, sum.keep_tolerance));
+    if let Some(l) = reply_fall_sentence(steps) {
+        let _ = writeln!(o, "{l}");
+    }
     o
+}
+
+/// The replies/probe column's legend and, when the reply ratio falls as the rate rises, where.
+fn reply_fall_sentence(steps: &[SweepStep]) -> Option<String> {
+    let (lo, hi) = crate::analysis::knee::reply_ratio_fall(steps)?;
+    Some(format!(
+        "replies per probe (arrived at this host, whatever the family reads them with) fall from {:.3} at {} pps to {:.3} at {} pps: a path or a target that answers less as the rate rises (a policer, a full queue, a rate limit)",
+        lo.reply_ratio.unwrap_or(0.0),
+        rate(lo.requested_pps),
+        hi.reply_ratio.unwrap_or(0.0),
+        rate(hi.requested_pps)
+    ))
 }
 
 /// The sweep as a markdown table (sweep.md), with the plot and the knee.
@@ -277,6 +294,9 @@ pub fn table_md(steps: &[SweepStep], sum: &SweepSummary, plot: Option<&str>) -> 
     );
     let _ = writeln!(o, "{}\n", knee_sentence(&sum.knee, sum.keep_tolerance));
     let _ = writeln!(o, "{}\n", lost_legend());
+    if let Some(l) = reply_fall_sentence(steps) {
+        let _ = writeln!(o, "{l}\n");
+    }
     if let Some(p) = plot {
         let _ = writeln!(o, "![achieved against requested]({p})\n");
     }
@@ -377,6 +397,8 @@ pub(crate) mod tests {
         let (mut steps, sum) = fixture_steps();
         steps[0].received_per_packet = None;
         steps[1].received_per_packet = Some(0.5);
+        steps[0].reply_ratio = Some(0.99);
+        steps[2].reply_ratio = Some(0.25);
         let t = table_text(&steps, &sum);
         assert!(t.contains("3 of 4 steps") && t.contains("interrupted"), "{t}");
         assert_eq!(t.lines().filter(|l| l.contains(" yes ")).count(), 2, "{t}");
@@ -402,6 +424,15 @@ pub(crate) mod tests {
                 .to_string()
         };
         assert!(row_of("2000").contains(" 0.500 "), "{t}");
+        // Replies per probe: from the reply funnel, and its fall with the rate said.
+        assert!(
+            t.contains("replies/probe") && row_of("1000").contains(" 0.990 "),
+            "{t}"
+        );
+        assert!(
+            t.contains("replies per probe (arrived at this host, whatever the family reads them with) fall from 0.990 at 1000 pps to 0.250 at 4000 pps"),
+            "{t}"
+        );
         assert!(!row_of("1000").contains("0.500"), "{t}");
         let md = table_md(&steps, &sum, Some("sweep.svg"));
         assert!(md.contains("![achieved against requested](sweep.svg)"), "{md}");
