@@ -228,6 +228,9 @@ pub fn summary(s: &Summary) -> String {
     if let Some(r) = &s.receive {
         receive_section(&mut o, r);
     }
+    if let Some(r) = &s.replies {
+        replies_section(&mut o, r);
+    }
     if let Some(relay) = &s.relay {
         relay_section(&mut o, relay);
     }
@@ -413,6 +416,54 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
             d.netns
         );
     }
+}
+
+/// The reply funnel over the run: probes, replies arrived by kind, delivered, dropped here.
+pub fn replies_section(o: &mut String, r: &crate::analysis::replies::ReplyFunnel) {
+    let a = &r.arrived;
+    let _ = writeln!(o, "\nreply funnel (over the run):");
+    let _ = writeln!(o, "  probes sent          {:>12}", r.probes);
+    let _ = writeln!(
+        o,
+        "  replies arrived      {:>12}  ({} per probe; counted on arrival at this host from the addresses probed)",
+        r.arrived_total,
+        r.reply_ratio.map_or("-".to_string(), |x| format!("{x:.3}"))
+    );
+    let kinds: Vec<String> = [
+        ("SYN-ACK", a.tcp_synack),
+        ("RST", a.tcp_rst),
+        ("other TCP", a.tcp_other),
+        ("ICMP unreachable", a.icmp_unreachable),
+        ("echo reply", a.icmp_echo_reply),
+        ("other ICMP", a.icmp_other),
+        ("UDP", a.udp),
+        ("other", a.other),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| format!("{n} {k}"))
+    .collect();
+    if !kinds.is_empty() {
+        let _ = writeln!(o, "    by kind: {}", kinds.join(", "));
+    }
+    if a.udp_loopback > 0 {
+        let _ = writeln!(
+            o,
+            "    not counted: {} UDP on loopback (a probe and its reply share addresses there)",
+            a.udp_loopback
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  delivered            {:>12}  (read by the family's receive calls, or queued to the packet sockets it reads)",
+        r.delivered
+    );
+    let _ = writeln!(o, "  replies dropped here {:>12}", r.dropped_here);
+    let _ = writeln!(
+        o,
+        "  unanswered           {:>12}  ({} of them probes dropped on this host, {} beyond it)",
+        r.unanswered, r.probes_dropped_here, r.beyond_host
+    );
 }
 
 /// What reading cost over the run, per thread and in all, and the CPU a full line would need.

@@ -1107,3 +1107,44 @@ fn tick_lines_follow_the_run_phase() {
         )
     );
 }
+
+/// The reply funnel of a scan that got 7 answers to 1,010 probes: every figure, its kinds, and
+/// what is not counted.
+#[test]
+fn the_summary_shows_the_reply_funnel() {
+    let arrived = crate::collect::replies::ReplyCounts {
+        tcp_rst: 5,
+        icmp_unreachable: 2,
+        udp_loopback: 4,
+        ..Default::default()
+    };
+    let s = Summary {
+        replies: Some(crate::analysis::replies::ReplyFunnel {
+            probes: 1010,
+            arrived,
+            arrived_total: 7,
+            reply_ratio: Some(7.0 / 1010.0),
+            unanswered: 1003,
+            probes_dropped_here: 3,
+            beyond_host: 1000,
+            delivered: 6,
+            dropped_here: 1,
+        }),
+        ..Summary::for_tests()
+    };
+    let t = crate::views::text::summary(&s);
+    assert!(t.contains("reply funnel (over the run):"), "{t}");
+    assert!(
+        t.contains("  replies arrived                 7  (0.007 per probe"),
+        "{t}"
+    );
+    assert!(t.contains("    by kind: 5 RST, 2 ICMP unreachable"), "{t}");
+    assert!(t.contains("not counted: 4 UDP on loopback"), "{t}");
+    assert!(
+        t.contains(
+            "  unanswered                   1003  (3 of them probes dropped on this host, 1000 beyond it)"
+        ),
+        "{t}"
+    );
+    assert!(!crate::views::text::summary(&Summary::for_tests()).contains("reply funnel"));
+}
