@@ -39,6 +39,7 @@ pub fn report_md(
             overview(&mut o, &r);
             funnel(&mut o, &r);
             devices(&mut o, s);
+            reply_funnel(&mut o, s);
             rate_statistics(&mut o, &r);
             time_budget(&mut o, &r);
             drops(&mut o, &r);
@@ -366,6 +367,57 @@ fn funnel(o: &mut String, r: &Report) {
 /// The devices the family's packets crossed, in every namespace (the lab's veth pairs, a
 /// container's interfaces), from the Summary's device views: the machine facts' interface
 /// table lists the root namespace only.
+/// The reply funnel over the run, when the reply counter was attached.
+fn reply_funnel(o: &mut String, s: &Summary) {
+    let Some(r) = &s.replies else { return };
+    let a = &r.arrived;
+    let _ = writeln!(o, "## Reply funnel\n");
+    let _ = writeln!(
+        o,
+        "Packets over the run. Replies are counted on arrival at this host (before any socket or \
+         ring) from the addresses the family sent to, on the devices its packets used.\n"
+    );
+    let n = |v: u64| v.to_string();
+    let rows = vec![
+        vec!["probes sent".to_string(), n(r.probes)],
+        vec![
+            format!(
+                "replies arrived ({} per probe)",
+                r.reply_ratio.map_or("-".to_string(), |x| format!("{x:.3}"))
+            ),
+            n(r.arrived_total),
+        ],
+        vec![
+            "of which SYN-ACK / RST / other TCP".to_string(),
+            format!("{} / {} / {}", a.tcp_synack, a.tcp_rst, a.tcp_other),
+        ],
+        vec![
+            "of which ICMP unreachable / echo reply / other ICMP".to_string(),
+            format!(
+                "{} / {} / {}",
+                a.icmp_unreachable, a.icmp_echo_reply, a.icmp_other
+            ),
+        ],
+        vec![
+            "of which UDP / other".to_string(),
+            format!("{} / {}", a.udp, a.other),
+        ],
+        vec!["not counted: UDP on loopback".to_string(), n(a.udp_loopback)],
+        vec![
+            "delivered to the family's sockets and rings".to_string(),
+            n(r.delivered),
+        ],
+        vec!["replies dropped here".to_string(), n(r.dropped_here)],
+        vec!["unanswered".to_string(), n(r.unanswered)],
+        vec![
+            "of which probes dropped on this host".to_string(),
+            n(r.probes_dropped_here),
+        ],
+        vec!["of which beyond this host".to_string(), n(r.beyond_host)],
+    ];
+    table(o, &["", "packets"], &rows);
+}
+
 fn devices(o: &mut String, s: &Summary) {
     if s.devices.is_empty() {
         return;
@@ -1047,6 +1099,28 @@ mod tests {
             {"name": "kprobes", "status": "info", "detail": "absent (scanprof does not need them)", "advice": null},
             {"name": "drop reasons", "status": "degraded", "detail": "kfree_skb has reasons but no rx_sk", "advice": "kernel 6.8 or newer adds rx_sk"}
         ]})
+    }
+
+    #[test]
+    fn the_reply_funnel_is_a_table_of_its_figures() {
+        let mut rec = rich_recording();
+        let plain = report_md(&rec, None, None, &[]);
+        assert!(!plain.contains("## Reply funnel"), "{plain}");
+        if let Some(s) = rec.summary.as_mut() {
+            s.replies = Some(crate::analysis::replies::ReplyFunnel {
+                probes: 1010,
+                arrived_total: 7,
+                reply_ratio: Some(7.0 / 1010.0),
+                unanswered: 1003,
+                beyond_host: 1003,
+                ..Default::default()
+            });
+        }
+        let md = report_md(&rec, None, None, &[]);
+        assert!(md.contains("## Reply funnel"), "{md}");
+        assert!(md.contains("| replies arrived (0.007 per probe) | 7 |"), "{md}");
+        assert!(md.contains("| of which beyond this host | 1003 |"), "{md}");
+        assert_eq!(check_tables(&md), check_tables(&plain).map(|n| n + 1), "{md}");
     }
 
     #[test]
