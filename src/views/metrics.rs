@@ -94,6 +94,9 @@ pub struct MetricsState {
     errors: BTreeMap<(String, String), u64>,
     /// what the probes could not record -> count since attach
     lost: BTreeMap<&'static str, u64>,
+    /// reply kind -> replies that arrived from the family's destinations since attach (the
+    /// reply funnel's `arrived`); empty without the reply counter
+    replies: BTreeMap<&'static str, u64>,
     cpu: f64,
     bpf_ns_per_packet: Option<f64>,
     bpf_target_ns_per_packet: Option<f64>,
@@ -151,6 +154,12 @@ impl MetricsState {
                 *self.errors.entry((role.clone(), errno.clone())).or_default() += n;
             }
         }
+        // A tick's reply funnel holds the replies of its tick: they add up.
+        if let Some(r) = &s.replies {
+            for (kind, n) in reply_kinds(&r.arrived) {
+                *self.replies.entry(kind).or_default() += n;
+            }
+        }
         self.health(&s.health);
         self.cpu = s.cost.cpu;
         self.bpf(s.cost.bpf.as_ref());
@@ -187,6 +196,12 @@ impl MetricsState {
         }
         for (k, v) in errors {
             raise(self.errors.entry(k).or_default(), v);
+        }
+        // The run's replies: never below what the ticks added up.
+        if let Some(r) = &s.replies {
+            for (kind, n) in reply_kinds(&r.arrived) {
+                raise(self.replies.entry(kind).or_default(), n);
+            }
         }
         self.health(&s.health);
         self.cpu = s.cost.cpu;
@@ -294,6 +309,20 @@ impl MetricsState {
             drops.with_label_values(&[reason, class, device]).inc_by(*n);
         }
         r.register(Box::new(drops))?;
+
+        if !self.replies.is_empty() {
+            let replies = IntCounterVec::new(
+                Opts::new(
+                    "replies_total",
+                    "Replies that arrived at this host since attach from the addresses the family sent to, on the devices its packets used, by kind (counted before any socket or ring: the reply funnel's arrived).",
+                ),
+                &["kind"],
+            )?;
+            for (kind, n) in &self.replies {
+                replies.with_label_values(&[kind]).inc_by(*n);
+            }
+            r.register(Box::new(replies))?;
+        }
 
         let seconds = prometheus::CounterVec::new(
             Opts::new(
@@ -438,6 +467,21 @@ fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, Str
 }
 
 /// Raises a total to `v` (a total never goes down: a counter stays monotonic).
+/// A reply funnel's counts by kind, as the `kind` label names them (the JSON's names; UDP on
+/// loopback is no reply and is left out).
+fn reply_kinds(a: &crate::collect::replies::ReplyCounts) -> [(&'static str, u64); 8] {
+    [
+        ("tcp_synack", a.tcp_synack),
+        ("tcp_rst", a.tcp_rst),
+        ("tcp_other", a.tcp_other),
+        ("icmp_unreachable", a.icmp_unreachable),
+        ("icmp_echo_reply", a.icmp_echo_reply),
+        ("icmp_other", a.icmp_other),
+        ("udp", a.udp),
+        ("other", a.other),
+    ]
+}
+
 fn raise(total: &mut u64, v: u64) {
     *total = (*total).max(v);
 }
@@ -725,6 +769,49 @@ mod tests {
         assert_eq!(
             sample(&text, "scanprof_run_phase", &[("phase", "sending")]),
             Some(1.0)
+        );
+    }
+
+    #[test]
+    fn replies_add_up_over_ticks_by_kind_and_the_summary_never_lowers_them() {
+        let funnel = |rst: u64| crate::analysis::replies::ReplyFunnel {
+            arrived: crate::collect::replies::ReplyCounts {
+                tcp_rst: rst,
+                udp_loopback: 9,
+                ..Default::default()
+            },
+            arrived_total: rst,
+            ..Default::default()
+        };
+        let mut m = MetricsState::new(RunLabels::default());
+        assert!(!m.render().contains("scanprof_replies_total"));
+        for rst in [3, 4] {
+            let s = Snapshot {
+                replies: Some(funnel(rst)),
+                ..Snapshot::for_tests()
+            };
+            m.update(&Update::Tick(Box::new(s)));
+        }
+        let text = m.render();
+        assert_eq!(
+            sample(&text, "scanprof_replies_total", &[("kind", "tcp_rst")]),
+            Some(7.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "scanprof_replies_total", &[("kind", "udp")]),
+            Some(0.0),
+            "{text}"
+        );
+        assert!(!text.contains("udp_loopback"), "{text}");
+        let sum = Summary {
+            replies: Some(funnel(6)),
+            ..Summary::for_tests()
+        };
+        m.update(&Update::Done(Box::new(sum)));
+        assert_eq!(
+            sample(&m.render(), "scanprof_replies_total", &[("kind", "tcp_rst")]),
+            Some(7.0)
         );
     }
 
