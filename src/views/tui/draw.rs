@@ -486,6 +486,9 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     if let Some(cost) = s.receive.as_ref().and_then(|r| r.cost.as_ref()) {
         block = block.title_bottom(receive_cost_title(cost));
     }
+    if let Some(r) = &s.replies {
+        block = block.title_bottom(replies_title(r));
+    }
     let no_qdisc = s
         .stages
         .iter()
@@ -521,6 +524,16 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     .header(Row::new(vec!["stage", per_second_heading(app), "total", "ratio"]).style(Style::new().bold()))
     .block(block);
     f.render_widget(table, area);
+}
+
+/// The funnel's bottom line for the reply funnel: replies arrived per probe and the probes
+/// unanswered beyond this host, over the tick (or the run, once ended); the replies alone in a
+/// tick without probes (the panel is 43 columns wide).
+fn replies_title(r: &crate::analysis::replies::ReplyFunnel) -> String {
+    match r.reply_ratio {
+        Some(x) => format!(" replies {x:.3}/probe, {} beyond host ", r.beyond_host),
+        None => format!(" replies {}, no probe ", r.arrived_total),
+    }
 }
 
 /// The funnel's bottom line while the family reads: its on-CPU time per packet read and the

@@ -982,3 +982,23 @@ fn the_chart_skips_ticks_that_judge_no_rate_and_the_header_says_the_phase() {
     );
     assert!(!s.contains("achieved 0"), "{s}");
 }
+
+/// The reply funnel on the funnel panel's bottom line: replies arrived, per probe, and the
+/// probes unanswered beyond this host; nothing without it.
+#[test]
+fn the_funnel_panel_shows_the_replies_that_arrived() {
+    assert!(!screen(&live_app(false), 120, 40).contains("beyond host"));
+    let mut tick = rich_ticks().0.remove(0);
+    tick.replies = Some(crate::analysis::replies::ReplyFunnel {
+        probes: 1010,
+        arrived_total: 7,
+        reply_ratio: Some(7.0 / 1010.0),
+        unanswered: 1003,
+        beyond_host: 1003,
+        ..Default::default()
+    });
+    let mut app = App::new("run scanner".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    let shown = screen(&app, 120, 40);
+    assert!(shown.contains("replies 0.007/probe, 1003 beyond host"), "{shown}");
+}
