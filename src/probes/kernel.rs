@@ -105,7 +105,7 @@ fn drop_reason_names(btf: &Btf<'_>) -> Option<BTreeMap<u32, String>> {
 }
 
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
-pub const TRACEPOINTS: [(&str, &str); 17] = [
+pub const TRACEPOINTS: [(&str, &str); 18] = [
     (
         "sched_process_fork",
         "following children and threads of the target",
@@ -132,4 +132,8 @@ pub const TRACEPOINTS: [(&str, &str); 17] = [
     ("neigh_timer_handler", "failed neighbour resolutions"),
     ("neigh_update", "finished neighbour resolutions"),
     ("kfree_skb", "every packet drop, reason and location"),
+    (
+        "netif_receive_skb",
+        "replies arriving for the family's flows (the reply funnel)",
+    ),
 ];
