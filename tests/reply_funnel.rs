@@ -133,8 +133,10 @@ fn a_udp_scan_the_target_answers_in_part_is_counted_as_the_targets_snmp_says() {
     // Nothing dropped on this host, either way; nmap's ring took every reply.
     assert_eq!((r.dropped_here, r.probes_dropped_here), (0, 0), "{r:?}");
     assert_eq!(r.beyond_host, r.unanswered, "{r:?}");
-    // What nmap's pcap ring took is read from the socket's own counters (tp_packets), sampled:
-    // seen here as fewer than arrived (1 of 7 in one run), never more in this quiet lab.
+    // What nmap's pcap ring took is read from the socket's own counters (tp_packets) by the
+    // packet-socket iterator: it read 0 or 1 here while nmap itself reported all 7 ports
+    // closed (it took the 7 replies), a miss of the ring counting that is not the reply
+    // funnel's; asserted only as never more than arrived in this quiet lab.
     assert!(r.delivered <= r.arrived_total, "{r:?}");
     let ratio = r.reply_ratio.expect("a ratio");
     assert!((ratio - r.arrived_total as f64 / r.probes as f64).abs() < 1e-12);
