@@ -128,20 +128,6 @@ pub fn summary(s: &Summary) -> String {
     let r = Report::new(s);
     let mut o = String::new();
     let _ = writeln!(o, "scanprof: run of {:.2} s ended: {}", s.duration_s, r.ended);
-    let _ = writeln!(o, "\nprocess family:");
-    for (p, end) in &r.processes {
-        let state = end.text();
-        let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
-            p.pid,
-            p.ppid,
-            visible(&p.comm),
-            visible(&p.exe),
-            if p.root { ", target" } else { "" }
-        );
-    }
     let _ = writeln!(o);
     match s.requested_pps {
         Some(r) => {
@@ -206,10 +192,76 @@ pub fn summary(s: &Summary) -> String {
             st.max
         );
     }
+    verdict_section(&mut o, &r.verdicts);
+    // Where packets were lost, beside the answer; the family and the detail after.
+    let _ = writeln!(o, "\ndrops:");
+    // The target's rows, by class (its own losses first); other processes' drops as a count.
+    let mine = r.drops.mine();
+    if mine.is_empty() {
+        let _ = writeln!(o, "  none of the target's packets or replies were dropped");
+    }
+    let several_ns = DropTable::several_netns(&mine);
+    for d in &mine {
+        let netns = if several_ns {
+            format!("  netns {}", d.netns)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
+            d.class.name(),
+            visible(&d.reason),
+            d.count,
+            visible(&d.location),
+            visible(d.device.as_deref().unwrap_or("-")),
+            d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    let others = r.drops.unrelated();
+    if others > 0 {
+        let _ = writeln!(
+            o,
+            "  (and {others} drops of other processes' packets on this machine)"
+        );
+    }
+    for q in s.queues.iter().filter(|q| q.qlen_max > 0) {
+        let _ = writeln!(
+            o,
+            "qdisc on {} peaked at {} packets / {} bytes queued",
+            visible(&q.device),
+            q.qlen_max,
+            q.backlog_max
+        );
+    }
+    for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
+        let _ = writeln!(
+            o,
+            "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
+            visible(&d.device),
+            d.neigh_started,
+            d.neigh_queued,
+            d.neigh_resolved,
+            d.neigh_failed
+        );
+    }
+    let _ = writeln!(o, "\nprocess family:");
+    for (p, end) in &r.processes {
+        let state = end.text();
+        let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
+            p.pid,
+            p.ppid,
+            visible(&p.comm),
+            visible(&p.exe),
+            if p.root { ", target" } else { "" }
+        );
+    }
     if let Some(sc) = &s.scanner {
         scanner_section(&mut o, sc);
     }
-    verdict_section(&mut o, &r.verdicts);
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
         let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.name, f.pps, f.count);
@@ -268,57 +320,6 @@ pub fn summary(s: &Summary) -> String {
     }
     if let (Some(p50), Some(p99)) = (s.latency_p50_ns, s.latency_p99_ns) {
         let _ = writeln!(o, "send syscall duration: p50 {}, p99 {}", ns(p50), ns(p99));
-    }
-    let _ = writeln!(o, "\ndrops:");
-    // The target's rows, by class (its own losses first); other processes' drops as a count.
-    let mine = r.drops.mine();
-    if mine.is_empty() {
-        let _ = writeln!(o, "  none of the target's packets or replies were dropped");
-    }
-    let several_ns = DropTable::several_netns(&mine);
-    for d in &mine {
-        let netns = if several_ns {
-            format!("  netns {}", d.netns)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            o,
-            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
-            d.class.name(),
-            visible(&d.reason),
-            d.count,
-            visible(&d.location),
-            visible(d.device.as_deref().unwrap_or("-")),
-            d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
-        );
-    }
-    let others = r.drops.unrelated();
-    if others > 0 {
-        let _ = writeln!(
-            o,
-            "  (and {others} drops of other processes' packets on this machine)"
-        );
-    }
-    for q in s.queues.iter().filter(|q| q.qlen_max > 0) {
-        let _ = writeln!(
-            o,
-            "qdisc on {} peaked at {} packets / {} bytes queued",
-            visible(&q.device),
-            q.qlen_max,
-            q.backlog_max
-        );
-    }
-    for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
-        let _ = writeln!(
-            o,
-            "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
-            visible(&d.device),
-            d.neigh_started,
-            d.neigh_queued,
-            d.neigh_resolved,
-            d.neigh_failed
-        );
     }
     let _ = writeln!(
         o,

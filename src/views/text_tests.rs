@@ -1107,3 +1107,29 @@ fn tick_lines_follow_the_run_phase() {
         )
     );
 }
+
+/// The report leads with the answer (issue 33 item 11): requested against achieved, the
+/// verdicts and where packets were lost come before the process family, the funnels and the
+/// time budget (the verdicts came after the family and the scanner's tables, the drops after
+/// the funnel, the budget and the gaps).
+#[test]
+fn the_answer_leads_the_report_the_detail_follows() {
+    let mut s = fixed_summary();
+    s.verdicts = crate::views::fixtures::verdicts_beyond_five();
+    let r = summary(&s);
+    let order = [
+        "scanprof: run of",
+        "requested 2000 pps, achieved 1500.0 pps",
+        "\ndiagnosis:",
+        "\ndrops:",
+        "\nprocess family:",
+        "\nfunnel (per second over the send window):",
+        "\nsender threads' time",
+        "\nscanprof's own cost",
+    ];
+    let pos: Vec<usize> = order
+        .iter()
+        .map(|h| r.find(h).unwrap_or_else(|| panic!("{h:?} missing:\n{r}")))
+        .collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "out of order {pos:?}:\n{r}");
+}

@@ -27,23 +27,20 @@ pub fn report_md(
 ) -> String {
     let mut o = String::new();
     title(&mut o, rec);
-    if let Some(f) = facts {
-        system_facts(&mut o, f);
-    }
-    if let Some(c) = checks {
-        capability_checks(&mut o, c);
-    }
+    // The answer first (requested against achieved, the verdicts, where packets were lost),
+    // then the detail behind it, the machine's tables last: a reader of a long report finds
+    // the diagnosis on its first screen.
     match &rec.summary {
         Some(s) => {
             let r = Report::new(s);
             overview(&mut o, &r);
+            verdicts(&mut o, &r);
+            drops(&mut o, &r);
             funnel(&mut o, &r);
+            scanner(&mut o, s);
             devices(&mut o, s);
             rate_statistics(&mut o, &r);
             time_budget(&mut o, &r);
-            drops(&mut o, &r);
-            scanner(&mut o, s);
-            verdicts(&mut o, &r);
         }
         None => {
             let _ = writeln!(
@@ -60,6 +57,12 @@ pub fn report_md(
         for (file, caption) in plots {
             let _ = writeln!(o, "![{}]({})\n", escape_inline(caption), file.replace(' ', "%20"));
         }
+    }
+    if let Some(f) = facts {
+        system_facts(&mut o, f);
+    }
+    if let Some(c) = checks {
+        capability_checks(&mut o, c);
     }
     while o.ends_with("\n\n") {
         o.pop();
@@ -1184,18 +1187,21 @@ mod tests {
         assert!(md.contains("![Rate over time](rates.svg)"));
         assert!(md.contains("![Inter-send gaps \\[CDF\\]](gap_cdf.svg)"));
         // Section order.
+        // Section order: the answer (run, verdicts, drops) first, the machine's tables last.
         let order = [
             "# scanprof report",
-            "## System",
-            "## Capability checks",
             "## Run",
+            "## Verdicts",
+            "## Drops",
             "## Funnel",
+            "## Scanner",
             "## Devices the target's packets crossed",
             "## Rate statistics",
             "## Time budget",
-            "## Drops",
             "## Lost events and warnings",
             "## Plots",
+            "## System",
+            "## Capability checks",
         ];
         let pos: Vec<usize> = order.iter().map(|h| md.find(h).unwrap_or(usize::MAX)).collect();
         assert!(
