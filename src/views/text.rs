@@ -711,11 +711,22 @@ pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
     )
 }
 
-/// The family's connection attempts: how many sent their SYN, returned its answer, or failed
-/// before it (those failures' errnos are in the errors line).
+/// The family's connection attempts: how many sent their SYN, got its answer back from the
+/// connect call itself, or failed before it (those failures' errnos are in the errors line). A
+/// non-blocking connect returns before its answer (EINPROGRESS) and the scanner reads the
+/// answer later (poll, SO_ERROR): the line says those answers are not in its count, rather
+/// than "0 returned the answer" for a scan whose every port refused.
 fn connect_line(c: &ConnectView) -> String {
+    let pending = c.syns.saturating_sub(c.answered);
+    let later = if pending > 0 {
+        format!(
+            "; {pending} returned before their answer (a non-blocking connect: its answer, read later, is not counted here)"
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} returned the answer: refused, timed out or unreachable), {} failed before their SYN",
+        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} answered within the call: refused, timed out or unreachable{later}), {} failed before their SYN",
         c.attempts, c.attempts_pps, c.syns, c.answered, c.failed
     )
 }

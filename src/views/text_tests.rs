@@ -839,7 +839,25 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
     assert!(r.contains("achieved 1500.0 connection attempts/s ("), "{r}");
     assert!(!r.contains(" pps ("), "{r}");
     assert!(
-        r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 returned the answer: refused, timed out or unreachable), 10 failed before their SYN"),
+        r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 answered within the call: refused, timed out or unreachable; 970 returned before their answer (a non-blocking connect: its answer, read later, is not counted here)), 10 failed before their SYN"),
+        "{r}"
+    );
+    // nmap -sT's 2000 non-blocking connects, every one refused after its call returned: the
+    // line read "2000 SYNs sent (0 returned the answer: refused ...)".
+    let all_refused = Summary {
+        connect: Some(ConnectView {
+            attempts: 2000,
+            syns: 2000,
+            answered: 0,
+            failed: 0,
+            ..view
+        }),
+        ..fixed_summary()
+    };
+    let r = summary(&all_refused);
+    assert!(!r.contains("0 returned the answer"), "{r}");
+    assert!(
+        r.contains("2000 SYNs sent (0 answered within the call: refused, timed out or unreachable; 2000 returned before their answer (a non-blocking connect: its answer, read later, is not counted here))"),
         "{r}"
     );
     // a few connects beside many sends: the rate stays packets per second
