@@ -434,12 +434,21 @@ fn above_requested_verdict(f: &Facts, r: f64, calibration: Option<&Calibration>)
     let mut evidence = vec![rate_line(f, r)];
     if let Some(c) = calibration.filter(|c| c.error_pct < -CALIBRATION_TOLERANCE_PCT) {
         evidence.push(format!(
-            "{}: its slot is {} against the {} a rate of {} needs ({}): slots too short",
+            "{}: its slot is {} against the {} a rate of {} needs ({}): slots too short{}",
             c.probe,
             c.delay_ns.map_or("?".to_string(), dur),
             c.slot_ns.map_or("?".to_string(), dur),
             pps(r),
-            signed_pct(c.error_pct)
+            signed_pct(c.own_error_pct),
+            if c.count > 1 {
+                format!(
+                    " (median of its {} calibrations {})",
+                    c.count,
+                    signed_pct(c.error_pct)
+                )
+            } else {
+                String::new()
+            }
         ));
     }
     caveat_lines(f, &mut evidence);
@@ -716,7 +725,7 @@ pub(super) fn miscalibrated(j: &Judgement) -> Option<Verdict> {
                 c.delay_ns.map_or("?".to_string(), dur),
                 pps(r),
                 c.slot_ns.map_or("?".to_string(), dur),
-                signed_pct(c.error_pct)
+                signed_pct(c.own_error_pct)
             )];
             if c.count > 1 {
                 evidence.push(format!(

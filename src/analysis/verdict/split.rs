@@ -45,10 +45,13 @@ pub(super) struct Calibration {
     /// median of (delay / slot - 1) x 100
     pub(super) error_pct: f64,
     pub(super) count: usize,
-    /// the calibration closest to the median
+    /// the calibration closest to the median: its probe, slot, the slot its rate needs, and
+    /// its own error, (delay / slot - 1) x 100 (the median is of several: a line that shows
+    /// this calibration's slot shows this error beside it)
     pub(super) probe: String,
     pub(super) delay_ns: Option<f64>,
     pub(super) slot_ns: Option<f64>,
+    pub(super) own_error_pct: f64,
     pub(super) duration_ms: f64,
 }
 
@@ -84,6 +87,7 @@ impl Calibration {
             probe: closest.probe.clone(),
             delay_ns: closest.delay_ns,
             slot_ns: closest.slot_ns,
+            own_error_pct: closest.error_pct.unwrap_or(median),
             duration_ms: cals.iter().filter_map(|c| c.duration_ms).sum(),
         })
     }

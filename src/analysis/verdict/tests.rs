@@ -1164,6 +1164,43 @@ fn a_small_miscalibration_under_a_cpu_bound_sender_ranks_second() {
     assert_eq!(v[0].confidence, Confidence::Strong);
 }
 
+/// Two calibrations, +0.22% and +10.78%: the evidence showed the first one's slot beside the
+/// median's +5.50% (issue 28 item 11). A slot is shown with its own error; the median is said
+/// to be one, of how many.
+#[test]
+fn a_calibrations_slot_is_shown_with_its_own_error_the_median_apart() {
+    let v = run(Some(1000.0), 900.0, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(0.22, 1000.0), calibration(10.78, 1000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    let m = v
+        .iter()
+        .find(|v| v.cause == Cause::Miscalibrated)
+        .unwrap_or_else(|| panic!("miscalibrated: {v:#?}"));
+    let slot_line = m
+        .evidence
+        .iter()
+        .find(|e| e.starts_with("tsc_init_tslot: slot "))
+        .unwrap_or_else(|| panic!("{:#?}", m.evidence));
+    assert!(
+        slot_line == "tsc_init_tslot: slot 1.002 ms where 1000 pps needs 1.000 ms (+0.2%)"
+            || slot_line == "tsc_init_tslot: slot 1.108 ms where 1000 pps needs 1.000 ms (+10.8%)",
+        "{slot_line}"
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.starts_with("2 calibrations, median error +5.5%")),
+        "{:#?}",
+        m.evidence
+    );
+}
+
 #[test]
 fn a_calibration_within_two_percent_is_not_a_cause() {
     let v = run(Some(1000.0), 500.0, 10.0)
