@@ -29,6 +29,10 @@ pub struct ScannerView {
     /// scanner uses it: the mode in use is the one whose probe calibrated
     #[serde(default)]
     pub pacers: Vec<PacerView>,
+    /// what the scanner does after its last probe, as its profile says (masscan's `--wait`,
+    /// zmap's cooldown); None when the profile does not say
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
 }
 
 /// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
@@ -428,6 +432,8 @@ pub struct ScannerModel {
     output_notes: Vec<String>,
     /// the profile's pacing modes
     pacers: Vec<PacerView>,
+    /// the profile's words for the scanner's wait after its last probe
+    pub(super) wait: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -469,6 +475,7 @@ impl ScannerModel {
             latest: BTreeMap::new(),
             output_notes: Vec::new(),
             pacers: Vec::new(),
+            wait: None,
         }
     }
 
@@ -483,6 +490,12 @@ impl ScannerModel {
         self.profile = profile.to_string();
         self.message_types = message_types;
         self.argv = argv;
+    }
+
+    /// The profile's words for the scanner's wait after its last probe (`ScannerProfile::wait`).
+    pub fn with_wait(mut self, wait: Option<String>) -> ScannerModel {
+        self.wait = wait;
+        self
     }
 
     /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
@@ -1050,6 +1063,7 @@ impl ScannerModel {
             claims,
             notes,
             pacers: self.pacers.clone(),
+            wait: self.wait.clone(),
         }
     }
 

@@ -59,10 +59,14 @@ pub fn tick_line(s: &Snapshot) -> String {
 pub fn phase_line(s: &Summary) -> Option<String> {
     let (first, last) = (s.first_send_s?, s.last_send_s?);
     let after = (s.duration_s - last).max(0.0);
+    let wait = s.scanner.as_ref().and_then(|sc| sc.wait.as_deref());
     let then = match s.phase {
-        RunPhase::Ended => "the family exited",
-        RunPhase::Waiting => "the family was alive and not sending (waiting for late replies, or paused)",
-        RunPhase::Sending | RunPhase::Starting => "the run ended",
+        RunPhase::Ended => "the family exited".to_string(),
+        RunPhase::Waiting => format!(
+            "the family was alive and not sending ({}, or paused)",
+            wait.unwrap_or("waiting for late replies")
+        ),
+        RunPhase::Sending | RunPhase::Starting => "the run ended".to_string(),
     };
     Some(format!(
         "sent from {first:.2} s to {last:.2} s after attach; {after:.2} s later {then} (rates and verdicts are over the send window)"

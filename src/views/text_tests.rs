@@ -1096,6 +1096,20 @@ fn tick_lines_follow_the_run_phase() {
         "[    6.0 s] not sending (waiting for late replies, or paused): last send at 2.60 s, 3.40 s before \
          the tick's end; 3 packets read in the tick"
     );
+    // A profile that says what its scanner's wait is names it.
+    let masscan = Snapshot {
+        scanner: Some(crate::analysis::ScannerView {
+            profile: "masscan".into(),
+            wait: Some("masscan's --wait for late replies (10 s by default)".into()),
+            ..Default::default()
+        }),
+        ..waiting.clone()
+    };
+    assert_eq!(
+        tick_line(&masscan),
+        "[    6.0 s] not sending (masscan's --wait for late replies (10 s by default), or paused): last send at \
+         2.60 s, 3.40 s before the tick's end; 3 packets read in the tick"
+    );
     let starting = Snapshot {
         phase: RunPhase::Starting,
         ..snapshot(Some(5000.0), 0.0, Vec::new())

@@ -56,6 +56,20 @@ fn every_builtin_profile_parses() {
         ]
     );
     assert!(set.profiles().last().is_some_and(|p| p.fallback));
+    // The scanners that wait for late replies after their last probe say how, by name.
+    let wait = |name: &str| {
+        set.profiles()
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.wait.clone())
+    };
+    assert_eq!(
+        wait("masscan").as_deref(),
+        Some("masscan's --wait for late replies (10 s by default)")
+    );
+    assert!(wait("zmap").is_some_and(|w| w.contains("cooldown")));
+    assert!(wait("unicornscan").is_some_and(|w| w.contains("-L")));
+    assert_eq!(wait("generic"), None);
 }
 
 #[test]
