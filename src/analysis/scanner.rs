@@ -76,6 +76,10 @@ pub struct RoleView {
     pub role: String,
 }
 
+/// The kind of the IPC counted from send syscalls on unix sockets in a process whose messages no
+/// profile probe decoded.
+pub const UNDECODED_IPC: &str = "unix socket (undecoded: no ipc probe of the profile fired in this process)";
+
 /// The rate the scanner was asked for, from every source that names it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestedView {
@@ -248,8 +252,8 @@ pub struct IpcView {
     pub comm: String,
     /// `send` or `recv`
     pub direction: IpcDirection,
-    /// message type as the profile decodes it (`type 4`), or `unix socket` when only the
-    /// send syscalls on unix sockets are seen
+    /// message type as the profile decodes it (`type 4`), or `UNDECODED_IPC` when only the
+    /// send syscalls on unix sockets are seen (in a process no ipc probe decoded)
     pub kind: String,
     pub messages: u64,
     pub bytes: u64,
@@ -325,7 +329,7 @@ impl ClaimSpec {
 // ---------------------------------------------------------------------------------------------
 // The model: from the probes' calls to the view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::wrappers::StatusFigure;
 
@@ -1006,8 +1010,19 @@ impl ScannerModel {
                 last_s: Some(self.secs(*last)),
             })
             .collect();
+        // Sends on unix sockets counted by the syscall probes, for the processes whose messages
+        // no ipc probe decoded (a process whose messages were decoded would be counted twice).
+        let decoded: BTreeSet<u32> = self
+            .ipc
+            .keys()
+            .filter(|(_, dir, _)| *dir == IpcDirection::Send)
+            .map(|(pid, _, _)| *pid)
+            .collect();
         let mut by_pid: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for t in threads.iter().filter(|t| t.ipc_calls > 0) {
+        for t in threads
+            .iter()
+            .filter(|t| t.ipc_calls > 0 && !decoded.contains(&t.pid))
+        {
             let e = by_pid.entry(t.pid).or_default();
             e.0 += t.ipc_calls;
             e.1 += t.ipc_bytes;
@@ -1017,7 +1032,7 @@ impl ScannerModel {
                 pid,
                 comm: comm(pid),
                 direction: IpcDirection::Send,
-                kind: "unix socket".into(),
+                kind: UNDECODED_IPC.into(),
                 messages: n,
                 bytes,
                 first_s: None,

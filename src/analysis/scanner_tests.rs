@@ -536,3 +536,39 @@ fn what_the_rate_counts_comes_from_the_work_unit_or_the_command_line() {
     );
     assert_eq!(u.source, "argv: -P 4");
 }
+
+/// A listener's messages counted only by its send syscalls read "unix socket x10", and a
+/// process whose messages a probe decoded got that row beside its decoded ones (issue 28
+/// item 11): the syscall row is for processes no probe decoded, and says it is undecoded.
+#[test]
+fn ipc_counted_by_syscalls_is_only_for_processes_no_probe_decoded_and_says_so() {
+    let mut m = model(None, 1000.0);
+    unit(&mut m, 10, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+        process(30, "unilisten", "listener"),
+    ];
+    let thread = |pid: u32, calls: u64| ThreadCounters {
+        pid,
+        tid: pid,
+        ipc_calls: calls,
+        ipc_bytes: calls * 14,
+        ..Default::default()
+    };
+    let threads = [thread(10, 2), thread(20, 1), thread(30, 10)];
+    let v = m.view(&[], &procs, &threads);
+    let rows: Vec<(&str, &str, u64)> = v
+        .ipc
+        .iter()
+        .map(|i| (i.comm.as_str(), i.kind.as_str(), i.messages))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("unicornscan", "WORKUNIT", 1),
+            ("unisend", "WORKDONE", 1),
+            ("unilisten", UNDECODED_IPC, 10)
+        ]
+    );
+}
