@@ -2668,6 +2668,56 @@ fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
     );
 }
 
+/// A launch that hung in the scanner's start-up handshake was rightly `never_sent`, but its
+/// advice read "check its targets and options" (issue 28 item 11): it says which member waited
+/// for which, from the messages the profile's IPC probes decoded.
+#[test]
+fn never_sent_in_a_handshake_says_which_member_waited_for_which() {
+    let msg = |pid: u32, comm: &str, kind: &str, at: f64| crate::analysis::scanner::IpcView {
+        pid,
+        comm: comm.into(),
+        direction: crate::analysis::scanner::IpcDirection::Send,
+        kind: kind.into(),
+        messages: 1,
+        bytes: 14,
+        first_s: Some(at),
+        last_s: Some(at),
+    };
+    let mut r = run(Some(1000.0), 0.0, 4.0).scanner(ScannerView {
+        profile: "unicornscan".into(),
+        probes: vec![ipc_probe("master_send_message")],
+        ipc: vec![
+            msg(100, "unicornscan", "IDENT", 0.5),
+            msg(300, "unilisten", "IDENTLISTENER", 0.52),
+        ],
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(100, "unicornscan", "master", None),
+        member(200, "unisend", "sender", None),
+        member(300, "unilisten", "listener", None),
+    ];
+    let v = r.verdicts();
+    let n = find(&v, Cause::NeverSent);
+    assert_eq!(
+        n.next_step,
+        "Its start-up handshake hung: unicornscan (pid 100, its last message IDENT at 500.000 ms) and \
+         unilisten (pid 300, its last message IDENTLISTENER at 520.000 ms) waited for unisend (pid 200), \
+         which sent no message. Find why that member never answered: its own output, and whether it started \
+         at all (a missing binary, privileges it could not get)."
+    );
+    // Every member running sent: nothing says who waited, the general advice stays.
+    r.0.processes.remove(1);
+    let v = r.verdicts();
+    assert!(
+        find(&v, Cause::NeverSent)
+            .next_step
+            .starts_with("It sent nothing while its processes ran"),
+        "{v:#?}"
+    );
+}
+
 #[test]
 fn never_sent_advice_reads_as_one_sentence() {
     // Its next step was written with the source's indentation inside the string.
