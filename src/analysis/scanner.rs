@@ -243,6 +243,10 @@ pub struct WorkUnitView {
     /// the sender's own figures for the unit (WORKDONE)
     pub claimed_pps: Option<f64>,
     pub claimed_packets: Option<u64>,
+    /// handed over before attach: only its end (done) was seen, so its hand-over, set-up and
+    /// packets are not known (absent when false)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_attach: bool,
 }
 
 /// Messages one family member sent or received, by kind.
@@ -739,6 +743,22 @@ impl ScannerModel {
                 .iter()
                 .rposition(|u| u.view.done_s.is_none() && u.view.sender_pid == Some(c.pid))
                 .or_else(|| self.units.iter().rposition(|u| u.view.done_s.is_none()));
+            // The unit in progress at attach: its hand-over came before the probes, its end is
+            // the first one seen. It is a unit of the table too (its completion is counted).
+            let pick = pick.or_else(|| {
+                self.units.is_empty().then(|| {
+                    self.units.push(Unit {
+                        view: WorkUnitView {
+                            index: 1,
+                            sender_pid: Some(c.pid),
+                            before_attach: true,
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    });
+                    0
+                })
+            });
             if let Some(i) = pick {
                 let u = &mut self.units[i];
                 u.view.done_s = Some(done_s);

@@ -572,3 +572,39 @@ fn ipc_counted_by_syscalls_is_only_for_processes_no_probe_decoded_and_says_so() 
         ]
     );
 }
+
+/// Attached while the sender worked on a unit: its WORKDONE was counted (a claim) but the unit
+/// was missing from the work-unit table (issue 28 item 11). It is unit 1, handed over before
+/// attach, its end and the sender's own figures known, its hand-over and packets not.
+#[test]
+fn the_unit_in_progress_at_attach_is_in_the_table() {
+    let mut m = model(None, 1000.0);
+    let mut done = call(
+        "sender_send_message",
+        "ipc_send",
+        20,
+        500,
+        true,
+        &[("type", 5.0), ("reported_pps", 990.0), ("packets_sent", 4000.0)],
+    );
+    done.packets = 480;
+    m.ingest(&[done]);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+    ];
+    let v = m.view(&[], &procs, &[]);
+    assert_eq!(v.work_units.len(), 1, "{:#?}", v.work_units);
+    let u = &v.work_units[0];
+    assert_eq!(
+        (u.index, u.sender_pid, u.before_attach, u.handed_s, u.done_s),
+        (1, Some(20), true, None, Some(0.5))
+    );
+    assert_eq!((u.claimed_pps, u.claimed_packets), (Some(990.0), Some(4000)));
+    assert_eq!(u.packets, None, "its packets before attach are not known");
+    // A unit handed over after attach follows it as unit 2.
+    unit(&mut m, 600, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let v = m.view(&[], &procs, &[]);
+    let idx: Vec<(u32, bool)> = v.work_units.iter().map(|u| (u.index, u.before_attach)).collect();
+    assert_eq!(idx, [(1, true), (2, false)]);
+}

@@ -574,7 +574,11 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
             u.index,
             u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             u.pps.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into()),
-            t(u.handed_s),
+            if u.before_attach {
+                "before attach (in progress then)".to_string()
+            } else {
+                t(u.handed_s)
+            },
             t(u.setup_s),
             t(u.calibrated_s),
             t(u.done_s),

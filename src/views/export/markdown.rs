@@ -645,7 +645,11 @@ fn scanner(o: &mut String, s: &Summary) {
                     u.index.to_string(),
                     u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
                     opt(u.pps, 0),
-                    opt(u.handed_s, 3),
+                    if u.before_attach {
+                        "before attach".to_string()
+                    } else {
+                        opt(u.handed_s, 3)
+                    },
                     opt(u.calibrated_s, 3),
                     opt(u.done_s, 3),
                     u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
