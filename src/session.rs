@@ -469,6 +469,7 @@ fn follow_scanner(
         &s.profile.name,
         s.profile.message_types.clone(),
         crate::analysis::ArgvRate::read(&s.rate, Some(process)),
+        s.profile.wait.clone(),
     );
 }
 
@@ -657,6 +658,7 @@ fn collect(
             start_ns,
         )
         .with_output_claims(specs)
+        .with_wait(sc.profile.wait.clone())
         .with_pacers(
             sc.profile
                 .probes

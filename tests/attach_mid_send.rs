@@ -206,6 +206,11 @@ fn attached_mid_send_without_a_qdisc_every_stage_counts_the_packets() {
     assert_all_probes_attached(&run.started());
 
     let s = run.summary();
+    precision::assert_precise(
+        "attached_mid_send_without_a_qdisc_every_stage_counts_the_packets",
+        &s,
+        &run.of_type("sample"),
+    );
     eprintln!(
         "no qdisc: stages {:?}; receiver {} of the sender's {}",
         s.stage_counts,
@@ -301,6 +306,11 @@ fn attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc()
     let before = sent - count(&run.summary(), "syscall_packets");
     let tc_window = samples.last().map_or(0, |l| l.1) - drops_when_handed(&samples, before);
     let s = run.summary();
+    precision::assert_precise(
+        "attached_mid_send_behind_a_tbf_the_qdisc_drops_are_the_senders_and_equal_tc",
+        &s,
+        &run.of_type("sample"),
+    );
     let pid = sender.pid;
     let qdisc: Vec<_> = s
         .drops
@@ -367,6 +377,11 @@ fn attached_mid_send_to_a_closed_port_the_drops_are_expected() {
     assert_all_probes_attached(&run.started());
 
     let s = run.summary();
+    precision::assert_precise(
+        "attached_mid_send_to_a_closed_port_the_drops_are_expected",
+        &s,
+        &run.of_type("sample"),
+    );
     let pid = sender.pid;
     let packets = count(&s, "syscall_packets");
     let no_socket: Vec<_> = s
@@ -458,6 +473,11 @@ fn attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts() 
     assert_all_probes_attached(&run.started());
 
     let s = run.summary();
+    precision::assert_precise(
+        "attached_mid_send_with_two_sockets_and_one_opened_later_every_stage_counts",
+        &s,
+        &run.of_type("sample"),
+    );
     let report: Value = sender
         .lines
         .iter()

@@ -82,6 +82,11 @@ fn connect_outcomes_are_counted_by_errno() {
     assert_eq!((refused, in_progress + ok, not_avail), (200, 101, 30), "{f}");
 
     let s = run.summary();
+    precision::assert_precise(
+        "connect_outcomes_are_counted_by_errno",
+        &s,
+        &run.of_type("sample"),
+    );
     let c = s
         .connect
         .unwrap_or_else(|| panic!("no connect object\n{}", run.context()));
@@ -150,6 +155,11 @@ fn the_time_a_blocking_connect_waits_is_blocked_send_time() {
     assert!(inside_s > 1.0, "the connect did not wait: {f}");
 
     let s = run.summary();
+    precision::assert_precise(
+        "the_time_a_blocking_connect_waits_is_blocked_send_time",
+        &s,
+        &run.of_type("sample"),
+    );
     let c = s
         .connect
         .unwrap_or_else(|| panic!("no connect object\n{}", run.context()));

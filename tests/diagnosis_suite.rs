@@ -56,11 +56,40 @@ fn run_lab(scenario: &str) -> LabRun {
     assert!(left.is_empty(), "lab namespaces left behind: {left:?}");
     let mut labs = done.of_type("lab");
     assert_eq!(labs.len(), 1, "expected one lab line\n{}", done.context());
+    // Every line of the report true (issue 28): the whole verdict and warning list printed,
+    // none of the mechanisms the checker knows.
+    precision::assert_precise_run(&format!("lab {scenario}"), &done);
+    suite_row(scenario, &labs[0]);
     LabRun {
         summary: done.summary(),
         lab: labs.pop().unwrap(),
         context: done.context(),
     }
+}
+
+/// Prints the scenario's row of docs/diagnosis.md's suite table from the lab line's own check
+/// (what `scanprof lab --suite` prints): expected cause, top verdict of that kind, its share,
+/// the truth, and whether they match.
+fn suite_row(scenario: &str, lab: &Value) {
+    let c = &lab["check"];
+    let pct = |v: &Value| {
+        v.as_f64()
+            .map_or("-".to_string(), |x| format!("{:.1}%", x * 100.0))
+    };
+    println!(
+        "suite row: | {scenario} | {} `{}` | `{}` ({}) | {} | {} | {} |",
+        c["expected_kind"].as_str().unwrap_or("-"),
+        c["expected_cause"].as_str().unwrap_or("-"),
+        c["top_cause"].as_str().unwrap_or("-"),
+        c["top_confidence"].as_str().unwrap_or("-"),
+        pct(&c["top_share"]),
+        pct(&c["truth"]),
+        if c["ok"].as_bool() == Some(true) {
+            "yes"
+        } else {
+            "no"
+        }
+    );
 }
 
 impl LabRun {

@@ -205,10 +205,17 @@ fn the_perfetto_trace_decodes_with_perfettos_protos_and_matches_the_run() {
         assert_eq!(want.get(&format!("pps at {s}")), Some(&(ticks as u64 + 1)));
     }
 
-    // Slices: one per blocking episode, two anchors per spawn arrow; every begin ends.
+    // Slices: one per blocking episode, two anchors per spawn arrow, one per stretch of ticks
+    // in one phase (the run's phases on scanprof's track); every begin ends.
+    let phases = samples
+        .windows(2)
+        .filter(|w| w[0]["phase"] != w[1]["phase"])
+        .count()
+        + usize::from(!samples.is_empty());
     assert_eq!(count(&got["slice_begins"], "blocking"), episodes as u64);
     assert_eq!(count(&got["slice_begins"], "process"), 2 * spawns as u64);
-    assert_eq!(count(&got, "slice_ends"), (episodes + 2 * spawns) as u64);
+    assert_eq!(count(&got["slice_begins"], "phase"), phases as u64);
+    assert_eq!(count(&got, "slice_ends"), (episodes + 2 * spawns + phases) as u64);
     let flows_out = got["flow_ids"].as_array().expect("flow_ids");
     assert_eq!(flows_out.len(), spawns);
     assert_eq!(got["flow_ids"], got["terminating_flow_ids"]);

@@ -133,6 +133,11 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
         finished.context()
     );
     let summary = finished.summary();
+    precision::assert_precise(
+        "reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run",
+        &summary,
+        &finished.of_type("sample"),
+    );
     let bpf = summary
         .cost
         .bpf
@@ -201,6 +206,11 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     let _off = StatsSysctl::set("0");
     let (finished, ours, progs) = profiled_run(&[], &out);
     let summary = finished.summary();
+    precision::assert_precise(
+        "reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run",
+        &summary,
+        &finished.of_type("sample"),
+    );
     let bpf = summary.cost.bpf.as_ref().expect("cost.bpf when sampled");
     assert_eq!(bpf.holder, StatsHolder::Scanprof, "{bpf:#?}");
     assert_eq!(bpf.coverage, StatsCoverage::Sampled, "{bpf:#?}");
@@ -275,6 +285,11 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     let finished = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     finished.assert_success();
     let summary = finished.summary();
+    precision::assert_precise(
+        "a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about",
+        &summary,
+        &finished.of_type("sample"),
+    );
     let bpf = summary.cost.bpf.as_ref().expect("cost.bpf");
     let machine = bpf.machine_bpf_ns.expect("machine_bpf_ns");
     let target = bpf.target_bpf_ns.expect("target_bpf_ns");

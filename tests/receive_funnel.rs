@@ -47,6 +47,11 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
         .unwrap_or_else(|| panic!("no lab line\n{ctx}"));
     let listener_pid = root_pid(&done.started());
     let summary = done.summary();
+    precision::assert_precise(
+        "a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say",
+        &summary,
+        &done.of_type("sample"),
+    );
     let receive = summary
         .receive
         .as_ref()

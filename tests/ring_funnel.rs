@@ -131,6 +131,11 @@ fn a_full_packet_ring_is_counted_as_its_socket_statistics_say() {
     let (done, own) = profile_ring_reader(&test, None);
     let ctx = done.context();
     let summary = done.summary();
+    precision::assert_precise(
+        "a_full_packet_ring_is_counted_as_its_socket_statistics_say",
+        &summary,
+        &done.of_type("sample"),
+    );
     let receive = summary
         .receive
         .as_ref()
@@ -174,6 +179,11 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
     let (done, own) = profile_ring_reader(&test, Some(20));
     let ctx = done.context();
     let summary = done.summary();
+    precision::assert_precise(
+        "the_owners_own_statistics_reads_lose_no_frames",
+        &summary,
+        &done.of_type("sample"),
+    );
     let receive = summary
         .receive
         .as_ref()
@@ -225,6 +235,11 @@ fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
     assert!(dropped > 1000, "the ring did not fill: {own}");
     assert_eq!(queued + dropped, packets, "{own}");
     let summary = done.summary();
+    precision::assert_precise(
+        "the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share",
+        &summary,
+        &done.of_type("sample"),
+    );
     let receive = summary
         .receive
         .as_ref()
@@ -295,6 +310,11 @@ fn a_floods_own_frames_copied_to_its_sniffer_are_no_replies() {
     let after = link("after");
     let ctx = done.context();
     let summary = done.summary();
+    precision::assert_precise(
+        "a_floods_own_frames_copied_to_its_sniffer_are_no_replies",
+        &summary,
+        &done.of_type("sample"),
+    );
     let receive = summary
         .receive
         .as_ref()

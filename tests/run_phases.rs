@@ -44,6 +44,11 @@ fn ticks_after_the_last_send_are_waiting_and_judge_no_rate() {
     let run = Proc::scanprof(&args).finish(Duration::from_secs(40));
     run.assert_success();
     let s = run.summary();
+    precision::assert_precise(
+        "ticks_after_the_last_send_are_waiting_and_judge_no_rate",
+        &s,
+        &run.of_type("sample"),
+    );
     let samples = run.of_type("sample");
 
     assert_eq!(s.end_reason, EndReason::FamilyExited);

@@ -803,6 +803,7 @@ fn run_scan(build: impl FnOnce(&ScanLab) -> Scan) {
 #[track_caller]
 fn check_scanprof(run: &Finished, scan: &Scan, independent_pps: f64) {
     let s = run.summary_json();
+    precision::assert_precise_run(&format!("{} at {} pps", scan.profile, scan.requested_pps), run);
     let achieved = f64_at(&s["achieved_pps"], "achieved_pps");
     eprintln!(
         "scanprof: {} packets, achieved {achieved:.1} pps over {} s; requested {}",
@@ -1001,6 +1002,10 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
         });
         run.assert_success();
         let s = run.summary_json();
+        precision::assert_precise_run(
+            "masscan_behind_a_shell_script_is_recognised_at_its_own_exec",
+            &run,
+        );
         assert_eq!(
             capture.packets_so_far() - before,
             scan.packets,
@@ -1069,6 +1074,10 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
     run.assert_success();
     sh.assert_success();
     let s = run.summary_json();
+    precision::assert_precise_run(
+        "masscan_behind_a_shell_script_is_recognised_at_its_own_exec",
+        &run,
+    );
     let sc = &s["scanner"];
     assert_eq!(sc["profile"], "masscan", "attach: {sc:#}");
     assert_eq!(sc["requested"]["pps"].as_f64(), Some(500.0), "attach: {sc:#}");
@@ -1145,6 +1154,10 @@ fn masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss() {
     drop(listeners);
     run.assert_success();
     let s = run.summary_json();
+    precision::assert_precise_run(
+        "masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss",
+        &run,
+    );
     let drops = s["drops"].as_array().unwrap_or_else(|| panic!("no drops: {s}"));
     let at_target_tcp: Vec<&Value> = drops
         .iter()
@@ -1223,6 +1236,7 @@ fn masscan_attached_mid_scan_counts_every_stage() {
     masscan.assert_success();
 
     let s = run.summary_json();
+    precision::assert_precise_run("masscan_attached_mid_scan_counts_every_stage", &run);
     let at = |k: &str| {
         s["stage_counts"][k]
             .as_u64()
@@ -1340,6 +1354,10 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
     drop(nudger);
     run.assert_success();
     let s = run.summary_json();
+    precision::assert_precise_run(
+        "masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted",
+        &run,
+    );
     let verdicts = s["verdicts"].as_array().expect("verdicts").clone();
     eprintln!("capture: {} frames at {:.1} pps", cap.packets, cap.pps());
     eprintln!("verdicts: {:#}", Value::Array(verdicts.clone()));
@@ -1698,6 +1716,7 @@ fn zmap_status_updates_file_figures_are_claims_under_run() {
     let rows = zmap_status_rows(&dir.0.join("status.csv"));
     let last = rows.last().expect("no status rows");
     let s = run.summary_json();
+    precision::assert_precise_run("zmap_status_updates_file_figures_are_claims_under_run", &run);
     let claims = status_claims(&s);
     eprintln!("zmap's last status row: {last:?}");
     eprintln!("status claims: {:#}", serde_json::to_value(&claims).unwrap());
@@ -1800,6 +1819,7 @@ fn zmap_status_updates_file_is_found_and_read_under_attach() {
     let rows = zmap_status_rows(&dir.0.join("status.csv"));
     let last = rows.last().expect("no status rows");
     let s = run.summary_json();
+    precision::assert_precise_run("zmap_status_updates_file_is_found_and_read_under_attach", &run);
     let claims = status_claims(&s);
     eprintln!("zmap's last status row: {last:?}");
     eprintln!("status claims: {:#}", serde_json::to_value(&claims).unwrap());
@@ -1895,6 +1915,7 @@ fn masscan_status_ndjson_figures_are_claims_under_run() {
         .unwrap_or_else(|| panic!("no NDJSON status on stderr\n{}", run.context()));
     let rates: Vec<f64> = objects.iter().filter_map(|o| o["rate"]["pps"].as_f64()).collect();
     let s = run.summary_json();
+    precision::assert_precise_run("masscan_status_ndjson_figures_are_claims_under_run", &run);
     let claims = status_claims(&s);
     eprintln!("masscan's last status: {last}");
     eprintln!("status claims: {:#}", serde_json::to_value(&claims).unwrap());
@@ -1958,6 +1979,10 @@ fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
     run.assert_success();
     assert_eq!(tx, scan.packets, "veth tx_packets\n{}", run.context());
     let s = run.summary_json();
+    precision::assert_precise_run(
+        "zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit",
+        &run,
+    );
     eprintln!("verdicts: {:#}", s["verdicts"]);
     let unit = &s["scanner"]["requested"]["unit"];
     assert_eq!(unit["counts"], "targets", "{unit}");
@@ -2044,6 +2069,7 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
     run.assert_success();
     let masscan_pid = root_pid(&run.started());
     let summary = run.summary();
+    precision::assert_precise_run("masscans_listener_ring_is_in_the_receive_funnel", &run);
     let receive = summary
         .receive
         .as_ref()
@@ -2135,6 +2161,10 @@ fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
     assert_eq!(cap.incoming_tcp_replies, scan.packets, "{cap:?}");
 
     let summary = run.summary();
+    precision::assert_precise_run(
+        "zmap_listener_ring_counts_every_reply_across_its_statistics_reads",
+        &run,
+    );
     let receive = summary
         .receive
         .as_ref()

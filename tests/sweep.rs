@@ -39,6 +39,25 @@ fn rates_arg(rates: &[f64]) -> String {
     rates.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// The report-precision checks of a `sweep_step` line (tests/common/precision.rs), its verdicts
+/// printed.
+fn assert_precise_step(step: &Value) {
+    println!(
+        "sweep step at {} pps: verdicts {:?}",
+        step["requested_pps"],
+        causes(step)
+    );
+    let found = precision::step_findings(step);
+    assert!(
+        found.is_empty(),
+        "false lines in a sweep step: {:?}\n{step}",
+        found
+            .iter()
+            .map(|f| format!("{}: {}", f.check, f.detail))
+            .collect::<Vec<_>>()
+    );
+}
+
 /// The verdict causes of a `sweep_step` line, ranked.
 fn causes(step: &Value) -> Vec<String> {
     step["verdicts"]
@@ -123,6 +142,7 @@ fn a_sweep_across_a_tbf_finds_the_knee_below_its_rate_and_names_qdisc_drop() {
         let rx = sink.packets_so_far();
         truth.push((root.drops - drops0, rx - rx0));
         (drops0, rx0) = (root.drops, rx);
+        assert_precise_step(&step);
         steps.push(step);
     }
     let sweep = p.wait_for_json("sweep", Duration::from_secs(10));
@@ -233,6 +253,7 @@ fn a_lab_sweep_reports_the_labs_counts_and_writes_its_bundle() {
     let steps = done.of_type("sweep_step");
     let sweep = done.of_type("sweep").pop().expect("no sweep line");
     assert_eq!(steps.len(), 3, "{}", done.context());
+    steps.iter().for_each(assert_precise_step);
     for s in &steps {
         let lab = &s["lab"];
         let (packets, lost) = (u64_of(s, "packets"), u64_of(s, "lost"));

@@ -269,9 +269,11 @@ impl Analyzer {
         profile: &str,
         message_types: BTreeMap<String, String>,
         argv: ArgvRate,
+        wait: Option<String>,
     ) {
         if let Some(m) = self.scanner.as_mut() {
             m.scanner_process(profile, message_types, argv);
+            m.wait = wait;
             self.requested_pps = m.requested_pps();
         }
     }

@@ -29,6 +29,10 @@ pub struct ScannerView {
     /// scanner uses it: the mode in use is the one whose probe calibrated
     #[serde(default)]
     pub pacers: Vec<PacerView>,
+    /// what the scanner does after its last probe, as its profile says (masscan's `--wait`,
+    /// zmap's cooldown); None when the profile does not say
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
 }
 
 /// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
@@ -71,6 +75,10 @@ pub struct RoleView {
     /// `master`, `sender`, `listener`, `scanner`...
     pub role: String,
 }
+
+/// The kind of the IPC counted from send syscalls on unix sockets in a process whose messages no
+/// profile probe decoded.
+pub const UNDECODED_IPC: &str = "unix socket (undecoded: no ipc probe of the profile fired in this process)";
 
 /// The rate the scanner was asked for, from every source that names it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -235,6 +243,10 @@ pub struct WorkUnitView {
     /// the sender's own figures for the unit (WORKDONE)
     pub claimed_pps: Option<f64>,
     pub claimed_packets: Option<u64>,
+    /// handed over before attach: only its end (done) was seen, so its hand-over, set-up and
+    /// packets are not known (absent when false)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_attach: bool,
 }
 
 /// Messages one family member sent or received, by kind.
@@ -244,8 +256,8 @@ pub struct IpcView {
     pub comm: String,
     /// `send` or `recv`
     pub direction: IpcDirection,
-    /// message type as the profile decodes it (`type 4`), or `unix socket` when only the
-    /// send syscalls on unix sockets are seen
+    /// message type as the profile decodes it (`type 4`), or `UNDECODED_IPC` when only the
+    /// send syscalls on unix sockets are seen (in a process no ipc probe decoded)
     pub kind: String,
     pub messages: u64,
     pub bytes: u64,
@@ -321,7 +333,7 @@ impl ClaimSpec {
 // ---------------------------------------------------------------------------------------------
 // The model: from the probes' calls to the view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::wrappers::StatusFigure;
 
@@ -428,6 +440,8 @@ pub struct ScannerModel {
     output_notes: Vec<String>,
     /// the profile's pacing modes
     pacers: Vec<PacerView>,
+    /// the profile's words for the scanner's wait after its last probe
+    pub(super) wait: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -469,6 +483,7 @@ impl ScannerModel {
             latest: BTreeMap::new(),
             output_notes: Vec::new(),
             pacers: Vec::new(),
+            wait: None,
         }
     }
 
@@ -483,6 +498,12 @@ impl ScannerModel {
         self.profile = profile.to_string();
         self.message_types = message_types;
         self.argv = argv;
+    }
+
+    /// The profile's words for the scanner's wait after its last probe (`ScannerProfile::wait`).
+    pub fn with_wait(mut self, wait: Option<String>) -> ScannerModel {
+        self.wait = wait;
+        self
     }
 
     /// The profile's pacing modes (`[probe.pacer]` of its calibration probes).
@@ -722,6 +743,22 @@ impl ScannerModel {
                 .iter()
                 .rposition(|u| u.view.done_s.is_none() && u.view.sender_pid == Some(c.pid))
                 .or_else(|| self.units.iter().rposition(|u| u.view.done_s.is_none()));
+            // The unit in progress at attach: its hand-over came before the probes, its end is
+            // the first one seen. It is a unit of the table too (its completion is counted).
+            let pick = pick.or_else(|| {
+                self.units.is_empty().then(|| {
+                    self.units.push(Unit {
+                        view: WorkUnitView {
+                            index: 1,
+                            sender_pid: Some(c.pid),
+                            before_attach: true,
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    });
+                    0
+                })
+            });
             if let Some(i) = pick {
                 let u = &mut self.units[i];
                 u.view.done_s = Some(done_s);
@@ -993,8 +1030,19 @@ impl ScannerModel {
                 last_s: Some(self.secs(*last)),
             })
             .collect();
+        // Sends on unix sockets counted by the syscall probes, for the processes whose messages
+        // no ipc probe decoded (a process whose messages were decoded would be counted twice).
+        let decoded: BTreeSet<u32> = self
+            .ipc
+            .keys()
+            .filter(|(_, dir, _)| *dir == IpcDirection::Send)
+            .map(|(pid, _, _)| *pid)
+            .collect();
         let mut by_pid: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for t in threads.iter().filter(|t| t.ipc_calls > 0) {
+        for t in threads
+            .iter()
+            .filter(|t| t.ipc_calls > 0 && !decoded.contains(&t.pid))
+        {
             let e = by_pid.entry(t.pid).or_default();
             e.0 += t.ipc_calls;
             e.1 += t.ipc_bytes;
@@ -1004,7 +1052,7 @@ impl ScannerModel {
                 pid,
                 comm: comm(pid),
                 direction: IpcDirection::Send,
-                kind: "unix socket".into(),
+                kind: UNDECODED_IPC.into(),
                 messages: n,
                 bytes,
                 first_s: None,
@@ -1050,6 +1098,7 @@ impl ScannerModel {
             claims,
             notes,
             pacers: self.pacers.clone(),
+            wait: self.wait.clone(),
         }
     }
 

@@ -536,3 +536,75 @@ fn what_the_rate_counts_comes_from_the_work_unit_or_the_command_line() {
     );
     assert_eq!(u.source, "argv: -P 4");
 }
+
+/// A listener's messages counted only by its send syscalls read "unix socket x10", and a
+/// process whose messages a probe decoded got that row beside its decoded ones (issue 28
+/// item 11): the syscall row is for processes no probe decoded, and says it is undecoded.
+#[test]
+fn ipc_counted_by_syscalls_is_only_for_processes_no_probe_decoded_and_says_so() {
+    let mut m = model(None, 1000.0);
+    unit(&mut m, 10, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+        process(30, "unilisten", "listener"),
+    ];
+    let thread = |pid: u32, calls: u64| ThreadCounters {
+        pid,
+        tid: pid,
+        ipc_calls: calls,
+        ipc_bytes: calls * 14,
+        ..Default::default()
+    };
+    let threads = [thread(10, 2), thread(20, 1), thread(30, 10)];
+    let v = m.view(&[], &procs, &threads);
+    let rows: Vec<(&str, &str, u64)> = v
+        .ipc
+        .iter()
+        .map(|i| (i.comm.as_str(), i.kind.as_str(), i.messages))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("unicornscan", "WORKUNIT", 1),
+            ("unisend", "WORKDONE", 1),
+            ("unilisten", UNDECODED_IPC, 10)
+        ]
+    );
+}
+
+/// Attached while the sender worked on a unit: its WORKDONE was counted (a claim) but the unit
+/// was missing from the work-unit table (issue 28 item 11). It is unit 1, handed over before
+/// attach, its end and the sender's own figures known, its hand-over and packets not.
+#[test]
+fn the_unit_in_progress_at_attach_is_in_the_table() {
+    let mut m = model(None, 1000.0);
+    let mut done = call(
+        "sender_send_message",
+        "ipc_send",
+        20,
+        500,
+        true,
+        &[("type", 5.0), ("reported_pps", 990.0), ("packets_sent", 4000.0)],
+    );
+    done.packets = 480;
+    m.ingest(&[done]);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+    ];
+    let v = m.view(&[], &procs, &[]);
+    assert_eq!(v.work_units.len(), 1, "{:#?}", v.work_units);
+    let u = &v.work_units[0];
+    assert_eq!(
+        (u.index, u.sender_pid, u.before_attach, u.handed_s, u.done_s),
+        (1, Some(20), true, None, Some(0.5))
+    );
+    assert_eq!((u.claimed_pps, u.claimed_packets), (Some(990.0), Some(4000)));
+    assert_eq!(u.packets, None, "its packets before attach are not known");
+    // A unit handed over after attach follows it as unit 2.
+    unit(&mut m, 600, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    let v = m.view(&[], &procs, &[]);
+    let idx: Vec<(u32, bool)> = v.work_units.iter().map(|u| (u.index, u.before_attach)).collect();
+    assert_eq!(idx, [(1, true), (2, false)]);
+}

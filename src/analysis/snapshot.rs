@@ -622,7 +622,11 @@ impl Snapshot {
                     .unwrap_or_else(|| format!("{:.2} s long", self.interval_s))
             ),
             RunPhase::Waiting => format!(
-                "not sending (waiting for late replies, or paused){}",
+                "not sending ({}, or paused){}",
+                self.scanner
+                    .as_ref()
+                    .and_then(|sc| sc.wait.as_deref())
+                    .unwrap_or("waiting for late replies"),
                 last.as_ref().map(|l| format!(": {l}")).unwrap_or_default()
             ),
             RunPhase::Ended => "ended: the family has exited".to_string(),

@@ -59,10 +59,14 @@ pub fn tick_line(s: &Snapshot) -> String {
 pub fn phase_line(s: &Summary) -> Option<String> {
     let (first, last) = (s.first_send_s?, s.last_send_s?);
     let after = (s.duration_s - last).max(0.0);
+    let wait = s.scanner.as_ref().and_then(|sc| sc.wait.as_deref());
     let then = match s.phase {
-        RunPhase::Ended => "the family exited",
-        RunPhase::Waiting => "the family was alive and not sending (waiting for late replies, or paused)",
-        RunPhase::Sending | RunPhase::Starting => "the run ended",
+        RunPhase::Ended => "the family exited".to_string(),
+        RunPhase::Waiting => format!(
+            "the family was alive and not sending ({}, or paused)",
+            wait.unwrap_or("waiting for late replies")
+        ),
+        RunPhase::Sending | RunPhase::Starting => "the run ended".to_string(),
     };
     Some(format!(
         "sent from {first:.2} s to {last:.2} s after attach; {after:.2} s later {then} (rates and verdicts are over the send window)"
@@ -128,20 +132,6 @@ pub fn summary(s: &Summary) -> String {
     let r = Report::new(s);
     let mut o = String::new();
     let _ = writeln!(o, "scanprof: run of {:.2} s ended: {}", s.duration_s, r.ended);
-    let _ = writeln!(o, "\nprocess family:");
-    for (p, end) in &r.processes {
-        let state = end.text();
-        let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
-            p.pid,
-            p.ppid,
-            visible(&p.comm),
-            visible(&p.exe),
-            if p.root { ", target" } else { "" }
-        );
-    }
     let _ = writeln!(o);
     match s.requested_pps {
         Some(r) => {
@@ -206,10 +196,76 @@ pub fn summary(s: &Summary) -> String {
             st.max
         );
     }
+    verdict_section(&mut o, &r.verdicts);
+    // Where packets were lost, beside the answer; the family and the detail after.
+    let _ = writeln!(o, "\ndrops:");
+    // The target's rows, by class (its own losses first); other processes' drops as a count.
+    let mine = r.drops.mine();
+    if mine.is_empty() {
+        let _ = writeln!(o, "  none of the target's packets or replies were dropped");
+    }
+    let several_ns = DropTable::several_netns(&mine);
+    for d in &mine {
+        let netns = if several_ns {
+            format!("  netns {}", d.netns)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
+            d.class.name(),
+            visible(&d.reason),
+            d.count,
+            visible(&d.location),
+            visible(d.device.as_deref().unwrap_or("-")),
+            d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    let others = r.drops.unrelated();
+    if others > 0 {
+        let _ = writeln!(
+            o,
+            "  (and {others} drops of other processes' packets on this machine)"
+        );
+    }
+    for q in s.queues.iter().filter(|q| q.qlen_max > 0) {
+        let _ = writeln!(
+            o,
+            "qdisc on {} peaked at {} packets / {} bytes queued",
+            visible(&q.device),
+            q.qlen_max,
+            q.backlog_max
+        );
+    }
+    for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
+        let _ = writeln!(
+            o,
+            "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
+            visible(&d.device),
+            d.neigh_started,
+            d.neigh_queued,
+            d.neigh_resolved,
+            d.neigh_failed
+        );
+    }
+    let _ = writeln!(o, "\nprocess family:");
+    for (p, end) in &r.processes {
+        let state = end.text();
+        let role = p.role.as_ref().map(|r| format!(", {r}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  pid {:<7} ppid {:<7} {:<16} {}  [{state}{}{role}]",
+            p.pid,
+            p.ppid,
+            visible(&p.comm),
+            visible(&p.exe),
+            if p.root { ", target" } else { "" }
+        );
+    }
     if let Some(sc) = &s.scanner {
         scanner_section(&mut o, sc);
     }
-    verdict_section(&mut o, &r.verdicts);
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
         let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.name, f.pps, f.count);
@@ -271,57 +327,6 @@ pub fn summary(s: &Summary) -> String {
     }
     if let (Some(p50), Some(p99)) = (s.latency_p50_ns, s.latency_p99_ns) {
         let _ = writeln!(o, "send syscall duration: p50 {}, p99 {}", ns(p50), ns(p99));
-    }
-    let _ = writeln!(o, "\ndrops:");
-    // The target's rows, by class (its own losses first); other processes' drops as a count.
-    let mine = r.drops.mine();
-    if mine.is_empty() {
-        let _ = writeln!(o, "  none of the target's packets or replies were dropped");
-    }
-    let several_ns = DropTable::several_netns(&mine);
-    for d in &mine {
-        let netns = if several_ns {
-            format!("  netns {}", d.netns)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            o,
-            "  {:<12} {:<22} {:>10}  at {}  dev {}{netns}  pid {}",
-            d.class.name(),
-            visible(&d.reason),
-            d.count,
-            visible(&d.location),
-            visible(d.device.as_deref().unwrap_or("-")),
-            d.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
-        );
-    }
-    let others = r.drops.unrelated();
-    if others > 0 {
-        let _ = writeln!(
-            o,
-            "  (and {others} drops of other processes' packets on this machine)"
-        );
-    }
-    for q in s.queues.iter().filter(|q| q.qlen_max > 0) {
-        let _ = writeln!(
-            o,
-            "qdisc on {} peaked at {} packets / {} bytes queued",
-            visible(&q.device),
-            q.qlen_max,
-            q.backlog_max
-        );
-    }
-    for d in s.devices.iter().filter(|d| d.neigh_queued > 0) {
-        let _ = writeln!(
-            o,
-            "neighbour resolution on {}: {} started, {} packets queued, {} resolved, {} failed",
-            visible(&d.device),
-            d.neigh_started,
-            d.neigh_queued,
-            d.neigh_resolved,
-            d.neigh_failed
-        );
     }
     let _ = writeln!(
         o,
@@ -620,7 +625,11 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
             u.index,
             u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             u.pps.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into()),
-            t(u.handed_s),
+            if u.before_attach {
+                "before attach (in progress then)".to_string()
+            } else {
+                t(u.handed_s)
+            },
             t(u.setup_s),
             t(u.calibrated_s),
             t(u.done_s),
@@ -761,11 +770,22 @@ pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
     )
 }
 
-/// The family's connection attempts: how many sent their SYN, returned its answer, or failed
-/// before it (those failures' errnos are in the errors line).
+/// The family's connection attempts: how many sent their SYN, got its answer back from the
+/// connect call itself, or failed before it (those failures' errnos are in the errors line). A
+/// non-blocking connect returns before its answer (EINPROGRESS) and the scanner reads the
+/// answer later (poll, SO_ERROR): the line says those answers are not in its count, rather
+/// than "0 returned the answer" for a scan whose every port refused.
 fn connect_line(c: &ConnectView) -> String {
+    let pending = c.syns.saturating_sub(c.answered);
+    let later = if pending > 0 {
+        format!(
+            "; {pending} returned before their answer (a non-blocking connect: its answer, read later, is not counted here)"
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} returned the answer: refused, timed out or unreachable), {} failed before their SYN",
+        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} answered within the call: refused, timed out or unreachable{later}), {} failed before their SYN",
         c.attempts, c.attempts_pps, c.syns, c.answered, c.failed
     )
 }

@@ -839,7 +839,25 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
     assert!(r.contains("achieved 1500.0 connection attempts/s ("), "{r}");
     assert!(!r.contains(" pps ("), "{r}");
     assert!(
-        r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 returned the answer: refused, timed out or unreachable), 10 failed before their SYN"),
+        r.contains("connection attempts (connect on TCP sockets): 1000 (500.0/s), 990 SYNs sent (20 answered within the call: refused, timed out or unreachable; 970 returned before their answer (a non-blocking connect: its answer, read later, is not counted here)), 10 failed before their SYN"),
+        "{r}"
+    );
+    // nmap -sT's 2000 non-blocking connects, every one refused after its call returned: the
+    // line read "2000 SYNs sent (0 returned the answer: refused ...)".
+    let all_refused = Summary {
+        connect: Some(ConnectView {
+            attempts: 2000,
+            syns: 2000,
+            answered: 0,
+            failed: 0,
+            ..view
+        }),
+        ..fixed_summary()
+    };
+    let r = summary(&all_refused);
+    assert!(!r.contains("0 returned the answer"), "{r}");
+    assert!(
+        r.contains("2000 SYNs sent (0 answered within the call: refused, timed out or unreachable; 2000 returned before their answer (a non-blocking connect: its answer, read later, is not counted here))"),
         "{r}"
     );
     // a few connects beside many sends: the rate stays packets per second
@@ -1078,6 +1096,20 @@ fn tick_lines_follow_the_run_phase() {
         "[    6.0 s] not sending (waiting for late replies, or paused): last send at 2.60 s, 3.40 s before \
          the tick's end; 3 packets read in the tick"
     );
+    // A profile that says what its scanner's wait is names it.
+    let masscan = Snapshot {
+        scanner: Some(crate::analysis::ScannerView {
+            profile: "masscan".into(),
+            wait: Some("masscan's --wait for late replies (10 s by default)".into()),
+            ..Default::default()
+        }),
+        ..waiting.clone()
+    };
+    assert_eq!(
+        tick_line(&masscan),
+        "[    6.0 s] not sending (masscan's --wait for late replies (10 s by default), or paused): last send at \
+         2.60 s, 3.40 s before the tick's end; 3 packets read in the tick"
+    );
     let starting = Snapshot {
         phase: RunPhase::Starting,
         ..snapshot(Some(5000.0), 0.0, Vec::new())
@@ -1147,4 +1179,30 @@ fn the_summary_shows_the_reply_funnel() {
         "{t}"
     );
     assert!(!crate::views::text::summary(&Summary::for_tests()).contains("reply funnel"));
+}
+
+/// The report leads with the answer (issue 33 item 11): requested against achieved, the
+/// verdicts and where packets were lost come before the process family, the funnels and the
+/// time budget (the verdicts came after the family and the scanner's tables, the drops after
+/// the funnel, the budget and the gaps).
+#[test]
+fn the_answer_leads_the_report_the_detail_follows() {
+    let mut s = fixed_summary();
+    s.verdicts = crate::views::fixtures::verdicts_beyond_five();
+    let r = summary(&s);
+    let order = [
+        "scanprof: run of",
+        "requested 2000 pps, achieved 1500.0 pps",
+        "\ndiagnosis:",
+        "\ndrops:",
+        "\nprocess family:",
+        "\nfunnel (per second over the send window):",
+        "\nsender threads' time",
+        "\nscanprof's own cost",
+    ];
+    let pos: Vec<usize> = order
+        .iter()
+        .map(|h| r.find(h).unwrap_or_else(|| panic!("{h:?} missing:\n{r}")))
+        .collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "out of order {pos:?}:\n{r}");
 }

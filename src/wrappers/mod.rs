@@ -32,6 +32,8 @@ const BUILTIN: &[(&str, &str)] = &[
     ("zmap.toml", include_str!("../../wrappers/zmap.toml")),
     ("nmap.toml", include_str!("../../wrappers/nmap.toml")),
     ("hping3.toml", include_str!("../../wrappers/hping3.toml")),
+    ("tcpreplay.toml", include_str!("../../wrappers/tcpreplay.toml")),
+    ("iperf3.toml", include_str!("../../wrappers/iperf3.toml")),
     (
         "scanprof-send.toml",
         include_str!("../../wrappers/scanprof-send.toml"),

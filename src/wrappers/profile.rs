@@ -74,6 +74,10 @@ pub struct ScannerProfile {
     /// while it runs.
     #[serde(default, rename = "status")]
     pub status: Vec<super::status::StatusRule>,
+    /// What the scanner does after its last probe, in words (masscan's `--wait`, zmap's
+    /// cooldown): the name of the run's waiting phase in the views and the trace.
+    #[serde(default)]
+    pub wait: Option<String>,
 }
 
 /// A rate the scanner prints about itself, found with a regular expression in its output.

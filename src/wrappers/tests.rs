@@ -51,11 +51,27 @@ fn every_builtin_profile_parses() {
             "zmap",
             "nmap",
             "hping3",
+            "tcpreplay",
+            "iperf3",
             "scanprof-send",
             "generic"
         ]
     );
     assert!(set.profiles().last().is_some_and(|p| p.fallback));
+    // The scanners that wait for late replies after their last probe say how, by name.
+    let wait = |name: &str| {
+        set.profiles()
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.wait.clone())
+    };
+    assert_eq!(
+        wait("masscan").as_deref(),
+        Some("masscan's --wait for late replies (10 s by default)")
+    );
+    assert!(wait("zmap").is_some_and(|w| w.contains("cooldown")));
+    assert!(wait("unicornscan").is_some_and(|w| w.contains("-L")));
+    assert_eq!(wait("generic"), None);
 }
 
 #[test]
@@ -519,6 +535,65 @@ fn nmap_rates() {
         "{:?}",
         r.conflicts
     );
+}
+
+// ---- rates: test tools that are not scanners ----------------------------------------------
+
+/// tcpreplay's `--pps` was read by the generic profile and marked "guessed"; iperf3's `-b` was
+/// not read at all (issue 28 item 11). Each has its profile, which reads them as theirs.
+#[test]
+fn tcpreplay_and_iperf3_rates_are_read_by_their_own_profiles() {
+    let r = rate("tcpreplay", "tcpreplay -i veth0 --pps 5000 f.pcap", None);
+    check(&r, Some(5000.0), RateKind::Exact);
+    let said = format!("{r:?}");
+    assert!(!said.contains("guessed"), "{said}");
+    assert!(said.contains("tcpreplay --pps"), "{said}");
+    check(
+        &rate("tcpreplay", "tcpreplay -i veth0 -p 200 f.pcap", None),
+        Some(200.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("tcpreplay", "tcpreplay -i veth0 --topspeed f.pcap", None),
+        None,
+        RateKind::Unlimited,
+    );
+    check(
+        &rate("tcpreplay", "tcpreplay -i veth0 f.pcap", None),
+        None,
+        RateKind::Unknown,
+    );
+    // 100 Mbit/s of 1460-byte datagrams: 8561 whole packets per second.
+    check(
+        &rate("iperf3", "iperf3 -c 10.0.0.2 -u -b 100M", None),
+        Some(8561.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("iperf3", "iperf3 -c 10.0.0.2 -u --bitrate=10M", None),
+        Some(856.0),
+        RateKind::Exact,
+    );
+    check(
+        &rate("iperf3", "iperf3 -c 10.0.0.2 -u -b 0", None),
+        None,
+        RateKind::Unlimited,
+    );
+    // No -b: 1 Mbit/s for UDP, unlimited for TCP: not a rate to judge a run by.
+    check(
+        &rate("iperf3", "iperf3 -c 10.0.0.2 -u", None),
+        None,
+        RateKind::Unknown,
+    );
+    // The processes are theirs, not the generic profile's.
+    let set = set();
+    for (exe, comm, want) in [
+        ("/usr/bin/tcpreplay", "tcpreplay", "tcpreplay"),
+        ("/usr/bin/iperf3", "iperf3", "iperf3"),
+    ] {
+        let got = set.recognise(exe, comm).map(|(p, _)| p.name.clone());
+        assert_eq!(got.as_deref(), Some(want));
+    }
 }
 
 // ---- rates: hping3 --------------------------------------------------------------------------

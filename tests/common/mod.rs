@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod precision;
 pub mod test_lab;
 pub mod unishape;
 

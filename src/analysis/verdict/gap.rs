@@ -434,12 +434,21 @@ fn above_requested_verdict(f: &Facts, r: f64, calibration: Option<&Calibration>)
     let mut evidence = vec![rate_line(f, r)];
     if let Some(c) = calibration.filter(|c| c.error_pct < -CALIBRATION_TOLERANCE_PCT) {
         evidence.push(format!(
-            "{}: its slot is {} against the {} a rate of {} needs ({}): slots too short",
+            "{}: its slot is {} against the {} a rate of {} needs ({}): slots too short{}",
             c.probe,
             c.delay_ns.map_or("?".to_string(), dur),
             c.slot_ns.map_or("?".to_string(), dur),
             pps(r),
-            signed_pct(c.error_pct)
+            signed_pct(c.own_error_pct),
+            if c.count > 1 {
+                format!(
+                    " (median of its {} calibrations {})",
+                    c.count,
+                    signed_pct(c.error_pct)
+                )
+            } else {
+                String::new()
+            }
         ));
     }
     caveat_lines(f, &mut evidence);
@@ -716,7 +725,7 @@ pub(super) fn miscalibrated(j: &Judgement) -> Option<Verdict> {
                 c.delay_ns.map_or("?".to_string(), dur),
                 pps(r),
                 c.slot_ns.map_or("?".to_string(), dur),
-                signed_pct(c.error_pct)
+                signed_pct(c.own_error_pct)
             )];
             if c.count > 1 {
                 evidence.push(format!(
@@ -1107,7 +1116,13 @@ fn never_sent_verdict(f: &Facts, r: f64) -> Verdict {
             None => String::new(),
         }
     );
-    let next = if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
+    let waited = ipc.is_some().then(|| handshake_wait(f)).flatten();
+    let next = if let Some(w) = waited {
+        format!(
+            "Its start-up handshake hung: {w}. Find why that member never answered: its own output, and \
+             whether it started at all (a missing binary, privileges it could not get)."
+        )
+    } else if exited.iter().any(|p| p.exit_code.is_some_and(|c| c != 0)) {
         "A member exited with an error before sending: read the scanner's own output (stderr, its log) for why; \
          at start-up that is usually a socket it could not open, an IPC path it could not bind, or privileges it \
          could not get or drop. Run it again by hand with its verbose option."
@@ -1130,6 +1145,48 @@ fn never_sent_verdict(f: &Facts, r: f64) -> Verdict {
 }
 
 /// Whether the profile has an IPC probe attached: only then is a count of messages (0 too) seen.
+/// Which member waited for which, from the IPC the profile's probes decoded, for a family that
+/// never sent: the members still running that sent messages (each with its last one) waited
+/// for those still running that sent none. None without a timed message, or when every member
+/// still running sent one (then nothing says who waited: the evidence lists the counts).
+fn handshake_wait(f: &Facts) -> Option<String> {
+    let v = f.scanner?;
+    let last_sent = |pid: u32| {
+        v.ipc
+            .iter()
+            .filter(|i| i.pid == pid && i.direction == IpcDirection::Send)
+            .filter_map(|i| Some((i, i.last_s?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    let alive: Vec<&ProcessInfo> = f.processes.iter().filter(|p| p.alive).collect();
+    let waiting: Vec<String> = alive
+        .iter()
+        .filter_map(|p| {
+            let (m, at) = last_sent(p.pid)?;
+            Some(format!(
+                "{} (pid {}, its last message {} at {})",
+                p.comm,
+                p.pid,
+                m.kind,
+                secs(at)
+            ))
+        })
+        .collect();
+    let silent: Vec<String> = alive
+        .iter()
+        .filter(|p| last_sent(p.pid).is_none())
+        .map(|p| format!("{} (pid {})", p.comm, p.pid))
+        .collect();
+    if waiting.is_empty() || silent.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} waited for {}, which sent no message",
+        waiting.join(" and "),
+        silent.join(" and ")
+    ))
+}
+
 fn watches_ipc(v: &crate::analysis::snapshot::ScannerView) -> bool {
     v.probes
         .iter()

@@ -154,9 +154,12 @@ pub(super) fn rate_unit(j: &Judgement) -> Option<Verdict> {
     finding(j.f, j.case.requested()?)
 }
 
-/// Without a mismatch: the rate per target beside the packet rate (share 0).
+/// Without a mismatch: the rate per target beside the packet rate (share 0), for a rate that
+/// counts targets (its packet rate is N times the figure asked). A rate that counts packets
+/// already is the packet rate the run is judged by: a repeat count (unicornscan's `repeats`)
+/// beside an explicit per-packet rate misleads nobody, and says nothing.
 fn finding(f: &Facts, r: f64) -> Option<Verdict> {
-    let u = unit(f)?;
+    let u = unit(f).filter(|u| u.counts == RateCounts::Targets)?;
     if !same(r, u.packet_pps) {
         return None;
     }

@@ -45,10 +45,13 @@ pub(super) struct Calibration {
     /// median of (delay / slot - 1) x 100
     pub(super) error_pct: f64,
     pub(super) count: usize,
-    /// the calibration closest to the median
+    /// the calibration closest to the median: its probe, slot, the slot its rate needs, and
+    /// its own error, (delay / slot - 1) x 100 (the median is of several: a line that shows
+    /// this calibration's slot shows this error beside it)
     pub(super) probe: String,
     pub(super) delay_ns: Option<f64>,
     pub(super) slot_ns: Option<f64>,
+    pub(super) own_error_pct: f64,
     pub(super) duration_ms: f64,
 }
 
@@ -84,6 +87,7 @@ impl Calibration {
             probe: closest.probe.clone(),
             delay_ns: closest.delay_ns,
             slot_ns: closest.slot_ns,
+            own_error_pct: closest.error_pct.unwrap_or(median),
             duration_ms: cals.iter().filter_map(|c| c.duration_ms).sum(),
         })
     }
@@ -422,12 +426,16 @@ impl Split {
     }
 
     /// The share of the sender's time in gaps beyond the typical (median) one: (mean - p50) /
-    /// mean; None without enough gaps.
+    /// mean; None without enough gaps: MIN_GAPS, or MIN_FEW_GAPS of gaps FAR_ABOVE_SLOT or more
+    /// (a miscalibrated pacer's long slots in a short run: preemption inside them costs no rate,
+    /// and was split off as `preempted` beside `miscalibrated` for want of 50 gaps).
     fn gap_tail(&self, f: &Facts) -> Option<f64> {
         let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
             return None;
         };
-        (f.gap.count >= MIN_GAPS && mean > 0.0).then(|| ((mean - p50) / mean).max(0.0))
+        let far = self.expected_gap_ns > 0.0 && mean >= FAR_ABOVE_SLOT * self.expected_gap_ns;
+        let enough = f.gap.count >= MIN_GAPS || (f.gap.count >= MIN_FEW_GAPS && far);
+        (enough && mean > 0.0).then(|| ((mean - p50) / mean).max(0.0))
     }
 
     /// Mean gap with the spans between work units left out, ns.

@@ -1164,6 +1164,43 @@ fn a_small_miscalibration_under_a_cpu_bound_sender_ranks_second() {
     assert_eq!(v[0].confidence, Confidence::Strong);
 }
 
+/// Two calibrations, +0.22% and +10.78%: the evidence showed the first one's slot beside the
+/// median's +5.50% (issue 28 item 11). A slot is shown with its own error; the median is said
+/// to be one, of how many.
+#[test]
+fn a_calibrations_slot_is_shown_with_its_own_error_the_median_apart() {
+    let v = run(Some(1000.0), 900.0, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(0.22, 1000.0), calibration(10.78, 1000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    let m = v
+        .iter()
+        .find(|v| v.cause == Cause::Miscalibrated)
+        .unwrap_or_else(|| panic!("miscalibrated: {v:#?}"));
+    let slot_line = m
+        .evidence
+        .iter()
+        .find(|e| e.starts_with("tsc_init_tslot: slot "))
+        .unwrap_or_else(|| panic!("{:#?}", m.evidence));
+    assert!(
+        slot_line == "tsc_init_tslot: slot 1.002 ms where 1000 pps needs 1.000 ms (+0.2%)"
+            || slot_line == "tsc_init_tslot: slot 1.108 ms where 1000 pps needs 1.000 ms (+10.8%)",
+        "{slot_line}"
+    );
+    assert!(
+        m.evidence
+            .iter()
+            .any(|e| e.starts_with("2 calibrations, median error +5.5%")),
+        "{:#?}",
+        m.evidence
+    );
+}
+
 #[test]
 fn a_calibration_within_two_percent_is_not_a_cause() {
     let v = run(Some(1000.0), 500.0, 10.0)
@@ -1259,6 +1296,21 @@ fn a_short_run_of_far_too_long_spins_is_miscalibrated_not_cpu_bound() {
         "{:?}",
         m.evidence
     );
+}
+
+/// The same short run with 3% of its time preempted: inside slots ~1000x too long, preemption
+/// costs no rate (the spin would have lasted anyway), but the rule that counts it as the wait
+/// needed 50 gaps, so it was split off as `preempted` beside `miscalibrated` (issue 28 item 11;
+/// the suite's short-miscalibration scenario read "preempted 1.2% weak"). A few gaps far
+/// beyond the slot now suffice, as they do for the steady-gap test.
+#[test]
+fn preemption_inside_a_short_runs_far_too_long_slots_is_no_share_of_its_own() {
+    let v = run(Some(1000.0), 12.0 / 11.0, 11.0)
+        .time(0.001, 0.0, 0.0, 0.03, 0.969)
+        .gaps(1000.0 * MS, 1000.0 * MS, 1010.0 * MS)
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::Miscalibrated], "{v:#?}");
+    assert!((v[0].share - (1.0 - 12.0 / 11.0 / 1000.0)).abs() < 1e-3, "{v:#?}");
 }
 
 #[test]
@@ -2572,9 +2624,10 @@ fn a_short_reference_run_on_the_tsc_pacer_is_not_told_to_use_the_tsc_pacer() {
         .scanner(reference_sender_on_tsc(19_900.0, 1000.0))
         .verdicts();
     assert_eq!(causes(&v), [Cause::Miscalibrated], "{v:#?}");
-    // All of the 99.5% gap but the 0.2% preempted, too small to be named.
+    // All of the 99.5% gap: the 0.2% preempted fell inside its 200 ms spins and costs no rate
+    // (it was split off, too small to be named, before a few far-too-long gaps sufficed).
     let m = &v[0];
-    assert!((m.share - 0.993).abs() < 1e-3, "{m:#?}");
+    assert!((m.share - 0.995).abs() < 1e-3, "{m:#?}");
     assert!(
         m.evidence.iter().any(|e| e.starts_with("tsc_slot: slot 200.")),
         "{:?}",
@@ -2628,6 +2681,56 @@ fn cpu_bound_advice_does_not_name_the_reference_pacer_in_use() {
         .verdicts();
     assert!(
         find(&v, Cause::CpuBound).next_step.contains("--pacer tsc` shows"),
+        "{v:#?}"
+    );
+}
+
+/// A launch that hung in the scanner's start-up handshake was rightly `never_sent`, but its
+/// advice read "check its targets and options" (issue 28 item 11): it says which member waited
+/// for which, from the messages the profile's IPC probes decoded.
+#[test]
+fn never_sent_in_a_handshake_says_which_member_waited_for_which() {
+    let msg = |pid: u32, comm: &str, kind: &str, at: f64| crate::analysis::scanner::IpcView {
+        pid,
+        comm: comm.into(),
+        direction: crate::analysis::scanner::IpcDirection::Send,
+        kind: kind.into(),
+        messages: 1,
+        bytes: 14,
+        first_s: Some(at),
+        last_s: Some(at),
+    };
+    let mut r = run(Some(1000.0), 0.0, 4.0).scanner(ScannerView {
+        profile: "unicornscan".into(),
+        probes: vec![ipc_probe("master_send_message")],
+        ipc: vec![
+            msg(100, "unicornscan", "IDENT", 0.5),
+            msg(300, "unilisten", "IDENTLISTENER", 0.52),
+        ],
+        ..Default::default()
+    });
+    r.0.send_window_s = 0.0;
+    r.0.processes = vec![
+        member(100, "unicornscan", "master", None),
+        member(200, "unisend", "sender", None),
+        member(300, "unilisten", "listener", None),
+    ];
+    let v = r.verdicts();
+    let n = find(&v, Cause::NeverSent);
+    assert_eq!(
+        n.next_step,
+        "Its start-up handshake hung: unicornscan (pid 100, its last message IDENT at 500.000 ms) and \
+         unilisten (pid 300, its last message IDENTLISTENER at 520.000 ms) waited for unisend (pid 200), \
+         which sent no message. Find why that member never answered: its own output, and whether it started \
+         at all (a missing binary, privileges it could not get)."
+    );
+    // Every member running sent: nothing says who waited, the general advice stays.
+    r.0.processes.remove(1);
+    let v = r.verdicts();
+    assert!(
+        find(&v, Cause::NeverSent)
+            .next_step
+            .starts_with("It sent nothing while its processes ran"),
         "{v:#?}"
     );
 }
@@ -2749,25 +2852,26 @@ fn packets_asked_per_target_at_a_rate_that_counts_packets_explain_the_gap() {
         "{:?}",
         u.evidence
     );
-    // Without a mismatch, a finding with the rate per target.
-    let uni = rate_in_units(
-        "unicornscan",
-        RateCounts::Packets,
-        3.0,
-        "work unit 1: repeats=3",
-        1000.0,
-    );
-    let v = run(None, 998.0, 4.0)
-        .time(0.02, 0.0, 0.0, 0.0, 0.98)
-        .scanner(uni)
-        .verdicts();
-    let u = find(&v, Cause::RateUnit);
-    assert_eq!(u.share, 0.0);
-    assert!(
-        u.sentence.contains("so 1000 pps covers 333.3 targets/s"),
-        "{}",
-        u.sentence
-    );
+    // Without a mismatch the rate asked is the packet rate the run is judged by: a repeat count
+    // beside an explicit per-packet rate raised a share-0 "counts packets, not targets" finding
+    // (issue 28 item 11); it says nothing now, with a request or without.
+    let uni = || {
+        rate_in_units(
+            "unicornscan",
+            RateCounts::Packets,
+            3.0,
+            "work unit 1: repeats=3",
+            1000.0,
+        )
+    };
+    for requested in [None, Some(1000.0)] {
+        let v = run(requested, 998.0, 4.0)
+            .time(0.02, 0.0, 0.0, 0.0, 0.98)
+            .scanner(uni())
+            .verdicts();
+        assert!(!causes(&v).contains(&Cause::RateUnit), "{v:#?}");
+        assert_eq!(v[0].cause, Cause::NoGap, "{v:#?}");
+    }
     // A multiplier of 1 says nothing.
     let one = rate_in_units("zmap", RateCounts::Targets, 1.0, "argv: -P 1 by default", 400.0);
     let v = run(None, 398.0, 4.0)

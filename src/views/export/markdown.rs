@@ -27,24 +27,21 @@ pub fn report_md(
 ) -> String {
     let mut o = String::new();
     title(&mut o, rec);
-    if let Some(f) = facts {
-        system_facts(&mut o, f);
-    }
-    if let Some(c) = checks {
-        capability_checks(&mut o, c);
-    }
+    // The answer first (requested against achieved, the verdicts, where packets were lost),
+    // then the detail behind it, the machine's tables last: a reader of a long report finds
+    // the diagnosis on its first screen.
     match &rec.summary {
         Some(s) => {
             let r = Report::new(s);
             overview(&mut o, &r);
+            verdicts(&mut o, &r);
+            drops(&mut o, &r);
             funnel(&mut o, &r);
+            scanner(&mut o, s);
             devices(&mut o, s);
             reply_funnel(&mut o, s);
             rate_statistics(&mut o, &r);
             time_budget(&mut o, &r);
-            drops(&mut o, &r);
-            scanner(&mut o, s);
-            verdicts(&mut o, &r);
         }
         None => {
             let _ = writeln!(
@@ -61,6 +58,12 @@ pub fn report_md(
         for (file, caption) in plots {
             let _ = writeln!(o, "![{}]({})\n", escape_inline(caption), file.replace(' ', "%20"));
         }
+    }
+    if let Some(f) = facts {
+        system_facts(&mut o, f);
+    }
+    if let Some(c) = checks {
+        capability_checks(&mut o, c);
     }
     while o.ends_with("\n\n") {
         o.pop();
@@ -694,7 +697,11 @@ fn scanner(o: &mut String, s: &Summary) {
                     u.index.to_string(),
                     u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
                     opt(u.pps, 0),
-                    opt(u.handed_s, 3),
+                    if u.before_attach {
+                        "before attach".to_string()
+                    } else {
+                        opt(u.handed_s, 3)
+                    },
                     opt(u.calibrated_s, 3),
                     opt(u.done_s, 3),
                     u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
@@ -1258,18 +1265,21 @@ mod tests {
         assert!(md.contains("![Rate over time](rates.svg)"));
         assert!(md.contains("![Inter-send gaps \\[CDF\\]](gap_cdf.svg)"));
         // Section order.
+        // Section order: the answer (run, verdicts, drops) first, the machine's tables last.
         let order = [
             "# scanprof report",
-            "## System",
-            "## Capability checks",
             "## Run",
+            "## Verdicts",
+            "## Drops",
             "## Funnel",
+            "## Scanner",
             "## Devices the target's packets crossed",
             "## Rate statistics",
             "## Time budget",
-            "## Drops",
             "## Lost events and warnings",
             "## Plots",
+            "## System",
+            "## Capability checks",
         ];
         let pos: Vec<usize> = order.iter().map(|h| md.find(h).unwrap_or(usize::MAX)).collect();
         assert!(

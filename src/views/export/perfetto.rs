@@ -483,8 +483,9 @@ mod tests {
         assert_eq!(of_type(&t, EventType::SliceBegin).len(), c.slices);
         assert_eq!(of_type(&t, EventType::SliceEnd).len(), c.slices);
         assert_eq!(of_type(&t, EventType::Instant).len(), c.instants);
-        // The fixture: 3 ticks (4 samples a track), one episode a tick.
-        assert_eq!(c.slices, 3);
+        // The fixture: 3 ticks (4 samples a track), one episode a tick, and one phase
+        // (sending) over them.
+        assert_eq!(c.slices, 4);
         assert_eq!(c.counter_values % 4, 0);
         assert_eq!(c.counter_values, 4 * c.counter_tracks);
         let processes = t
@@ -530,6 +531,7 @@ mod tests {
         let begins: Vec<u64> = events(&t)
             .iter()
             .filter(|(_, e)| e.r#type == Some(EventType::SliceBegin as i32))
+            .filter(|(_, e)| e.categories == [Category::Blocking.name()])
             .map(|(p, _)| p.timestamp.expect("ts"))
             .collect();
         assert_eq!(begins[0], clocks.monotonic_ns + (ep.start_s * 1e9).round() as u64);
@@ -552,8 +554,17 @@ mod tests {
     fn slices_pair_on_their_thread_and_carry_their_args() {
         let rec = rich_recording();
         let t = build(&TraceModel::of(&rec), &mut same);
-        let begins = of_type(&t, EventType::SliceBegin);
-        let ends = of_type(&t, EventType::SliceEnd);
+        let blocking = |e: &&TrackEvent| e.categories == [Category::Blocking.name()];
+        let begins: Vec<&TrackEvent> = of_type(&t, EventType::SliceBegin)
+            .into_iter()
+            .filter(blocking)
+            .collect();
+        let ends: Vec<&TrackEvent> = of_type(&t, EventType::SliceEnd)
+            .into_iter()
+            .filter(|e| e.track_uuid != Some(SCANPROF_TRACK))
+            .collect();
+        assert_eq!(begins.len(), 3);
+        assert_eq!(ends.len(), 3);
         for (b, e) in begins.iter().zip(&ends) {
             assert_eq!(b.track_uuid, e.track_uuid);
             assert_eq!(b.name.as_deref(), Some("blocked in sock_alloc_send_pskb"));
@@ -574,6 +585,35 @@ mod tests {
             .and_then(|d| d.uuid);
         assert!(thread_uuid.is_some());
         assert!(begins.iter().all(|b| b.track_uuid == thread_uuid));
+    }
+
+    /// The run's phases are slices on scanprof's own track, one after another (the fixture's
+    /// three ticks are all sending: one slice from the first tick's start to the last one's end).
+    #[test]
+    fn the_runs_phases_are_slices_on_scanprofs_track() {
+        let rec = rich_recording();
+        let t = build(&TraceModel::of(&rec), &mut same);
+        let phases: Vec<(&TracePacket, &TrackEvent)> = events(&t)
+            .into_iter()
+            .filter(|(_, e)| e.categories == [Category::Phase.name()])
+            .collect();
+        assert_eq!(phases.len(), 1, "{phases:?}");
+        let (p, e) = phases[0];
+        assert_eq!(e.track_uuid, Some(SCANPROF_TRACK));
+        assert_eq!(e.name.as_deref(), Some("sending"));
+        let first = &rec.ticks[0];
+        let start_ns = ((first.t_s - first.interval_s) * 1e9).round() as u64;
+        let clocks = rec.clocks.expect("clocks");
+        assert_eq!(p.timestamp, Some(clocks.monotonic_ns + start_ns));
+        let end = events(&t)
+            .into_iter()
+            .filter(|(_, e)| {
+                e.r#type == Some(EventType::SliceEnd as i32) && e.track_uuid == Some(SCANPROF_TRACK)
+            })
+            .map(|(p, _)| p.timestamp)
+            .collect::<Vec<_>>();
+        let last = rec.ticks.last().expect("ticks");
+        assert_eq!(end, [Some(clocks.monotonic_ns + (last.t_s * 1e9).round() as u64)]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::{json, Map, Value};
 
 use super::Recording;
-use crate::analysis::{Snapshot, SCHEMA_VERSION};
+use crate::analysis::{RunPhase, Snapshot, SCHEMA_VERSION};
 use crate::collect::DropClass;
 use crate::system::ClockReadings;
 use crate::views::report::ProcessEnd;
@@ -125,6 +125,8 @@ pub enum Category {
     Process,
     /// a tick's drops at one place for one reason
     Drop,
+    /// a phase of the run (starting, sending, waiting for late replies, ended)
+    Phase,
 }
 
 impl Category {
@@ -134,6 +136,7 @@ impl Category {
             Category::Blocking => "blocking",
             Category::Process => "process",
             Category::Drop => "drop",
+            Category::Phase => "phase",
         }
     }
 }
@@ -190,6 +193,7 @@ impl TraceModel {
             budget_counters(rec, &mut timed);
         }
         episode_slices(rec, &mut timed);
+        phase_slices(rec, &mut timed);
         lifecycle(rec, &mut timed);
         drop_instants(rec, &mut timed);
         let exe_of = |pid: u32| {
@@ -310,6 +314,12 @@ fn chrome_metadata(model: &TraceModel) -> Vec<Value> {
     let mut out = vec![
         meta("process_name", SCANPROF_PID, 0, json!({ "name": "scanprof" })),
         meta("process_sort_index", SCANPROF_PID, 0, json!({ "sort_index": 0 })),
+        meta(
+            "thread_name",
+            SCANPROF_PID,
+            PHASE_TID,
+            json!({ "name": "run phases" }),
+        ),
     ];
     for (i, p) in model.processes.iter().enumerate() {
         out.push(meta(
@@ -732,6 +742,70 @@ fn episode_slices(rec: &Recording, out: &mut Timed) {
             flow: None,
         };
         out.push(ns(e.start_s), e.pid, e.tid, slice);
+    }
+}
+
+/// Thread of the scanprof pseudo-process whose track holds the run's phases.
+pub const PHASE_TID: u32 = 0;
+
+/// The run's phases as slices on scanprof's track: one per stretch of ticks in one phase
+/// (starting, sending, waiting, ended), from the first tick's start to the last one's end; the
+/// sending stretch ends, and the wait after it starts, at the family's last send when the run
+/// recorded it. A wait is named by the scanner's profile when the profile says what its wait
+/// is (masscan's `--wait`, zmap's cooldown).
+fn phase_slices(rec: &Recording, out: &mut Timed) {
+    let mut stretches: Vec<(RunPhase, f64, f64, u64)> = Vec::new();
+    for t in &rec.ticks {
+        let start = (t.t_s - t.interval_s).max(0.0);
+        match stretches.last_mut() {
+            Some(last) if last.0 == t.phase => {
+                last.2 = t.t_s;
+                last.3 += 1;
+            }
+            _ => stretches.push((t.phase, start, t.t_s, 1)),
+        }
+    }
+    // A sending stretch followed by another phase ends at the last send it holds.
+    for i in 1..stretches.len() {
+        if stretches[i - 1].0 != RunPhase::Sending {
+            continue;
+        }
+        let last_send = rec
+            .ticks
+            .iter()
+            .filter(|t| t.t_s <= stretches[i - 1].2)
+            .filter_map(|t| t.last_send_s)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        if let Some(at) = last_send.filter(|at| *at > stretches[i - 1].1 && *at < stretches[i - 1].2) {
+            stretches[i - 1].2 = at;
+            stretches[i].1 = at;
+        }
+    }
+    let wait_name = rec
+        .ticks
+        .iter()
+        .rev()
+        .find_map(|t| t.scanner.as_ref().and_then(|sc| sc.wait.clone()));
+    for (phase, from, to, ticks) in stretches {
+        let name = match (phase, &wait_name) {
+            (RunPhase::Waiting, Some(w)) => format!("waiting: {w}"),
+            (RunPhase::Waiting, None) => "waiting (for late replies, or paused)".to_string(),
+            (RunPhase::Starting, _) => "starting (no send yet)".to_string(),
+            (RunPhase::Sending, _) => "sending".to_string(),
+            (RunPhase::Ended, _) => "ended (the family exited)".to_string(),
+        };
+        let dur_ns = ns(to).saturating_sub(ns(from)).max(1);
+        let slice = EventKind::Slice {
+            name,
+            category: Category::Phase,
+            dur_ns,
+            args: vec![
+                ("phase", Arg::Str(phase.as_str().to_string())),
+                ("ticks", Arg::Uint(ticks)),
+            ],
+            flow: None,
+        };
+        out.push(ns(from), SCANPROF_PID, PHASE_TID, slice);
     }
 }
 
@@ -1239,6 +1313,82 @@ mod tests {
             assert_eq!(e["args"]["wait_site"], "sock_alloc_send_pskb");
         }
         assert_eq!(x[2]["ts"], 2_500_000.0);
+    }
+
+    /// A scanner's run: a tick before its first send, two of sending (the second partial: its
+    /// last send at 2.6 s), two of its wait for late replies, then its exit.
+    fn phased(wait: Option<&str>) -> Recording {
+        let at = |n: u64, phase: RunPhase, partial: bool, last_send_s: Option<f64>| {
+            let mut t = tick(n, vec![process(10, 1, "masscan", None)]);
+            t.phase = phase;
+            t.partial = partial;
+            t.last_send_s = last_send_s;
+            t.scanner = Some(crate::analysis::ScannerView {
+                profile: "masscan".into(),
+                wait: wait.map(String::from),
+                ..Default::default()
+            });
+            t
+        };
+        Recording {
+            ticks: vec![
+                at(1, RunPhase::Starting, false, None),
+                at(2, RunPhase::Sending, false, Some(1.99)),
+                at(3, RunPhase::Sending, true, Some(2.6)),
+                at(4, RunPhase::Waiting, false, Some(2.6)),
+                at(5, RunPhase::Waiting, false, Some(2.6)),
+                at(6, RunPhase::Ended, false, Some(2.6)),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_runs_phases_are_slices_on_scanprofs_track_the_wait_named_by_the_profile() {
+        let v = chrome_trace(&phased(Some(
+            "masscan's --wait for late replies (10 s by default)",
+        )));
+        assert_eq!(check_trace(&v), Ok(()));
+        let phases = find(&v, |e| e["ph"] == "X" && e["cat"] == "phase");
+        let got: Vec<(&str, f64, f64, &str, u64)> = phases
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or(""),
+                    e["ts"].as_f64().unwrap_or(-1.0),
+                    e["dur"].as_f64().unwrap_or(-1.0),
+                    e["args"]["phase"].as_str().unwrap_or(""),
+                    e["args"]["ticks"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("starting (no send yet)", 0.0, 1e6, "starting", 1),
+                // The sending stretch ends at the last send, inside its partial tick.
+                ("sending", 1e6, 1.6e6, "sending", 2),
+                (
+                    "waiting: masscan's --wait for late replies (10 s by default)",
+                    2.6e6,
+                    2.4e6,
+                    "waiting",
+                    2
+                ),
+                ("ended (the family exited)", 5e6, 1e6, "ended", 1),
+            ]
+        );
+        assert!(phases
+            .iter()
+            .all(|e| e["pid"] == SCANPROF_PID && e["tid"] == PHASE_TID));
+        let named = find(&v, |e| {
+            e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == SCANPROF_PID
+        });
+        assert_eq!(named[0]["args"]["name"], "run phases");
+        // A profile that says nothing of its wait: the phase's own words.
+        let v = chrome_trace(&phased(None));
+        let waiting = find(&v, |e| e["ph"] == "X" && e["args"]["phase"] == "waiting");
+        assert_eq!(waiting[0]["name"], "waiting (for late replies, or paused)");
     }
 
     #[test]
