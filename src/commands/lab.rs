@@ -69,7 +69,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     };
     let staged = Staged::start(o.scenario, stage, rate, o.duration, &exe)?;
     let run_opts = staged.run_options(o);
-    let output = crate::run::Output::choose(o.json, o.no_tui);
+    let output = if o.quiet && !o.json {
+        crate::run::Output::Quiet
+    } else {
+        crate::run::Output::choose(o.json, o.no_tui)
+    };
     let title = lab_title(o.scenario, &staged.argv);
     let mut cfg = crate::run::session_config(
         Target::Command(staged.argv.iter().map(Into::into).collect()),
