@@ -336,6 +336,11 @@ pub struct RunOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Close the live view as soon as the run ends by itself (--duration, the target exited)
+    /// and print the summary, instead of keeping the ended view until q (for scripts and
+    /// recorded terminals).
+    #[arg(long)]
+    pub exit_at_end: bool,
     /// Print only the summary (and warnings): no line per tick or at start (text output).
     #[arg(short, long)]
     pub quiet: bool,
@@ -762,6 +767,10 @@ pub struct LabOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Close the live view as soon as the run ends and print the summary and the lab's checks,
+    /// instead of keeping the ended view until q.
+    #[arg(long, conflicts_with = "suite")]
+    pub exit_at_end: bool,
     /// Print only the summary and the lab's checks (and warnings): no line per tick or at start
     /// (text output).
     #[arg(short, long, conflicts_with = "suite")]

@@ -91,7 +91,17 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         file: o.metrics_file.clone(),
     };
     let stop = crate::run::stop_flag()?;
-    let rec = crate::run::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
+    let rec = crate::run::render_with(
+        cfg,
+        output,
+        stop,
+        export_to.as_ref(),
+        &metrics,
+        crate::run::ViewOptions {
+            title: Some(title),
+            exit_at_end: o.exit_at_end,
+        },
+    )?.rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let report = staged.finish(&summary)?;
     if o.json {

@@ -206,6 +206,7 @@ fn run_step(
         per_packet: None,
         json: true,
         no_tui: true,
+        exit_at_end: false,
         baseline: false,
         baseline_pacer: crate::wrappers::PacerKind::Tsc,
         baseline_seconds: 2.0,

@@ -179,6 +179,7 @@ impl Staged {
             per_packet: None,
             json: o.json,
             no_tui: o.no_tui,
+            exit_at_end: o.exit_at_end,
             quiet: o.quiet,
             baseline: false,
             baseline_pacer: crate::wrappers::PacerKind::Tsc,

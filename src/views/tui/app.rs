@@ -127,6 +127,9 @@ pub struct App {
     pub quitting: bool,
     /// the outcome of the last action that has one (an export), for the header
     pub status: Option<String>,
+    /// draw without colour (NO_COLOR set): the state tags reversed, the chart's lines told
+    /// apart by their markers
+    pub no_color: bool,
 }
 
 impl App {
