@@ -68,6 +68,14 @@ pub fn export(rec: &Recording, target: &ExportTarget) -> anyhow::Result<Vec<Path
     bundle::write(&target.dir, rec, &extras)
 }
 
+/// scanprof's stderr lines as written to a terminal it shares with the scanner: each starts at
+/// the line's start on a cleared line (`\r`, erase line), so that a scanner's status line that
+/// ended in `\r` (masscan's) is replaced whole rather than overwritten in part and merged with
+/// the tick line; the scanner's next status then comes on the line after.
+fn own_lines(text: &str) -> String {
+    text.split_inclusive('\n').map(|l| format!("\r\x1b[K{l}")).collect()
+}
+
 /// The view's `e` key's bundle directory, in the current directory: named after what runs and
 /// the UTC time, `scanprof-masscan-20261128T171502Z` (`scanprof-pid4242-...` for attach).
 fn default_export_dir(target: &Target, now: std::time::SystemTime) -> PathBuf {
@@ -294,6 +302,10 @@ pub fn render_with(
     let mut write_error: Option<std::io::Error> = None;
     for update in session.updates.iter() {
         rec.apply(&update);
+        let stderr_terminal = {
+            use std::io::IsTerminal;
+            std::io::stderr().is_terminal()
+        };
         let (out, err): (Option<String>, Option<String>) = match update {
             Update::Started {
                 processes,
@@ -332,6 +344,7 @@ pub fn render_with(
             }
         };
         if let Some(e) = err.filter(|_| output != Output::Quiet) {
+            let e = if stderr_terminal { own_lines(&e) } else { e };
             let _ = std::io::stderr().write_all(e.as_bytes());
         }
         if let (Some(o), None) = (out, &write_error) {
@@ -482,6 +495,22 @@ pub fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Re
 
 #[cfg(test)]
 mod tests {
+    /// On a shared terminal every line scanprof writes starts on a cleared line of its own:
+    /// after a scanner's `rate: 1.00-kpps ... \r` status the tick line is not merged into it.
+    #[test]
+    fn own_lines_start_on_a_cleared_line() {
+        let ticks = "t=1.0s achieved 1000\nt=2.0s achieved 999\n";
+        let shown = own_lines(ticks);
+        assert_eq!(shown, "\r\x1b[Kt=1.0s achieved 1000\n\r\x1b[Kt=2.0s achieved 999\n");
+        // What a terminal shows after the scanner's status line and then scanprof's lines: the
+        // status line is cleared before each tick line, whole.
+        let screen = format!("rate:  1.00-kpps, 50.00% done, waiting 0-secs, found=0       \r{shown}");
+        for line in screen.split('\n').filter(|l| !l.is_empty()) {
+            let visible = line.rsplit("\r\x1b[K").next().unwrap();
+            assert!(visible.starts_with("t="), "{line:?}");
+        }
+    }
+
     /// The `e` key's bundle is named after the command (its wrappers left out) or the pid, and
     /// the UTC time: `scanprof-masscan-20261128T171502Z`, never a bare epoch number.
     #[test]
