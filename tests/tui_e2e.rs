@@ -257,9 +257,9 @@ fn exit_at_end_closes_the_view_by_itself_and_no_color_draws_none() {
         .skip(1)
         .filter_map(|seq| seq.split_once('m').map(|(params, _)| params.to_string()))
         .filter(|params| {
-            params.split(';').any(|p| {
-                matches!(p.parse::<u32>(), Ok(30..=38 | 40..=48 | 90..=97 | 100..=107))
-            })
+            params
+                .split(';')
+                .any(|p| matches!(p.parse::<u32>(), Ok(30..=38 | 40..=48 | 90..=97 | 100..=107)))
         })
         .count();
     assert_eq!(colours, 0, "colour codes with NO_COLOR:\n{styled:?}");

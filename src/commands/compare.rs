@@ -120,7 +120,12 @@ fn load(path: &Path) -> anyhow::Result<Bundle> {
     })?;
     side.command_line = rec.meta.command_line.clone();
     side.profile = summary.scanner.as_ref().map(|s| s.profile.clone());
-    side.scanner = rec.processes.iter().filter(|p| p.root).map(|p| p.comm.clone()).collect();
+    side.scanner = rec
+        .processes
+        .iter()
+        .filter(|p| p.root)
+        .map(|p| p.comm.clone())
+        .collect();
     Ok(Bundle {
         loaded: Loaded::Run(Box::new(summary)),
         side,
@@ -190,7 +195,15 @@ mod tests {
         }
         let (c, sa, _) = comparison(&da, &db).unwrap();
         assert_eq!(sa.command_line, rec.meta.command_line);
-        assert_eq!(sa.profile, rec.summary.as_ref().unwrap().scanner.as_ref().map(|s| s.profile.clone()));
+        assert_eq!(
+            sa.profile,
+            rec.summary
+                .as_ref()
+                .unwrap()
+                .scanner
+                .as_ref()
+                .map(|s| s.profile.clone())
+        );
         let ach = c.figures.iter().find(|f| f.figure == "achieved_pps").unwrap();
         let (x, y) = (
             rec.summary.as_ref().unwrap().achieved_pps,

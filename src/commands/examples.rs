@@ -171,7 +171,8 @@ fn check(ex: &Example) -> Result<Cli, String> {
         _ => None,
     };
     if let Some((run, command)) = run_command {
-        crate::run::session_config(Target::Command(command), run, Output::Text).map_err(|e| format!("{e:#}"))?;
+        crate::run::session_config(Target::Command(command), run, Output::Text)
+            .map_err(|e| format!("{e:#}"))?;
     }
     Ok(cli)
 }
@@ -179,9 +180,15 @@ fn check(ex: &Example) -> Result<Cli, String> {
 #[test]
 fn shell_words_split_as_the_shell_does() {
     let w = |s: &str| shell_words(s).unwrap();
-    assert_eq!(w("scanprof a  'b c' \"d\\\"e\" f\\ g"), ["scanprof", "a", "b c", "d\"e", "f g"]);
+    assert_eq!(
+        w("scanprof a  'b c' \"d\\\"e\" f\\ g"),
+        ["scanprof", "a", "b c", "d\"e", "f g"]
+    );
     assert_eq!(w("scanprof man attach | man -l -"), ["scanprof", "man", "attach"]);
-    assert_eq!(w("scanprof completions bash > /etc/x"), ["scanprof", "completions", "bash"]);
+    assert_eq!(
+        w("scanprof completions bash > /etc/x"),
+        ["scanprof", "completions", "bash"]
+    );
     assert_eq!(w("scanprof lab   # the healthy lab"), ["scanprof", "lab"]);
     assert_eq!(w("scanprof run -- a#b"), ["scanprof", "run", "--", "a#b"]);
     assert!(shell_words("scanprof 'open").is_err());
@@ -200,8 +207,10 @@ fn a_broken_example_is_caught() {
         .unwrap_or_else(|| panic!("{line} passed"))
     };
     assert!(bad("scanprof lab    the healthy lab").contains("without a `#`"));
-    assert!(bad("scanprof run --profile zmap --per-packet send -- zmap -r 100 10.1.0.0/24")
-        .contains("no per-packet probe"));
+    assert!(
+        bad("scanprof run --profile zmap --per-packet send -- zmap -r 100 10.1.0.0/24")
+            .contains("no per-packet probe")
+    );
     assert!(bad("scanprof lab --nosuch").contains("--nosuch"));
 }
 
@@ -212,9 +221,18 @@ fn every_example_parses_and_the_unprivileged_ones_run() {
     let examples = all_examples();
     let failures: Vec<String> = examples
         .iter()
-        .filter_map(|ex| check(ex).err().map(|e| format!("{}: `{}`: {e}", ex.origin, ex.line)))
+        .filter_map(|ex| {
+            check(ex)
+                .err()
+                .map(|e| format!("{}: `{}`: {e}", ex.origin, ex.line))
+        })
         .collect();
-    assert!(failures.is_empty(), "{} examples fail:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} examples fail:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(examples.len() >= 60, "{} examples", examples.len());
 
     // Every bundle an example names, as a fixture (a run's bundle: compare takes two of them).
@@ -266,7 +284,13 @@ fn every_example_parses_and_the_unprivileged_ones_run() {
             _ => continue,
         }
         let code = super::dispatch(&cli).unwrap_or_else(|e| panic!("{}: `{}`: {e:#}", ex.origin, ex.line));
-        assert_eq!(code, std::process::ExitCode::SUCCESS, "{}: `{}`", ex.origin, ex.line);
+        assert_eq!(
+            code,
+            std::process::ExitCode::SUCCESS,
+            "{}: `{}`",
+            ex.origin,
+            ex.line
+        );
         ran += 1;
     }
     assert!(ran >= 10, "{ran} examples run");

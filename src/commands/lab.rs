@@ -101,7 +101,8 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
             title: Some(title),
             exit_at_end: o.exit_at_end,
         },
-    )?.rec;
+    )?
+    .rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let report = staged.finish(&summary)?;
     if o.json {

@@ -119,9 +119,16 @@ mod tests {
         assert!(cut.contains("(the run was cut short)"), "{cut}");
         rec.meta.exported_mid_run = true;
         let mid = render(&rec, path, ReportFormat::Text).unwrap();
-        assert!(mid.contains("written from the live view (`e`) while the run went on") && !mid.contains("cut short"), "{mid}");
+        assert!(
+            mid.contains("written from the live view (`e`) while the run went on")
+                && !mid.contains("cut short"),
+            "{mid}"
+        );
         let md = render(&rec, path, ReportFormat::Md).unwrap();
-        assert!(md.contains("written from the live view (`e`) while the run went on"), "{md}");
+        assert!(
+            md.contains("written from the live view (`e`) while the run went on"),
+            "{md}"
+        );
         // The mark survives the bundle's events.ndjson.
         let line = crate::views::json::line("meta", &rec.meta);
         assert!(line.contains("\"exported_mid_run\":true"), "{line}");

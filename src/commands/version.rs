@@ -351,17 +351,28 @@ mod tests {
         for s in Cli::command().get_subcommands().filter(|c| !c.is_hide_set()) {
             let name = s.get_name();
             let sub = String::from_utf8(man_page(Some(name)).unwrap()).unwrap();
-            for section in [".SH EXAMPLES\n.nf\n", ".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", "SCANPROF_DEBUG"] {
+            for section in [
+                ".SH EXAMPLES\n.nf\n",
+                ".SH \"EXIT STATUS\"",
+                ".SH ENVIRONMENT",
+                "SCANPROF_DEBUG",
+            ] {
                 assert!(sub.contains(section), "scanprof-{name} lacks {section}: {sub}");
             }
             assert!(!sub.contains(".SH EXTRA"), "{sub}");
             let examples = s.get_after_help().unwrap().to_string();
             for line in examples.lines().skip(1) {
                 let want = format!("\n{}\n", roff_text(line.trim()));
-                assert!(sub.contains(&want), "scanprof-{name}: example not on one line: {line}\n{sub}");
+                assert!(
+                    sub.contains(&want),
+                    "scanprof-{name}: example not on one line: {line}\n{sub}"
+                );
             }
         }
-        assert!(page.contains(".SH \"EXIT STATUS\"") && page.contains("\\fB3\\fR"), "{page}");
+        assert!(
+            page.contains(".SH \"EXIT STATUS\"") && page.contains("\\fB3\\fR"),
+            "{page}"
+        );
     }
 
     /// Every variable the code reads (outside tests) is in ENVIRONMENT.
@@ -386,10 +397,16 @@ mod tests {
             }
         }
         let mut found = Vec::new();
-        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut found);
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut found,
+        );
         assert!(found.iter().any(|v| v == "SCANPROF_DEBUG"), "{found:?}");
         for v in found.iter().filter(|v| !TEST_ONLY.contains(&v.as_str())) {
-            assert!(ENVIRONMENT.iter().any(|(n, _)| n == v), "{v} is read but not in ENVIRONMENT");
+            assert!(
+                ENVIRONMENT.iter().any(|(n, _)| n == v),
+                "{v} is read but not in ENVIRONMENT"
+            );
         }
     }
 
@@ -418,7 +435,10 @@ mod tests {
                 .output()
                 .expect("bash");
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
         };
         let me = std::process::id().to_string();
         let pids = complete(&["scanprof", "attach", "-p", ""]);
@@ -432,7 +452,10 @@ mod tests {
         assert!(!complete(&["scanprof", "run", "--", "masscan", "-p", ""]).contains(&me));
         let _ = std::fs::remove_dir_all(&dir);
         let zsh = String::from_utf8(completion_script(clap_complete::Shell::Zsh).unwrap()).unwrap();
-        assert!(zsh.contains(":PID:_pids'") && !zsh.contains(":PID:_default'"), "{zsh}");
+        assert!(
+            zsh.contains(":PID:_pids'") && !zsh.contains(":PID:_default'"),
+            "{zsh}"
+        );
         assert!(zsh.contains(":NAME|FILE:_scanprof_profile'") && zsh.contains("_scanprof_profile() {"));
     }
 

@@ -73,7 +73,9 @@ pub fn export(rec: &Recording, target: &ExportTarget) -> anyhow::Result<Vec<Path
 /// ended in `\r` (masscan's) is replaced whole rather than overwritten in part and merged with
 /// the tick line; the scanner's next status then comes on the line after.
 fn own_lines(text: &str) -> String {
-    text.split_inclusive('\n').map(|l| format!("\r\x1b[K{l}")).collect()
+    text.split_inclusive('\n')
+        .map(|l| format!("\r\x1b[K{l}"))
+        .collect()
 }
 
 /// The view's `e` key's bundle directory, in the current directory: named after what runs and
@@ -89,10 +91,20 @@ fn default_export_dir(target: &Target, now: std::time::SystemTime) -> PathBuf {
     // Only letters, digits, `.`, `_` and `-` from a command's name: it is a directory name.
     let what: String = what
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(32)
         .collect();
-    let what = if what.is_empty() || what.starts_with('.') { "run".to_string() } else { what };
+    let what = if what.is_empty() || what.starts_with('.') {
+        "run".to_string()
+    } else {
+        what
+    };
     let time: String = humantime::format_rfc3339_seconds(now)
         .to_string()
         .chars()
@@ -118,7 +130,14 @@ pub fn render(
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
 ) -> anyhow::Result<Rendered> {
-    render_with(cfg, output, stop, export_to, &MetricsTargets::default(), ViewOptions::default())
+    render_with(
+        cfg,
+        output,
+        stop,
+        export_to,
+        &MetricsTargets::default(),
+        ViewOptions::default(),
+    )
 }
 
 /// The labels of a run's metrics: its scanner profile, and the shard its command line names.
@@ -239,7 +258,11 @@ pub fn render_with(
         let on_export = |r: &mut SpooledRecording| -> String {
             let mut slot = key_target.borrow_mut();
             if slot.is_none() {
-                match ExportTarget::open(&default_export_dir(&target_of_run, std::time::SystemTime::now()), false, false) {
+                match ExportTarget::open(
+                    &default_export_dir(&target_of_run, std::time::SystemTime::now()),
+                    false,
+                    false,
+                ) {
                     Ok(t) => *slot = Some(t),
                     Err(e) => return format!("export failed: {e:#}"),
                 }
@@ -501,7 +524,10 @@ mod tests {
     fn own_lines_start_on_a_cleared_line() {
         let ticks = "t=1.0s achieved 1000\nt=2.0s achieved 999\n";
         let shown = own_lines(ticks);
-        assert_eq!(shown, "\r\x1b[Kt=1.0s achieved 1000\n\r\x1b[Kt=2.0s achieved 999\n");
+        assert_eq!(
+            shown,
+            "\r\x1b[Kt=1.0s achieved 1000\n\r\x1b[Kt=2.0s achieved 999\n"
+        );
         // What a terminal shows after the scanner's status line and then scanprof's lines: the
         // status line is cleared before each tick line, whole.
         let screen = format!("rate:  1.00-kpps, 50.00% done, waiting 0-secs, found=0       \r{shown}");

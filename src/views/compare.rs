@@ -33,9 +33,17 @@ impl Side {
         if !self.command_line.is_empty() {
             o.push(format!("command: {}", visible(&self.command_line.join(" "))));
         }
-        let scanner = self.scanner.iter().map(|c| visible(c).into_owned()).collect::<Vec<_>>();
+        let scanner = self
+            .scanner
+            .iter()
+            .map(|c| visible(c).into_owned())
+            .collect::<Vec<_>>();
         match (&self.profile, scanner.is_empty()) {
-            (Some(p), false) => o.push(format!("scanner: {} (profile {})", scanner.join(", "), visible(p))),
+            (Some(p), false) => o.push(format!(
+                "scanner: {} (profile {})",
+                scanner.join(", "),
+                visible(p)
+            )),
             (Some(p), true) => o.push(format!("scanner: profile {}", visible(p))),
             (None, false) => o.push(format!("scanner: {}", scanner.join(", "))),
             (None, true) => {}
@@ -160,7 +168,11 @@ pub fn text(c: &Comparison, a: &Side, b: &Side) -> String {
 
 /// The comparison as markdown.
 pub fn markdown(c: &Comparison, a: &Side, b: &Side) -> String {
-    let esc = |s: &str| crate::views::report::visible(s).replace('|', "\\|").replace('`', "'");
+    let esc = |s: &str| {
+        crate::views::report::visible(s)
+            .replace('|', "\\|")
+            .replace('`', "'")
+    };
     let mut o = String::from("# Comparison\n\n");
     for (label, side) in [("A", a), ("B", b)] {
         let _ = writeln!(o, "- {label}: `{}`", esc(&side.path));
@@ -252,7 +264,10 @@ mod tests {
             profile: profile.map(String::from),
             scanner: vec!["masscan".into()],
         };
-        (side("before", "1000", Some("masscan")), side("after", "20000\x1b]0;t\x07", None))
+        (
+            side("before", "1000", Some("masscan")),
+            side("after", "20000\x1b]0;t\x07", None),
+        )
     }
 
     /// Each side is named by its command line and scanner, not only its directory; a
@@ -262,14 +277,26 @@ mod tests {
         let c = pair();
         let (a, b) = sides();
         let t = text(&c, &a, &b);
-        assert!(t.contains("command: scanprof record -o before -- masscan --rate 1000\n"), "{t}");
+        assert!(
+            t.contains("command: scanprof record -o before -- masscan --rate 1000\n"),
+            "{t}"
+        );
         assert!(t.contains("scanner: masscan (profile masscan)\n"), "{t}");
-        assert!(t.contains("--rate 20000\\u{1b}]0;t\\u{7}\n") && t.contains("scanner: masscan\n"), "{t}");
+        assert!(
+            t.contains("--rate 20000\\u{1b}]0;t\\u{7}\n") && t.contains("scanner: masscan\n"),
+            "{t}"
+        );
         let md = markdown(&c, &a, &b);
-        assert!(md.contains("  - command: `scanprof record -o after -- masscan --rate 20000\\u{1b}]0;t\\u{7}`"), "{md}");
+        assert!(
+            md.contains("  - command: `scanprof record -o after -- masscan --rate 20000\\u{1b}]0;t\\u{7}`"),
+            "{md}"
+        );
         assert!(md.contains("  - scanner: `masscan (profile masscan)`"), "{md}");
         let j = json_line(&c, &a, &b);
-        assert!(j.contains("\"a_run\":{") && j.contains("\"profile\":\"masscan\""), "{j}");
+        assert!(
+            j.contains("\"a_run\":{") && j.contains("\"profile\":\"masscan\""),
+            "{j}"
+        );
         assert!(!t.contains('\x1b') && !md.contains('\x1b'), "{t}{md}");
     }
 

@@ -8,8 +8,8 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::keys::{action_of, Action};
 use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, StageName, Summary, SCHEMA_VERSION, STAGES};
-use crate::collect::DropClass;
 use crate::collect::family::ProcessInfo;
+use crate::collect::DropClass;
 use crate::probes::ProbeStatus;
 use crate::session::Update;
 

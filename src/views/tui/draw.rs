@@ -729,7 +729,12 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
     // last (they were hidden under the requested line).
     let mut sets = Vec::new();
     if let Some(r) = requested {
-        sets.push(line(format!("requested {}", rate(r)), Color::Yellow, Marker::Dot, &req_line));
+        sets.push(line(
+            format!("requested {}", rate(r)),
+            Color::Yellow,
+            Marker::Dot,
+            &req_line,
+        ));
     }
     sets.extend([
         line("achieved".into(), Color::Green, Marker::Braille, &achieved),

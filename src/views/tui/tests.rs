@@ -1008,7 +1008,10 @@ fn the_header_names_lost_records_and_marks_cut_lines_and_the_legend_leaves_the_n
         if h >= 40 {
             // The legend (drawn where the chart has the rows): each line's marker before its
             // name, at the chart's left.
-            let legend = s.lines().find(|l| l.contains("⣿ achieved")).unwrap_or_else(|| panic!("{s}"));
+            let legend = s
+                .lines()
+                .find(|l| l.contains("⣿ achieved"))
+                .unwrap_or_else(|| panic!("{s}"));
             let at = legend.chars().position(|c| c == '⣿').unwrap();
             let rates_width = (w as usize) * 60 / 100;
             assert!(at < rates_width / 2, "{w}x{h}: legend at column {at}:\n{s}");
@@ -1035,18 +1038,34 @@ fn no_color_draws_without_colour_and_keeps_the_tags_visible() {
     let mut app = live_app(false);
     let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
     term.draw(|f| draw(f, &app)).unwrap();
-    let coloured = term.backend().buffer().content.iter().filter(|c| c.fg != Color::Reset).count();
+    let coloured = term
+        .backend()
+        .buffer()
+        .content
+        .iter()
+        .filter(|c| c.fg != Color::Reset)
+        .count();
     assert!(coloured > 0, "the view draws colours without NO_COLOR");
     app.no_color = true;
     let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
     term.draw(|f| draw(f, &app)).unwrap();
     let buf = term.backend().buffer();
-    assert!(buf.content.iter().all(|c| c.fg == Color::Reset && c.bg == Color::Reset));
+    assert!(buf
+        .content
+        .iter()
+        .all(|c| c.fg == Color::Reset && c.bg == Color::Reset));
     let text = buffer_text(buf, 120, 40);
     let row = text.lines().position(|l| l.contains(" LIVE ")).unwrap() as u16;
     let col = text.lines().nth(row as usize).unwrap().find(" LIVE ").unwrap() as u16;
     // `find` counts bytes: the border's `│` is 3 bytes, one column.
     let x = col - 2 + 1;
-    assert!(buf[(x, row)].modifier.contains(Modifier::REVERSED), "{:?}", buf[(x, row)]);
-    assert!(text.contains("⣿ achieved") && text.contains("█ dropped"), "{text}");
+    assert!(
+        buf[(x, row)].modifier.contains(Modifier::REVERSED),
+        "{:?}",
+        buf[(x, row)]
+    );
+    assert!(
+        text.contains("⣿ achieved") && text.contains("█ dropped"),
+        "{text}"
+    );
 }
