@@ -416,6 +416,14 @@ mod tests {
     fn bash_completes_pids_and_profile_names() {
         let script = String::from_utf8(completion_script(clap_complete::Shell::Bash).unwrap()).unwrap();
         let dir = std::env::temp_dir().join(format!("scanprof-completion-{}", std::process::id()));
+        // Removed however the test ends.
+        struct Cleanup(std::path::PathBuf);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let _cleanup = Cleanup(dir.clone());
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("scanprof.bash");
         std::fs::write(&file, &script).unwrap();
@@ -450,7 +458,6 @@ mod tests {
             assert!(all.iter().any(|w| w == name), "{all:?}");
         }
         assert!(!complete(&["scanprof", "run", "--", "masscan", "-p", ""]).contains(&me));
-        let _ = std::fs::remove_dir_all(&dir);
         let zsh = String::from_utf8(completion_script(clap_complete::Shell::Zsh).unwrap()).unwrap();
         assert!(
             zsh.contains(":PID:_pids'") && !zsh.contains(":PID:_default'"),
