@@ -109,19 +109,19 @@ pub fn parse_skew(s: &str) -> Result<f64, String> {
 
 // The examples each subcommand's --help ends with (a unit test parses every one of them).
 const ATTACH_EXAMPLES: &str = "Examples:
-  scanprof attach -p 4242                       live view of a running scanner and its family
-  scanprof attach -p 4242 -d 30 --json          NDJSON: a sample per tick, then the summary
-  scanprof attach -p 4242 -o bundle/            also write a trace bundle for a bug report
-  scanprof attach -p 4242 --metrics 127.0.0.1:9477   Prometheus metrics while it runs";
+  scanprof attach -p 4242                       # live view of a running scanner and its family
+  scanprof attach -p 4242 -d 30 --json          # NDJSON: a sample per tick, then the summary
+  scanprof attach -p 4242 -o bundle/            # also write a trace bundle for a bug report
+  scanprof attach -p 4242 --metrics 127.0.0.1:9477   # Prometheus metrics while it runs";
 const RUN_EXAMPLES: &str = "Examples:
   scanprof run -- masscan --rate 1000 -p80 10.0.0.0/24
-  scanprof run -q --no-tui -d 60 -- zmap -r 5000 -p 80 10.0.0.0/16   only the summary
-  scanprof run --baseline -- masscan --rate 20000 -p80 10.0.0.0/16   beside this machine's own rate
-  scanprof run --profile zmap --per-packet send -- ip netns exec NS zmap -r 100 -p 80 10.1.0.0/24";
+  scanprof run -q --no-tui -d 60 -- zmap -r 5000 -p 80 10.0.0.0/16   # only the summary
+  scanprof run --baseline -- masscan --rate 20000 -p80 10.0.0.0/16   # beside this machine's own rate
+  scanprof run --profile zmap --per-packet synscan_make_packet -- ip netns exec NS zmap -r 100 -p 80 10.1.0.0/24";
 const RECORD_EXAMPLES: &str = "Examples:
   scanprof record -o bundle/ -p 4242
   scanprof record -o bundle/ -- unicornscan -r 1000 10.0.0.0/24:80
-  scanprof report bundle/ --format md           re-render it later, anywhere, without root";
+  scanprof report bundle/ --format md           # re-render it later, anywhere, without root";
 const REPORT_EXAMPLES: &str = "Examples:
   scanprof report bundle/
   scanprof report bundle/events.ndjson --format json";
@@ -150,9 +150,9 @@ const RING_RECV_EXAMPLES: &str = "Examples:
   scanprof ring-recv --dev eth0 --frames 64 --duration 10
   scanprof run -- scanprof ring-recv --dev veth1 --frames 8 --read-rate 200 -d 3 --linger 1.5   # a ring that fills: ring_full";
 const LAB_EXAMPLES: &str = "Examples:
-  scanprof lab                                  the healthy lab at 10,000 pps in the live view
-  scanprof lab qdisc-drop --no-tui              a staged fault, profiled and diagnosed
-  scanprof lab --suite                          every scenario: the top verdict against the cause";
+  scanprof lab                                  # the healthy lab at 10,000 pps in the live view
+  scanprof lab qdisc-drop --no-tui              # a staged fault, profiled and diagnosed
+  scanprof lab --suite                          # every scenario: the top verdict against the cause";
 const BASELINE_EXAMPLES: &str = "Examples:
   scanprof baseline
   scanprof baseline --rates 1000,10000,0 --json";
@@ -336,6 +336,11 @@ pub struct RunOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Close the live view as soon as the run ends by itself (--duration, the target exited)
+    /// and print the summary, instead of keeping the ended view until q (for scripts and
+    /// recorded terminals).
+    #[arg(long)]
+    pub exit_at_end: bool,
     /// Print only the summary (and warnings): no line per tick or at start (text output).
     #[arg(short, long)]
     pub quiet: bool,
@@ -762,10 +767,22 @@ pub struct LabOptions {
     /// Plain text instead of the live terminal view (the default when stdout is a terminal).
     #[arg(long)]
     pub no_tui: bool,
+    /// Close the live view as soon as the run ends and print the summary and the lab's checks,
+    /// instead of keeping the ended view until q.
+    #[arg(long, conflicts_with = "suite")]
+    pub exit_at_end: bool,
+    /// Print only the summary and the lab's checks (and warnings): no line per tick or at start
+    /// (text output).
+    #[arg(short, long, conflicts_with = "suite")]
+    pub quiet: bool,
     /// Also write a trace bundle of the run here (and where the view's `e` key writes). The
     /// directory must be new or empty, unless --force.
-    #[arg(long, value_name = "DIR")]
+    #[arg(short = 'o', long, visible_alias = "output", value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
+    /// Write the headers of the lab sender's dropped packets to this pcapng file at the end, as
+    /// `run --pcap` does (each packet commented with its drop reason, location and device).
+    #[arg(long, value_name = "FILE", conflicts_with = "suite")]
+    pub pcap: Option<std::path::PathBuf>,
     /// Write the --export bundle into a directory that is not empty (an earlier bundle's files
     /// in it are removed first; other files are left alone).
     #[arg(long, requires = "export")]
@@ -895,6 +912,10 @@ pub struct SweepOptions {
     /// Print NDJSON: one `sweep_step` object per step, then one `sweep` object.
     #[arg(long)]
     pub json: bool,
+    /// Print only the table (or NDJSON) and warnings: no line on stderr as each step starts and
+    /// ends.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Write a sweep bundle here: each step's event stream, sweep.ndjson, sweep.md and
     /// sweep.svg (achieved against requested, the ideal line, loss). The directory must be new
     /// or empty.

@@ -231,6 +231,52 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
     remove_command_log(&scrollback);
 }
 
+/// `--exit-at-end` closes the view when the run ends, without a key (a scripted terminal used
+/// to wait for `q` forever), and the summary follows; with NO_COLOR the view sends no colour.
+#[test]
+fn exit_at_end_closes_the_view_by_itself_and_no_color_draws_none() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the terminal view test needs root (BPF and namespaces); CI runs as root"
+    );
+    let tmux = Tmux::start(
+        "exit-at-end",
+        80,
+        24,
+        &format!("NO_COLOR=1 {BIN} lab --duration 2 --exit-at-end; echo SCANPROF-EXIT=$?; sleep 60"),
+    );
+    tmux.wait_for("the live view", Duration::from_secs(30), |s| s.contains("LIVE"));
+    let out = Command::new("tmux")
+        .args(["capture-pane", "-p", "-e", "-t", &tmux.0])
+        .output()
+        .expect("capture-pane -e");
+    let styled = String::from_utf8_lossy(&out.stdout).into_owned();
+    // SGR colour codes: 30-37/40-47 (and 90-97/100-107), or 38;/48; (256 colours, RGB).
+    let colours = styled
+        .split("\x1b[")
+        .skip(1)
+        .filter_map(|seq| seq.split_once('m').map(|(params, _)| params.to_string()))
+        .filter(|params| {
+            params
+                .split(';')
+                .any(|p| matches!(p.parse::<u32>(), Ok(30..=38 | 40..=48 | 90..=97 | 100..=107)))
+        })
+        .count();
+    assert_eq!(colours, 0, "colour codes with NO_COLOR:\n{styled:?}");
+    // No key is sent: the run ends after 2 s and the view closes by itself.
+    let after = tmux.wait_for("scanprof to exit without q", Duration::from_secs(40), |s| {
+        s.contains("SCANPROF-EXIT=")
+    });
+    assert!(after.contains("SCANPROF-EXIT=0"), "{after}");
+    assert!(!tmux.alternate_screen(), "terminal left on the alternate screen");
+    let scrollback = tmux.history();
+    assert!(
+        scrollback.contains("funnel (per second over the send window)"),
+        "summary printed after the view:\n{scrollback}"
+    );
+    remove_command_log(&scrollback);
+}
+
 /// The launched sender's output went to a log the summary (in `scrollback`) names; scanprof
 /// keeps it for the user, the test removes it.
 fn remove_command_log(scrollback: &str) {

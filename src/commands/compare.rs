@@ -29,6 +29,12 @@ enum Loaded {
     },
 }
 
+/// A bundle as compare read it: its figures, and what it was (command line, scanner).
+struct Bundle {
+    loaded: Loaded,
+    side: view::Side,
+}
+
 /// The sweep.ndjson of `path`, if it is a sweep bundle (a directory holding one as a regular
 /// file, or the file itself).
 fn sweep_file(path: &Path) -> Option<PathBuf> {
@@ -42,7 +48,7 @@ fn sweep_file(path: &Path) -> Option<PathBuf> {
 }
 
 /// Reads a sweep's steps and knee; lines it cannot take are named on stderr and skipped.
-fn read_sweep(file: &Path) -> anyhow::Result<Loaded> {
+fn read_sweep(file: &Path) -> anyhow::Result<(Loaded, Vec<String>)> {
     let mut text = String::new();
     bundle::open_regular(file, MAX_SWEEP_BYTES)?
         .read_to_string(&mut text)
@@ -50,6 +56,7 @@ fn read_sweep(file: &Path) -> anyhow::Result<Loaded> {
     let mut steps = Vec::new();
     let mut knee_pps = None;
     let mut summary_seen = false;
+    let mut command_line = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let parsed: Result<Value, _> = serde_json::from_str(line);
         let kind = parsed
@@ -69,7 +76,11 @@ fn read_sweep(file: &Path) -> anyhow::Result<Loaded> {
                 summary_seen = true;
                 knee_pps = v.pointer("/knee/knee_pps").and_then(Value::as_f64);
             }
-            (Some("meta"), _) => {}
+            (Some("meta"), Ok(v)) => {
+                command_line = serde_json::from_value::<crate::views::export::Meta>(v)
+                    .map(|m| m.command_line)
+                    .unwrap_or_default();
+            }
             _ => eprintln!(
                 "scanprof: {} line {}: not a sweep line (skipped)",
                 file.display(),
@@ -84,12 +95,18 @@ fn read_sweep(file: &Path) -> anyhow::Result<Loaded> {
         // A sweep cut short before its summary line: the knee from the steps there are.
         knee_pps = crate::analysis::knee::knee(&steps).knee_pps;
     }
-    Ok(Loaded::Sweep { steps, knee_pps })
+    Ok((Loaded::Sweep { steps, knee_pps }, command_line))
 }
 
-fn load(path: &Path) -> anyhow::Result<Loaded> {
+fn load(path: &Path) -> anyhow::Result<Bundle> {
+    let mut side = view::Side {
+        path: path.display().to_string(),
+        ..view::Side::default()
+    };
     if let Some(file) = sweep_file(path) {
-        return read_sweep(&file);
+        let (loaded, command_line) = read_sweep(&file)?;
+        side.command_line = command_line;
+        return Ok(Bundle { loaded, side });
     }
     let (rec, issues) = bundle::read(path)?;
     for i in &issues {
@@ -101,12 +118,24 @@ fn load(path: &Path) -> anyhow::Result<Loaded> {
             path.display()
         )
     })?;
-    Ok(Loaded::Run(Box::new(summary)))
+    side.command_line = rec.meta.command_line.clone();
+    side.profile = summary.scanner.as_ref().map(|s| s.profile.clone());
+    side.scanner = rec
+        .processes
+        .iter()
+        .filter(|p| p.root)
+        .map(|p| p.comm.clone())
+        .collect();
+    Ok(Bundle {
+        loaded: Loaded::Run(Box::new(summary)),
+        side,
+    })
 }
 
-/// The comparison of the bundles at `a` and `b`.
-pub fn comparison(a: &Path, b: &Path) -> anyhow::Result<Comparison> {
-    Ok(match (load(a)?, load(b)?) {
+/// The comparison of the bundles at `a` and `b`, and what each was.
+pub fn comparison(a: &Path, b: &Path) -> anyhow::Result<(Comparison, view::Side, view::Side)> {
+    let (ba, bb) = (load(a)?, load(b)?);
+    let c = match (ba.loaded, bb.loaded) {
         (Loaded::Run(x), Loaded::Run(y)) => compare::runs(&x, &y),
         (
             Loaded::Sweep {
@@ -123,12 +152,12 @@ pub fn comparison(a: &Path, b: &Path) -> anyhow::Result<Comparison> {
             a.display(),
             b.display()
         ),
-    })
+    };
+    Ok((c, ba.side, bb.side))
 }
 
 pub fn run(a: &Path, b: &Path, format: ReportFormat) -> anyhow::Result<ExitCode> {
-    let c = comparison(a, b)?;
-    let (na, nb) = (a.display().to_string(), b.display().to_string());
+    let (c, na, nb) = comparison(a, b)?;
     print!(
         "{}",
         match format {
@@ -164,7 +193,17 @@ mod tests {
             dir.write_file(bundle::EVENTS, bundle::events_ndjson(r).as_bytes())
                 .unwrap();
         }
-        let c = comparison(&da, &db).unwrap();
+        let (c, sa, _) = comparison(&da, &db).unwrap();
+        assert_eq!(sa.command_line, rec.meta.command_line);
+        assert_eq!(
+            sa.profile,
+            rec.summary
+                .as_ref()
+                .unwrap()
+                .scanner
+                .as_ref()
+                .map(|s| s.profile.clone())
+        );
         let ach = c.figures.iter().find(|f| f.figure == "achieved_pps").unwrap();
         let (x, y) = (
             rec.summary.as_ref().unwrap().achieved_pps,
@@ -184,7 +223,7 @@ mod tests {
         std::fs::write(sweep.join("sweep.ndjson"), text).unwrap();
         let e = comparison(&da, &sweep).unwrap_err();
         assert!(e.to_string().contains("not of one kind"), "{e}");
-        let c = comparison(&sweep, &sweep).unwrap();
+        let (c, _, _) = comparison(&sweep, &sweep).unwrap();
         assert!(c.causes.iter().all(|r| r.change == compare::CauseChange::Same));
         let link = tempdir("l");
         std::fs::create_dir_all(&link).unwrap();

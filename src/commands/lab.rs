@@ -69,7 +69,11 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     };
     let staged = Staged::start(o.scenario, stage, rate, o.duration, &exe)?;
     let run_opts = staged.run_options(o);
-    let output = crate::run::Output::choose(o.json, o.no_tui);
+    let output = if o.quiet && !o.json {
+        crate::run::Output::Quiet
+    } else {
+        crate::run::Output::choose(o.json, o.no_tui)
+    };
     let title = lab_title(o.scenario, &staged.argv);
     let mut cfg = crate::run::session_config(
         Target::Command(staged.argv.iter().map(Into::into).collect()),
@@ -87,7 +91,18 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
         file: o.metrics_file.clone(),
     };
     let stop = crate::run::stop_flag()?;
-    let rec = crate::run::render_with(cfg, output, stop, export_to.as_ref(), &metrics, Some(title))?.rec;
+    let rec = crate::run::render_with(
+        cfg,
+        output,
+        stop,
+        export_to.as_ref(),
+        &metrics,
+        crate::run::ViewOptions {
+            title: Some(title),
+            exit_at_end: o.exit_at_end,
+        },
+    )?
+    .rec;
     let summary = rec.summary.context("the run ended without a summary")?;
     let report = staged.finish(&summary)?;
     if o.json {

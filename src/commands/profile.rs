@@ -67,7 +67,17 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(path) = &opts.pcap {
         check_pcap_path(path)?;
     }
-    let rendered = render_with(cfg, output, stop_flag()?, export_to.as_ref(), &metrics, None)?;
+    let rendered = render_with(
+        cfg,
+        output,
+        stop_flag()?,
+        export_to.as_ref(),
+        &metrics,
+        crate::run::ViewOptions {
+            title: None,
+            exit_at_end: opts.exit_at_end,
+        },
+    )?;
     if let (Some(path), Some(summary)) = (&opts.pcap, &rendered.rec.summary) {
         write_pcap(path, summary)?;
     }

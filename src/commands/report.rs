@@ -64,8 +64,13 @@ pub fn render(rec: &Recording, path: &Path, format: ReportFormat) -> anyhow::Res
                     .ticks
                     .last()
                     .context("the bundle holds neither a summary nor a tick")?;
+                let why = if rec.meta.exported_mid_run {
+                    "it was written from the live view (`e`) while the run went on"
+                } else {
+                    "the run was cut short"
+                };
                 format!(
-                    "no summary in this bundle (the run was cut short); its last tick of {}:\n{}\n",
+                    "no summary in this bundle ({why}); its last tick of {}:\n{}\n",
                     rec.ticks.len(),
                     text::tick_line(last)
                 )
@@ -97,4 +102,35 @@ pub fn render(rec: &Recording, path: &Path, format: ReportFormat) -> anyhow::Res
             markdown::report_md(rec, part("machine").as_ref(), part("checks").as_ref(), &plots)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bundle the live view's `e` key wrote mid-run has no summary by design: the text and
+    /// markdown reports say so, not that the run was cut short; one without the mark still is.
+    #[test]
+    fn a_bundle_exported_mid_run_is_not_called_cut_short() {
+        let mut rec = crate::views::fixtures::rich_recording();
+        rec.summary = None;
+        let path = Path::new("/nonexistent-bundle/events.ndjson");
+        let cut = render(&rec, path, ReportFormat::Text).unwrap();
+        assert!(cut.contains("(the run was cut short)"), "{cut}");
+        rec.meta.exported_mid_run = true;
+        let mid = render(&rec, path, ReportFormat::Text).unwrap();
+        assert!(
+            mid.contains("written from the live view (`e`) while the run went on")
+                && !mid.contains("cut short"),
+            "{mid}"
+        );
+        let md = render(&rec, path, ReportFormat::Md).unwrap();
+        assert!(
+            md.contains("written from the live view (`e`) while the run went on"),
+            "{md}"
+        );
+        // The mark survives the bundle's events.ndjson.
+        let line = crate::views::json::line("meta", &rec.meta);
+        assert!(line.contains("\"exported_mid_run\":true"), "{line}");
+    }
 }

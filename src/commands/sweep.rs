@@ -206,6 +206,7 @@ fn run_step(
         per_packet: None,
         json: true,
         no_tui: true,
+        exit_at_end: false,
         baseline: false,
         baseline_pacer: crate::wrappers::PacerKind::Tsc,
         baseline_seconds: 2.0,
@@ -364,14 +365,16 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
             Some(l) => l.argv(o, rate),
             None => substitute(&o.command, rate, None),
         };
-        eprintln!(
-            "scanprof sweep: step {}/{} at {} pps for {} s: {}",
-            i + 1,
-            rates.len(),
-            rate_word(rate),
-            o.duration,
-            argv.join(" ")
-        );
+        if !o.quiet {
+            eprintln!(
+                "scanprof sweep: step {}/{} at {} pps for {} s: {}",
+                i + 1,
+                rates.len(),
+                rate_word(rate),
+                o.duration,
+                argv.join(" ")
+            );
+        }
         let before = lab.as_ref().map(SweepLab::qdisc);
         let sink: Option<UdpSink> = match &lab {
             Some(l) if o.command.is_empty() => Some(l.lab.udp_sink(SINK_PORT)?),
@@ -380,7 +383,7 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
         let place = StepPlace {
             step: i + 1,
             of: rates.len(),
-            live: std::io::stderr().is_terminal(),
+            live: !o.quiet && std::io::stderr().is_terminal(),
         };
         let rec = match run_step(o, argv, rate, &stop, export.is_some(), &place) {
             Ok(rec) => rec,
@@ -403,7 +406,9 @@ pub fn run(o: &SweepOptions) -> anyhow::Result<ExitCode> {
                 qdisc_drops: drops.saturating_sub(drops0),
             });
         }
-        eprintln!("{}", view::progress_line(&step, rates.len()));
+        if !o.quiet {
+            eprintln!("{}", view::progress_line(&step, rates.len()));
+        }
         if o.json {
             let _ = writeln!(stdout, "{}", view::step_line(&step));
             let _ = stdout.flush();

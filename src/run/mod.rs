@@ -7,7 +7,7 @@
 pub mod checks;
 pub mod render;
 
-pub use render::{render, render_with, ExportTarget, Rendered};
+pub use render::{render, render_with, ExportTarget, Rendered, ViewOptions};
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;

@@ -54,6 +54,7 @@ pub fn meta_now() -> Meta {
         // Filled from the session (`Session::drop_reasons`): reading the kernel's BTF here
         // would add a parse to start-up that the probe loading already does.
         drop_reasons: Default::default(),
+        exported_mid_run: false,
     }
 }
 
@@ -67,13 +68,59 @@ pub fn export(rec: &Recording, target: &ExportTarget) -> anyhow::Result<Vec<Path
     bundle::write(&target.dir, rec, &extras)
 }
 
-/// A bundle directory named after the time, in the current directory (the view's `e` key).
-fn default_export_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    PathBuf::from(format!("scanprof-bundle-{secs}"))
+/// scanprof's stderr lines as written to a terminal it shares with the scanner: each starts at
+/// the line's start on a cleared line (`\r`, erase line), so that a scanner's status line that
+/// ended in `\r` (masscan's) is replaced whole rather than overwritten in part and merged with
+/// the tick line; the scanner's next status then comes on the line after.
+fn own_lines(text: &str) -> String {
+    text.split_inclusive('\n')
+        .map(|l| format!("\r\x1b[K{l}"))
+        .collect()
+}
+
+/// The view's `e` key's bundle directory, in the current directory: named after what runs and
+/// the UTC time, `scanprof-masscan-20261128T171502Z` (`scanprof-pid4242-...` for attach).
+fn default_export_dir(target: &Target, now: std::time::SystemTime) -> PathBuf {
+    let what = match target {
+        Target::Command(argv) => command_words(&crate::session::lossy_words(argv))
+            .first()
+            .map(|w| w.rsplit('/').next().unwrap_or(w).to_string())
+            .unwrap_or_default(),
+        Target::Pids(pids) => pids.first().map(|p| format!("pid{p}")).unwrap_or_default(),
+    };
+    // Only letters, digits, `.`, `_` and `-` from a command's name: it is a directory name.
+    let what: String = what
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    let what = if what.is_empty() || what.starts_with('.') {
+        "run".to_string()
+    } else {
+        what
+    };
+    let time: String = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect();
+    PathBuf::from(format!("scanprof-{what}-{time}"))
+}
+
+/// How the live view is shown.
+#[derive(Debug, Clone, Default)]
+pub struct ViewOptions {
+    /// the run's name in the view's title (the lab names its scenario); None: `run` and the
+    /// command's own words, or `attach` and the pids
+    pub title: Option<String>,
+    /// close the view when the run ends by itself (`--exit-at-end`)
+    pub exit_at_end: bool,
 }
 
 /// Runs a session to its end, showing it as asked; returns everything it produced.
@@ -83,7 +130,14 @@ pub fn render(
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
 ) -> anyhow::Result<Rendered> {
-    render_with(cfg, output, stop, export_to, &MetricsTargets::default(), None)
+    render_with(
+        cfg,
+        output,
+        stop,
+        export_to,
+        &MetricsTargets::default(),
+        ViewOptions::default(),
+    )
 }
 
 /// The labels of a run's metrics: its scanner profile, and the shard its command line names.
@@ -132,17 +186,17 @@ pub(crate) fn command_words(argv: &[String]) -> Vec<String> {
     }
 }
 
-/// [`render`], also serving or writing Prometheus metrics of the run as it goes. `title` names
-/// the run in the live view (the lab names its scenario); None: `run` and the command's own
-/// words, or `attach` and the pids.
+/// [`render`], also serving or writing Prometheus metrics of the run as it goes, with the live
+/// view shown as `view` says (its title, whether it closes when the run ends).
 pub fn render_with(
     cfg: SessionConfig,
     output: Output,
     stop: Arc<AtomicBool>,
     export_to: Option<&ExportTarget>,
     metrics: &MetricsTargets,
-    title: Option<String>,
+    view: ViewOptions,
 ) -> anyhow::Result<Rendered> {
+    let ViewOptions { title, exit_at_end } = view;
     // The listener is bound before the run starts: a port in use stops it here.
     let exporter = if metrics.any() {
         let e = Exporter::start(metrics, metrics_labels(&cfg))?;
@@ -175,6 +229,7 @@ pub fn render_with(
     };
     let keep_also = cfg.keep_also;
     crate::system::startup::mark("options and scanner profile read");
+    let target_of_run = cfg.target.clone();
     let mut session = session::start(cfg, Arc::clone(&stop))?;
     rec.meta_mut().drop_reasons = session.drop_reasons.clone();
     // The metrics take every update before the views do.
@@ -203,7 +258,11 @@ pub fn render_with(
         let on_export = |r: &mut SpooledRecording| -> String {
             let mut slot = key_target.borrow_mut();
             if slot.is_none() {
-                match ExportTarget::open(&default_export_dir(), false, false) {
+                match ExportTarget::open(
+                    &default_export_dir(&target_of_run, std::time::SystemTime::now()),
+                    false,
+                    false,
+                ) {
                     Ok(t) => *slot = Some(t),
                     Err(e) => return format!("export failed: {e:#}"),
                 }
@@ -211,7 +270,14 @@ pub fn render_with(
             let Some(target) = slot.as_ref() else {
                 return "export failed: no bundle directory".to_string();
             };
-            match r.whole().and_then(|whole| export(&whole, target)) {
+            // Written mid-run: the bundle says so, and `report` then says why it has no summary.
+            let whole = r.whole().map(|mut whole| {
+                if whole.summary.is_none() {
+                    whole.meta.exported_mid_run = true;
+                }
+                whole
+            });
+            match whole.and_then(|whole| export(&whole, target)) {
                 Ok(files) => format!(
                     "bundle written to {} ({} files)",
                     target.dir.path.display(),
@@ -225,7 +291,7 @@ pub fn render_with(
         let Recorder::Spooled(spooled) = &mut rec else {
             bail!("the live view records into a spool");
         };
-        let view = crate::views::tui::run(&session.updates, title, &stop, spooled, &on_export);
+        let view = crate::views::tui::run(&session.updates, title, exit_at_end, &stop, spooled, &on_export);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // Whatever the view did not take, the summary included, is still in the channel.
         for u in session.updates.iter() {
@@ -259,6 +325,10 @@ pub fn render_with(
     let mut write_error: Option<std::io::Error> = None;
     for update in session.updates.iter() {
         rec.apply(&update);
+        let stderr_terminal = {
+            use std::io::IsTerminal;
+            std::io::stderr().is_terminal()
+        };
         let (out, err): (Option<String>, Option<String>) = match update {
             Update::Started {
                 processes,
@@ -297,6 +367,7 @@ pub fn render_with(
             }
         };
         if let Some(e) = err.filter(|_| output != Output::Quiet) {
+            let e = if stderr_terminal { own_lines(&e) } else { e };
             let _ = std::io::stderr().write_all(e.as_bytes());
         }
         if let (Some(o), None) = (out, &write_error) {
@@ -447,6 +518,45 @@ pub fn write_pcap(path: &Path, summary: &crate::analysis::Summary) -> anyhow::Re
 
 #[cfg(test)]
 mod tests {
+    /// On a shared terminal every line scanprof writes starts on a cleared line of its own:
+    /// after a scanner's `rate: 1.00-kpps ... \r` status the tick line is not merged into it.
+    #[test]
+    fn own_lines_start_on_a_cleared_line() {
+        let ticks = "t=1.0s achieved 1000\nt=2.0s achieved 999\n";
+        let shown = own_lines(ticks);
+        assert_eq!(
+            shown,
+            "\r\x1b[Kt=1.0s achieved 1000\n\r\x1b[Kt=2.0s achieved 999\n"
+        );
+        // What a terminal shows after the scanner's status line and then scanprof's lines: the
+        // status line is cleared before each tick line, whole.
+        let screen = format!("rate:  1.00-kpps, 50.00% done, waiting 0-secs, found=0       \r{shown}");
+        for line in screen.split('\n').filter(|l| !l.is_empty()) {
+            let visible = line.rsplit("\r\x1b[K").next().unwrap();
+            assert!(visible.starts_with("t="), "{line:?}");
+        }
+    }
+
+    /// The `e` key's bundle is named after the command (its wrappers left out) or the pid, and
+    /// the UTC time: `scanprof-masscan-20261128T171502Z`, never a bare epoch number.
+    #[test]
+    fn the_views_bundle_is_named_after_the_command_and_the_utc_time() {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_886_102);
+        let cmd = |words: &[&str]| Target::Command(words.iter().map(Into::into).collect());
+        assert_eq!(
+            default_export_dir(&cmd(&["/usr/bin/masscan", "--rate", "1000"]), at),
+            PathBuf::from("scanprof-masscan-20261128T171502Z")
+        );
+        assert_eq!(
+            default_export_dir(&Target::Pids(vec![4242]), at),
+            PathBuf::from("scanprof-pid4242-20261128T171502Z")
+        );
+        assert_eq!(
+            default_export_dir(&cmd(&["./a b/../x;y"]), at),
+            PathBuf::from("scanprof-x_y-20261128T171502Z")
+        );
+    }
+
     use super::*;
     #[test]
     fn a_pcap_path_without_its_directory_is_refused_before_the_run() {

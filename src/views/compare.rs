@@ -9,6 +9,49 @@ use crate::analysis::compare::{CauseChange, CauseRow, Comparison};
 use crate::analysis::verdict::LOSS_SHARE_OF;
 use crate::views::json;
 
+/// What one side of a comparison was: where its bundle is, the command line that recorded it
+/// and the scanner it profiled (from the bundle's meta line and summary).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Side {
+    /// the bundle as named on the command line
+    pub path: String,
+    /// scanprof's command line that wrote the bundle (empty when its meta line was unreadable)
+    pub command_line: Vec<String>,
+    /// the scanner profile the run used (`masscan`, `generic`...); none for a sweep or a run
+    /// no profile applied to
+    pub profile: Option<String>,
+    /// the command names of the processes named at attach or started (`masscan`), as recorded
+    pub scanner: Vec<String>,
+}
+
+impl Side {
+    /// The lines under the bundle's name: its command line and scanner, each shown as
+    /// [`visible`](crate::views::report::visible) (a bundle's strings may hold anything).
+    fn described(&self) -> Vec<String> {
+        use crate::views::report::visible;
+        let mut o = Vec::new();
+        if !self.command_line.is_empty() {
+            o.push(format!("command: {}", visible(&self.command_line.join(" "))));
+        }
+        let scanner = self
+            .scanner
+            .iter()
+            .map(|c| visible(c).into_owned())
+            .collect::<Vec<_>>();
+        match (&self.profile, scanner.is_empty()) {
+            (Some(p), false) => o.push(format!(
+                "scanner: {} (profile {})",
+                scanner.join(", "),
+                visible(p)
+            )),
+            (Some(p), true) => o.push(format!("scanner: profile {}", visible(p))),
+            (None, false) => o.push(format!("scanner: {}", scanner.join(", "))),
+            (None, true) => {}
+        }
+        o
+    }
+}
+
 /// A number as a table shows it: whole numbers plain, fractions below 1 to four places.
 fn num(v: Option<f64>) -> String {
     match v {
@@ -64,8 +107,15 @@ fn loss_share_note(c: &Comparison) -> Option<String> {
 }
 
 /// The comparison as text.
-pub fn text(c: &Comparison, a: &str, b: &str) -> String {
-    let mut o = format!("compare  A: {a}\n         B: {b}\n\n");
+pub fn text(c: &Comparison, a: &Side, b: &Side) -> String {
+    let mut o = String::new();
+    for (label, side) in [("compare  A", a), ("         B", b)] {
+        let _ = writeln!(o, "{label}: {}", crate::views::report::visible(&side.path));
+        for line in side.described() {
+            let _ = writeln!(o, "            {line}");
+        }
+    }
+    o.push('\n');
     let w = c.figures.iter().map(|f| f.figure.len()).max().unwrap_or(6).max(6);
     let cells: Vec<[String; 3]> = c
         .figures
@@ -117,9 +167,21 @@ pub fn text(c: &Comparison, a: &str, b: &str) -> String {
 }
 
 /// The comparison as markdown.
-pub fn markdown(c: &Comparison, a: &str, b: &str) -> String {
-    let esc = |s: &str| s.replace('|', "\\|");
-    let mut o = format!("# Comparison\n\n- A: `{}`\n- B: `{}`\n\n", esc(a), esc(b));
+pub fn markdown(c: &Comparison, a: &Side, b: &Side) -> String {
+    let esc = |s: &str| {
+        crate::views::report::visible(s)
+            .replace('|', "\\|")
+            .replace('`', "'")
+    };
+    let mut o = String::from("# Comparison\n\n");
+    for (label, side) in [("A", a), ("B", b)] {
+        let _ = writeln!(o, "- {label}: `{}`", esc(&side.path));
+        for line in side.described() {
+            let (what, value) = line.split_once(": ").unwrap_or(("", &line));
+            let _ = writeln!(o, "  - {what}: `{}`", esc(value));
+        }
+    }
+    o.push('\n');
     o += "| figure | A | B | B - A |\n|---|---:|---:|---:|\n";
     for f in &c.figures {
         let _ = writeln!(
@@ -158,13 +220,25 @@ pub fn markdown(c: &Comparison, a: &str, b: &str) -> String {
 struct Labelled<'a> {
     a: &'a str,
     b: &'a str,
+    /// what each side was: its command line, profile and scanner
+    a_run: &'a Side,
+    b_run: &'a Side,
     #[serde(flatten)]
     comparison: &'a Comparison,
 }
 
 /// The comparison as one NDJSON `compare` line.
-pub fn json_line(c: &Comparison, a: &str, b: &str) -> String {
-    json::line("compare", &Labelled { a, b, comparison: c })
+pub fn json_line(c: &Comparison, a: &Side, b: &Side) -> String {
+    json::line(
+        "compare",
+        &Labelled {
+            a: &a.path,
+            b: &b.path,
+            a_run: a,
+            b_run: b,
+            comparison: c,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -181,17 +255,63 @@ mod tests {
         runs(&a, &b)
     }
 
+    fn sides() -> (Side, Side) {
+        let side = |path: &str, rate: &str, profile: Option<&str>| Side {
+            path: path.into(),
+            command_line: ["scanprof", "record", "-o", path, "--", "masscan", "--rate", rate]
+                .map(String::from)
+                .to_vec(),
+            profile: profile.map(String::from),
+            scanner: vec!["masscan".into()],
+        };
+        (
+            side("before", "1000", Some("masscan")),
+            side("after", "20000\x1b]0;t\x07", None),
+        )
+    }
+
+    /// Each side is named by its command line and scanner, not only its directory; a
+    /// bundle's strings are shown, not sent to the terminal.
+    #[test]
+    fn both_sides_are_named_by_command_line_and_scanner() {
+        let c = pair();
+        let (a, b) = sides();
+        let t = text(&c, &a, &b);
+        assert!(
+            t.contains("command: scanprof record -o before -- masscan --rate 1000\n"),
+            "{t}"
+        );
+        assert!(t.contains("scanner: masscan (profile masscan)\n"), "{t}");
+        assert!(
+            t.contains("--rate 20000\\u{1b}]0;t\\u{7}\n") && t.contains("scanner: masscan\n"),
+            "{t}"
+        );
+        let md = markdown(&c, &a, &b);
+        assert!(
+            md.contains("  - command: `scanprof record -o after -- masscan --rate 20000\\u{1b}]0;t\\u{7}`"),
+            "{md}"
+        );
+        assert!(md.contains("  - scanner: `masscan (profile masscan)`"), "{md}");
+        let j = json_line(&c, &a, &b);
+        assert!(
+            j.contains("\"a_run\":{") && j.contains("\"profile\":\"masscan\""),
+            "{j}"
+        );
+        assert!(!t.contains('\x1b') && !md.contains('\x1b'), "{t}{md}");
+    }
+
     #[test]
     fn text_and_markdown_show_each_figure_and_cause() {
         let c = pair();
-        let t = text(&c, "before", "after");
+        let (a, b) = sides();
+        let t = text(&c, &a, &b);
         assert!(t.contains("A: before") && t.contains("B: after"), "{t}");
         assert!(
             t.lines()
                 .any(|l| l.trim_start().starts_with("achieved_pps") && l.ends_with("+50.0")),
             "{t}"
         );
-        let md = markdown(&c, "before", "after");
+        let md = markdown(&c, &a, &b);
         assert!(
             md.contains("| achieved_pps |") && md.contains("| +50.0 |"),
             "{md}"
@@ -213,7 +333,8 @@ mod tests {
         let mut c = pair();
         c.unmatched_rates.push(1.0);
         c.causes[0].at_pps = Some(1000.0);
-        let keys = crate::views::json::documented_keys(&[json_line(&c, "a", "b")], "compare");
+        let (a, b) = sides();
+        let keys = crate::views::json::documented_keys(&[json_line(&c, &a, &b)], "compare");
         assert!(keys.contains("figures") && keys.contains("a_share"));
     }
 }

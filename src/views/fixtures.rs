@@ -282,6 +282,7 @@ pub fn rich_recording() -> crate::views::export::Recording {
             drop_reasons: [(2, "NOT_SPECIFIED"), (3, "NO_SOCKET"), (5, "QDISC_DROP")]
                 .map(|(n, name)| (n, name.to_string()))
                 .into(),
+            exported_mid_run: false,
         },
         processes: ticks[0].processes.clone(),
         probes: summary.probes.clone(),

@@ -44,10 +44,14 @@ pub fn report_md(
             time_budget(&mut o, &r);
         }
         None => {
+            let why = if rec.meta.exported_mid_run {
+                "it was written from the live view (`e`) while the run went on"
+            } else {
+                "the run did not end cleanly"
+            };
             let _ = writeln!(
                 o,
-                "## Run\n\nThis recording has no summary (the run did not end cleanly): only its {} \
-                 ticks were kept.\n",
+                "## Run\n\nThis recording has no summary ({why}): only its {} ticks were kept.\n",
                 rec.ticks.len()
             );
         }

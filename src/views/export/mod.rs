@@ -38,6 +38,9 @@ pub struct Meta {
     /// bpftrace script prints names with them
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drop_reasons: BTreeMap<u32, String>,
+    /// written from the live view (`e`) while the run went on: no summary yet, by design
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exported_mid_run: bool,
 }
 
 /// A run as the views saw it, tick by tick.

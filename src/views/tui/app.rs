@@ -9,6 +9,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use super::keys::{action_of, Action};
 use crate::analysis::{BudgetShares, DropRow, Snapshot, Stage, StageName, Summary, SCHEMA_VERSION, STAGES};
 use crate::collect::family::ProcessInfo;
+use crate::collect::DropClass;
 use crate::probes::ProbeStatus;
 use crate::session::Update;
 
@@ -127,6 +128,9 @@ pub struct App {
     pub quitting: bool,
     /// the outcome of the last action that has one (an export), for the header
     pub status: Option<String>,
+    /// draw without colour (NO_COLOR set): the state tags reversed, the chart's lines told
+    /// apart by their markers
+    pub no_color: bool,
 }
 
 impl App {
@@ -291,6 +295,10 @@ impl App {
             DropSort::Location => rows.sort_by(|a, b| a.location.cmp(&b.location)),
             DropSort::Class => rows.sort_by_key(|d| d.class),
         }
+        // The family's drops before other processes' (`unrelated`), in every order: on a busy
+        // machine their loopback drops outnumber the target's, and at 80x24 the table shows one
+        // row. The sort is stable, so each part keeps the order chosen.
+        rows.sort_by_key(|d| d.class == DropClass::Unrelated);
         rows
     }
 }

@@ -22,6 +22,25 @@ use crate::collect::DropClass;
 pub const MIN_SIZE: (u16, u16) = (80, 24);
 
 pub fn draw(f: &mut Frame, app: &App) {
+    draw_panels(f, app);
+    if app.no_color {
+        without_colour(f.buffer_mut());
+    }
+}
+
+/// Takes the colours out of a drawn frame (NO_COLOR): a cell drawn on a coloured background
+/// (the LIVE/ENDED tags, a selection) is shown reversed instead, so that it still stands out.
+fn without_colour(buf: &mut ratatui::buffer::Buffer) {
+    for cell in buf.content.iter_mut() {
+        if cell.bg != Color::Reset {
+            cell.modifier.insert(Modifier::REVERSED);
+        }
+        cell.fg = Color::Reset;
+        cell.bg = Color::Reset;
+    }
+}
+
+fn draw_panels(f: &mut Frame, app: &App) {
     let area = f.area();
     if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
         let text = format!(
@@ -373,7 +392,16 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
                 ))
             });
         }
-        line2.push(Span::raw(format!(", lost {} | ", s.health.lost_events)));
+        // Records the probes could not hand to scanprof (its ring buffer full), not packets:
+        // named for what they are, and only when there are any (beside a funnel with drops,
+        // "lost 0" read as packets).
+        if s.health.lost_events > 0 {
+            line2.push(Span::styled(
+                format!(", {} probe records lost", s.health.lost_events),
+                Style::new().fg(Color::Red).bold(),
+            ));
+        }
+        line2.push(Span::raw(" | "));
     }
     let attached = app.probes.iter().filter(|p| p.attached).count();
     let family: Vec<String> = app
@@ -451,10 +479,38 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     } else {
         format!(" scanprof: {} ", app.title)
     });
-    f.render_widget(
-        Paragraph::new(vec![Line::from(line1), Line::from(line2), line3]).block(block),
-        area,
-    );
+    let width = area.width.saturating_sub(2) as usize;
+    let lines = vec![Line::from(line1), Line::from(line2), line3]
+        .into_iter()
+        .map(|l| fit_line(l, width))
+        .collect::<Vec<_>>();
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// A line in at most `width` columns: whole if it fits, else cut with a visible `…` as its
+/// last column, each span keeping its style.
+fn fit_line(line: Line<'static>, width: usize) -> Line<'static> {
+    if line.width() <= width {
+        return line;
+    }
+    let mut left = width.saturating_sub(1);
+    let mut spans = Vec::new();
+    for span in line.spans {
+        if left == 0 {
+            break;
+        }
+        let n = span.content.chars().count();
+        if n <= left {
+            left -= n;
+            spans.push(span);
+        } else {
+            let head: String = span.content.chars().take(left).collect();
+            spans.push(Span::styled(head, span.style));
+            left = 0;
+        }
+    }
+    spans.push(Span::raw("…"));
+    Line::from(spans).style(line.style)
 }
 
 /// The funnel panel's rows: the send stages, then the receive stages when the family receives;
@@ -666,10 +722,18 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
         Some(r) if data_max <= 2.0 * r => 2.0 * r,
         _ => data_max,
     };
-    fn line(name: String, color: Color, data: &[(f64, f64)]) -> Dataset<'_> {
+    // Each line has a marker of its own, shown before its name in the legend, so that the
+    // lines differ by more than colour (NO_COLOR, a monochrome terminal, colour blindness).
+    fn line(name: String, color: Color, marker: Marker, data: &[(f64, f64)]) -> Dataset<'_> {
+        let sample = match marker {
+            Marker::Dot => "•",
+            Marker::Block => "█",
+            Marker::Bar => "▄",
+            _ => "⣿",
+        };
         Dataset::default()
-            .name(name)
-            .marker(Marker::Braille)
+            .name(format!("{sample} {name}"))
+            .marker(marker)
             .graph_type(GraphType::Line)
             .style(Style::new().fg(color))
             .data(data)
@@ -678,17 +742,24 @@ fn draw_rates(f: &mut Frame, app: &App, area: Rect) {
     // last (they were hidden under the requested line).
     let mut sets = Vec::new();
     if let Some(r) = requested {
-        sets.push(line(format!("requested {}", rate(r)), Color::Yellow, &req_line).marker(Marker::Dot));
+        sets.push(line(
+            format!("requested {}", rate(r)),
+            Color::Yellow,
+            Marker::Dot,
+            &req_line,
+        ));
     }
     sets.extend([
-        line("achieved".into(), Color::Green, &achieved),
-        line(StageName::DevXmit.to_string(), Color::Cyan, &xmit),
-        line("dropped".into(), Color::Red, &drops),
+        line("achieved".into(), Color::Green, Marker::Braille, &achieved),
+        line(StageName::DevXmit.to_string(), Color::Cyan, Marker::Bar, &xmit),
+        line("dropped".into(), Color::Red, Marker::Block, &drops),
     ]);
     let chart = Chart::new(sets)
         .block(block)
-        // The legend at every size (ratatui hides it below a quarter of the chart by default).
+        // The legend at every size (ratatui hides it below a quarter of the chart by default),
+        // top left: over the oldest points, never the newest at the right edge.
         .hidden_legend_constraints((Constraint::Min(0), Constraint::Min(0)))
+        .legend_position(Some(ratatui::widgets::LegendPosition::TopLeft))
         .x_axis(
             Axis::default()
                 .bounds([t0, t1])

@@ -86,7 +86,7 @@ pub const BINDINGS: [Binding; 10] = [
         keys: &[KeyCode::Char('e')],
         label: "e",
         action: Action::Export,
-        help: "export a trace bundle of the run so far (to --export DIR, or ./scanprof-bundle-TIME)",
+        help: "export a trace bundle of the run so far (to --export DIR, or ./scanprof-COMMAND-UTCTIME)",
     },
 ];
 

@@ -131,11 +131,13 @@ fn open_terminal() -> std::io::Result<ratatui::DefaultTerminal> {
 
 /// Shows the session live until the user quits. `q` (or Ctrl-C) raises `stop`; the view then
 /// waits for the summary. When the run ends by itself, its final state stays on screen until
-/// the user quits. Every update also goes into `rec`; `e` hands it to `on_export`, whose
-/// message the header then shows.
+/// the user quits, or, with `exit_at_end` (`--exit-at-end`), the view closes at once. Every
+/// update also goes into `rec`; `e` hands it to `on_export`, whose message the header then
+/// shows. NO_COLOR (set, not empty) draws without colour.
 pub fn run(
     updates: &Receiver<Update>,
     title: String,
+    exit_at_end: bool,
     stop: &Arc<AtomicBool>,
     rec: &mut SpooledRecording,
     on_export: &dyn Fn(&mut SpooledRecording) -> String,
@@ -144,6 +146,7 @@ pub fn run(
         open_terminal().context("opening the terminal view (use --no-tui for plain output)")?;
     let _guard = TerminalGuard;
     let mut app = App::new(title);
+    app.no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut channel_open = true;
@@ -173,7 +176,7 @@ pub fn run(
         // the terminal closed, nobody left to press q; a signal during the run ends the run
         // first, and its summary arrives here).
         let ended = app.summary.is_some() || !channel_open;
-        if ended && (app.quitting || stop.load(Ordering::Relaxed)) {
+        if ended && (exit_at_end || app.quitting || stop.load(Ordering::Relaxed)) {
             break;
         }
         if dirty && last_draw.elapsed() >= FRAME {

@@ -327,22 +327,24 @@ fn sort_cycles_and_filter_narrows_the_drop_table() {
             .map(|d| d.reason.clone())
             .collect::<Vec<_>>()
     };
+    // The family's rows first in every order, other processes' (unrelated) after them: at
+    // 80x24 the first row is all the table shows.
     assert_eq!(
         reasons(&app),
-        ["NO_SOCKET", "NOT_SPECIFIED", "QDISC_DROP"],
+        ["NO_SOCKET", "QDISC_DROP", "NOT_SPECIFIED"],
         "by count"
     );
     app.on_key(key(KeyCode::Char('s')));
     assert_eq!(app.sort, Some(DropSort::Rate));
     assert_eq!(
         reasons(&app),
-        ["QDISC_DROP", "NOT_SPECIFIED", "NO_SOCKET"],
+        ["QDISC_DROP", "NO_SOCKET", "NOT_SPECIFIED"],
         "by rate"
     );
     app.on_key(key(KeyCode::Char('s')));
     assert_eq!(
         reasons(&app),
-        ["NOT_SPECIFIED", "NO_SOCKET", "QDISC_DROP"],
+        ["NO_SOCKET", "QDISC_DROP", "NOT_SPECIFIED"],
         "by reason"
     );
     app.on_key(key(KeyCode::Char('s')));
@@ -1001,4 +1003,89 @@ fn the_funnel_panel_shows_the_replies_that_arrived() {
     app.apply(Update::Tick(Box::new(tick)));
     let shown = screen(&app, 120, 40);
     assert!(shown.contains("replies 0.007/probe, 1003 beyond host"), "{shown}");
+}
+
+/// Issue 33 item 14: the header names scanprof's lost probe records for what they are (not
+/// packets), a header line too long for the terminal ends with `…`, and the rates chart's
+/// legend sits over its oldest points (top left), never the newest at the right edge.
+#[test]
+fn the_header_names_lost_records_and_marks_cut_lines_and_the_legend_leaves_the_newest_points() {
+    let app = live_app(false);
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let s = screen(&app, w, h);
+        let header: Vec<&str> = s.lines().skip(1).take(3).collect();
+        assert!(!s.contains(", lost "), "{s}");
+        // Each header line that fills the width was cut: its last column is the ellipsis.
+        let mut cut = 0;
+        for l in &header {
+            let inner: String = l.chars().skip(1).take(w as usize - 2).collect();
+            if inner.chars().count() == w as usize - 2 && !inner.ends_with(' ') {
+                assert!(inner.ends_with('…'), "{w}x{h}: cut without …: {l}");
+                cut += 1;
+            }
+        }
+        assert!(cut >= 1, "{w}x{h}: no header line needed cutting:\n{s}");
+        if h >= 40 {
+            // The legend (drawn where the chart has the rows): each line's marker before its
+            // name, at the chart's left.
+            let legend = s
+                .lines()
+                .find(|l| l.contains("⣿ achieved"))
+                .unwrap_or_else(|| panic!("{s}"));
+            let at = legend.chars().position(|c| c == '⣿').unwrap();
+            let rates_width = (w as usize) * 60 / 100;
+            assert!(at < rates_width / 2, "{w}x{h}: legend at column {at}:\n{s}");
+        }
+    }
+    let s = screen(&app, 200, 40);
+    assert!(!s.contains("lost"), "{s}");
+    let mut lossy = live_app(false);
+    if let Some(shown) = lossy.shown.as_mut() {
+        shown.health.lost_events = 3;
+    }
+    let s = screen(&lossy, 200, 40);
+    assert!(s.contains(", 3 probe records lost | family"), "{s}");
+    for name in ["• requested 100.0", "⣿ achieved", "▄ dev_xmit", "█ dropped"] {
+        assert!(s.contains(name), "{name} missing:\n{s}");
+    }
+}
+
+/// NO_COLOR: no cell keeps a colour; what stood out by its background (the LIVE tag) is
+/// reversed instead; the chart's lines keep their own markers.
+#[test]
+fn no_color_draws_without_colour_and_keeps_the_tags_visible() {
+    use ratatui::style::{Color, Modifier};
+    let mut app = live_app(false);
+    let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    term.draw(|f| draw(f, &app)).unwrap();
+    let coloured = term
+        .backend()
+        .buffer()
+        .content
+        .iter()
+        .filter(|c| c.fg != Color::Reset)
+        .count();
+    assert!(coloured > 0, "the view draws colours without NO_COLOR");
+    app.no_color = true;
+    let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    term.draw(|f| draw(f, &app)).unwrap();
+    let buf = term.backend().buffer();
+    assert!(buf
+        .content
+        .iter()
+        .all(|c| c.fg == Color::Reset && c.bg == Color::Reset));
+    let text = buffer_text(buf, 120, 40);
+    let row = text.lines().position(|l| l.contains(" LIVE ")).unwrap() as u16;
+    let col = text.lines().nth(row as usize).unwrap().find(" LIVE ").unwrap() as u16;
+    // `find` counts bytes: the border's `│` is 3 bytes, one column.
+    let x = col - 2 + 1;
+    assert!(
+        buf[(x, row)].modifier.contains(Modifier::REVERSED),
+        "{:?}",
+        buf[(x, row)]
+    );
+    assert!(
+        text.contains("⣿ achieved") && text.contains("█ dropped"),
+        "{text}"
+    );
 }
