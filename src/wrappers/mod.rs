@@ -15,7 +15,8 @@ pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
     ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,
-    RateUnit, RateWindow, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, WindowOption, SCHEMA_VERSION,
+    RateUnit, RateWindow, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, WindowOption,
+    SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RateOrigin, RequestedRate, WorkUnitRate};
 pub use status::{

@@ -736,10 +736,16 @@ impl ScannerProfile {
         if let Some(w) = &self.rate.window {
             for (key, v) in [("concurrency", &w.concurrency), ("timeout_ms", &w.timeout_ms)] {
                 if !(v.default.is_finite() && v.default > 0.0) {
-                    return Err(bad(format!("rate.window.{key}.default"), "must be a number above 0".into()));
+                    return Err(bad(
+                        format!("rate.window.{key}.default"),
+                        "must be a number above 0".into(),
+                    ));
                 }
                 if v.flags.is_empty() {
-                    return Err(bad(format!("rate.window.{key}.flags"), "needs at least one spelling".into()));
+                    return Err(bad(
+                        format!("rate.window.{key}.flags"),
+                        "needs at least one spelling".into(),
+                    ));
                 }
             }
         }

@@ -449,11 +449,12 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
             .iter()
             .any(|o| window_value(o, argv, &mut Vec::new()).is_some())
     });
-    let origin = if setter.is_some() || cap.is_some() || floor.is_some() || from_config.is_some() || window_given {
-        RateOrigin::Given
-    } else {
-        RateOrigin::Default
-    };
+    let origin =
+        if setter.is_some() || cap.is_some() || floor.is_some() || from_config.is_some() || window_given {
+            RateOrigin::Given
+        } else {
+            RateOrigin::Default
+        };
     let mut out = RequestedRate {
         origin,
         per_target_source,
@@ -487,7 +488,11 @@ fn window_value(o: &WindowOption, argv: &[String], conflicts: &mut Vec<String>) 
                     (v, text.trim_end().to_string())
                 }
             };
-            match raw.as_deref().and_then(|r| parse_number(r, false)).filter(|v| *v > 0.0) {
+            match raw
+                .as_deref()
+                .and_then(|r| parse_number(r, false))
+                .filter(|v| *v > 0.0)
+            {
                 Some(v) => found = Some((text, v)),
                 None => conflicts.push(format!("argv: {text}: not a number above 0, ignored")),
             }
@@ -499,10 +504,18 @@ fn window_value(o: &WindowOption, argv: &[String], conflicts: &mut Vec<String>) 
 
 /// The rate a concurrency window implies: concurrency x 1000 / timeout_ms attempts per second,
 /// each number from the command line or the scanner's default.
-fn window_rate(w: &RateWindow, argv: &[String], prov: &mut Vec<String>, conflicts: &mut Vec<String>) -> Resolved {
+fn window_rate(
+    w: &RateWindow,
+    argv: &[String],
+    prov: &mut Vec<String>,
+    conflicts: &mut Vec<String>,
+) -> Resolved {
     let mut read = |o: &WindowOption, unit: &str| match window_value(o, argv, conflicts) {
         Some((text, v)) => (v, format!("argv: {text}{unit}")),
-        None => (o.default, format!("default: {} {}{unit}", o.flags[0], fmt(o.default))),
+        None => (
+            o.default,
+            format!("default: {} {}{unit}", o.flags[0], fmt(o.default)),
+        ),
     };
     let (n, n_text) = read(&w.concurrency, "");
     let (t, t_text) = read(&w.timeout_ms, " ms");

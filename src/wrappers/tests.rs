@@ -830,8 +830,15 @@ fn no_two_built_in_profiles_claim_the_same_executable_or_comm() {
 fn rustscans_window_gives_a_floor_of_batch_over_timeout() {
     // Defaults: 4500 in flight, 1500 ms each: at least 3000 connects per second.
     let r = rate("rustscan", "rustscan -a 10.0.0.2", None);
-    assert_eq!((r.pps, r.kind, r.origin), (Some(3000.0), RateKind::Floor, RateOrigin::Default));
-    assert!(r.provenance[0].contains("default: -b 4500 in flight, default: -t 1500 ms"), "{:?}", r.provenance);
+    assert_eq!(
+        (r.pps, r.kind, r.origin),
+        (Some(3000.0), RateKind::Floor, RateOrigin::Default)
+    );
+    assert!(
+        r.provenance[0].contains("default: -b 4500 in flight, default: -t 1500 ms"),
+        "{:?}",
+        r.provenance
+    );
     // Each spelling, attached and `=` forms; the last one wins.
     for (args, want) in [
         ("rustscan -a 10.0.0.2 -b 500 -t 1000", 500.0),
@@ -840,7 +847,11 @@ fn rustscans_window_gives_a_floor_of_batch_over_timeout() {
         ("rustscan -a 10.0.0.2 --batch-size=10 -b 20 --timeout=2000", 10.0),
     ] {
         let r = rate("rustscan", args, None);
-        assert_eq!((r.pps, r.kind, r.origin), (Some(want), RateKind::Floor, RateOrigin::Given), "{args}");
+        assert_eq!(
+            (r.pps, r.kind, r.origin),
+            (Some(want), RateKind::Floor, RateOrigin::Given),
+            "{args}"
+        );
         assert!(r.conflicts.is_empty(), "{args}: {:?}", r.conflicts);
     }
     // An unreadable value is a conflict and the default stands.
@@ -852,20 +863,38 @@ fn rustscans_window_gives_a_floor_of_batch_over_timeout() {
 #[test]
 fn naabus_rate_is_its_token_bucket_in_go_flag_spellings() {
     let r = rate("naabu", "naabu -host 10.0.0.2 -p 1-100", None);
-    assert_eq!((r.pps, r.kind, r.origin), (Some(1000.0), RateKind::Exact, RateOrigin::Default));
+    assert_eq!(
+        (r.pps, r.kind, r.origin),
+        (Some(1000.0), RateKind::Exact, RateOrigin::Default)
+    );
     // Go's flag package takes -rate N, -rate=N, --rate N and --rate=N.
-    for args in ["naabu -rate 250 -s s", "naabu -rate=250", "naabu --rate 250", "naabu --rate=250 -c 5"] {
+    for args in [
+        "naabu -rate 250 -s s",
+        "naabu -rate=250",
+        "naabu --rate 250",
+        "naabu --rate=250 -c 5",
+    ] {
         let r = rate("naabu", args, None);
-        assert_eq!((r.pps, r.kind, r.origin), (Some(250.0), RateKind::Exact, RateOrigin::Given), "{args}");
+        assert_eq!(
+            (r.pps, r.kind, r.origin),
+            (Some(250.0), RateKind::Exact, RateOrigin::Given),
+            "{args}"
+        );
     }
     // -retries and -c are not rates; `-r` (naabu's resolvers) is no spelling of -rate.
-    assert_eq!(rate("naabu", "naabu -r 1.1.1.1 -retries 1", None).pps, Some(1000.0));
+    assert_eq!(
+        rate("naabu", "naabu -r 1.1.1.1 -retries 1", None).pps,
+        Some(1000.0)
+    );
 }
 
 #[test]
 fn rustscan_and_naabu_are_recognised_by_exe_and_comm() {
     let set = set();
-    for (name, path) in [("rustscan", "/opt/x/bin/rustscan"), ("naabu", "/root/go/bin/naabu")] {
+    for (name, path) in [
+        ("rustscan", "/opt/x/bin/rustscan"),
+        ("naabu", "/root/go/bin/naabu"),
+    ] {
         let (p, _) = set.recognise(path, "x").unwrap();
         assert_eq!(p.name, name);
         let (p, _) = set.recognise("/bin/sh", name).unwrap();
