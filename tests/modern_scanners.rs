@@ -2,7 +2,8 @@
 //! through libpcap, a token-bucket `-rate`) under `scanprof run`, in a two-namespace lab: the
 //! packets scanprof counts against an nftables counter of the SYNs that reached the target's
 //! input (and `tc -s qdisc` for what a tbf dropped on the way), the requested rate read from each
-//! scanner's words, and the verdict on a limit staged (naabu into a tbf). One run under the
+//! scanner's words, and the verdict on a limit staged for each (naabu into a tbf; RustScan with
+//! an open-file limit below its batch, against ports that do not answer). One run under the
 //! `generic` profile shows what scanprof does for a Go scanner it has no profile for.
 //!
 //! The binaries come from scripts/setup (crates.io `rustscan` 2.4.1, the Go module
@@ -361,5 +362,37 @@ fn rustscan_connect_scan_counts_its_syns_and_reads_its_window() {
     );
     drop(run);
     test.assert_released("scanprof run of rustscan");
+    lab.destroy();
+}
+#[test]
+fn rustscan_below_its_open_file_limit_is_an_fd_limit() {
+    let test = privileged();
+    let lab = TestLab::new(None);
+    // Ports 20000-20399 never answer: each connect holds its socket for the whole -t 500 ms.
+    count_syns(&lab, Some("20000-20399"));
+    let rustscan = tool("rustscan");
+    let target = lab.lab.target_addr.to_string();
+    // -b 200 asks for 200 connects in flight (400 a second at -t 500); `ulimit -n 100` makes
+    // RustScan halve the limit into a batch of 50: about 100 a second.
+    let scan = format!(
+        "ulimit -n 100; exec {rustscan} -a {target} -r 20000-20399 -b 200 -t 500 -g -n --scripts none"
+    );
+    let run = run_in_sender(&lab, Some("rustscan"), strings(&["sh", "-c", &scan]));
+    let s = run.summary_json();
+    let syns = syns_counted(&lab);
+    eprintln!(
+        "rustscan under ulimit -n 100: {} packets, {syns} SYNs; verdicts {}",
+        s["packets"], s["verdicts"]
+    );
+    // Under 1 s per connect, the kernel retransmits no SYN: one SYN per port.
+    assert_eq!(syns, 400);
+    assert_eq!(s["packets"].as_u64(), Some(syns), "{}", run.context());
+    assert_eq!(s["scanner"]["requested"]["pps"].as_f64(), Some(400.0));
+    let v = &s["verdicts"][0];
+    assert_eq!(v["cause"], "fd_limit", "{}", s["verdicts"]);
+    let text = v.to_string();
+    assert!(text.contains("100"), "the verdict names the limit: {v}");
+    drop(run);
+    test.assert_released("scanprof run of rustscan under a low ulimit");
     lab.destroy();
 }

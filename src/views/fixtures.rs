@@ -57,6 +57,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             role: Some("sender".into()),
             start_s: None,
             exit_s: None,
+            open_files_limit: None,
         }],
         threads: vec![thread(packets, t)],
         drops: vec![DropCount {
@@ -160,6 +161,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         [("4".to_string(), "WORKUNIT".to_string())].into_iter().collect(),
         Some(100.0),
         crate::analysis::ArgvRate {
+            window: None,
             pps: Some(100.0),
             kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,

@@ -18,7 +18,7 @@ pub use profile::{
     RateUnit, RateWindow, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, WindowOption,
     SCHEMA_VERSION,
 };
-pub use rate::{requested_rate, RateOrigin, RequestedRate, WorkUnitRate};
+pub use rate::{requested_rate, RateOrigin, RequestedRate, WindowRead, WorkUnitRate};
 pub use status::{
     OutputStream, StatusField, StatusFigure, StatusFormat, StatusLocation, StatusParser, StatusRule,
 };

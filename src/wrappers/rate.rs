@@ -34,6 +34,19 @@ pub struct RequestedRate {
     /// The multiplier as written (`-P 4`, `-P 1 by default`) when the rate read counts targets
     /// and `pps` is that rate x `per_target`; None when the rate counts packets.
     pub per_target_source: Option<String>,
+    /// The concurrency window the rate was derived from (`[rate.window]`), when it was.
+    pub window: Option<WindowRead>,
+}
+
+/// A concurrency window as read from the command line (or the scanner's defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowRead {
+    /// attempts in flight at once
+    pub concurrency: f64,
+    /// how long one attempt may take, ms
+    pub timeout_ms: f64,
+    /// how the two were read (`argv: -b 200`, `default: -t 1500 ms`)
+    pub source: String,
 }
 
 /// Where a figure for the requested rate comes from. Only figures that were given or observed
@@ -356,6 +369,7 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
     };
 
     let mut floor_pps = None;
+    let mut window = None;
     let global = if let Some(s) = setter {
         if let Some((v, line)) = &from_config {
             conflicts.push(format!("argv: {} overrides config: {line} ({})", s.text, fmt(*v)));
@@ -393,7 +407,9 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
             kind: RateKind::Exact,
         }
     } else if let Some(w) = &rules.window {
-        window_rate(w, argv, &mut prov, &mut conflicts)
+        let (resolved, read) = window_rate(w, argv, &mut prov, &mut conflicts);
+        window = Some(read);
+        resolved
     } else {
         match rules.default {
             Some(d) => {
@@ -465,6 +481,7 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
         provenance: prov,
         conflicts,
         per_target: factor,
+        window,
     };
     if rules.kind == RateModel::Unicornscan {
         unicornscan_work_units(&mut out, mode.as_deref(), &targets);
@@ -509,7 +526,7 @@ fn window_rate(
     argv: &[String],
     prov: &mut Vec<String>,
     conflicts: &mut Vec<String>,
-) -> Resolved {
+) -> (Resolved, WindowRead) {
     let mut read = |o: &WindowOption, unit: &str| match window_value(o, argv, conflicts) {
         Some((text, v)) => (v, format!("argv: {text}{unit}")),
         None => (
@@ -529,10 +546,18 @@ fn window_rate(
     if let Some(note) = &w.note {
         prov.push(note.clone());
     }
-    Resolved {
-        pps: Some(pps),
-        kind: w.kind,
-    }
+    let read = WindowRead {
+        concurrency: n,
+        timeout_ms: t,
+        source: format!("{n_text}, {t_text}"),
+    };
+    (
+        Resolved {
+            pps: Some(pps),
+            kind: w.kind,
+        },
+        read,
+    )
 }
 
 /// Multiplies a per-target rate into packets per second and says so.

@@ -937,6 +937,7 @@ mod tests {
             role: None,
             start_s: None,
             exit_s: None,
+            open_files_limit: None,
         }
     }
 
