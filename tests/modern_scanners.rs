@@ -306,6 +306,48 @@ fn a_go_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
 }
 
 #[test]
+fn a_rust_connect_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
+    // RustScan under `--profile generic`: what any Rust scanner scanprof has no profile for gets.
+    let test = privileged();
+    let lab = TestLab::new(None);
+    count_syns(&lab, None);
+    let rustscan = tool("rustscan");
+    let target = lab.lab.target_addr.to_string();
+    let argv = strings(&[
+        &rustscan,
+        "-a",
+        &target,
+        "-r",
+        "1-300",
+        "-b",
+        "100",
+        "-t",
+        "1000",
+        "-g",
+        "-n",
+        "--scripts",
+        "none",
+    ]);
+    let run = run_in_sender(&lab, Some("generic"), argv);
+    let s = run.summary_json();
+    let syns = syns_counted(&lab);
+    assert_eq!(syns, 300);
+    assert_eq!(s["packets"].as_u64(), Some(syns), "{}", run.context());
+    assert_eq!(s["connect"]["attempts"].as_u64(), Some(syns), "{}", s["connect"]);
+    let sc = &s["scanner"];
+    assert_eq!(sc["profile"], "generic");
+    // No window without its profile: no requested rate, and no fd_limit can be judged.
+    assert!(sc["requested"]["pps"].is_null(), "{sc}");
+    assert!(sc["requested"]["window"].is_null(), "{sc}");
+    assert_eq!(sc["probes"].as_array().map(Vec::len).unwrap_or(0), 0, "{sc}");
+    let c = causes(&s);
+    assert!(c.iter().any(|c| c == "gap_unknown" || c == "bottleneck"), "{c:?}");
+    drop(run);
+    test.assert_released("scanprof run of rustscan as generic");
+    lab.destroy();
+}
+
+#[test]
 fn rustscan_connect_scan_counts_its_syns_and_reads_its_window() {
     let test = privileged();
     let lab = TestLab::new(None);
