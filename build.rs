@@ -3,6 +3,8 @@
 //! each object through its skeleton. The test-only objects of probes/test/*.bpf.c get skeletons
 //! too, for its unit tests. A skeleton embeds its object with `include_bytes!` (`reference_obj`)
 //! rather than as a generated array literal: the same bytes, far less Rust to compile.
+//! It also lists every wrappers/*.toml (the built-in scanner profiles) in OUT_DIR/builtin_profiles.rs,
+//! each embedded with `include_str!`, so a new scanner is a new TOML file and no Rust.
 
 use std::env;
 use std::fs;
@@ -12,6 +14,7 @@ use libbpf_cargo::SkeletonBuilder;
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    builtin_profiles(&out);
     let include = Path::new("probes/include");
     // libbpf-cargo does not track #included headers itself.
     for header in fs::read_dir(include).expect("probes/include exists") {
@@ -76,4 +79,30 @@ fn main() {
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", source.display()));
     }
+}
+
+/// Writes OUT_DIR/builtin_profiles.rs: a `&[(file name, text)]` of every wrappers/*.toml, sorted
+/// by file name, each text embedded with `include_str!` (which makes cargo rebuild on an edit);
+/// watching the directory makes it rebuild when a profile is added or removed.
+fn builtin_profiles(out: &Path) {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let dir = manifest.join("wrappers");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .expect("wrappers/ exists")
+        .map(|entry| entry.expect("readable wrappers/ entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    let mut list = String::from("&[\n");
+    for file in files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("profile file named <scanner>.toml in UTF-8");
+        let path = file.to_str().expect("checkout path in UTF-8");
+        list.push_str(&format!("    ({name:?}, include_str!({path:?})),\n"));
+    }
+    list.push_str("]\n");
+    fs::write(out.join("builtin_profiles.rs"), list).expect("writable OUT_DIR");
 }

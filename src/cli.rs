@@ -322,8 +322,9 @@ pub struct RunOptions {
     /// command line and its own rate-setup functions, as its profile says).
     #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub requested: Option<f64>,
-    /// Scanner profile: unicornscan, masscan, zmap, nmap, hping3, scanprof-send, generic, or a
-    /// profile file (.toml). Default: recognised from the target's command line and executable.
+    /// Scanner profile: a built-in one (unicornscan, masscan, zmap, nmap, hping3, rustscan, naabu,
+    /// scanprof-send, generic) or a profile file (.toml). Default: recognised from the target's
+    /// command line and executable.
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Switch on the profile's per-packet uprobes: all of them, or the probes named
@@ -1092,6 +1093,34 @@ mod tests {
         match parse(&["lab", "send-errors"]).unwrap().command {
             Command::Lab(o) => assert_eq!(o.scenario, Scenario::SendErrors),
             other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    /// `--profile`'s help names every built-in profile (the list build.rs makes from wrappers/).
+    #[test]
+    fn profile_help_names_every_built_in_profile() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let mut helps = Vec::new();
+        for sub in cmd.get_subcommands() {
+            for arg in sub.get_arguments().filter(|a| a.get_long() == Some("profile")) {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                // The scanner's profile (attach, run...), not `--profile` of other commands.
+                if help.starts_with("Scanner profile: a built-in one") {
+                    helps.push(help);
+                }
+            }
+        }
+        assert!(!helps.is_empty(), "no --profile flag found");
+        let set = crate::wrappers::ProfileSet::builtin().unwrap();
+        for help in &helps {
+            for p in set.profiles() {
+                assert!(
+                    help.contains(p.name.as_str()),
+                    "--profile's help leaves out {}: {help}",
+                    p.name
+                );
+            }
         }
     }
 

@@ -98,6 +98,21 @@ pub struct RequestedView {
     /// unicornscan's `repeats`): the rate per target beside the packet rate
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<RateUnitView>,
+    /// the concurrency window the rate comes from, for a scanner paced by attempts in flight
+    /// rather than a rate option (RustScan's `-b` and `-t`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowView>,
+}
+
+/// A concurrency window: attempts in flight at once and how long each may take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowView {
+    /// attempts (connects) in flight at once
+    pub concurrency: f64,
+    /// how long one attempt may take, ms
+    pub timeout_ms: f64,
+    /// how the two were read (`argv: -b 200, argv: -t 500 ms`)
+    pub source: String,
 }
 
 /// What a scanner's rate counts when each target gets several packets.
@@ -360,6 +375,8 @@ pub struct ArgvRate {
     /// the process whose command line it was read from, once the family's execs showed which
     /// process runs the scanner (src/wrappers/exec.rs); None: the command scanprof was given
     pub process: Option<RateProcess>,
+    /// the concurrency window the rate was derived from (`[rate.window]`), when it was
+    pub window: Option<WindowView>,
 }
 
 impl ArgvRate {
@@ -375,6 +392,11 @@ impl ArgvRate {
             conflicts: rate.conflicts.clone(),
             per_target: rate.per_target_source.clone().map(|text| (rate.per_target, text)),
             process,
+            window: rate.window.as_ref().map(|w| WindowView {
+                concurrency: w.concurrency,
+                timeout_ms: w.timeout_ms,
+                source: w.source.clone(),
+            }),
         }
     }
 }
@@ -1158,6 +1180,7 @@ impl ScannerModel {
             conflict: self.conflict(&sources),
             sources,
             unit: self.rate_unit(),
+            window: self.argv.window.clone(),
         }
     }
 

@@ -32,6 +32,7 @@ fn types() -> BTreeMap<String, String> {
 
 fn argv(pps: f64) -> ArgvRate {
     ArgvRate {
+        window: None,
         pps: Some(pps),
         kind: Some(crate::wrappers::RateKind::Exact),
         floor_pps: None,
@@ -55,6 +56,7 @@ fn process(pid: u32, comm: &str, role: &str) -> ProcessInfo {
         role: Some(role.into()),
         start_s: None,
         exit_s: None,
+        open_files_limit: None,
     }
 }
 

@@ -67,6 +67,7 @@ impl SampleBuilder {
             role: None,
             start_s: None,
             exit_s: None,
+            open_files_limit: None,
         });
         self
     }

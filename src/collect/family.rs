@@ -29,6 +29,22 @@ pub struct ProcessInfo {
     /// seconds since attach when its last thread exited, from the exit record
     #[serde(default)]
     pub exit_s: Option<f64>,
+    /// its soft limit on open files (RLIMIT_NOFILE, from /proc/PID/limits), read each tick while
+    /// it lives; None when unread (or unlimited)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files_limit: Option<u64>,
+}
+
+/// A process's soft limit on open files, from /proc/PID/limits; None when it is gone, the
+/// line is unreadable or the limit is `unlimited`.
+pub fn open_files_limit(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A thread of a family process that exists at attach time.
@@ -136,6 +152,7 @@ impl ProcessTable {
             role: None,
             start_s: Some(at_s),
             exit_s: None,
+            open_files_limit: None,
         });
     }
 
@@ -302,11 +319,24 @@ fn info_of(p: &Process, root: bool) -> anyhow::Result<ProcessInfo> {
         role: None,
         start_s: None,
         exit_s: None,
+        open_files_limit: None,
     })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn open_files_limit_is_the_soft_rlimit_nofile() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit into the struct it is given, which lives here.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        assert_eq!(super::open_files_limit(std::process::id()), Some(lim.rlim_cur));
+        assert_eq!(super::open_files_limit(u32::MAX), None, "no such process");
+    }
+
     use super::*;
 
     #[test]

@@ -591,6 +591,8 @@ pub struct Collector {
     quotas: crate::system::cpu_limits::QuotaWatch,
     /// the family's packet sockets seen so far, with their counts across clears
     rings: rings::RingTable,
+    /// each member's latest open-file limit (RLIMIT_NOFILE, soft), kept after it exits
+    open_files: std::cell::RefCell<BTreeMap<u32, u64>>,
 }
 
 impl Collector {
@@ -611,6 +613,7 @@ impl Collector {
             thread_cpu: HashMap::new(),
             cgroup_mounts: std::cell::OnceCell::new(),
             quotas: Default::default(),
+            open_files: Default::default(),
             rings: Default::default(),
             episodes: Vec::new(),
             scanner: None,
@@ -1118,6 +1121,18 @@ impl Collector {
     /// whose threads sent packets (a shell that started the sender is no `sender`).
     pub fn processes(&self, threads: &[ThreadCounters]) -> Vec<ProcessInfo> {
         let mut members = self.family.members().to_vec();
+        // The open-file limit of each live member: what caps a connect scanner's sockets in
+        // flight (a `[rate.window]`). The last reading stays once it has exited.
+        for m in members.iter_mut().filter(|m| m.alive) {
+            if let Some(limit) = family::open_files_limit(m.pid) {
+                self.open_files.borrow_mut().insert(m.pid, limit);
+            }
+        }
+        let limits = self.open_files.borrow();
+        for m in &mut members {
+            m.open_files_limit = limits.get(&m.pid).copied();
+        }
+        drop(limits);
         if let Some(s) = &self.scanner {
             let sent = |pid: u32| threads.iter().any(|t| t.pid == pid && t.packets > 0);
             for m in &mut members {

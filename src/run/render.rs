@@ -595,6 +595,7 @@ mod tests {
             role: None,
             start_s: None,
             exit_s: None,
+            open_files_limit: None,
         };
         let probes = vec![ProbeStatus {
             name: "send_path".into(),

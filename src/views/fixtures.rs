@@ -57,6 +57,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             role: Some("sender".into()),
             start_s: None,
             exit_s: None,
+            open_files_limit: Some(1024),
         }],
         threads: vec![thread(packets, t)],
         drops: vec![DropCount {
@@ -161,6 +162,12 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         [("4".to_string(), "WORKUNIT".to_string())].into_iter().collect(),
         Some(100.0),
         crate::analysis::ArgvRate {
+            // Not unicornscan's (it has a rate option): here so that every field is printed.
+            window: Some(crate::analysis::scanner::WindowView {
+                concurrency: 200.0,
+                timeout_ms: 500.0,
+                source: "argv: -b 200, argv: -t 500 ms".into(),
+            }),
             pps: Some(100.0),
             kind: Some(crate::wrappers::RateKind::Exact),
             floor_pps: None,

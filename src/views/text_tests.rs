@@ -89,6 +89,7 @@ fn fixed_summary() -> Summary {
                 role: None,
                 start_s: None,
                 exit_s: None,
+                open_files_limit: None,
             },
             ProcessInfo {
                 pid: 4250,
@@ -101,6 +102,7 @@ fn fixed_summary() -> Summary {
                 role: None,
                 start_s: None,
                 exit_s: None,
+                open_files_limit: None,
             },
         ],
         // 2 s of sender time: 30% / 12.5% / 45% / 2.5% / 10%

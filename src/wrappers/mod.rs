@@ -15,31 +15,19 @@ pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
     ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
     ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,
-    RateUnit, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
+    RateUnit, RateWindow, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, WindowOption,
+    SCHEMA_VERSION,
 };
-pub use rate::{requested_rate, RateOrigin, RequestedRate, WorkUnitRate};
+pub use rate::{requested_rate, RateOrigin, RequestedRate, WindowRead, WorkUnitRate};
 pub use status::{
     OutputStream, StatusField, StatusFigure, StatusFormat, StatusLocation, StatusParser, StatusRule,
 };
 
-/// The profiles shipped with scanprof: (file name, text), generic fallback last.
-const BUILTIN: &[(&str, &str)] = &[
-    (
-        "unicornscan.toml",
-        include_str!("../../wrappers/unicornscan.toml"),
-    ),
-    ("masscan.toml", include_str!("../../wrappers/masscan.toml")),
-    ("zmap.toml", include_str!("../../wrappers/zmap.toml")),
-    ("nmap.toml", include_str!("../../wrappers/nmap.toml")),
-    ("hping3.toml", include_str!("../../wrappers/hping3.toml")),
-    ("tcpreplay.toml", include_str!("../../wrappers/tcpreplay.toml")),
-    ("iperf3.toml", include_str!("../../wrappers/iperf3.toml")),
-    (
-        "scanprof-send.toml",
-        include_str!("../../wrappers/scanprof-send.toml"),
-    ),
-    ("generic.toml", include_str!("../../wrappers/generic.toml")),
-];
+/// The profiles shipped with scanprof: (file name, text) of every `wrappers/*.toml`, sorted by file
+/// name, listed by build.rs (so adding a scanner is adding its file). Order among them does not
+/// matter: no two claim the same executable or comm (a unit test checks), and `ProfileSet::new`
+/// moves the fallback (`generic`) last.
+const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
 
 /// Length the kernel keeps of a task's comm (TASK_COMM_LEN - 1).
 const COMM_LEN: usize = 15;

@@ -262,6 +262,39 @@ pub struct RateRules {
     /// Options that multiply a per-target rate into packets (zmap `-P`).
     #[serde(default, rename = "multiplier")]
     pub multipliers: Vec<RateMultiplier>,
+    /// A scanner paced by how many attempts it keeps in flight and how long it waits for each
+    /// (RustScan's `-b` and `-t`), not by a rate option: the rate it implies when no option sets one.
+    #[serde(default)]
+    pub window: Option<RateWindow>,
+}
+
+/// A concurrency window: at most `concurrency` attempts (connects, probes) in flight at once,
+/// each given up after `timeout_ms`. Every slot then starts at least one attempt per timeout, so
+/// the window implies concurrency x 1000 / timeout_ms attempts per second when no target
+/// answers, and more when targets answer sooner (a closed port's RST ends its connect at once).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateWindow {
+    /// Attempts in flight at once (RustScan `-b`, `--batch-size`).
+    pub concurrency: WindowOption,
+    /// How long one attempt may take, in milliseconds (RustScan `-t`, `--timeout`).
+    pub timeout_ms: WindowOption,
+    /// What the implied rate means: `floor` (answers only make it faster) unless told.
+    #[serde(default = "RateKind::floor")]
+    pub kind: RateKind,
+    /// Free text, added to the provenance when the window gives the rate.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// One number of a `[rate.window]`: its spellings and the scanner's default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowOption {
+    /// Spellings (`-b`, `--batch-size`); the last one given wins.
+    pub flags: Vec<String>,
+    /// The scanner's value when none is given.
+    pub default: f64,
 }
 
 /// One command-line option that sets the rate.
@@ -611,6 +644,9 @@ impl RateKind {
     fn exact() -> Self {
         RateKind::Exact
     }
+    fn floor() -> Self {
+        RateKind::Floor
+    }
 }
 
 impl ValueForm {
@@ -700,6 +736,22 @@ impl ScannerProfile {
         };
         if self.name.trim().is_empty() {
             return Err(bad("name".into(), "must not be empty".into()));
+        }
+        if let Some(w) = &self.rate.window {
+            for (key, v) in [("concurrency", &w.concurrency), ("timeout_ms", &w.timeout_ms)] {
+                if !(v.default.is_finite() && v.default > 0.0) {
+                    return Err(bad(
+                        format!("rate.window.{key}.default"),
+                        "must be a number above 0".into(),
+                    ));
+                }
+                if v.flags.is_empty() {
+                    return Err(bad(
+                        format!("rate.window.{key}.flags"),
+                        "needs at least one spelling".into(),
+                    ));
+                }
+            }
         }
         let roles: Vec<&str> = self.processes.iter().map(|p| p.role.as_str()).collect();
         for (i, p) in self.processes.iter().enumerate() {

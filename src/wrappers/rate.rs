@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::argv::find_flag;
-use super::profile::{RateKind, RateModel, RateOption, RateRules, RateUnit, ScannerProfile, ValueForm};
+use super::profile::{
+    RateKind, RateModel, RateOption, RateRules, RateUnit, RateWindow, ScannerProfile, ValueForm, WindowOption,
+};
 
 /// The rate a scanner was asked for, and where that figure comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,19 @@ pub struct RequestedRate {
     /// The multiplier as written (`-P 4`, `-P 1 by default`) when the rate read counts targets
     /// and `pps` is that rate x `per_target`; None when the rate counts packets.
     pub per_target_source: Option<String>,
+    /// The concurrency window the rate was derived from (`[rate.window]`), when it was.
+    pub window: Option<WindowRead>,
+}
+
+/// A concurrency window as read from the command line (or the scanner's defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowRead {
+    /// attempts in flight at once
+    pub concurrency: f64,
+    /// how long one attempt may take, ms
+    pub timeout_ms: f64,
+    /// how the two were read (`argv: -b 200`, `default: -t 1500 ms`)
+    pub source: String,
 }
 
 /// Where a figure for the requested rate comes from. Only figures that were given or observed
@@ -354,6 +369,7 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
     };
 
     let mut floor_pps = None;
+    let mut window = None;
     let global = if let Some(s) = setter {
         if let Some((v, line)) = &from_config {
             conflicts.push(format!("argv: {} overrides config: {line} ({})", s.text, fmt(*v)));
@@ -390,6 +406,10 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
             pps: Some(*v),
             kind: RateKind::Exact,
         }
+    } else if let Some(w) = &rules.window {
+        let (resolved, read) = window_rate(w, argv, &mut prov, &mut conflicts);
+        window = Some(read);
+        resolved
     } else {
         match rules.default {
             Some(d) => {
@@ -440,11 +460,17 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
     let per_target_source =
         (counted_targets && global.pps.is_some() && !factor_text.is_empty()).then(|| factor_text.clone());
     // Nothing on the command line or in the config: the figure is the profile's default.
-    let origin = if setter.is_some() || cap.is_some() || floor.is_some() || from_config.is_some() {
-        RateOrigin::Given
-    } else {
-        RateOrigin::Default
-    };
+    let window_given = rules.window.as_ref().is_some_and(|w| {
+        [&w.concurrency, &w.timeout_ms]
+            .iter()
+            .any(|o| window_value(o, argv, &mut Vec::new()).is_some())
+    });
+    let origin =
+        if setter.is_some() || cap.is_some() || floor.is_some() || from_config.is_some() || window_given {
+            RateOrigin::Given
+        } else {
+            RateOrigin::Default
+        };
     let mut out = RequestedRate {
         origin,
         per_target_source,
@@ -455,11 +481,83 @@ pub fn requested_rate(profile: &ScannerProfile, argv: &[String], config: Option<
         provenance: prov,
         conflicts,
         per_target: factor,
+        window,
     };
     if rules.kind == RateModel::Unicornscan {
         unicornscan_work_units(&mut out, mode.as_deref(), &targets);
     }
     out
+}
+
+/// The last value of a window option on the command line, as written and as a number; `None`
+/// when the option is absent (an unreadable value is a conflict and reads as absent).
+fn window_value(o: &WindowOption, argv: &[String], conflicts: &mut Vec<String>) -> Option<(String, f64)> {
+    let mut found = None;
+    let mut i = 1;
+    while i < argv.len() {
+        if let Some((flag, inline)) = find_flag(&argv[i], &o.flags) {
+            let (raw, text) = match inline {
+                Some(v) => (Some(v.to_string()), argv[i].clone()),
+                None => {
+                    i += 1;
+                    let v = argv.get(i).cloned();
+                    let text = format!("{flag} {}", v.as_deref().unwrap_or(""));
+                    (v, text.trim_end().to_string())
+                }
+            };
+            match raw
+                .as_deref()
+                .and_then(|r| parse_number(r, false))
+                .filter(|v| *v > 0.0)
+            {
+                Some(v) => found = Some((text, v)),
+                None => conflicts.push(format!("argv: {text}: not a number above 0, ignored")),
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The rate a concurrency window implies: concurrency x 1000 / timeout_ms attempts per second,
+/// each number from the command line or the scanner's default.
+fn window_rate(
+    w: &RateWindow,
+    argv: &[String],
+    prov: &mut Vec<String>,
+    conflicts: &mut Vec<String>,
+) -> (Resolved, WindowRead) {
+    let mut read = |o: &WindowOption, unit: &str| match window_value(o, argv, conflicts) {
+        Some((text, v)) => (v, format!("argv: {text}{unit}")),
+        None => (
+            o.default,
+            format!("default: {} {}{unit}", o.flags[0], fmt(o.default)),
+        ),
+    };
+    let (n, n_text) = read(&w.concurrency, "");
+    let (t, t_text) = read(&w.timeout_ms, " ms");
+    let pps = n * 1000.0 / t;
+    prov.push(format!(
+        "{n_text} in flight, {t_text} each at most: {} x 1000 / {} = {} per second",
+        fmt(n),
+        fmt(t),
+        fmt((pps * 1000.0).round() / 1000.0)
+    ));
+    if let Some(note) = &w.note {
+        prov.push(note.clone());
+    }
+    let read = WindowRead {
+        concurrency: n,
+        timeout_ms: t,
+        source: format!("{n_text}, {t_text}"),
+    };
+    (
+        Resolved {
+            pps: Some(pps),
+            kind: w.kind,
+        },
+        read,
+    )
 }
 
 /// Multiplies a per-target rate into packets per second and says so.

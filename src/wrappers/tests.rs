@@ -46,14 +46,16 @@ fn every_builtin_profile_parses() {
     assert_eq!(
         names,
         [
-            "unicornscan",
-            "masscan",
-            "zmap",
-            "nmap",
             "hping3",
-            "tcpreplay",
             "iperf3",
+            "masscan",
+            "naabu",
+            "nmap",
+            "rustscan",
             "scanprof-send",
+            "tcpreplay",
+            "unicornscan",
+            "zmap",
             "generic"
         ]
     );
@@ -851,4 +853,126 @@ fn a_rate_that_counts_targets_says_by_which_multiplier() {
         .and_then(|b| b.fields.iter().find(|f| f.name == "repeats"))
         .expect("repeats field");
     assert_eq!((repeats.offset, repeats.ty), (4, ArgType::U32));
+}
+
+#[test]
+fn every_profile_file_in_wrappers_is_built_in() {
+    // build.rs lists wrappers/ at build time; this reads it now, so a file the list missed (or a
+    // hand-kept list drifting from the directory, as BUILTIN was) fails here.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("wrappers");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    on_disk.sort();
+    let built_in: Vec<String> = BUILTIN.iter().map(|(f, _)| f.to_string()).collect();
+    assert_eq!(built_in, on_disk);
+    for (file, text) in BUILTIN {
+        let path = dir.join(file);
+        assert_eq!(*text, std::fs::read_to_string(&path).unwrap(), "{file}");
+    }
+    // Every file parses, under a unique name, and the set holds each one.
+    let set = set();
+    assert_eq!(set.profiles().len(), on_disk.len());
+    assert_eq!(set.profiles().last().map(|p| p.name.as_str()), Some("generic"));
+}
+
+#[test]
+fn no_two_built_in_profiles_claim_the_same_executable_or_comm() {
+    // BUILTIN is in file-name order, not a chosen order: recognition must not depend on it.
+    let set = set();
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for p in set.profiles().iter().filter(|p| !p.fallback) {
+        for rule in &p.processes {
+            let keys = rule.exe.iter().map(|e| format!("exe {e}"));
+            let keys = keys.chain(rule.comm.iter().map(|c| format!("comm {c}")));
+            for key in keys {
+                let sub = rule.subcommand.join(",");
+                let key = format!("{key} {sub}");
+                if let Some((_, other)) = seen.iter().find(|(k, n)| *k == key && *n != p.name) {
+                    panic!("{} and {other} both claim {key}", p.name);
+                }
+                seen.push((key, p.name.as_str()));
+            }
+        }
+    }
+}
+
+// ---- RustScan and naabu ------------------------------------------------------------------
+
+#[test]
+fn rustscans_window_gives_a_floor_of_batch_over_timeout() {
+    // Defaults: 4500 in flight, 1500 ms each: at least 3000 connects per second.
+    let r = rate("rustscan", "rustscan -a 10.0.0.2", None);
+    assert_eq!(
+        (r.pps, r.kind, r.origin),
+        (Some(3000.0), RateKind::Floor, RateOrigin::Default)
+    );
+    assert!(
+        r.provenance[0].contains("default: -b 4500 in flight, default: -t 1500 ms"),
+        "{:?}",
+        r.provenance
+    );
+    // Each spelling, attached and `=` forms; the last one wins.
+    for (args, want) in [
+        ("rustscan -a 10.0.0.2 -b 500 -t 1000", 500.0),
+        ("rustscan -a 10.0.0.2 --batch-size 50 --timeout 500", 100.0),
+        ("rustscan -a 10.0.0.2 -b50 -t=250", 200.0),
+        ("rustscan -a 10.0.0.2 --batch-size=10 -b 20 --timeout=2000", 10.0),
+    ] {
+        let r = rate("rustscan", args, None);
+        assert_eq!(
+            (r.pps, r.kind, r.origin),
+            (Some(want), RateKind::Floor, RateOrigin::Given),
+            "{args}"
+        );
+        assert!(r.conflicts.is_empty(), "{args}: {:?}", r.conflicts);
+    }
+    // An unreadable value is a conflict and the default stands.
+    let r = rate("rustscan", "rustscan -b lots -t 1000", None);
+    assert_eq!(r.pps, Some(4500.0));
+    assert_eq!(r.conflicts, ["argv: -b lots: not a number above 0, ignored"]);
+}
+
+#[test]
+fn naabus_rate_is_its_token_bucket_in_go_flag_spellings() {
+    let r = rate("naabu", "naabu -host 10.0.0.2 -p 1-100", None);
+    assert_eq!(
+        (r.pps, r.kind, r.origin),
+        (Some(1000.0), RateKind::Exact, RateOrigin::Default)
+    );
+    // Go's flag package takes -rate N, -rate=N, --rate N and --rate=N.
+    for args in [
+        "naabu -rate 250 -s s",
+        "naabu -rate=250",
+        "naabu --rate 250",
+        "naabu --rate=250 -c 5",
+    ] {
+        let r = rate("naabu", args, None);
+        assert_eq!(
+            (r.pps, r.kind, r.origin),
+            (Some(250.0), RateKind::Exact, RateOrigin::Given),
+            "{args}"
+        );
+    }
+    // -retries and -c are not rates; `-r` (naabu's resolvers) is no spelling of -rate.
+    assert_eq!(
+        rate("naabu", "naabu -r 1.1.1.1 -retries 1", None).pps,
+        Some(1000.0)
+    );
+}
+
+#[test]
+fn rustscan_and_naabu_are_recognised_by_exe_and_comm() {
+    let set = set();
+    for (name, path) in [
+        ("rustscan", "/opt/x/bin/rustscan"),
+        ("naabu", "/root/go/bin/naabu"),
+    ] {
+        let (p, _) = set.recognise(path, "x").unwrap();
+        assert_eq!(p.name, name);
+        let (p, _) = set.recognise("/bin/sh", name).unwrap();
+        assert_eq!(p.name, name);
+    }
 }

@@ -83,6 +83,8 @@ causes! {
     PacingCoarse = "pacing_coarse", [Gap], 5;
     /// stalls outside the pacing
     IdleWaits = "idle_waits", [Gap], 5;
+    /// a window-paced scanner's open-file limit below its window (its stalls)
+    FdLimit = "fd_limit", [Gap], 5;
     /// time between scanner work units
     UnitIdle = "unit_idle", [Gap], 5;
     /// set-up before each work unit's first packet

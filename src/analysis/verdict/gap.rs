@@ -11,7 +11,7 @@ use super::{
     verdict, Cause, Kind, Verdict, CALIBRATION_TOLERANCE_PCT, MIN_DROPS, MIN_SHARE, NO_GAP_TOLERANCE,
     WEAK_SHARE,
 };
-use crate::analysis::scanner::{IpcDirection, ProbeRole, RateKind};
+use crate::analysis::scanner::{IpcDirection, ProbeRole, RateKind, WindowView};
 use crate::analysis::snapshot::PacerWait;
 use crate::collect::family::ProcessInfo;
 use crate::collect::DropClass;
@@ -900,7 +900,78 @@ pub(super) fn pacing_coarse(j: &Judgement) -> Option<Verdict> {
     )
 }
 
+/// A scanner paced by a concurrency window (`[rate.window]`) whose open-file limit is below
+/// the window: the lowest limit among the processes its profile recognised, and that process.
+fn fd_short<'f>(f: &'f Facts) -> Option<(u64, &'f WindowView, &'f ProcessInfo)> {
+    let w = f.scanner?.requested.window.as_ref()?;
+    let (limit, p) = f
+        .processes
+        .iter()
+        .filter(|p| p.role.is_some())
+        .filter_map(|p| Some((p.open_files_limit?, p)))
+        .min_by_key(|(l, _)| *l)?;
+    ((limit as f64) < w.concurrency).then_some((limit, w, p))
+}
+
+/// `fd_limit`: the stalls of a window-paced scanner whose open-file limit is below its window.
+/// Each attempt in flight holds a socket, so the scanner can keep no more attempts in flight
+/// than it may open files (RustScan shrinks its batch to fit); while targets do not answer,
+/// every slot waits out the timeout and the rate is at most limit x 1000 / timeout.
+pub(super) fn fd_limit(j: &Judgement) -> Option<Verdict> {
+    let (limit, w, p) = fd_short(j.f)?;
+    let (s, r) = j.split().filter(|(s, _)| s.stalls > 0.0)?;
+    let f = j.f;
+    let most = limit as f64 * 1000.0 / w.timeout_ms;
+    let sentence = format!(
+        "{} (pid {}) may open {limit} files, fewer than the {:.0} attempts its window keeps in flight: it waits for sockets to free, so while targets do not answer it reaches at most {} of the {} asked for.",
+        p.comm,
+        p.pid,
+        w.concurrency,
+        pps(most),
+        pps(r)
+    );
+    let evidence = vec![
+        format!(
+            "window: {:.0} in flight, {:.0} ms each ({}): {} while no target answers",
+            w.concurrency,
+            w.timeout_ms,
+            w.source,
+            pps(w.concurrency * 1000.0 / w.timeout_ms)
+        ),
+        format!(
+            "open-file limit (RLIMIT_NOFILE, soft) of {} (pid {}): {limit}: at most {limit} x 1000 / {:.0} ms = {}",
+            p.comm,
+            p.pid,
+            w.timeout_ms,
+            pps(most)
+        ),
+        format!(
+            "gaps: median {}, p99 {}; asleep {} of its time",
+            f.gap.p50_ns.map_or("?".to_string(), dur),
+            f.gap.p99_ns.map_or("?".to_string(), dur),
+            pct(s.f_sleep)
+        ),
+    ];
+    s.verdict(
+        f,
+        r,
+        Cause::FdLimit,
+        s.stalls,
+        sentence,
+        evidence,
+        format!(
+            "Raise the scanner's open-file limit above its window ({:.0}): `ulimit -n N` in the shell that starts it, `prlimit --nofile=N --pid {}`, or the scanner's own option (RustScan `--ulimit N`); or ask for a window below the limit.",
+            w.concurrency, p.pid
+        ),
+        f.gap.count < MIN_GAPS,
+    )
+}
+
 pub(super) fn idle_waits(j: &Judgement) -> Option<Verdict> {
+    // A window-paced scanner short of open files stalls for that reason: `fd_limit` names it.
+    if fd_short(j.f).is_some() {
+        return None;
+    }
     let (s, r) = j.split().filter(|(s, _)| s.stalls > 0.0)?;
     let f = j.f;
     let mut evidence = vec![format!(

@@ -66,6 +66,7 @@ pub(super) const RULES: &[Rule] = &[
     rate(Cause::Miscalibrated, gap::miscalibrated),
     rate(Cause::PacingCoarse, gap::pacing_coarse),
     rate(Cause::IdleWaits, gap::idle_waits),
+    rate(Cause::FdLimit, gap::fd_limit),
     rate(Cause::UnitIdle, gap::unit_idle),
     rate(Cause::UnitSetup, gap::unit_setup),
     rate(Cause::Unexplained, gap::unexplained),

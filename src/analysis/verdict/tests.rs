@@ -1390,6 +1390,7 @@ fn member(pid: u32, comm: &str, role: &str, exit: Option<(i32, f64)>) -> crate::
         role: Some(role.into()),
         start_s: None,
         exit_s: exit.map(|e| e.1),
+        open_files_limit: None,
     }
 }
 
@@ -3620,4 +3621,98 @@ fn without_a_requested_rate_the_reply_verdict_ranks_after_the_rate() {
         .expect("a verdict");
     assert!(at > 0, "{v:#?}");
     assert_eq!(v[0].kind, Kind::Gap, "{v:#?}");
+}
+
+/// A window-paced scanner (RustScan `-b 200 -t 500`) and its process with an open-file limit.
+fn window_scanner(limit: u64, recognised: bool) -> (ScannerView, crate::collect::family::ProcessInfo) {
+    let scanner = ScannerView {
+        profile: "rustscan".into(),
+        requested: RequestedView {
+            pps: Some(400.0),
+            kind: crate::wrappers::RateKind::Floor,
+            window: Some(crate::analysis::scanner::WindowView {
+                concurrency: 200.0,
+                timeout_ms: 500.0,
+                source: "argv: -b 200, argv: -t 500 ms".into(),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let process = crate::collect::family::ProcessInfo {
+        pid: 7,
+        ppid: 1,
+        comm: "rustscan".into(),
+        exe: "/usr/local/bin/rustscan".into(),
+        root: true,
+        alive: false,
+        exit_code: Some(0),
+        role: recognised.then(|| "scanner".to_string()),
+        start_s: None,
+        exit_s: Some(10.0),
+        open_files_limit: Some(limit),
+    };
+    (scanner, process)
+}
+
+#[test]
+fn a_window_scanner_short_of_open_files_stalls_for_that_reason() {
+    // The run of stalls_outside_the_pacing_are_idle_waits (wait excess 0.5, all stalls), from
+    // a scanner whose window of 200 needs 200 sockets and which may open 100 files: the stalls
+    // are fd_limit's, and idle_waits yields to it.
+    let (scanner, process) = window_scanner(100, true);
+    let mut r = run(Some(400.0), 200.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .gaps(2.5 * MS, 5.0 * MS, 500.0 * MS)
+        .scanner(scanner);
+    r.0.processes = vec![process];
+    let v = r.verdicts();
+    assert_eq!(causes(&v), [Cause::FdLimit], "{v:#?}");
+    assert_share(&v, Cause::FdLimit, 0.5);
+    assert!(
+        v[0].sentence
+            .contains("may open 100 files, fewer than the 200 attempts"),
+        "{}",
+        v[0].sentence
+    );
+    assert!(
+        v[0].sentence.contains("at most 200 pps of the 400 pps"),
+        "{}",
+        v[0].sentence
+    );
+    assert!(
+        v[0].evidence
+            .iter()
+            .any(|e| e.contains("argv: -b 200, argv: -t 500 ms")),
+        "{:?}",
+        v[0].evidence
+    );
+    assert!(v[0].next_step.contains("--ulimit"), "{}", v[0].next_step);
+}
+
+#[test]
+fn open_files_at_or_above_the_window_or_an_unrecognised_process_leave_the_stalls_idle_waits() {
+    for (limit, recognised) in [(200, true), (100_000, true), (100, false)] {
+        let (scanner, process) = window_scanner(limit, recognised);
+        let mut r = run(Some(400.0), 200.0, 10.0)
+            .time(0.05, 0.0, 0.9, 0.0, 0.05)
+            .gaps(2.5 * MS, 5.0 * MS, 500.0 * MS)
+            .scanner(scanner);
+        r.0.processes = vec![process];
+        let v = r.verdicts();
+        assert_eq!(
+            causes(&v),
+            [Cause::IdleWaits],
+            "limit {limit}, recognised {recognised}"
+        );
+    }
+    // A scanner without a window (a rate option) is never judged by its open files.
+    let (mut scanner, process) = window_scanner(100, true);
+    scanner.requested.window = None;
+    let mut r = run(Some(400.0), 200.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .gaps(2.5 * MS, 5.0 * MS, 500.0 * MS)
+        .scanner(scanner);
+    r.0.processes = vec![process];
+    assert_eq!(causes(&r.verdicts()), [Cause::IdleWaits]);
 }

@@ -1011,6 +1011,7 @@ mod tests {
             role: None,
             start_s: None,
             exit_s: None,
+            open_files_limit: None,
         }
     }
 
