@@ -11,6 +11,7 @@ pub mod relay;
 pub mod rings;
 pub mod scanner;
 pub mod snapshot;
+pub mod stage;
 pub mod stats;
 pub mod verdict;
 
