@@ -13,8 +13,8 @@ mod status;
 pub use exec::{Image, ScannerChoice, ScannerProcess};
 pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
-    ArgType, BufferField, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
-    ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption, RateRules,
+    ArgType, BufferField, DelayUnit, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer, ProbeRead,
+    ProbeRole, ProcessRule, ProfileError, RateKind, GENERIC_PROFILE, RateModel, RateMultiplier, RateOption, RateRules,
     RateUnit, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RateOrigin, RequestedRate, WorkUnitRate};
