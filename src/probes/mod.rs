@@ -710,7 +710,7 @@ impl ProbeSet {
                 }
                 0
             })
-            .map_err(bpf_err("setting up the event ring buffer"))?;
+            .map_err(bpf_err(EVENT_RING_SETUP))?;
         let (calls_tx, calls_rx) = mpsc::channel();
         if let Some(u) = &uprobes {
             let calls_map: &'static MapHandle = Box::leak(Box::new(u.calls_map()?));
@@ -725,7 +725,7 @@ impl ProbeSet {
         }
         let ring = builder
             .build()
-            .map_err(bpf_err("setting up the event ring buffer"))?;
+            .map_err(bpf_err(EVENT_RING_SETUP))?;
 
         let set = ProbeSet {
             uprobes,
@@ -1426,41 +1426,59 @@ pub fn c_chars(bytes: &[i8]) -> String {
     String::from_utf8_lossy(&b).into_owned()
 }
 
+/// What scanprof was doing when the event ring buffer (the family object's `events`) could not
+/// be set up: added to the poller, or the poller built.
+const EVENT_RING_SETUP: &str = "setting up the event ring buffer";
+
 /// Entries of the `tid_slots` array (SP_TID_SLOT_WAYS, probes/include/shared.h): a thread's
 /// entry is its tid modulo this.
 const TID_SLOT_WAYS: u32 = 1 << 12;
 
 /// A type that map and ring-buffer bytes are read into: the generated ABI types of wire.h (and
-/// the integers that maps hold), `repr(C)` and made of integers and integer arrays only, so any
-/// bytes of its size are a valid value. libbpf-rs's map and ring-buffer calls deal in bytes, so
-/// the skeleton's types are filled from them here; the list below is every type read so.
-trait Abi: Copy {}
+/// the integers that maps hold). libbpf-rs's map and ring-buffer calls deal in bytes, so the
+/// skeleton's types are filled from them here ([`read_pod`]); the list below is every type read
+/// so.
+///
+/// # Safety
+///
+/// An implementor is `repr(C)` and made of integers and integer arrays only (no pointers,
+/// references, bools, enums or floats), so that any bytes of its size are a valid value.
+unsafe trait Abi: Copy {}
 
-/// An ABI type scanprof also writes into a map: one without padding bytes, so that each byte of
-/// a value is initialised (the size assertions beside each add up its fields' sizes).
-trait AbiWritten: Abi {}
+/// An ABI type scanprof also writes into a map ([`as_bytes`]).
+///
+/// # Safety
+///
+/// An implementor has no padding bytes, so that each byte of a value is initialised (the size
+/// assertions beside each add up its fields' sizes).
+unsafe trait AbiWritten: Abi {}
 
-impl Abi for u64 {}
-impl Abi for sp_thread {}
-impl Abi for sp_member {}
-impl Abi for sp_ring {}
-impl Abi for sp_ring_reads {}
-impl Abi for sp_event {}
-impl Abi for sp_drop_pkt {}
-impl Abi for sp_drop_key {}
-impl Abi for sp_flow_key {}
-impl Abi for sp_dev_key {}
-impl Abi for sp_dev_stats {}
-impl Abi for sp_dev_name {}
-impl Abi for sp_qdepth {}
-impl Abi for sp_block_key {}
-impl Abi for sp_block_val {}
-impl Abi for sp_call {}
-impl Abi for sp_uprobe_stats {}
-impl Abi for uprobe::sp_uprobe_cfg {}
-impl AbiWritten for sp_member {}
-impl AbiWritten for sp_thread {}
-impl AbiWritten for uprobe::sp_uprobe_cfg {}
+// SAFETY (every `Abi` impl below): u64, and the skeletons' generated types of wire.h, which are
+// `repr(C)` structs of integers and integer arrays only (wire.h's enums are generated as
+// newtypes of integers, which any value fits).
+unsafe impl Abi for u64 {}
+unsafe impl Abi for sp_thread {}
+unsafe impl Abi for sp_member {}
+unsafe impl Abi for sp_ring {}
+unsafe impl Abi for sp_ring_reads {}
+unsafe impl Abi for sp_event {}
+unsafe impl Abi for sp_drop_pkt {}
+unsafe impl Abi for sp_drop_key {}
+unsafe impl Abi for sp_flow_key {}
+unsafe impl Abi for sp_dev_key {}
+unsafe impl Abi for sp_dev_stats {}
+unsafe impl Abi for sp_dev_name {}
+unsafe impl Abi for sp_qdepth {}
+unsafe impl Abi for sp_block_key {}
+unsafe impl Abi for sp_block_val {}
+unsafe impl Abi for sp_call {}
+unsafe impl Abi for sp_uprobe_stats {}
+unsafe impl Abi for uprobe::sp_uprobe_cfg {}
+// SAFETY (every `AbiWritten` impl below): no padding; the size assertions beside the types
+// (`size_of` equal to the sum of their fields') hold it at build time.
+unsafe impl AbiWritten for sp_member {}
+unsafe impl AbiWritten for sp_thread {}
+unsafe impl AbiWritten for uprobe::sp_uprobe_cfg {}
 
 /// Copies an ABI value out of map bytes; None if the bytes are too short.
 fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
@@ -1468,7 +1486,7 @@ fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
         return None;
     }
     // SAFETY: the length was checked, and read_unaligned needs no alignment; T is an `Abi`
-    // type, made of integers and integer arrays only, for which every bit pattern is valid.
+    // type, whose contract is that every bit pattern of its size is a valid value.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
 }
 
