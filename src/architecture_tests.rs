@@ -17,8 +17,10 @@ fn read(p: &Path) -> String {
 /// The repository paths a text names (`src/analysis/relay.rs`, `probes/include/wire.h`),
 /// without placeholders such as `<concern>`.
 fn named_paths(text: &str) -> BTreeSet<String> {
-    let re = regex::Regex::new(r"\b(?:src|probes|tests|scripts|docs|wrappers|benches)/[A-Za-z0-9_./<>-]*[A-Za-z0-9_]")
-        .unwrap();
+    let re = regex::Regex::new(
+        r"\b(?:src|probes|tests|scripts|docs|wrappers|benches)/[A-Za-z0-9_./<>-]*[A-Za-z0-9_]",
+    )
+    .unwrap();
     re.find_iter(text)
         .map(|m| m.as_str().to_string())
         .filter(|p| !p.contains('<'))
@@ -30,7 +32,10 @@ fn every_path_the_architecture_names_exists_and_every_module_is_named() {
     let doc = read(&repo().join("docs/architecture.md"));
     let named = named_paths(&doc);
     let missing: Vec<&String> = named.iter().filter(|p| !repo().join(p).exists()).collect();
-    assert!(missing.is_empty(), "docs/architecture.md names paths that do not exist: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names paths that do not exist: {missing:?}"
+    );
     let mut unnamed = Vec::new();
     for e in std::fs::read_dir(repo().join("src")).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -43,10 +48,15 @@ fn every_path_the_architecture_names_exists_and_every_module_is_named() {
             unnamed.push(module);
         }
     }
-    assert!(unnamed.is_empty(), "modules docs/architecture.md does not name: {unnamed:?}");
-    assert!(named_paths("see src/analysis/relay.rs and probes/<concern>.bpf.c.")
-        .into_iter()
-        .eq(["src/analysis/relay.rs".to_string()]));
+    assert!(
+        unnamed.is_empty(),
+        "modules docs/architecture.md does not name: {unnamed:?}"
+    );
+    assert!(
+        named_paths("see src/analysis/relay.rs and probes/<concern>.bpf.c.")
+            .into_iter()
+            .eq(["src/analysis/relay.rs".to_string()])
+    );
 }
 
 /// The top-level module of src/analysis a file belongs to (`verdict` for
@@ -156,7 +166,10 @@ fn analysis_modules_import_each_other_in_one_direction() {
         .iter()
         .filter(|c| !KNOWN_CIRCLES.iter().any(|k| k.iter().eq(c.iter())))
         .collect();
-    assert!(unknown.is_empty(), "import circles between analysis modules: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "import circles between analysis modules: {unknown:?}"
+    );
 
     // The finder itself: a planted circle is found, a one-way chain is not.
     let planted: BTreeMap<String, BTreeSet<String>> = [
@@ -171,7 +184,11 @@ fn analysis_modules_import_each_other_in_one_direction() {
     assert_eq!(circles(&planted), [["a", "b", "c"]]);
     let m: BTreeSet<String> = ["snapshot", "stage", "relay"].map(String::from).into();
     assert_eq!(
-        imports("use super::{snapshot::X, stage};\nuse crate::analysis::relay::Y;", 1, &m),
+        imports(
+            "use super::{snapshot::X, stage};\nuse crate::analysis::relay::Y;",
+            1,
+            &m
+        ),
         m
     );
     assert!(imports("use super::super::snapshot::X;", 1, &m).is_empty());
