@@ -647,7 +647,7 @@ fn tail_status_files(
 /// which scanprof did not start.
 fn find_family(cfg: &SessionConfig, roots: &[u32]) -> anyhow::Result<ProcessTable> {
     if !cfg.launches() {
-        return Ok(ProcessTable::discover(roots)?);
+        return ProcessTable::discover(roots);
     }
     let mut family = ProcessTable::roots(roots)?;
     match crate::system::watchdog::Watchdog::start() {

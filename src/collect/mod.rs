@@ -936,7 +936,7 @@ impl Collector {
         &mut self,
         raw_threads: Vec<sp_thread>,
         now_ns: u64,
-    ) -> (Vec<ThreadCounters>, Vec<(u32, u32, i32, u64)>) {
+    ) -> (Vec<ThreadCounters>, Vec<OpenBlock>) {
         let mut threads = Vec::new();
         let mut open = Vec::new();
         for raw in raw_threads {
@@ -994,7 +994,7 @@ impl Collector {
     /// blocked thread's `blocked_now` gets its site's name. Longest first.
     fn block_sites(
         &mut self,
-        open: Vec<(u32, u32, i32, u64)>,
+        open: Vec<OpenBlock>,
         threads: &mut [ThreadCounters],
         now_ns: u64,
     ) -> Vec<BlockSite> {
@@ -1229,6 +1229,9 @@ pub fn errno_name(errno: i32) -> String {
     format!("{:?}", nix::errno::Errno::from_raw(errno))
 }
 
+/// A send blocked at the sample: (tgid, tid, kernel stack id, since when in ns).
+type OpenBlock = (u32, u32, i32, u64);
+
 /// Device names and qdisc kinds by (ifindex, netns), as the probes recorded them.
 type DeviceNames = BTreeMap<(u32, u32), (String, String)>;
 
@@ -1346,7 +1349,7 @@ mod sample_tests {
             ],
             &names,
         );
-        let got: Vec<(&str, Option<&str>, Option<u32>, u64, u64)> = rows
+        let got: Vec<_> = rows
             .iter()
             .map(|d| {
                 (
@@ -1371,7 +1374,7 @@ mod sample_tests {
             backlog_max: 900,
         };
         let q = queue_depths(vec![(key(2, 7, 0), depth), (key(9, 7, 0), depth)], &names);
-        let got: Vec<(&str, u32, u64, u64)> = q
+        let got: Vec<_> = q
             .iter()
             .map(|q| (q.device.as_str(), q.netns, q.qlen_max, q.backlog_max))
             .collect();
