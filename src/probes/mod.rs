@@ -1453,31 +1453,43 @@ unsafe trait Abi: Copy {}
 /// assertions beside each add up its fields' sizes).
 unsafe trait AbiWritten: Abi {}
 
-// SAFETY (every `Abi` impl below): u64, and the skeletons' generated types of wire.h, which are
-// `repr(C)` structs of integers and integer arrays only (wire.h's enums are generated as
-// newtypes of integers, which any value fits).
-unsafe impl Abi for u64 {}
-unsafe impl Abi for sp_thread {}
-unsafe impl Abi for sp_member {}
-unsafe impl Abi for sp_ring {}
-unsafe impl Abi for sp_ring_reads {}
-unsafe impl Abi for sp_event {}
-unsafe impl Abi for sp_drop_pkt {}
-unsafe impl Abi for sp_drop_key {}
-unsafe impl Abi for sp_flow_key {}
-unsafe impl Abi for sp_dev_key {}
-unsafe impl Abi for sp_dev_stats {}
-unsafe impl Abi for sp_dev_name {}
-unsafe impl Abi for sp_qdepth {}
-unsafe impl Abi for sp_block_key {}
-unsafe impl Abi for sp_block_val {}
-unsafe impl Abi for sp_call {}
-unsafe impl Abi for sp_uprobe_stats {}
-unsafe impl Abi for uprobe::sp_uprobe_cfg {}
-// SAFETY (every `AbiWritten` impl below): no padding; the size assertions beside the types
-// (`size_of` equal to the sum of their fields') hold it at build time.
+/// Declares each type an [`Abi`] type.
+macro_rules! abi_types {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            // SAFETY: u64, or a skeleton-generated type of wire.h: a `repr(C)` struct of
+            // integers and integer arrays only (wire.h's enums are generated as newtypes of
+            // integers, which any value fits).
+            unsafe impl Abi for $t {}
+        )+
+    };
+}
+
+abi_types!(
+    u64,
+    sp_thread,
+    sp_member,
+    sp_ring,
+    sp_ring_reads,
+    sp_event,
+    sp_drop_pkt,
+    sp_drop_key,
+    sp_flow_key,
+    sp_dev_key,
+    sp_dev_stats,
+    sp_dev_name,
+    sp_qdepth,
+    sp_block_key,
+    sp_block_val,
+    sp_call,
+    sp_uprobe_stats,
+    uprobe::sp_uprobe_cfg,
+);
+// SAFETY: no padding: the size assertion beside sp_member adds up its fields' sizes.
 unsafe impl AbiWritten for sp_member {}
+// SAFETY: no padding: the size assertion beside sp_thread adds up its fields' sizes.
 unsafe impl AbiWritten for sp_thread {}
+// SAFETY: no padding: the size assertion in uprobe.rs adds up sp_uprobe_cfg's fields' sizes.
 unsafe impl AbiWritten for uprobe::sp_uprobe_cfg {}
 
 /// Copies an ABI value out of map bytes; None if the bytes are too short.
