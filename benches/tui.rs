@@ -48,6 +48,7 @@ fn measure(pid: u32, tui: bool) -> Measured {
     let out = child.stdout.expect("piped");
     let reader = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
     let mut status = 0;
+    // SAFETY: rusage is integers and timevals only, for which all-zero bytes are a value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: wait4 writes the child's status and resource usage (its waited-for descendants
     // included, so scanprof's) into the two locals, which outlive the call.

@@ -17,3 +17,6 @@ pub mod system;
 pub mod units;
 pub mod views;
 pub mod wrappers;
+
+#[cfg(test)]
+mod architecture_tests;

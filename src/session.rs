@@ -81,6 +81,13 @@ pub struct SessionConfig {
     pub keep_also: &'static [crate::system::caps::Cap],
 }
 
+impl SessionConfig {
+    /// Whether the session launches its target (a command) rather than attaching to pids.
+    fn launches(&self) -> bool {
+        matches!(self.target, Target::Command(_))
+    }
+}
+
 /// The scanner profile a session applies.
 #[derive(Debug, Clone)]
 pub struct ScannerSetup {
@@ -486,6 +493,8 @@ fn is_executable_command(cmd: &std::ffi::OsStr) -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(cmd))))
 }
 
+/// The collection thread: set-up, dropping privileges, the tick loop, the end. Each is a step
+/// of its own below; this only orders them and reports a failed set-up to [`start`].
 fn collect(
     cfg: SessionConfig,
     stop: Arc<AtomicBool>,
@@ -493,92 +502,11 @@ fn collect(
     ready: Sender<anyhow::Result<BTreeMap<u32, String>>>,
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let mut launched = None;
-    let mut tails: Vec<crate::collect::status_file::StatusTail> = Vec::new();
+    let mut tails = Vec::new();
     let (readings_tx, readings) = mpsc::channel();
-    let mut setup = || -> anyhow::Result<(Collector, u64)> {
-        mark("collection thread started");
-        let roots = match &cfg.target {
-            Target::Pids(pids) => pids.clone(),
-            Target::Command(argv) => {
-                let claims = cfg
-                    .scanner
-                    .as_ref()
-                    .map(|s| s.profile.claims.clone())
-                    .unwrap_or_default();
-                let streams = status_readers(cfg.scanner.as_ref(), true)
-                    .into_iter()
-                    .filter_map(|(at, r)| match at {
-                        StatusAt::Stream(s) => Some((s, r)),
-                        _ => None,
-                    })
-                    .collect();
-                let l = Launched::spawn(
-                    argv,
-                    &cfg.command_output,
-                    cfg.run_as.as_ref(),
-                    &claims,
-                    streams,
-                    &readings_tx,
-                )?;
-                let pid = l.child.id();
-                launched = Some(l);
-                vec![pid]
-            }
-        };
-        mark("target named (run: command started, held before its exec)");
-        // Status files are tailed from before the command runs (run) or from now (attach).
-        let launched_cmd = matches!(cfg.target, Target::Command(_));
-        for (at, reader) in status_readers(cfg.scanner.as_ref(), launched_cmd) {
-            if let StatusAt::File { open, .. } = at {
-                let start = if launched_cmd {
-                    crate::collect::status_file::StartAt::Beginning
-                } else {
-                    crate::collect::status_file::StartAt::Now
-                };
-                match crate::collect::status_file::StatusTail::start(open, reader, start, readings_tx.clone())
-                {
-                    Ok(t) => tails.push(t),
-                    Err(e) => eprintln!("scanprof: warning: cannot read the scanner's status file: {e}"),
-                }
-            }
-        }
-        // A launched command is held before its exec: it has no descendants to look for.
-        let mut family = match cfg.target {
-            Target::Command(_) => ProcessTable::roots(&roots)?,
-            Target::Pids(_) => ProcessTable::discover(&roots)?,
-        };
-        // What the command forks must not outlive scanprof either (SIGKILL included); never
-        // for attached processes, which scanprof did not start.
-        if matches!(cfg.target, Target::Command(_)) {
-            match crate::system::watchdog::Watchdog::start() {
-                Ok(w) => family.guard_with(w),
-                Err(e) => eprintln!(
-                    "scanprof: warning: no watchdog ({e}): if scanprof is killed, what the command forked keeps running"
-                ),
-            }
-        }
-        mark("family discovered in /proc");
-        let (probes, features) = ProbeSet::load_detecting(&cfg.probe_options)?;
-        mark("probes loaded and attached");
-        let start_ns = monotonic_ns();
-        let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
-        collector.set_rx_sk(features.kfree_skb_rx_sk);
-        collector.set_bpf_policy(cfg.bpf_stats);
-        mark("family registered with the probes");
-        if let Some(sc) = &cfg.scanner {
-            let launched = matches!(cfg.target, Target::Command(_));
-            collector.set_scanner(
-                sc.profile.clone(),
-                &sc.per_packet,
-                sc.anchor_exe.as_deref(),
-                launched,
-            );
-            mark("scanner profile's uprobes attached");
-        }
-        Ok((collector, start_ns))
-    };
-    let setup = setup();
-    let (mut collector, start_ns) = match setup {
+    let set_up = set_up(&cfg, &mut launched, &mut tails, &readings_tx)
+        .and_then(|s| launched.as_mut().map_or(Ok(()), Launched::release).map(|()| s));
+    let (collector, start_ns) = match set_up {
         Ok(v) => v,
         Err(e) => {
             if let Some(l) = launched.as_mut() {
@@ -589,35 +517,179 @@ fn collect(
             bail!(msg);
         }
     };
-    if let Some(l) = launched.as_mut() {
-        if let Err(e) = l.release() {
-            l.finish();
-            let msg = format!("{e:#}");
-            let _ = ready.send(Err(e));
-            bail!(msg);
-        }
-    }
     let probes = collector.probes().status().to_vec();
     // Set-up is done (probes loaded, the command launched with the privileges it was given):
     // this thread, which attaches uprobes to later members, keeps only what that needs.
-    let dropped = {
-        use crate::system::privileges::{drop_to, FOR_BPF_STATS, FOR_UPROBES, FOR_USER_COMMAND, KEPT};
-        let mut keep = KEPT.to_vec();
-        keep.extend_from_slice(cfg.keep_also);
-        if cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()) {
-            keep.push(FOR_UPROBES);
-        }
-        if matches!(
-            cfg.bpf_stats,
-            crate::collect::bpf_time::StatsPolicy::Sampled { .. }
-        ) {
-            keep.push(FOR_BPF_STATS);
-        }
-        if cfg.run_as.is_some() {
-            keep.push(FOR_USER_COMMAND);
-        }
-        drop_to(&keep).err()
+    let dropped = crate::system::privileges::drop_to(&privileges_to_keep(
+        cfg.keep_also,
+        cfg.scanner.as_ref().is_some_and(|s| !s.profile.probes.is_empty()),
+        cfg.bpf_stats,
+        cfg.run_as.is_some(),
+    ))
+    .err();
+    let warnings = start_warnings(&probes, dropped.map(|e| e.to_string()));
+    let _ = tx.send(Update::Started {
+        processes: collector.family.members().to_vec(),
+        probes: probes.clone(),
+        clocks: crate::system::ClockReadings::at(start_ns),
+    });
+    let _ = ready.send(Ok(collector.drop_reasons().clone()));
+    mark("probes active, command released");
+
+    let mut run = Run::new(&cfg, collector, start_ns, warnings);
+    let (end_reason, mut last) = run.tick_loop(&stop, &tx, &readings);
+    if let Some(l) = launched.as_mut() {
+        last = run.end_launched(l);
+    }
+    let summary = run.summary(last, end_reason, tails, &readings, probes);
+    let _ = tx.send(Update::Done(Box::new(summary)));
+    // The probes detach here, when the collector (and its ProbeSet) is dropped.
+    drop(run);
+    Ok(launched.and_then(|l| l.status))
+}
+
+/// Set-up: the target named (a command started and held before its exec), the scanner's
+/// status files tailed, the family found, the probes loaded and attached, and the scanner's
+/// uprobes. The collector, and the run's start (ns, CLOCK_MONOTONIC).
+fn set_up(
+    cfg: &SessionConfig,
+    launched: &mut Option<Launched>,
+    tails: &mut Vec<crate::collect::status_file::StatusTail>,
+    readings: &Sender<crate::collect::output::OutputEvent>,
+) -> anyhow::Result<(Collector, u64)> {
+    mark("collection thread started");
+    let roots = name_target(cfg, launched, readings)?;
+    mark("target named (run: command started, held before its exec)");
+    tails.extend(tail_status_files(cfg, readings));
+    let family = find_family(cfg, &roots)?;
+    mark("family discovered in /proc");
+    let (probes, features) = ProbeSet::load_detecting(&cfg.probe_options)?;
+    mark("probes loaded and attached");
+    let start_ns = monotonic_ns();
+    let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
+    collector.set_rx_sk(features.kfree_skb_rx_sk);
+    collector.set_bpf_policy(cfg.bpf_stats);
+    mark("family registered with the probes");
+    if let Some(sc) = &cfg.scanner {
+        collector.set_scanner(
+            sc.profile.clone(),
+            &sc.per_packet,
+            sc.anchor_exe.as_deref(),
+            cfg.launches(),
+        );
+        mark("scanner profile's uprobes attached");
+    }
+    Ok((collector, start_ns))
+}
+
+/// The family's roots: the pids attached to, or the launched command's (started here, held
+/// before its exec, with its output streams read for the scanner's status).
+fn name_target(
+    cfg: &SessionConfig,
+    launched: &mut Option<Launched>,
+    readings: &Sender<crate::collect::output::OutputEvent>,
+) -> anyhow::Result<Vec<u32>> {
+    let argv = match &cfg.target {
+        Target::Pids(pids) => return Ok(pids.clone()),
+        Target::Command(argv) => argv,
     };
+    let claims = cfg
+        .scanner
+        .as_ref()
+        .map(|s| s.profile.claims.clone())
+        .unwrap_or_default();
+    let streams = status_readers(cfg.scanner.as_ref(), true)
+        .into_iter()
+        .filter_map(|(at, r)| match at {
+            StatusAt::Stream(s) => Some((s, r)),
+            _ => None,
+        })
+        .collect();
+    let l = Launched::spawn(
+        argv,
+        &cfg.command_output,
+        cfg.run_as.as_ref(),
+        &claims,
+        streams,
+        readings,
+    )?;
+    let pid = l.child.id();
+    *launched = Some(l);
+    Ok(vec![pid])
+}
+
+/// The scanner's status files, tailed from before the command runs (run) or from now
+/// (attach). A file that cannot be read is a warning.
+fn tail_status_files(
+    cfg: &SessionConfig,
+    readings: &Sender<crate::collect::output::OutputEvent>,
+) -> Vec<crate::collect::status_file::StatusTail> {
+    use crate::collect::status_file::{StartAt, StatusTail};
+    let start = if cfg.launches() {
+        StartAt::Beginning
+    } else {
+        StartAt::Now
+    };
+    let mut tails = Vec::new();
+    for (at, reader) in status_readers(cfg.scanner.as_ref(), cfg.launches()) {
+        if let StatusAt::File { open, .. } = at {
+            match StatusTail::start(open, reader, start, readings.clone()) {
+                Ok(t) => tails.push(t),
+                Err(e) => eprintln!("scanprof: warning: cannot read the scanner's status file: {e}"),
+            }
+        }
+    }
+    tails
+}
+
+/// The process family: a launched command is held before its exec (it has no descendants to
+/// look for); attached pids bring their descendants. What a launched command forks must not
+/// outlive scanprof (SIGKILL included), so a watchdog guards it; never for attached processes,
+/// which scanprof did not start.
+fn find_family(cfg: &SessionConfig, roots: &[u32]) -> anyhow::Result<ProcessTable> {
+    if !cfg.launches() {
+        return ProcessTable::discover(roots);
+    }
+    let mut family = ProcessTable::roots(roots)?;
+    match crate::system::watchdog::Watchdog::start() {
+        Ok(w) => family.guard_with(w),
+        Err(e) => eprintln!(
+            "scanprof: warning: no watchdog ({e}): if scanprof is killed, what the command forked keeps running"
+        ),
+    }
+    Ok(family)
+}
+
+/// The capabilities the collection thread keeps after set-up: [`KEPT`], the caller's `also`,
+/// and what the run still does: attach the profile's uprobes to later members (`uprobes`),
+/// switch BPF statistics on and off each tick (a sampled policy), end a command launched as
+/// another user (`user_command`).
+///
+/// [`KEPT`]: crate::system::privileges::KEPT
+fn privileges_to_keep(
+    also: &[crate::system::caps::Cap],
+    uprobes: bool,
+    bpf_stats: crate::collect::bpf_time::StatsPolicy,
+    user_command: bool,
+) -> Vec<crate::system::caps::Cap> {
+    use crate::system::privileges::{FOR_BPF_STATS, FOR_UPROBES, FOR_USER_COMMAND, KEPT};
+    let mut keep = KEPT.to_vec();
+    keep.extend_from_slice(also);
+    if uprobes {
+        keep.push(FOR_UPROBES);
+    }
+    if matches!(bpf_stats, crate::collect::bpf_time::StatsPolicy::Sampled { .. }) {
+        keep.push(FOR_BPF_STATS);
+    }
+    if user_command {
+        keep.push(FOR_USER_COMMAND);
+    }
+    keep
+}
+
+/// The warnings every tick carries from the start: each probe that did not attach, and
+/// privileges that could not be dropped (the error's text).
+fn start_warnings(probes: &[ProbeStatus], not_dropped: Option<String>) -> Vec<String> {
     let mut warnings: Vec<String> = probes
         .iter()
         .filter(|p| !p.attached)
@@ -629,216 +701,476 @@ fn collect(
             )
         })
         .collect();
-    if let Some(e) = dropped {
+    if let Some(e) = not_dropped {
         warnings.push(format!(
             "could not drop privileges after setup ({e}): the run goes on with every capability"
         ));
     }
-    let _ = tx.send(Update::Started {
-        processes: collector.family.members().to_vec(),
-        probes: probes.clone(),
-        clocks: crate::system::ClockReadings::at(start_ns),
-    });
-    let _ = ready.send(Ok(collector.drop_reasons().clone()));
-    mark("probes active, command released");
+    warnings
+}
 
-    let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
-    analyzer.set_baseline(cfg.baseline.clone());
-    analyzer.set_relay_fanout(cfg.relay_fanout);
-    if let Some(sc) = &cfg.scanner {
-        let tsc_hz =
-            crate::system::tsc_freq::kernel_tsc_hz().or_else(crate::system::tsc_freq::perf_page_tsc_hz);
-        let (specs, _) = claim_specs(sc, matches!(cfg.target, Target::Command(_)));
-        let mut model = crate::analysis::ScannerModel::new(
-            &sc.profile.name,
-            sc.profile.message_types.clone(),
-            cfg.requested_pps,
-            sc.argv_rate.clone(),
-            tsc_hz,
-            start_ns,
-        )
-        .with_output_claims(specs)
-        .with_wait(sc.profile.wait.clone())
-        .with_pacers(
-            sc.profile
-                .probes
-                .iter()
-                .filter_map(|p| {
-                    p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
-                        probe: p.name.clone(),
-                        name: pc.name.clone(),
-                        option: pc.option.clone(),
-                        waits: pc.waits,
-                    })
-                })
-                .collect(),
-        );
-        for st in &sc.status {
-            if let StatusAt::Unreadable(why) = &st.at {
-                model.output_note(format!("{}: {why}", st.rule.what));
-            }
-        }
-        analyzer.set_scanner(model);
+/// Adds a warning unless it is there already.
+fn add_once(warnings: &mut Vec<String>, w: String) {
+    if !warnings.contains(&w) {
+        warnings.push(w);
     }
-    let launched_cmd = matches!(cfg.target, Target::Command(_));
-    let mut choice = cfg.scanner.as_ref().and_then(|sc| {
-        let set = crate::wrappers::ProfileSet::builtin().ok()?;
-        Some(crate::wrappers::ScannerChoice::new(
-            set,
-            sc.explicit.then(|| sc.profile.clone()),
-        ))
-    });
-    // Attached: the family found at start may already run the scanner behind a wrapper.
-    if !launched_cmd {
-        let found: Vec<(u32, String, String)> = collector
+}
+
+/// The end-of-run warning for probe records the ring buffer had no room for, if any.
+fn lost_records_warning(lost_events: u64) -> Option<String> {
+    (lost_events > 0).then(|| {
+        format!(
+            "{lost_events} probe records were lost (ring buffer full): process events, blocking events and dropped-packet headers may be incomplete"
+        )
+    })
+}
+
+/// The end-of-run warning for dropped packets' headers beyond what memory keeps, if any.
+fn headers_over_cap_warning(h: &crate::collect::headers::DroppedHeaders) -> Option<String> {
+    (h.over_cap > 0).then(|| {
+        format!(
+            "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
+             the pcapng has the first ones",
+            h.over_cap,
+            crate::collect::headers::MAX_HEADERS
+        )
+    })
+}
+
+/// Why the run ends after a tick, if it does: the stop flag first, then the duration, then a
+/// family with no process left.
+fn end_reason(stopped: bool, duration_over: bool, any_alive: bool) -> Option<EndReason> {
+    if stopped {
+        Some(EndReason::Interrupted)
+    } else if duration_over {
+        Some(EndReason::Duration)
+    } else if !any_alive {
+        Some(EndReason::FamilyExited)
+    } else {
+        None
+    }
+}
+
+/// The longest the tick loop sleeps at once, ns: the ring buffer is drained and the stop flag
+/// seen at least this often.
+const LONGEST_WAIT_NS: u64 = 50_000_000;
+
+/// The tick loop's clock: when the next tick is due and when `--duration` ends the run, on the
+/// timestamps it is given (ns, CLOCK_MONOTONIC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TickClock {
+    /// ns between ticks (at least 1 ms)
+    interval_ns: u64,
+    /// when the next tick is due, ns
+    next_tick: u64,
+    /// when the duration ends the run, ns
+    end_ns: Option<u64>,
+}
+
+impl TickClock {
+    fn new(start_ns: u64, interval: Duration, duration: Option<Duration>) -> TickClock {
+        let interval_ns = interval.as_nanos().max(1_000_000) as u64;
+        TickClock {
+            interval_ns,
+            next_tick: start_ns + interval_ns,
+            end_ns: duration.map(|d| start_ns + d.as_nanos() as u64),
+        }
+    }
+
+    /// Whether the duration is over at `now`.
+    fn ended(&self, now: u64) -> bool {
+        self.end_ns.is_some_and(|e| now >= e)
+    }
+
+    /// Whether the loop stops waiting at `now`: the tick is due, or the duration over.
+    fn due(&self, now: u64) -> bool {
+        now >= self.next_tick || self.ended(now)
+    }
+
+    /// How long to sleep at `now`, ns: until the tick, the end, or the BPF statistics window
+    /// that opens at `opens_at`, whichever is first, and never more than [`LONGEST_WAIT_NS`].
+    fn wait_ns(&self, now: u64, opens_at: Option<u64>) -> u64 {
+        self.next_tick
+            .saturating_sub(now)
+            .min(self.end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)))
+            .min(opens_at.filter(|at| *at > now).map_or(u64::MAX, |at| at - now))
+            .min(LONGEST_WAIT_NS)
+    }
+
+    /// The next tick after one taken at `now`: one interval on, or one interval after `now`
+    /// when the loop fell behind by more than an interval (ticks are not made up).
+    fn advance(&mut self, now: u64) {
+        self.next_tick += self.interval_ns;
+        if self.next_tick <= now {
+            self.next_tick = now + self.interval_ns;
+        }
+    }
+}
+
+/// What the collection thread holds from the first tick to the summary.
+struct Run {
+    collector: Collector,
+    analyzer: Analyzer,
+    /// the scanner recognised among the family's images (src/wrappers/exec.rs), if profiled
+    choice: Option<crate::wrappers::ScannerChoice>,
+    /// the warnings of every tick from now on
+    warnings: Vec<String>,
+    clock: TickClock,
+}
+
+impl Run {
+    /// The analysis set up for the run, the scanner followed in the family found at attach,
+    /// and the baseline sample taken at `start_ns`.
+    fn new(cfg: &SessionConfig, collector: Collector, start_ns: u64, warnings: Vec<String>) -> Run {
+        let mut analyzer = Analyzer::new(cfg.requested_pps, start_ns);
+        analyzer.set_baseline(cfg.baseline.clone());
+        analyzer.set_relay_fanout(cfg.relay_fanout);
+        if let Some(sc) = &cfg.scanner {
+            analyzer.set_scanner(scanner_model(sc, cfg.requested_pps, cfg.launches(), start_ns));
+        }
+        let choice = cfg.scanner.as_ref().and_then(|sc| {
+            let set = crate::wrappers::ProfileSet::builtin().ok()?;
+            Some(crate::wrappers::ScannerChoice::new(
+                set,
+                sc.explicit.then(|| sc.profile.clone()),
+            ))
+        });
+        let clock = TickClock::new(start_ns, cfg.interval, cfg.duration);
+        let mut run = Run {
+            collector,
+            analyzer,
+            choice,
+            warnings,
+            clock,
+        };
+        // Attached: the family found at start may already run the scanner behind a wrapper.
+        if !cfg.launches() {
+            run.follow_found();
+        }
+        run.analyzer.baseline(run.collector.sample(start_ns));
+        run.analyzer.set_interval(run.clock.interval_ns);
+        run
+    }
+
+    /// Follows the scanner in each live member of the family found at attach.
+    fn follow_found(&mut self) {
+        let found: Vec<(u32, String, String)> = self
+            .collector
             .family
             .alive()
             .map(|m| (m.pid, m.comm.clone(), m.exe.clone()))
             .collect();
         for (pid, comm, exe) in found {
             let argv = crate::collect::family::command_line(pid);
-            follow_scanner(&mut choice, &mut analyzer, pid, &comm, &exe, argv.as_deref());
+            follow_scanner(
+                &mut self.choice,
+                &mut self.analyzer,
+                pid,
+                &comm,
+                &exe,
+                argv.as_deref(),
+            );
         }
     }
-    analyzer.baseline(collector.sample(start_ns));
-    let interval_ns = cfg.interval.as_nanos().max(1_000_000) as u64;
-    analyzer.set_interval(interval_ns);
-    let end_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
-    let mut next_tick = start_ns + interval_ns;
-    let mut last: CounterSample;
-    let mut first_tick = true;
-    let end_reason = loop {
-        // Sleep in short steps: the ring buffer is drained and the stop flag seen promptly.
+
+    /// Drains the probes' records; an exec may be the scanner's (its profile and rate follow).
+    /// Whether a member exited.
+    fn poll_family(&mut self) -> bool {
+        let mut exited = false;
+        for e in self.collector.poll_events() {
+            match e {
+                FamilyEvent::Exited { .. } => exited = true,
+                FamilyEvent::Execed {
+                    pid,
+                    comm,
+                    path,
+                    argv,
+                } => follow_scanner(
+                    &mut self.choice,
+                    &mut self.analyzer,
+                    pid,
+                    &comm,
+                    &path,
+                    argv.as_deref(),
+                ),
+                _ => {}
+            }
+        }
+        exited
+    }
+
+    /// Ticks until the run ends: why it ended, and the last sample.
+    fn tick_loop(
+        &mut self,
+        stop: &AtomicBool,
+        tx: &Sender<Update>,
+        readings: &Receiver<crate::collect::output::OutputEvent>,
+    ) -> (EndReason, CounterSample) {
+        let mut first_tick = true;
+        loop {
+            self.wait_for_tick(stop);
+            self.collector.family.reap_vanished();
+            let now = monotonic_ns();
+            let last = self.tick(now, tx, readings);
+            if first_tick {
+                mark("first tick sent");
+                first_tick = false;
+            }
+            self.clock.advance(now);
+            let stopped = stop.load(Ordering::Relaxed);
+            if let Some(r) = end_reason(stopped, self.clock.ended(now), self.collector.family.any_alive()) {
+                return (r, last);
+            }
+        }
+    }
+
+    /// Sleeps in short steps until the tick is due, the stop flag is raised, the duration ends
+    /// or the whole family has exited, draining the probes' records and opening the tick's BPF
+    /// statistics window for its last slice. Wakes at once on an exec: the new image may need
+    /// the profile's uprobes.
+    fn wait_for_tick(&mut self, stop: &AtomicBool) {
         let mut exited = false;
         loop {
-            for e in collector.poll_events() {
-                match e {
-                    FamilyEvent::Exited { .. } => exited = true,
-                    FamilyEvent::Execed {
-                        pid,
-                        comm,
-                        path,
-                        argv,
-                    } => follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref()),
-                    _ => {}
-                }
-            }
+            exited |= self.poll_family();
             let now = monotonic_ns();
-            if now >= next_tick || stop.load(Ordering::Relaxed) || end_ns.is_some_and(|e| now >= e) {
-                break;
+            if self.clock.due(now) || stop.load(Ordering::Relaxed) {
+                return;
             }
             if exited {
-                collector.family.reap_vanished();
-                if !collector.family.any_alive() {
-                    break;
+                self.collector.family.reap_vanished();
+                if !self.collector.family.any_alive() {
+                    return;
                 }
             }
-            // The BPF statistics window of this tick opens for its last slice.
-            let opens_at = collector.bpf_window_opens_at(next_tick, interval_ns);
+            let opens_at = self
+                .collector
+                .bpf_window_opens_at(self.clock.next_tick, self.clock.interval_ns);
             if opens_at.is_some_and(|at| now >= at) {
-                collector.open_bpf_window(now);
+                self.collector.open_bpf_window(now);
             }
-            let wait = (next_tick - now)
-                .min(end_ns.map_or(u64::MAX, |e| e.saturating_sub(now)))
-                .min(opens_at.filter(|at| *at > now).map_or(u64::MAX, |at| at - now));
-            // Wakes at once on an exec: the new image may need the profile's uprobes.
-            collector.wait(Duration::from_nanos(wait.min(50_000_000)));
+            self.collector
+                .wait(Duration::from_nanos(self.clock.wait_ns(now, opens_at)));
         }
-        collector.family.reap_vanished();
-        let now = monotonic_ns();
-        last = collector.sample(now);
-        if let Some(e) = collector.bpf_stats_error() {
+    }
+
+    /// One tick at `now`: the sample, the warnings it raises (kept for the rest of the run),
+    /// the scanner's output read so far, and the Snapshot sent. The sample.
+    fn tick(
+        &mut self,
+        now: u64,
+        tx: &Sender<Update>,
+        readings: &Receiver<crate::collect::output::OutputEvent>,
+    ) -> CounterSample {
+        let last = self.collector.sample(now);
+        if let Some(e) = self.collector.bpf_stats_error() {
             let w = format!(
                 "BPF run-time statistics could not be turned on ({e}): the probes' own cost is not measured"
             );
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
+            add_once(&mut self.warnings, w);
         }
-        if let Some(w) = collector.receive_warning(&last) {
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
+        if let Some(w) = self.collector.receive_warning(&last) {
+            add_once(&mut self.warnings, w);
         }
-        analyzer.output_readings(readings.try_iter());
-        let mut tick_warnings = warnings.clone();
-        tick_warnings.extend(collector.full_map_warnings(&last.health));
-        let _ = tx.send(Update::Tick(Box::new(analyzer.tick(&last, &tick_warnings))));
-        if first_tick {
-            mark("first tick sent");
-            first_tick = false;
-        }
-        next_tick += interval_ns;
-        if next_tick <= now {
-            next_tick = now + interval_ns;
-        }
-        if stop.load(Ordering::Relaxed) {
-            break EndReason::Interrupted;
-        }
-        if end_ns.is_some_and(|e| now >= e) {
-            break EndReason::Duration;
-        }
-        if !collector.family.any_alive() {
-            break EndReason::FamilyExited;
-        }
-    };
-    if let Some(l) = launched.as_mut() {
-        end_launched_family(&mut collector, l);
+        self.analyzer.output_readings(readings.try_iter());
+        let mut tick_warnings = self.warnings.clone();
+        tick_warnings.extend(self.collector.full_map_warnings(&last.health));
+        let _ = tx.send(Update::Tick(Box::new(self.analyzer.tick(&last, &tick_warnings))));
+        last
+    }
+
+    /// The end of a launched command: its family ended, and what it sent between the last tick
+    /// and its end taken into the run. The last sample.
+    fn end_launched(&mut self, l: &mut Launched) -> CounterSample {
+        end_launched_family(&mut self.collector, l);
         l.finish();
-        // What the command sent between the last tick and its end still belongs to the run.
-        for e in collector.poll_events() {
-            if let FamilyEvent::Execed {
-                pid,
-                comm,
-                path,
-                argv,
-            } = e
-            {
-                follow_scanner(&mut choice, &mut analyzer, pid, &comm, &path, argv.as_deref());
-            }
+        self.poll_family();
+        self.collector.family.reap_vanished();
+        let last = self.collector.sample(monotonic_ns());
+        self.analyzer.absorb(&last);
+        last
+    }
+
+    /// The run's Summary from its last sample: the status files' last lines (written as the
+    /// scanner ended) and the records streamed while it ended still belong to it.
+    fn summary(
+        &mut self,
+        mut last: CounterSample,
+        end_reason: EndReason,
+        tails: Vec<crate::collect::status_file::StatusTail>,
+        readings: &Receiver<crate::collect::output::OutputEvent>,
+        probes: Vec<ProbeStatus>,
+    ) -> Summary {
+        for t in tails {
+            t.finish();
         }
-        collector.family.reap_vanished();
-        last = collector.sample(monotonic_ns());
-        analyzer.absorb(&last);
+        self.analyzer.output_readings(readings.try_iter());
+        self.collector.poll_events();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.extend(lost_records_warning(last.health.lost_events));
+        warnings.extend(self.collector.full_map_warnings(&last.health));
+        last.processes = self.collector.processes(&last.threads);
+        self.collector.family.unguard();
+        let dropped_headers = self.collector.take_dropped_headers();
+        warnings.extend(headers_over_cap_warning(&dropped_headers));
+        let mut summary = self.analyzer.summary(&last, end_reason, probes, warnings);
+        summary.dropped_headers = dropped_headers;
+        summary
     }
-    // The status files' last lines (written as the scanner ended) still belong to the run.
-    for t in tails {
-        t.finish();
+}
+
+/// The scanner's model for the analysis: its profile, the rate its command line asks for, the
+/// figures read from its output, its pacers, and why a status cannot be read.
+fn scanner_model(
+    sc: &ScannerSetup,
+    requested_pps: Option<f64>,
+    launched: bool,
+    start_ns: u64,
+) -> crate::analysis::ScannerModel {
+    let tsc_hz = crate::system::tsc_freq::kernel_tsc_hz().or_else(crate::system::tsc_freq::perf_page_tsc_hz);
+    let (specs, _) = claim_specs(sc, launched);
+    let pacers = sc
+        .profile
+        .probes
+        .iter()
+        .filter_map(|p| {
+            p.pacer.as_ref().map(|pc| crate::analysis::PacerView {
+                probe: p.name.clone(),
+                name: pc.name.clone(),
+                option: pc.option.clone(),
+                waits: pc.waits,
+            })
+        })
+        .collect();
+    let mut model = crate::analysis::ScannerModel::new(
+        &sc.profile.name,
+        sc.profile.message_types.clone(),
+        requested_pps,
+        sc.argv_rate.clone(),
+        tsc_hz,
+        start_ns,
+    )
+    .with_output_claims(specs)
+    .with_wait(sc.profile.wait.clone())
+    .with_pacers(pacers);
+    for st in &sc.status {
+        if let StatusAt::Unreadable(why) = &st.at {
+            model.output_note(format!("{}: {why}", st.rule.what));
+        }
     }
-    analyzer.output_readings(readings.try_iter());
-    // Records streamed while the run ended (an exit) still belong to it.
-    collector.poll_events();
-    let mut final_warnings = warnings;
-    if last.health.lost_events > 0 {
-        final_warnings.push(format!(
-            "{} probe records were lost (ring buffer full): process events, blocking events and dropped-packet headers may be incomplete",
-            last.health.lost_events
-        ));
-    }
-    final_warnings.extend(collector.full_map_warnings(&last.health));
-    last.processes = collector.processes(&last.threads);
-    collector.family.unguard();
-    let dropped_headers = collector.take_dropped_headers();
-    if dropped_headers.over_cap > 0 {
-        final_warnings.push(format!(
-            "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
-             the pcapng has the first ones",
-            dropped_headers.over_cap,
-            crate::collect::headers::MAX_HEADERS
-        ));
-    }
-    let mut summary = analyzer.summary(&last, end_reason, probes, final_warnings);
-    summary.dropped_headers = dropped_headers;
-    let _ = tx.send(Update::Done(Box::new(summary)));
-    // The probes detach here, when the collector (and its ProbeSet) is dropped.
-    drop(collector);
-    Ok(launched.and_then(|l| l.status))
+    model
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// The tick loop's clock: a tick one interval after the start, the wait bounded by the
+    /// tick, the duration's end, the statistics window and 50 ms; a late tick is not made up.
+    #[test]
+    fn the_tick_clock_is_due_at_the_interval_and_waits_for_the_nearest_event() {
+        let ms = 1_000_000;
+        let mut c = TickClock::new(
+            1_000 * ms,
+            Duration::from_millis(500),
+            Some(Duration::from_millis(1_200)),
+        );
+        assert_eq!(c.next_tick, 1_500 * ms);
+        assert_eq!(c.end_ns, Some(2_200 * ms));
+        assert!(!c.due(1_499 * ms));
+        assert!(c.due(1_500 * ms));
+        assert_eq!(c.wait_ns(1_400 * ms, None), 50 * ms, "never longer than 50 ms");
+        assert_eq!(c.wait_ns(1_480 * ms, None), 20 * ms, "until the tick");
+        assert_eq!(
+            c.wait_ns(1_440 * ms, Some(1_450 * ms)),
+            10 * ms,
+            "until the window opens"
+        );
+        assert_eq!(
+            c.wait_ns(1_480 * ms, Some(1_450 * ms)),
+            20 * ms,
+            "a window already open"
+        );
+        c.advance(1_500 * ms);
+        assert_eq!(c.next_tick, 2_000 * ms);
+        c.advance(2_700 * ms);
+        assert_eq!(c.next_tick, 3_200 * ms, "one interval after a late tick");
+        assert_eq!(c.wait_ns(2_190 * ms, None), 10 * ms, "until the duration ends");
+        assert!(!c.ended(2_199 * ms));
+        assert!(c.ended(2_200 * ms) && c.due(2_200 * ms));
+        let short = TickClock::new(0, Duration::from_micros(10), None);
+        assert_eq!(short.interval_ns, ms, "ticks are at least 1 ms apart");
+        assert_eq!(short.end_ns, None);
+    }
+
+    /// The stop flag ends a run before its duration, and the duration before the family's end.
+    #[test]
+    fn the_end_reason_is_the_stop_then_the_duration_then_the_family() {
+        assert_eq!(end_reason(true, true, false), Some(EndReason::Interrupted));
+        assert_eq!(end_reason(false, true, false), Some(EndReason::Duration));
+        assert_eq!(end_reason(false, false, false), Some(EndReason::FamilyExited));
+        assert_eq!(end_reason(false, false, true), None);
+    }
+
+    /// After set-up the thread keeps the base set, the caller's, and one capability per thing
+    /// the rest of the run still does.
+    #[test]
+    fn privileges_kept_after_set_up_are_what_the_run_still_needs() {
+        use crate::collect::bpf_time::StatsPolicy;
+        use crate::system::privileges::{FOR_LAB, FOR_USER_COMMAND, KEPT};
+        assert_eq!(
+            privileges_to_keep(&[], false, StatsPolicy::Off, false),
+            KEPT.to_vec()
+        );
+        assert_eq!(
+            privileges_to_keep(&[], false, StatsPolicy::Continuous, false),
+            KEPT.to_vec()
+        );
+        let all = privileges_to_keep(&FOR_LAB, true, StatsPolicy::Sampled { divisor: 10 }, true);
+        assert_eq!(all.len(), KEPT.len() + FOR_LAB.len() + 3);
+        assert!(FOR_LAB.iter().all(|c| all.contains(c)));
+        assert_eq!(all.last(), Some(&FOR_USER_COMMAND));
+    }
+
+    /// Each probe that did not attach is a warning naming it and why; a failed privilege drop
+    /// says the run goes on with every capability; a warning is added once.
+    #[test]
+    fn start_and_end_warnings_name_what_is_missing() {
+        let mut probes = vec![
+            ProbeStatus {
+                name: "send_path".into(),
+                attached: true,
+                error: None,
+            },
+            ProbeStatus {
+                name: "rings".into(),
+                attached: false,
+                error: Some("no BTF".into()),
+            },
+        ];
+        assert_eq!(
+            start_warnings(&probes, None),
+            ["probe rings unavailable (no BTF): its figures are missing from this run"]
+        );
+        probes[1].error = None;
+        let w = start_warnings(&probes, Some("EPERM".into()));
+        assert_eq!(w.len(), 2);
+        assert!(w[0].contains("(unknown error)"), "{w:?}");
+        assert!(
+            w[1].starts_with("could not drop privileges after setup (EPERM)"),
+            "{w:?}"
+        );
+        let mut once = Vec::new();
+        add_once(&mut once, "a".into());
+        add_once(&mut once, "a".into());
+        assert_eq!(once, ["a"]);
+        assert_eq!(lost_records_warning(0), None);
+        assert!(lost_records_warning(7).is_some_and(|w| w.starts_with("7 probe records were lost")));
+        let mut h = crate::collect::headers::DroppedHeaders::default();
+        assert_eq!(headers_over_cap_warning(&h), None);
+        h.over_cap = 3;
+        assert!(headers_over_cap_warning(&h).is_some_and(|w| w.starts_with("3 headers of dropped packets")));
+    }
 
     /// The live view's command log: a fresh private directory each time (0700), and the file
     /// is created new: a symlink planted at its name is refused, never followed.

@@ -1156,13 +1156,14 @@ fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
     lab.destroy();
 }
 
-// Product bug ---------------------------------------------------------------------------------
+// Product bugs since fixed, kept as regression tests ---------------------------------------------
 
 /// Drops of somebody else's packets in another namespace are not the target's loss, even when
-/// they go to an address the target sends to. Fails today: drops.bpf.c falls back to the
-/// `flows` map, keyed by destination address alone (no namespace, no socket), for any packet
-/// whose socket is not the target's, so another lab's tbf drops to 10.99.0.2 are reported as
-/// `target_loss` of the profiled sender, on the other lab's device.
+/// they go to an address the target sends to. The bug: drops.bpf.c fell back to the `flows`
+/// map, keyed by destination address alone, for any packet whose socket was not the target's,
+/// so another lab's tbf drops to 10.99.0.2 were `target_loss` of the profiled sender. Fixed:
+/// an unowned packet is matched by address only in a namespace the family's traffic reached,
+/// and only on a device the family's packets used (drops.bpf.c).
 #[test]
 fn drops_in_another_namespace_are_not_the_targets_loss() {
     let test = privileged();
@@ -1222,11 +1223,11 @@ fn drops_in_another_namespace_are_not_the_targets_loss() {
 }
 
 /// `run --json` output stays NDJSON while the launched command writes to the same stdout: every
-/// line is a whole JSON object. Fails today (about 1 run in 6 here): scanprof writes an NDJSON
-/// line and its newline in two write(2) calls (the line is longer than stdout's line buffer),
-/// so output of the command that lands between them is glued to the end of scanprof's line and
-/// an empty line follows. Most likely when the run ends by SIGINT: scanprof SIGTERMs the sender
-/// while it writes its last `sample`, and the sender prints its report at that moment.
+/// line is a whole JSON object. The bug (about 1 run in 6): the command wrote to the same
+/// stdout, and its output landing between an NDJSON line and its newline (two write(2) calls)
+/// was glued to scanprof's line; most likely when the run ends by SIGINT, as the SIGTERMed
+/// sender prints its report. Fixed: under `--json` a launched command's stdout goes to
+/// scanprof's stderr (`CommandOutput::StdoutToStderr`), never to the NDJSON stream.
 #[test]
 fn ndjson_lines_stay_whole_when_the_command_prints() {
     let test = privileged();

@@ -12,6 +12,7 @@ pub mod replies;
 pub mod rings;
 pub mod scanner;
 pub mod snapshot;
+pub mod stage;
 pub mod stats;
 pub mod verdict;
 

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::{DropRow, Stage, StageName};
+use super::stage::{DropRow, Stage, StageName};
 use crate::collect::{
     CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime,
 };

@@ -5,57 +5,16 @@
 //! never forwarded (the relay's own drops: reads x fan-out - sends, when the fan-out is known),
 //! and egress refused (ENOBUFS, EAGAIN) or blocked. The thread time budget says whether the
 //! relay's threads spend their CPU sending or not (reading and their own work). Pure: it reads
-//! the run's Summary figures.
+//! the run's Summary figures, and makes the Summary's `RelayView` (declared with the Summary
+//! in snapshot.rs, so that the two modules do not import each other).
 
-use serde::{Deserialize, Serialize};
-
+pub use super::snapshot::RelayView;
 use super::snapshot::{StageName, Summary};
 use crate::collect::TimeBudget;
 
 /// Send errors of an egress the kernel refused for now (a full qdisc, a full socket buffer): a
 /// relay retries them.
 pub const REFUSED_ERRNOS: [&str; 2] = ["ENOBUFS", "EAGAIN"];
-
-/// The relay funnel over the run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RelayView {
-    /// outputs each packet read is written to (`--relay-fanout`)
-    pub fanout: u32,
-    /// packets the family read (ingress), and per second over the run
-    pub read: u64,
-    pub read_pps: f64,
-    /// packets the family sent (egress), and per second over the run
-    pub sent: u64,
-    pub sent_pps: f64,
-    /// `sent / read`; with a fan-out of N, N means every packet read was forwarded
-    pub amplification: f64,
-    /// packets for the family dropped by the kernel before its read (the receive funnel's
-    /// `recv_drops`: at its sockets, e.g. PACKET_SOCK_ERROR, SOCKET_RCVBUFF, or in a backlog)
-    pub kernel_drops: u64,
-    /// the reasons of those drops, most first: (reason, packets)
-    pub kernel_drop_reasons: Vec<(String, u64)>,
-    /// whether the kernel names the socket a packet was dropped at (6.8 and newer): false, and
-    /// drops at the relay's own sockets (a full packet socket) are not in `kernel_drops`
-    #[serde(default)]
-    pub kernel_drops_seen: bool,
-    /// packets that reached the family: `read + kernel_drops`
-    pub arrived: u64,
-    /// sends the fan-out called for and that did not happen: `read x fanout - sent`
-    pub unsent: u64,
-    /// the relay's own drops, in packets read: `unsent / fanout`, rounded down
-    pub own_drops: u64,
-    /// send calls the kernel refused (ENOBUFS, EAGAIN): egress refused
-    pub refused: u64,
-    /// time of the threads that sent, ns: on CPU in send calls, blocked in them, on CPU
-    /// elsewhere (reading and the relay's own work), and asleep or waiting elsewhere
-    pub send_ns: u64,
-    pub blocked_send_ns: u64,
-    pub other_ns: u64,
-    pub sleep_ns: u64,
-    /// the share of the threads' busy time (on CPU, or blocked in a send) spent sending:
-    /// `(send + blocked_send) / (send + blocked_send + other)`
-    pub egress_time_share: f64,
-}
 
 /// The relay funnel of a run: None unless the family is declared a relay (a fan-out) and both
 /// read and sent packets. A scanner that reads its replies is no relay: without the

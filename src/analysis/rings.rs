@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::StageName;
+use super::stage::StageName;
 use crate::collect::rings::{PacketRing, RingKind};
 use crate::collect::CounterSample;
 

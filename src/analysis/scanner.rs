@@ -35,8 +35,21 @@ pub struct ScannerView {
     pub wait: Option<String>,
 }
 
+impl ScannerView {
+    /// Whether the profile is the fallback one ([`GENERIC_PROFILE`]): a family no profile
+    /// recognised, not a scanner.
+    ///
+    /// [`GENERIC_PROFILE`]: crate::wrappers::GENERIC_PROFILE
+    pub fn is_generic(&self) -> bool {
+        self.profile == crate::wrappers::GENERIC_PROFILE
+    }
+}
+
 /// How a pacer waits out the rest of a packet's slot: declared by the profile (wrappers).
 pub use crate::wrappers::PacerWait;
+
+/// The unit of a delay the scanner derived: declared by the profile (wrappers).
+pub use crate::wrappers::DelayUnit;
 
 /// What a requested figure means (`exact`, `cap`, `floor`...): declared by the profile.
 pub use crate::wrappers::RateKind;
@@ -222,8 +235,8 @@ pub struct CalibrationView {
     pub pps: Option<f64>,
     /// the per-packet delay it derived, as the scanner stores it
     pub delay: Option<f64>,
-    /// unit of `delay`: `tsc_cycles`, `ns`, `us`
-    pub delay_unit: Option<String>,
+    /// unit of `delay`: `tsc_cycles`, `ns`, `us`, `s`
+    pub delay_unit: Option<DelayUnit>,
     /// that delay in ns
     pub delay_ns: Option<f64>,
     /// the slot the rate asks for: 1e9 / pps, ns
@@ -922,18 +935,13 @@ impl ScannerModel {
             .get("delay")
             .copied()
             .or(c.ret.filter(|_| !c.values.contains_key("delay")));
-        let unit = ["tsc_cycles", "ns", "us", "s"]
+        let unit = DelayUnit::ALL
             .into_iter()
-            .find(|u| c.values.contains_key(&format!("delay_unit_{u}")));
+            .find(|u| c.values.contains_key(&format!("delay_unit_{}", u.as_str())));
         if let (Some(d), Some(unit)) = (delay, unit) {
             cal.delay = Some(d);
-            cal.delay_unit = Some(unit.to_string());
-            cal.delay_ns = match unit {
-                "tsc_cycles" => tsc_hz.filter(|h| *h > 0.0).map(|h| d * 1e9 / h),
-                "ns" => Some(d),
-                "us" => Some(d * 1e3),
-                _ => Some(d * 1e9),
-            };
+            cal.delay_unit = Some(unit);
+            cal.delay_ns = unit.to_ns(d, tsc_hz);
             if let (Some(dn), Some(slot)) = (cal.delay_ns, cal.slot_ns) {
                 cal.error_pct = Some((dn / slot - 1.0) * 100.0);
             }

@@ -11,150 +11,16 @@ pub use super::receive::{
     Capacity, LineRate, OncpuSource, ReceiveCost, ReceiveView, ThreadReceiveCost, RECV_STAGES,
 };
 pub use super::scanner::*;
+pub use super::stage::*;
 use super::stats::RunStats;
 pub use super::verdict::Verdict;
 use crate::collect::family::ProcessInfo;
-use crate::collect::{DropClass, Health, QueueDepth, TimeBudget};
+use crate::collect::{Health, QueueDepth, TimeBudget};
 use crate::wrappers::PacerKind;
 
 /// Version of the JSON layout of `Snapshot` and `Summary`; bumped on any incompatible change.
 /// 2: a sample's drop rows carry the drops of its tick only (1: every row, counts since attach).
 pub const SCHEMA_VERSION: u32 = 2;
-
-/// Declares `StageName` once: each variant with its stable name, so that the list of stages,
-/// their names and `StageName::ALL` cannot drift apart.
-macro_rules! stage_names {
-    ($($(#[doc = $doc:literal])* $variant:ident = $name:literal;)+) => {
-        /// A stage of the send funnel (`STAGES`), the receive funnel (`RECV_STAGES`) or of the
-        /// family's packet sockets (`rings::RING_STAGES`). Serde writes it as its snake_case
-        /// name (docs/events.md), so the JSON is the same as when stages were strings. Ordered,
-        /// compared and hashed as its name is, so that a `BTreeMap` keyed by it keeps its keys
-        /// in alphabetical order and can be looked up by name (`map["dev_xmit"]`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum StageName {
-            $($(#[doc = $doc])* $variant,)+
-        }
-
-        impl StageName {
-            /// Every stage, in declaration order.
-            pub const ALL: &'static [StageName] = &[$(StageName::$variant),+];
-
-            /// Whether the stage is a qdisc's (`qdisc_enqueue`, `qdisc_dequeue`): empty when no
-            /// queueing qdisc is on the path.
-            pub fn is_qdisc(self) -> bool {
-                matches!(self, StageName::QdiscEnqueue | StageName::QdiscDequeue)
-            }
-
-            /// The stable name: the JSON's, and the views'.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(StageName::$variant => $name,)+
-                }
-            }
-        }
-    };
-}
-
-stage_names! {
-    /// send calls of the family (connect calls for a connect scanner)
-    SendCalls = "send_calls";
-    /// packets the send syscalls accepted
-    SyscallPackets = "syscall_packets";
-    /// packets queued to a device
-    DevQueue = "dev_queue";
-    /// packets a qdisc took
-    QdiscEnqueue = "qdisc_enqueue";
-    /// packets a qdisc released
-    QdiscDequeue = "qdisc_dequeue";
-    /// packets the driver accepted
-    DevXmit = "dev_xmit";
-    /// the family's outgoing packets dropped
-    TargetDrops = "target_drops";
-    /// packets for the family dropped before its read
-    RecvDrops = "recv_drops";
-    /// receive calls on datagram and packet sockets
-    RecvCalls = "recv_calls";
-    /// messages those calls read
-    RecvPackets = "recv_packets";
-    /// frames queued to the family's packet sockets
-    RingQueued = "ring_queued";
-    /// frames dropped at them because they were full
-    RingDrops = "ring_drops";
-}
-
-impl PartialOrd for StageName {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for StageName {
-    /// By name, as the strings were: the Summary's maps keep their JSON key order.
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_str().cmp(other.as_str())
-    }
-}
-
-impl std::hash::Hash for StageName {
-    /// As the name hashes, which `Borrow<str>` requires.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state)
-    }
-}
-
-impl std::borrow::Borrow<str> for StageName {
-    fn borrow(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl PartialEq<str> for StageName {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for StageName {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl std::fmt::Display for StageName {
-    /// The name, padded as a string is (`{:<16}` in the text report's funnel).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-/// A name that is no stage scanprof counts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown stage '{0}': see docs/events.md for the stages")]
-pub struct UnknownStage(pub String);
-
-impl std::str::FromStr for StageName {
-    type Err = UnknownStage;
-
-    fn from_str(s: &str) -> Result<StageName, UnknownStage> {
-        StageName::ALL
-            .iter()
-            .copied()
-            .find(|n| n.as_str() == s)
-            .ok_or_else(|| UnknownStage(s.to_string()))
-    }
-}
-
-/// Stage names, in the order a packet passes them.
-pub const STAGES: [StageName; 7] = [
-    StageName::SendCalls,
-    StageName::SyscallPackets,
-    StageName::DevQueue,
-    StageName::QdiscEnqueue,
-    StageName::QdiscDequeue,
-    StageName::DevXmit,
-    StageName::TargetDrops,
-];
 
 /// The family's connect(2) calls on TCP sockets over the run: a connect scanner's connection
 /// attempts. They are also its send calls (the funnel's `send_calls`), and the SYNs they sent
@@ -196,20 +62,6 @@ impl ConnectView {
             connect_scanner: c.calls * 2 > send_calls,
         })
     }
-}
-
-/// One stage of the funnel over a tick or a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stage {
-    pub name: StageName,
-    /// events in the interval (calls for send_calls, packets otherwise)
-    pub count: u64,
-    /// events per second over the interval
-    pub pps: f64,
-    /// events since attach
-    pub total: u64,
-    /// pps / requested pps, when a rate was requested
-    pub ratio: Option<f64>,
 }
 
 /// Where a thread's time went over an interval, as fractions of the interval (sum <= 1).
@@ -271,23 +123,6 @@ pub struct BlockedNowView {
     pub blocked_s: f64,
     /// innermost kernel function below the scheduler, e.g. `sock_alloc_send_pskb`
     pub wait_site: String,
-}
-
-/// One row of the drop table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DropRow {
-    pub reason: String,
-    pub location: String,
-    pub device: Option<String>,
-    pub netns: u32,
-    pub class: DropClass,
-    pub pid: Option<u32>,
-    /// drops in the tick (a sample holds only rows with drops in its tick); in the summary,
-    /// drops over the run
-    pub count: u64,
-    /// drops per second over the interval (in the summary: over the send window, the funnel's
-    /// window, or over the run when nothing was sent)
-    pub rate: f64,
 }
 
 /// A device's traffic over the interval.
@@ -569,7 +404,7 @@ pub struct Summary {
     pub limits: Option<LimitsView>,
     /// the relay funnel over the run, when the family both reads and sends packets
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relay: Option<super::relay::RelayView>,
+    pub relay: Option<RelayView>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -578,6 +413,47 @@ pub struct Summary {
     /// bundle's drops.pcapng), not into the JSON, so empty in a summary read back
     #[serde(skip)]
     pub dropped_headers: crate::collect::headers::DroppedHeaders,
+}
+
+/// The relay funnel over the run (`analysis::relay::relay_view` makes it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayView {
+    /// outputs each packet read is written to (`--relay-fanout`)
+    pub fanout: u32,
+    /// packets the family read (ingress), and per second over the run
+    pub read: u64,
+    pub read_pps: f64,
+    /// packets the family sent (egress), and per second over the run
+    pub sent: u64,
+    pub sent_pps: f64,
+    /// `sent / read`; with a fan-out of N, N means every packet read was forwarded
+    pub amplification: f64,
+    /// packets for the family dropped by the kernel before its read (the receive funnel's
+    /// `recv_drops`: at its sockets, e.g. PACKET_SOCK_ERROR, SOCKET_RCVBUFF, or in a backlog)
+    pub kernel_drops: u64,
+    /// the reasons of those drops, most first: (reason, packets)
+    pub kernel_drop_reasons: Vec<(String, u64)>,
+    /// whether the kernel names the socket a packet was dropped at (6.8 and newer): false, and
+    /// drops at the relay's own sockets (a full packet socket) are not in `kernel_drops`
+    #[serde(default)]
+    pub kernel_drops_seen: bool,
+    /// packets that reached the family: `read + kernel_drops`
+    pub arrived: u64,
+    /// sends the fan-out called for and that did not happen: `read x fanout - sent`
+    pub unsent: u64,
+    /// the relay's own drops, in packets read: `unsent / fanout`, rounded down
+    pub own_drops: u64,
+    /// send calls the kernel refused (ENOBUFS, EAGAIN): egress refused
+    pub refused: u64,
+    /// time of the threads that sent, ns: on CPU in send calls, blocked in them, on CPU
+    /// elsewhere (reading and the relay's own work), and asleep or waiting elsewhere
+    pub send_ns: u64,
+    pub blocked_send_ns: u64,
+    pub other_ns: u64,
+    pub sleep_ns: u64,
+    /// the share of the threads' busy time (on CPU, or blocked in a send) spent sending:
+    /// `(send + blocked_send) / (send + blocked_send + other)`
+    pub egress_time_share: f64,
 }
 
 /// What a family's achieved rate counts: packets, or a connect scanner's connection attempts

@@ -890,173 +890,18 @@ impl Collector {
             .probes
             .reply_counts()
             .map(|k| replies::ReplyCounts::from_kinds(&k));
-        let h = self.probes.health();
-        let mut threads = Vec::new();
-        // Sends blocked right now: (tgid, tid, stack id, since), named below with the sites.
-        let mut open: Vec<(u32, u32, i32, u64)> = Vec::new();
-        for raw in raw_threads {
-            let mut counters = thread_counters(&raw, now_ns);
-            // A receiving thread's user/system split: one small /proc read per thread and tick.
-            if counters.recv.any() {
-                if let Some(c) = read_thread_cpu(raw.tgid, raw.tid) {
-                    self.thread_cpu.insert(raw.tid, c);
-                }
-                counters.cpu = self.thread_cpu.get(&raw.tid).copied();
-            }
-            if let Some(b) = &counters.blocked_now {
-                open.push((raw.tgid, raw.tid, raw.block_stack, b.since_ns));
-            }
-            if counters.exited {
-                self.probes.forget_thread(raw.tid);
-                self.thread_cpu.remove(&raw.tid);
-                self.retired.push(counters);
-            } else {
-                threads.push(counters);
-            }
-        }
-        threads.extend(self.retired.iter().cloned());
-        threads.sort_by_key(|t| (t.pid, t.tid));
-
+        let health = health_of(&self.probes.health());
+        let (mut threads, open) = self.read_threads(raw_threads, now_ns);
         let names = self.probes.device_names();
-        let device_name = |ifindex: u32, netns: u32| names.get(&(ifindex, netns)).map(|n| n.0.clone());
-        let qdisc_kind = |ifindex: u32, netns: u32| {
-            names
-                .get(&(ifindex, netns))
-                .map(|n| n.1.clone())
-                .filter(|k| !k.is_empty())
-        };
-        let mut drops: Vec<DropCount> = raw_drops
-            .into_iter()
-            .map(|(k, count)| DropCount {
-                reason: self
-                    .reasons
-                    .get(&k.reason)
-                    .cloned()
-                    .unwrap_or_else(|| format!("reason {}", k.reason)),
-                location: self.symbols.name(k.location),
-                device: device_name(k.ifindex, k.netns),
-                ifindex: k.ifindex,
-                netns: k.netns,
-                class: DropClass::from_wire(k.class),
-                pid: (k.tgid != 0).then_some(k.tgid),
-                count,
-            })
-            .collect();
-        drops.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.location.cmp(&b.location)));
-
-        let devices: Vec<DeviceCounters> = raw_devices
-            .into_iter()
-            .map(|(k, s)| DeviceCounters {
-                device: device_name(k.ifindex, k.netns).unwrap_or_else(|| format!("if{}", k.ifindex)),
-                ifindex: k.ifindex,
-                netns: k.netns,
-                pid: (k.tgid != 0).then_some(k.tgid),
-                queued: s.queued,
-                enqueued: s.enqueued,
-                dequeued: s.dequeued,
-                xmit_ok: s.xmit_ok,
-                xmit_busy: s.xmit_busy,
-                xmit_err: s.xmit_err,
-                xmit_bytes: s.xmit_bytes,
-                neigh_started: s.neigh_started,
-                neigh_queued: s.neigh_queued,
-                neigh_resolved: s.neigh_resolved,
-                neigh_failed: s.neigh_failed,
-                qdisc: qdisc_kind(k.ifindex, k.netns),
-            })
-            .collect();
-        let queues = raw_queues
-            .into_iter()
-            .map(|(k, d)| QueueDepth {
-                device: device_name(k.ifindex, k.netns).unwrap_or_else(|| format!("if{}", k.ifindex)),
-                netns: k.netns,
-                qlen_max: d.qlen_max,
-                backlog_max: d.backlog_max,
-            })
-            .collect();
-
-        let mut stacks: HashMap<i32, Vec<String>> = HashMap::new();
-        let mut stack_of = |id: i32| -> Vec<String> {
-            stacks
-                .entry(id)
-                .or_insert_with(|| {
-                    let addrs = self.probes.kernel_stack(id).unwrap_or_default();
-                    self.symbols.stack(&addrs)
-                })
-                .clone()
-        };
-        let mut block_sites: Vec<BlockSite> = Vec::new();
-        let mut site_of: HashMap<(u32, i32), usize> = HashMap::new();
-        for (k, v) in self.probes.block_sites() {
-            let stack = stack_of(k.stack_id);
-            site_of.insert((k.tgid, k.stack_id), block_sites.len());
-            block_sites.push(BlockSite {
-                pid: k.tgid,
-                wait_site: wait_site(&stack),
-                stack,
-                blocked_ns: v.ns,
-                episodes: v.count,
-                in_progress: 0,
-            });
-        }
-        // A block in progress counts at its site from the moment it began (the probes add it
-        // to the site when it ends, with its whole length): a tick in the middle of a 2.6 s
-        // block names where the sender waits, and the site's time grows smoothly across ticks.
-        for (tgid, tid, stack_id, since_ns) in open {
-            let i = *site_of.entry((tgid, stack_id)).or_insert_with(|| {
-                let stack = stack_of(stack_id);
-                block_sites.push(BlockSite {
-                    pid: tgid,
-                    wait_site: wait_site(&stack),
-                    stack,
-                    blocked_ns: 0,
-                    episodes: 0,
-                    in_progress: 0,
-                });
-                block_sites.len() - 1
-            });
-            let site = &mut block_sites[i];
-            site.blocked_ns += now_ns.saturating_sub(since_ns);
-            site.in_progress += 1;
-            if let Some(b) = threads
-                .iter_mut()
-                .find(|t| t.tid == tid && t.pid == tgid)
-                .and_then(|t| t.blocked_now.as_mut())
-            {
-                b.wait_site = site.wait_site.clone();
-            }
-        }
-        block_sites.sort_by_key(|b| std::cmp::Reverse(b.blocked_ns));
-
-        let health = Health {
-            lost_events: h[sp_health::SP_H_RB_LOST.0 as usize],
-            drops_uncounted: h[sp_health::SP_H_DROPS_FULL.0 as usize],
-            devices_uncounted: h[sp_health::SP_H_DEVS_FULL.0 as usize],
-            threads_untracked: h[sp_health::SP_H_THREADS_FULL.0 as usize],
-            block_sites_uncounted: h[sp_health::SP_H_SITES_FULL.0 as usize],
-            probe_hits: h[sp_health::SP_H_EVENTS.0 as usize],
-        };
+        let drops = self.drop_counts(raw_drops, &names);
+        let devices = device_counters(raw_devices, &names);
+        let queues = queue_depths(raw_queues, &names);
+        let block_sites = self.block_sites(open, &mut threads, now_ns);
         let (calls, uprobes) = match self.scanner.as_mut() {
             Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
             None => (Vec::new(), Vec::new()),
         };
-        // One run of the packet-socket iterator; a failed read keeps the counts of the last. A
-        // socket closed since the last read gives its owner's last PACKET_STATISTICS sums, and
-        // their entry goes.
-        let probes = &self.probes;
-        let packet_rings = match probes.packet_rings() {
-            Ok(records) => {
-                self.rings.update(&records, |sock| {
-                    let last = probes.ring_reads(sock);
-                    probes.forget_ring_reads(sock);
-                    last
-                });
-                // The copies of outgoing frames among what they took, from the same sample's
-                // device rows.
-                self.rings.count_outgoing(&devices)
-            }
-            Err(_) => self.rings.current(),
-        };
+        let packet_rings = self.packet_rings(&devices);
         let receives = threads.iter().any(|t| t.recv.any())
             || drops.iter().any(|d| d.class == DropClass::ReplyLoss)
             || !packet_rings.is_empty();
@@ -1094,6 +939,138 @@ impl Collector {
             calls,
             uprobes,
             bpf: self.bpf.sample(&mut self.probes, now_ns),
+        }
+    }
+
+    /// The threads' counters at `now_ns`, the exited ones retired (kept, and forgotten by the
+    /// probes), sorted by pid and tid; and the sends blocked right now: (tgid, tid, stack id,
+    /// since), named with the block sites.
+    fn read_threads(
+        &mut self,
+        raw_threads: Vec<sp_thread>,
+        now_ns: u64,
+    ) -> (Vec<ThreadCounters>, Vec<OpenBlock>) {
+        let mut threads = Vec::new();
+        let mut open = Vec::new();
+        for raw in raw_threads {
+            let mut counters = thread_counters(&raw, now_ns);
+            // A receiving thread's user/system split: one small /proc read per thread and tick.
+            if counters.recv.any() {
+                if let Some(c) = read_thread_cpu(raw.tgid, raw.tid) {
+                    self.thread_cpu.insert(raw.tid, c);
+                }
+                counters.cpu = self.thread_cpu.get(&raw.tid).copied();
+            }
+            if let Some(b) = &counters.blocked_now {
+                open.push((raw.tgid, raw.tid, raw.block_stack, b.since_ns));
+            }
+            if counters.exited {
+                self.probes.forget_thread(raw.tid);
+                self.thread_cpu.remove(&raw.tid);
+                self.retired.push(counters);
+            } else {
+                threads.push(counters);
+            }
+        }
+        threads.extend(self.retired.iter().cloned());
+        threads.sort_by_key(|t| (t.pid, t.tid));
+        (threads, open)
+    }
+
+    /// The drop table's rows, named (reason, kernel location, device), most first.
+    fn drop_counts(&mut self, raw_drops: Vec<(probes::sp_drop_key, u64)>, names: &DeviceNames) -> Vec<DropCount> {
+        let mut drops: Vec<DropCount> = raw_drops
+            .into_iter()
+            .map(|(k, count)| DropCount {
+                reason: self
+                    .reasons
+                    .get(&k.reason)
+                    .cloned()
+                    .unwrap_or_else(|| format!("reason {}", k.reason)),
+                location: self.symbols.name(k.location),
+                device: device_name(names, k.ifindex, k.netns),
+                ifindex: k.ifindex,
+                netns: k.netns,
+                class: DropClass::from_wire(k.class),
+                pid: (k.tgid != 0).then_some(k.tgid),
+                count,
+            })
+            .collect();
+        drops.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.location.cmp(&b.location)));
+        drops
+    }
+
+    /// Where the family's sends blocked: each site's stack named, with the blocks still in
+    /// progress (`open`) counted from the moment they began (the probes add a block to its
+    /// site when it ends, with its whole length), so a tick in the middle of a 2.6 s block
+    /// names where the sender waits and the site's time grows smoothly across ticks. Each
+    /// blocked thread's `blocked_now` gets its site's name. Longest first.
+    fn block_sites(
+        &mut self,
+        open: Vec<OpenBlock>,
+        threads: &mut [ThreadCounters],
+        now_ns: u64,
+    ) -> Vec<BlockSite> {
+        let mut stacks: HashMap<i32, Vec<String>> = HashMap::new();
+        let mut stack_of = |id: i32| -> Vec<String> {
+            stacks
+                .entry(id)
+                .or_insert_with(|| {
+                    let addrs = self.probes.kernel_stack(id).unwrap_or_default();
+                    self.symbols.stack(&addrs)
+                })
+                .clone()
+        };
+        let site = |pid: u32, stack: Vec<String>, blocked_ns: u64, episodes: u64| BlockSite {
+            pid,
+            wait_site: wait_site(&stack),
+            stack,
+            blocked_ns,
+            episodes,
+            in_progress: 0,
+        };
+        let mut block_sites: Vec<BlockSite> = Vec::new();
+        let mut site_of: HashMap<(u32, i32), usize> = HashMap::new();
+        for (k, v) in self.probes.block_sites() {
+            site_of.insert((k.tgid, k.stack_id), block_sites.len());
+            block_sites.push(site(k.tgid, stack_of(k.stack_id), v.ns, v.count));
+        }
+        for (tgid, tid, stack_id, since_ns) in open {
+            let i = *site_of.entry((tgid, stack_id)).or_insert_with(|| {
+                block_sites.push(site(tgid, stack_of(stack_id), 0, 0));
+                block_sites.len() - 1
+            });
+            let site = &mut block_sites[i];
+            site.blocked_ns += now_ns.saturating_sub(since_ns);
+            site.in_progress += 1;
+            if let Some(b) = threads
+                .iter_mut()
+                .find(|t| t.tid == tid && t.pid == tgid)
+                .and_then(|t| t.blocked_now.as_mut())
+            {
+                b.wait_site = site.wait_site.clone();
+            }
+        }
+        block_sites.sort_by_key(|b| std::cmp::Reverse(b.blocked_ns));
+        block_sites
+    }
+
+    /// One run of the packet-socket iterator; a failed read keeps the counts of the last. A
+    /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums, and
+    /// their entry goes. The copies of outgoing frames among what the rings took come from the
+    /// same sample's device rows.
+    fn packet_rings(&mut self, devices: &[DeviceCounters]) -> Vec<rings::PacketRing> {
+        let probes = &self.probes;
+        match probes.packet_rings() {
+            Ok(records) => {
+                self.rings.update(&records, |sock| {
+                    let last = probes.ring_reads(sock);
+                    probes.forget_ring_reads(sock);
+                    last
+                });
+                self.rings.count_outgoing(devices)
+            }
+            Err(_) => self.rings.current(),
         }
     }
 
@@ -1275,6 +1252,159 @@ pub fn errno_name(errno: i32) -> String {
         return "E_OTHER".to_string();
     }
     format!("{:?}", nix::errno::Errno::from_raw(errno))
+}
+
+/// A send blocked at the sample: (tgid, tid, kernel stack id, since when in ns).
+type OpenBlock = (u32, u32, i32, u64);
+
+/// Device names and qdisc kinds by (ifindex, netns), as the probes recorded them.
+type DeviceNames = BTreeMap<(u32, u32), (String, String)>;
+
+/// A device's name, if the probes recorded it.
+fn device_name(names: &DeviceNames, ifindex: u32, netns: u32) -> Option<String> {
+    names.get(&(ifindex, netns)).map(|n| n.0.clone())
+}
+
+/// A device's name, or `if<ifindex>` when the probes recorded none.
+fn device_label(names: &DeviceNames, ifindex: u32, netns: u32) -> String {
+    device_name(names, ifindex, netns).unwrap_or_else(|| format!("if{ifindex}"))
+}
+
+/// The probes' health slots (wire.h's `sp_health`) as named counters.
+fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
+    Health {
+        lost_events: h[sp_health::SP_H_RB_LOST.0 as usize],
+        drops_uncounted: h[sp_health::SP_H_DROPS_FULL.0 as usize],
+        devices_uncounted: h[sp_health::SP_H_DEVS_FULL.0 as usize],
+        threads_untracked: h[sp_health::SP_H_THREADS_FULL.0 as usize],
+        block_sites_uncounted: h[sp_health::SP_H_SITES_FULL.0 as usize],
+        probe_hits: h[sp_health::SP_H_EVENTS.0 as usize],
+    }
+}
+
+/// The device rows: each device's stage counters, named, with its qdisc's kind (None when the
+/// probes recorded none).
+fn device_counters(
+    raw: Vec<(probes::sp_dev_key, probes::sp_dev_stats)>,
+    names: &DeviceNames,
+) -> Vec<DeviceCounters> {
+    raw.into_iter()
+        .map(|(k, s)| DeviceCounters {
+            device: device_label(names, k.ifindex, k.netns),
+            ifindex: k.ifindex,
+            netns: k.netns,
+            pid: (k.tgid != 0).then_some(k.tgid),
+            queued: s.queued,
+            enqueued: s.enqueued,
+            dequeued: s.dequeued,
+            xmit_ok: s.xmit_ok,
+            xmit_busy: s.xmit_busy,
+            xmit_err: s.xmit_err,
+            xmit_bytes: s.xmit_bytes,
+            neigh_started: s.neigh_started,
+            neigh_queued: s.neigh_queued,
+            neigh_resolved: s.neigh_resolved,
+            neigh_failed: s.neigh_failed,
+            qdisc: names
+                .get(&(k.ifindex, k.netns))
+                .map(|n| n.1.clone())
+                .filter(|k| !k.is_empty()),
+        })
+        .collect()
+}
+
+/// The deepest each device's qdisc got during the tick, named.
+fn queue_depths(raw: Vec<(probes::sp_dev_key, probes::sp_qdepth)>, names: &DeviceNames) -> Vec<QueueDepth> {
+    raw.into_iter()
+        .map(|(k, d)| QueueDepth {
+            device: device_label(names, k.ifindex, k.netns),
+            netns: k.netns,
+            qlen_max: d.qlen_max,
+            backlog_max: d.backlog_max,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+
+    /// The health slots are read by wire.h's names, each into its own counter.
+    #[test]
+    fn health_slots_are_read_by_their_names() {
+        let mut h = [0u64; probes::HEALTH_SLOTS];
+        for (i, v) in h.iter_mut().enumerate() {
+            *v = 10 + i as u64;
+        }
+        let got = health_of(&h);
+        let slot = |s: sp_health| 10 + u64::from(s.0);
+        assert_eq!(got.lost_events, slot(sp_health::SP_H_RB_LOST));
+        assert_eq!(got.drops_uncounted, slot(sp_health::SP_H_DROPS_FULL));
+        assert_eq!(got.devices_uncounted, slot(sp_health::SP_H_DEVS_FULL));
+        assert_eq!(got.threads_untracked, slot(sp_health::SP_H_THREADS_FULL));
+        assert_eq!(got.block_sites_uncounted, slot(sp_health::SP_H_SITES_FULL));
+        assert_eq!(got.probe_hits, slot(sp_health::SP_H_EVENTS));
+    }
+
+    /// A device row and a queue take the device's recorded name (`if<N>` without one), and the
+    /// qdisc kind only when one was recorded; a row of everyone's traffic has no pid.
+    #[test]
+    fn device_rows_and_queues_are_named_by_ifindex_and_namespace() {
+        let names: DeviceNames = [
+            ((2, 7), ("veth0".to_string(), "tbf".to_string())),
+            ((3, 7), ("lo".to_string(), String::new())),
+        ]
+        .into();
+        let key = |ifindex, netns, tgid| probes::sp_dev_key {
+            ifindex,
+            netns,
+            tgid,
+            ..Default::default()
+        };
+        let stats = probes::sp_dev_stats {
+            xmit_ok: 5,
+            neigh_failed: 1,
+            ..Default::default()
+        };
+        let rows = device_counters(
+            vec![
+                (key(2, 7, 42), stats),
+                (key(3, 7, 0), stats),
+                (key(2, 8, 0), stats),
+            ],
+            &names,
+        );
+        let got: Vec<_> = rows
+            .iter()
+            .map(|d| {
+                (
+                    d.device.as_str(),
+                    d.qdisc.as_deref(),
+                    d.pid,
+                    d.xmit_ok,
+                    d.neigh_failed,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("veth0", Some("tbf"), Some(42), 5, 1),
+                ("lo", None, None, 5, 1),
+                ("if2", None, None, 5, 1)
+            ]
+        );
+        let depth = probes::sp_qdepth {
+            qlen_max: 3,
+            backlog_max: 900,
+        };
+        let q = queue_depths(vec![(key(2, 7, 0), depth), (key(9, 7, 0), depth)], &names);
+        let got: Vec<_> = q
+            .iter()
+            .map(|q| (q.device.as_str(), q.netns, q.qlen_max, q.backlog_max))
+            .collect();
+        assert_eq!(got, [("veth0", 7, 3, 900), ("if9", 7, 3, 900)]);
+    }
 }
 
 #[cfg(test)]

@@ -14,10 +14,19 @@ pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
     validate(o)?;
     let exe = std::env::current_exe().context("finding the scanprof binary")?;
     let stop = crate::run::stop_flag()?;
+    let pacers = o
+        .pacers
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<Vec<crate::wrappers::PacerKind>, _>>()?;
     let matrix = Matrix {
-        pacers: o.pacers.clone(),
+        pacers: pacers.clone(),
         rates: o.rates.clone(),
-        methods: o.methods.clone(),
+        methods: o
+            .methods
+            .iter()
+            .map(|m| m.parse())
+            .collect::<Result<_, _>>()?,
         targets: o.targets.clone(),
         seconds: o.seconds,
     };
@@ -25,7 +34,7 @@ pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
     if o.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print!("{}", render_text(&report, &o.pacers));
+        print!("{}", render_text(&report, &pacers));
     }
     Ok(ExitCode::SUCCESS)
 }

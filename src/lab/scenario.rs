@@ -26,6 +26,7 @@ pub const SENDER_NICE: &str = "-20";
 
 /// A scenario's staging: the link, the sender's flags, its default rate, and what the
 /// diagnosis must find.
+#[derive(Debug)]
 pub struct Staging {
     pub tbf: Option<TbfConfig>,
     /// aim at an unused address of the lab subnet instead of the target
@@ -242,25 +243,29 @@ impl Truth {
     }
 }
 
+/// What `scanprof lab` stages for scenario `s`.
+///
+/// A new scenario is registered here: its variant in the group of its kind of situation (the
+/// compiler names a variant left out), and its staging as an arm of that group's function.
 pub fn staging(s: Scenario) -> Staging {
-    let tbf = |rate: &str, limit: &str| {
-        Some(TbfConfig {
-            rate: rate.into(),
-            burst: "4kb".into(),
-            limit: limit.into(),
-        })
-    };
-    let expect = |kind, cause, truth| Expectation {
-        kind,
-        cause: Expected::Cause(cause),
-        truth,
-    };
-    let no_loss = |truth| Expectation {
-        kind: Kind::Loss,
-        cause: Expected::NoLoss,
-        truth,
-    };
-    let base = Staging {
+    use Scenario::*;
+    let base = healthy();
+    match s {
+        Healthy => base,
+        QdiscDrop | Blocking | UnresolvedNeighbour | SendErrors | ConntrackFull => on_the_path(s, base),
+        CpuBound | CoarsePacing | Preemption | Miscalibrated | Stalls | ShortMiscalibration
+        | CgroupThrottled | NeverStarted => in_the_sender(s, base),
+        ClosedPort | ReplyDrop | ConnectScan | KernelReply | SocketClosePurge => scans_and_replies(s, base),
+        RcvbufOverflow | ResponderKinds | ReceiverCpuBound | Relay | ReceiverWorkers | RingFull => {
+            at_the_receiver(s, base)
+        }
+    }
+}
+
+/// The healthy run every scenario starts from: 10,000 pps of 64-byte datagrams to a sink,
+/// nothing in the way, no gap expected.
+fn healthy() -> Staging {
+    Staging {
         tbf: None,
         unanswered: false,
         rate: 10_000.0,
@@ -280,22 +285,45 @@ pub fn staging(s: Scenario) -> Staging {
         conntrack_free: None,
         cpu_quota: None,
         expect: expect(Kind::Gap, Cause::NoGap, Truth::Gap),
-    };
+    }
+}
+
+/// A tbf on the target's link: `rate`, a 4 kB burst, a queue of `limit`.
+fn tbf(rate: &str, limit: &str) -> Option<TbfConfig> {
+    Some(TbfConfig {
+        rate: rate.into(),
+        burst: "4kb".into(),
+        limit: limit.into(),
+    })
+}
+
+/// The diagnosis must find `cause` as a verdict of `kind`, held against `truth`.
+fn expect(kind: Kind, cause: Cause, truth: Truth) -> Expectation {
+    Expectation {
+        kind,
+        cause: Expected::Cause(cause),
+        truth,
+    }
+}
+
+/// The diagnosis must find no loss; `truth` is what is counted instead.
+fn no_loss(truth: Truth) -> Expectation {
+    Expectation {
+        kind: Kind::Loss,
+        cause: Expected::NoLoss,
+        truth,
+    }
+}
+
+/// The scenarios of the path to the target: the link's queue, the neighbour, the send buffer, the conntrack table.
+fn on_the_path(s: Scenario, base: Staging) -> Staging {
     match s {
-        Scenario::Healthy => base,
         // 5000 pps x 512 B = 20 Mbit/s into a 2 Mbit/s bucket with a 10 kB queue.
         Scenario::QdiscDrop => Staging {
             tbf: tbf("2mbit", "10kb"),
             rate: 5_000.0,
             size: 512,
             expect: expect(Kind::Loss, Cause::QdiscDrop, Truth::QdiscDrops),
-            ..base
-        },
-        // NO_SOCKET drops at the target are what probes to a closed port produce: no loss.
-        Scenario::ClosedPort => Staging {
-            rate: 2_000.0,
-            port: CLOSED_PORT,
-            sink: false,
             ..base
         },
         // 2000 pps x 1000 B into 2 Mbit/s with a deep queue: the small send buffer fills and sendto blocks.
@@ -317,6 +345,31 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect(Kind::Loss, Cause::NeighFailed, Truth::Undelivered),
             ..base
         },
+        // 5000 pps x 106 B frames = 4.2 Mbit/s into 1 Mbit/s with a queue of ~2 frames: the
+        // packet socket gets ENOBUFS for every frame the qdisc cannot take.
+        Scenario::SendErrors => Staging {
+            tbf: tbf("1mbit", "256"),
+            rate: 5_000.0,
+            flags: &["--method", "packet"],
+            expect: expect(Kind::Gap, Cause::SendErrors, Truth::QdiscDrops),
+            ..base
+        },
+        // 1000 pps cycling over 4 ports, one flow each; the table has room for 2 more entries:
+        // the first two flows get them, the other two are refused at every packet (half).
+        Scenario::ConntrackFull => Staging {
+            rate: 1_000.0,
+            flags: &["--ports", "4"],
+            conntrack_free: Some(2),
+            expect: expect(Kind::Gap, Cause::ConntrackFull, Truth::ConntrackDrops),
+            ..base
+        },
+        _ => base,
+    }
+}
+
+/// The scenarios of the sender's own time: its CPU, its pacer and slots, the CPU it is given.
+fn in_the_sender(s: Scenario, base: Staging) -> Staging {
+    match s {
         // sendto tops out near 220k pps on the project's machines (docs/senders.md).
         Scenario::CpuBound => Staging {
             rate: 1_000_000.0,
@@ -338,15 +391,6 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect(Kind::Gap, Cause::Preempted, Truth::Gap),
             ..base
         },
-        // 5000 pps x 106 B frames = 4.2 Mbit/s into 1 Mbit/s with a queue of ~2 frames: the
-        // packet socket gets ENOBUFS for every frame the qdisc cannot take.
-        Scenario::SendErrors => Staging {
-            tbf: tbf("1mbit", "256"),
-            rate: 5_000.0,
-            flags: &["--method", "packet"],
-            expect: expect(Kind::Gap, Cause::SendErrors, Truth::QdiscDrops),
-            ..base
-        },
         // Slots 1.5x too long: a third of the requested rate is missing. The truth is the whole
         // gap: the tsc pacer's deadline slots make up a wait for a CPU at the next slot, so time
         // behind other tasks costs this sender no packets (one loaded run: 0.675 s of run-queue
@@ -355,14 +399,6 @@ pub fn staging(s: Scenario) -> Staging {
             rate: 1_000.0,
             flags: &["--pacer", "tsc", "--calibration-skew", "1.5"],
             expect: expect(Kind::Gap, Cause::Miscalibrated, Truth::Gap),
-            ..base
-        },
-        // The sender's socket holds ~200 kB of replies, then drops every further one.
-        Scenario::ReplyDrop => Staging {
-            rate: 2_000.0,
-            sink: false,
-            echo: true,
-            expect: expect(Kind::Loss, Cause::ReplySocketBuffer, Truth::ReplyDrops),
             ..base
         },
         // 20 ms stopped in every 100 ms: a fifth of the time, lost with per-packet slots.
@@ -376,17 +412,51 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect(Kind::Gap, Cause::IdleWaits, Truth::GapLessRunDelay),
             ..base
         },
-        // 5000 pps into a listener that reads 1000/s from an 8 kB buffer (4096 doubled): about
-        // four in five datagrams die at its socket.
-        Scenario::RcvbufOverflow => Staging {
-            rate: 5_000.0,
+        // 12 packets, each slot 200 ms where 1000 pps needs 1 ms: the tsc pacer busy-waits
+        // through 2.2 s and sends 0.5% of the rate. The profile reads the delay it derived.
+        Scenario::ShortMiscalibration => Staging {
+            rate: 1_000.0,
+            flags: &["--pacer", "tsc", "--calibration-skew", "200", "--count", "12"],
+            expect: expect(Kind::Gap, Cause::Miscalibrated, Truth::ReceiverGap),
+            ..base
+        },
+        // A busy-waiting pacer uses a whole CPU; 0.3 CPU lets it run 30 ms of every 100 ms, and
+        // per-packet slots lose the other 70.
+        Scenario::CgroupThrottled => Staging {
+            flags: &["--pacer", "clock", "--slot", "per-packet"],
+            cpu_quota: Some(0.3),
+            expect: expect(Kind::Gap, Cause::CgroupThrottled, Truth::Gap),
+            ..base
+        },
+        // Nothing is sent: the whole requested rate is missing, and the verdict must say what
+        // the family did instead (its members' exits), not that a probe is missing.
+        Scenario::NeverStarted => Staging {
+            rate: 1_000.0,
+            sink: true,
+            never_sends: true,
+            expect: expect(Kind::Gap, Cause::NeverSent, Truth::Gap),
+            ..base
+        },
+        _ => base,
+    }
+}
+
+/// The scenarios of a scan's probes and the replies to them: closed ports, connects, SYNs, replies the sender's socket keeps.
+fn scans_and_replies(s: Scenario, base: Staging) -> Staging {
+    match s {
+        // NO_SOCKET drops at the target are what probes to a closed port produce: no loss.
+        Scenario::ClosedPort => Staging {
+            rate: 2_000.0,
+            port: CLOSED_PORT,
             sink: false,
-            listener: Some(Listener {
-                rcvbuf: Some(4096),
-                read_rate: Some(1_000.0),
-                ..Listener::PLAIN
-            }),
-            expect: expect(Kind::Loss, Cause::RcvbufOverflow, Truth::ListenerDrops),
+            ..base
+        },
+        // The sender's socket holds ~200 kB of replies, then drops every further one.
+        Scenario::ReplyDrop => Staging {
+            rate: 2_000.0,
+            sink: false,
+            echo: true,
+            expect: expect(Kind::Loss, Cause::ReplySocketBuffer, Truth::ReplyDrops),
             ..base
         },
         // 500 connects/s to closed ports: nothing in the way, every SYN answered by a RST.
@@ -416,21 +486,24 @@ pub fn staging(s: Scenario) -> Staging {
             expect: no_loss(Truth::Unanswered),
             ..base
         },
-        // 12 packets, each slot 200 ms where 1000 pps needs 1 ms: the tsc pacer busy-waits
-        // through 2.2 s and sends 0.5% of the rate. The profile reads the delay it derived.
-        Scenario::ShortMiscalibration => Staging {
-            rate: 1_000.0,
-            flags: &["--pacer", "tsc", "--calibration-skew", "200", "--count", "12"],
-            expect: expect(Kind::Gap, Cause::Miscalibrated, Truth::ReceiverGap),
-            ..base
-        },
-        // Nothing is sent: the whole requested rate is missing, and the verdict must say what
-        // the family did instead (its members' exits), not that a probe is missing.
-        Scenario::NeverStarted => Staging {
-            rate: 1_000.0,
-            sink: true,
-            never_sends: true,
-            expect: expect(Kind::Gap, Cause::NeverSent, Truth::Gap),
+        _ => base,
+    }
+}
+
+/// The scenarios of a receiver in the target namespace: its buffer, its CPU, its workers, its ring, a relay.
+fn at_the_receiver(s: Scenario, base: Staging) -> Staging {
+    match s {
+        // 5000 pps into a listener that reads 1000/s from an 8 kB buffer (4096 doubled): about
+        // four in five datagrams die at its socket.
+        Scenario::RcvbufOverflow => Staging {
+            rate: 5_000.0,
+            sink: false,
+            listener: Some(Listener {
+                rcvbuf: Some(4096),
+                read_rate: Some(1_000.0),
+                ..Listener::PLAIN
+            }),
+            expect: expect(Kind::Loss, Cause::RcvbufOverflow, Truth::ListenerDrops),
             ..base
         },
         // Two senders at 2,000 pps each, 64- and 512-byte datagrams, into a responder that works
@@ -458,23 +531,6 @@ pub fn staging(s: Scenario) -> Staging {
                 ..Listener::PLAIN
             }),
             expect: expect(Kind::Loss, Cause::ReceiverCpuBound, Truth::ListenerDrops),
-            ..base
-        },
-        // 1000 pps cycling over 4 ports, one flow each; the table has room for 2 more entries:
-        // the first two flows get them, the other two are refused at every packet (half).
-        Scenario::ConntrackFull => Staging {
-            rate: 1_000.0,
-            flags: &["--ports", "4"],
-            conntrack_free: Some(2),
-            expect: expect(Kind::Gap, Cause::ConntrackFull, Truth::ConntrackDrops),
-            ..base
-        },
-        // A busy-waiting pacer uses a whole CPU; 0.3 CPU lets it run 30 ms of every 100 ms, and
-        // per-packet slots lose the other 70.
-        Scenario::CgroupThrottled => Staging {
-            flags: &["--pacer", "clock", "--slot", "per-packet"],
-            cpu_quota: Some(0.3),
-            expect: expect(Kind::Gap, Cause::CgroupThrottled, Truth::Gap),
             ..base
         },
         // The reference sender as fast as it goes (~200k pps here) into a relay that writes
@@ -514,6 +570,7 @@ pub fn staging(s: Scenario) -> Staging {
             expect: expect(Kind::Loss, Cause::RingFull, Truth::RingDrops),
             ..base
         },
+        _ => base,
     }
 }
 
@@ -644,6 +701,24 @@ mod tests {
             scenario_name(Scenario::UnresolvedNeighbour),
             "unresolved-neighbour"
         );
+    }
+
+    /// Each scenario but the healthy one is staged by the group it is dispatched to: one
+    /// dispatched to a group without its arm would run as the healthy run.
+    #[test]
+    fn every_scenario_is_staged_by_its_group() {
+        let healthy = format!("{:?}", healthy());
+        assert_eq!(format!("{:?}", staging(Scenario::Healthy)), healthy);
+        for s in Scenario::value_variants()
+            .iter()
+            .filter(|s| **s != Scenario::Healthy)
+        {
+            assert_ne!(
+                format!("{:?}", staging(*s)),
+                healthy,
+                "{s:?} is staged as the healthy run"
+            );
+        }
     }
 
     #[test]

@@ -168,7 +168,7 @@ impl Staged {
             requested: (!listening && stage.syn_scan_ports.is_none()).then_some(self.rate),
             // The reference sender's profile fits `scanprof send`, not the listener or nmap.
             profile: Some(if listening || stage.never_sends {
-                "generic".to_string()
+                crate::wrappers::GENERIC_PROFILE.to_string()
             } else if stage.connect_scan {
                 CONNECT_SCAN_PROFILE.to_string()
             } else if stage.syn_scan_ports.is_some() {

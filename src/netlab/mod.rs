@@ -52,6 +52,7 @@ struct Endpoint {
 }
 
 /// A token bucket filter for the sender's veth: `tc qdisc add dev X root tbf rate R burst B limit L`.
+#[derive(Debug)]
 pub struct TbfConfig {
     /// tc rate, e.g. "1mbit"
     pub rate: String,

@@ -137,3 +137,56 @@ pub const TRACEPOINTS: [(&str, &str); 18] = [
         "replies arriving for the family's flows (the reply funnel)",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// The tracepoints the built objects' programs attach to (their ELF sections: `tp_btf/NAME`,
+    /// and `raw_tp/NAME`, `tp/CATEGORY/NAME` should a program use those), read from the objects
+    /// embedded in scanprof without loading them.
+    fn attached_tracepoints() -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        for (obj_name, bytes) in super::super::objects() {
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(bytes)
+                .unwrap_or_else(|e| panic!("{obj_name} does not open: {e}"));
+            for prog in obj.progs() {
+                let section = prog.section().to_string_lossy().into_owned();
+                let tracepoint = ["tp_btf/", "raw_tp/", "tp/", "tracepoint/"]
+                    .iter()
+                    .find_map(|p| section.strip_prefix(p))
+                    .and_then(|rest| rest.rsplit('/').next());
+                if let Some(name) = tracepoint {
+                    found.insert(name.to_string());
+                }
+            }
+        }
+        found
+    }
+
+    /// TRACEPOINTS (what doctor and the feature detection list) is exactly the set of
+    /// tracepoints the probes' programs attach to: a program added on a new tracepoint, or one
+    /// removed, fails here until the list follows.
+    #[test]
+    fn the_tracepoint_list_is_the_probes_sections() {
+        let listed: BTreeSet<String> = super::TRACEPOINTS.iter().map(|(tp, _)| tp.to_string()).collect();
+        assert_eq!(
+            listed.len(),
+            super::TRACEPOINTS.len(),
+            "a tracepoint is listed twice"
+        );
+        let attached = attached_tracepoints();
+        assert!(
+            attached.contains("kfree_skb") && attached.contains("sched_switch"),
+            "{attached:?}"
+        );
+        assert_eq!(
+            listed,
+            attached,
+            "listed but attached by no program: {:?}; attached but not listed: {:?}",
+            listed.difference(&attached).collect::<Vec<_>>(),
+            attached.difference(&listed).collect::<Vec<_>>()
+        );
+    }
+}

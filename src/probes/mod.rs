@@ -777,7 +777,7 @@ impl ProbeSet {
                 }
                 0
             })
-            .map_err(bpf_err("setting up the event ring buffer"))?;
+            .map_err(bpf_err(EVENT_RING_SETUP))?;
         let (calls_tx, calls_rx) = mpsc::channel();
         if let Some(u) = &uprobes {
             let calls_map: &'static MapHandle = Box::leak(Box::new(u.calls_map()?));
@@ -792,7 +792,7 @@ impl ProbeSet {
         }
         let ring = builder
             .build()
-            .map_err(bpf_err("setting up the event ring buffer"))?;
+            .map_err(bpf_err(EVENT_RING_SETUP))?;
 
         let set = ProbeSet {
             uprobes,
@@ -1514,41 +1514,71 @@ pub fn c_chars(bytes: &[i8]) -> String {
     String::from_utf8_lossy(&b).into_owned()
 }
 
+/// What scanprof was doing when the event ring buffer (the family object's `events`) could not
+/// be set up: added to the poller, or the poller built.
+const EVENT_RING_SETUP: &str = "setting up the event ring buffer";
+
 /// Entries of the `tid_slots` array (SP_TID_SLOT_WAYS, probes/include/shared.h): a thread's
 /// entry is its tid modulo this.
 const TID_SLOT_WAYS: u32 = 1 << 12;
 
 /// A type that map and ring-buffer bytes are read into: the generated ABI types of wire.h (and
-/// the integers that maps hold), `repr(C)` and made of integers and integer arrays only, so any
-/// bytes of its size are a valid value. libbpf-rs's map and ring-buffer calls deal in bytes, so
-/// the skeleton's types are filled from them here; the list below is every type read so.
-trait Abi: Copy {}
+/// the integers that maps hold). libbpf-rs's map and ring-buffer calls deal in bytes, so the
+/// skeleton's types are filled from them here ([`read_pod`]); the list below is every type read
+/// so.
+///
+/// # Safety
+///
+/// An implementor is `repr(C)` and made of integers and integer arrays only (no pointers,
+/// references, bools, enums or floats), so that any bytes of its size are a valid value.
+unsafe trait Abi: Copy {}
 
-/// An ABI type scanprof also writes into a map: one without padding bytes, so that each byte of
-/// a value is initialised (the size assertions beside each add up its fields' sizes).
-trait AbiWritten: Abi {}
+/// An ABI type scanprof also writes into a map ([`as_bytes`]).
+///
+/// # Safety
+///
+/// An implementor has no padding bytes, so that each byte of a value is initialised (the size
+/// assertions beside each add up its fields' sizes).
+unsafe trait AbiWritten: Abi {}
 
-impl Abi for u64 {}
-impl Abi for sp_thread {}
-impl Abi for sp_member {}
-impl Abi for sp_ring {}
-impl Abi for sp_ring_reads {}
-impl Abi for sp_event {}
-impl Abi for sp_drop_pkt {}
-impl Abi for sp_drop_key {}
-impl Abi for sp_flow_key {}
-impl Abi for sp_dev_key {}
-impl Abi for sp_dev_stats {}
-impl Abi for sp_dev_name {}
-impl Abi for sp_qdepth {}
-impl Abi for sp_block_key {}
-impl Abi for sp_block_val {}
-impl Abi for sp_call {}
-impl Abi for sp_uprobe_stats {}
-impl Abi for uprobe::sp_uprobe_cfg {}
-impl AbiWritten for sp_member {}
-impl AbiWritten for sp_thread {}
-impl AbiWritten for uprobe::sp_uprobe_cfg {}
+/// Declares each type an [`Abi`] type.
+macro_rules! abi_types {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            // SAFETY: u64, or a skeleton-generated type of wire.h: a `repr(C)` struct of
+            // integers and integer arrays only (wire.h's enums are generated as newtypes of
+            // integers, which any value fits).
+            unsafe impl Abi for $t {}
+        )+
+    };
+}
+
+abi_types!(
+    u64,
+    sp_thread,
+    sp_member,
+    sp_ring,
+    sp_ring_reads,
+    sp_event,
+    sp_drop_pkt,
+    sp_drop_key,
+    sp_flow_key,
+    sp_dev_key,
+    sp_dev_stats,
+    sp_dev_name,
+    sp_qdepth,
+    sp_block_key,
+    sp_block_val,
+    sp_call,
+    sp_uprobe_stats,
+    uprobe::sp_uprobe_cfg,
+);
+// SAFETY: no padding: the size assertion beside sp_member adds up its fields' sizes.
+unsafe impl AbiWritten for sp_member {}
+// SAFETY: no padding: the size assertion beside sp_thread adds up its fields' sizes.
+unsafe impl AbiWritten for sp_thread {}
+// SAFETY: no padding: the size assertion in uprobe.rs adds up sp_uprobe_cfg's fields' sizes.
+unsafe impl AbiWritten for uprobe::sp_uprobe_cfg {}
 
 /// Copies an ABI value out of map bytes; None if the bytes are too short.
 fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
@@ -1556,7 +1586,7 @@ fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
         return None;
     }
     // SAFETY: the length was checked, and read_unaligned needs no alignment; T is an `Abi`
-    // type, made of integers and integer arrays only, for which every bit pattern is valid.
+    // type, whose contract is that every bit pattern of its size is a valid value.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
 }
 

@@ -145,7 +145,7 @@ fn metrics_labels(cfg: &SessionConfig) -> RunLabels {
     let scanner = cfg
         .scanner
         .as_ref()
-        .map_or("generic", |s| s.profile.name.as_str());
+        .map_or(crate::wrappers::GENERIC_PROFILE, |s| s.profile.name.as_str());
     RunLabels::of(scanner, &super::target_argv(&cfg.target).0)
 }
 

@@ -19,6 +19,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::Baseline;
+use super::methods::MethodKind;
 use crate::netlab::{Lab, LabConfig, UdpSink};
 use crate::system::machine::{Calibration, MachineFacts};
 use crate::wrappers::PacerKind;
@@ -48,8 +49,8 @@ enum Place<'a> {
 /// One sender run: which pacer (None: the sender's default), method and rate.
 #[derive(Debug, Clone)]
 struct Cell {
-    pacer: Option<String>,
-    method: String,
+    pacer: Option<PacerKind>,
+    method: MethodKind,
     /// packets per second; 0 = unlimited
     rate: f64,
 }
@@ -59,9 +60,9 @@ struct Cell {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct SenderReport {
-    pub pacer: Option<String>,
+    pub pacer: Option<PacerKind>,
     pub slot: Option<String>,
-    pub method: Option<String>,
+    pub method: Option<MethodKind>,
     /// None (or 0 from older senders) when unlimited
     pub requested_pps: Option<f64>,
     pub sent: u64,
@@ -107,7 +108,7 @@ struct CellResult {
 pub struct PacerRow {
     /// "loopback" or "lab"
     pub target: String,
-    pub pacer: String,
+    pub pacer: PacerKind,
     /// the sender's slot model ("per-packet", "deadline"); None from a sender without one
     pub slot: Option<String>,
     /// packets per second asked for; None = unlimited
@@ -132,7 +133,7 @@ pub struct PacerRow {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MethodRow {
     pub target: String,
-    pub method: String,
+    pub method: MethodKind,
     /// packets per second at full speed
     pub max_pps: Option<f64>,
     /// CPU time per packet as the sender measured it, in ns
@@ -163,10 +164,10 @@ pub struct BaselineReport {
 /// speed, each for `seconds`, at each of `targets` ("loopback", "lab") in order.
 #[derive(Debug, Clone)]
 pub struct Matrix {
-    pub pacers: Vec<String>,
+    pub pacers: Vec<PacerKind>,
     /// packets per second; 0 = unlimited
     pub rates: Vec<f64>,
-    pub methods: Vec<String>,
+    pub methods: Vec<MethodKind>,
     pub targets: Vec<String>,
     /// seconds each cell sends for
     pub seconds: f64,
@@ -215,8 +216,8 @@ pub fn baseline_at(rate: f64, pacer: PacerKind, seconds: f64) -> Result<Baseline
     let exe = std::env::current_exe().context("finding the scanprof binary")?;
     let lab = Lab::create_watched(&LabConfig::default())?;
     let cell = Cell {
-        pacer: Some(pacer.to_string()),
-        method: "sendto".into(),
+        pacer: Some(pacer),
+        method: MethodKind::Sendto,
         rate,
     };
     let r = run_cell(&exe, Place::Lab(&lab), &cell, seconds, &AtomicBool::new(false));
@@ -240,14 +241,14 @@ pub fn baseline_at(rate: f64, pacer: PacerKind, seconds: f64) -> Result<Baseline
 /// Runs every pacer cell, then every method cell, at `place`, until done or stopped.
 fn run_matrix(exe: &Path, place: Place, o: &Matrix, stop: &AtomicBool, out: &mut BaselineReport) {
     let target = place.name();
-    for pacer in &o.pacers {
+    for &pacer in &o.pacers {
         for &rate in &o.rates {
             if stop.load(Ordering::Relaxed) {
                 return;
             }
             let cell = Cell {
-                pacer: Some(pacer.clone()),
-                method: "sendto".into(),
+                pacer: Some(pacer),
+                method: MethodKind::Sendto,
                 rate,
             };
             let r = run_cell(exe, place, &cell, o.seconds, stop);
@@ -255,13 +256,13 @@ fn run_matrix(exe: &Path, place: Place, o: &Matrix, stop: &AtomicBool, out: &mut
             out.pacer_rows.push(pacer_row(target, pacer, rate, r));
         }
     }
-    for method in &o.methods {
+    for &method in &o.methods {
         if stop.load(Ordering::Relaxed) {
             return;
         }
         let cell = Cell {
             pacer: None,
-            method: method.clone(),
+            method,
             rate: 0.0,
         };
         let r = run_cell(exe, place, &cell, o.seconds, stop);
@@ -271,7 +272,7 @@ fn run_matrix(exe: &Path, place: Place, o: &Matrix, stop: &AtomicBool, out: &mut
 
 /// Rows that say why a whole target could not be measured.
 fn error_rows(target: &str, o: &Matrix, why: &str, out: &mut BaselineReport) {
-    for pacer in &o.pacers {
+    for &pacer in &o.pacers {
         for &rate in &o.rates {
             let r = CellResult {
                 error: Some(why.to_string()),
@@ -280,7 +281,7 @@ fn error_rows(target: &str, o: &Matrix, why: &str, out: &mut BaselineReport) {
             out.pacer_rows.push(pacer_row(target, pacer, rate, r));
         }
     }
-    for method in &o.methods {
+    for &method in &o.methods {
         let r = CellResult {
             error: Some(why.to_string()),
             ..CellResult::default()
@@ -307,10 +308,10 @@ fn accuracy(s: &SenderReport, rate: f64) -> Option<f64> {
         .or_else(|| (s.sent >= 2 && s.achieved_pps > 0.0).then(|| s.achieved_pps / rate))
 }
 
-fn pacer_row(target: &str, pacer: &str, rate: f64, r: CellResult) -> PacerRow {
+fn pacer_row(target: &str, pacer: PacerKind, rate: f64, r: CellResult) -> PacerRow {
     let mut row = PacerRow {
         target: target.into(),
-        pacer: pacer.into(),
+        pacer,
         requested_pps: requested(rate),
         receiver_packets: r.received,
         error: r.error,
@@ -325,8 +326,8 @@ fn pacer_row(target: &str, pacer: &str, rate: f64, r: CellResult) -> PacerRow {
         row.failed = Some(s.failed);
         row.slot = s.slot.clone();
         // Unpaced (rate 0) runs may report pacer "none" whatever was asked.
-        if rate > 0.0 && s.pacer.as_deref().is_some_and(|p| p != pacer) && row.error.is_none() {
-            row.error = Some(format!("the sender paced with {:?}", s.pacer));
+        if rate > 0.0 && s.pacer.is_some_and(|p| p != pacer) && row.error.is_none() {
+            row.error = Some(format!("the sender paced with {:?}", s.pacer.map(PacerKind::as_str)));
         }
     }
     if r.interrupted && row.error.is_none() {
@@ -335,10 +336,10 @@ fn pacer_row(target: &str, pacer: &str, rate: f64, r: CellResult) -> PacerRow {
     row
 }
 
-fn method_row(target: &str, method: &str, r: CellResult) -> MethodRow {
+fn method_row(target: &str, method: MethodKind, r: CellResult) -> MethodRow {
     let mut row = MethodRow {
         target: target.into(),
-        method: method.into(),
+        method,
         receiver_packets: r.received,
         error: r.error,
         ..MethodRow::default()
@@ -353,8 +354,8 @@ fn method_row(target: &str, method: &str, r: CellResult) -> MethodRow {
         row.sent = Some(s.sent);
         row.failed = Some(s.failed);
         row.errors = s.errors;
-        if s.method.as_deref().is_some_and(|m| m != method) && row.error.is_none() {
-            row.error = Some(format!("the sender used method {:?}", s.method));
+        if s.method.is_some_and(|m| m != method) && row.error.is_none() {
+            row.error = Some(format!("the sender used method {:?}", s.method.map(MethodKind::as_str)));
         }
     }
     if r.interrupted && row.error.is_none() {
@@ -421,15 +422,15 @@ fn sender_args(cell: &Cell, to: SocketAddrV4, seconds: f64, device: &str) -> Vec
         seconds.to_string(),
         "--json".into(),
     ];
-    if let Some(p) = &cell.pacer {
-        args.extend(["--pacer".into(), p.clone()]);
+    if let Some(p) = cell.pacer {
+        args.extend(["--pacer".into(), p.to_string()]);
     }
     // The sender's default method is sendto: name it only when it differs, so that a pacer cell
     // depends on no more of the sender's flags than it must.
-    if cell.method != "sendto" {
-        args.extend(["--method".into(), cell.method.clone()]);
+    if cell.method != MethodKind::Sendto {
+        args.extend(["--method".into(), cell.method.to_string()]);
     }
-    if cell.method == "packet" {
+    if cell.method == MethodKind::Packet {
         args.extend(["--dev".into(), device.into()]);
     }
     args
@@ -576,12 +577,8 @@ mod tests {
     /// A report in the new contract's shape.
     const NEW_SENDER: &str = r#"{"pacer":"tsc","slot":"per-packet","method":"sendto","requested_pps":1000.0,"sent":2000,"failed":1,"errors":{"ENOBUFS":1},"achieved_pps":999.9,"accuracy":0.9999,"first_ns":1,"last_ns":2,"elapsed_ns":3,"lateness_ns":{"mean":900.0,"p50":800.0,"p99":4100.0,"max":90000.0},"gap_ns":{"mean":1000000.0,"p50":1000000.0,"p99":1004000.0,"min":996000.0,"max":1090000.0},"cpu_ns_per_packet":1830.5,"calibration":{"source":"calibrate","tsc_hz":2445430000.0,"kernel_tsc_hz":2445428000.0,"error_ppm":0.8,"took_ns":100000000}}"#;
 
-    fn cell(rate: f64, pacer: Option<&str>, method: &str) -> Cell {
-        Cell {
-            pacer: pacer.map(String::from),
-            method: method.into(),
-            rate,
-        }
+    fn cell(rate: f64, pacer: Option<PacerKind>, method: MethodKind) -> Cell {
+        Cell { pacer, method, rate }
     }
 
     #[test]
@@ -591,7 +588,7 @@ mod tests {
         assert!(old.lateness_ns.is_none() && old.calibration.is_none() && old.pacer.is_none());
         assert_eq!(accuracy(&old, 1000.0), Some(1.0005));
         let new = parse_sender_output(NEW_SENDER).unwrap_or_default();
-        assert_eq!(new.pacer.as_deref(), Some("tsc"));
+        assert_eq!((new.pacer, new.method), (Some(PacerKind::Tsc), Some(MethodKind::Sendto)));
         assert_eq!(new.lateness_ns.and_then(|l| l.p99), Some(4100.0));
         assert_eq!(new.cpu_ns_per_packet, Some(1830.5));
         assert_eq!(
@@ -617,17 +614,17 @@ mod tests {
     #[test]
     fn sender_arguments_follow_the_contract() {
         let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4000);
-        let a = sender_args(&cell(1000.0, Some("clock"), "sendto"), to, 2.0, "lo");
+        let a = sender_args(&cell(1000.0, Some(PacerKind::Clock), MethodKind::Sendto), to, 2.0, "lo");
         assert_eq!(
             a.join(" "),
             "send --to 127.0.0.1:4000 --rate 1000 --duration 2 --json --pacer clock"
         );
-        let a = sender_args(&cell(0.0, None, "packet"), to, 1.5, "spv1-0s");
+        let a = sender_args(&cell(0.0, None, MethodKind::Packet), to, 1.5, "spv1-0s");
         assert_eq!(
             a.join(" "),
             "send --to 127.0.0.1:4000 --rate 0 --duration 1.5 --json --method packet --dev spv1-0s"
         );
-        let a = sender_args(&cell(0.0, None, "sendmmsg"), to, 1.0, "lo");
+        let a = sender_args(&cell(0.0, None, MethodKind::Sendmmsg), to, 1.0, "lo");
         assert!(a.ends_with(&["--method".into(), "sendmmsg".into()]), "{a:?}");
     }
 
@@ -658,7 +655,7 @@ mod tests {
             cpu_ns: Some(4_000_000),
             ..CellResult::default()
         };
-        let row = pacer_row("lab", "tsc", 1000.0, r);
+        let row = pacer_row("lab", PacerKind::Tsc, 1000.0, r);
         assert_eq!(row.requested_pps, Some(1000.0));
         assert_eq!((row.accuracy, row.p99_lateness_ns), (Some(0.9999), Some(4100.0)));
         assert_eq!(
@@ -670,7 +667,10 @@ mod tests {
             report: parse_sender_output(NEW_SENDER),
             ..CellResult::default()
         };
-        assert!(pacer_row("lab", "clock", 1000.0, r).error.is_some());
+        assert_eq!(
+            pacer_row("lab", PacerKind::Clock, 1000.0, r).error.as_deref(),
+            Some("the sender paced with Some(\"tsc\")")
+        );
 
         let r = CellResult {
             report: parse_sender_output(OLD_SENDER),
@@ -678,8 +678,30 @@ mod tests {
             cpu_ns: Some(4_000_000),
             ..CellResult::default()
         };
-        let row = method_row("loopback", "sendto", r);
+        let row = method_row("loopback", MethodKind::Sendto, r);
         assert_eq!((row.max_pps, row.cpu_ns_per_packet), (Some(1000.5), None));
         assert_eq!(row.rusage_cpu_ns_per_packet, Some(2000.0));
+        let r = CellResult {
+            report: parse_sender_output(NEW_SENDER),
+            ..CellResult::default()
+        };
+        assert_eq!(
+            method_row("loopback", MethodKind::Raw, r).error.as_deref(),
+            Some("the sender used method Some(\"sendto\")")
+        );
+    }
+
+    /// Every send method writes and parses its name; an unknown one is refused by name.
+    #[test]
+    fn send_methods_are_named_once() {
+        for m in MethodKind::ALL {
+            assert_eq!(m.as_str().parse::<MethodKind>(), Ok(m));
+            assert_eq!(serde_json::to_string(&m).ok(), Some(format!("\"{m}\"")));
+        }
+        assert_eq!(
+            "sendmsg".parse::<MethodKind>(),
+            Err(super::super::methods::UnknownMethod("sendmsg".into()))
+        );
+        assert_eq!(format!("{:<9}|", MethodKind::Raw), "raw      |");
     }
 }

@@ -15,6 +15,65 @@ use nix::sys::socket::{setsockopt, sockopt, SockaddrIn, SockaddrLike};
 
 use crate::netlab;
 
+/// A send method by its name (`--method sendto`), without its settings: what the baseline
+/// matrix measures and what `scanprof send --json` reports. Serde writes it as its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MethodKind {
+    /// sendto(2) on a UDP socket
+    #[default]
+    Sendto,
+    /// sendto(2) on a raw IP socket
+    Raw,
+    /// sendmmsg(2) batches on a UDP socket
+    Sendmmsg,
+    /// an AF_PACKET socket
+    Packet,
+}
+
+impl MethodKind {
+    /// Every method, in code order.
+    pub const ALL: [MethodKind; 4] = [
+        MethodKind::Sendto,
+        MethodKind::Raw,
+        MethodKind::Sendmmsg,
+        MethodKind::Packet,
+    ];
+
+    /// The name on the command line (`--method sendmmsg`) and in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MethodKind::Sendto => "sendto",
+            MethodKind::Raw => "raw",
+            MethodKind::Sendmmsg => "sendmmsg",
+            MethodKind::Packet => "packet",
+        }
+    }
+}
+
+impl std::fmt::Display for MethodKind {
+    /// The name, padded as a string is (`{:<9}` in the baseline's method table).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A name that is no send method of the reference sender.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown send method {0:?}: use sendto, raw, sendmmsg or packet")]
+pub struct UnknownMethod(pub String);
+
+impl std::str::FromStr for MethodKind {
+    type Err = UnknownMethod;
+
+    fn from_str(s: &str) -> std::result::Result<MethodKind, UnknownMethod> {
+        MethodKind::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownMethod(s.to_string()))
+    }
+}
+
 /// Whether the sender may send to `ip`: loopback (127.0.0.0/8) or the lab range 10.99.0.0/24,
 /// which `crate::netlab` only ever configures inside namespaces it creates. Anything else could
 /// leave the machine. Every send method further refuses the lab range unless the sending thread
@@ -56,13 +115,19 @@ pub enum Method {
 }
 
 impl Method {
-    pub fn name(&self) -> &'static str {
+    /// The method without its settings.
+    pub fn kind(&self) -> MethodKind {
         match self {
-            Method::Sendto => "sendto",
-            Method::Raw => "raw",
-            Method::Sendmmsg { .. } => "sendmmsg",
-            Method::Packet { .. } => "packet",
+            Method::Sendto => MethodKind::Sendto,
+            Method::Raw => MethodKind::Raw,
+            Method::Sendmmsg { .. } => MethodKind::Sendmmsg,
+            Method::Packet { .. } => MethodKind::Packet,
         }
+    }
+
+    /// Its name (`sendmmsg`).
+    pub fn name(&self) -> &'static str {
+        self.kind().as_str()
     }
 
     /// Packets per send call (one slot of the pacer).

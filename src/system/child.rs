@@ -433,8 +433,8 @@ mod tests {
         let pid = guard.id() as libc::pid_t;
         drop(guard);
         // Reaped: the pid is no child of ours any more.
-        // SAFETY: waitpid with WNOHANG on a pid and a valid out-pointer.
         let mut st = 0;
+        // SAFETY: waitpid with WNOHANG on a pid and a valid out-pointer.
         let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
         assert_eq!(r, -1, "the guard left its child unreaped");
     }
@@ -518,9 +518,9 @@ mod tests {
         .join()
         .unwrap();
         let mut status = 0;
+        let started = std::time::Instant::now();
         // SAFETY: waitpid on our own child's pid with a valid out-pointer; bounded by the
         // child's 30 s sleep at worst.
-        let started = std::time::Instant::now();
         let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
         assert_eq!(r, pid as libc::pid_t);
         assert!(libc::WIFSIGNALED(status), "status {status:#x}");

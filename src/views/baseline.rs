@@ -7,10 +7,10 @@ use crate::units::{duration, or_dash, pct2};
 
 /// The whole report as text: machine facts, one table per pacer (in `pacers` order), the
 /// method table.
-pub fn render_text(r: &BaselineReport, pacers: &[String]) -> String {
+pub fn render_text(r: &BaselineReport, pacers: &[crate::wrappers::PacerKind]) -> String {
     let mut o = machine_text(&r.machine);
     for pacer in pacers {
-        let rows: Vec<&PacerRow> = r.pacer_rows.iter().filter(|x| &x.pacer == pacer).collect();
+        let rows: Vec<&PacerRow> = r.pacer_rows.iter().filter(|x| x.pacer == *pacer).collect();
         if rows.is_empty() {
             continue;
         }
@@ -195,7 +195,7 @@ mod tests {
             pacer_rows: vec![
                 PacerRow {
                     target: "lab".into(),
-                    pacer: "clock".into(),
+                    pacer: crate::wrappers::PacerKind::Clock,
                     slot: Some("per-packet".into()),
                     requested_pps: Some(1000.0),
                     achieved_pps: Some(1000.02),
@@ -208,7 +208,7 @@ mod tests {
                 },
                 PacerRow {
                     target: "lab".into(),
-                    pacer: "clock".into(),
+                    pacer: crate::wrappers::PacerKind::Clock,
                     requested_pps: None,
                     receiver_packets: Some(0),
                     error: Some("sender exit status: 2: unexpected argument '--pacer' found".into()),
@@ -217,7 +217,7 @@ mod tests {
             ],
             method_rows: vec![MethodRow {
                 target: "loopback".into(),
-                method: "sendmmsg".into(),
+                method: crate::senders::methods::MethodKind::Sendmmsg,
                 max_pps: Some(412_345.6),
                 cpu_ns_per_packet: Some(2100.0),
                 rusage_cpu_ns_per_packet: Some(2350.4),
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn text_report_shows_machine_pacer_and_method_tables() {
-        let text = render_text(&sample_report(), &["tsc".into(), "clock".into()]);
+        let text = render_text(&sample_report(), &[crate::wrappers::PacerKind::Tsc, crate::wrappers::PacerKind::Clock]);
         let expected = "\
 machine
   CPU          AMD EPYC (2 CPUs); TSC constant yes, nonstop yes, known frequency yes

@@ -69,7 +69,8 @@ impl ProcessEnd {
 /// One stage of the send funnel over the send window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunnelRow {
-    pub name: &'static str,
+    /// the stage of the send funnel this row counts
+    pub stage: StageName,
     /// per second over the send window
     pub pps: f64,
     pub count: u64,
@@ -190,7 +191,7 @@ fn funnel(s: &Summary) -> Vec<FunnelRow> {
         .map(|name| {
             let pps = s.stages.get(&name).copied().unwrap_or(0.0);
             FunnelRow {
-                name: name.as_str(),
+                stage: name,
                 pps,
                 count: s.stage_counts.get(&name).copied().unwrap_or(0),
                 of_requested: requested.map(|r| pps / r),
@@ -411,13 +412,13 @@ mod tests {
         let sp = r
             .funnel
             .iter()
-            .find(|f| f.name == "syscall_packets")
+            .find(|f| f.stage == StageName::SyscallPackets)
             .expect("stage");
         assert_eq!((sp.count, sp.of_requested), (300, Some(0.5)));
         assert!(r
             .funnel
             .iter()
-            .filter(|f| f.name.starts_with("qdisc"))
+            .filter(|f| f.stage.is_qdisc())
             .all(|f| f.no_qdisc));
         s.requested_pps = Some(0.0);
         assert!(Report::new(&s).funnel.iter().all(|f| f.of_requested.is_none()));

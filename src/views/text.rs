@@ -268,7 +268,7 @@ pub fn summary(s: &Summary) -> String {
     }
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
-        let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.name, f.pps, f.count);
+        let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.stage, f.pps, f.count);
         if let Some(share) = f.of_requested {
             let _ = write!(line, "  {:>7}", pct(share));
         }
@@ -602,7 +602,7 @@ fn scanner_section(o: &mut String, sc: &ScannerView) {
         if let Some(d) = c.duration_ms {
             let _ = write!(line, " took {d:.1} ms");
         }
-        if let (Some(d), Some(u)) = (c.delay, &c.delay_unit) {
+        if let (Some(d), Some(u)) = (c.delay, c.delay_unit) {
             let _ = write!(line, ", derived delay {d:.0} {u}");
         }
         if let (Some(dn), Some(slot)) = (c.delay_ns, c.slot_ns) {

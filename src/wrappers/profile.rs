@@ -345,6 +345,10 @@ pub enum ValueForm {
     None,
 }
 
+/// The name of the fallback profile (wrappers/generic.toml): the profile of a family no other
+/// profile recognises, which is no scanner (a unit test holds it to the built-in fallback).
+pub const GENERIC_PROFILE: &str = "generic";
+
 /// Unit of a rate value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -455,7 +459,64 @@ pub struct ProbeRead {
     pub ty: ArgType,
     /// What a unit of it is: `tsc_cycles`, `ns`, `us` or `s`.
     #[serde(default)]
-    pub unit: Option<String>,
+    pub unit: Option<DelayUnit>,
+}
+
+/// The unit of a delay a scanner derives and stores (a global a probe reads at return).
+/// Serde writes and reads its name; the profile's `unit` and the JSON's `delay_unit` are it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum DelayUnit {
+    /// cycles of the TSC, converted with the TSC frequency
+    TscCycles,
+    /// nanoseconds
+    Ns,
+    /// microseconds
+    Us,
+    /// seconds
+    S,
+}
+
+impl DelayUnit {
+    /// Every unit, in code order.
+    pub const ALL: [DelayUnit; 4] = [DelayUnit::TscCycles, DelayUnit::Ns, DelayUnit::Us, DelayUnit::S];
+
+    /// Its name in profiles and in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DelayUnit::TscCycles => "tsc_cycles",
+            DelayUnit::Ns => "ns",
+            DelayUnit::Us => "us",
+            DelayUnit::S => "s",
+        }
+    }
+
+    /// `d` of this unit in ns; None for TSC cycles without a known frequency (`tsc_hz`, Hz).
+    pub fn to_ns(self, d: f64, tsc_hz: Option<f64>) -> Option<f64> {
+        match self {
+            DelayUnit::TscCycles => tsc_hz.filter(|h| *h > 0.0).map(|h| d * 1e9 / h),
+            DelayUnit::Ns => Some(d),
+            DelayUnit::Us => Some(d * 1e3),
+            DelayUnit::S => Some(d * 1e9),
+        }
+    }
+}
+
+impl std::fmt::Display for DelayUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl TryFrom<String> for DelayUnit {
+    type Error = String;
+
+    fn try_from(u: String) -> Result<DelayUnit, String> {
+        DelayUnit::ALL
+            .into_iter()
+            .find(|d| d.as_str() == u)
+            .ok_or_else(|| format!("'{u}': use tsc_cycles, ns, us or s"))
+    }
 }
 
 /// What a probed function means. Serde writes the names profiles use (`rate_setup`...).
@@ -889,16 +950,6 @@ impl ScannerProfile {
                         format!("probe[{i}].args[{j}].type"),
                         "f32 is for buffer fields".into(),
                     ));
-                }
-            }
-            for (j, r) in p.reads.iter().enumerate() {
-                if let Some(u) = &r.unit {
-                    if !["tsc_cycles", "ns", "us", "s"].contains(&u.as_str()) {
-                        return Err(bad(
-                            format!("probe[{i}].read[{j}].unit"),
-                            format!("'{u}': use tsc_cycles, ns, us or s"),
-                        ));
-                    }
                 }
             }
             if let Some(b) = &p.buffer {

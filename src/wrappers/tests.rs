@@ -753,7 +753,7 @@ fn unicornscan_profile_reads_the_calibrated_delay_and_names_message_types() {
     let u = set.get("unicornscan").unwrap();
     let tsc = u.probes.iter().find(|p| p.name == "tsc_init_tslot").unwrap();
     assert_eq!(tsc.reads[0].symbol, "tsc_delay");
-    assert_eq!(tsc.reads[0].unit.as_deref(), Some("tsc_cycles"));
+    assert_eq!(tsc.reads[0].unit, Some(crate::wrappers::DelayUnit::TscCycles));
     assert_eq!(u.message_types.get("4").map(String::as_str), Some("WORKUNIT"));
     let sender = u.processes.iter().find(|p| p.role == "sender").unwrap();
     assert!(sender.paths.iter().any(|p| p == "../libexec/unicornscan/unisend"));
@@ -975,4 +975,37 @@ fn rustscan_and_naabu_are_recognised_by_exe_and_comm() {
         let (p, _) = set.recognise("/bin/sh", name).unwrap();
         assert_eq!(p.name, name);
     }
+}
+
+/// A delay unit is declared once: each parses from its name and converts to ns; an unknown
+/// one is refused by the profile parser, naming the units.
+#[test]
+fn delay_units_are_named_and_converted_once() {
+    use crate::wrappers::DelayUnit;
+    for u in DelayUnit::ALL {
+        assert_eq!(DelayUnit::try_from(u.as_str().to_string()), Ok(u));
+        assert_eq!(serde_json::to_string(&u).ok(), Some(format!("\"{u}\"")));
+    }
+    assert_eq!(DelayUnit::TscCycles.to_ns(2_000.0, Some(2e9)), Some(1_000.0));
+    assert_eq!(DelayUnit::TscCycles.to_ns(2_000.0, None), None);
+    assert_eq!(DelayUnit::Ns.to_ns(5.0, None), Some(5.0));
+    assert_eq!(DelayUnit::Us.to_ns(5.0, None), Some(5_000.0));
+    assert_eq!(DelayUnit::S.to_ns(5.0, None), Some(5e9));
+    assert_eq!(
+        DelayUnit::try_from("ms".to_string()),
+        Err("'ms': use tsc_cycles, ns, us or s".to_string())
+    );
+}
+
+/// The fallback profile shipped is the one the diagnosis knows as no scanner.
+#[test]
+fn the_builtin_fallback_is_the_generic_profile() {
+    let set = crate::wrappers::ProfileSet::builtin().unwrap();
+    let fallback = set.fallback().expect("a fallback profile");
+    assert_eq!(fallback.name, crate::wrappers::GENERIC_PROFILE);
+    let view = crate::analysis::ScannerView {
+        profile: fallback.name.clone(),
+        ..Default::default()
+    };
+    assert!(view.is_generic());
 }

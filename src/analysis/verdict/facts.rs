@@ -161,7 +161,7 @@ pub(super) struct Facts<'a> {
     /// at most its own window); None when no sender is in a cgroup with a quota
     pub throttled_ns: Option<f64>,
     /// the relay funnel (the run's only), when the family reads and sends
-    pub relay: Option<&'a crate::analysis::relay::RelayView>,
+    pub relay: Option<&'a crate::analysis::snapshot::RelayView>,
     /// the reply funnel over the interval, when the reply counter was attached
     pub replies: Option<&'a crate::analysis::replies::ReplyFunnel>,
 }

@@ -362,7 +362,7 @@ pub(super) fn ranks_after_the_rate(f: &Facts, v: &super::Verdict) -> bool {
 /// frames queued to the rings it reads, at least: a ring it never reads queues a few). A
 /// responder answering what it reads sends no more than it reads: its receiving is its job.
 pub(super) fn sends_for_a_living(f: &Facts) -> bool {
-    let scanner = f.scanner.is_some_and(|s| s.profile != "generic");
+    let scanner = f.scanner.is_some_and(|s| !s.is_generic());
     let read = f.receive.map_or(0, |r| {
         r.count(StageName::RecvPackets)
             + r.rings

@@ -8,7 +8,7 @@
 use super::facts::Facts;
 use super::units::pct;
 use super::{verdict, Cause, Kind, Verdict, MIN_DROPS, MIN_PACKETS};
-use crate::analysis::relay::RelayView;
+use crate::analysis::snapshot::RelayView;
 use crate::collect::DropClass;
 
 /// Share of its busy time (on CPU, or blocked in a send) a relay must spend sending for its

@@ -186,7 +186,7 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     // scan went on (the send side's figures beside them).
     let scanner = f
         .scanner
-        .filter(|s| s.profile != "generic" && f.packets_total > 0)
+        .filter(|s| !s.is_generic() && f.packets_total > 0)
         .map(|s| s.profile.as_str());
     if let Some(name) = scanner {
         let asked = f.requested.map_or("no known requested rate".to_string(), |r| {

@@ -211,7 +211,7 @@ fn calibration(error_pct: f64, r: f64) -> CalibrationView {
         duration_ms: Some(100.0),
         pps: Some(r),
         delay: Some(slot * (1.0 + error_pct / 100.0) * 2.4),
-        delay_unit: Some("tsc_cycles".into()),
+        delay_unit: Some(crate::analysis::DelayUnit::TscCycles),
         delay_ns: Some(slot * (1.0 + error_pct / 100.0)),
         slot_ns: Some(slot),
         error_pct: Some(error_pct),
@@ -1318,7 +1318,7 @@ fn a_calibration_read_is_judged_first_and_advice_skips_the_pacer_in_use() {
     // The same run with the gettimeofday pacer's own delay read (tod_delay, in us): +99900%.
     let mut cal = calibration(99_900.0, 1000.0);
     cal.probe = "gtod_init_tslot".into();
-    cal.delay_unit = Some("us".into());
+    cal.delay_unit = Some(crate::analysis::DelayUnit::Us);
     let v = short_miscalibrated_spin()
         .scanner(ScannerView {
             profile: "unicornscan".into(),

@@ -356,7 +356,7 @@ fn funnel(o: &mut String, r: &Report) {
         .funnel
         .iter()
         .map(|f| {
-            let mut stage = f.name.to_string();
+            let mut stage = f.stage.to_string();
             if f.no_qdisc {
                 stage.push_str(" (no queueing qdisc on the path)");
             }
