@@ -52,6 +52,11 @@ pub fn parse_linger_s(s: &str) -> Result<f64, String> {
     number_in(s, 0.0, false, 60.0, "seconds")
 }
 
+/// `--metrics-linger`: 0 to 3600 seconds.
+pub fn parse_metrics_linger_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, false, 3600.0, "seconds")
+}
+
 /// `--interval`: 0.01 to 3600 seconds.
 pub fn parse_interval_s(s: &str) -> Result<f64, String> {
     number_in(s, MIN_INTERVAL_S, false, MAX_INTERVAL_S, "seconds")
@@ -378,6 +383,15 @@ pub struct RunOptions {
     /// node_exporter's textfile collector: a .prom file in its directory).
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<std::path::PathBuf>,
+    /// After the run ends, keep serving its final metrics (--metrics) for this many seconds
+    /// (0 to 3600), so that a scrape interval longer than the run still sees its end
+    /// (`scanprof_run_ended`, the final totals and verdicts). A second Ctrl-C or SIGTERM ends it.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_metrics_linger_s,
+          allow_negative_numbers = true, requires = "metrics")]
+    pub metrics_linger: f64,
+    /// The run id label on every metric (set by `scanprof agent` for the runs it starts).
+    #[arg(long, hide = true, value_name = "ID")]
+    pub run_id: Option<String>,
     /// Size a BPF map before it is created (repeatable): MAP=ENTRIES. Defaults fit a scanner
     /// family in under 16 MB of locked memory (threads=1024, flows=16384, ...: docs/probes.md);
     /// a run whose map filled says which one to raise, e.g. `--map-size threads=4096`.

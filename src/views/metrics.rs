@@ -5,9 +5,11 @@
 //! encoded by the `prometheus` crate from a registry built afresh from the run's totals at each
 //! update, so every counter is the run's own monotonic total since attach.
 //!
-//! Labels never carry target addresses or pids: the scanner (its profile), the family member's
-//! role, the stage, the drop's reason, class and device, the errno, and the scanner's own shard
-//! argument. docs/metrics.md lists every metric.
+//! Labels never carry target addresses or pids, and stay bounded: the scanner (its profile),
+//! the run id (given by `scanprof agent`, which serves a run for its retention window only), the
+//! family member's role, the stage, the reason, class and device of the family's own drops
+//! (other processes' drops are one counter, without reason or device), the errno, and the
+//! scanner's own shard argument. docs/metrics.md lists every metric.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
@@ -42,6 +44,8 @@ pub struct RunLabels {
     pub scanner: String,
     /// the scanner's own shard argument (`I/N`), when its command line has one
     pub shard: Option<String>,
+    /// the run's id, when `scanprof agent` started the run (it names the run's spool directory)
+    pub run_id: Option<String>,
 }
 
 impl RunLabels {
@@ -50,6 +54,7 @@ impl RunLabels {
         RunLabels {
             scanner: scanner.to_string(),
             shard: shard_of(argv),
+            run_id: None,
         }
     }
 }
@@ -86,8 +91,10 @@ pub struct MetricsState {
     run_seconds: f64,
     /// stage -> events since attach
     stages: BTreeMap<StageName, u64>,
-    /// (reason, class, device) -> drops since attach
+    /// (reason, class, device) -> drops of the family's own classes since attach
     drops: BTreeMap<(String, String, String), u64>,
+    /// other processes' drops (class unrelated) since attach, all reasons and devices
+    other_drops: u64,
     /// (role, state) -> seconds, summed over the family's sender threads
     sender_seconds: BTreeMap<(String, &'static str), f64>,
     /// (role, errno name) -> failed send calls
@@ -141,6 +148,7 @@ impl MetricsState {
         for (k, n) in drop_sums(&s.drops) {
             *self.drops.entry(k).or_default() += n;
         }
+        self.other_drops += other_drops(&s.drops);
         let roles = roles(&s.processes);
         for t in &s.threads {
             let role = roles.get(&t.pid).cloned().unwrap_or_default();
@@ -168,6 +176,7 @@ impl MetricsState {
         for (k, n) in drop_sums(&s.drops) {
             raise(self.drops.entry(k).or_default(), n);
         }
+        raise(&mut self.other_drops, other_drops(&s.drops));
         // The whole run's budget and errors per thread: never below what the ticks summed.
         let roles = roles(&s.processes);
         let mut seconds: BTreeMap<(String, &'static str), f64> = BTreeMap::new();
@@ -247,6 +256,9 @@ impl MetricsState {
         if let Some(shard) = &self.labels.shard {
             common.insert("shard".to_string(), shard.clone());
         }
+        if let Some(id) = &self.labels.run_id {
+            common.insert("run_id".to_string(), id.clone());
+        }
         let r = Registry::new_custom(Some("scanprof".into()), Some(common))?;
 
         if let Some(pps) = self.requested_pps {
@@ -284,16 +296,19 @@ impl MetricsState {
         r.register(Box::new(stages))?;
 
         let drops = IntCounterVec::new(
-            Opts::new(
-                "drops_total",
-                "Packets the kernel dropped since attach, by drop reason, class (target_loss, expected, unrelated) and device.",
-            ),
+            Opts::new("drops_total", drops_help()),
             &["reason", "class", "device"],
         )?;
         for ((reason, class, device), n) in &self.drops {
             drops.with_label_values(&[reason, class, device]).inc_by(*n);
         }
         r.register(Box::new(drops))?;
+        let other = prometheus::IntCounter::new(
+            "other_drops_total",
+            "Packets of other processes on this host the kernel dropped since attach (class unrelated), all reasons and devices summed.",
+        )?;
+        other.inc_by(self.other_drops);
+        r.register(Box::new(other))?;
 
         let seconds = prometheus::CounterVec::new(
             Opts::new(
@@ -422,11 +437,25 @@ fn gauge(r: &Registry, name: &str, help: &str, v: f64) -> prometheus::Result<()>
     r.register(Box::new(g))
 }
 
-/// Drop rows summed by the metric's labels: rows of one reason, class and device (several
-/// locations, namespaces or pids) add up.
+/// The help text of `drops_total`, naming every class it carries (all but unrelated).
+fn drops_help() -> String {
+    let classes: Vec<&str> = DropClass::ALL
+        .iter()
+        .filter(|c| **c != DropClass::Unrelated)
+        .map(|c| c.name())
+        .collect();
+    format!(
+        "Packets of the family (and replies to it) the kernel dropped since attach, by drop reason, class ({}) and device; other processes' drops are other_drops_total.",
+        classes.join(", ")
+    )
+}
+
+/// Drop rows of the family's own classes summed by the metric's labels: rows of one reason,
+/// class and device (several locations, namespaces or pids) add up. Other processes' rows
+/// (class unrelated) are left out: [`other_drops`] sums them.
 fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, String), u64> {
     let mut sums = BTreeMap::new();
-    for d in rows {
+    for d in rows.iter().filter(|d| d.class != DropClass::Unrelated) {
         let key = (
             d.reason.clone(),
             class_name(d.class),
@@ -437,16 +466,22 @@ fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, Str
     sums
 }
 
+/// Other processes' drops (class unrelated) in `rows`, every reason and device summed: their
+/// devices come and go with other tenants, so they get no label.
+fn other_drops(rows: &[crate::analysis::DropRow]) -> u64 {
+    rows.iter()
+        .filter(|d| d.class == DropClass::Unrelated)
+        .map(|d| d.count)
+        .sum()
+}
+
 /// Raises a total to `v` (a total never goes down: a counter stays monotonic).
 fn raise(total: &mut u64, v: u64) {
     *total = (*total).max(v);
 }
 
 fn class_name(c: DropClass) -> String {
-    serde_json::to_value(c)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
+    c.name().to_string()
 }
 
 fn roles(processes: &[crate::collect::family::ProcessInfo]) -> BTreeMap<u32, String> {
@@ -473,6 +508,11 @@ pub struct MetricsTargets {
     pub listen: Option<SocketAddr>,
     /// write them to this file after every update (textfile collector)
     pub file: Option<PathBuf>,
+    /// keep serving the last exposition this long after the run ended (`--metrics-linger`), so
+    /// that a scrape interval longer than the run still sees its end
+    pub linger: Duration,
+    /// the run id label (`scanprof agent` names each run it starts)
+    pub run_id: Option<String>,
 }
 
 impl MetricsTargets {
@@ -493,7 +533,8 @@ pub struct Exporter {
 
 impl Exporter {
     /// Binds the listener now (a port in use fails here, before the run starts).
-    pub fn start(targets: &MetricsTargets, labels: RunLabels) -> anyhow::Result<Exporter> {
+    pub fn start(targets: &MetricsTargets, mut labels: RunLabels) -> anyhow::Result<Exporter> {
+        labels.run_id = targets.run_id.clone();
         let state = MetricsState::new(labels);
         let latest = Arc::new(Mutex::new(state.render()));
         let server = match targets.listen {
@@ -516,6 +557,23 @@ impl Exporter {
     /// The address the server listens on (the port the kernel chose for port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.server.as_ref().map(|s| s.addr)
+    }
+
+    /// Keeps the server answering with the last exposition (the run's end: `scanprof_run_ended`,
+    /// the final totals and verdicts) for `linger`, or until `stop` is raised. Without a server
+    /// it returns at once.
+    pub fn linger(&self, linger: Duration, stop: &AtomicBool) {
+        if self.server.is_none() {
+            return;
+        }
+        let until = std::time::Instant::now() + linger;
+        while !stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
     }
 
     pub fn update(&mut self, update: &Update) {
@@ -551,15 +609,16 @@ pub fn tap(updates: Receiver<Update>, mut exporter: Exporter) -> (Receiver<Updat
     (rx, handle)
 }
 
-/// A minimal HTTP/1.x server of one document: GET /metrics.
-struct Server {
+/// A minimal HTTP/1.x server of one document: GET /metrics, the latest text of `latest`.
+pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Server {
-    fn start(addr: SocketAddr, latest: Arc<Mutex<String>>) -> anyhow::Result<Server> {
+    /// Binds `addr` now (a port in use fails here) and serves what `latest` holds at each request.
+    pub fn start(addr: SocketAddr, latest: Arc<Mutex<String>>) -> anyhow::Result<Server> {
         let listener = TcpListener::bind(addr).with_context(|| {
             format!("--metrics {addr}: cannot listen there (in use, or not an address of this machine)")
         })?;
@@ -586,6 +645,13 @@ impl Server {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+impl Server {
+    /// The address it listens on (the port the kernel chose for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 }
 
@@ -636,6 +702,11 @@ fn serve(stream: TcpStream, body: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::views::fixtures::rich_recording;
+
+    /// The value of a metric whose only labels are the common ones.
+    fn sample_plain(text: &str, name: &str) -> Option<f64> {
+        sample(text, name, &[])
+    }
 
     fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         text.lines()
@@ -791,7 +862,7 @@ mod tests {
         }
         // Drops: rows of one reason, class and device add up; classes by their JSON names.
         let mut want: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-        for d in &summary.drops {
+        for d in summary.drops.iter().filter(|d| d.class != DropClass::Unrelated) {
             *want
                 .entry((
                     d.reason.clone(),
@@ -840,6 +911,75 @@ mod tests {
         assert!(text.contains("scanprof_run_ended{"));
     }
 
+    /// Other processes' drops on devices that come and go (other tenants' veths) make one
+    /// series, not one per device: on a shared host `drops_total{class="unrelated",device=...}`
+    /// churned. The family's own classes keep their reason and device.
+    #[test]
+    fn other_processes_drops_are_one_series_whatever_their_devices() {
+        use crate::analysis::DropRow;
+        let mut tick = rich_recording().ticks[1].clone();
+        let row = |class: DropClass, device: String, count: u64| DropRow {
+            reason: "QDISC_DROP".into(),
+            location: "__dev_queue_xmit".into(),
+            device: Some(device),
+            netns: 4026531840,
+            class,
+            pid: None,
+            count,
+            rate: 0.0,
+        };
+        let mut m = MetricsState::new(RunLabels::of("zmap", &[]));
+        let mut other = 0;
+        let mut family = 0;
+        for t in 0..10u64 {
+            tick.drops = (0..10u64)
+                .map(|d| row(DropClass::Unrelated, format!("veth-{t}-{d}"), t + d))
+                .chain([row(DropClass::TargetLoss, "lab0".into(), 5)])
+                .collect();
+            other += (0..10u64).map(|d| t + d).sum::<u64>();
+            family += 5;
+            m.update(&Update::Tick(Box::new(tick.clone())));
+        }
+        let text = m.render();
+        assert!(!text.contains("veth-"), "{text}");
+        assert!(!text.contains("class=\"unrelated\""), "{text}");
+        assert_eq!(sample_plain(&text, "scanprof_other_drops_total"), Some(other as f64));
+        assert_eq!(
+            sample(
+                &text,
+                "scanprof_drops_total",
+                &[("reason", "QDISC_DROP"), ("class", "target_loss"), ("device", "lab0")]
+            ),
+            Some(family as f64)
+        );
+        // The help text names every class the counter carries.
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP scanprof_drops_total "))
+            .expect("help line");
+        for c in DropClass::ALL.iter().filter(|c| **c != DropClass::Unrelated) {
+            assert!(help.contains(c.name()), "{help}");
+        }
+        // And the summary's totals never lower what the ticks added up.
+        let mut summary = rich_recording().summary.expect("fixture summary");
+        summary.drops = vec![row(DropClass::Unrelated, "veth-x".into(), 3)];
+        m.update(&Update::Done(Box::new(summary)));
+        assert_eq!(sample_plain(&m.render(), "scanprof_other_drops_total"), Some(other as f64));
+    }
+
+    /// The run id label, when the agent gives one, is on every sample.
+    #[test]
+    fn a_run_id_labels_every_sample() {
+        let mut labels = RunLabels::of("masscan", &["masscan".into(), "--shard".into(), "1/2".into()]);
+        labels.run_id = Some("r7".into());
+        let mut m = MetricsState::new(labels);
+        m.update(&Update::Tick(Box::new(rich_recording().ticks[1].clone())));
+        let text = m.render();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(l.contains("run_id=\"r7\"") && l.contains("shard=\"1/2\""), "{l}");
+        }
+    }
+
     #[test]
     fn a_sender_threads_time_adds_up_across_ticks_by_role_and_state() {
         let rec = rich_recording();
@@ -867,6 +1007,7 @@ mod tests {
         let targets = MetricsTargets {
             listen: Some("127.0.0.1:0".parse().unwrap()),
             file: None,
+            ..MetricsTargets::default()
         };
         let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
         let addr = e.local_addr().unwrap();
