@@ -165,6 +165,10 @@ const SWEEP_EXAMPLES: &str = "Examples:
   scanprof sweep --lab --tbf-rate 22mbit --rates 1000,2000,4000,8000,16000 --duration 3
   scanprof sweep --rates 1000,5000,20000 --max-rate 20000 --duration 10 -- masscan --rate {} -p80 10.0.0.0/24
   scanprof sweep --lab --from 1000 --to 64000 --steps 7 --json --export sweep/";
+const AGENT_EXAMPLES: &str = "Examples:
+  scanprof agent --config /etc/scanprof/agent.toml
+  scanprof agent --spool /var/lib/scanprof/runs --metrics 127.0.0.1:9477
+  scanprof agent --spool /tmp/scanprof-runs --metrics 127.0.0.1:0 --max-runs 2";
 const COMPARE_EXAMPLES: &str = "Examples:
   scanprof compare before/ after/
   scanprof compare sweep-vm/ sweep-metal/ --format md";
@@ -296,6 +300,14 @@ pub enum Command {
     /// with its summary and prints the table so far.
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(SweepOptions),
+    /// Follow every scanner that starts on this host, as a service (deploy/scanprof-agent.service):
+    /// each scanner a profile recognises (or a command or cgroup the config names) is attached
+    /// to as it execs, until its family exits, and gets a run id and a directory in the spool
+    /// (bundle, metrics, log). Serves every live run's metrics and each ended run's final ones
+    /// for a retention window at --metrics (docs/metrics.md). SIGHUP reloads the config (live
+    /// runs go on); SIGINT or SIGTERM ends every run (their bundles are written) and detaches.
+    #[command(after_help = AGENT_EXAMPLES)]
+    Agent(AgentOptions),
     /// Set two bundles (of `record`/`--export`, or of `sweep --export`) side by side: rates,
     /// funnels, time budgets, drops and verdicts, their differences, and which causes appeared,
     /// grew, shrank or went away. No root needed.
@@ -311,6 +323,26 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+}
+
+/// `scanprof agent`'s options: the config file, and the settings the command line overrides.
+#[derive(Debug, Clone, Args)]
+pub struct AgentOptions {
+    /// The configuration file (TOML; deploy/agent.toml is an example with every setting). Read
+    /// again on SIGHUP. Default: the built-in defaults with the flags below.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The spool directory: one directory per run (default /var/lib/scanprof/runs). Wins over
+    /// the file's `spool`.
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<std::path::PathBuf>,
+    /// Serve the metrics of every run at http://ADDR:PORT/metrics (port 0 picks one, named on
+    /// stderr). Wins over the file's `metrics`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Runs followed at once, at most (1 to 64; default 4). Wins over the file's `max_runs`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub max_runs: Option<u16>,
 }
 
 /// Options shared by `attach` and `run`.
@@ -1174,6 +1206,7 @@ mod tests {
             ("doctor", &[]),
             ("sweep", &["--lab", "--rates", "1000"]),
             ("compare", &["/nonexistent/a", "/nonexistent/b"]),
+            ("agent", &[]),
             ("completions", &["bash"]),
             ("man", &[]),
         ];
@@ -1221,6 +1254,7 @@ mod tests {
             let _ = Duration::from_secs_f64(r.interval);
             let _ = r.duration.map(Duration::from_secs_f64);
             let _ = Duration::from_secs_f64(r.baseline_seconds);
+            let _ = Duration::from_secs_f64(r.metrics_linger);
             if let Some(rq) = r.requested {
                 assert!(rq.is_finite() && rq > 0.0);
             }
@@ -1264,6 +1298,7 @@ mod tests {
             Command::Report { .. }
             | Command::Doctor { .. }
             | Command::Compare { .. }
+            | Command::Agent(_)
             | Command::Completions { .. }
             | Command::Man { .. } => {}
         }

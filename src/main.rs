@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Command::Baseline(o) => commands::baseline::run(o),
         Command::Sweep(o) => commands::sweep::run(o),
         Command::Compare { a, b, format } => commands::compare::run(a, b, *format),
+        Command::Agent(o) => commands::agent::run(o),
     };
     result.unwrap_or_else(|e| {
         // Not eprintln!, which panics when stderr is gone (a closed terminal).

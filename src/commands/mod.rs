@@ -1,6 +1,7 @@
 //! What each subcommand does, built from the library's parts. main.rs parses the command line
 //! and calls one of these; they return the process exit code.
 
+pub mod agent;
 pub mod baseline;
 pub mod compare;
 pub mod doctor;

@@ -2,6 +2,7 @@
 //! This is the only module that touches libbpf-rs: it hands the rest of scanprof plain values
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
+pub mod exec_watch;
 mod kernel;
 mod sizing;
 mod stats;
@@ -124,9 +125,11 @@ const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o
 const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
 const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
 const RINGS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rings.bpf.o"));
+const EXEC_WATCH_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exec_watch.bpf.o"));
 
-/// Every BPF object built into this binary, by name, in load order (`--version` names them).
-pub fn objects() -> [(&'static str, &'static [u8]); 7] {
+/// Every BPF object built into this binary, by name: a run's in load order, then `scanprof
+/// agent`'s exec watcher (`--version` names them).
+pub fn objects() -> [(&'static str, &'static [u8]); 8] {
     [
         ("family", FAMILY_OBJ),
         ("send_path", SEND_PATH_OBJ),
@@ -135,6 +138,7 @@ pub fn objects() -> [(&'static str, &'static [u8]); 7] {
         ("drops", DROPS_OBJ),
         ("uprobes", UPROBES_OBJ),
         ("rings", RINGS_OBJ),
+        ("exec_watch", EXEC_WATCH_OBJ),
     ]
 }
 

@@ -501,6 +501,155 @@ fn budget_states(b: &TimeBudget) -> [(&'static str, u64); 5] {
     ]
 }
 
+/// One exposition of several: the metric families of every text in `texts` (the runs
+/// `scanprof agent` serves, each with its own `run_id`, and the agent's own), each family's
+/// `# HELP` and `# TYPE` once (the first text's) with the samples of every text under it, so the
+/// result stays valid text format (a family's samples together, named once). Families keep the
+/// order in which they first appear.
+pub fn merge(texts: &[&str]) -> String {
+    // family name -> (help and type lines, sample lines)
+    let mut order: Vec<String> = Vec::new();
+    let mut families: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
+    for text in texts {
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (kind, name) = match line.strip_prefix("# ") {
+                Some(rest) => {
+                    let mut w = rest.split_whitespace();
+                    match (w.next(), w.next()) {
+                        (Some(k @ ("HELP" | "TYPE")), Some(n)) => (Some(k), n.to_string()),
+                        _ => continue,
+                    }
+                }
+                None => (
+                    None,
+                    line.split(|c: char| c == '{' || c.is_whitespace())
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            };
+            let entry = families.entry(name.clone()).or_insert_with(|| {
+                order.push(name.clone());
+                (Vec::new(), Vec::new())
+            });
+            match kind {
+                // The first text that describes a family describes it.
+                Some(k) => {
+                    let prefix = format!("# {k} ");
+                    if !entry.0.iter().any(|l| l.starts_with(&prefix)) {
+                        entry.0.push(line.to_string());
+                    }
+                }
+                None => entry.1.push(line.to_string()),
+            }
+        }
+    }
+    let mut out = String::new();
+    for name in order {
+        let (head, samples) = &families[&name];
+        for l in head.iter().chain(samples) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// What `scanprof agent` itself has seen and done, for its own metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentStats {
+    /// execs the watcher reported
+    pub execs: u64,
+    /// exec records lost to a full ring buffer
+    pub execs_lost: u64,
+    /// runs started
+    pub runs_started: u64,
+    /// runs followed now
+    pub runs_live: u64,
+    /// runs ended
+    pub runs_ended: u64,
+    /// scanners not followed because max_runs were followed already
+    pub refused_busy: u64,
+    /// scanners whose attach could not be started
+    pub refused_failed: u64,
+    /// when the latest run started, seconds since the Unix epoch (absent before the first)
+    pub last_run_start_unix_s: Option<f64>,
+    /// when the agent started, seconds since the Unix epoch
+    pub started_unix_s: f64,
+    /// configuration reloads that took effect, and that were refused
+    pub reloads: u64,
+    pub reloads_failed: u64,
+    /// bytes of the spool's run directories at the last look
+    pub spool_bytes: u64,
+    /// ended runs whose final metrics are served now
+    pub runs_retained: u64,
+}
+
+impl AgentStats {
+    /// The agent's own exposition (`scanprof_agent_*`).
+    pub fn render(&self) -> String {
+        let r = || -> prometheus::Result<String> {
+            let r = Registry::new_custom(Some("scanprof_agent".into()), None)?;
+            let counter = |name: &str, help: &str, v: u64| -> prometheus::Result<()> {
+                let c = prometheus::IntCounter::new(name, help)?;
+                c.inc_by(v);
+                r.register(Box::new(c))
+            };
+            counter("exec_events_total", "Execs on the host the agent's exec watcher reported.", self.execs)?;
+            counter(
+                "exec_events_lost_total",
+                "Exec records lost to a full ring buffer (a scanner among them would be missed).",
+                self.execs_lost,
+            )?;
+            counter("runs_started_total", "Scanner runs the agent started following.", self.runs_started)?;
+            counter("runs_ended_total", "Runs the agent followed to their end (their final metrics written).", self.runs_ended)?;
+            let refused = IntCounterVec::new(
+                Opts::new(
+                    "runs_refused_total",
+                    "Scanners the agent did not follow: busy (max_runs followed already), failed (attach could not start, or the process exited before it was attached).",
+                ),
+                &["why"],
+            )?;
+            refused.with_label_values(&["busy"]).inc_by(self.refused_busy);
+            refused.with_label_values(&["failed"]).inc_by(self.refused_failed);
+            r.register(Box::new(refused))?;
+            let reloads = IntCounterVec::new(
+                Opts::new("config_reloads_total", "Configuration reloads (SIGHUP) by result: ok, refused (the old one stays)."),
+                &["result"],
+            )?;
+            reloads.with_label_values(&["ok"]).inc_by(self.reloads);
+            reloads.with_label_values(&["refused"]).inc_by(self.reloads_failed);
+            r.register(Box::new(reloads))?;
+            gauge(&r, "runs_live", "Runs the agent follows now.", self.runs_live as f64)?;
+            gauge(
+                &r,
+                "runs_retained",
+                "Ended runs whose final metrics the agent still serves (the retention window).",
+                self.runs_retained as f64,
+            )?;
+            gauge(&r, "spool_bytes", "Bytes of the run directories in the agent's spool.", self.spool_bytes as f64)?;
+            gauge(
+                &r,
+                "start_time_seconds",
+                "When the agent started, seconds since the Unix epoch.",
+                self.started_unix_s,
+            )?;
+            if let Some(t) = self.last_run_start_unix_s {
+                gauge(
+                    &r,
+                    "last_run_start_time_seconds",
+                    "When the latest run the agent followed started, seconds since the Unix epoch.",
+                    t,
+                )?;
+            }
+            let mut out = Vec::new();
+            TextEncoder::new().encode(&r.gather(), &mut out)?;
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        };
+        r().unwrap_or_default()
+    }
+}
+
 /// Where the metrics go.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsTargets {
@@ -978,6 +1127,40 @@ mod tests {
         for l in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(l.contains("run_id=\"r7\"") && l.contains("shard=\"1/2\""), "{l}");
         }
+    }
+
+    /// Several runs' expositions make one valid exposition: each family named once, with the
+    /// samples of every run under it, and every run's samples kept.
+    #[test]
+    fn runs_expositions_merge_into_one_with_each_family_once() {
+        let rec = rich_recording();
+        let run = |id: &str, shard: &str| {
+            let mut labels = RunLabels::of("zmap", &["zmap".into(), "--shard".into(), shard.into()]);
+            labels.run_id = Some(id.into());
+            let mut m = MetricsState::new(labels);
+            m.update(&Update::Tick(Box::new(rec.ticks[1].clone())));
+            m.render()
+        };
+        let (a, b) = (run("a", "0/2"), run("b", "1/2"));
+        let agent = AgentStats::default().render();
+        let merged = merge(&[&a, &b, &agent]);
+        let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples(&merged), samples(&a) + samples(&b) + samples(&agent));
+        let mut seen = std::collections::BTreeSet::new();
+        let mut current = String::new();
+        for l in merged.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap().to_string();
+                assert!(seen.insert(name.clone()), "{name} described twice\n{merged}");
+                current = name;
+            } else if !l.starts_with('#') {
+                assert!(l.starts_with(&current), "{l} outside its family {current}");
+            }
+        }
+        assert_eq!(
+            sample(&merged, "scanprof_stage_events_total", &[("run_id", "b"), ("stage", "syscall_packets")]),
+            sample(&b, "scanprof_stage_events_total", &[("stage", "syscall_packets")])
+        );
     }
 
     #[test]
