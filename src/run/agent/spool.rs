@@ -53,22 +53,24 @@ pub struct Retention {
     pub age: Duration,
 }
 
-/// The ended runs to remove so that the rest keep within `limits` at `now`: every one older than
-/// the age limit, then the oldest until the count and the bytes fit. Live runs stay and do not
-/// count.
+/// The ended runs to remove so that the rest keep within `limits` at `now`: the newest ended runs
+/// are kept while they fit (count, bytes, age), and every run older than the first that does not
+/// fit goes. Live runs stay and do not count.
 pub fn to_prune(entries: &[SpoolEntry], limits: Retention, now: SystemTime) -> Vec<String> {
     let mut ended: Vec<&SpoolEntry> = entries.iter().filter(|e| e.ended.is_some()).collect();
     // Newest first: the kept ones are a prefix.
     ended.sort_by(|a, b| b.ended.cmp(&a.ended).then_with(|| b.id.cmp(&a.id)));
     let mut kept_bytes = 0u64;
+    let mut full = false;
     let mut out = Vec::new();
     for (i, e) in ended.iter().enumerate() {
         let age = e.ended.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
-        let fits = i < limits.runs && kept_bytes.saturating_add(e.bytes) <= limits.bytes && age <= limits.age;
-        if fits {
-            kept_bytes += e.bytes;
-        } else {
+        // Once one run does not fit, every older one goes too: what is kept is the newest runs.
+        full = full || i >= limits.runs || kept_bytes.saturating_add(e.bytes) > limits.bytes || age > limits.age;
+        if full {
             out.push(e.id.clone());
+        } else {
+            kept_bytes += e.bytes;
         }
     }
     out
