@@ -154,7 +154,7 @@ fn zmap_argv(lab: &Lab, mac: &str, shard: u32) -> Vec<String> {
         "-q",
         "--disable-syslog",
         "-r",
-        "16",
+        "8",
         "-P",
         "2",
         "--shards",
@@ -228,7 +228,8 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     let progs_before: Vec<u64> = exec_watch_programs();
     let mut agent = Proc::scanprof(&["agent".into(), "--config".into(), config.to_string_lossy().into_owned()]);
     let deadline = Instant::now() + patience(Duration::from_secs(20));
-    while http_get(agent_port, "/metrics").is_none() {
+    // Its own metrics are served once its exec watcher is attached (the port is bound before).
+    while !http_get(agent_port, "/metrics").is_some_and(|t| t.contains("scanprof_agent_exec_events_total")) {
         assert!(agent.running(), "the agent ended");
         assert!(Instant::now() < deadline, "the agent did not serve within 20 s");
         std::thread::sleep(Duration::from_millis(100));
