@@ -1184,6 +1184,40 @@ mod tests {
         );
     }
 
+    /// `--metrics-linger`: after the run's last update the server still answers, with the run's
+    /// end, until the linger is over or the stop flag is raised.
+    #[test]
+    fn a_lingering_server_serves_the_runs_end_until_it_is_over_or_stopped() {
+        use std::io::Read;
+        let targets = MetricsTargets {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..MetricsTargets::default()
+        };
+        let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
+        let addr = e.local_addr().unwrap();
+        let rec = rich_recording();
+        e.update(&Update::Done(Box::new(rec.summary.clone().expect("fixture summary"))));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let started = std::time::Instant::now();
+        let lingering = std::thread::spawn(move || {
+            e.linger(Duration::from_secs(30), &flag);
+            e
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.contains("scanprof_run_ended{"), "{out}");
+        assert!(!lingering.is_finished(), "the linger ended early");
+        stop.store(true, Ordering::Relaxed);
+        let e = lingering.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "the stop flag did not end the linger");
+        drop(e);
+        assert!(TcpListener::bind(addr).is_ok(), "the port is free once the exporter is dropped");
+    }
+
     #[test]
     fn the_server_answers_metrics_and_nothing_else() {
         use std::io::Read;
