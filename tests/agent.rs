@@ -47,7 +47,10 @@ impl Drop for Made {
                 break;
             }
             for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -113,7 +116,16 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 /// The MAC address of the lab's target end: the "router" zmap and masscan send to.
 fn target_mac(lab: &Lab) -> String {
     let out = lab
-        .command_in_target("ip", &["-j".into(), "link".into(), "show".into(), "dev".into(), lab.target_dev.clone()])
+        .command_in_target(
+            "ip",
+            &[
+                "-j".into(),
+                "link".into(),
+                "show".into(),
+                "dev".into(),
+                lab.target_dev.clone(),
+            ],
+        )
         .output()
         .expect("ip link");
     let links: Value = serde_json::from_slice(&out.stdout).expect("ip -j link printed no JSON");
@@ -179,13 +191,20 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     require_scanner("masscan");
     for tool in ["prometheus", "promtool"] {
         assert!(
-            Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success()),
+            Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()),
             "{tool} is missing: run ./scripts/setup (Debian's prometheus package)"
         );
     }
     let id = std::process::id();
     let v2 = PathBuf::from("/sys/fs/cgroup/unified");
-    let v2 = if v2.join("cgroup.procs").exists() { v2 } else { PathBuf::from("/sys/fs/cgroup") };
+    let v2 = if v2.join("cgroup.procs").exists() {
+        v2
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    };
     let made = Made {
         dir: std::env::temp_dir().join(format!("scanprof-agent-test-{id}")),
         cgroup: v2.join(format!("scanprof-agent-test-{id}")),
@@ -206,7 +225,17 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     .expect("the masscan lab");
     for prefix in ZMAP_TARGETS {
         let out = zlab
-            .command_in_target("ip", &["route".into(), "add".into(), "local".into(), prefix.into(), "dev".into(), "lo".into()])
+            .command_in_target(
+                "ip",
+                &[
+                    "route".into(),
+                    "add".into(),
+                    "local".into(),
+                    prefix.into(),
+                    "dev".into(),
+                    "lo".into(),
+                ],
+            )
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
@@ -226,7 +255,11 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     )
     .unwrap();
     let progs_before: Vec<u64> = exec_watch_programs();
-    let mut agent = Proc::scanprof(&["agent".into(), "--config".into(), config.to_string_lossy().into_owned()]);
+    let mut agent = Proc::scanprof(&[
+        "agent".into(),
+        "--config".into(),
+        config.to_string_lossy().into_owned(),
+    ]);
     let deadline = Instant::now() + patience(Duration::from_secs(20));
     // Its own metrics are served once its exec watcher is attached (the port is bound before).
     while !http_get(agent_port, "/metrics").is_some_and(|t| t.contains("scanprof_agent_exec_events_total")) {
@@ -267,8 +300,20 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     scanners.push(start_in_cgroup(&made.cgroup, &zlab, &zmap_argv(&zlab, &zmac, 1)));
     std::thread::sleep(Duration::from_millis(1500));
     let masscan: Vec<String> = [
-        "timeout", "10", "masscan", &mlab.target_addr.to_string(), "-p1-20000", "--rate", "1000", "--interface",
-        &mlab.sender_dev, "--router-mac", &mmac, "--wait", "0", "--noreset",
+        "timeout",
+        "10",
+        "masscan",
+        &mlab.target_addr.to_string(),
+        "-p1-20000",
+        "--rate",
+        "1000",
+        "--interface",
+        &mlab.sender_dev,
+        "--router-mac",
+        &mmac,
+        "--wait",
+        "0",
+        "--noreset",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -298,7 +343,10 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_eq!(sample(&exposition, "scanprof_agent_runs_started_total", &[]), Some(3.0));
+    assert_eq!(
+        sample(&exposition, "scanprof_agent_runs_started_total", &[]),
+        Some(3.0)
+    );
     assert_eq!(sample(&exposition, "scanprof_agent_runs_live", &[]), Some(0.0));
     // Two scrapes later Prometheus holds the runs' final state.
     std::thread::sleep(Duration::from_secs(2 * SCRAPE_S + 3));
@@ -319,13 +367,25 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
         })
         .collect();
     shards.sort();
-    let kinds: Vec<(&str, &str)> = shards.iter().map(|(s, sh, _)| (s.as_str(), sh.as_str())).collect();
-    assert_eq!(kinds, [("masscan", ""), ("zmap", "0/2"), ("zmap", "1/2")], "{ended:?}");
+    let kinds: Vec<(&str, &str)> = shards
+        .iter()
+        .map(|(s, sh, _)| (s.as_str(), sh.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("masscan", ""), ("zmap", "0/2"), ("zmap", "1/2")],
+        "{ended:?}"
+    );
     // Each run's packets in Prometheus are its attach's final figures (the run's own file).
     let mut zmap_sum = 0.0;
     for (scanner, _, run_id) in &shards {
         let file = std::fs::read_to_string(made.dir.join("spool").join(run_id).join("metrics.prom")).unwrap();
-        let want = sample(&file, "scanprof_stage_events_total", &[("stage", "syscall_packets")]).unwrap();
+        let want = sample(
+            &file,
+            "scanprof_stage_events_total",
+            &[("stage", "syscall_packets")],
+        )
+        .unwrap();
         let got = query(
             api_port,
             &format!("scanprof_stage_events_total{{run_id=\"{run_id}\",stage=\"syscall_packets\"}}"),
@@ -338,7 +398,11 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
             logs(&made.dir.join("spool"))
         );
         assert_eq!(
-            query(api_port, &format!("scanprof_run_phase{{run_id=\"{run_id}\",phase=\"ended\"}}")).len(),
+            query(
+                api_port,
+                &format!("scanprof_run_phase{{run_id=\"{run_id}\",phase=\"ended\"}}")
+            )
+            .len(),
             1
         );
         if scanner == "zmap" {
@@ -353,7 +417,10 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     assert_eq!(sum.len(), 1, "{sum:?}");
     assert_eq!(value(&sum[0]), zmap_sum);
     // The loss alert fires for masscan (behind the tbf) and for nothing else.
-    let alerts = query(api_port, "ALERTS{alertname=\"ScanprofPacketLoss\",alertstate=\"firing\"}");
+    let alerts = query(
+        api_port,
+        "ALERTS{alertname=\"ScanprofPacketLoss\",alertstate=\"firing\"}",
+    );
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0]["metric"]["scanner"], "masscan", "{alerts:?}");
     eprintln!(
@@ -369,7 +436,12 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool");
-    check.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
     let out = check.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -406,7 +478,10 @@ fn logs(spool: &std::path::Path) -> String {
 
 /// Ids of loaded BPF programs named like the agent's exec watcher.
 fn exec_watch_programs() -> Vec<u64> {
-    let out = Command::new("bpftool").args(["-j", "prog", "show"]).output().expect("bpftool");
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .expect("bpftool");
     let progs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     progs
         .as_array()

@@ -50,7 +50,10 @@ fn the_prometheus_rules_are_valid_and_their_unit_tests_pass() {
     let rules = std::fs::read_to_string(dir.join("scanprof-rules.yml")).unwrap();
     let tests = std::fs::read_to_string(dir.join("scanprof-rules.test.yml")).unwrap();
     for alert in rules.lines().filter_map(|l| l.trim().strip_prefix("- alert: ")) {
-        assert!(tests.contains(&format!("alertname: {alert}")), "{alert} has no test");
+        assert!(
+            tests.contains(&format!("alertname: {alert}")),
+            "{alert} has no test"
+        );
     }
     for record in rules.lines().filter_map(|l| l.trim().strip_prefix("- record: ")) {
         assert!(tests.contains(&format!("expr: {record}")), "{record} has no test");
@@ -59,7 +62,8 @@ fn the_prometheus_rules_are_valid_and_their_unit_tests_pass() {
 
 #[test]
 fn the_example_agent_configuration_parses() {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/agent.toml")).unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/agent.toml")).unwrap();
     let set = scanprof::wrappers::ProfileSet::builtin().unwrap();
     let cfg = scanprof::run::agent::config::AgentConfig::parse(&text, &set).unwrap();
     assert_eq!(cfg.metrics, Some("127.0.0.1:9477".parse().unwrap()));

@@ -91,7 +91,9 @@ impl ExecWatch {
                 0
             })
             .map_err(bpf_err("setting up the exec ring buffer"))?;
-        let ring = builder.build().map_err(bpf_err("setting up the exec ring buffer"))?;
+        let ring = builder
+            .build()
+            .map_err(bpf_err("setting up the exec ring buffer"))?;
         // Nothing is reset after load: the counter starts at 0 with the object.
         let _ = &mut skel;
         Ok(ExecWatch {

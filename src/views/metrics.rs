@@ -595,14 +595,26 @@ impl AgentStats {
                 c.inc_by(v);
                 r.register(Box::new(c))
             };
-            counter("exec_events_total", "Execs on the host the agent's exec watcher reported.", self.execs)?;
+            counter(
+                "exec_events_total",
+                "Execs on the host the agent's exec watcher reported.",
+                self.execs,
+            )?;
             counter(
                 "exec_events_lost_total",
                 "Exec records lost to a full ring buffer (a scanner among them would be missed).",
                 self.execs_lost,
             )?;
-            counter("runs_started_total", "Scanner runs the agent started following.", self.runs_started)?;
-            counter("runs_ended_total", "Runs the agent followed to their end (their final metrics written).", self.runs_ended)?;
+            counter(
+                "runs_started_total",
+                "Scanner runs the agent started following.",
+                self.runs_started,
+            )?;
+            counter(
+                "runs_ended_total",
+                "Runs the agent followed to their end (their final metrics written).",
+                self.runs_ended,
+            )?;
             let refused = IntCounterVec::new(
                 Opts::new(
                     "runs_refused_total",
@@ -614,20 +626,35 @@ impl AgentStats {
             refused.with_label_values(&["failed"]).inc_by(self.refused_failed);
             r.register(Box::new(refused))?;
             let reloads = IntCounterVec::new(
-                Opts::new("config_reloads_total", "Configuration reloads (SIGHUP) by result: ok, refused (the old one stays)."),
+                Opts::new(
+                    "config_reloads_total",
+                    "Configuration reloads (SIGHUP) by result: ok, refused (the old one stays).",
+                ),
                 &["result"],
             )?;
             reloads.with_label_values(&["ok"]).inc_by(self.reloads);
-            reloads.with_label_values(&["refused"]).inc_by(self.reloads_failed);
+            reloads
+                .with_label_values(&["refused"])
+                .inc_by(self.reloads_failed);
             r.register(Box::new(reloads))?;
-            gauge(&r, "runs_live", "Runs the agent follows now.", self.runs_live as f64)?;
+            gauge(
+                &r,
+                "runs_live",
+                "Runs the agent follows now.",
+                self.runs_live as f64,
+            )?;
             gauge(
                 &r,
                 "runs_retained",
                 "Ended runs whose final metrics the agent still serves (the retention window).",
                 self.runs_retained as f64,
             )?;
-            gauge(&r, "spool_bytes", "Bytes of the run directories in the agent's spool.", self.spool_bytes as f64)?;
+            gauge(
+                &r,
+                "spool_bytes",
+                "Bytes of the run directories in the agent's spool.",
+                self.spool_bytes as f64,
+            )?;
             gauge(
                 &r,
                 "start_time_seconds",
@@ -1092,12 +1119,19 @@ mod tests {
         let text = m.render();
         assert!(!text.contains("veth-"), "{text}");
         assert!(!text.contains("class=\"unrelated\""), "{text}");
-        assert_eq!(sample_plain(&text, "scanprof_other_drops_total"), Some(other as f64));
+        assert_eq!(
+            sample_plain(&text, "scanprof_other_drops_total"),
+            Some(other as f64)
+        );
         assert_eq!(
             sample(
                 &text,
                 "scanprof_drops_total",
-                &[("reason", "QDISC_DROP"), ("class", "target_loss"), ("device", "lab0")]
+                &[
+                    ("reason", "QDISC_DROP"),
+                    ("class", "target_loss"),
+                    ("device", "lab0")
+                ]
             ),
             Some(family as f64)
         );
@@ -1113,7 +1147,10 @@ mod tests {
         let mut summary = rich_recording().summary.expect("fixture summary");
         summary.drops = vec![row(DropClass::Unrelated, "veth-x".into(), 3)];
         m.update(&Update::Done(Box::new(summary)));
-        assert_eq!(sample_plain(&m.render(), "scanprof_other_drops_total"), Some(other as f64));
+        assert_eq!(
+            sample_plain(&m.render(), "scanprof_other_drops_total"),
+            Some(other as f64)
+        );
     }
 
     /// The run id label, when the agent gives one, is on every sample.
@@ -1158,7 +1195,11 @@ mod tests {
             }
         }
         assert_eq!(
-            sample(&merged, "scanprof_stage_events_total", &[("run_id", "b"), ("stage", "syscall_packets")]),
+            sample(
+                &merged,
+                "scanprof_stage_events_total",
+                &[("run_id", "b"), ("stage", "syscall_packets")]
+            ),
             sample(&b, "scanprof_stage_events_total", &[("stage", "syscall_packets")])
         );
     }
@@ -1196,7 +1237,9 @@ mod tests {
         let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
         let addr = e.local_addr().unwrap();
         let rec = rich_recording();
-        e.update(&Update::Done(Box::new(rec.summary.clone().expect("fixture summary"))));
+        e.update(&Update::Done(Box::new(
+            rec.summary.clone().expect("fixture summary"),
+        )));
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let started = std::time::Instant::now();
@@ -1213,9 +1256,15 @@ mod tests {
         assert!(!lingering.is_finished(), "the linger ended early");
         stop.store(true, Ordering::Relaxed);
         let e = lingering.join().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(10), "the stop flag did not end the linger");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the stop flag did not end the linger"
+        );
         drop(e);
-        assert!(TcpListener::bind(addr).is_ok(), "the port is free once the exporter is dropped");
+        assert!(
+            TcpListener::bind(addr).is_ok(),
+            "the port is free once the exporter is dropped"
+        );
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl AgentConfig {
             return Err(format!("interval = {}: give 0.01 to 3600 seconds", self.interval));
         }
         for (name, v) in [("keep_s", self.keep_s), ("ended_metrics_s", self.ended_metrics_s)] {
-            if !(v.is_finite() && v >= 0.0 && v <= 366.0 * 86_400.0) {
+            if !(v.is_finite() && (0.0..=366.0 * 86_400.0).contains(&v)) {
                 return Err(format!("{name} = {v}: give 0 to 31622400 seconds"));
             }
         }
@@ -88,7 +88,10 @@ impl AgentConfig {
         for p in self.profiles.iter().flatten() {
             if set.get(p).is_none() {
                 let known: Vec<&str> = set.profiles().iter().map(|p| p.name.as_str()).collect();
-                return Err(format!("profiles: no profile {p:?} (known: {})", known.join(", ")));
+                return Err(format!(
+                    "profiles: no profile {p:?} (known: {})",
+                    known.join(", ")
+                ));
             }
         }
         for c in &self.cgroups {
@@ -143,7 +146,11 @@ impl Followed {
 /// Whether the agent follows the process `exec` shows, and why. A wrapper (`sh`, `ip netns
 /// exec`, `timeout`) is not followed itself: the scanner it execs or starts is, at its own exec.
 pub fn follows(cfg: &AgentConfig, set: &ProfileSet, exec: Exec<'_>) -> Option<Followed> {
-    let named = |p: &str| cfg.profiles.as_ref().is_none_or(|names| names.iter().any(|n| n == p));
+    let named = |p: &str| {
+        cfg.profiles
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == p))
+    };
     if let Some(p) = set
         .profiles()
         .iter()
@@ -169,7 +176,8 @@ pub fn follows(cfg: &AgentConfig, set: &ProfileSet, exec: Exec<'_>) -> Option<Fo
 /// Whether cgroup path `path` is `dir` or below it (`/a/b` is under `/a`, `/ab` is not).
 fn under_cgroup(path: &str, dir: &str) -> bool {
     let dir = dir.trim_end_matches('/');
-    !path.is_empty() && (dir.is_empty() || path == dir || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/')))
+    !path.is_empty()
+        && (dir.is_empty() || path == dir || path.strip_prefix(dir).is_some_and(|r| r.starts_with('/')))
 }
 
 /// The cgroup v2 path in the text of /proc/PID/cgroup (its `0::PATH` line), empty when none.
@@ -253,7 +261,11 @@ mod tests {
             Some(Followed::Cgroup("/system.slice/scans.slice".into()))
         );
         assert_eq!(
-            follows(&cfg, &set, exec("/usr/bin/python3", &argv, "/system.slice/scans.slicer")),
+            follows(
+                &cfg,
+                &set,
+                exec("/usr/bin/python3", &argv, "/system.slice/scans.slicer")
+            ),
             None
         );
     }
@@ -266,13 +278,19 @@ mod tests {
         assert!(err("profiles = [\"zmapp\"]").contains("zmapp"));
         assert!(err("spool = \"runs\"").contains("absolute"));
         assert!(err("cgroups = [\"scans\"]").contains("cgroup path"));
-        assert!(err("retention = 3").contains("retention"), "unknown keys are refused");
+        assert!(
+            err("retention = 3").contains("retention"),
+            "unknown keys are refused"
+        );
         assert_eq!(AgentConfig::parse("", &set).unwrap(), AgentConfig::default());
     }
 
     #[test]
     fn the_cgroup_v2_line_is_read() {
-        assert_eq!(cgroup_v2("0::/system.slice/x.service\n"), "/system.slice/x.service");
+        assert_eq!(
+            cgroup_v2("0::/system.slice/x.service\n"),
+            "/system.slice/x.service"
+        );
         assert_eq!(cgroup_v2("12:cpu:/x\n"), "");
     }
 }

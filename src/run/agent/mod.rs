@@ -112,11 +112,16 @@ impl Overrides {
 }
 
 /// Reads and checks the configuration: the file's (or the defaults), then the command line's.
-pub fn load_config(path: Option<&Path>, overrides: &Overrides, set: &ProfileSet) -> anyhow::Result<AgentConfig> {
+pub fn load_config(
+    path: Option<&Path>,
+    overrides: &Overrides,
+    set: &ProfileSet,
+) -> anyhow::Result<AgentConfig> {
     let cfg = match path {
         Some(p) => {
-            let text = crate::system::user_files::read_text(p, 1 << 20, crate::system::user_files::Links::Follow)
-                .with_context(|| format!("reading the agent's configuration {}", p.display()))?;
+            let text =
+                crate::system::user_files::read_text(p, 1 << 20, crate::system::user_files::Links::Follow)
+                    .with_context(|| format!("reading the agent's configuration {}", p.display()))?;
             AgentConfig::parse(&text, set).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => AgentConfig::default(),
@@ -235,7 +240,10 @@ impl Agent {
         {
             self.retained.pop_front();
         }
-        if self.last_prune.is_none_or(|t| now.duration_since(t) >= PRUNE_EVERY) {
+        if self
+            .last_prune
+            .is_none_or(|t| now.duration_since(t) >= PRUNE_EVERY)
+        {
             self.prune();
             self.last_prune = Some(now);
         }
@@ -348,9 +356,7 @@ impl Agent {
         if let Some(p) = why.profile() {
             cmd.arg("--profile").arg(p);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         die_with_parent(&mut cmd);
         let child = cmd.spawn().context("starting scanprof attach")?;
         Ok(Live {
@@ -464,7 +470,10 @@ impl Agent {
                 }
                 self.cfg = cfg;
                 self.stats.reloads += 1;
-                eprintln!("scanprof agent: configuration reloaded; {} runs go on", self.live.len());
+                eprintln!(
+                    "scanprof agent: configuration reloaded; {} runs go on",
+                    self.live.len()
+                );
             }
             Err(e) => {
                 self.stats.reloads_failed += 1;

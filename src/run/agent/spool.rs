@@ -64,9 +64,13 @@ pub fn to_prune(entries: &[SpoolEntry], limits: Retention, now: SystemTime) -> V
     let mut full = false;
     let mut out = Vec::new();
     for (i, e) in ended.iter().enumerate() {
-        let age = e.ended.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+        let age = e
+            .ended
+            .and_then(|t| now.duration_since(t).ok())
+            .unwrap_or_default();
         // Once one run does not fit, every older one goes too: what is kept is the newest runs.
-        full = full || i >= limits.runs || kept_bytes.saturating_add(e.bytes) > limits.bytes || age > limits.age;
+        full =
+            full || i >= limits.runs || kept_bytes.saturating_add(e.bytes) > limits.bytes || age > limits.age;
         if full {
             out.push(e.id.clone());
         } else {
@@ -125,7 +129,8 @@ pub fn from_unix_s(unix_s: f64) -> SystemTime {
 
 /// Seconds since the epoch at `t`.
 pub fn unix_s(t: SystemTime) -> f64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -161,9 +166,15 @@ mod tests {
             entry("b", 600, Some(2), now),
             entry("c", 100, Some(3), now),
         ];
-        assert_eq!(to_prune(&big, Retention { runs: 10, ..limits }, now), vec!["b", "c"]);
+        assert_eq!(
+            to_prune(&big, Retention { runs: 10, ..limits }, now),
+            vec!["b", "c"]
+        );
         // Age.
-        let aged = [entry("fresh", 1, Some(10), now), entry("stale", 1, Some(7200), now)];
+        let aged = [
+            entry("fresh", 1, Some(10), now),
+            entry("stale", 1, Some(7200), now),
+        ];
         assert_eq!(to_prune(&aged, limits, now), vec!["stale"]);
     }
 
