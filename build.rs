@@ -30,6 +30,9 @@ fn main() {
         Err(_) => "x86",
     };
     let arch_define = format!("-D__TARGET_ARCH_{arch}");
+    // The directories themselves too: a new probes/*.bpf.c must rerun this script (a file that
+    // did not exist at the last run is in no rerun-if-changed line of its own).
+    println!("cargo:rerun-if-changed=probes");
     let mut sources: Vec<PathBuf> = fs::read_dir("probes")
         .expect("probes/ exists")
         .map(|entry| entry.expect("readable probes/ entry").path())

@@ -52,6 +52,11 @@ pub fn parse_linger_s(s: &str) -> Result<f64, String> {
     number_in(s, 0.0, false, 60.0, "seconds")
 }
 
+/// `--metrics-linger`: 0 to 3600 seconds.
+pub fn parse_metrics_linger_s(s: &str) -> Result<f64, String> {
+    number_in(s, 0.0, false, 3600.0, "seconds")
+}
+
 /// `--interval`: 0.01 to 3600 seconds.
 pub fn parse_interval_s(s: &str) -> Result<f64, String> {
     number_in(s, MIN_INTERVAL_S, false, MAX_INTERVAL_S, "seconds")
@@ -160,6 +165,10 @@ const SWEEP_EXAMPLES: &str = "Examples:
   scanprof sweep --lab --tbf-rate 22mbit --rates 1000,2000,4000,8000,16000 --duration 3
   scanprof sweep --rates 1000,5000,20000 --max-rate 20000 --duration 10 -- masscan --rate {} -p80 10.0.0.0/24
   scanprof sweep --lab --from 1000 --to 64000 --steps 7 --json --export sweep/";
+const AGENT_EXAMPLES: &str = "Examples:
+  scanprof agent --config /etc/scanprof/agent.toml
+  scanprof agent --spool /var/lib/scanprof/runs --metrics 127.0.0.1:9477
+  scanprof agent --spool /tmp/scanprof-runs --metrics 127.0.0.1:0 --max-runs 2";
 const COMPARE_EXAMPLES: &str = "Examples:
   scanprof compare before/ after/
   scanprof compare sweep-vm/ sweep-metal/ --format md";
@@ -291,6 +300,14 @@ pub enum Command {
     /// with its summary and prints the table so far.
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(SweepOptions),
+    /// Follow every scanner that starts on this host, as a service (deploy/scanprof-agent.service):
+    /// each scanner a profile recognises (or a command or cgroup the config names) is attached
+    /// to as it execs, until its family exits, and gets a run id and a directory in the spool
+    /// (bundle, metrics, log). Serves every live run's metrics and each ended run's final ones
+    /// for a retention window at --metrics (docs/metrics.md). SIGHUP reloads the config (live
+    /// runs go on); SIGINT or SIGTERM ends every run (their bundles are written) and detaches.
+    #[command(after_help = AGENT_EXAMPLES)]
+    Agent(AgentOptions),
     /// Set two bundles (of `record`/`--export`, or of `sweep --export`) side by side: rates,
     /// funnels, time budgets, drops and verdicts, their differences, and which causes appeared,
     /// grew, shrank or went away. No root needed.
@@ -306,6 +323,26 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+}
+
+/// `scanprof agent`'s options: the config file, and the settings the command line overrides.
+#[derive(Debug, Clone, Args)]
+pub struct AgentOptions {
+    /// The configuration file (TOML; deploy/agent.toml is an example with every setting). Read
+    /// again on SIGHUP. Default: the built-in defaults with the flags below.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The spool directory: one directory per run (default /var/lib/scanprof/runs). Wins over
+    /// the file's `spool`.
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<std::path::PathBuf>,
+    /// Serve the metrics of every run at http://ADDR:PORT/metrics (port 0 picks one, named on
+    /// stderr). Wins over the file's `metrics`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Runs followed at once, at most (1 to 64; default 4). Wins over the file's `max_runs`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub max_runs: Option<u16>,
 }
 
 /// Options shared by `attach` and `run`.
@@ -384,6 +421,15 @@ pub struct RunOptions {
     /// node_exporter's textfile collector: a .prom file in its directory).
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<std::path::PathBuf>,
+    /// After the run ends, keep serving its final metrics (--metrics) for this many seconds
+    /// (0 to 3600), so that a scrape interval longer than the run still sees its end
+    /// (`scanprof_run_ended`, the final totals and verdicts). A second Ctrl-C or SIGTERM ends it.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_metrics_linger_s,
+          allow_negative_numbers = true, requires = "metrics")]
+    pub metrics_linger: f64,
+    /// The run id label on every metric (set by `scanprof agent` for the runs it starts).
+    #[arg(long, hide = true, value_name = "ID")]
+    pub run_id: Option<String>,
     /// Size a BPF map before it is created (repeatable): MAP=ENTRIES. Defaults fit a scanner
     /// family in under 16 MB of locked memory (threads=1024, flows=16384, ...: docs/probes.md);
     /// a run whose map filled says which one to raise, e.g. `--map-size threads=4096`.
@@ -1210,6 +1256,7 @@ mod tests {
             ("doctor", &[]),
             ("sweep", &["--lab", "--rates", "1000"]),
             ("compare", &["/nonexistent/a", "/nonexistent/b"]),
+            ("agent", &[]),
             ("completions", &["bash"]),
             ("man", &[]),
         ];
@@ -1257,6 +1304,7 @@ mod tests {
             let _ = Duration::from_secs_f64(r.interval);
             let _ = r.duration.map(Duration::from_secs_f64);
             let _ = Duration::from_secs_f64(r.baseline_seconds);
+            let _ = Duration::from_secs_f64(r.metrics_linger);
             if let Some(rq) = r.requested {
                 assert!(rq.is_finite() && rq > 0.0);
             }
@@ -1300,6 +1348,7 @@ mod tests {
             Command::Report { .. }
             | Command::Doctor { .. }
             | Command::Compare { .. }
+            | Command::Agent(_)
             | Command::Completions { .. }
             | Command::Man { .. } => {}
         }

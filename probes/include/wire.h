@@ -497,4 +497,19 @@ struct sp_ring_reads {
 	__u32 sent;		/* 1: a family thread made a send syscall on the socket */
 };
 
+/* Bytes of an exec'd file's path an sp_exec record keeps (longer paths are cut). */
+#define SP_EXEC_PATH 256
+
+/*
+ * One exec anywhere on the host (exec_watch.bpf.c, for `scanprof agent`): which process now runs
+ * which file. The agent reads the command line from /proc and decides whether it is a scanner.
+ */
+struct sp_exec {
+	__u64 ts_ns;		/* bpf_ktime_get_ns() at the exec */
+	__u32 tgid;		/* the process that exec'd */
+	__u32 ppid;		/* its parent's tgid (real_parent) */
+	char comm[16];		/* its comm after the exec */
+	char path[SP_EXEC_PATH];	/* the file it exec'd, as given to execve (cut to SP_EXEC_PATH - 1) */
+};
+
 #endif /* SCANPROF_WIRE_H */

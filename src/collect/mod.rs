@@ -43,6 +43,15 @@ pub enum DropClass {
 }
 
 impl DropClass {
+    /// Every class, in the order the drop tables show them.
+    pub const ALL: [DropClass; 5] = [
+        DropClass::TargetLoss,
+        DropClass::Expected,
+        DropClass::ReplyLoss,
+        DropClass::ReplySide,
+        DropClass::Unrelated,
+    ];
+
     /// The class as the JSON output names it (`target_loss`, `expected`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -89,6 +89,7 @@ pub fn run(o: &LabOptions) -> anyhow::Result<ExitCode> {
     let metrics = MetricsTargets {
         listen: o.metrics,
         file: o.metrics_file.clone(),
+        ..MetricsTargets::default()
     };
     let stop = crate::run::stop_flag()?;
     let rec = crate::run::render_with(

@@ -1,6 +1,7 @@
 //! What each subcommand does, built from the library's parts. main.rs parses the command line
 //! and calls one of these through [`dispatch`]; they return the process exit code.
 
+pub mod agent;
 pub mod baseline;
 pub mod compare;
 pub mod doctor;
@@ -49,5 +50,6 @@ pub fn dispatch(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Baseline(o) => baseline::run(o),
         Command::Sweep(o) => sweep::run(o),
         Command::Compare { a, b, format } => compare::run(a, b, *format),
+        Command::Agent(o) => agent::run(o),
     }
 }

@@ -63,6 +63,8 @@ pub fn run(target: Target, opts: &RunOptions) -> anyhow::Result<ExitCode> {
     let metrics = MetricsTargets {
         listen: opts.metrics,
         file: opts.metrics_file.clone(),
+        linger: std::time::Duration::from_secs_f64(opts.metrics_linger),
+        run_id: opts.run_id.clone(),
     };
     if let Some(path) = &opts.pcap {
         check_pcap_path(path)?;

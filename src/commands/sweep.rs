@@ -221,6 +221,8 @@ fn run_step(
         quiet: false,
         metrics: None,
         metrics_file: None,
+        metrics_linger: 0.0,
+        run_id: None,
         user: None,
     };
     // The command's stdout goes to stderr: stdout carries the sweep's table or NDJSON.

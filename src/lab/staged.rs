@@ -190,6 +190,8 @@ impl Staged {
             pcap: o.pcap.clone(),
             metrics: o.metrics,
             metrics_file: o.metrics_file.clone(),
+            metrics_linger: 0.0,
+            run_id: None,
             map_size: Vec::new(),
             bpf_stats: crate::cli::BpfStatsArg::Sampled,
             user: None,

@@ -2,6 +2,7 @@
 //! This is the only module that touches libbpf-rs: it hands the rest of scanprof plain values
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
+pub mod exec_watch;
 mod kernel;
 mod sizing;
 mod stats;
@@ -140,9 +141,11 @@ const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o")
 const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
 const RINGS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rings.bpf.o"));
 const REPLIES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/replies.bpf.o"));
+const EXEC_WATCH_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exec_watch.bpf.o"));
 
-/// Every BPF object built into this binary, by name, in load order (`--version` names them).
-pub fn objects() -> [(&'static str, &'static [u8]); 8] {
+/// Every BPF object built into this binary, by name: a run's in load order, then `scanprof
+/// agent`'s exec watcher (`--version` names them).
+pub fn objects() -> [(&'static str, &'static [u8]); 9] {
     [
         ("family", FAMILY_OBJ),
         ("send_path", SEND_PATH_OBJ),
@@ -152,6 +155,7 @@ pub fn objects() -> [(&'static str, &'static [u8]); 8] {
         ("uprobes", UPROBES_OBJ),
         ("rings", RINGS_OBJ),
         ("replies", REPLIES_OBJ),
+        ("exec_watch", EXEC_WATCH_OBJ),
     ]
 }
 

@@ -4,6 +4,7 @@
 //! launched command passes on. `render` runs a session to its end and shows it; `checks` is
 //! what the machine allows (`scanprof doctor`, and every bundle's checks.json).
 
+pub mod agent;
 pub mod checks;
 pub mod render;
 

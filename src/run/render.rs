@@ -310,8 +310,9 @@ pub fn render_with(
             let _ = writeln!(stdout, "the command's own output is in {}", log.display());
         }
         drop(stdout);
-        finish_metrics(metrics_tap);
+        let exporter = finish_metrics(metrics_tap);
         finish_export(&mut rec, export_to)?;
+        linger(exporter.as_ref(), metrics.linger);
         view?;
         return Ok(Rendered {
             rec: rec.into_latest(),
@@ -382,8 +383,9 @@ pub fn render_with(
         .summary
         .as_ref()
         .context("the session ended without a summary")?;
-    finish_metrics(metrics_tap);
+    let exporter = finish_metrics(metrics_tap);
     finish_export(&mut rec, export_to)?;
+    linger(exporter.as_ref(), metrics.linger);
     if let Some(e) = write_error {
         return Err(anyhow::Error::new(e)
             .context("writing the output (the run was ended; the bundle, if asked, was written)"));
@@ -447,11 +449,32 @@ pub struct Rendered {
 }
 
 /// Waits for the metrics tap (it has passed the summary on) and reports a failed file write.
-fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) {
+fn finish_metrics(tap: Option<std::thread::JoinHandle<Exporter>>) -> Option<Exporter> {
     let exporter = tap.and_then(|t| t.join().ok());
     if let Some(e) = exporter.as_ref().and_then(|e| e.file_error.as_ref()) {
         eprintln!("scanprof: warning: {e}");
     }
+    exporter
+}
+
+/// `--metrics-linger`: the server answers with the run's final exposition for `linger` after
+/// the run (and its bundle) is done; a new SIGINT or SIGTERM ends the wait early (the flag that
+/// ended the run may already be up, so a fresh one is listened to).
+fn linger(exporter: Option<&Exporter>, linger: std::time::Duration) {
+    let Some(e) = exporter.filter(|e| e.local_addr().is_some() && !linger.is_zero()) else {
+        return;
+    };
+    let again = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if signal_hook::flag::register(sig, Arc::clone(&again)).is_err() {
+            return;
+        }
+    }
+    eprintln!(
+        "scanprof: serving the run's final metrics for {:.0} s more (Ctrl-C ends it)",
+        linger.as_secs_f64()
+    );
+    e.linger(linger, &again);
 }
 
 fn finish_export(rec: &mut Recorder, export_to: Option<&ExportTarget>) -> anyhow::Result<()> {

@@ -5,9 +5,11 @@
 //! encoded by the `prometheus` crate from a registry built afresh from the run's totals at each
 //! update, so every counter is the run's own monotonic total since attach.
 //!
-//! Labels never carry target addresses or pids: the scanner (its profile), the family member's
-//! role, the stage, the drop's reason, class and device, the errno, and the scanner's own shard
-//! argument. docs/metrics.md lists every metric.
+//! Labels never carry target addresses or pids, and stay bounded: the scanner (its profile),
+//! the run id (given by `scanprof agent`, which serves a run for its retention window only), the
+//! family member's role, the stage, the reason, class and device of the family's own drops
+//! (other processes' drops are one counter, without reason or device), the errno, and the
+//! scanner's own shard argument. docs/metrics.md lists every metric.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
@@ -42,6 +44,8 @@ pub struct RunLabels {
     pub scanner: String,
     /// the scanner's own shard argument (`I/N`), when its command line has one
     pub shard: Option<String>,
+    /// the run's id, when `scanprof agent` started the run (it names the run's spool directory)
+    pub run_id: Option<String>,
 }
 
 impl RunLabels {
@@ -50,6 +54,7 @@ impl RunLabels {
         RunLabels {
             scanner: scanner.to_string(),
             shard: shard_of(argv),
+            run_id: None,
         }
     }
 }
@@ -86,8 +91,10 @@ pub struct MetricsState {
     run_seconds: f64,
     /// stage -> events since attach
     stages: BTreeMap<StageName, u64>,
-    /// (reason, class, device) -> drops since attach
+    /// (reason, class, device) -> drops of the family's own classes since attach
     drops: BTreeMap<(String, String, String), u64>,
+    /// other processes' drops (class unrelated) since attach, all reasons and devices
+    other_drops: u64,
     /// (role, state) -> seconds, summed over the family's sender threads
     sender_seconds: BTreeMap<(String, &'static str), f64>,
     /// (role, errno name) -> failed send calls
@@ -144,6 +151,7 @@ impl MetricsState {
         for (k, n) in drop_sums(&s.drops) {
             *self.drops.entry(k).or_default() += n;
         }
+        self.other_drops += other_drops(&s.drops);
         let roles = roles(&s.processes);
         for t in &s.threads {
             let role = roles.get(&t.pid).cloned().unwrap_or_default();
@@ -177,6 +185,7 @@ impl MetricsState {
         for (k, n) in drop_sums(&s.drops) {
             raise(self.drops.entry(k).or_default(), n);
         }
+        raise(&mut self.other_drops, other_drops(&s.drops));
         // The whole run's budget and errors per thread: never below what the ticks summed.
         let roles = roles(&s.processes);
         let mut seconds: BTreeMap<(String, &'static str), f64> = BTreeMap::new();
@@ -262,6 +271,9 @@ impl MetricsState {
         if let Some(shard) = &self.labels.shard {
             common.insert("shard".to_string(), shard.clone());
         }
+        if let Some(id) = &self.labels.run_id {
+            common.insert("run_id".to_string(), id.clone());
+        }
         let r = Registry::new_custom(Some("scanprof".into()), Some(common))?;
 
         if let Some(pps) = self.requested_pps {
@@ -299,16 +311,19 @@ impl MetricsState {
         r.register(Box::new(stages))?;
 
         let drops = IntCounterVec::new(
-            Opts::new(
-                "drops_total",
-                "Packets the kernel dropped since attach, by drop reason, class (target_loss, expected, unrelated) and device.",
-            ),
+            Opts::new("drops_total", drops_help()),
             &["reason", "class", "device"],
         )?;
         for ((reason, class, device), n) in &self.drops {
             drops.with_label_values(&[reason, class, device]).inc_by(*n);
         }
         r.register(Box::new(drops))?;
+        let other = prometheus::IntCounter::new(
+            "other_drops_total",
+            "Packets of other processes on this host the kernel dropped since attach (class unrelated), all reasons and devices summed.",
+        )?;
+        other.inc_by(self.other_drops);
+        r.register(Box::new(other))?;
 
         if !self.replies.is_empty() {
             let replies = IntCounterVec::new(
@@ -451,11 +466,25 @@ fn gauge(r: &Registry, name: &str, help: &str, v: f64) -> prometheus::Result<()>
     r.register(Box::new(g))
 }
 
-/// Drop rows summed by the metric's labels: rows of one reason, class and device (several
-/// locations, namespaces or pids) add up.
+/// The help text of `drops_total`, naming every class it carries (all but unrelated).
+fn drops_help() -> String {
+    let classes: Vec<&str> = DropClass::ALL
+        .iter()
+        .filter(|c| **c != DropClass::Unrelated)
+        .map(|c| c.name())
+        .collect();
+    format!(
+        "Packets of the family (and replies to it) the kernel dropped since attach, by drop reason, class ({}) and device; other processes' drops are other_drops_total.",
+        classes.join(", ")
+    )
+}
+
+/// Drop rows of the family's own classes summed by the metric's labels: rows of one reason,
+/// class and device (several locations, namespaces or pids) add up. Other processes' rows
+/// (class unrelated) are left out: [`other_drops`] sums them.
 fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, String), u64> {
     let mut sums = BTreeMap::new();
-    for d in rows {
+    for d in rows.iter().filter(|d| d.class != DropClass::Unrelated) {
         let key = (
             d.reason.clone(),
             class_name(d.class),
@@ -464,6 +493,15 @@ fn drop_sums(rows: &[crate::analysis::DropRow]) -> BTreeMap<(String, String, Str
         *sums.entry(key).or_default() += d.count;
     }
     sums
+}
+
+/// Other processes' drops (class unrelated) in `rows`, every reason and device summed: their
+/// devices come and go with other tenants, so they get no label.
+fn other_drops(rows: &[crate::analysis::DropRow]) -> u64 {
+    rows.iter()
+        .filter(|d| d.class == DropClass::Unrelated)
+        .map(|d| d.count)
+        .sum()
 }
 
 /// Raises a total to `v` (a total never goes down: a counter stays monotonic).
@@ -487,10 +525,7 @@ fn raise(total: &mut u64, v: u64) {
 }
 
 fn class_name(c: DropClass) -> String {
-    serde_json::to_value(c)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
+    c.name().to_string()
 }
 
 fn roles(processes: &[crate::collect::family::ProcessInfo]) -> BTreeMap<u32, String> {
@@ -510,6 +545,182 @@ fn budget_states(b: &TimeBudget) -> [(&'static str, u64); 5] {
     ]
 }
 
+/// One exposition of several: the metric families of every text in `texts` (the runs
+/// `scanprof agent` serves, each with its own `run_id`, and the agent's own), each family's
+/// `# HELP` and `# TYPE` once (the first text's) with the samples of every text under it, so the
+/// result stays valid text format (a family's samples together, named once). Families keep the
+/// order in which they first appear.
+pub fn merge(texts: &[&str]) -> String {
+    // family name -> (help and type lines, sample lines)
+    let mut order: Vec<String> = Vec::new();
+    let mut families: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
+    for text in texts {
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (kind, name) = match line.strip_prefix("# ") {
+                Some(rest) => {
+                    let mut w = rest.split_whitespace();
+                    match (w.next(), w.next()) {
+                        (Some(k @ ("HELP" | "TYPE")), Some(n)) => (Some(k), n.to_string()),
+                        _ => continue,
+                    }
+                }
+                None => (
+                    None,
+                    line.split(|c: char| c == '{' || c.is_whitespace())
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            };
+            let entry = families.entry(name.clone()).or_insert_with(|| {
+                order.push(name.clone());
+                (Vec::new(), Vec::new())
+            });
+            match kind {
+                // The first text that describes a family describes it.
+                Some(k) => {
+                    let prefix = format!("# {k} ");
+                    if !entry.0.iter().any(|l| l.starts_with(&prefix)) {
+                        entry.0.push(line.to_string());
+                    }
+                }
+                None => entry.1.push(line.to_string()),
+            }
+        }
+    }
+    let mut out = String::new();
+    for name in order {
+        let (head, samples) = &families[&name];
+        for l in head.iter().chain(samples) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// What `scanprof agent` itself has seen and done, for its own metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentStats {
+    /// execs the watcher reported
+    pub execs: u64,
+    /// exec records lost to a full ring buffer
+    pub execs_lost: u64,
+    /// runs started
+    pub runs_started: u64,
+    /// runs followed now
+    pub runs_live: u64,
+    /// runs ended
+    pub runs_ended: u64,
+    /// scanners not followed because max_runs were followed already
+    pub refused_busy: u64,
+    /// scanners whose attach could not be started
+    pub refused_failed: u64,
+    /// when the latest run started, seconds since the Unix epoch (absent before the first)
+    pub last_run_start_unix_s: Option<f64>,
+    /// when the agent started, seconds since the Unix epoch
+    pub started_unix_s: f64,
+    /// configuration reloads that took effect, and that were refused
+    pub reloads: u64,
+    pub reloads_failed: u64,
+    /// bytes of the spool's run directories at the last look
+    pub spool_bytes: u64,
+    /// ended runs whose final metrics are served now
+    pub runs_retained: u64,
+}
+
+impl AgentStats {
+    /// The agent's own exposition (`scanprof_agent_*`).
+    pub fn render(&self) -> String {
+        let r = || -> prometheus::Result<String> {
+            let r = Registry::new_custom(Some("scanprof_agent".into()), None)?;
+            let counter = |name: &str, help: &str, v: u64| -> prometheus::Result<()> {
+                let c = prometheus::IntCounter::new(name, help)?;
+                c.inc_by(v);
+                r.register(Box::new(c))
+            };
+            counter(
+                "exec_events_total",
+                "Execs on the host the agent's exec watcher reported.",
+                self.execs,
+            )?;
+            counter(
+                "exec_events_lost_total",
+                "Exec records lost to a full ring buffer (a scanner among them would be missed).",
+                self.execs_lost,
+            )?;
+            counter(
+                "runs_started_total",
+                "Scanner runs the agent started following.",
+                self.runs_started,
+            )?;
+            counter(
+                "runs_ended_total",
+                "Runs the agent followed to their end (their final metrics written).",
+                self.runs_ended,
+            )?;
+            let refused = IntCounterVec::new(
+                Opts::new(
+                    "runs_refused_total",
+                    "Scanners the agent did not follow: busy (max_runs followed already), failed (attach could not start, or the process exited before it was attached).",
+                ),
+                &["why"],
+            )?;
+            refused.with_label_values(&["busy"]).inc_by(self.refused_busy);
+            refused.with_label_values(&["failed"]).inc_by(self.refused_failed);
+            r.register(Box::new(refused))?;
+            let reloads = IntCounterVec::new(
+                Opts::new(
+                    "config_reloads_total",
+                    "Configuration reloads (SIGHUP) by result: ok, refused (the old one stays).",
+                ),
+                &["result"],
+            )?;
+            reloads.with_label_values(&["ok"]).inc_by(self.reloads);
+            reloads
+                .with_label_values(&["refused"])
+                .inc_by(self.reloads_failed);
+            r.register(Box::new(reloads))?;
+            gauge(
+                &r,
+                "runs_live",
+                "Runs the agent follows now.",
+                self.runs_live as f64,
+            )?;
+            gauge(
+                &r,
+                "runs_retained",
+                "Ended runs whose final metrics the agent still serves (the retention window).",
+                self.runs_retained as f64,
+            )?;
+            gauge(
+                &r,
+                "spool_bytes",
+                "Bytes of the run directories in the agent's spool.",
+                self.spool_bytes as f64,
+            )?;
+            gauge(
+                &r,
+                "start_time_seconds",
+                "When the agent started, seconds since the Unix epoch.",
+                self.started_unix_s,
+            )?;
+            if let Some(t) = self.last_run_start_unix_s {
+                gauge(
+                    &r,
+                    "last_run_start_time_seconds",
+                    "When the latest run the agent followed started, seconds since the Unix epoch.",
+                    t,
+                )?;
+            }
+            let mut out = Vec::new();
+            TextEncoder::new().encode(&r.gather(), &mut out)?;
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        };
+        r().unwrap_or_default()
+    }
+}
+
 /// Where the metrics go.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsTargets {
@@ -517,6 +728,11 @@ pub struct MetricsTargets {
     pub listen: Option<SocketAddr>,
     /// write them to this file after every update (textfile collector)
     pub file: Option<PathBuf>,
+    /// keep serving the last exposition this long after the run ended (`--metrics-linger`), so
+    /// that a scrape interval longer than the run still sees its end
+    pub linger: Duration,
+    /// the run id label (`scanprof agent` names each run it starts)
+    pub run_id: Option<String>,
 }
 
 impl MetricsTargets {
@@ -537,7 +753,8 @@ pub struct Exporter {
 
 impl Exporter {
     /// Binds the listener now (a port in use fails here, before the run starts).
-    pub fn start(targets: &MetricsTargets, labels: RunLabels) -> anyhow::Result<Exporter> {
+    pub fn start(targets: &MetricsTargets, mut labels: RunLabels) -> anyhow::Result<Exporter> {
+        labels.run_id = targets.run_id.clone();
         let state = MetricsState::new(labels);
         let latest = Arc::new(Mutex::new(state.render()));
         let server = match targets.listen {
@@ -560,6 +777,23 @@ impl Exporter {
     /// The address the server listens on (the port the kernel chose for port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.server.as_ref().map(|s| s.addr)
+    }
+
+    /// Keeps the server answering with the last exposition (the run's end: `scanprof_run_ended`,
+    /// the final totals and verdicts) for `linger`, or until `stop` is raised. Without a server
+    /// it returns at once.
+    pub fn linger(&self, linger: Duration, stop: &AtomicBool) {
+        if self.server.is_none() {
+            return;
+        }
+        let until = std::time::Instant::now() + linger;
+        while !stop.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
     }
 
     pub fn update(&mut self, update: &Update) {
@@ -595,15 +829,16 @@ pub fn tap(updates: Receiver<Update>, mut exporter: Exporter) -> (Receiver<Updat
     (rx, handle)
 }
 
-/// A minimal HTTP/1.x server of one document: GET /metrics.
-struct Server {
+/// A minimal HTTP/1.x server of one document: GET /metrics, the latest text of `latest`.
+pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Server {
-    fn start(addr: SocketAddr, latest: Arc<Mutex<String>>) -> anyhow::Result<Server> {
+    /// Binds `addr` now (a port in use fails here) and serves what `latest` holds at each request.
+    pub fn start(addr: SocketAddr, latest: Arc<Mutex<String>>) -> anyhow::Result<Server> {
         let listener = TcpListener::bind(addr).with_context(|| {
             format!("--metrics {addr}: cannot listen there (in use, or not an address of this machine)")
         })?;
@@ -630,6 +865,13 @@ impl Server {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+impl Server {
+    /// The address it listens on (the port the kernel chose for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 }
 
@@ -680,6 +922,11 @@ fn serve(stream: TcpStream, body: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::views::fixtures::rich_recording;
+
+    /// The value of a metric whose only labels are the common ones.
+    fn sample_plain(text: &str, name: &str) -> Option<f64> {
+        sample(text, name, &[])
+    }
 
     fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         text.lines()
@@ -878,7 +1125,7 @@ mod tests {
         }
         // Drops: rows of one reason, class and device add up; classes by their JSON names.
         let mut want: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-        for d in &summary.drops {
+        for d in summary.drops.iter().filter(|d| d.class != DropClass::Unrelated) {
             *want
                 .entry((
                     d.reason.clone(),
@@ -927,6 +1174,123 @@ mod tests {
         assert!(text.contains("scanprof_run_ended{"));
     }
 
+    /// Other processes' drops on devices that come and go (other tenants' veths) make one
+    /// series, not one per device: on a shared host `drops_total{class="unrelated",device=...}`
+    /// churned. The family's own classes keep their reason and device.
+    #[test]
+    fn other_processes_drops_are_one_series_whatever_their_devices() {
+        use crate::analysis::DropRow;
+        let mut tick = rich_recording().ticks[1].clone();
+        let row = |class: DropClass, device: String, count: u64| DropRow {
+            reason: "QDISC_DROP".into(),
+            location: "__dev_queue_xmit".into(),
+            device: Some(device),
+            netns: 4026531840,
+            class,
+            pid: None,
+            count,
+            rate: 0.0,
+        };
+        let mut m = MetricsState::new(RunLabels::of("zmap", &[]));
+        let mut other = 0;
+        let mut family = 0;
+        for t in 0..10u64 {
+            tick.drops = (0..10u64)
+                .map(|d| row(DropClass::Unrelated, format!("veth-{t}-{d}"), t + d))
+                .chain([row(DropClass::TargetLoss, "lab0".into(), 5)])
+                .collect();
+            other += (0..10u64).map(|d| t + d).sum::<u64>();
+            family += 5;
+            m.update(&Update::Tick(Box::new(tick.clone())));
+        }
+        let text = m.render();
+        assert!(!text.contains("veth-"), "{text}");
+        assert!(!text.contains("class=\"unrelated\""), "{text}");
+        assert_eq!(
+            sample_plain(&text, "scanprof_other_drops_total"),
+            Some(other as f64)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "scanprof_drops_total",
+                &[
+                    ("reason", "QDISC_DROP"),
+                    ("class", "target_loss"),
+                    ("device", "lab0")
+                ]
+            ),
+            Some(family as f64)
+        );
+        // The help text names every class the counter carries.
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP scanprof_drops_total "))
+            .expect("help line");
+        for c in DropClass::ALL.iter().filter(|c| **c != DropClass::Unrelated) {
+            assert!(help.contains(c.name()), "{help}");
+        }
+        // And the summary's totals never lower what the ticks added up.
+        let mut summary = rich_recording().summary.expect("fixture summary");
+        summary.drops = vec![row(DropClass::Unrelated, "veth-x".into(), 3)];
+        m.update(&Update::Done(Box::new(summary)));
+        assert_eq!(
+            sample_plain(&m.render(), "scanprof_other_drops_total"),
+            Some(other as f64)
+        );
+    }
+
+    /// The run id label, when the agent gives one, is on every sample.
+    #[test]
+    fn a_run_id_labels_every_sample() {
+        let mut labels = RunLabels::of("masscan", &["masscan".into(), "--shard".into(), "1/2".into()]);
+        labels.run_id = Some("r7".into());
+        let mut m = MetricsState::new(labels);
+        m.update(&Update::Tick(Box::new(rich_recording().ticks[1].clone())));
+        let text = m.render();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(l.contains("run_id=\"r7\"") && l.contains("shard=\"1/2\""), "{l}");
+        }
+    }
+
+    /// Several runs' expositions make one valid exposition: each family named once, with the
+    /// samples of every run under it, and every run's samples kept.
+    #[test]
+    fn runs_expositions_merge_into_one_with_each_family_once() {
+        let rec = rich_recording();
+        let run = |id: &str, shard: &str| {
+            let mut labels = RunLabels::of("zmap", &["zmap".into(), "--shard".into(), shard.into()]);
+            labels.run_id = Some(id.into());
+            let mut m = MetricsState::new(labels);
+            m.update(&Update::Tick(Box::new(rec.ticks[1].clone())));
+            m.render()
+        };
+        let (a, b) = (run("a", "0/2"), run("b", "1/2"));
+        let agent = AgentStats::default().render();
+        let merged = merge(&[&a, &b, &agent]);
+        let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples(&merged), samples(&a) + samples(&b) + samples(&agent));
+        let mut seen = std::collections::BTreeSet::new();
+        let mut current = String::new();
+        for l in merged.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap().to_string();
+                assert!(seen.insert(name.clone()), "{name} described twice\n{merged}");
+                current = name;
+            } else if !l.starts_with('#') {
+                assert!(l.starts_with(&current), "{l} outside its family {current}");
+            }
+        }
+        assert_eq!(
+            sample(
+                &merged,
+                "scanprof_stage_events_total",
+                &[("run_id", "b"), ("stage", "syscall_packets")]
+            ),
+            sample(&b, "scanprof_stage_events_total", &[("stage", "syscall_packets")])
+        );
+    }
+
     #[test]
     fn a_sender_threads_time_adds_up_across_ticks_by_role_and_state() {
         let rec = rich_recording();
@@ -948,12 +1312,55 @@ mod tests {
         );
     }
 
+    /// `--metrics-linger`: after the run's last update the server still answers, with the run's
+    /// end, until the linger is over or the stop flag is raised.
+    #[test]
+    fn a_lingering_server_serves_the_runs_end_until_it_is_over_or_stopped() {
+        use std::io::Read;
+        let targets = MetricsTargets {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..MetricsTargets::default()
+        };
+        let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
+        let addr = e.local_addr().unwrap();
+        let rec = rich_recording();
+        e.update(&Update::Done(Box::new(
+            rec.summary.clone().expect("fixture summary"),
+        )));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let started = std::time::Instant::now();
+        let lingering = std::thread::spawn(move || {
+            e.linger(Duration::from_secs(30), &flag);
+            e
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.contains("scanprof_run_ended{"), "{out}");
+        assert!(!lingering.is_finished(), "the linger ended early");
+        stop.store(true, Ordering::Relaxed);
+        let e = lingering.join().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the stop flag did not end the linger"
+        );
+        drop(e);
+        assert!(
+            TcpListener::bind(addr).is_ok(),
+            "the port is free once the exporter is dropped"
+        );
+    }
+
     #[test]
     fn the_server_answers_metrics_and_nothing_else() {
         use std::io::Read;
         let targets = MetricsTargets {
             listen: Some("127.0.0.1:0".parse().unwrap()),
             file: None,
+            ..MetricsTargets::default()
         };
         let mut e = Exporter::start(&targets, RunLabels::of("generic", &[])).unwrap();
         let addr = e.local_addr().unwrap();
