@@ -360,8 +360,8 @@ pub struct RunOptions {
     #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub requested: Option<f64>,
     /// Scanner profile: a built-in one (unicornscan, masscan, zmap, nmap, hping3, rustscan, naabu,
-    /// scanprof-send, generic) or a profile file (.toml). Default: recognised from the target's
-    /// command line and executable.
+    /// the test tools tcpreplay and iperf3, scanprof-send, generic) or a profile file (.toml).
+    /// Default: recognised from the target's command line and executable.
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Switch on the profile's per-packet uprobes: all of them, or the probes named

@@ -64,6 +64,7 @@ fn clean() -> Summary {
         receive: None,
         limits: None,
         relay: None,
+        replies: None,
         verdicts: vec![verdict(Cause::NoGap, Kind::Gap, 0.0, Confidence::Strong)],
         warnings: Vec::new(),
         dropped_headers: Default::default(),

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::receive::ReceiveView;
-use super::snapshot::{DropRow, StageName};
+use super::stage::{DropRow, StageName};
 use crate::collect::replies::ReplyCounts;
 use crate::collect::{CounterSample, DropClass};
 
@@ -100,7 +100,7 @@ pub fn reply_funnel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::snapshot::Stage;
+    use crate::analysis::stage::Stage;
 
     fn sample(rst: u64, udp_loopback: u64) -> CounterSample {
         CounterSample {
@@ -124,7 +124,7 @@ mod tests {
                 total: 6,
                 ratio: None,
             }],
-            drops: vec![crate::analysis::snapshot::DropRow {
+            drops: vec![crate::analysis::stage::DropRow {
                 reason: "SOCKET_RCVBUFF".into(),
                 location: "sock_queue_rcv_skb".into(),
                 device: None,

@@ -987,7 +987,11 @@ impl Collector {
     }
 
     /// The drop table's rows, named (reason, kernel location, device), most first.
-    fn drop_counts(&mut self, raw_drops: Vec<(probes::sp_drop_key, u64)>, names: &DeviceNames) -> Vec<DropCount> {
+    fn drop_counts(
+        &mut self,
+        raw_drops: Vec<(probes::sp_drop_key, u64)>,
+        names: &DeviceNames,
+    ) -> Vec<DropCount> {
         let mut drops: Vec<DropCount> = raw_drops
             .into_iter()
             .map(|(k, count)| DropCount {

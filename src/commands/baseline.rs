@@ -22,11 +22,7 @@ pub fn run(o: &BaselineOptions) -> Result<ExitCode> {
     let matrix = Matrix {
         pacers: pacers.clone(),
         rates: o.rates.clone(),
-        methods: o
-            .methods
-            .iter()
-            .map(|m| m.parse())
-            .collect::<Result<_, _>>()?,
+        methods: o.methods.iter().map(|m| m.parse()).collect::<Result<_, _>>()?,
         targets: o.targets.clone(),
         seconds: o.seconds,
     };

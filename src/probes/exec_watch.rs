@@ -20,7 +20,9 @@ use exec_watch_skel::{ExecWatchSkel, ExecWatchSkelBuilder};
 
 // wire.h's sp_exec: 8 + 4 + 4 bytes of scalars, a 16-byte comm and SP_EXEC_PATH (256) bytes of path.
 const _: () = assert!(std::mem::size_of::<sp_exec>() == 16 + 16 + 256);
-impl Abi for sp_exec {}
+// SAFETY: the skeleton-generated sp_exec of wire.h is a `repr(C)` struct of integers and integer
+// arrays only (the size assertion above adds them up), so any bytes of its size are a valid value.
+unsafe impl Abi for sp_exec {}
 
 /// One exec: the process that exec'd and the file it now runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -794,9 +794,7 @@ impl ProbeSet {
                 })
                 .map_err(bpf_err("setting up the uprobe ring buffer"))?;
         }
-        let ring = builder
-            .build()
-            .map_err(bpf_err(EVENT_RING_SETUP))?;
+        let ring = builder.build().map_err(bpf_err(EVENT_RING_SETUP))?;
 
         let set = ProbeSet {
             uprobes,

@@ -18,8 +18,8 @@ use anyhow::{bail, ensure, Context, Result};
 use nix::sys::socket::{setsockopt, sockopt};
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::Baseline;
 use super::methods::MethodKind;
+use crate::analysis::Baseline;
 use crate::netlab::{Lab, LabConfig, UdpSink};
 use crate::system::machine::{Calibration, MachineFacts};
 use crate::wrappers::PacerKind;
@@ -327,7 +327,10 @@ fn pacer_row(target: &str, pacer: PacerKind, rate: f64, r: CellResult) -> PacerR
         row.slot = s.slot.clone();
         // Unpaced (rate 0) runs may report pacer "none" whatever was asked.
         if rate > 0.0 && s.pacer.is_some_and(|p| p != pacer) && row.error.is_none() {
-            row.error = Some(format!("the sender paced with {:?}", s.pacer.map(PacerKind::as_str)));
+            row.error = Some(format!(
+                "the sender paced with {:?}",
+                s.pacer.map(PacerKind::as_str)
+            ));
         }
     }
     if r.interrupted && row.error.is_none() {
@@ -355,7 +358,10 @@ fn method_row(target: &str, method: MethodKind, r: CellResult) -> MethodRow {
         row.failed = Some(s.failed);
         row.errors = s.errors;
         if s.method.is_some_and(|m| m != method) && row.error.is_none() {
-            row.error = Some(format!("the sender used method {:?}", s.method.map(MethodKind::as_str)));
+            row.error = Some(format!(
+                "the sender used method {:?}",
+                s.method.map(MethodKind::as_str)
+            ));
         }
     }
     if r.interrupted && row.error.is_none() {
@@ -588,7 +594,10 @@ mod tests {
         assert!(old.lateness_ns.is_none() && old.calibration.is_none() && old.pacer.is_none());
         assert_eq!(accuracy(&old, 1000.0), Some(1.0005));
         let new = parse_sender_output(NEW_SENDER).unwrap_or_default();
-        assert_eq!((new.pacer, new.method), (Some(PacerKind::Tsc), Some(MethodKind::Sendto)));
+        assert_eq!(
+            (new.pacer, new.method),
+            (Some(PacerKind::Tsc), Some(MethodKind::Sendto))
+        );
         assert_eq!(new.lateness_ns.and_then(|l| l.p99), Some(4100.0));
         assert_eq!(new.cpu_ns_per_packet, Some(1830.5));
         assert_eq!(
@@ -614,7 +623,12 @@ mod tests {
     #[test]
     fn sender_arguments_follow_the_contract() {
         let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4000);
-        let a = sender_args(&cell(1000.0, Some(PacerKind::Clock), MethodKind::Sendto), to, 2.0, "lo");
+        let a = sender_args(
+            &cell(1000.0, Some(PacerKind::Clock), MethodKind::Sendto),
+            to,
+            2.0,
+            "lo",
+        );
         assert_eq!(
             a.join(" "),
             "send --to 127.0.0.1:4000 --rate 1000 --duration 2 --json --pacer clock"

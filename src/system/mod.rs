@@ -36,17 +36,31 @@ pub struct ClockReadings {
     pub realtime_ns: u64,
 }
 
+/// Readings of each clock's offset from MONOTONIC that [`ClockReadings::at`] keeps the tightest
+/// of.
+const OFFSET_TRIES: usize = 8;
+
 impl ClockReadings {
     /// The clocks at the CLOCK_MONOTONIC time `monotonic_ns` (the moment the caller took as its
     /// zero, a little earlier): each other clock is read between two MONOTONIC readings, and
-    /// its offset from MONOTONIC (against their midpoint) applied to `monotonic_ns`.
+    /// its offset from MONOTONIC (against their midpoint) applied to `monotonic_ns`. The offset's
+    /// error is at most half the time between the two MONOTONIC readings, so of
+    /// [`OFFSET_TRIES`] readings the one with the shortest such window is kept: a thread
+    /// preempted between two reads (a busy machine) widens one window, not all of them.
     pub fn at(monotonic_ns: u64) -> ClockReadings {
         use nix::time::ClockId;
         let offset = |id: ClockId| -> i128 {
-            let before = clock_ns(ClockId::CLOCK_MONOTONIC);
-            let x = clock_ns(id);
-            let after = clock_ns(ClockId::CLOCK_MONOTONIC);
-            i128::from(x) - (i128::from(before) + i128::from(after)) / 2
+            let read = || {
+                let before = clock_ns(ClockId::CLOCK_MONOTONIC);
+                let x = clock_ns(id);
+                let after = clock_ns(ClockId::CLOCK_MONOTONIC);
+                let off = i128::from(x) - (i128::from(before) + i128::from(after)) / 2;
+                (after.saturating_sub(before), off)
+            };
+            (0..OFFSET_TRIES)
+                .map(|_| read())
+                .min_by_key(|&(window, _)| window)
+                .map_or(0, |(_, off)| off)
         };
         let moved = |off: i128| u64::try_from(i128::from(monotonic_ns) + off).unwrap_or(0);
         ClockReadings {

@@ -234,7 +234,10 @@ mod tests {
 
     #[test]
     fn text_report_shows_machine_pacer_and_method_tables() {
-        let text = render_text(&sample_report(), &[crate::wrappers::PacerKind::Tsc, crate::wrappers::PacerKind::Clock]);
+        let text = render_text(
+            &sample_report(),
+            &[crate::wrappers::PacerKind::Tsc, crate::wrappers::PacerKind::Clock],
+        );
         let expected = "\
 machine
   CPU          AMD EPYC (2 CPUs); TSC constant yes, nonstop yes, known frequency yes

@@ -415,11 +415,7 @@ mod tests {
             .find(|f| f.stage == StageName::SyscallPackets)
             .expect("stage");
         assert_eq!((sp.count, sp.of_requested), (300, Some(0.5)));
-        assert!(r
-            .funnel
-            .iter()
-            .filter(|f| f.stage.is_qdisc())
-            .all(|f| f.no_qdisc));
+        assert!(r.funnel.iter().filter(|f| f.stage.is_qdisc()).all(|f| f.no_qdisc));
         s.requested_pps = Some(0.0);
         assert!(Report::new(&s).funnel.iter().all(|f| f.of_requested.is_none()));
     }

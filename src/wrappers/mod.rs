@@ -13,10 +13,10 @@ mod status;
 pub use exec::{Image, ScannerChoice, ScannerProcess};
 pub use pacer::{PacerKind, UnknownPacer};
 pub use profile::{
-    ArgType, BufferField, DelayUnit, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg,
-    ProbeBuffer, ProbeRead, ProbeRole, ProcessRule, ProfileError, RateKind, RateModel,
-    RateMultiplier, RateOption, RateRules, RateUnit, RateWindow, Recipient, ScannerProfile,
-    ThreadPick, ThreadRule, ValueForm, WindowOption, GENERIC_PROFILE, SCHEMA_VERSION,
+    ArgType, BufferField, DelayUnit, FieldCondition, OutputClaim, PacerWait, Probe, ProbeArg, ProbeBuffer,
+    ProbeRead, ProbeRole, ProcessRule, ProfileError, RateKind, RateModel, RateMultiplier, RateOption,
+    RateRules, RateUnit, RateWindow, Recipient, ScannerProfile, ThreadPick, ThreadRule, ValueForm,
+    WindowOption, GENERIC_PROFILE, SCHEMA_VERSION,
 };
 pub use rate::{requested_rate, RateOrigin, RequestedRate, WindowRead, WorkUnitRate};
 pub use status::{
