@@ -548,14 +548,22 @@ impl ProbeSet {
             // The uprobes object loads whole or not at all.
             let uprobes = spawn_load(scope, "uprobes", move || {
                 if !stage.features.attach_cookie {
-                    return lacking("uprobes.sp_uprobe_entry", "BPF helper bpf_get_attach_cookie (kernels 5.15 and later)");
+                    return lacking::<UprobesSkelBuilder>(
+                        "uprobes",
+                        "uprobes.sp_uprobe_entry",
+                        "BPF helper bpf_get_attach_cookie (kernels 5.15 and later)",
+                    );
                 }
                 load_stage::<UprobesSkelBuilder>("uprobes", stage, |_| Ok(()), Vec::new(), false)
             });
             // The packet-socket iterator loads whole or not at all.
             let rings = spawn_load(scope, "rings", move || {
                 if !stage.features.sock_from_file {
-                    return lacking("rings.sp_rings", "BPF helper bpf_sock_from_file (kernels 5.11 and later)");
+                    return lacking::<RingsSkelBuilder>(
+                        "rings",
+                        "rings.sp_rings",
+                        "BPF helper bpf_sock_from_file (kernels 5.11 and later)",
+                    );
                 }
                 load_stage::<RingsSkelBuilder>("rings", stage, |_| Ok(()), Vec::new(), false)
             });
@@ -1249,9 +1257,13 @@ where
     load
 }
 
-/// The load of an object that is not tried: the kernel lacks `feature`, which its program
-/// `what` needs.
-fn lacking<S>(what: &str, feature: &str) -> StageLoad<S> {
+/// The load of object `name` that is not tried: the kernel lacks `feature`, which its program
+/// `what` needs. The object is still opened for the names of its resizable maps, which
+/// `--map-size` (and its defaults) may name whether it loads or not.
+fn lacking<B>(name: &str, what: &str, feature: &str) -> StageLoad<Loaded<B>>
+where
+    B: SkelBuilder<'static> + Default,
+{
     StageLoad {
         skel: Err(ProbeError::KernelLacks {
             what: what.into(),
@@ -1259,7 +1271,9 @@ fn lacking<S>(what: &str, feature: &str) -> StageLoad<S> {
             feature: feature.into(),
         }),
         status: Vec::new(),
-        capacity: BTreeSet::new(),
+        capacity: open_skel::<B>(name)
+            .map(|opened| sizing::capacity_maps(opened.open_object()))
+            .unwrap_or_default(),
     }
 }
 

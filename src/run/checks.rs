@@ -220,12 +220,19 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
         ),
     });
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe").exists();
-    out.push(if uprobe {
+    out.push(if uprobe && features.attach_cookie {
         check(
             "uprobes",
             Status::Ok,
             "available: scanner profiles can read rates from the scanner's functions",
             None,
+        )
+    } else if uprobe {
+        check(
+            "uprobes",
+            Status::Degraded,
+            "the kernel has uprobes but no BPF helper bpf_get_attach_cookie (kernels before 5.15): scanner functions are not probed; profiles read the requested rate from the command line and the scanner's output only",
+            Some("kernel 5.15 or newer has the helper"),
         )
     } else {
         check(
