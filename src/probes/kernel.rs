@@ -178,8 +178,8 @@ mod tests {
     use libbpf_rs::skel::{OpenSkel as _, SkelBuilder};
 
     use super::super::{
-        open_skel, DropsSkelBuilder, FamilySkelBuilder, NetdevSkelBuilder, RingsSkelBuilder,
-        SchedSkelBuilder, SendPathSkelBuilder, UprobesSkelBuilder,
+        lacking, open_skel, DropsSkelBuilder, FamilySkelBuilder, NetdevSkelBuilder, ProbeError,
+        RingsSkelBuilder, SchedSkelBuilder, SendPathSkelBuilder, UprobesSkelBuilder,
     };
 
     /// BPF_STX | BPF_ATOMIC in word and double-word sizes.
@@ -217,5 +217,18 @@ mod tests {
         found.extend(atomics_but_add::<UprobesSkelBuilder>("uprobes"));
         found.extend(atomics_but_add::<RingsSkelBuilder>("rings"));
         assert_eq!(found, [], "(program, instruction, atomic op) other than add");
+    }
+
+    /// An object not tried, on a kernel that lacks what it needs (5.10: the uprobes object, no
+    /// bpf_get_attach_cookie), still names its resizable maps: the default sizes name its
+    /// `calls`, and without it doctor said MISSING ("--map-size calls: the probes have no ...
+    /// map of that name") and exited 1 there.
+    #[test]
+    fn an_object_not_tried_still_names_its_resizable_maps() {
+        let load = lacking::<UprobesSkelBuilder>("uprobes", "uprobes.sp_uprobe_entry", "a helper");
+        assert!(load.capacity.contains("calls"), "{:?}", load.capacity);
+        assert!(matches!(load.skel, Err(ProbeError::KernelLacks { .. })));
+        let load = lacking::<RingsSkelBuilder>("rings", "rings.sp_rings", "a helper");
+        assert!(matches!(load.skel, Err(ProbeError::KernelLacks { .. })));
     }
 }
