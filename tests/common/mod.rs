@@ -620,7 +620,10 @@ pub fn assert_all_probes_attached(started: &Value) {
 /// The running kernel's (major, minor), from uname's release.
 pub fn kernel_version() -> Option<(u32, u32)> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut nums = release.trim().split(|c: char| !c.is_ascii_digit()).map(|n| n.parse().ok());
+    let mut nums = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().ok());
     Some((nums.next()??, nums.next()??))
 }
 

@@ -374,7 +374,12 @@ fn target_losses_rule_out_no_gap_and_come_first() {
 fn reasonless_drops_at_kfree_skb_list_are_the_qdiscs() {
     let v = run(Some(5000.0), 1060.0, 4.9)
         .time(0.6, 0.0, 0.0, 0.0, 0.4)
-        .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "kfree_skb_list+0x19", 3489)
+        .drop(
+            DropClass::TargetLoss,
+            "NOT_SPECIFIED",
+            "kfree_skb_list+0x19",
+            3489,
+        )
         .verdicts();
     assert!(causes(&v).contains(&Cause::QdiscDrop), "{:?}", causes(&v));
     assert!(!causes(&v).contains(&Cause::TargetDrop), "{:?}", causes(&v));
