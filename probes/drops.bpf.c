@@ -326,10 +326,18 @@ int SP_PROG(SP_PROG_KFREE_SKB, on_kfree_skb, struct sk_buff *skb, void *location
 	return 0;
 }
 
-/* kfree_skb without rx_sk (5.17 to 6.7); user space loads exactly one of the two. */
+/* kfree_skb without rx_sk (5.17 to 6.7); user space loads exactly one of the three. */
 SEC("tp_btf/kfree_skb")
 int SP_PROG(SP_PROG_KFREE_SKB_NORX, on_kfree_skb_norx, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
 	count_drop(skb, location, reason, 0);
+	return 0;
+}
+
+/* kfree_skb without a drop reason (kernels before 5.17): drops counted by location only. */
+SEC("tp_btf/kfree_skb")
+int SP_PROG(SP_PROG_KFREE_SKB_NOREASON, on_kfree_skb_noreason, struct sk_buff *skb, void *location)
+{
+	count_drop(skb, location, SP_REASON_NOT_GIVEN, 0);
 	return 0;
 }

@@ -65,6 +65,7 @@ enum sp_pkt_flags abi_pkt_flags;
 enum sp_recv_call abi_recv_call;
 enum sp_recv_kind abi_recv_kind;
 enum sp_prog abi_prog;
+enum sp_reason_fill abi_reason_fill;
 struct sp_prog_cost abi_prog_cost;
 
 static __always_inline void fill_event(struct sp_event *e, __u32 kind, struct task_struct *p)
@@ -93,7 +94,7 @@ int SP_PROG(SP_PROG_FORK, on_fork, struct task_struct *parent, struct task_struc
 	struct sp_thread *init, *t;
 	struct sp_tid_slot *c;
 	struct sp_event *e;
-	__u64 *w;
+	__u8 *f;
 
 	if (!bpf_map_lookup_elem(&family, &ptgid))
 		return 0;
@@ -120,10 +121,10 @@ int SP_PROG(SP_PROG_FORK, on_fork, struct task_struct *parent, struct task_struc
 		c->slot = slot;
 		c->tid = ctid;
 	}
-	/* only now that its record can be found: the hot programs look for it once the bit is set */
-	w = tid_word(ctid);
-	if (w)
-		__sync_fetch_and_or(w, 1ULL << (ctid & 63));
+	/* only now that its record can be found: the hot programs look for it once its byte is set */
+	f = tid_flag(ctid);
+	if (f)
+		*f = 1;
 	if (ctgid == ptgid)
 		return 0;
 
@@ -171,14 +172,15 @@ int SP_PROG(SP_PROG_EXIT, on_exit, struct task_struct *p)
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct sp_thread *t;
 	struct sp_event *e;
-	__u64 now, *w;
+	__u64 now;
+	__u8 *f;
 
 	if (!in_family(tid))
 		return 0;
 	/* the id may be reused by anyone: from here on the hot programs turn it away */
-	w = tid_word(tid);
-	if (w)
-		__sync_fetch_and_and(w, ~(1ULL << (tid & 63)));
+	f = tid_flag(tid);
+	if (f)
+		*f = 0;
 	t = thread_rec(tid);
 	if (!t)
 		return 0;

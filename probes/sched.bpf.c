@@ -85,12 +85,11 @@ static __always_inline void end_off_cpu(struct sp_thread *t, __u64 now)
 	}
 }
 
-/* sched_switch: one family thread leaves the CPU and/or one arrives. */
-SEC("tp_btf/sched_switch")
-int SP_PROG(SP_PROG_SWITCH, on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+/* A family thread leaves the CPU and/or one arrives; prev_state is the state prev leaves in. */
+static __always_inline void switched(void *ctx, bool preempt, struct task_struct *prev,
+				     struct task_struct *next, unsigned int prev_state)
 {
-	/* most switches on the machine are nobody's in the family: two bit tests and out */
+	/* most switches on the machine are nobody's in the family: two byte tests and out */
 	struct sp_thread *t = family_thread(prev->pid);
 	struct sp_thread *in = family_thread(next->pid);
 	__u64 now = 0;
@@ -124,6 +123,36 @@ int SP_PROG(SP_PROG_SWITCH, on_switch, bool preempt, struct task_struct *prev, s
 		t->state_since_ns = now;
 		t->oncpu_since_ns = now;
 	}
+}
+
+/* sched_switch with prev_state (kernels >= 5.18): one family thread leaves the CPU and/or one
+ * arrives. User space loads exactly one of the two switch programs. */
+SEC("tp_btf/sched_switch")
+int SP_PROG(SP_PROG_SWITCH, on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	switched(ctx, preempt, prev, next, prev_state);
+	return 0;
+}
+
+/* The task state field before 5.14 (`state`, since `__state`). */
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* sched_switch without prev_state (before 5.18): prev's state is read from the task, which the
+ * tracepoint sees before the switch, as the argument was computed from it. */
+SEC("tp_btf/sched_switch")
+int SP_PROG(SP_PROG_SWITCH_NOSTATE, on_switch_nostate, bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	unsigned int state;
+
+	if (bpf_core_field_exists(prev->__state))
+		state = BPF_CORE_READ(prev, __state);
+	else
+		state = (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)prev, state);
+	switched(ctx, preempt, prev, next, state);
 	return 0;
 }
 

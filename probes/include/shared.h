@@ -187,33 +187,43 @@ static __always_inline void event_submit_wake(struct sp_event *e)
 }
 
 /*
- * One bit per thread id of the family (PID_MAX_LIMIT = 4M ids: 512 KiB). Every hot program asks
- * this first: an array lookup the verifier inlines and a bit test, so threads outside the family
- * (almost every call of a machine-wide tracepoint) cost a few instructions and no hash lookup.
- * Set by user space (threads seen at attach) and by the fork program; cleared at thread exit.
+ * One byte per thread id of the family, 1 while the thread is the family's: SP_TID_WORDS
+ * entries of 64 at most (PID_MAX_LIMIT = 4M ids: 4 MiB), sized by user space before load to the
+ * kernel's pid_max (32,768 ids by default: 32 KiB); no thread id is above it. Every hot program asks this first: an array lookup the verifier inlines and a
+ * byte load, so threads outside the family (almost every call of a machine-wide tracepoint) cost
+ * a few instructions and no hash lookup. Set by user space (threads seen at attach) and by the
+ * fork program; cleared at thread exit. A byte each, not a bit: every writer stores its own
+ * thread's byte, so no read-modify-write of a word that other threads' bits share (an atomic OR
+ * or AND, which kernels before 5.12 refuse) is needed to lose no update.
  */
 #define SP_TID_WORDS (1 << 16)
 
+struct sp_tid_flags {
+	__u8 on[64];		/* thread id (index * 64 + i) is the family's */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);	/* user space sets bits with atomic ORs in place */
+	__uint(map_flags, BPF_F_MMAPABLE);	/* user space stores bytes in place */
 	__uint(max_entries, SP_TID_WORDS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct sp_tid_flags);
 } family_tids SEC(".maps");
 
-static __always_inline __u64 *tid_word(__u32 tid)
+/* Thread `tid`'s byte in family_tids. */
+static __always_inline __u8 *tid_flag(__u32 tid)
 {
-	__u32 idx = (tid >> 6) & (SP_TID_WORDS - 1);
+	__u32 idx = tid >> 6;	/* past the array's end: no entry, not the family's */
+	struct sp_tid_flags *w = bpf_map_lookup_elem(&family_tids, &idx);
 
-	return bpf_map_lookup_elem(&family_tids, &idx);
+	return w ? &w->on[tid & 63] : 0;
 }
 
 static __always_inline int in_family(__u32 tid)
 {
-	__u64 *w = tid_word(tid);
+	__u8 *f = tid_flag(tid);
 
-	return w && ((*w >> (tid & 63)) & 1);
+	return f && *f;
 }
 
 /*
@@ -600,16 +610,22 @@ struct {
 } fd_gen SEC(".maps");
 
 
-/* A filter of the sockets in target_socks: one bit per hash of the pointer, set when a socket
- * is registered (never cleared during a run). A clear bit means "not the family's" for certain,
- * so other processes' packets cost an inlined array lookup and a bit test, no cache or hash. */
+/* A filter of the sockets in target_socks: one byte per hash of the pointer, set when a socket
+ * is registered (never cleared during a run). A clear byte means "not the family's" for certain,
+ * so other processes' packets cost an inlined array lookup and a byte load, no cache or hash.
+ * Bytes, not bits of a shared word: setting one is a plain store (kernels before 5.12 have no
+ * atomic OR, and a read-modify-write could lose another socket's bit set at the same time). */
 #define SP_SOCK_FILTER_WORDS 1024
+
+struct sp_sock_flags {
+	__u8 on[64];		/* some registered socket hashes to (index * 64 + i) */
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SP_SOCK_FILTER_WORDS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct sp_sock_flags);
 } sock_filter SEC(".maps");
 
 static __always_inline __u32 sock_hash(__u64 sk)
@@ -617,22 +633,23 @@ static __always_inline __u32 sock_hash(__u64 sk)
 	return (__u32)((sk >> 6) ^ (sk >> 22)) * 2654435761u;
 }
 
-static __always_inline __u64 *sock_filter_word(__u64 sk, __u64 *bit)
+/* The filter byte of sk: 16 bits of its hash, an entry of 1024 and a byte of 64. */
+static __always_inline __u8 *sock_filter_flag(__u64 sk)
 {
-	__u32 h = sock_hash(sk) >> 16;	/* 16 bits: a word of 1024 and a bit of 64 */
+	__u32 h = sock_hash(sk) >> 16;
 	__u32 idx = (h >> 6) & (SP_SOCK_FILTER_WORDS - 1);
+	struct sp_sock_flags *w = bpf_map_lookup_elem(&sock_filter, &idx);
 
-	*bit = 1ULL << (h & 63);
-	return bpf_map_lookup_elem(&sock_filter, &idx);
+	return w ? &w->on[h & 63] : 0;
 }
 
 /* Marks sk as possibly the family's; call before it joins target_socks. */
 static __always_inline void sock_filter_add(__u64 sk)
 {
-	__u64 bit, *w = sock_filter_word(sk, &bit);
+	__u8 *f = sock_filter_flag(sk);
 
-	if (w)
-		__sync_fetch_and_or(w, bit);
+	if (f)
+		*f = 1;
 }
 
 /* tgid of the family process that owns the socket sk, 0 if none. */
@@ -640,12 +657,13 @@ static __always_inline __u32 sock_target(__u64 sk)
 {
 	__u32 way, *tgid;
 	struct sock_owner *c;
-	__u64 g, bit, *w;
+	__u8 *f;
+	__u64 g;
 
 	if (!sk)
 		return 0;
-	w = sock_filter_word(sk, &bit);
-	if (w && !(*w & bit))
+	f = sock_filter_flag(sk);
+	if (f && !*f)
 		return 0;
 	g = gen_now(&sock_gen);
 	/* struct sock objects are over 512 bytes apart: bits above that spread them */

@@ -348,6 +348,13 @@ enum sp_health {
 	SP_H_MAX = 8,
 };
 
+/* The reason a drop is counted under where the kernel's kfree_skb gives none (before 5.17):
+ * user space names it NOT_SPECIFIED, as later kernels name a plain kfree_skb, and its location
+ * says the rest. */
+enum sp_reason_fill {
+	SP_REASON_NOT_GIVEN = 0,
+};
+
 /*
  * Indices of the per-CPU `prog_cost` counters: one per program that can run on a family thread
  * (src/probes/stats.rs names each "object.program"). Counted only while user space has timing
@@ -374,7 +381,9 @@ enum sp_prog {
 	SP_PROG_KFREE_SKB_NORX = 17,
 	SP_PROG_UPROBE_ENTRY = 18,
 	SP_PROG_UPROBE_RETURN = 19,
-	SP_PROG_REPLY = 20,
+	SP_PROG_KFREE_SKB_NOREASON = 20,
+	SP_PROG_SWITCH_NOSTATE = 21,
+	SP_PROG_REPLY = 22,
 	SP_PROG_MAX = 24,
 };
 

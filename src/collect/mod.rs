@@ -691,7 +691,7 @@ impl Collector {
     /// a drop at the family's socket is the family's only by address (a reply to where it sent).
     pub fn receive_warning(&self, s: &CounterSample) -> Option<String> {
         (!self.rx_sk && s.threads.iter().any(|t| t.recv.any())).then(|| {
-            "the family receives, but this kernel's kfree_skb does not name the receiving socket              (rx_sk, kernels before 6.8): drops at its sockets (SOCKET_RCVBUFF...) count in              recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes              them all"
+            "the family receives, but this kernel's kfree_skb does not name the receiving socket (rx_sk, kernels before 6.8): drops at its sockets (SOCKET_RCVBUFF...) count in recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes them all"
                 .to_string()
         })
     }

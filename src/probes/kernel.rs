@@ -8,6 +8,9 @@ use std::path::Path;
 use libbpf_rs::btf::types::{Enum, FuncProto, Typedef};
 use libbpf_rs::btf::{Btf, BtfKind};
 
+/// The number the reason-less drop program (kernels before 5.17) counts every drop under.
+const SP_REASON_NOT_GIVEN: u32 = super::family_skel::types::sp_reason_fill::SP_REASON_NOT_GIVEN.0;
+
 /// Kernel facts that decide which probe variants load.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KernelFeatures {
@@ -15,8 +18,15 @@ pub struct KernelFeatures {
     pub btf: bool,
     /// the kfree_skb tracepoint passes the receiving socket (kernels >= 6.8)
     pub kfree_skb_rx_sk: bool,
-    /// the kfree_skb tracepoint passes a drop reason (kernels >= 5.17)
+    /// the kfree_skb tracepoint passes a drop reason (kernels >= 5.17); without it drops are
+    /// counted by location only, under NOT_SPECIFIED
     pub kfree_skb_reason: bool,
+    /// the sched_switch tracepoint passes the previous task's state (kernels >= 5.18)
+    pub sched_switch_prev_state: bool,
+    /// BPF helper bpf_get_attach_cookie exists (kernels >= 5.15): the profile uprobes need it
+    pub attach_cookie: bool,
+    /// BPF helper bpf_sock_from_file exists (kernels >= 5.11): the packet-ring iterator needs it
+    pub sock_from_file: bool,
     /// numeric value of SKB_DROP_REASON_NO_SOCKET on this kernel
     pub drop_reason_no_socket: u32,
     /// numeric value of SKB_DROP_REASON_QUEUE_PURGE on this kernel, u32::MAX where it has none
@@ -37,7 +47,19 @@ impl KernelFeatures {
             .as_ref()
             .and_then(|b| tracepoint_params(b, "kfree_skb"))
             .unwrap_or(0);
-        let reasons = vmlinux.as_ref().and_then(drop_reason_names).unwrap_or_default();
+        let kfree_skb_reason = params >= 4;
+        let switch_params = vmlinux
+            .as_ref()
+            .and_then(|b| tracepoint_params(b, "sched_switch"))
+            .unwrap_or(0);
+        let helpers = vmlinux.as_ref().map(helper_names).unwrap_or_default();
+        let reasons = if kfree_skb_reason {
+            vmlinux.as_ref().and_then(drop_reason_names).unwrap_or_default()
+        } else {
+            // The reason-less drop program counts every drop under one number, named as later
+            // kernels name a plain kfree_skb: the location tells the drops apart.
+            BTreeMap::from([(SP_REASON_NOT_GIVEN, "NOT_SPECIFIED".to_string())])
+        };
         let tracepoints = TRACEPOINTS
             .iter()
             .map(|(tp, _)| *tp)
@@ -62,7 +84,11 @@ impl KernelFeatures {
             btf,
             // (void *ctx, skb, location, reason, rx_sk)
             kfree_skb_rx_sk: params >= 5,
-            kfree_skb_reason: params >= 4,
+            kfree_skb_reason,
+            // (void *ctx, preempt, prev, next, prev_state)
+            sched_switch_prev_state: switch_params >= 5,
+            attach_cookie: helpers.contains("get_attach_cookie"),
+            sock_from_file: helpers.contains("sock_from_file"),
             drop_reason_no_socket: no_socket,
             drop_reason_queue_purge: queue_purge,
             drop_reasons: reasons,
@@ -87,6 +113,19 @@ fn tracepoint_params(btf: &Btf<'_>, tracepoint: &str) -> Option<usize> {
     }
     let proto = FuncProto::try_from(proto).ok()?;
     Some(proto.len())
+}
+
+/// The BPF helpers the kernel has (`enum bpf_func_id`), by name without `BPF_FUNC_`.
+fn helper_names(btf: &Btf<'_>) -> BTreeSet<String> {
+    let Some(ids) = btf.type_by_name::<Enum<'_>>("bpf_func_id") else {
+        return BTreeSet::new();
+    };
+    ids.iter()
+        .filter_map(|m| {
+            let name = m.name?.to_string_lossy();
+            Some(name.strip_prefix("BPF_FUNC_")?.to_string())
+        })
+        .collect()
 }
 
 /// The kernel's drop reasons, value -> name without the `SKB_DROP_REASON_` prefix.
@@ -142,6 +181,8 @@ pub const TRACEPOINTS: [(&str, &str); 18] = [
 mod tests {
     use std::collections::BTreeSet;
 
+    use super::super::{lacking, ProbeError, RingsSkelBuilder, UprobesSkelBuilder};
+
     /// The tracepoints the built objects' programs attach to (their ELF sections: `tp_btf/NAME`,
     /// and `raw_tp/NAME`, `tp/CATEGORY/NAME` should a program use those), read from the objects
     /// embedded in scanprof without loading them.
@@ -188,5 +229,51 @@ mod tests {
             listed.difference(&attached).collect::<Vec<_>>(),
             attached.difference(&listed).collect::<Vec<_>>()
         );
+    }
+
+    /// BPF_STX | BPF_ATOMIC in word and double-word sizes.
+    const ATOMIC_W: u8 = 0xc3;
+    const ATOMIC_DW: u8 = 0xdb;
+
+    /// Every atomic instruction other than a plain add in the objects built into scanprof (a
+    /// run's and the agent's exec watcher), as (program, index, imm).
+    fn atomics_but_add() -> Vec<(String, usize, i32)> {
+        let mut found = Vec::new();
+        for (obj_name, bytes) in super::super::objects() {
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(bytes)
+                .unwrap_or_else(|e| panic!("{obj_name} does not open: {e}"));
+            for p in obj.progs() {
+                let prog = format!("{obj_name}.{}", p.name().to_string_lossy());
+                for (n, i) in p.insns().iter().enumerate() {
+                    if matches!(i.code, ATOMIC_W | ATOMIC_DW) && i.imm != 0 {
+                        found.push((prog.clone(), n, i.imm));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// Kernels before 5.12 (Debian 11's 5.10) know only the atomic add (BPF_XADD) and refuse a
+    /// program with any other atomic (OR, AND, XOR, XCHG, CMPXCHG, a fetch) even in dead code,
+    /// so no program may hold one.
+    #[test]
+    fn no_program_uses_an_atomic_that_kernels_before_5_12_refuse() {
+        let found = atomics_but_add();
+        assert_eq!(found, [], "(program, instruction, atomic op) other than add");
+    }
+
+    /// An object not tried, on a kernel that lacks what it needs (5.10: the uprobes object, no
+    /// bpf_get_attach_cookie), still names its resizable maps: the default sizes name its
+    /// `calls`, and without it doctor said MISSING ("--map-size calls: the probes have no ...
+    /// map of that name") and exited 1 there.
+    #[test]
+    fn an_object_not_tried_still_names_its_resizable_maps() {
+        let load = lacking::<UprobesSkelBuilder>("uprobes", "uprobes.sp_uprobe_entry", "a helper");
+        assert!(load.capacity.contains("calls"), "{:?}", load.capacity);
+        assert!(matches!(load.skel, Err(ProbeError::KernelLacks { .. })));
+        let load = lacking::<RingsSkelBuilder>("rings", "rings.sp_rings", "a helper");
+        assert!(matches!(load.skel, Err(ProbeError::KernelLacks { .. })));
     }
 }

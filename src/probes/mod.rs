@@ -184,6 +184,17 @@ pub enum ProbeError {
         /// the verifier's complaint (and the source line it points at), or libbpf's last word
         reason: String,
     },
+    /// The kernel lacks what a program needs (a tracepoint, a BPF helper): the program is not
+    /// loaded, and its figures are missing on this kernel only.
+    #[error("kernel {release} has no {feature}, so {what} is not loaded")]
+    KernelLacks {
+        /// object.program
+        what: String,
+        /// `uname -r`
+        release: String,
+        /// what it lacks, and which kernels have it
+        feature: String,
+    },
     /// A `--map-size` that names no map the probes can resize: the user's to correct.
     #[error("{0}")]
     MapSize(String),
@@ -479,6 +490,13 @@ impl ProbeSet {
         sizes.apply(family.open_object_mut())?;
         // The fork program's search for a free thread slot goes over the array's entries.
         rodata_of("family", family.maps.rodata_data.as_deref_mut())?.thread_cap = sizes.threads();
+        // One byte per thread id the kernel hands out (below its pid_max).
+        let tid_words = tids::words_for(tids::pid_max());
+        family
+            .maps
+            .family_tids
+            .set_max_entries(tid_words)
+            .map_err(bpf_err("sizing map family_tids"))?;
         let mark = log_mark();
         let family = family.load().map_err(load_err("family", mark))?;
         timing("family object loaded");
@@ -521,6 +539,11 @@ impl ProbeSet {
                 let configure = |skel: &mut OpenSchedSkel<'static>| {
                     let rodata = rodata_of("sched", skel.maps.rodata_data.as_deref_mut())?;
                     rodata.block_event_min_ns = stage.opts.block_event_min_ns;
+                    // One variant of the switch program for this kernel's sched_switch: with
+                    // the previous task's state as an argument (5.18 and later) or read from it.
+                    let prev_state = stage.features.sched_switch_prev_state;
+                    skel.progs.on_switch.set_autoload(prev_state);
+                    skel.progs.on_switch_nostate.set_autoload(!prev_state);
                     Ok(())
                 };
                 load_stage::<SchedSkelBuilder>("sched", stage, configure, Vec::new(), true)
@@ -530,42 +553,42 @@ impl ProbeSet {
             });
             let drops = spawn_load(scope, "drops", move || {
                 let features = stage.features;
-                let mut status = Vec::new();
-                if !features.kfree_skb_reason {
-                    status.push(ProbeStatus {
-                        name: "drops.on_kfree_skb".into(),
-                        attached: false,
-                        error: Some(format!(
-                            "kernel {}'s kfree_skb tracepoint has no drop reason (kernels older than \
-                             5.17), so the drop program is not loaded; missing without it: {}",
-                            kernel_release(),
-                            figures_of("kfree_skb")
-                        )),
-                    });
-                }
                 let configure = |skel: &mut OpenDropsSkel<'static>| {
                     let rodata = rodata_of("drops", skel.maps.rodata_data.as_deref_mut())?;
                     rodata.reason_no_socket = features.drop_reason_no_socket;
                     rodata.reason_queue_purge = features.drop_reason_queue_purge;
-                    // One variant of the drop program for this kernel's kfree_skb tracepoint
-                    // (with the receiving socket or without), none without drop reasons.
+                    // One variant of the drop program for this kernel's kfree_skb tracepoint:
+                    // with the receiving socket, with the reason only, or with neither (before
+                    // 5.17: drops counted by location, under one reason).
                     let progs = &mut skel.progs;
-                    progs
-                        .on_kfree_skb
-                        .set_autoload(features.kfree_skb_reason && features.kfree_skb_rx_sk);
-                    progs
-                        .on_kfree_skb_norx
-                        .set_autoload(features.kfree_skb_reason && !features.kfree_skb_rx_sk);
+                    let (reason, rx_sk) = (features.kfree_skb_reason, features.kfree_skb_rx_sk);
+                    progs.on_kfree_skb.set_autoload(reason && rx_sk);
+                    progs.on_kfree_skb_norx.set_autoload(reason && !rx_sk);
+                    progs.on_kfree_skb_noreason.set_autoload(!reason);
                     Ok(())
                 };
-                load_stage::<DropsSkelBuilder>("drops", stage, configure, status, true)
+                load_stage::<DropsSkelBuilder>("drops", stage, configure, Vec::new(), true)
             });
             // The uprobes object loads whole or not at all.
             let uprobes = spawn_load(scope, "uprobes", move || {
+                if !stage.features.attach_cookie {
+                    return lacking::<UprobesSkelBuilder>(
+                        "uprobes",
+                        "uprobes.sp_uprobe_entry",
+                        "BPF helper bpf_get_attach_cookie (kernels 5.15 and later)",
+                    );
+                }
                 load_stage::<UprobesSkelBuilder>("uprobes", stage, |_| Ok(()), Vec::new(), false)
             });
             // The packet-socket iterator loads whole or not at all.
             let rings = spawn_load(scope, "rings", move || {
+                if !stage.features.sock_from_file {
+                    return lacking::<RingsSkelBuilder>(
+                        "rings",
+                        "rings.sp_rings",
+                        "BPF helper bpf_sock_from_file (kernels 5.11 and later)",
+                    );
+                }
                 load_stage::<RingsSkelBuilder>("rings", stage, |_| Ok(()), Vec::new(), false)
             });
             // The reply counter loads whole or not at all.
@@ -802,7 +825,7 @@ impl ProbeSet {
             events_rx,
             drop_pkts_rx,
             calls_rx,
-            tids: tids::TidBits::map(&objects.family.maps.family_tids)?,
+            tids: tids::TidBits::map(&objects.family.maps.family_tids, tid_words)?,
             _links: links,
             status,
             bpf_stats,
@@ -1272,11 +1295,44 @@ where
         }
     };
     load.capacity = sizing::capacity_maps(opened.open_object());
+    // Programs on a tracepoint this kernel does not have: not loaded, and said.
+    let absent: Vec<String> = opened
+        .open_object()
+        .progs()
+        .filter_map(|p| {
+            let section = p.section().to_string_lossy().into_owned();
+            let tp = section.strip_prefix("tp_btf/")?;
+            let known = TRACEPOINTS.iter().any(|(name, _)| *name == tp);
+            (known && !stage.features.has_tracepoint(tp)).then(|| {
+                let prog = p.name().to_string_lossy().into_owned();
+                load.status.push(ProbeStatus {
+                    name: format!("{name}.{prog}"),
+                    attached: false,
+                    error: Some(format!(
+                        "{}; missing without it: {}",
+                        ProbeError::KernelLacks {
+                            what: format!("{name}.{prog}"),
+                            release: kernel_release(),
+                            feature: format!("tracepoint {tp} (later kernels have it)"),
+                        },
+                        figures_of(&section)
+                    )),
+                });
+                prog
+            })
+        })
+        .collect();
     let configure = |skel: &mut B::Output| -> Result<(), ProbeError> {
         // Sized first: reusing a shared map then takes the size of the map it reuses.
         stage.opts.map_sizes.apply(skel.open_object_mut())?;
         reuse_family_maps(skel.open_object_mut(), stage.family)?;
-        configure(skel)
+        configure(skel)?;
+        for mut prog in skel.open_object_mut().progs_mut() {
+            if absent.iter().any(|a| **a == *prog.name().to_string_lossy()) {
+                prog.set_autoload(false);
+            }
+        }
+        Ok(())
     };
     load.skel = if degrade {
         load_degrading::<B>(name, opened, configure, &mut load.status)
@@ -1289,6 +1345,26 @@ where
     };
     timing(&format!("{name} object loaded"));
     load
+}
+
+/// The load of object `name` that is not tried: the kernel lacks `feature`, which its program
+/// `what` needs. The object is still opened for the names of its resizable maps, which
+/// `--map-size` (and its defaults) may name whether it loads or not.
+fn lacking<B>(name: &str, what: &str, feature: &str) -> StageLoad<Loaded<B>>
+where
+    B: SkelBuilder<'static> + Default,
+{
+    StageLoad {
+        skel: Err(ProbeError::KernelLacks {
+            what: what.into(),
+            release: kernel_release(),
+            feature: feature.into(),
+        }),
+        status: Vec::new(),
+        capacity: open_skel::<B>(name)
+            .map(|opened| sizing::capacity_maps(opened.open_object()))
+            .unwrap_or_default(),
+    }
 }
 
 /// Starts `load` on a thread named after object `name`.

@@ -19,13 +19,14 @@ use super::ProbeError;
 /// Each program's slot in the `prog_cost` counters (enum sp_prog in wire.h), by its name
 /// ("object.program"). Every program that can run on a family thread has one (a unit test holds
 /// this list to the programs the objects declare).
-const COST_SLOTS: [(&str, sp_prog); 21] = [
+const COST_SLOTS: [(&str, sp_prog); 23] = [
     ("family.on_fork", sp_prog::SP_PROG_FORK),
     ("family.on_exec", sp_prog::SP_PROG_EXEC),
     ("family.on_exit", sp_prog::SP_PROG_EXIT),
     ("send_path.on_sys_enter", sp_prog::SP_PROG_SYS_ENTER),
     ("send_path.on_sys_exit", sp_prog::SP_PROG_SYS_EXIT),
     ("sched.on_switch", sp_prog::SP_PROG_SWITCH),
+    ("sched.on_switch_nostate", sp_prog::SP_PROG_SWITCH_NOSTATE),
     ("sched.on_wakeup", sp_prog::SP_PROG_WAKEUP),
     ("sched.on_wakeup_new", sp_prog::SP_PROG_WAKEUP_NEW),
     ("netdev.on_dev_queue", sp_prog::SP_PROG_DEV_QUEUE),
@@ -38,6 +39,7 @@ const COST_SLOTS: [(&str, sp_prog); 21] = [
     ("netdev.on_neigh_update", sp_prog::SP_PROG_NEIGH_UPDATE),
     ("drops.on_kfree_skb", sp_prog::SP_PROG_KFREE_SKB),
     ("drops.on_kfree_skb_norx", sp_prog::SP_PROG_KFREE_SKB_NORX),
+    ("drops.on_kfree_skb_noreason", sp_prog::SP_PROG_KFREE_SKB_NOREASON),
     ("uprobes.sp_uprobe_entry", sp_prog::SP_PROG_UPROBE_ENTRY),
     ("uprobes.sp_uprobe_return", sp_prog::SP_PROG_UPROBE_RETURN),
     ("replies.on_netif_receive", sp_prog::SP_PROG_REPLY),

@@ -41,9 +41,9 @@ fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
-/// Kernel series scanprof's probes are tested on (scripts/kernel-matrix boots Debian's 6.1 and
-/// 6.12; the development machines run 6.18).
-pub const TESTED_KERNELS: [(u32, u32); 3] = [(6, 1), (6, 12), (6, 18)];
+/// Kernel series scanprof's probes are tested on (scripts/kernel-matrix boots Debian's 5.10, 6.1
+/// and 6.12; the development machines run 6.18).
+pub const TESTED_KERNELS: [(u32, u32); 4] = [(5, 10), (6, 1), (6, 12), (6, 18)];
 
 /// The running kernel against the tested ones.
 fn kernel_check(release: &str) -> Check {
@@ -70,9 +70,9 @@ fn kernel_check(release: &str) -> Check {
             "kernel",
             Status::Degraded,
             format!(
-                "{release}: older than 5.17, untested (tested: {tested}); no drop reasons, so no drop counts"
+                "{release}: older than 5.17, untested (tested: {tested}); no drop reasons, so drops are counted by location only"
             ),
-            Some("use kernel 5.17 or newer; the probe checks below say what loads"),
+            Some("the checks below say what loads and what is missing"),
         ),
         _ => check(
             "kernel",
@@ -215,17 +215,24 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
         _ => check(
             "drop reasons",
             Status::Degraded,
-            "kfree_skb has no drop reason (kernel older than 5.17): drops are not counted at all",
-            Some("use kernel 5.17 or newer (6.1, 6.12 and 6.18 are tested)"),
+            "kfree_skb has no drop reason (kernel older than 5.17): drops are counted by location only, under NOT_SPECIFIED; a datagram to a closed port cannot be told from a loss (a TCP probe's can: where it stopped), and no receiving socket either (see the 6.1 line in docs/probes.md)",
+            Some("kernel 5.17 or newer names each drop's reason"),
         ),
     });
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe").exists();
-    out.push(if uprobe {
+    out.push(if uprobe && features.attach_cookie {
         check(
             "uprobes",
             Status::Ok,
             "available: scanner profiles can read rates from the scanner's functions",
             None,
+        )
+    } else if uprobe {
+        check(
+            "uprobes",
+            Status::Degraded,
+            "the kernel has uprobes but no BPF helper bpf_get_attach_cookie (kernels before 5.15): scanner functions are not probed; profiles read the requested rate from the command line and the scanner's output only",
+            Some("kernel 5.15 or newer has the helper"),
         )
     } else {
         check(

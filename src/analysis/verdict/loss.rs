@@ -180,8 +180,12 @@ impl Group {
                 if reason.starts_with("QDISC")
                     || reason.starts_with("FQ_")
                     || reason.starts_with("CAKE_")
+                    // Without drop reasons (kernels before 5.17) the location says it: the
+                    // qdisc path, or kfree_skb_list, with which 5.10's __dev_xmit_skb frees the
+                    // packets its qdisc dropped (kfree_skb's caller is then kfree_skb_list).
                     || (reason == "NOT_SPECIFIED"
                         && at(&[
+                            "kfree_skb_list",
                             "__dev_queue_xmit",
                             "qdisc",
                             "tbf_",
