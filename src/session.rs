@@ -817,9 +817,11 @@ fn collect(
     last.processes = collector.processes(&last.threads);
     collector.family.unguard();
     let dropped_headers = collector.take_dropped_headers();
-    if dropped_headers.over_cap > 0 {
+    if let Some(w) = collector.headers_warning() {
+        final_warnings.push(format!("{w}; {} headers were not kept", dropped_headers.over_cap));
+    } else if dropped_headers.over_cap > 0 {
         final_warnings.push(format!(
-            "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
+            "{} headers of dropped packets were not kept (scanprof keeps at most {} per run): \
              the pcapng has the first ones",
             dropped_headers.over_cap,
             crate::collect::headers::MAX_HEADERS

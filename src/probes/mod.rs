@@ -1459,6 +1459,7 @@ impl Abi for sp_call {}
 impl Abi for sp_uprobe_stats {}
 impl Abi for uprobe::sp_uprobe_cfg {}
 impl AbiWritten for sp_member {}
+impl AbiWritten for sp_drop_pkt {}
 impl AbiWritten for sp_thread {}
 impl AbiWritten for uprobe::sp_uprobe_cfg {}
 
@@ -1470,6 +1471,16 @@ fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
     // SAFETY: the length was checked, and read_unaligned needs no alignment; T is an `Abi`
     // type, made of integers and integer arrays only, for which every bit pattern is valid.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+/// A dropped packet's record as the bytes the ring buffer gave (to keep it in a spool file).
+pub fn drop_pkt_bytes(p: &sp_drop_pkt) -> &[u8] {
+    as_bytes(p)
+}
+
+/// A dropped packet's record back from [`drop_pkt_bytes`]; None when `bytes` is too short.
+pub fn drop_pkt_from_bytes(bytes: &[u8]) -> Option<sp_drop_pkt> {
+    read_pod(bytes)
 }
 
 /// An ABI value's bytes, to write into a map.
