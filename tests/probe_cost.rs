@@ -82,7 +82,10 @@ impl OtherStatsHolders {
                     if pid == ours || pid == me {
                         continue;
                     }
-                    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+                    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                        .into_iter()
+                        .flatten()
+                        .flatten();
                     if fds
                         .filter_map(|fd| std::fs::read_link(fd.path()).ok())
                         .any(|l| l.as_os_str() == "anon_inode:bpf-stats")
@@ -95,7 +98,10 @@ impl OtherStatsHolders {
             }
             seen.into_iter().collect()
         });
-        OtherStatsHolders { stop, seen: Some(seen) }
+        OtherStatsHolders {
+            stop,
+            seen: Some(seen),
+        }
     }
 
     /// Who else held statistics on while watched.

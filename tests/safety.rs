@@ -93,7 +93,14 @@ fn run_bounded(mut cmd: Command, timeout: Duration, out_dir: &Path) -> Outcome {
         outcome.status,
         (timeout.saturating_sub(deadline.saturating_duration_since(Instant::now()))).as_secs_f64(),
         outcome.max_rss_kib,
-        outcome.stderr.lines().next().unwrap_or("").chars().take(160).collect::<String>()
+        outcome
+            .stderr
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect::<String>()
     );
     outcome
 }

@@ -199,7 +199,10 @@ struct TickRate {
 impl TickRate {
     /// Two neighbouring windows as one: the rate over their combined time.
     fn merged(self, next: TickRate) -> TickRate {
-        let (a, b) = (self.end_ns.saturating_sub(self.start_ns), next.end_ns.saturating_sub(next.start_ns));
+        let (a, b) = (
+            self.end_ns.saturating_sub(self.start_ns),
+            next.end_ns.saturating_sub(next.start_ns),
+        );
         let pps = if a + b == 0 {
             (self.pps + next.pps) / 2.0
         } else {

@@ -1228,7 +1228,12 @@ fn the_per_tick_rates_kept_stay_bounded_and_cover_the_whole_run() {
             end_ns: START + (k + 1) * tick,
             pps: if k % 2 == 0 { 1000.0 } else { 3000.0 },
         });
-        assert!(r.windows().len() <= MAX_TICK_RATES, "{} rates kept after {} ticks", r.windows().len(), k + 1);
+        assert!(
+            r.windows().len() <= MAX_TICK_RATES,
+            "{} rates kept after {} ticks",
+            r.windows().len(),
+            k + 1
+        );
     }
     assert_eq!(r.ticks(), n, "every tick is counted");
     // At 65,536 ticks the rates are merged to windows of 2, at 131,072 to windows of 4, at

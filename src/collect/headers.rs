@@ -341,7 +341,11 @@ mod tests {
         out.flush().unwrap();
         let size = std::mem::size_of::<sp_drop_pkt>() as u64;
         assert_eq!(size, 216);
-        assert_eq!(back.metadata().unwrap().len(), n * size, "the records are in the file");
+        assert_eq!(
+            back.metadata().unwrap().len(),
+            n * size,
+            "the records are in the file"
+        );
         assert!(out.buffer().is_empty());
         assert_eq!((spool.kept(), spool.over_cap()), (n, 0));
         let (records, over_cap) = spool.take();
@@ -349,7 +353,10 @@ mod tests {
         assert_eq!(records.len() as u64, n);
         for (i, p) in (1..=n).zip(&records) {
             let want = record(i);
-            assert_eq!((p.seq, p.ts_ns, p.key.tgid), (want.seq, want.ts_ns, want.key.tgid));
+            assert_eq!(
+                (p.seq, p.ts_ns, p.key.tgid),
+                (want.seq, want.ts_ns, want.key.tgid)
+            );
             assert_eq!(p.data, want.data, "record {i}");
         }
         // Taken once: nothing is left.
@@ -373,7 +380,10 @@ mod tests {
         nowhere.push(&p);
         assert_eq!((nowhere.kept(), nowhere.over_cap()), (0, 1));
         assert!(
-            nowhere.failed.as_deref().is_some_and(|w| w.contains("set TMPDIR")),
+            nowhere
+                .failed
+                .as_deref()
+                .is_some_and(|w| w.contains("set TMPDIR")),
             "{:?}",
             nowhere.failed
         );

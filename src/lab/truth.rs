@@ -141,7 +141,9 @@ pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> Diagnosis
         })
         .filter(|p| *p > 0.0);
     let share_within = match (top, truth) {
-        (Some(v), Some(t)) => Some((v.share + probe_share.unwrap_or(0.0) - t).abs() <= SHARE_TOLERANCE + 1e-9),
+        (Some(v), Some(t)) => {
+            Some((v.share + probe_share.unwrap_or(0.0) - t).abs() <= SHARE_TOLERANCE + 1e-9)
+        }
         _ => None,
     };
     DiagnosisCheck {
@@ -388,7 +390,12 @@ mod tests {
         assert_eq!((c.probe_share, c.share_within), (None, Some(true)));
         // Without a probe_cost verdict, nothing is added.
         let alone = Summary {
-            verdicts: vec![Verdict::bare(Cause::CpuBound, Kind::Gap, 0.60, Confidence::Strong)],
+            verdicts: vec![Verdict::bare(
+                Cause::CpuBound,
+                Kind::Gap,
+                0.60,
+                Confidence::Strong,
+            )],
             ..Summary::for_tests()
         };
         let c = check(&expect, &alone, Some(0.618));
