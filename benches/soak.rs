@@ -11,7 +11,7 @@
 //!     <= 5 MB.
 //!
 //! RSS growth is the last reading while the command still sends minus the first (at 10 s, after
-//! start-up); the peak over scanprof's whole life (wait4's ru_maxrss) is printed beside it,
+//! start-up), and a reading every 5 minutes is printed; the peak over scanprof's whole life (wait4's ru_maxrss) is printed beside it,
 //! since the bundle is rendered from the spooled ticks after the command ends. Short durations (`SOAK_MINUTES=2
 //! SOAK_FAST_MINUTES=1`) check that the bench works; every figure says the duration it covers.
 //! `SOAK_PARTS=a` or `b` runs one part; `SOAK_SCANPROF=PATH` measures that binary (a copy of
@@ -311,6 +311,15 @@ fn report(part: &Part, m: &Measured, out: &Mutex<()>) {
                 kib(part.rss_target / 1024.0),
                 met(growth * 1024.0 <= part.rss_target)
             );
+            // One reading per 5 minutes of the run (the first at or after each mark): whether
+            // it is flat after warm-up, at a glance.
+            let per5: Vec<String> = (0..)
+                .map(|k| k as f64 * 300.0)
+                .take_while(|mark| *mark <= last.0)
+                .filter_map(|mark| m.rss.iter().find(|r| r.0 >= mark.max(first.0)))
+                .map(|r| format!("{:.0} min {}", r.0 / 60.0, kib(r.1 as f64)))
+                .collect();
+            let _ = writeln!(o, "RSS every 5 min: {}", per5.join(", "));
             let _ = writeln!(
                 o,
                 "peak RSS: {} while the command sent (VmHWM at the last reading), {} over scanprof's whole life (wait4), the bundle's rendering after the command included",

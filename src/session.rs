@@ -725,11 +725,11 @@ fn lost_records_warning(lost_events: u64) -> Option<String> {
     })
 }
 
-/// The end-of-run warning for dropped packets' headers beyond what memory keeps, if any.
+/// The end-of-run warning for dropped packets' headers beyond what the run keeps, if any.
 fn headers_over_cap_warning(h: &crate::collect::headers::DroppedHeaders) -> Option<String> {
     (h.over_cap > 0).then(|| {
         format!(
-            "{} headers of dropped packets were not kept (scanprof keeps at most {} in memory): \
+            "{} headers of dropped packets were not kept (scanprof keeps at most {} per run): \
              the pcapng has the first ones",
             h.over_cap,
             crate::collect::headers::MAX_HEADERS
@@ -1011,7 +1011,11 @@ impl Run {
         last.processes = self.collector.processes(&last.threads);
         self.collector.family.unguard();
         let dropped_headers = self.collector.take_dropped_headers();
-        warnings.extend(headers_over_cap_warning(&dropped_headers));
+        if let Some(w) = self.collector.headers_warning() {
+            warnings.push(format!("{w}; {} headers were not kept", dropped_headers.over_cap));
+        } else {
+            warnings.extend(headers_over_cap_warning(&dropped_headers));
+        }
         let mut summary = self.analyzer.summary(&last, end_reason, probes, warnings);
         summary.dropped_headers = dropped_headers;
         summary

@@ -53,6 +53,73 @@ impl Drop for StatsSysctl {
     }
 }
 
+/// Processes other than `ours` (and this test) that hold the kernel's BPF statistics on through
+/// a BPF_ENABLE_STATS descriptor (`anon_inode:bpf-stats`: another scanprof, bpftop...), or the
+/// sysctl, seen by a thread that looks every 5 ms until dropped. The kernel counts every
+/// program's run time while anyone holds them on, ours included, so what bpftool reads of our
+/// programs then exceeds what our scanprof's own windows counted (issue 29 section 2: another
+/// scanprof's sampled windows broke the upper bound below).
+struct OtherStatsHolders {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl OtherStatsHolders {
+    fn watch(ours: u32) -> OtherStatsHolders {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let me = std::process::id();
+        let seen = std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if std::fs::read_to_string(SYSCTL).is_ok_and(|v| v.trim() == "1") {
+                    seen.insert("the sysctl kernel.bpf_stats_enabled = 1".to_string());
+                }
+                for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                    let Some(pid) = pid.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+                        continue;
+                    };
+                    if pid == ours || pid == me {
+                        continue;
+                    }
+                    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                        .into_iter()
+                        .flatten()
+                        .flatten();
+                    if fds
+                        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                        .any(|l| l.as_os_str() == "anon_inode:bpf-stats")
+                    {
+                        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                        seen.insert(format!("pid {pid} ({})", comm.trim()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen.into_iter().collect()
+        });
+        OtherStatsHolders {
+            stop,
+            seen: Some(seen),
+        }
+    }
+
+    /// Who else held statistics on while watched.
+    fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.seen.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for OtherStatsHolders {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.seen.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// Removes a file of the test when dropped.
 struct TempFile(std::path::PathBuf);
 
@@ -66,7 +133,7 @@ impl Drop for TempFile {
 /// reference sender to 127.0.0.1:9 (closed), then bpftool, inside the profiled family, reads
 /// every program's statistics while scanprof is still attached (the run ends when the family
 /// exits, a few ms later). Returns the run, the program ids scanprof held and bpftool's list.
-fn profiled_run(extra: &[&str], out: &TempFile) -> (Finished, HashSet<u64>, Vec<Value>) {
+fn profiled_run(extra: &[&str], out: &TempFile) -> (Finished, HashSet<u64>, Vec<Value>, Vec<String>) {
     let sender = sender_argv("127.0.0.1:9", 0.0, COUNT, 2.0, &[]);
     let script = format!(
         "{} 1>&2; bpftool -j prog show > {}",
@@ -77,6 +144,7 @@ fn profiled_run(extra: &[&str], out: &TempFile) -> (Finished, HashSet<u64>, Vec<
     args.extend(extra.iter().map(|s| s.to_string()));
     args.extend(["--", "sh", "-c", &script].map(String::from));
     let mut run = Proc::scanprof(&args);
+    let others = OtherStatsHolders::watch(run.pid());
     run.wait_for_json("started", Duration::from_secs(20));
     // The programs this scanprof holds (program and link fds), told apart from any other
     // scanprof on the machine by the holding pid.
@@ -87,13 +155,14 @@ fn profiled_run(extra: &[&str], out: &TempFile) -> (Finished, HashSet<u64>, Vec<
         .map(|(id, _)| id)
         .collect();
     let finished = run.finish(RUN_TIMEOUT);
+    let others = others.finish();
     finished.assert_success();
     let text = std::fs::read_to_string(&out.0)
         .unwrap_or_else(|e| panic!("bpftool wrote no program list ({e})\n{}", finished.context()));
     let progs: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("bpftool's JSON: {e}: {text}"));
     let progs = progs.as_array().expect("bpftool's program list").clone();
     assert!(!ours.is_empty(), "found no program held by scanprof (pid {pid})");
-    (finished, ours, progs)
+    (finished, ours, progs, others)
 }
 
 /// (name, run_cnt, run_time_ns) of the programs in `ours`, from bpftool's list.
@@ -120,7 +189,7 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
 
     // 1. Statistics on machine-wide (as a user's sysctl would have them): scanprof must only
     //    read them, count the whole run, and agree with bpftool.
-    let (finished, ours, progs) = {
+    let (finished, ours, progs, _) = {
         let _on = StatsSysctl::set("1");
         profiled_run(&[], &out)
     };
@@ -204,7 +273,7 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     // 2. Statistics off machine-wide: scanprof samples them itself (a tenth of each tick), says
     //    so, and leaves them off. bpftool then sees only what scanprof's windows counted.
     let _off = StatsSysctl::set("0");
-    let (finished, ours, progs) = profiled_run(&[], &out);
+    let (finished, ours, progs, others) = profiled_run(&[], &out);
     let summary = finished.summary();
     precision::assert_precise(
         "reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run",
@@ -224,10 +293,26 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     let counted_ns: u64 = bpf.programs.iter().map(|p| p.run_time_ns).sum();
     let bpftool_ns: u64 = bpftool_stats(&progs, &ours).iter().map(|s| s.2).sum();
     assert!(counted_ns > 0, "{bpf:#?}");
+    // bpftool counted at least scanprof's windows, whoever else held statistics on.
     assert!(
-        bpftool_ns + bpftool_ns / 10 >= counted_ns && counted_ns + counted_ns / 2 >= bpftool_ns,
-        "scanprof counted {counted_ns} ns in its windows, bpftool {bpftool_ns} ns"
+        bpftool_ns + bpftool_ns / 10 >= counted_ns,
+        "scanprof counted {counted_ns} ns in its windows, bpftool only {bpftool_ns} ns"
     );
+    // And no more than them when nobody else held statistics on; while another process did
+    // (another scanprof's windows, a sysctl set by someone else), the kernel also counted our
+    // programs in its windows, which scanprof rightly does not count as its own measurement.
+    if others.is_empty() {
+        assert!(
+            counted_ns + counted_ns / 2 >= bpftool_ns,
+            "scanprof counted {counted_ns} ns in its windows, bpftool {bpftool_ns} ns, and nobody else held statistics on"
+        );
+    } else {
+        eprintln!(
+            "statistics were also held on by {} during the sampled run: bpftool's {bpftool_ns} ns of our programs \
+             include their windows; only scanprof's {counted_ns} ns <= bpftool's is checked",
+            others.join(", ")
+        );
+    }
     // Scaled up, the sampled figure is of the same order as the counted one of part 1 (another
     // run on a shared machine: a loose bound).
     let sampled = bpf.ns_per_packet.expect("ns_per_packet");
@@ -236,8 +321,12 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
         sampled > reported / 2.0 && sampled < reported * 2.0,
         "sampled {sampled:.0} ns per packet against {reported:.0} counted"
     );
+    // scanprof left the sysctl as it was (it holds statistics through its own descriptor),
+    // unless someone else set it meanwhile (seen by the watch).
+    if !others.iter().any(|o| o.contains("sysctl")) {
+        assert_eq!(std::fs::read_to_string(SYSCTL).unwrap().trim(), "0");
+    }
     drop(_off);
-    assert_eq!(std::fs::read_to_string(SYSCTL).unwrap().trim(), "0");
     baseline.assert_released("the probe-cost runs");
 }
 

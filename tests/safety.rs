@@ -76,12 +76,33 @@ fn run_bounded(mut cmd: Command, timeout: Duration, out_dir: &Path) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Outcome {
+    let outcome = Outcome {
         status: std::process::ExitStatus::from_raw(status),
         stdout: fs::read_to_string(&o).unwrap_or_default(),
         stderr: fs::read_to_string(&e).unwrap_or_default(),
         max_rss_kib: usage.ru_maxrss,
-    }
+    };
+    // The figures docs/testing.md's table of bad inputs quotes (with --nocapture).
+    let words: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().chars().take(60).collect())
+        .collect();
+    eprintln!(
+        "figures: `{}` -> {}, {:.2} s, peak RSS {} KiB; stderr: {}",
+        words.join(" "),
+        outcome.status,
+        (timeout.saturating_sub(deadline.saturating_duration_since(Instant::now()))).as_secs_f64(),
+        outcome.max_rss_kib,
+        outcome
+            .stderr
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect::<String>()
+    );
+    outcome
 }
 
 fn report(path: &Path, format: &str, out: &Path) -> Outcome {

@@ -186,12 +186,87 @@ fn tick_phase(
     }
 }
 
-/// One tick's achieved rate, kept to compute statistics over the complete ticks.
+/// One tick's achieved rate (or a window of neighbouring ticks'), kept to compute statistics
+/// over the complete ticks.
 #[derive(Debug, Clone, Copy)]
 struct TickRate {
+    /// sample time the tick (window) began, ns
     start_ns: u64,
+    /// sample time it ended, ns
     end_ns: u64,
+    /// packets per second over it
     pps: f64,
+}
+
+impl TickRate {
+    /// Two neighbouring windows as one: the rate over their combined time.
+    fn merged(self, next: TickRate) -> TickRate {
+        let (a, b) = (
+            self.end_ns.saturating_sub(self.start_ns),
+            next.end_ns.saturating_sub(next.start_ns),
+        );
+        let pps = if a + b == 0 {
+            (self.pps + next.pps) / 2.0
+        } else {
+            (self.pps * a as f64 + next.pps * b as f64) / (a + b) as f64
+        };
+        TickRate {
+            start_ns: self.start_ns,
+            end_ns: next.end_ns,
+            pps,
+        }
+    }
+}
+
+/// The most per-tick rates a run keeps for its rate statistics (24 bytes each: 1.5 MiB). A run
+/// with more ticks (18 hours at 1 s ticks, 11 minutes at 10 ms) merges its kept rates in
+/// neighbouring pairs, and then takes each new window of as many ticks as one: memory stays
+/// flat, the statistics cover the whole run, over windows of `ticks_per_sample` ticks.
+pub const MAX_TICK_RATES: usize = 1 << 16;
+
+/// The run's per-tick rates, at most [`MAX_TICK_RATES`] of them (issue 33 item 7: one per tick
+/// for the whole run grew a 10 ms run's memory by ~150 KB a minute).
+#[derive(Debug, Default)]
+struct TickRates {
+    kept: Vec<TickRate>,
+    /// ticks behind each kept rate: 1, 2, 4...
+    per_kept: u64,
+    /// the ticks of the window being filled, merged so far, and how many
+    filling: Option<(TickRate, u64)>,
+}
+
+impl TickRates {
+    fn push(&mut self, t: TickRate) {
+        let per_kept = self.per_kept.max(1);
+        let (w, n) = match self.filling.take() {
+            Some((w, n)) => (w.merged(t), n + 1),
+            None => (t, 1),
+        };
+        if n < per_kept {
+            self.filling = Some((w, n));
+            return;
+        }
+        self.kept.push(w);
+        if self.kept.len() >= MAX_TICK_RATES {
+            let pairs: Vec<TickRate> = self
+                .kept
+                .chunks(2)
+                .map(|c| if let [a, b] = c { a.merged(*b) } else { c[0] })
+                .collect();
+            self.kept = pairs;
+            self.per_kept = per_kept * 2;
+        }
+    }
+
+    /// Ticks pushed so far.
+    fn ticks(&self) -> u64 {
+        self.kept.len() as u64 * self.per_kept.max(1) + self.filling.map_or(0, |(_, n)| n)
+    }
+
+    /// The kept windows (a window still filling is left out: it is not complete).
+    fn windows(&self) -> &[TickRate] {
+        &self.kept
+    }
 }
 
 /// Turns samples into Snapshots, remembering what the Summary needs.
@@ -201,7 +276,7 @@ pub struct Analyzer {
     /// CLOCK_MONOTONIC ns at attach
     start_ns: u64,
     prev: Option<CounterSample>,
-    ticks: Vec<TickRate>,
+    ticks: TickRates,
     /// the live ticks' rate statistics and the sample time they were computed at, ns
     live_stats: Option<(u64, Option<RunStats>)>,
     queues: BTreeMap<(String, u32), (u64, u64)>,
@@ -229,7 +304,7 @@ impl Analyzer {
             requested_pps,
             start_ns,
             prev: None,
-            ticks: Vec::new(),
+            ticks: TickRates::default(),
             live_stats: None,
             queues: BTreeMap::new(),
             start_cpu_ns: 0,
@@ -419,7 +494,7 @@ impl Analyzer {
             .collect();
         let snapshot = Snapshot {
             schema_version: SCHEMA_VERSION,
-            tick: self.ticks.len() as u64,
+            tick: self.ticks.ticks(),
             t_s: s.t_ns.saturating_sub(self.start_ns) as f64 / 1e9,
             interval_s,
             phase,
@@ -651,11 +726,15 @@ impl Analyzer {
         }
         let inside: Vec<f64> = self
             .ticks
+            .windows()
             .iter()
             .filter(|k| k.start_ns >= t.first_send_ns && k.end_ns <= t.last_send_ns)
             .map(|k| k.pps)
             .collect();
-        RunStats::from_samples(&inside)
+        RunStats::from_samples(&inside).map(|st| RunStats {
+            ticks_per_sample: self.ticks.per_kept.max(1),
+            ..st
+        })
     }
 
     fn gap_view(&self, now: &[ThreadCounters], prev: Option<&[ThreadCounters]>) -> GapView {

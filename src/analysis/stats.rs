@@ -34,6 +34,15 @@ pub struct RunStats {
     /// whole ticks): then no centre describes them, and each group is given instead
     #[serde(default)]
     pub modes: Option<Modes>,
+    /// ticks behind each sample: 1, or a power of two once a long run's ticks were merged in
+    /// neighbouring pairs to keep its memory flat (`analysis::TickRates`); 1 in bundles written
+    /// before ticks were merged
+    #[serde(default = "one_tick")]
+    pub ticks_per_sample: u64,
+}
+
+fn one_tick() -> u64 {
+    1
 }
 
 /// Two groups of samples far apart: the low one (stalled) and the high one (sending).
@@ -106,7 +115,21 @@ impl RunStats {
             min: *sorted.first()?,
             max: *sorted.last()?,
             modes: modes(&sorted),
+            ticks_per_sample: 1,
         })
+    }
+
+    /// What the samples are, for a line of text: "N complete ticks", or, once ticks were
+    /// merged, "N complete windows of K ticks".
+    pub fn samples_text(&self) -> String {
+        match self.ticks_per_sample {
+            0 | 1 => format!("{} complete ticks", self.n),
+            k => format!(
+                "{} complete windows of {k} ticks (the run's ticks merged in neighbouring pairs past {} to bound its memory)",
+                self.n,
+                crate::analysis::MAX_TICK_RATES
+            ),
+        }
     }
 }
 
@@ -219,6 +242,7 @@ mod tests {
             min: 7.0,
             max: 7.0,
             modes: None,
+            ticks_per_sample: 1,
         };
         assert_eq!(RunStats::from_samples(&[7.0]), Some(expected));
     }

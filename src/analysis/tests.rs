@@ -1212,3 +1212,63 @@ fn a_run_has_phases_and_only_whole_sending_ticks_judge_the_rate() {
     // 2,880 packets over 1.001 s to 4.6 s, stretched by one interval: 800 pps.
     assert!((after.achieved_pps - 800.0).abs() < 0.5, "{}", after.achieved_pps);
 }
+
+/// Issue 33 item 7: a run keeps at most MAX_TICK_RATES per-tick rates, however many ticks it
+/// has (one per tick for the whole run grew a 10 ms run's memory by ~150 KB a minute). Past
+/// the bound, neighbouring ticks are merged in pairs; the windows still cover every tick, and
+/// each window's rate is its packets over its time.
+#[test]
+fn the_per_tick_rates_kept_stay_bounded_and_cover_the_whole_run() {
+    let mut r = TickRates::default();
+    let tick = 10 * MS;
+    // Five times the bound and a bit: 10 ms ticks, alternately 1,000 and 3,000 pps.
+    let n = 5 * MAX_TICK_RATES as u64 + 3;
+    for k in 0..n {
+        r.push(TickRate {
+            start_ns: START + k * tick,
+            end_ns: START + (k + 1) * tick,
+            pps: if k % 2 == 0 { 1000.0 } else { 3000.0 },
+        });
+        assert!(
+            r.windows().len() <= MAX_TICK_RATES,
+            "{} rates kept after {} ticks",
+            r.windows().len(),
+            k + 1
+        );
+    }
+    assert_eq!(r.ticks(), n, "every tick is counted");
+    // At 65,536 ticks the rates are merged to windows of 2, at 131,072 to windows of 4, at
+    // 262,144 to windows of 8: 327,683 ticks are 40,960 windows of 8 and 3 ticks filling one.
+    assert_eq!(r.per_kept, 8);
+    let w = r.windows();
+    assert_eq!(w.len() as u64, n / 8);
+    // The windows tile the run from its first tick, without gap or overlap.
+    assert_eq!(w[0].start_ns, START);
+    for pair in w.windows(2) {
+        assert_eq!(pair[0].end_ns, pair[1].start_ns);
+        assert_eq!(pair[1].end_ns - pair[1].start_ns, 8 * tick);
+    }
+    // Each window of equal-length ticks is their mean rate: 2,000 pps.
+    assert!(w.iter().all(|t| (t.pps - 2000.0).abs() < 1e-9), "{:?}", &w[..4]);
+    // The leftover ticks are still filling a window, not in the statistics.
+    assert_eq!(r.filling.map(|(_, k)| k), Some(n % 8));
+}
+
+/// Unequal windows merge by time: 10 ms at 1,000 pps and 30 ms at 3,000 pps are 100 packets
+/// in 40 ms, 2,500 pps.
+#[test]
+fn merged_ticks_are_their_packets_over_their_time() {
+    let a = TickRate {
+        start_ns: START,
+        end_ns: START + 10 * MS,
+        pps: 1000.0,
+    };
+    let b = TickRate {
+        start_ns: START + 10 * MS,
+        end_ns: START + 40 * MS,
+        pps: 3000.0,
+    };
+    let m = a.merged(b);
+    assert_eq!((m.start_ns, m.end_ns), (START, START + 40 * MS));
+    assert!((m.pps - 2500.0).abs() < 1e-9, "{}", m.pps);
+}

@@ -583,10 +583,9 @@ pub struct Collector {
     map_sizes: std::cell::OnceCell<BTreeMap<String, u32>>,
     /// when the kernel's BPF run-time statistics are on, and their sums
     bpf: bpf_time::BpfMeter,
-    /// headers of the family's dropped packets streamed so far (at most headers::MAX_HEADERS)
-    drop_pkts: Vec<probes::sp_drop_pkt>,
-    /// header records streamed beyond that cap
-    drop_pkts_over_cap: u64,
+    /// headers of the family's dropped packets streamed so far (at most headers::MAX_HEADERS),
+    /// in a private file: memory stays flat however long the family drops
+    drop_pkts: headers::HeaderSpool,
     /// CLOCK_REALTIME minus CLOCK_MONOTONIC at attach, ns
     wall_offset_ns: i128,
     /// the drop program sees the receiving socket (`rx_sk` of kfree_skb, kernels >= 6.8)
@@ -629,8 +628,7 @@ impl Collector {
             start_ns: now_ns,
             map_sizes: std::cell::OnceCell::new(),
             bpf: bpf_time::BpfMeter::new(bpf_time::StatsPolicy::DEFAULT),
-            drop_pkts: Vec::new(),
-            drop_pkts_over_cap: 0,
+            drop_pkts: headers::HeaderSpool::create(),
             wall_offset_ns: crate::system::realtime_offset_ns(),
             rx_sk: true,
         };
@@ -838,15 +836,16 @@ impl Collector {
         events
     }
 
-    /// Moves the header records the last ring read gave into the run's list, up to its cap.
+    /// Moves the header records the last ring read gave into the run's spool, up to its cap.
     fn keep_drop_packets(&mut self) {
         for p in self.probes.drain_drop_packets() {
-            if self.drop_pkts.len() < headers::MAX_HEADERS {
-                self.drop_pkts.push(p);
-            } else {
-                self.drop_pkts_over_cap += 1;
-            }
+            self.drop_pkts.push(&p);
         }
+    }
+
+    /// Why the dropped packets' headers could not be kept (their spool file failed), if so.
+    pub fn headers_warning(&self) -> Option<&str> {
+        self.drop_pkts.failed.as_deref()
     }
 
     /// The headers of the family's dropped packets streamed so far, named as the drop table
@@ -855,7 +854,7 @@ impl Collector {
         let _ = self.probes.drain_events();
         self.keep_drop_packets();
         let names = self.probes.device_names();
-        let raw = std::mem::take(&mut self.drop_pkts);
+        let (raw, over_cap) = self.drop_pkts.take();
         let members = self.family.members().to_vec();
         let headers = raw
             .iter()
@@ -879,7 +878,7 @@ impl Collector {
         headers::DroppedHeaders {
             headers,
             sampling: Some(headers::Sampling::PROBES),
-            over_cap: std::mem::take(&mut self.drop_pkts_over_cap),
+            over_cap,
             wall_offset_ns: self.wall_offset_ns,
         }
     }

@@ -211,6 +211,23 @@ impl ScannerProbes {
                 }
             }
         }
+        // A probe on a shared library the scanner loads (masscan dlopens libpcap after start-up)
+        // goes on the library file ahead too, for a launched command: attached only when the
+        // scanner's exec record was read, it missed the calls made before that (under load,
+        // masscan's first 261 of 4,000 pcap_sendpacket calls). The library is the one the
+        // usual directories hold, as at the exec; each member's own link takes over from this
+        // one when its exec is read (a per-packet probe's hits of other processes then stop).
+        if launched {
+            let indices: Vec<usize> = (0..self.profile.probes.len())
+                .filter(|&i| self.profile.probes[i].library.is_some() && self.states[i].enabled)
+                .collect();
+            for i in indices {
+                let lib = self.profile.probes[i].library.clone().unwrap_or_default();
+                if let Some(file) = library_in_usual_dirs(&lib) {
+                    self.attach_one(probes, i, &file, None);
+                }
+            }
+        }
     }
 
     /// A family process appeared (at attach, fork or exec): recognises its role and attaches
@@ -577,6 +594,16 @@ fn find_library(pid: u32, lib: &str) -> Option<PathBuf> {
                 }
             }
         }
+    }
+    library_in_usual_dirs(lib)
+}
+
+/// A shared library by its file name (or a name it starts), as the usual library directories
+/// hold it (the first match in the first directory that has one).
+fn library_in_usual_dirs(lib: &str) -> Option<PathBuf> {
+    let matches = |name: &str| name == lib || name.starts_with(&format!("{lib}."));
+    if lib.starts_with('/') {
+        return Some(PathBuf::from(lib)).filter(|p| p.exists());
     }
     let dirs = [
         "/lib/x86_64-linux-gnu",

@@ -108,7 +108,12 @@ pub struct DiagnosisCheck {
     /// the share the verdict should explain, measured without scanprof
     pub truth: Option<f64>,
     pub truth_basis: String,
-    /// |top_share - truth| <= 0.10 (None when there is no truth or no verdict)
+    /// the probes' share of the gap (`probe_cost`), added to `top_share` before it is compared
+    /// with a truth that counts all of the sender's own time (`gap_less_run_delay`: the probes
+    /// run on its threads, and scanprof names their part apart); None otherwise
+    #[serde(default)]
+    pub probe_share: Option<f64>,
+    /// |top_share (+ probe_share) - truth| <= 0.10 (None when there is no truth or no verdict)
     pub share_within: Option<bool>,
     /// the cause matches and the share is within 10 points of a measured truth
     pub ok: bool,
@@ -122,8 +127,23 @@ pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> Diagnosis
     };
     let top = s.verdicts.iter().find(|v| v.kind == expect.kind);
     let cause_matches = top.is_some_and(|v| v.cause == cause);
+    // A gap less the run-queue delay is all of the sender's own time, its probes' included:
+    // scanprof splits that into the staged cause and probe_cost (issue 28), so the two together
+    // are what the truth measures (under load the probes' part grows: cpu_bound 0.479 and
+    // probe_cost 0.142 against a truth of 0.618).
+    let probe_share = (expect.truth == Truth::GapLessRunDelay && cause != Cause::ProbeCost)
+        .then(|| {
+            s.verdicts
+                .iter()
+                .filter(|v| v.kind == Kind::Gap && v.cause == Cause::ProbeCost)
+                .map(|v| v.share)
+                .sum::<f64>()
+        })
+        .filter(|p| *p > 0.0);
     let share_within = match (top, truth) {
-        (Some(v), Some(t)) => Some((v.share - t).abs() <= SHARE_TOLERANCE + 1e-9),
+        (Some(v), Some(t)) => {
+            Some((v.share + probe_share.unwrap_or(0.0) - t).abs() <= SHARE_TOLERANCE + 1e-9)
+        }
         _ => None,
     };
     DiagnosisCheck {
@@ -136,6 +156,7 @@ pub fn check(expect: &Expectation, s: &Summary, truth: Option<f64>) -> Diagnosis
         cause_matches,
         truth,
         truth_basis: expect.truth.basis().to_string(),
+        probe_share,
         share_within,
         ok: cause_matches && share_within == Some(true),
     }
@@ -167,6 +188,7 @@ fn check_no_loss(
         cause_matches,
         truth,
         truth_basis: expect.truth.basis().to_string(),
+        probe_share: None,
         share_within,
         ok: cause_matches && share_within == Some(true),
     }
@@ -334,6 +356,51 @@ pub fn measured_truth(
 mod tests {
     use super::*;
     use crate::analysis::verdict::{Cause, Kind};
+
+    /// Issue 29 section 2: the cpu-bound scenario under load, as measured on this branch: the
+    /// truth (gap less run-queue delay, 0.618) is the sender's whole time on a CPU, which
+    /// scanprof splits into cpu_bound (0.479) and the probes' share on its threads (probe_cost,
+    /// 0.142). Compared alone, cpu_bound was 14 points off and the check failed.
+    #[test]
+    fn the_probes_share_counts_toward_a_truth_of_the_senders_whole_time() {
+        use crate::analysis::verdict::{Confidence, Verdict};
+        let expect = Expectation {
+            kind: Kind::Gap,
+            cause: Expected::Cause(Cause::CpuBound),
+            truth: Truth::GapLessRunDelay,
+        };
+        let s = Summary {
+            verdicts: vec![
+                Verdict::bare(Cause::CpuBound, Kind::Gap, 0.479, Confidence::Strong),
+                Verdict::bare(Cause::ProbeCost, Kind::Gap, 0.142, Confidence::Strong),
+                Verdict::bare(Cause::TargetDrop, Kind::Loss, 0.838, Confidence::Strong),
+            ],
+            ..Summary::for_tests()
+        };
+        let c = check(&expect, &s, Some(0.618));
+        assert_eq!(c.top_share, Some(0.479));
+        assert_eq!(c.probe_share, Some(0.142));
+        assert_eq!((c.share_within, c.ok), (Some(true), true), "{c:?}");
+        // A truth that is not the sender's whole time (the gap itself) takes no probe share.
+        let gap = Expectation {
+            truth: Truth::Gap,
+            ..expect
+        };
+        let c = check(&gap, &s, Some(0.479));
+        assert_eq!((c.probe_share, c.share_within), (None, Some(true)));
+        // Without a probe_cost verdict, nothing is added.
+        let alone = Summary {
+            verdicts: vec![Verdict::bare(
+                Cause::CpuBound,
+                Kind::Gap,
+                0.60,
+                Confidence::Strong,
+            )],
+            ..Summary::for_tests()
+        };
+        let c = check(&expect, &alone, Some(0.618));
+        assert_eq!((c.probe_share, c.share_within), (None, Some(true)));
+    }
     use crate::cli::Scenario;
     use crate::lab::scenario::{staging, NEVER_STARTED_SCRIPT};
     use std::process::Command;

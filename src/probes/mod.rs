@@ -1653,6 +1653,8 @@ abi_types!(
 );
 // SAFETY: no padding: the size assertion beside sp_member adds up its fields' sizes.
 unsafe impl AbiWritten for sp_member {}
+// SAFETY: no padding: the size assertion beside sp_drop_pkt adds up its fields' sizes.
+unsafe impl AbiWritten for sp_drop_pkt {}
 // SAFETY: no padding: the size assertion beside sp_thread adds up its fields' sizes.
 unsafe impl AbiWritten for sp_thread {}
 // SAFETY: no padding: the size assertion in uprobe.rs adds up sp_uprobe_cfg's fields' sizes.
@@ -1666,6 +1668,16 @@ fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {
     // SAFETY: the length was checked, and read_unaligned needs no alignment; T is an `Abi`
     // type, whose contract is that every bit pattern of its size is a valid value.
     Some(unsafe { bytes.as_ptr().cast::<T>().read_unaligned() })
+}
+
+/// A dropped packet's record as the bytes the ring buffer gave (to keep it in a spool file).
+pub fn drop_pkt_bytes(p: &sp_drop_pkt) -> &[u8] {
+    as_bytes(p)
+}
+
+/// A dropped packet's record back from [`drop_pkt_bytes`]; None when `bytes` is too short.
+pub fn drop_pkt_from_bytes(bytes: &[u8]) -> Option<sp_drop_pkt> {
+    read_pod(bytes)
 }
 
 /// An ABI value's bytes, to write into a map.

@@ -105,13 +105,17 @@ pub fn lab_text(r: &LabReport) -> String {
     }
     let c = &r.check;
     o += &format!(
-        "  diagnosis: top {} verdict `{}`{}, staged `{}`{}: {}\n",
+        "  diagnosis: top {} verdict `{}`{}{}, staged `{}`{}: {}\n",
         c.expected_kind,
         c.top_cause.map_or("none", Cause::as_str),
         match (c.top_share, &c.top_confidence) {
             (Some(s), Some(conf)) => format!(" ({}, {conf})", pct(s)),
             _ => String::new(),
         },
+        c.probe_share.map_or(String::new(), |p| format!(
+            " + `probe_cost` {} (the probes' part of the sender's own time, which the truth counts)",
+            pct(p)
+        )),
         c.expected_cause,
         c.truth.map_or(String::new(), |t| format!("; truth {}", pct(t))),
         if c.ok {
@@ -269,6 +273,7 @@ mod tests {
             cause_matches: true,
             truth: Some(0.5),
             truth_basis: Truth::Gap.basis().into(),
+            probe_share: None,
             share_within: Some(true),
             ok: true,
         };

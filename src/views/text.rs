@@ -174,15 +174,15 @@ pub fn summary(s: &Summary) -> String {
     if let (Some(st), Some(m)) = (&s.rate_stats, r.modes) {
         let _ = writeln!(
             o,
-            "per-tick rate over {} complete ticks is bimodal, so no centre describes it: {}",
-            st.n,
+            "per-tick rate over {} is bimodal, so no centre describes it: {}",
+            st.samples_text(),
             modes_text(m)
         );
     } else if let Some(st) = &s.rate_stats {
         let _ = writeln!(
             o,
-            "per-tick rate over {} complete ticks: median {:.1} +/- {:.1}, mean {:.1} ({} left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
-            st.n,
+            "per-tick rate over {}: median {:.1} +/- {:.1}, mean {:.1} ({} left out), p95 {:.1}, p99 {:.1}, min {:.1}, max {:.1}",
+            st.samples_text(),
             st.median,
             st.uncertainty,
             st.mean,

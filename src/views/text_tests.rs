@@ -70,6 +70,7 @@ fn fixed_summary() -> Summary {
             min: 1495.0,
             max: 1505.0,
             modes: None,
+            ticks_per_sample: 1,
         }),
         drops: vec![
             drop_row(DropClass::TargetLoss, "QDISC_DROP", "__dev_queue_xmit+0x7a", Some(4242), 48),

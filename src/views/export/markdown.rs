@@ -482,8 +482,8 @@ fn rate_statistics(o: &mut String, r: &Report) {
     };
     let _ = writeln!(
         o,
-        "Per-tick achieved rate over the {} ticks wholly inside the send window, in packets per second.\n",
-        st.n
+        "Per-tick achieved rate over the {} wholly inside the send window, in packets per second.\n",
+        st.samples_text().replacen(" complete", "", 1)
     );
     if let Some(m) = r.modes {
         let _ = writeln!(
