@@ -477,6 +477,7 @@ fn follow_scanner(
         s.profile.message_types.clone(),
         crate::analysis::ArgvRate::read(&s.rate, Some(process)),
         s.profile.wait.clone(),
+        s.profile.reads_replies,
     );
 }
 
@@ -1055,6 +1056,7 @@ fn scanner_model(
     )
     .with_output_claims(specs)
     .with_wait(sc.profile.wait.clone())
+    .with_reads_replies(sc.profile.reads_replies)
     .with_pacers(pacers);
     for st in &sc.status {
         if let StatusAt::Unreadable(why) = &st.at {

@@ -346,10 +346,12 @@ impl Analyzer {
         message_types: BTreeMap<String, String>,
         argv: ArgvRate,
         wait: Option<String>,
+        reads_replies: bool,
     ) {
         if let Some(m) = self.scanner.as_mut() {
             m.scanner_process(profile, message_types, argv);
             m.wait = wait;
+            m.expects_no_replies = !reads_replies;
             self.requested_pps = m.requested_pps();
         }
     }

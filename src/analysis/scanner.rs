@@ -33,6 +33,11 @@ pub struct ScannerView {
     /// zmap's cooldown); None when the profile does not say
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<String>,
+    /// true when the profile says its tool reads no answers to what it sends (`reads_replies =
+    /// false`: the reference sender, tcpreplay, iperf3), so its unanswered packets are no loss;
+    /// false for a scanner, and in bundles from before this was recorded
+    #[serde(default)]
+    pub expects_no_replies: bool,
 }
 
 impl ScannerView {
@@ -477,6 +482,8 @@ pub struct ScannerModel {
     pacers: Vec<PacerView>,
     /// the profile's words for the scanner's wait after its last probe
     pub(super) wait: Option<String>,
+    /// the profile says its tool reads no answers (`ScannerProfile::reads_replies` false)
+    pub(super) expects_no_replies: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -519,6 +526,7 @@ impl ScannerModel {
             output_notes: Vec::new(),
             pacers: Vec::new(),
             wait: None,
+            expects_no_replies: false,
         }
     }
 
@@ -538,6 +546,13 @@ impl ScannerModel {
     /// The profile's words for the scanner's wait after its last probe (`ScannerProfile::wait`).
     pub fn with_wait(mut self, wait: Option<String>) -> ScannerModel {
         self.wait = wait;
+        self
+    }
+
+    /// Whether the profile's tool reads answers to what it sends
+    /// (`ScannerProfile::reads_replies`).
+    pub fn with_reads_replies(mut self, reads_replies: bool) -> ScannerModel {
+        self.expects_no_replies = !reads_replies;
         self
     }
 
@@ -1129,6 +1144,7 @@ impl ScannerModel {
             notes,
             pacers: self.pacers.clone(),
             wait: self.wait.clone(),
+            expects_no_replies: self.expects_no_replies,
         }
     }
 

@@ -78,6 +78,16 @@ pub struct ScannerProfile {
     /// cooldown): the name of the run's waiting phase in the views and the trace.
     #[serde(default)]
     pub wait: Option<String>,
+    /// Whether the tool reads answers to what it sends, as a scanner does (default true). False
+    /// for senders that expect none (the reference sender, tcpreplay, iperf3's datagrams): what
+    /// goes unanswered is then no loss, and `lost_beyond_host` is not judged.
+    #[serde(default = "reads_replies_by_default")]
+    pub reads_replies: bool,
+}
+
+/// A profile that does not say reads replies: scanners do.
+fn reads_replies_by_default() -> bool {
+    true
 }
 
 /// A rate the scanner prints about itself, found with a regular expression in its output.

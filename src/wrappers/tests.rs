@@ -72,6 +72,14 @@ fn every_builtin_profile_parses() {
         Some("masscan's --wait for late replies (10 s by default)")
     );
     assert!(wait("zmap").is_some_and(|w| w.contains("cooldown")));
+    // The senders that expect no answers say so; every scanner (and an unknown tool) reads them.
+    let no_replies: Vec<&str> = set
+        .profiles()
+        .iter()
+        .filter(|p| !p.reads_replies)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(no_replies, ["iperf3", "scanprof-send", "tcpreplay"]);
     assert!(wait("unicornscan").is_some_and(|w| w.contains("-L")));
     assert_eq!(wait("generic"), None);
 }

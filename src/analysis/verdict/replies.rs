@@ -4,7 +4,9 @@
 //! before any socket or ring), what its sockets took and what was dropped here. The share is the
 //! unanswered probes over the probes sent. It applies only to a family that reads replies (a
 //! receive call on a datagram or packet socket since attach, or a packet socket it reads): a
-//! flood that reads nothing expects no answer.
+//! flood that reads nothing expects no answer; nor does a sender whose profile says it reads no
+//! replies (`reads_replies = false`: the reference sender, tcpreplay, iperf3), even when a
+//! sniffer of its own reads its packet socket.
 
 use super::facts::Facts;
 use super::units::{pct, pps};
@@ -30,7 +32,10 @@ fn reads_replies(f: &Facts) -> bool {
 
 pub(super) fn lost_beyond_host(f: &Facts) -> Option<Verdict> {
     let r: &ReplyFunnel = f.replies?;
-    if !reads_replies(f) || r.probes == 0 {
+    // A sender whose profile expects no answers (the reference sender, tcpreplay, iperf3) lost
+    // nothing when none came, even with a sniffer of its own in the family.
+    let expects_replies = f.scanner.is_none_or(|s| !s.expects_no_replies);
+    if !expects_replies || !reads_replies(f) || r.probes == 0 {
         return None;
     }
     // Probes dropped on this host (a lab's target namespace is on it) are the other loss

@@ -3569,6 +3569,30 @@ fn a_family_that_reads_nothing_gets_no_reply_verdict() {
     );
 }
 
+/// A sender whose profile expects no answers (the reference sender flooding beside a sniffer of
+/// its own, ring_funnel's test) lost nothing when the target answered 8 of 4,000: no
+/// `lost_beyond_host`, while the same family under a scanner's profile gets it.
+#[test]
+fn a_sender_that_expects_no_replies_gets_no_reply_verdict() {
+    let family = |expects_no_replies: bool| {
+        run(Some(2000.0), 2000.0, 2.0)
+            .time(0.1, 0.0, 0.85, 0.0, 0.05)
+            .replies(reply_funnel(4000, 0, 8, 0), true)
+            .scanner(ScannerView {
+                profile: "scanprof-send".into(),
+                expects_no_replies,
+                ..Default::default()
+            })
+    };
+    let flood = family(true).verdicts();
+    assert!(
+        flood.iter().all(|v| v.cause != Cause::LostBeyondHost),
+        "{flood:#?}"
+    );
+    let scan = family(false).verdicts();
+    assert!(scan.iter().any(|v| v.cause == Cause::LostBeyondHost), "{scan:#?}");
+}
+
 /// Probes dropped on this host (a filter in a lab's target namespace) are no loss beyond it:
 /// only what no drop here accounts for is.
 #[test]
