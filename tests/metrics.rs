@@ -11,14 +11,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
+use common::prometheus::{free_port, http_get, query};
 use common::*;
 use scanprof::netlab::TbfConfig;
 
@@ -32,43 +30,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("no free port on 127.0.0.1")
-        .port()
-}
-
-/// The body of `GET path` on 127.0.0.1:port (HTTP/1.0: no chunked answer), if it answered 200.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    (head.split(' ').nth(1) == Some("200")).then(|| body.to_string())
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// An instant query's result vector.
-fn query(port: u16, promql: &str) -> Vec<Value> {
-    let body = http_get(port, &format!("/api/v1/query?query={}", percent_encode(promql)))
-        .unwrap_or_else(|| panic!("Prometheus did not answer the query {promql}"));
-    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    assert_eq!(v["status"], "success", "{body}");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
 }
 
 /// The single value of a query that must give exactly one series.

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod precision;
+pub mod prometheus;
 pub mod test_lab;
 pub mod unishape;
 
