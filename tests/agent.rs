@@ -16,14 +16,13 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::prometheus::{free_port, http_get, query};
+use common::prometheus::{assert_promtool_accepts, free_port, http_get, query};
 use common::*;
 use scanprof::netlab::{Lab, LabConfig, TbfConfig};
 
@@ -393,26 +392,7 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     );
 
     // The agent's exposition is valid text format.
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_promtool_accepts(&exposition);
 
     // SIGTERM: the agent ends, its exec watcher with it.
     agent.signal(nix::sys::signal::Signal::SIGTERM);

@@ -11,12 +11,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::prometheus::{free_port, http_get, query};
+use common::prometheus::{assert_promtool_accepts, free_port, http_get, query};
 use common::*;
 use scanprof::netlab::TbfConfig;
 
@@ -182,21 +181,7 @@ fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() 
         .find(|l| l.starts_with("scanprof_stage_events_total{") && l.contains("stage=\"syscall_packets\""))
         .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
     assert_eq!(final_packets, Some(s.packets), "{text}");
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_promtool_accepts(&text);
 
     prometheus.signal(nix::sys::signal::Signal::SIGTERM);
     let _ = prometheus.finish(Duration::from_secs(20));

@@ -1144,18 +1144,7 @@ impl ProbeSet {
     pub fn health(&self) -> [u64; HEALTH_SLOTS] {
         let mut out = [0u64; HEALTH_SLOTS];
         for (i, slot) in out.iter_mut().enumerate() {
-            if let Ok(Some(per_cpu)) = self
-                .objects
-                .family
-                .maps
-                .health
-                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-            {
-                *slot = per_cpu
-                    .iter()
-                    .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-                    .sum();
-            }
+            *slot = percpu_u64_sum(&self.objects.family.maps.health, i as u32);
         }
         out
     }
@@ -1166,16 +1155,7 @@ impl ProbeSet {
         let (skel, _) = self.replies.as_ref()?;
         let mut out = [0u64; REPLY_KINDS];
         for (i, slot) in out.iter_mut().enumerate() {
-            if let Ok(Some(per_cpu)) = skel
-                .maps
-                .replies
-                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-            {
-                *slot = per_cpu
-                    .iter()
-                    .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
-                    .sum();
-            }
+            *slot = percpu_u64_sum(&skel.maps.replies, i as u32);
         }
         Some(out)
     }
@@ -1659,6 +1639,19 @@ unsafe impl AbiWritten for sp_drop_pkt {}
 unsafe impl AbiWritten for sp_thread {}
 // SAFETY: no padding: the size assertion in uprobe.rs adds up sp_uprobe_cfg's fields' sizes.
 unsafe impl AbiWritten for uprobe::sp_uprobe_cfg {}
+
+/// Entry `index` of a per-CPU array of u64 counters, summed over CPUs (0 when unreadable).
+fn percpu_u64_sum(map: &impl MapCore, index: u32) -> u64 {
+    map.lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map_or(0, |per_cpu| {
+            per_cpu
+                .iter()
+                .filter_map(|b| Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?)))
+                .sum()
+        })
+}
 
 /// Copies an ABI value out of map bytes; None if the bytes are too short.
 fn read_pod<T: Abi>(bytes: &[u8]) -> Option<T> {

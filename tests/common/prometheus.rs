@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -42,4 +43,29 @@ pub fn query(port: u16, promql: &str) -> Vec<Value> {
     let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     assert_eq!(v["status"], "success", "{body}");
     v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// Fails unless `promtool check metrics` accepts `exposition` (Prometheus's text format, the one
+/// node_exporter's textfile collector parses too).
+pub fn assert_promtool_accepts(exposition: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    check
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(exposition.as_bytes())
+        .expect("writing to promtool");
+    let out = check.wait_with_output().expect("promtool's exit");
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
