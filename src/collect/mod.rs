@@ -1009,8 +1009,10 @@ impl Collector {
         raw_drops: Vec<(probes::sp_drop_key, u64)>,
         names: &DeviceNames,
     ) -> Vec<DropCount> {
+        // A row can read 0: on_udp_fail moves a drop out of the row it was first counted in.
         let mut drops: Vec<DropCount> = raw_drops
             .into_iter()
+            .filter(|(_, count)| *count > 0)
             .map(|(k, count)| DropCount {
                 reason: self
                     .reasons
