@@ -1992,4 +1992,152 @@ mod tests {
         assert!(!caps_allow_bpf(0));
         assert!(caps_allow_bpf(0x000001ffffffffff));
     }
+
+    /// A kernel's features as a 5.10 kernel has them (no attach cookie, no kfree_skb reason),
+    /// with `attach_cookie` and `sock_from_file` as given.
+    fn features(attach_cookie: bool, sock_from_file: bool) -> KernelFeatures {
+        KernelFeatures {
+            btf: true,
+            kfree_skb_rx_sk: false,
+            kfree_skb_reason: false,
+            sched_switch_prev_state: false,
+            attach_cookie,
+            sock_from_file,
+            drop_reason_no_socket: 3,
+            drop_reason_queue_purge: u32::MAX,
+            drop_reasons: BTreeMap::new(),
+            tracepoints: BTreeSet::new(),
+        }
+    }
+
+    /// build.rs builds every probes/*.bpf.c: each is exactly one row of the table, and the
+    /// table names no object that has no source.
+    #[test]
+    fn the_table_has_every_probe_source_once() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+        let mut sources: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".bpf.c").map(str::to_string)
+            })
+            .collect();
+        sources.sort();
+        let mut rows: Vec<String> = OBJECTS.iter().map(|o| o.name.to_string()).collect();
+        rows.sort();
+        let mut distinct = rows.clone();
+        distinct.dedup();
+        assert_eq!(rows, distinct, "an object has two rows");
+        assert_eq!(rows, sources, "the table's rows against probes/*.bpf.c");
+        assert_eq!(objects().count(), OBJECTS.len());
+    }
+
+    /// The core object (the one that creates the shared maps) is one, and first; the agent's
+    /// objects, which a run does not load, come last.
+    #[test]
+    fn the_core_object_is_first_and_alone_and_the_agents_come_last() {
+        assert_eq!(OBJECTS[0].role, Role::Core);
+        assert_eq!(OBJECTS.iter().filter(|o| o.role == Role::Core).count(), 1);
+        let first_agent = OBJECTS
+            .iter()
+            .position(|o| o.role == Role::Agent)
+            .unwrap_or(OBJECTS.len());
+        assert!(
+            OBJECTS[first_agent..].iter().all(|o| o.role == Role::Agent),
+            "{OBJECTS:?}"
+        );
+    }
+
+    /// A whole-or-nothing object's row names itself and a program its object has (the one its
+    /// status entry names); its bytes are the object of that name.
+    #[test]
+    fn a_whole_objects_row_names_its_object_and_a_program_of_it() {
+        let mut wholes = 0;
+        for row in OBJECTS {
+            let Role::Whole(spec) = row.role else { continue };
+            wholes += 1;
+            assert_eq!(spec.object, row.name);
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(row.bytes)
+                .unwrap_or_else(|e| panic!("{} does not open: {e}", row.name));
+            let progs: Vec<String> = obj.progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
+            assert!(progs.contains(&spec.program.to_string()), "{}: {progs:?}", row.name);
+        }
+        assert_eq!(wholes, 3);
+    }
+
+    /// The uprobes object is tried only where the kernel has bpf_get_attach_cookie, the
+    /// packet-socket iterator only where it has bpf_sock_from_file, the reply counter always.
+    #[test]
+    fn a_whole_object_is_tried_only_where_the_kernel_has_what_it_needs() {
+        let all = features(true, true);
+        for spec in [UPROBES, RINGS, REPLIES] {
+            assert_eq!(spec.lacks(&all), None, "{spec:?}");
+        }
+        let old = features(false, false);
+        assert_eq!(UPROBES.lacks(&old), Some(Need::AttachCookie));
+        assert_eq!(RINGS.lacks(&old), Some(Need::SockFromFile));
+        assert_eq!(REPLIES.lacks(&old), None);
+        assert_eq!(UPROBES.lacks(&features(false, true)), Some(Need::AttachCookie));
+        assert_eq!(RINGS.lacks(&features(false, true)), None);
+        assert!(Need::AttachCookie.feature().contains("bpf_get_attach_cookie"));
+        assert!(Need::SockFromFile.feature().contains("bpf_sock_from_file"));
+    }
+
+    /// A whole object's status entry names object.program and, when it is missing, why and
+    /// what a report lacks.
+    #[test]
+    fn a_whole_objects_status_says_what_is_missing_without_it() {
+        assert_eq!(
+            RINGS.attached(),
+            ProbeStatus {
+                name: "rings.sp_rings".into(),
+                attached: true,
+                error: None
+            }
+        );
+        let missing = REPLIES.not_attached("refused");
+        assert_eq!(missing.name, "replies.on_netif_receive");
+        assert!(!missing.attached);
+        assert_eq!(
+            missing.error.as_deref(),
+            Some(
+                "refused; missing without it: the replies that arrived for the family's flows \
+                 (the reply funnel, lost_beyond_host)"
+            )
+        );
+    }
+
+    /// send_path takes at most RECV_CLASSES - 1 bounds, the first ones given.
+    #[test]
+    fn at_most_the_first_class_bounds_reach_send_path() {
+        assert_eq!(class_bounds(&[]), &[] as &[u32]);
+        assert_eq!(class_bounds(&[64, 128]), &[64, 128]);
+        assert_eq!(class_bounds(&[64, 128, 512, 1024, 1500]), &[64, 128, 512][..RECV_CLASSES - 1]);
+    }
+
+    /// Exactly one kfree_skb program loads on every kernel: with the socket (6.8 and later),
+    /// the reason only (5.17 to 6.7), or neither.
+    #[test]
+    fn exactly_one_drop_program_variant_loads_on_every_kernel() {
+        assert_eq!(kfree_skb_variant(true, true), (true, false, false));
+        assert_eq!(kfree_skb_variant(true, false), (false, true, false));
+        assert_eq!(kfree_skb_variant(false, false), (false, false, true));
+        assert_eq!(kfree_skb_variant(false, true), (false, false, true));
+    }
+
+    /// A run needs a program of the core object attached; one that failed to attach, or other
+    /// objects' programs, do not do.
+    #[test]
+    fn a_run_without_a_family_program_attached_is_refused() {
+        let entry = |name: &str, attached: bool| ProbeStatus {
+            name: name.into(),
+            attached,
+            error: None,
+        };
+        assert!(core_attached(&[]).is_err());
+        assert!(core_attached(&[entry("family.on_fork", false), entry("sched.on_switch", true)]).is_err());
+        assert!(core_attached(&[entry("familyx.on_fork", true)]).is_err());
+        assert!(core_attached(&[entry("sched.on_switch", true), entry("family.on_fork", true)]).is_ok());
+    }
 }
