@@ -3,7 +3,9 @@
  * Every packet drop on the machine (skb:kfree_skb, via tp_btf): counted per reason, location,
  * device, namespace and class, where the class says whether the packet was the target's own
  * outgoing packet, an expected casualty of scanning (no socket at either end, or a probe the
- * destination's transport layer dropped), a lost reply, or somebody else's.
+ * destination's transport layer dropped), a lost reply, or somebody else's. And the datagrams
+ * the family's UDP sockets refused (udp:udp_fail_queue_rcv_skb, the socket in hand), which make
+ * a listener's own socket drops its own on kernels whose kfree_skb has no rx_sk.
  */
 #include "shared.h"
 
