@@ -193,3 +193,59 @@ fn analysis_modules_import_each_other_in_one_direction() {
     );
     assert!(imports("use super::super::snapshot::X;", 1, &m).is_empty());
 }
+
+/// The ways around the privileged-test harness (`privileged()` in tests/common/mod.rs, which
+/// checks at a test's end that scanprof released every BPF program it loaded): a root check,
+/// the test mutex or a program baseline of a test's own. Each found as (line number, token).
+fn harness_bypasses(code: &str) -> Vec<(usize, &'static str)> {
+    const TOKENS: [&str; 4] = ["require_root(", "geteuid(", "serial()", "BpfBaseline"];
+    code.lines()
+        .enumerate()
+        .flat_map(|(i, line)| {
+            TOKENS
+                .into_iter()
+                .filter(move |t| line.contains(t))
+                .map(move |t| (i + 1, t))
+        })
+        .collect()
+}
+
+#[test]
+fn every_privileged_test_goes_through_the_harness() {
+    let dir = repo().join("tests");
+    let mut files = Vec::new();
+    let mut todo = vec![dir.clone()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p != dir.join("common") {
+                    todo.push(p);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() >= 30, "{files:?}");
+    let mut found = Vec::new();
+    let mut harnessed = 0;
+    for p in &files {
+        let code = read(p);
+        harnessed += code.matches("privileged()").count();
+        for (line, token) in harness_bypasses(&code) {
+            found.push(format!("{}:{line}: {token}", p.strip_prefix(repo()).unwrap().display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "privileged tests start with `let test = privileged();` and end with \
+         `test.assert_released(..)` (tests/common/mod.rs), not with checks of their own: {found:?}"
+    );
+    assert!(harnessed >= 100, "only {harnessed} calls of privileged()");
+    // The finder itself.
+    assert_eq!(
+        harness_bypasses("fn t() {\n    require_root();\n    let _g = serial();\n}"),
+        [(2, "require_root("), (3, "serial()")]
+    );
+}
