@@ -212,21 +212,11 @@ fn harness_bypasses(code: &str) -> Vec<(usize, &'static str)> {
 
 #[test]
 fn every_privileged_test_goes_through_the_harness() {
-    let dir = repo().join("tests");
-    let mut files = Vec::new();
-    let mut todo = vec![dir.clone()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                if p != dir.join("common") {
-                    todo.push(p);
-                }
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let common = repo().join("tests/common");
+    let files: Vec<PathBuf> = rust_files("tests")
+        .into_iter()
+        .filter(|p| !p.starts_with(&common))
+        .collect();
     assert!(files.len() >= 30, "{files:?}");
     let mut found = Vec::new();
     let mut harnessed = 0;
@@ -234,7 +224,10 @@ fn every_privileged_test_goes_through_the_harness() {
         let code = read(p);
         harnessed += code.matches("privileged()").count();
         for (line, token) in harness_bypasses(&code) {
-            found.push(format!("{}:{line}: {token}", p.strip_prefix(repo()).unwrap().display()));
+            found.push(format!(
+                "{}:{line}: {token}",
+                p.strip_prefix(repo()).unwrap().display()
+            ));
         }
     }
     assert!(
@@ -300,7 +293,12 @@ fn a_new_scanner_is_a_profile_and_no_code_names_one() {
         let rel = p.strip_prefix(repo()).unwrap().to_string_lossy().into_owned();
         let file = p.file_name().unwrap().to_string_lossy();
         let grammar = ["src/wrappers/profile.rs", "src/wrappers/rate.rs"].contains(&rel.as_str());
-        if grammar || rel.starts_with("src/lab/") || file == "tests.rs" || file.ends_with("_tests.rs") || file == "fixtures.rs" {
+        if grammar
+            || rel.starts_with("src/lab/")
+            || file == "tests.rs"
+            || file.ends_with("_tests.rs")
+            || file == "fixtures.rs"
+        {
             continue;
         }
         let text = read(&p);
