@@ -128,18 +128,7 @@ const KNOWN_CIRCLES: &[&[&str]] = &[&["snapshot", "verdict"]];
 #[test]
 fn analysis_modules_import_each_other_in_one_direction() {
     let dir = repo().join("src/analysis");
-    let mut files = Vec::new();
-    let mut todo = vec![dir.clone()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rust_files("src/analysis");
     let modules: BTreeSet<String> = files
         .iter()
         .map(|p| module_of(p.strip_prefix(&dir).unwrap()).0)
