@@ -504,6 +504,13 @@ struct sp_ring_reads {
 	__u32 unread;		/* returned 0, counts not readable */
 	__u32 recv_read;	/* 1: a family thread made a receive syscall on the socket */
 	__u32 sent;		/* 1: a family thread made a send syscall on the socket */
+	/* The socket's counters as it closed (rings.bpf.c, at each family close(2) of a
+	 * descriptor of it, and at its process's exit): what came since the last clear, which its release
+	 * throws away */
+	__u32 closed;		/* closes that read the two below (the latest wrote them); 0: none */
+	__u32 closed_packets;	/* tp_packets then: frames queued since the last clear */
+	__u32 closed_drops;	/* tp_drops then: frames dropped since the last clear */
+	__u32 closed_pad;
 };
 
 /* Bytes of an exec'd file's path an sp_exec record keeps (longer paths are cut). */

@@ -1068,18 +1068,18 @@ impl Collector {
     }
 
     /// One run of the packet-socket iterator; a failed read keeps the counts of the last. A
-    /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums, and
-    /// their entry goes. The copies of outgoing frames among what the rings took come from the
+    /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums and its
+    /// counters at close, and their entry goes. The copies of outgoing frames among what the rings took come from the
     /// same sample's device rows.
     fn packet_rings(&mut self, devices: &[DeviceCounters]) -> Vec<rings::PacketRing> {
         let probes = &self.probes;
         match probes.packet_rings() {
             Ok(records) => {
-                self.rings.update(&records, |sock| {
-                    let last = probes.ring_reads(sock);
-                    probes.forget_ring_reads(sock);
-                    last
-                });
+                self.rings.update(
+                    &records,
+                    |sock| probes.ring_reads(sock),
+                    |sock| probes.forget_ring_reads(sock),
+                );
                 self.rings.count_outgoing(devices)
             }
             Err(_) => self.rings.current(),
