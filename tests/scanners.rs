@@ -2048,8 +2048,8 @@ fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
 /// socket of masscan's, a TPACKET ring, and the frames that reached it (queued + dropped full)
 /// as many as the veth received (`ip -s link`), plus at most the frames the kernel itself sent
 /// on it (a packet socket sees outgoing frames but its own), less at most the nudges that let
-/// masscan exit (the last arrive after scanprof's last sample, or after masscan closed its
-/// socket). When the ring dropped frames,
+/// masscan exit (those that arrive after masscan closed its socket). When the ring dropped
+/// frames,
 /// `ring_full` says so with their share.
 #[test]
 fn masscans_listener_ring_is_in_the_receive_funnel() {
@@ -2116,7 +2116,7 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
     );
     assert!(
         seen + nudges >= rx && seen <= rx + others_tx,
-        "frames at masscan's socket {seen} vs the veth's {rx} received ({nudges} of them nudges; +{others_tx} sent by others)"
+        "frames at masscan's socket {seen} vs the veth's {rx} received ({nudges} of them nudges; +{others_tx} sent by others): {ring:?}"
     );
     assert_eq!(receive.count(StageName::RingQueued), ring.queued_total);
     assert_eq!(receive.count(StageName::RingDrops), ring.dropped_total);

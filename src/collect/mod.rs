@@ -612,7 +612,7 @@ impl Collector {
         reasons: BTreeMap<u32, String>,
         now_ns: u64,
     ) -> anyhow::Result<Collector> {
-        let collector = Collector {
+        let mut collector = Collector {
             probes,
             family,
             symbols: KernelSymbols::default(),
@@ -649,6 +649,13 @@ impl Collector {
                 }
                 return Err(e.into());
             }
+        }
+        // The packet sockets open now count from attach, and any opened later from its start
+        // (all its frames came after attach): a first read at a later sample would take the
+        // frames of a socket opened and used before it (a short scan launched by `run`) for
+        // frames from before attach.
+        if let Ok(records) = collector.probes.packet_rings() {
+            collector.rings.update(&records, |_| None, |_| ());
         }
         Ok(collector)
     }

@@ -301,7 +301,8 @@ impl RingTable {
         }
         let closing: Vec<((u32, u64), u8)> = self.closing.iter().map(|(k, w)| (*k, *w)).collect();
         for (key, waited) in closing {
-            let Some((ring, last)) = self.rings.get_mut(&key) else {
+            let Some((ring, last)) = self.rings.get_mut(&key).filter(|(ring, _)| !ring.open) else {
+                // gone, or found again (a read that missed it): not closing
                 self.closing.remove(&key);
                 continue;
             };
@@ -649,6 +650,17 @@ mod tests {
         assert_eq!(forgot, 1);
         assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (62, 6, 1));
         assert_eq!(rings[0].owner_reads, 2);
+    }
+
+    #[test]
+    fn a_socket_one_read_missed_is_not_closed() {
+        let mut t = RingTable::default();
+        t.update(&[], |_| None, |_| ());
+        t.update(&[rec(7, 100, 10, 1)], |_| None, |_| ());
+        t.update(&[], |_| None, |_| panic!("forgotten while open"));
+        let rings = t.update(&[rec(7, 100, 30, 2)], |_| panic!("looked up while open"), |_| ());
+        assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (30, 2, 0));
+        assert!(rings[0].open);
     }
 
     #[test]
