@@ -640,6 +640,12 @@ pub enum Scenario {
     /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
     /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
     SocketClosePurge,
+    /// nmap -sU of 2,000 closed UDP ports of the target at 1,000 pps, whose namespace sends an
+    /// ICMP port unreachable at most once a second after a burst (icmp_ratelimit 1000): most
+    /// probes go unanswered beyond this host. The reply funnel's probes, replies arrived,
+    /// delivered and dropped here must equal the namespaces' own SNMP counters; the top loss
+    /// verdict is lost_beyond_host with the share the target held back.
+    RepliesLost,
     /// A short run of 12 packets whose tsc pacer derived its slot 200x too long
     /// (`--calibration-skew 200` at 1000 pps): 200 ms gaps for a 1 ms slot.
     ShortMiscalibration,
