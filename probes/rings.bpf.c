@@ -169,16 +169,17 @@ int on_close(struct trace_event_raw_sys_enter *ctx)
 {
 	struct task_struct *task;
 	struct fdtable *fdt;
-	__u64 fd;
+	__u64 fd, t0;
 
 	if (!in_family((__u32)bpf_get_current_pid_tgid()))
 		return 0;
+	t0 = cost_begin();
 	fd = ctx->args[0];
 	task = (struct task_struct *)bpf_get_current_task();
 	fdt = BPF_CORE_READ(task, files, fdt);
-	if (fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	packet_closing(fdt_file(BPF_CORE_READ(fdt, fd), fd));
+	if (fd < BPF_CORE_READ(fdt, max_fds))
+		packet_closing(fdt_file(BPF_CORE_READ(fdt, fd), fd));
+	cost_end(SP_PROG_CLOSE, t0);
 	return 0;
 }
 
@@ -187,7 +188,7 @@ int on_close(struct trace_event_raw_sys_enter *ctx)
  * tracepoint may have run first and taken the thread out of the family: its record, marked
  * exited, says it was in. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit_socks, struct task_struct *p)
+int SP_PROG(SP_PROG_EXIT_SOCKS, on_exit_socks, struct task_struct *p)
 {
 	__u32 tid = BPF_CORE_READ(p, pid), max, i;
 	struct sp_thread *t;

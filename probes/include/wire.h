@@ -384,7 +384,9 @@ enum sp_prog {
 	SP_PROG_KFREE_SKB_NOREASON = 20,
 	SP_PROG_SWITCH_NOSTATE = 21,
 	SP_PROG_REPLY = 22,
-	SP_PROG_MAX = 24,
+	SP_PROG_CLOSE = 23,
+	SP_PROG_EXIT_SOCKS = 24,
+	SP_PROG_MAX = 26,
 };
 
 /* One program's runs on the family's threads (the task on the CPU is a family thread: the run
