@@ -471,6 +471,38 @@ mod tests {
         assert_eq!(snmp_counter(SNMP, "Tcp", "InSegs"), None);
     }
 
+    /// The replies-lost scenario's checks: each reply-funnel figure against its namespace
+    /// counter, exact; one figure off (a reply nmap's ring missed) fails that check alone, and a
+    /// run without a reply funnel fails them all.
+    #[test]
+    fn the_reply_funnel_is_held_to_the_namespaces_counters_exactly() {
+        let counts = Counts {
+            target_udp_noports: Some(2_012),
+            target_icmp_unreach_out: Some(7),
+            target_icmp_held_back: Some(2_005),
+            sender_icmp_unreach_in: Some(7),
+            ..Counts::default()
+        };
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.replies = Some(crate::analysis::replies::ReplyFunnel {
+            probes: 2_012,
+            arrived_total: 7,
+            unanswered: 2_005,
+            beyond_host: 2_005,
+            delivered: 7,
+            dropped_here: 0,
+            ..Default::default()
+        });
+        let ok = |s: &Summary| reply_checks(&counts, s).iter().map(|c| c.ok).collect::<Vec<_>>();
+        assert_eq!(ok(&summary), [true; 6]);
+        if let Some(r) = summary.replies.as_mut() {
+            r.delivered = 6;
+        }
+        assert_eq!(ok(&summary), [true, true, true, true, false, true]);
+        summary.replies = None;
+        assert_eq!(ok(&summary), [false; 6]);
+    }
+
     #[test]
     fn truths_come_from_the_independent_counts() {
         let counts = Counts {
