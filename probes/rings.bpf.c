@@ -8,6 +8,12 @@
  * packet socket a family process holds. Nothing runs per packet. A PACKET_STATISTICS read
  * clears those counters: what the family's own reads returned (send_path adds it up in
  * ring_reads) comes with them, read so that the two agree.
+ *
+ * A socket's release throws its counters away, and no tracepoint marks it: what came since the
+ * last sample would be lost with a socket closed between two. The counters are read instead at
+ * the family's close(2) of a packet socket's descriptor and at its process's exit (both come
+ * before the release, in the closing thread), into the socket's ring_reads entry, where user
+ * space takes them once the iterator no longer finds the socket.
  */
 #include "shared.h"
 
@@ -15,6 +21,11 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define AF_PACKET 17
 #define ETH_P_ALL_BE 0x0300	/* htons(ETH_P_ALL) */
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+/* Descriptors a process's exit looks at for packet sockets: 0 to SP_EXIT_FDS - 1 (a bounded
+ * loop, as older verifiers want it); a socket at a higher one is counted up to its last sample. */
+#define SP_EXIT_FDS 1024
 
 /* For the generated skeleton: the record type, so Rust gets it from wire.h. */
 struct sp_ring abi_ring;
@@ -94,5 +105,113 @@ int sp_rings(struct bpf_iter__task_file *ctx)
 		r.outgoing = !BPF_CORE_READ(po, prot_hook.ignore_outgoing);
 	r.filtered = BPF_CORE_READ(sk, sk_filter) != NULL;
 	bpf_seq_write(seq, &r, sizeof(r));
+	return 0;
+}
+
+/* The packet socket behind file f (its struct sock), 0 for any other file. */
+static __always_inline struct sock *file_packet_sock(struct file *f)
+{
+	struct socket *sock;
+	struct sock *sk;
+
+	if (!f || (BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return 0;
+	sock = BPF_CORE_READ(f, private_data);
+	sk = sock ? BPF_CORE_READ(sock, sk) : 0;
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_PACKET)
+		return 0;
+	return sk;
+}
+
+/* A family packet socket about to close (f is its file): its counters now, which its release
+ * throws away, into its ring_reads entry. A later close of another descriptor of it reads them
+ * again. */
+static __always_inline void packet_closing(struct file *f)
+{
+	struct sock *sk = file_packet_sock(f);
+	struct packet_sock *po = (struct packet_sock *)sk;
+	struct sp_ring_reads *e;
+	__u64 skp = (__u64)sk, ino;
+
+	if (!sk)
+		return;
+	ino = BPF_CORE_READ(f, f_inode, i_ino);
+	e = bpf_map_lookup_elem(&ring_reads, &skp);
+	if (!e || e->ino != ino) {
+		struct sp_ring_reads fresh = { .ino = ino };
+
+		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
+		e = bpf_map_lookup_elem(&ring_reads, &skp);
+		if (!e)
+			return;
+	}
+	e->closed_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
+	e->closed_drops = BPF_CORE_READ(po, tp_drops.counter);
+	/* a full barrier: user space that sees the mark sees the counts */
+	__sync_fetch_and_add(&e->closed, 1);
+}
+
+/* The file at descriptor fd of an fdtable's array fds, 0 when none. */
+static __always_inline struct file *fdt_file(struct file **fds, __u32 fd)
+{
+	struct file *f = 0;
+
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return 0;
+	return f;
+}
+
+/* close(2) by a family thread: the one syscall that ends a descriptor on purpose; a packet
+ * socket's counters are read before its release (close_range, dup2 over it and exec are not
+ * watched: such a socket counts up to its last sample). */
+SEC("tp/syscalls/sys_enter_close")
+int on_close(struct trace_event_raw_sys_enter *ctx)
+{
+	struct task_struct *task;
+	struct fdtable *fdt;
+	__u64 fd, t0;
+
+	if (!in_family((__u32)bpf_get_current_pid_tgid()))
+		return 0;
+	t0 = cost_begin();
+	fd = ctx->args[0];
+	task = (struct task_struct *)bpf_get_current_task();
+	fdt = BPF_CORE_READ(task, files, fdt);
+	if (fd < BPF_CORE_READ(fdt, max_fds))
+		packet_closing(fdt_file(BPF_CORE_READ(fdt, fd), fd));
+	cost_end(SP_PROG_CLOSE, t0);
+	return 0;
+}
+
+/* A family process's last thread exits: its descriptors close after this tracepoint
+ * (exit_files), so its packet sockets' counters are read here. The family program on the same
+ * tracepoint may have run first and taken the thread out of the family: its record, marked
+ * exited, says it was in. */
+SEC("tp_btf/sched_process_exit")
+int SP_PROG(SP_PROG_EXIT_SOCKS, on_exit_socks, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid), max, i;
+	struct sp_thread *t;
+	struct fdtable *fdt;
+	struct file **fds;
+
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	if (!in_family(tid)) {
+		t = thread_rec(tid);
+		if (!t || t->sched_state != SP_ST_EXITED || t->tgid != BPF_CORE_READ(p, tgid))
+			return 0;
+	}
+	fdt = BPF_CORE_READ(p, files, fdt);
+	if (!fdt)
+		return 0;
+	max = BPF_CORE_READ(fdt, max_fds);
+	fds = BPF_CORE_READ(fdt, fd);
+#pragma clang loop unroll(disable)
+	for (i = 0; i < SP_EXIT_FDS; i++) {
+		if (i >= max)
+			break;
+		packet_closing(fdt_file(fds, i));
+	}
 	return 0;
 }

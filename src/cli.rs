@@ -640,6 +640,12 @@ pub enum Scenario {
     /// A packet socket that also receives (every frame), sending 20 pps to an echo and never
     /// reading: the replies are still queued when it closes (QUEUE_PURGE). No loss.
     SocketClosePurge,
+    /// nmap -sU of 2,000 closed UDP ports of the target at 1,000 pps, whose namespace sends an
+    /// ICMP port unreachable at most once a second after a burst (icmp_ratelimit 1000): most
+    /// probes go unanswered beyond this host. The reply funnel's probes, replies arrived,
+    /// delivered and dropped here must equal the namespaces' own SNMP counters; the top loss
+    /// verdict is lost_beyond_host with the share the target held back.
+    RepliesLost,
     /// A short run of 12 packets whose tsc pacer derived its slot 200x too long
     /// (`--calibration-skew 200` at 1000 pps): 200 ms gaps for a 1 ms slot.
     ShortMiscalibration,
@@ -772,7 +778,7 @@ pub struct RingRecvOptions {
     pub duration: f64,
     /// Seconds to hold the socket open after reading stops, before reading PACKET_STATISTICS
     /// (which clears the kernel's counters): a profiler's sample then sees the final counts.
-    /// 0 to 60.
+    /// With `--end close`: seconds to stay alive after closing it unread. 0 to 60.
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS", value_parser = parse_linger_s, allow_negative_numbers = true)]
     pub linger: f64,
     /// Also read PACKET_STATISTICS every this many milliseconds while reading (1 to 60000), from
@@ -781,10 +787,27 @@ pub struct RingRecvOptions {
     #[arg(long, value_name = "MS",
           value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=60_000))]
     pub stats_every: Option<u64>,
+    /// How the socket ends once reading (and lingering) stops: `read` reads PACKET_STATISTICS
+    /// first; `close` closes it unread (close(2)) and then lingers instead; `exit` leaves it
+    /// open, unread, for the process's exit to close. Unread, the counts since the last
+    /// statistics read are known only from the device: `dev_rx` and `dev_tx`.
+    #[arg(long, value_enum, default_value_t = RingEnd::Read, value_name = "HOW")]
+    pub end: RingEnd,
     /// Also write the counts as JSON to this file (`read`, `tp_packets`, `tp_drops`, `queued`,
-    /// `statistics_reads`, `frames`, `frame_size`, `dev`, `duration_s`).
+    /// `statistics_reads`, `dev_rx`, `dev_tx`, `frames`, `frame_size`, `dev`, `duration_s`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+}
+
+/// How `scanprof ring-recv` ends its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RingEnd {
+    /// read PACKET_STATISTICS after lingering, then close
+    Read,
+    /// close it unread, then linger
+    Close,
+    /// leave it unread and open for the process's exit to close
+    Exit,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -352,3 +352,119 @@ fn a_floods_own_frames_copied_to_its_sniffer_are_no_replies() {
     );
     lab.destroy();
 }
+
+/// `scanprof run --interval 5 -- scanprof ring-recv --end END --linger LINGER` (8 frames read
+/// at 200 a second for 3.5 s) in the target namespace while the reference sender sends it 4,000
+/// frames at 2,000 pps: with `close` (then 1.5 s alive) or `exit` the reader's socket closes
+/// unread before scanprof's first sample after attach, so every frame that reached it came
+/// after scanprof's last read of it; with `read` and a 3 s linger it is open at that first
+/// sample, after every frame came, and read for statistics after it. The truth is the
+/// device's own count over the socket's life (`dev_rx + dev_tx` in the reader's report: it is
+/// bound to every protocol).
+fn profile_closing_reader(test: &Privileged, end: &str, linger: &str) -> (Finished, Value) {
+    let lab = TestLab::new(None);
+    let report = std::env::temp_dir().join(format!(
+        "scanprof-ring-funnel-{}-{end}.json",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&report);
+    let reader: Vec<String> = [
+        scanprof_bin(),
+        "ring-recv",
+        "--dev",
+        &lab.lab.target_dev,
+        "--frames",
+        "8",
+        "--read-rate",
+        "200",
+        "--duration",
+        "3.5",
+        "--linger",
+        linger,
+        "--end",
+        end,
+        "--report",
+        &report.to_string_lossy(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut args: Vec<String> = ["run", "--json", "--interval", "5", "--duration", "20", "--"]
+        .map(String::from)
+        .to_vec();
+    args.extend(in_netns(&lab.lab.target_ns, &reader));
+    let mut run = Proc::scanprof(&args);
+    run.wait_for_json("started", patience(Duration::from_secs(20)));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut send = std::process::Command::new("ip");
+    send.args(
+        in_netns(
+            &lab.lab.sender_ns,
+            &sender_argv(&lab.to(9000), 2000.0, 4000, 2.5, &[]),
+        )[1..]
+            .iter(),
+    );
+    let sent = Proc::spawn("sender", send, false).finish(patience(Duration::from_secs(15)));
+    sent.assert_success();
+    let done = run.finish(patience(RUN_TIMEOUT));
+    done.assert_success();
+    test.assert_released("scanprof run -- scanprof ring-recv --end");
+    let ctx = done.context();
+    let own: Value = serde_json::from_str(
+        &std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report from ring-recv: {e}\n{ctx}")),
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(&report);
+    lab.destroy();
+    (done, own)
+}
+
+/// A socket closed between two of scanprof's samples (issue 28): the counters it held as it
+/// closed, which its release throws away, are read at its close(2) or its process's exit, so
+/// its queued and dropped frames equal what its device received and sent while it was open,
+/// exactly, and no clear is left unexplained. And a socket opened after attach and first seen
+/// by a later sample counts from its start, not from that sample (the first read is at attach).
+#[test]
+fn a_packet_socket_closed_between_two_samples_counts_every_frame_that_reached_it() {
+    let test = privileged();
+    for (end, linger) in [("close", "1.5"), ("exit", "0"), ("read", "3")] {
+        let (done, own) = profile_closing_reader(&test, end, linger);
+        let ctx = done.context();
+        let summary = done.summary();
+        precision::assert_precise(
+            "a_packet_socket_closed_between_two_samples_counts_every_frame_that_reached_it",
+            &summary,
+            &done.of_type("sample"),
+        );
+        let receive = summary
+            .receive
+            .as_ref()
+            .unwrap_or_else(|| panic!("{end}: no receive funnel in the summary\n{ctx}"));
+        let reached = u64_of(&own, "dev_rx") + u64_of(&own, "dev_tx");
+        eprintln!(
+            "{end}: scanprof ring_queued {} + ring_drops {} vs the device's {} received + {} sent while the socket was open",
+            receive.count(StageName::RingQueued),
+            receive.count(StageName::RingDrops),
+            u64_of(&own, "dev_rx"),
+            u64_of(&own, "dev_tx"),
+        );
+        // Its ring overflowed, and it was read for statistics only once, after every frame came
+        // (`read`), or never.
+        let reads = u64::from(end == "read");
+        assert_eq!(u64_of(&own, "statistics_reads"), reads, "{own}");
+        if end == "read" {
+            assert_eq!(u64_of(&own, "tp_packets"), reached, "{own}");
+        }
+        assert!(u64_of(&own, "dev_rx") >= 4000, "{own}");
+        assert_eq!(receive.rings.len(), 1, "{end}: {receive:#?}");
+        let ring = &receive.rings[0];
+        assert!(!ring.open, "{end}: {ring:?}");
+        assert_eq!(ring.clears, 0, "{end}: {ring:?}");
+        assert!(ring.dropped_total > 1000, "{end}: the ring did not fill: {ring:?}");
+        assert_eq!(ring.queued_total + ring.dropped_total, reached, "{end}: {own}\n{ring:?}");
+        assert_eq!(
+            receive.count(StageName::RingQueued) + receive.count(StageName::RingDrops),
+            reached,
+            "{end}: {own}\n{receive:#?}"
+        );
+    }
+}

@@ -408,7 +408,9 @@ enum sp_prog {
 	SP_PROG_SWITCH_NOSTATE = 21,
 	SP_PROG_REPLY = 22,
 	SP_PROG_UDP_FAIL = 23,
-	SP_PROG_MAX = 24,
+	SP_PROG_CLOSE = 24,
+	SP_PROG_EXIT_SOCKS = 25,
+	SP_PROG_MAX = 26,
 };
 
 /* One program's runs on the family's threads (the task on the CPU is a family thread: the run
@@ -528,6 +530,13 @@ struct sp_ring_reads {
 	__u32 unread;		/* returned 0, counts not readable */
 	__u32 recv_read;	/* 1: a family thread made a receive syscall on the socket */
 	__u32 sent;		/* 1: a family thread made a send syscall on the socket */
+	/* The socket's counters as it closed (rings.bpf.c, at each family close(2) of a
+	 * descriptor of it, and at its process's exit): what came since the last clear, which its release
+	 * throws away */
+	__u32 closed;		/* closes that read the two below (the latest wrote them); 0: none */
+	__u32 closed_packets;	/* tp_packets then: frames queued since the last clear */
+	__u32 closed_drops;	/* tp_drops then: frames dropped since the last clear */
+	__u32 closed_pad;
 };
 
 /* Bytes of an exec'd file's path an sp_exec record keeps (longer paths are cut). */

@@ -630,7 +630,7 @@ impl Collector {
         reasons: BTreeMap<u32, String>,
         now_ns: u64,
     ) -> anyhow::Result<Collector> {
-        let collector = Collector {
+        let mut collector = Collector {
             probes,
             family,
             symbols: KernelSymbols::default(),
@@ -667,6 +667,13 @@ impl Collector {
                 }
                 return Err(e.into());
             }
+        }
+        // The packet sockets open now count from attach, and any opened later from its start
+        // (all its frames came after attach): a first read at a later sample would take the
+        // frames of a socket opened and used before it (a short scan launched by `run`) for
+        // frames from before attach.
+        if let Ok(records) = collector.probes.packet_rings() {
+            collector.rings.update(&records, |_| None, |_| ());
         }
         Ok(collector)
     }
@@ -1088,18 +1095,18 @@ impl Collector {
     }
 
     /// One run of the packet-socket iterator; a failed read keeps the counts of the last. A
-    /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums, and
-    /// their entry goes. The copies of outgoing frames among what the rings took come from the
+    /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums and its
+    /// counters at close, and their entry goes. The copies of outgoing frames among what the rings took come from the
     /// same sample's device rows.
     fn packet_rings(&mut self, devices: &[DeviceCounters]) -> Vec<rings::PacketRing> {
         let probes = &self.probes;
         match probes.packet_rings() {
             Ok(records) => {
-                self.rings.update(&records, |sock| {
-                    let last = probes.ring_reads(sock);
-                    probes.forget_ring_reads(sock);
-                    last
-                });
+                self.rings.update(
+                    &records,
+                    |sock| probes.ring_reads(sock),
+                    |sock| probes.forget_ring_reads(sock),
+                );
                 self.rings.count_outgoing(devices)
             }
             Err(_) => self.rings.current(),

@@ -56,6 +56,10 @@ pub struct Staging {
     /// instead of the reference sender, `nmap -sS` of this many TCP ports of the target, each
     /// with a listener the lab opens there (at `--rate` as nmap's --max-rate)
     pub syn_scan_ports: Option<u16>,
+    /// instead of the reference sender, `nmap -sU` of this many closed UDP ports of the target
+    /// (at `--rate` as nmap's --min-rate and --max-rate), whose namespace answers at most one
+    /// probe a second after a burst (its ICMP rate limit): see [`UDP_SCAN_ICMP`]
+    pub udp_scan_ports: Option<u16>,
     /// instead of the reference sender, a process family that never sends (see
     /// [`NEVER_STARTED_SCRIPT`]), profiled with the generic profile
     pub never_sends: bool,
@@ -216,6 +220,10 @@ pub enum Truth {
     RelayLoss,
     /// tp_drops/tp_packets of the packet-socket reader's ring (its own PACKET_STATISTICS)
     RingDrops,
+    /// The probes the target did not answer / the probes that reached it: the ICMP errors its
+    /// namespace held back (`Icmp: OutRateLimitHost + OutRateLimitGlobal`) over the datagrams
+    /// that met a closed port there (`Udp: NoPorts`).
+    HeldBack,
 }
 
 impl Truth {
@@ -239,6 +247,7 @@ impl Truth {
             Truth::ConntrackDrops => "conntrack drops/(requested x duration), sender namespace /proc/net/stat/nf_conntrack",
             Truth::RelayLoss => "(kernel drops + pool drops)/packets that reached it, the relay's own PACKET_STATISTICS and counts",
             Truth::RingDrops => "tp_drops/tp_packets, the ring reader's own PACKET_STATISTICS",
+            Truth::HeldBack => "target Icmp OutRateLimitHost + OutRateLimitGlobal over its Udp NoPorts",
         }
     }
 }
@@ -255,7 +264,9 @@ pub fn staging(s: Scenario) -> Staging {
         QdiscDrop | Blocking | UnresolvedNeighbour | SendErrors | ConntrackFull => on_the_path(s, base),
         CpuBound | CoarsePacing | Preemption | Miscalibrated | Stalls | ShortMiscalibration
         | CgroupThrottled | NeverStarted => in_the_sender(s, base),
-        ClosedPort | ReplyDrop | ConnectScan | KernelReply | SocketClosePurge => scans_and_replies(s, base),
+        ClosedPort | ReplyDrop | ConnectScan | KernelReply | SocketClosePurge | RepliesLost => {
+            scans_and_replies(s, base)
+        }
         RcvbufOverflow | ResponderKinds | ReceiverCpuBound | Relay | ReceiverWorkers | RingFull => {
             at_the_receiver(s, base)
         }
@@ -281,6 +292,7 @@ fn healthy() -> Staging {
         listener: None,
         connect_scan: false,
         syn_scan_ports: None,
+        udp_scan_ports: None,
         never_sends: false,
         conntrack_free: None,
         cpu_quota: None,
@@ -476,6 +488,14 @@ fn scans_and_replies(s: Scenario, base: Staging) -> Staging {
             expect: no_loss(Truth::Unanswered),
             ..base
         },
+        // 1,000 probes/s to 2,000 closed ports: the target answers a burst, then one a second.
+        Scenario::RepliesLost => Staging {
+            rate: 1_000.0,
+            sink: false,
+            udp_scan_ports: Some(2_000),
+            expect: expect(Kind::Loss, Cause::LostBeyondHost, Truth::HeldBack),
+            ..base
+        },
         // 20 pps for the run (100 frames in 5 s; the socket's 8 MiB receive buffer holds ~7,000),
         // each echoed back and queued unread on the sending packet socket until it closes.
         Scenario::SocketClosePurge => Staging {
@@ -642,6 +662,11 @@ pub fn connect_argv(lab: &Lab, rate: f64, duration_s: f64) -> Vec<String> {
     .map(String::from)
     .to_vec()
 }
+
+/// The target namespace's ICMP settings for a UDP scan (`sysctl -w` inside it): an error to one
+/// host at most once per 1000 ms after a burst (the kernel's default, whatever the host's), for
+/// destination unreachable among others (the default mask).
+pub const UDP_SCAN_ICMP: [&str; 2] = ["net.ipv4.icmp_ratelimit=1000", "net.ipv4.icmp_ratemask=6168"];
 
 /// The name a scenario has on the command line (`qdisc-drop`).
 pub fn scenario_name(s: Scenario) -> String {

@@ -117,6 +117,21 @@ pub fn sender_argv(
     argv
 }
 
+/// `ip netns exec SENDER taskset -c CPU nmap -sU --send-ip ... -p 1-ports TARGET`: one UDP
+/// probe per port at `rate` (nmap's --min-rate and --max-rate), no retry, to the lab's target
+/// only (--disable-arp-ping), through a raw IP socket (--send-ip).
+pub fn udp_scan_argv(lab: &Lab, ports: u16, cpu: usize, rate: f64) -> Vec<String> {
+    let rate = format!("{}", rate.round().max(1.0));
+    #[rustfmt::skip]
+    let argv = [
+        "ip", "netns", "exec", &lab.sender_ns, "taskset", "-c", &cpu.to_string(),
+        "nmap", "-sU", "--send-ip", "-n", "-Pn", "--disable-arp-ping", "--max-retries", "0",
+        "--min-rate", &rate, "--max-rate", &rate,
+        "-p", &format!("1-{ports}"), &lab.target_addr.to_string(),
+    ];
+    argv.map(String::from).to_vec()
+}
+
 /// `ip netns exec SENDER taskset -c CPU nmap -sS ... -p BASE-(BASE+ports-1) TARGET`: one SYN
 /// per port, to the lab's target only (--disable-arp-ping: no ARP request first, even with -Pn).
 pub fn syn_scan_argv(lab: &Lab, ports: u16, cpu: usize, rate: f64) -> Vec<String> {

@@ -15,8 +15,10 @@ use super::receivers::{open_tcp_listeners, Echo, ListenerRun};
 use super::reference::relay::RelayReport;
 use super::reference::ring_recv::RingRecvReport;
 use super::reference::worker_sender_argvs;
-use super::scenario::{never_started_argv, scenario_name, Staging, CONNECT_SCAN_PROFILE, RUN_GRACE_S};
-use super::sender::{sender_argv, syn_scan_argv, Placement};
+use super::scenario::{
+    never_started_argv, scenario_name, Staging, CONNECT_SCAN_PROFILE, RUN_GRACE_S, UDP_SCAN_ICMP,
+};
+use super::sender::{sender_argv, syn_scan_argv, udp_scan_argv, Placement};
 use super::truth::{check, measured_truth, Counts, LabReport};
 use crate::analysis::{StageName, Summary};
 use crate::cli::{LabOptions, RunOptions, Scenario};
@@ -76,6 +78,9 @@ impl Staged {
                 &format!("net.ipv4.neigh.{dev}.retrans_time_ms=100"),
             ])?;
         }
+        if stage.udp_scan_ports.is_some() {
+            netstat::run_in_netns(Some(&lab.target_ns), "sysctl", &[["-qw"].as_slice(), &UDP_SCAN_ICMP].concat())?;
+        }
         // Both undone on drop, also on an error or a panic: the global conntrack limit restored,
         // the cgroup removed.
         let conntrack = stage
@@ -106,10 +111,11 @@ impl Staged {
             .map(|n| open_tcp_listeners(&lab, n))
             .transpose()?;
         let before = Counts::read(&lab);
-        let send_argv = match stage.syn_scan_ports {
-            Some(n) => syn_scan_argv(&lab, n, placement.sender_cpu, rate),
-            None if stage.never_sends => never_started_argv(&lab),
-            None => sender_argv(&lab, &stage, placement.sender_cpu, exe, rate, duration_s),
+        let send_argv = match (stage.syn_scan_ports, stage.udp_scan_ports) {
+            (Some(n), _) => syn_scan_argv(&lab, n, placement.sender_cpu, rate),
+            (None, Some(n)) => udp_scan_argv(&lab, n, placement.sender_cpu, rate),
+            (None, None) if stage.never_sends => never_started_argv(&lab),
+            (None, None) => sender_argv(&lab, &stage, placement.sender_cpu, exe, rate, duration_s),
         };
         // A receive scenario profiles the listener; the sender starts beside it, unprofiled,
         // once the listener's port is bound.
@@ -165,13 +171,14 @@ impl Staged {
             duration: Some(o.duration + RUN_GRACE_S),
             // A listener is asked for no send rate: its funnel is the receive side. nmap's
             // --max-rate is a cap, not a rate asked for.
-            requested: (!listening && stage.syn_scan_ports.is_none()).then_some(self.rate),
+            requested: (!listening && stage.syn_scan_ports.is_none() && stage.udp_scan_ports.is_none())
+                .then_some(self.rate),
             // The reference sender's profile fits `scanprof send`, not the listener or nmap.
             profile: Some(if listening || stage.never_sends {
                 crate::wrappers::GENERIC_PROFILE.to_string()
             } else if stage.connect_scan {
                 CONNECT_SCAN_PROFILE.to_string()
-            } else if stage.syn_scan_ports.is_some() {
+            } else if stage.syn_scan_ports.is_some() || stage.udp_scan_ports.is_some() {
                 "nmap".to_string()
             } else {
                 o.profile.clone()
@@ -279,6 +286,7 @@ impl Staged {
             (_, _, Some(own), _) => super::reference::relay_checks(own, summary),
             (_, _, _, Some(own)) => super::reference::ring_checks(own, summary),
             (None, Some(own), _, _) if workers > 1 => super::reference::worker_checks(own, summary),
+            _ if stage.udp_scan_ports.is_some() => super::truth::reply_checks(&counts, summary),
             _ => Vec::new(),
         };
         let mut check = check(&stage.expect, summary, truth);

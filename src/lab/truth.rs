@@ -225,6 +225,14 @@ pub struct Counts {
     /// the ring's dropped share by its socket's own statistics (set after the run;
     /// Truth::RingDrops)
     pub(super) ring_drop_share: Option<f64>,
+    /// datagrams that met a closed port in the target namespace (`Udp: NoPorts`), the ICMP
+    /// destination unreachables it sent (`Icmp: OutDestUnreachs`) and those its rate limit held
+    /// back (`Icmp: OutRateLimitHost + OutRateLimitGlobal`); those the sender namespace took in
+    /// (`Icmp: InDestUnreachs`)
+    pub(super) target_udp_noports: Option<u64>,
+    pub(super) target_icmp_unreach_out: Option<u64>,
+    pub(super) target_icmp_held_back: Option<u64>,
+    pub(super) sender_icmp_unreach_in: Option<u64>,
 }
 
 impl Counts {
@@ -264,6 +272,14 @@ impl Counts {
             .and_then(|t| conntrack_stat(&t, "drop")),
             relay_lost_share: None,
             ring_drop_share: None,
+            target_udp_noports: target_count("Udp", "NoPorts"),
+            target_icmp_unreach_out: target_count("Icmp", "OutDestUnreachs"),
+            target_icmp_held_back: target
+                .as_deref()
+                .and_then(|t| Some(snmp_counter(t, "Icmp", "OutRateLimitHost")? + snmp_counter(t, "Icmp", "OutRateLimitGlobal")?)),
+            sender_icmp_unreach_in: sender
+                .as_deref()
+                .and_then(|t| snmp_counter(t, "Icmp", "InDestUnreachs")),
         }
     }
 
@@ -285,8 +301,43 @@ impl Counts {
             sender_ct_drops: d(self.sender_ct_drops, before.sender_ct_drops),
             relay_lost_share: self.relay_lost_share,
             ring_drop_share: self.ring_drop_share,
+            target_udp_noports: d(self.target_udp_noports, before.target_udp_noports),
+            target_icmp_unreach_out: d(self.target_icmp_unreach_out, before.target_icmp_unreach_out),
+            target_icmp_held_back: d(self.target_icmp_held_back, before.target_icmp_held_back),
+            sender_icmp_unreach_in: d(self.sender_icmp_unreach_in, before.sender_icmp_unreach_in),
         }
     }
+}
+
+/// A UDP scan's reply funnel against the namespaces' own counters (the replies-lost scenario):
+/// probes against the datagrams that met a closed port at the target, replies arrived against
+/// the unreachables it sent and those the sender's namespace took in, unanswered against those
+/// its rate limit held back, delivered (what the scanner's packet socket took) against those
+/// taken in, and dropped here against what was sent less what was taken in. Each exact.
+pub fn reply_checks(counts: &Counts, summary: &Summary) -> Vec<super::reference::FixtureCheck> {
+    use super::reference::FixtureCheck;
+    let r = summary.replies.as_ref();
+    let of = |f: fn(&crate::analysis::replies::ReplyFunnel) -> u64| r.map(|r| f(r) as f64);
+    let count = |c: Option<u64>| c.unwrap_or(0) as f64;
+    let (sent, taken_in) = (count(counts.target_icmp_unreach_out), count(counts.sender_icmp_unreach_in));
+    vec![
+        FixtureCheck::new("probes (target Udp NoPorts)", count(counts.target_udp_noports), of(|r| r.probes), 0.0),
+        FixtureCheck::new("replies arrived (target Icmp OutDestUnreachs)", sent, of(|r| r.arrived_total), 0.0),
+        FixtureCheck::new("replies arrived (sender Icmp InDestUnreachs)", taken_in, of(|r| r.arrived_total), 0.0),
+        FixtureCheck::new(
+            "unanswered (target Icmp OutRateLimitHost + OutRateLimitGlobal)",
+            count(counts.target_icmp_held_back),
+            of(|r| r.unanswered),
+            0.0,
+        ),
+        FixtureCheck::new("delivered (sender Icmp InDestUnreachs)", taken_in, of(|r| r.delivered), 0.0),
+        FixtureCheck::new(
+            "dropped here (target OutDestUnreachs - sender InDestUnreachs)",
+            (sent - taken_in).max(0.0),
+            of(|r| r.dropped_here),
+            0.0,
+        ),
+    ]
 }
 
 /// /proc/net/snmp as seen inside namespace `ns`.
@@ -349,6 +400,7 @@ pub fn measured_truth(
         Truth::ConntrackDrops => share(counts.sender_ct_drops? as f64, rate * duration_s),
         Truth::RelayLoss => counts.relay_lost_share,
         Truth::RingDrops => counts.ring_drop_share,
+        Truth::HeldBack => share(counts.target_icmp_held_back? as f64, counts.target_udp_noports? as f64),
     }
 }
 
@@ -419,6 +471,38 @@ mod tests {
         assert_eq!(snmp_counter(SNMP, "Tcp", "InSegs"), None);
     }
 
+    /// The replies-lost scenario's checks: each reply-funnel figure against its namespace
+    /// counter, exact; one figure off (a reply nmap's ring missed) fails that check alone, and a
+    /// run without a reply funnel fails them all.
+    #[test]
+    fn the_reply_funnel_is_held_to_the_namespaces_counters_exactly() {
+        let counts = Counts {
+            target_udp_noports: Some(2_012),
+            target_icmp_unreach_out: Some(7),
+            target_icmp_held_back: Some(2_005),
+            sender_icmp_unreach_in: Some(7),
+            ..Counts::default()
+        };
+        let (_, mut summary) = crate::views::fixtures::rich_run();
+        summary.replies = Some(crate::analysis::replies::ReplyFunnel {
+            probes: 2_012,
+            arrived_total: 7,
+            unanswered: 2_005,
+            beyond_host: 2_005,
+            delivered: 7,
+            dropped_here: 0,
+            ..Default::default()
+        });
+        let ok = |s: &Summary| reply_checks(&counts, s).iter().map(|c| c.ok).collect::<Vec<_>>();
+        assert_eq!(ok(&summary), [true; 6]);
+        if let Some(r) = summary.replies.as_mut() {
+            r.delivered = 6;
+        }
+        assert_eq!(ok(&summary), [true, true, true, true, false, true]);
+        summary.replies = None;
+        assert_eq!(ok(&summary), [false; 6]);
+    }
+
     #[test]
     fn truths_come_from_the_independent_counts() {
         let counts = Counts {
@@ -437,7 +521,13 @@ mod tests {
             sender_ct_drops: Some(2_000),
             relay_lost_share: Some(0.25),
             ring_drop_share: Some(0.875),
+            target_udp_noports: Some(2_012),
+            target_icmp_unreach_out: Some(7),
+            target_icmp_held_back: Some(2_005),
+            sender_icmp_unreach_in: Some(7),
         };
+        let held = measured_truth(Truth::HeldBack, 1000.0, 2.0, counts, &[]).unwrap();
+        assert!((held - 2_005.0 / 2_012.0).abs() < 1e-12, "{held}");
         let ring = measured_truth(Truth::RingDrops, 1000.0, 5.0, counts, &[]).unwrap();
         assert!((ring - 0.875).abs() < 1e-9, "{ring}");
         let relay = measured_truth(Truth::RelayLoss, 1000.0, 5.0, counts, &[]).unwrap();

@@ -143,6 +143,14 @@ fn drop_reason_names(btf: &Btf<'_>) -> Option<BTreeMap<u32, String>> {
     )
 }
 
+/// The syscall tracepoints the probes attach to as classic tracepoints (`tp/syscalls/NAME`:
+/// through tracefs, which must be mounted; BTF has no per-syscall tracepoints), and what each
+/// one gives.
+pub const SYSCALL_TRACEPOINTS: [(&str, &str); 1] = [(
+    "sys_enter_close",
+    "a family packet socket's counters as close(2) closes it (rings.on_close)",
+)];
+
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
 pub const TRACEPOINTS: [(&str, &str); 19] = [
     (
@@ -215,10 +223,14 @@ mod tests {
     /// removed, fails here until the list follows.
     #[test]
     fn the_tracepoint_list_is_the_probes_sections() {
-        let listed: BTreeSet<String> = super::TRACEPOINTS.iter().map(|(tp, _)| tp.to_string()).collect();
+        let listed: BTreeSet<String> = super::TRACEPOINTS
+            .iter()
+            .chain(&super::SYSCALL_TRACEPOINTS)
+            .map(|(tp, _)| tp.to_string())
+            .collect();
         assert_eq!(
             listed.len(),
-            super::TRACEPOINTS.len(),
+            super::TRACEPOINTS.len() + super::SYSCALL_TRACEPOINTS.len(),
             "a tracepoint is listed twice"
         );
         let attached = attached_tracepoints();

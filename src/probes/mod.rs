@@ -21,7 +21,7 @@ use thiserror::Error;
 
 use crate::system::startup::mark as timing;
 
-pub use kernel::{KernelFeatures, TRACEPOINTS};
+pub use kernel::{KernelFeatures, SYSCALL_TRACEPOINTS, TRACEPOINTS};
 pub use sizing::{
     describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET,
     RESIZABLE,
@@ -381,8 +381,8 @@ const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 // sp_ring: two u64, twelve u32, two u64 (the owner's reads), eight u32.
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
-// sp_ring_reads: three u64, six u32.
-const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 6 * 4);
+// sp_ring_reads: three u64, ten u32.
+const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 10 * 4);
 const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
 
 /// Times a read of the packet-socket iterator is taken again when a record says a family
@@ -471,6 +471,34 @@ fn load_err(object: &str, log_from: usize) -> impl FnOnce(libbpf_rs::Error) -> P
             },
             release: kernel_release(),
             reason: reason.unwrap_or_else(|| source.to_string()),
+        }
+    }
+}
+
+/// Attaches the rings object's close programs (rings.bpf.c: a packet socket's counters read at
+/// the family's close(2) of it and at its process's exit, before its release throws them away),
+/// each with a status entry; their links join `links`.
+fn attach_close_reads(skel: &RingsSkel<'static>, links: &mut Vec<Link>, status: &mut Vec<ProbeStatus>) {
+    const MISSING: &str = "missing without it: the frames that reached a packet socket after \
+                           the last sample before it closed";
+    for (name, prog) in [
+        ("rings.on_close", &skel.progs.on_close),
+        ("rings.on_exit_socks", &skel.progs.on_exit_socks),
+    ] {
+        match prog.attach() {
+            Ok(link) => {
+                links.push(link);
+                status.push(ProbeStatus {
+                    name: name.into(),
+                    attached: true,
+                    error: None,
+                });
+            }
+            Err(e) => status.push(ProbeStatus {
+                name: name.into(),
+                attached: false,
+                error: Some(format!("{e}; {MISSING}")),
+            }),
         }
     }
 }
@@ -719,7 +747,10 @@ impl ProbeSet {
 
         // Attached only now that every object is loaded and its maps checked: a program that
         // runs has the one family, thread table and socket cache every other program sees.
-        let links = attach_programs(&objects, &mut status);
+        let mut links = attach_programs(&objects, &mut status);
+        if let Some(skel) = &wholes.rings {
+            attach_close_reads(skel, &mut links, &mut status);
+        }
         // The iterator's link is kept apart: each sample reads a new iterator made from it.
         let rings = attach_whole(&RINGS, wholes.rings, |s| s.progs.sp_rings.attach(), &mut status);
         let replies = attach_whole(

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::probes::{
     caps_allow_bpf, describe_map_memory, effective_caps, kernel_release, KernelFeatures, MapMemory,
-    ProbeOptions, ProbeSet, MEMORY_BUDGET, TRACEPOINTS,
+    ProbeOptions, ProbeSet, MEMORY_BUDGET, SYSCALL_TRACEPOINTS, TRACEPOINTS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -182,8 +182,11 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
     } else {
         check(
             "tracefs",
-            Status::Info,
-            "not mounted: scanprof does not need it, bpftrace cross-checks do",
+            Status::Degraded,
+            format!(
+                "not mounted: the syscall tracepoints cannot attach (no {}); bpftrace cross-checks need it too",
+                SYSCALL_TRACEPOINTS.map(|(_, what)| what).join("; no ")
+            ),
             Some("mount -t tracefs nodev /sys/kernel/tracing"),
         )
     });

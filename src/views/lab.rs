@@ -241,7 +241,7 @@ pub fn relay_text(report: &RelayReport, input: &str) -> String {
 /// `scanprof ring-recv`'s own account of a run.
 pub fn ring_recv_text(report: &RingRecvReport) -> String {
     format!(
-        "ring-recv: {} frames read from a {}-frame TPACKET_V2 ring on {} in {:.2} s; kernel ({} PACKET_STATISTICS read{}): {} frames reached the socket, {} queued, {} dropped (ring full)\n",
+        "ring-recv: {} frames read from a {}-frame TPACKET_V2 ring on {} in {:.2} s; kernel ({} PACKET_STATISTICS read{}): {} frames reached the socket, {} queued, {} dropped (ring full); device while it was open: {} frames received, {} sent\n",
         report.read,
         report.frames,
         report.dev,
@@ -250,7 +250,9 @@ pub fn ring_recv_text(report: &RingRecvReport) -> String {
         if report.statistics_reads == 1 { "" } else { "s" },
         report.tp_packets,
         report.queued,
-        report.tp_drops
+        report.tp_drops,
+        report.dev_rx,
+        report.dev_tx
     )
 }
 

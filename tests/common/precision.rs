@@ -203,12 +203,10 @@ fn own_frames_are_no_replies(s: &Summary, add: &mut impl FnMut(Check, String)) {
     if let Some(r) = &s.receive {
         for g in &r.rings {
             // The copies of outgoing frames are of the frames that reached the socket (queued,
-            // or dropped at a full ring), never more. A socket closed before the end counts its
-            // queued and dropped frames only up to its last read (docs/events.md, the ring
-            // object: no tracepoint marks its release), a lower bound beside exact outgoing
-            // copies: compared only while it is open.
+            // or dropped at a full ring), never more; a closed socket too (its counters are read
+            // at its close). One whose counts lost a clear (`clears`) has lower bounds.
             let reached = g.queued_total + g.dropped_total;
-            if g.open && g.outgoing_total > reached {
+            if g.clears == 0 && g.outgoing_total > reached {
                 add(
                     c,
                     format!(
