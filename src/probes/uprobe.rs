@@ -2,7 +2,8 @@
 //! a profile names, told apart by the attach cookie (the probe's index). User space configures a
 //! probe's capture in `uprobe_cfg`, then attaches the programs to a file offset in a binary, for
 //! one process or for every process that maps the file. When a pinned link takes over from an
-//! ahead one, `uprobe_pinned` makes exactly one of the two count each call.
+//! ahead one, the pinned link counts every call it sees and marks it in `uprobe_handed`, and the
+//! ahead link counts only the calls not marked, so exactly one of the two counts each call.
 
 use std::path::Path;
 
@@ -101,9 +102,10 @@ impl Uprobes {
     /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
     /// when `ret`, for the processes `to` names. Returns the links' keys, for `detach`.
     ///
-    /// A hand-over's links take the process's calls over from the probe's ahead link in one map
-    /// update once they are attached: detaching the ahead link afterwards neither loses nor
-    /// doubles a call.
+    /// A hand-over's links count the process's calls from the moment they are attached, and
+    /// the probe's ahead link, whose program the kernel runs after theirs at the same breakpoint
+    /// (newest first), leaves those calls to them: no decision changes between the two programs
+    /// of one hit, so detaching the ahead link afterwards neither loses nor doubles a call.
     pub fn attach(
         &mut self,
         index: u32,
@@ -135,14 +137,6 @@ impl Uprobes {
                     binary.display()
                 )))?;
             new.push(link);
-        }
-        if let LinkFor::HandOver(pid) = to {
-            let key = (u64::from(index) << 32) | u64::from(pid);
-            self.skel
-                .maps
-                .uprobe_pinned
-                .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
-                .map_err(bpf_err(format!("handing uprobe {index} over to pid {pid}")))?;
         }
         let first = self.links.len();
         self.links.extend(new.into_iter().map(Some));
