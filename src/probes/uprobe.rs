@@ -152,6 +152,25 @@ impl Uprobes {
         }
     }
 
+    /// Whether a call of probe `index` by one of the threads `tids` entered before `before_ns`
+    /// (CLOCK_MONOTONIC) and has not returned yet: its entry time is still in `uprobe_entry`.
+    pub fn call_in_progress(&self, index: u32, tids: &[u32], before_ns: u64) -> bool {
+        let map = &self.skel.maps.uprobe_entry;
+        map.keys().any(|key| {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()).map(u64::from_ne_bytes) else {
+                return false;
+            };
+            if k & 0xffff_ffff != u64::from(index) || !tids.contains(&((k >> 32) as u32)) {
+                return false;
+            }
+            map.lookup(&key, MapFlags::ANY)
+                .ok()
+                .flatten()
+                .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+                .is_some_and(|v| u64::from_ne_bytes(v) < before_ns)
+        })
+    }
+
     /// Calls and time inside, per probe index, summed over CPUs.
     pub fn stats(&self) -> Vec<(u32, sp_uprobe_stats)> {
         (0..UPROBE_MAX as u32)
