@@ -438,19 +438,21 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
     let (lab, names) = lab();
     let sink = lab_sink(&lab, PORT_A);
     let to = format!("{}:{PORT_A}", lab.target_addr);
-    // Bounds only: the test stops it well before either.
-    let sender = sender_argv(&to, 20_000.0, 1_000_000, 45.0, &["--pacer", "clock"]);
+    // Bounds only, beyond the waits below: the test stops it once the hand-over is seen (after
+    // 0.2 to 19 s of sending beside a CPU hog at load ~11).
+    let sender = sender_argv(&to, 20_000.0, 3_000_000, 150.0, &["--pacer", "clock"]);
     let mut args: Vec<String> = ["run", "--json", "--profile", "scanprof-send"]
         .map(String::from)
         .to_vec();
-    args.extend(["--per-packet", "send,wait_slot", "--duration", "50", "--"].map(String::from));
+    args.extend(["--per-packet", "send,wait_slot", "--duration", "160", "--"].map(String::from));
     args.extend(in_lab(&lab, &sender));
     let mut run = Proc::scanprof(&args);
-    let handed = run.wait_for_line("a sample with both probes handed over", RUN_TIMEOUT, |l| {
+    let wait = Duration::from_secs(120);
+    let handed = run.wait_for_line("a sample with both probes handed over", wait, |l| {
         handed_over(l).is_some()
     });
     let (pid, hits_at_hand_over) = handed_over(&handed).expect("checked by the predicate");
-    run.wait_for_line("a sample with calls counted after the hand-over", RUN_TIMEOUT, |l| {
+    run.wait_for_line("a sample with calls counted after the hand-over", wait, |l| {
         handed_over(l).is_some_and(|(_, hits)| hits > hits_at_hand_over)
     });
     // The sender is this test's (through scanprof): ended by its pid, which the sample names.
@@ -462,6 +464,7 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
     let summary = run.summary_json();
     let sc = scanner(&summary);
     let count = rx.packets;
+    assert_eq!(summary["end_reason"], "family_exited", "ended by the sender's exit");
     eprintln!("hand-over seen at {hits_at_hand_over} hits; the receiver got {count} packets");
     assert!(count > hits_at_hand_over, "the receiver's count: {rx:?}");
     assert_eq!(summary["packets"].as_u64(), Some(count), "scanprof's packets against the receiver's");
