@@ -364,9 +364,22 @@ impl SinkReport {
     /// packets per second over the last `n` datagrams received, (n-1)/(last-first) of their
     /// arrival times, for a sink that kept them; None if it kept fewer than `n`, or `n` < 2
     pub fn pps_of_last(&self, n: u64) -> Option<f64> {
-        let n = usize::try_from(n).ok().filter(|&n| n >= 2 && n <= self.arrivals.len())?;
-        let first = self.arrivals[self.arrivals.len() - n];
-        let span_ns = self.arrivals.last()?.checked_sub(first).filter(|&s| s > 0)?;
+        let from = self.arrivals.len().checked_sub(usize::try_from(n).ok()?)?;
+        self.pps_of_run(from, n)
+    }
+
+    /// packets per second over the `n` datagrams from the first that arrived at or after
+    /// `from_ns` (CLOCK_MONOTONIC), (n-1)/(last-first) of their arrival times, for a sink that
+    /// kept them; None if fewer than `n` arrived from then on, or `n` < 2
+    pub fn pps_from(&self, from_ns: u64, n: u64) -> Option<f64> {
+        self.pps_of_run(self.arrivals.partition_point(|&t| t < from_ns), n)
+    }
+
+    /// The rate over `n` kept arrivals from index `from`.
+    fn pps_of_run(&self, from: usize, n: u64) -> Option<f64> {
+        let n = usize::try_from(n).ok().filter(|&n| n >= 2)?;
+        let run = self.arrivals.get(from..from.checked_add(n)?)?;
+        let span_ns = run.last()?.checked_sub(run[0]).filter(|&s| s > 0)?;
         Some((n - 1) as f64 * 1e9 / span_ns as f64)
     }
 }
@@ -606,6 +619,11 @@ mod tests {
         assert_eq!(r.pps_of_last(7), r.pps(), "all of them: the whole run's rate");
         assert_eq!(r.pps_of_last(8), None, "more than it kept");
         assert_eq!(r.pps_of_last(1), None, "one packet has no rate");
+        // From the first arrival at or after 1.5 ms: the five at 0.1 ms.
+        assert_eq!(r.pps_from(1_500_000, 5), Some(10_000.0));
+        assert_eq!(r.pps_from(2_000_000, 5), Some(10_000.0), "an arrival at the time counts");
+        assert_eq!(r.pps_from(0, 2), Some(1_000.0));
+        assert_eq!(r.pps_from(1_500_000, 6), None, "only five arrived from then on");
     }
 
     #[test]
