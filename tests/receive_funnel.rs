@@ -154,16 +154,14 @@ fn lab_run(scenario: &str) -> (scanprof::analysis::Summary, Value) {
 
 /// Runs `scanprof lab SCENARIO --json EXTRA...` and returns its summary and lab line.
 fn lab_run_with(scenario: &str, extra: &[&str]) -> (scanprof::analysis::Summary, Value) {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let mut args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
         .map(String::from)
         .to_vec();
     args.extend(extra.iter().map(|a| a.to_string()));
     let done = Proc::scanprof(&args).finish(patience(LAB_TIMEOUT));
     done.assert_success();
-    bpf.assert_released(&format!("scanprof lab {scenario}"));
+    test.assert_released(&format!("scanprof lab {scenario}"));
     let ctx = done.context();
     let lab: Value = done
         .of_type("lab")
