@@ -6,8 +6,8 @@
  * inside); rare probes also stream a record per entry and return with the argument registers, the
  * return value, up to SP_UPROBE_BUF bytes behind a pointer argument, and the thread's packet count
  * at that moment. A per-packet probe is attached twice for a while, ahead (for every process
- * running the file) and pinned (to one process); `uprobe_pinned` says which of the two counts a
- * process's calls, so that no call is lost or counted twice.
+ * running the file) and pinned (to one process); `uprobe_handed` lets exactly one of the two count
+ * each call, so that no call is lost or counted twice.
  */
 #include "shared.h"
 
@@ -29,18 +29,25 @@ struct {
 } uprobe_stats SEC(".maps");
 
 /*
- * (probe << 32 | tgid) present: the probe's hand-over link pinned to that process counts its
- * calls, and the link attached ahead ignores them; absent: the other way round. User space
- * attaches the hand-over link, then adds the entry (one update switches every later call over),
- * then detaches the ahead link, so a call in between is counted once. Pinned links that replace
- * no ahead link do not look here.
+ * (tid << 32 | probe) present: the hand-over link counted the call this thread is entering, and
+ * the ahead link, which runs after it at the same breakpoint hit, must not. The kernel runs a
+ * uprobe's consumers newest first (consumer_add puts a new one at the head of the list, from
+ * 3.5 to 6.18), and the hand-over link is always attached after the ahead one, so at every hit
+ * that both serve the hand-over program runs first and marks the hit, and the ahead program
+ * removes the mark. Nothing else decides: a hit counted by neither or by both needs a decision
+ * that changes between the two programs of one hit, and none does (attaching the hand-over link
+ * adds it ahead of any hit still in progress; detaching the ahead link after its program ran,
+ * or before, is the same). A mark left when the ahead link is gone is overwritten at the
+ * thread's next hit. (A map that user space set at the hand-over changed between the two
+ * programs of a hit when the update landed there: the call was counted by neither, a flake
+ * seen beside a busy CPU.)
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u64);
 	__type(value, __u8);
-} uprobe_pinned SEC(".maps");
+} uprobe_handed SEC(".maps");
 
 /* Entry time of the call in progress, by (tid << 32 | probe): pairs a return with its entry. */
 struct {
@@ -84,18 +91,20 @@ static __always_inline struct sp_call *call_reserve(__u32 kind, __u32 probe, __u
 	return c;
 }
 
-/* Whether this link counts the calls of process `tgid` to `probe`: a link attached ahead counts
- * them until a hand-over link pinned to the process takes over (an entry in uprobe_pinned); the
- * hand-over link counts them from then on; any other pinned link always does. */
-static __always_inline bool link_counts(__u64 cookie, __u32 probe, __u32 tgid)
+/* Whether this link counts the call entering at this breakpoint hit: a hand-over link counts
+ * every call it sees and marks the hit for the ahead link, which counts the hits not marked
+ * (see uprobe_handed); any other pinned link counts every call. */
+static __always_inline bool link_counts(__u64 cookie, __u32 probe, __u64 id)
 {
-	__u64 key = ((__u64)probe << 32) | tgid;
-	bool handed = bpf_map_lookup_elem(&uprobe_pinned, &key) != 0;
+	__u64 key = (id << 32) | probe;
+	__u8 one = 1;
 
+	if (cookie & SP_UP_COOKIE_HANDOVER) {
+		bpf_map_update_elem(&uprobe_handed, &key, &one, BPF_ANY);
+		return true;
+	}
 	if (cookie & SP_UP_COOKIE_AHEAD)
-		return !handed;
-	if (cookie & SP_UP_COOKIE_HANDOVER)
-		return handed;
+		return bpf_map_delete_elem(&uprobe_handed, &key) != 0;
 	return true;
 }
 
@@ -125,7 +134,7 @@ static __always_inline int timed_uprobe_entry(struct pt_regs *ctx)
 	__u64 key, cookie;
 	__u32 probe;
 
-	if (!family_probe(ctx, id, &cookie, &probe, &cfg, &st) || !link_counts(cookie, probe, id >> 32))
+	if (!family_probe(ctx, id, &cookie, &probe, &cfg, &st) || !link_counts(cookie, probe, id))
 		return 0;
 	key = (id << 32) | probe;
 	st->hits++;
@@ -184,8 +193,10 @@ static __always_inline int timed_uprobe_return(struct pt_regs *ctx)
 			return 0;
 		st->returns++;
 		st->inside_ns += inside;
-	} else if (!link_counts(cookie, probe, id >> 32)) {
-		/* a return whose entry came before the probes (attached mid-call) */
+	} else if (cookie & SP_UP_COOKIE_HANDOVER) {
+		/* A return whose entry came before the probes (attached mid-call) is recorded by the
+		 * link that was there first; only per-packet probes, which record nothing, are
+		 * handed over. */
 		return 0;
 	}
 	if (!(cfg->flags & SP_UP_RECORD))

@@ -391,29 +391,82 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     test.assert_released("the test's scanprof processes ended");
 }
 
+/// Both per-packet probes of the reference sender, `send` and `wait_slot`, in a `sample` line:
+/// Some((the one pid they are pinned to, the fewer of their hits so far)) once a hand-over has
+/// pinned both to the same process, else None.
+fn handed_over(line: &str) -> Option<(u32, u64)> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v["type"] != "sample" {
+        return None;
+    }
+    let probes = v["scanner"]["probes"].as_array()?;
+    let mut pid = None;
+    let mut hits = u64::MAX;
+    for name in ["send", "wait_slot"] {
+        let p = probes.iter().find(|p| p["name"] == name)?;
+        let pids = p["pids"].as_array()?;
+        let [one] = pids.as_slice() else { return None };
+        let one = u32::try_from(one.as_u64()?).ok()?;
+        if pid.is_some_and(|p| p != one) {
+            return None;
+        }
+        pid = Some(one);
+        hits = hits.min(p["hits"].as_u64()?);
+    }
+    pid.map(|p| (p, hits))
+}
+
 /// A per-packet probe of a launched scanner is attached ahead to its file, then handed over to a
 /// link pinned to the process once it appears, while the process may already be sending. The
 /// hand-over must neither lose nor double a call or its return: the reference sender, sending from
 /// its first millisecond (clock pacer, no calibration), has `send` and `wait_slot` counted exactly
-/// once per packet, entries and returns. (Before the hand-over map, a call between attaching the pinned link and detaching
-/// the ahead one was counted twice: nmap's `PacketRateMeter::update` read 1001 for 1000.)
+/// once per packet, entries and returns. (Before the hand-over map, a call between attaching the
+/// pinned link and detaching the ahead one was counted twice: nmap's `PacketRateMeter::update`
+/// read 1001 for 1000. With a map that user space updated at the hand-over, a call whose two
+/// programs ran on either side of the update was counted by neither: 19,999 of 20,000, beside
+/// a busy CPU.)
+///
+/// The sender sends until this test ends it: a fixed count ended before scanprof read the
+/// sender's exec under load (then nothing was handed over and the test tested nothing). It is
+/// ended (SIGTERM to its pid, which it answers by stopping between two packets) once a sample
+/// shows both probes handed over and a later one shows calls counted after that, so calls before,
+/// across and after the hand-over are all in the count, whatever the machine's load.
 #[test]
 fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
     let test = privileged();
     let (lab, names) = lab();
-    let count = 20_000u64;
     let sink = lab_sink(&lab, PORT_A);
     let to = format!("{}:{PORT_A}", lab.target_addr);
-    let sender = sender_argv(&to, 20_000.0, count, 10.0, &["--pacer", "clock"]);
-    #[rustfmt::skip]
-    let options = ["--profile", "scanprof-send", "--per-packet", "send,wait_slot", "--duration", "30"];
-    let run = run_in_lab(&lab, &options, &sender);
+    // Bounds only, beyond the waits below: the test stops it once the hand-over is seen (after
+    // 0.2 to 19 s of sending beside a CPU hog at load ~11).
+    let sender = sender_argv(&to, 20_000.0, 3_000_000, 150.0, &["--pacer", "clock"]);
+    let mut args: Vec<String> = ["run", "--json", "--profile", "scanprof-send"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--per-packet", "send,wait_slot", "--duration", "160", "--"].map(String::from));
+    args.extend(in_lab(&lab, &sender));
+    let mut run = Proc::scanprof(&args);
+    let wait = Duration::from_secs(120);
+    let handed = run.wait_for_line("a sample with both probes handed over", wait, |l| {
+        handed_over(l).is_some()
+    });
+    let (pid, hits_at_hand_over) = handed_over(&handed).expect("checked by the predicate");
+    run.wait_for_line("a sample with calls counted after the hand-over", wait, |l| {
+        handed_over(l).is_some_and(|(_, hits)| hits > hits_at_hand_over)
+    });
+    // The sender is this test's (through scanprof): ended by its pid, which the sample names.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap_or_else(|e| panic!("cannot end the sender (pid {pid}): {e}"));
+    let run = run.finish(RUN_TIMEOUT);
     let rx = stop_sink(sink);
     run.assert_success();
     let summary = run.summary_json();
     let sc = scanner(&summary);
-    assert_eq!(rx.packets, count, "the receiver's count: {rx:?}");
-    assert_eq!(summary["packets"].as_u64(), Some(count), "scanprof's packets");
+    let count = rx.packets;
+    assert_eq!(summary["end_reason"], "family_exited", "ended by the sender's exit");
+    eprintln!("hand-over seen at {hits_at_hand_over} hits; the receiver got {count} packets");
+    assert!(count > hits_at_hand_over, "the receiver's count: {rx:?}");
+    assert_eq!(summary["packets"].as_u64(), Some(count), "scanprof's packets against the receiver's");
     let probes = sc["probes"].as_array().unwrap();
     for name in ["send", "wait_slot"] {
         let p = probes

@@ -162,6 +162,11 @@ impl BpfMeter {
             stats.turn_off();
             self.sampled = true;
         }
+        // The window ends once its counters are read, not at the tick's `now_ns`, which the
+        // collector read before a tick's work: on a loaded machine that work took long enough
+        // that the kernel counted 3.4x the window's length, and the probes' share of the
+        // target's time read 339% (a sampled window scaled up by interval / window).
+        let now_ns = now_ns.max(crate::system::monotonic_ns());
         self.measured_ns += now_ns.saturating_sub(opened);
         for a in after {
             let b = before

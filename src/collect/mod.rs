@@ -930,7 +930,10 @@ impl Collector {
         let queues = queue_depths(raw_queues, &names);
         let block_sites = self.block_sites(open, &mut threads, now_ns);
         let (calls, uprobes) = match self.scanner.as_mut() {
-            Some(sc) => (sc.drain(&self.probes), sc.states(&self.probes)),
+            Some(sc) => {
+                sc.retire_ahead_links(&mut self.probes);
+                (sc.drain(&self.probes), sc.states(&self.probes))
+            }
             None => (Vec::new(), Vec::new()),
         };
         let packet_rings = self.packet_rings(&devices);

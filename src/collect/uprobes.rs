@@ -78,12 +78,32 @@ pub struct UprobeState {
 /// A binary file, told apart by device and inode (paths differ across /proc/PID/root).
 type FileId = (u64, u64);
 
+/// An ahead link that a hand-over replaced, kept until the process's calls that may have entered
+/// through it alone have returned: the kernel here (6.18) runs at a call's return only the
+/// return probes that were attached at its entry, so detaching it at once could lose such a
+/// return (seen: send, 59,999 returns of 60,000 calls, on a loaded machine).
+struct Retiring {
+    probe: u32,
+    pid: u32,
+    /// CLOCK_MONOTONIC ns once the hand-over's links were attached: a call that entered before
+    /// may have had only the ahead link's return probe
+    since_ns: u64,
+    links: Vec<usize>,
+}
+
+/// How long a replaced ahead link waits at most for the calls it saw enter (a call that never
+/// returns, such as one left by longjmp, leaves its entry time behind), in ns. Meanwhile other
+/// processes running the file keep paying for its hits.
+const RETIRE_WAIT_NS: u64 = 10_000_000_000;
+
 /// The profile's probes for one session.
 pub struct ScannerProbes {
     profile: ScannerProfile,
     states: Vec<UprobeState>,
     /// (probe index, file, pid or None for every process) attached, and their links
     attached: HashMap<(usize, FileId, Option<u32>), Vec<usize>>,
+    /// ahead links replaced by a hand-over, detached by [`ScannerProbes::retire_ahead_links`]
+    retiring: Vec<Retiring>,
     /// (file, symbol) -> (file offset, virtual address), or why not
     symbols: HashMap<(FileId, String), Result<(u64, u64), String>>,
     inspector: Inspector,
@@ -121,6 +141,7 @@ impl ScannerProbes {
             profile,
             states,
             attached: HashMap::new(),
+            retiring: Vec::new(),
             symbols: HashMap::new(),
             inspector: Inspector::new(),
             roles: BTreeMap::new(),
@@ -330,9 +351,18 @@ impl ScannerProbes {
         match u.attach(i as u32, file, offset, to, ret) {
             Ok(keys) => {
                 self.attached.insert((i, id, pid), keys);
-                if swap {
+                if let (true, Some(pid)) = (swap, pid) {
                     if let Some(global) = self.attached.remove(&(i, id, None)) {
-                        u.detach(&global);
+                        if ret {
+                            self.retiring.push(Retiring {
+                                probe: i as u32,
+                                pid,
+                                since_ns: crate::system::monotonic_ns(),
+                                links: global,
+                            });
+                        } else {
+                            u.detach(&global);
+                        }
                     }
                 }
                 let st = &mut self.states[i];
@@ -345,6 +375,32 @@ impl ScannerProbes {
             }
             Err(e) => self.states[i].note = Some(e.to_string()),
         }
+    }
+
+    /// Detaches the ahead links replaced by a hand-over once no call of the process that entered
+    /// before the hand-over is still in progress (or the process is gone, or it waited
+    /// [`RETIRE_WAIT_NS`]). Call once a tick.
+    pub fn retire_ahead_links(&mut self, probes: &mut ProbeSet) {
+        if self.retiring.is_empty() {
+            return;
+        }
+        let Some(u) = probes.uprobes_mut() else { return };
+        let now = crate::system::monotonic_ns();
+        self.retiring.retain(|r| {
+            let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", r.pid))
+                .map(|dir| {
+                    dir.flatten()
+                        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let waiting = now.saturating_sub(r.since_ns) < RETIRE_WAIT_NS
+                && u.call_in_progress(r.probe, &tids, r.since_ns);
+            if !waiting {
+                u.detach(&r.links);
+            }
+            waiting
+        });
     }
 
     /// The file offset and address of a probe's symbol in `file`, cached per file.

@@ -112,6 +112,10 @@ pub struct SinkReport {
     pub last_ns: u64,
     /// datagrams that came without a kernel timestamp, timed when read instead (none expected)
     pub untimed: u64,
+    /// CLOCK_MONOTONIC ns at which the kernel received each datagram, in ascending order, for a
+    /// sink asked to keep them ([`Lab::udp_sink_keeping_arrivals`]); empty otherwise
+    #[serde(skip)]
+    pub arrivals: Vec<u64>,
 }
 
 impl Lab {
@@ -233,6 +237,17 @@ impl Lab {
     /// counting thread gets to it, so a receiver that is scheduled late on a busy machine still
     /// measures the rate at which the packets came.
     pub fn udp_sink(&self, port: u16) -> Result<UdpSink> {
+        self.start_sink(port, false)
+    }
+
+    /// [`Lab::udp_sink`] that also keeps every datagram's arrival time
+    /// ([`SinkReport::arrivals`]), so that a rate can be taken over any run of the packets, such as
+    /// the ones a profiler counted (8 bytes a datagram: for counts of thousands, not millions).
+    pub fn udp_sink_keeping_arrivals(&self, port: u16) -> Result<UdpSink> {
+        self.start_sink(port, true)
+    }
+
+    fn start_sink(&self, port: u16, keep_arrivals: bool) -> Result<UdpSink> {
         let addr = SocketAddrV4::new(self.target_addr, port);
         let socket = self.in_target(move || -> Result<UdpSocket> {
             let socket = UdpSocket::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
@@ -253,7 +268,7 @@ impl Lab {
                 move || {
                     // Counting what a bound socket receives needs no privilege.
                     let _ = crate::system::privileges::drop_to(&[]);
-                    count_datagrams(&socket, &stop, &packets)
+                    count_datagrams(&socket, &stop, &packets, keep_arrivals)
                 }
             })
             .context("cannot start the sink thread")?;
@@ -344,6 +359,28 @@ impl SinkReport {
     pub fn pps(&self) -> Option<f64> {
         let span_ns = self.last_ns.checked_sub(self.first_ns)?;
         (self.packets >= 2 && span_ns > 0).then(|| (self.packets - 1) as f64 * 1e9 / span_ns as f64)
+    }
+
+    /// packets per second over the last `n` datagrams received, (n-1)/(last-first) of their
+    /// arrival times, for a sink that kept them; None if it kept fewer than `n`, or `n` < 2
+    pub fn pps_of_last(&self, n: u64) -> Option<f64> {
+        let from = self.arrivals.len().checked_sub(usize::try_from(n).ok()?)?;
+        self.pps_of_run(from, n)
+    }
+
+    /// packets per second over the `n` datagrams from the first that arrived at or after
+    /// `from_ns` (CLOCK_MONOTONIC), (n-1)/(last-first) of their arrival times, for a sink that
+    /// kept them; None if fewer than `n` arrived from then on, or `n` < 2
+    pub fn pps_from(&self, from_ns: u64, n: u64) -> Option<f64> {
+        self.pps_of_run(self.arrivals.partition_point(|&t| t < from_ns), n)
+    }
+
+    /// The rate over `n` kept arrivals from index `from`.
+    fn pps_of_run(&self, from: usize, n: u64) -> Option<f64> {
+        let n = usize::try_from(n).ok().filter(|&n| n >= 2)?;
+        let run = self.arrivals.get(from..from.checked_add(n)?)?;
+        let span_ns = run.last()?.checked_sub(run[0]).filter(|&s| s > 0)?;
+        Some((n - 1) as f64 * 1e9 / span_ns as f64)
     }
 }
 
@@ -458,8 +495,9 @@ fn run_in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 
     }
 }
 
-/// The sink loop: counts datagrams until `stop` is set and a receive times out.
-fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64) -> SinkReport {
+/// The sink loop: counts datagrams (and keeps their arrival times if asked) until `stop` is set
+/// and a receive times out.
+fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64, keep_arrivals: bool) -> SinkReport {
     let mut report = SinkReport::default();
     let mut buf = vec![0u8; 65_536];
     let mut cmsg = nix::cmsg_space!(TimeSpec);
@@ -487,12 +525,18 @@ fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64) -
                     report.first_ns.min(at)
                 };
                 report.last_ns = report.last_ns.max(at);
+                if keep_arrivals {
+                    report.arrivals.push(at);
+                }
                 report.packets += 1;
                 report.bytes += len as u64;
                 packets.store(report.packets, Ordering::Relaxed);
             }
             // A timeout (or EINTR): nothing is queued, so this is the moment to stop if asked.
-            Err(_) if stop.load(Ordering::Relaxed) => return report,
+            Err(_) if stop.load(Ordering::Relaxed) => {
+                report.arrivals.sort_unstable();
+                return report;
+            }
             Err(_) => {}
         }
     }
@@ -559,6 +603,27 @@ mod tests {
             "{what}: {pps:.1} pps is {:.2}% off {expected}",
             error * 100.0
         );
+    }
+
+    #[test]
+    fn the_rate_of_the_last_packets_is_taken_over_their_own_arrivals() {
+        // Two packets 1 ms apart, then five 0.1 ms apart: the last five came at 10,000 pps.
+        let r = SinkReport {
+            packets: 7,
+            first_ns: 0,
+            last_ns: 2_400_000,
+            arrivals: vec![0, 1_000_000, 2_000_000, 2_100_000, 2_200_000, 2_300_000, 2_400_000],
+            ..SinkReport::default()
+        };
+        assert_eq!(r.pps_of_last(5), Some(10_000.0));
+        assert_eq!(r.pps_of_last(7), r.pps(), "all of them: the whole run's rate");
+        assert_eq!(r.pps_of_last(8), None, "more than it kept");
+        assert_eq!(r.pps_of_last(1), None, "one packet has no rate");
+        // From the first arrival at or after 1.5 ms: the five at 0.1 ms.
+        assert_eq!(r.pps_from(1_500_000, 5), Some(10_000.0));
+        assert_eq!(r.pps_from(2_000_000, 5), Some(10_000.0), "an arrival at the time counts");
+        assert_eq!(r.pps_from(0, 2), Some(1_000.0));
+        assert_eq!(r.pps_from(1_500_000, 6), None, "only five arrived from then on");
     }
 
     #[test]

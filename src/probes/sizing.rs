@@ -23,8 +23,8 @@ pub const DEFAULT_SIZES: [(&str, u32); 7] = [
     ("stacks", 1024),
     // Scanner uprobe calls in progress, by (thread, probe) (LRU).
     ("uprobe_entry", 4096),
-    // (probe, process) pairs handed over to a link pinned to the process.
-    ("uprobe_pinned", 1024),
+    // (thread, probe) pairs whose call in progress a hand-over link counted (LRU).
+    ("uprobe_handed", 1024),
     // Rare records (fork, exec, exit, blocking episodes), consumed every 50 ms: ~2,200 records.
     ("events", 512 << 10),
     // Records of rare scanner uprobe calls, consumed every 50 ms: ~750 records.
@@ -64,7 +64,7 @@ pub const RESIZABLE: [&str; 15] = [
     "devnames",
     "qdepth",
     "uprobe_entry",
-    "uprobe_pinned",
+    "uprobe_handed",
     "events",
     "calls",
 ];

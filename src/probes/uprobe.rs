@@ -2,7 +2,8 @@
 //! a profile names, told apart by the attach cookie (the probe's index). User space configures a
 //! probe's capture in `uprobe_cfg`, then attaches the programs to a file offset in a binary, for
 //! one process or for every process that maps the file. When a pinned link takes over from an
-//! ahead one, `uprobe_pinned` makes exactly one of the two count each call.
+//! ahead one, the pinned link counts every call it sees and marks it in `uprobe_handed`, and the
+//! ahead link counts only the calls not marked, so exactly one of the two counts each call.
 
 use std::path::Path;
 
@@ -101,9 +102,10 @@ impl Uprobes {
     /// Attaches probe `index` at `offset` (a file offset) in `binary`: its entry, and its return
     /// when `ret`, for the processes `to` names. Returns the links' keys, for `detach`.
     ///
-    /// A hand-over's links take the process's calls over from the probe's ahead link in one map
-    /// update once they are attached: detaching the ahead link afterwards neither loses nor
-    /// doubles a call.
+    /// A hand-over's links count the process's calls from the moment they are attached, and
+    /// the probe's ahead link, whose program the kernel runs after theirs at the same breakpoint
+    /// (newest first), leaves those calls to them: no decision changes between the two programs
+    /// of one hit, so detaching the ahead link afterwards neither loses nor doubles a call.
     pub fn attach(
         &mut self,
         index: u32,
@@ -136,14 +138,6 @@ impl Uprobes {
                 )))?;
             new.push(link);
         }
-        if let LinkFor::HandOver(pid) = to {
-            let key = (u64::from(index) << 32) | u64::from(pid);
-            self.skel
-                .maps
-                .uprobe_pinned
-                .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
-                .map_err(bpf_err(format!("handing uprobe {index} over to pid {pid}")))?;
-        }
         let first = self.links.len();
         self.links.extend(new.into_iter().map(Some));
         Ok((first..self.links.len()).collect())
@@ -156,6 +150,25 @@ impl Uprobes {
                 *slot = None;
             }
         }
+    }
+
+    /// Whether a call of probe `index` by one of the threads `tids` entered before `before_ns`
+    /// (CLOCK_MONOTONIC) and has not returned yet: its entry time is still in `uprobe_entry`.
+    pub fn call_in_progress(&self, index: u32, tids: &[u32], before_ns: u64) -> bool {
+        let map = &self.skel.maps.uprobe_entry;
+        map.keys().any(|key| {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()).map(u64::from_ne_bytes) else {
+                return false;
+            };
+            if k & 0xffff_ffff != u64::from(index) || !tids.contains(&((k >> 32) as u32)) {
+                return false;
+            }
+            map.lookup(&key, MapFlags::ANY)
+                .ok()
+                .flatten()
+                .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+                .is_some_and(|v| u64::from_ne_bytes(v) < before_ns)
+        })
     }
 
     /// Calls and time inside, per probe index, summed over CPUs.

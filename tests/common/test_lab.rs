@@ -38,6 +38,13 @@ impl TestLab {
             .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
     }
 
+    /// [`TestLab::sink`] keeping every datagram's arrival time (`SinkReport::arrivals`).
+    pub fn sink_keeping_arrivals(&self, port: u16) -> UdpSink {
+        self.lab
+            .udp_sink_keeping_arrivals(port)
+            .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"))
+    }
+
     /// Whether a drop row is about this lab's veth on `side`: kfree_skb is global, and other
     /// labs on the machine (other tests, other users) use the same addresses.
     pub fn at(&self, side: Side, d: &DropRow) -> bool {
