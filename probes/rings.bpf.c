@@ -147,6 +147,12 @@ static __always_inline void packet_closing(struct file *f)
 	}
 	e->closed_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	e->closed_drops = BPF_CORE_READ(po, tp_drops.counter);
+	e->closed_rx_ring = BPF_CORE_READ(po, rx_ring.pg_vec) != NULL;
+	e->closed_version = BPF_CORE_READ(po, tp_version);
+	e->closed_frame_nr = e->closed_rx_ring ? BPF_CORE_READ(po, rx_ring.frame_max) + 1 : 0;
+	e->closed_frame_size = BPF_CORE_READ(po, rx_ring.frame_size);
+	e->closed_block_size = BPF_CORE_READ(po, rx_ring.pg_vec_pages) * 4096;
+	e->closed_block_nr = BPF_CORE_READ(po, rx_ring.pg_vec_len);
 	/* a full barrier: user space that sees the mark sees the counts */
 	__sync_fetch_and_add(&e->closed, 1);
 }

@@ -536,6 +536,14 @@ struct sp_ring_reads {
 	__u32 closed;		/* closes that read the two below (the latest wrote them); 0: none */
 	__u32 closed_packets;	/* tp_packets then: frames queued since the last clear */
 	__u32 closed_drops;	/* tp_drops then: frames dropped since the last clear */
+	/* Its receive ring then, as struct sp_ring has it: a socket the rings iterator saw only
+	 * before its owner set up the ring (PACKET_RX_RING) is known by its kind at close */
+	__u32 closed_rx_ring;	/* 1: it had a receive ring (mmap'd TPACKET ring) */
+	__u32 closed_version;	/* TPACKET_V1, V2, V3: 0, 1, 2 */
+	__u32 closed_frame_nr;	/* frames in the ring (V1/V2: frame_max + 1), 0 without one */
+	__u32 closed_frame_size;	/* bytes a frame (V1/V2) */
+	__u32 closed_block_size;	/* bytes a block */
+	__u32 closed_block_nr;	/* blocks */
 	__u32 closed_pad;
 };
 

@@ -26,7 +26,12 @@ pub enum RingKind {
 
 impl RingKind {
     fn of(r: &sp_ring) -> RingKind {
-        match (r.rx_ring != 0, r.version) {
+        RingKind::of_ring(r.rx_ring != 0, r.version)
+    }
+
+    /// By whether the socket has a receive ring and its TPACKET version (0, 1, 2: V1-V3).
+    fn of_ring(rx_ring: bool, version: u32) -> RingKind {
+        match (rx_ring, version) {
             (false, _) => RingKind::Queue,
             (true, 0) => RingKind::TpacketV1,
             (true, 1) => RingKind::TpacketV2,
@@ -108,6 +113,22 @@ pub struct PacketRing {
     /// `filtered`; per sample, so a socket opened mid-sample is counted from the previous one
     #[serde(default)]
     pub outgoing: u64,
+}
+
+impl PacketRing {
+    /// Takes the receive ring the socket had as it closed (read at its close with its
+    /// counters), when that close read it.
+    fn set_shape_at_close(&mut self, e: &sp_ring_reads) {
+        if e.closed == 0 {
+            return;
+        }
+        self.kind = RingKind::of_ring(e.closed_rx_ring != 0, e.closed_version);
+        self.frames = e.closed_frame_nr;
+        self.frame_size = e.closed_frame_size;
+        self.block_size = e.closed_block_size;
+        self.blocks = e.closed_block_nr;
+        self.ring_bytes = u64::from(e.closed_block_size) * u64::from(e.closed_block_nr);
+    }
 }
 
 /// The raw counts of one socket at the latest settled read, to take the next read's
@@ -319,6 +340,9 @@ impl RingTable {
                     ring.clears += u32::from(c1 || c2).max(unread);
                     ring.owner_reads = e.reads;
                     ring.read |= e.recv_read != 0;
+                    // Its ring as it closed: the iterator may have seen it only before its
+                    // owner set the ring up, as a plain receive queue nobody reads.
+                    ring.set_shape_at_close(&e);
                     *last = Last {
                         sock: last.sock,
                         owner_queued: e.queued,
@@ -680,6 +704,36 @@ mod tests {
         t.update(&[], other, |_| ());
         let rings = t.update(&[], other, |_| ());
         assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (10, 1, 1));
+    }
+
+    #[test]
+    fn a_socket_first_seen_before_its_ring_was_set_up_takes_its_ring_at_close() {
+        // Seen at attach as a plain receive queue nobody reads: its owner had not yet set up
+        // the ring. It closed before the next sample, with an 8-frame TPACKET_V2 ring.
+        let mut t = RingTable::default();
+        let mut bare = rec(7, 100, 0, 0);
+        bare.rx_ring = 0;
+        bare.frame_nr = 0;
+        let rings = t.update(&[bare], |_| None, |_| ());
+        assert_eq!(rings[0].kind, RingKind::Queue);
+        let at_close = sp_ring_reads {
+            closed_rx_ring: 1,
+            closed_version: 1,
+            closed_frame_nr: 8,
+            closed_frame_size: 2048,
+            closed_block_size: 4096,
+            closed_block_nr: 4,
+            ..sums(0, 0, 0, Some((462, 3545)))
+        };
+        let rings = t.update(&[], |_| Some(at_close), |_| ());
+        let r = &rings[0];
+        assert_eq!((r.queued, r.dropped, r.open), (462, 3545, false));
+        assert_eq!((r.kind, r.frames, r.ring_bytes), (RingKind::TpacketV2, 8, 16384));
+        // A close that read nothing leaves the shape last seen.
+        let mut t = RingTable::default();
+        t.update(&[rec(7, 100, 0, 0)], |_| None, |_| ());
+        let rings = t.update(&[], |_| Some(sums(0, 0, 0, None)), |_| ());
+        assert_eq!(rings[0].kind, RingKind::TpacketV2);
     }
 
     #[test]

@@ -382,7 +382,7 @@ const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 // sp_ring: two u64, twelve u32, two u64 (the owner's reads), eight u32.
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
 // sp_ring_reads: three u64, ten u32.
-const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 10 * 4);
+const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 16 * 4);
 const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
 
 /// Times a read of the packet-socket iterator is taken again when a record says a family
