@@ -384,7 +384,10 @@ enum sp_prog {
 	SP_PROG_KFREE_SKB_NOREASON = 20,
 	SP_PROG_SWITCH_NOSTATE = 21,
 	SP_PROG_REPLY = 22,
-	SP_PROG_MAX = 24,
+	SP_PROG_RAW_ENTER = 23,
+	SP_PROG_RAW_EXIT = 24,
+	SP_PROG_GETSOCKOPT = 25,
+	SP_PROG_MAX = 26,
 };
 
 /* One program's runs on the family's threads (the task on the CPU is a family thread: the run

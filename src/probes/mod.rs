@@ -6,6 +6,7 @@ pub mod exec_watch;
 mod kernel;
 mod sizing;
 mod stats;
+mod syscall_hooks;
 mod tids;
 mod uprobe;
 
@@ -19,6 +20,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, Object, OpenObject};
 use thiserror::Error;
 
 use crate::system::startup::mark as timing;
+pub use syscall_hooks::SyscallHooks;
 
 pub use kernel::{KernelFeatures, TRACEPOINTS};
 pub use sizing::{
@@ -359,6 +361,8 @@ pub struct ProbeOptions {
     /// the lengths, bytes, at which packets read fall into the next class (`--recv-classes`):
     /// ascending, at most RECV_CLASSES - 1; empty: packets read are not classed
     pub recv_class_bounds: Vec<u32>,
+    /// where the syscall programs hook (`--syscall-hooks`)
+    pub syscall_hooks: SyscallHooks,
 }
 
 impl Default for ProbeOptions {
@@ -367,6 +371,7 @@ impl Default for ProbeOptions {
             block_event_min_ns: 1_000_000,
             map_sizes: MapSizes::default(),
             recv_class_bounds: Vec::new(),
+            syscall_hooks: SyscallHooks::default(),
         }
     }
 }
@@ -515,6 +520,7 @@ impl ProbeSet {
         // The other objects only reuse the family object's maps: each is opened, configured
         // and loaded on its own thread (the CO-RE relocation against the kernel's BTF that each
         // load does is most of the time). An open skeleton stays on the thread that opened it.
+        let (syscall_hooks, syscall_hooks_note) = opts.syscall_hooks.usable();
         let stage = Stage {
             opts,
             features: &features,
@@ -525,7 +531,17 @@ impl ProbeSet {
             let send_path = spawn_load(scope, "send_path", move || {
                 let bounds = &stage.opts.recv_class_bounds;
                 let bounds = &bounds[..bounds.len().min(RECV_CLASSES - 1)];
+                let hooks = syscall_hooks;
                 let configure = |skel: &mut OpenSendPathSkel<'static>| {
+                    // One pair of syscall programs: per-syscall tracepoints or the raw hooks.
+                    for mut prog in skel.open_object_mut().progs_mut() {
+                        let name = prog.name().to_string_lossy().into_owned();
+                        if SyscallHooks::PerCall.programs().contains(&name.as_str())
+                            || SyscallHooks::All.programs().contains(&name.as_str())
+                        {
+                            prog.set_autoload(hooks.programs().contains(&name.as_str()));
+                        }
+                    }
                     if !bounds.is_empty() {
                         let rodata = rodata_of("send_path", skel.maps.rodata_data.as_deref_mut())?;
                         rodata.rx_classes = bounds.len() as u32 + 1;
@@ -622,6 +638,7 @@ impl ProbeSet {
         // Status entries in the objects' order.
         let mut status = Vec::new();
         status.extend(send_path.status);
+        status.extend(syscall_hooks_note);
         let send_path = send_path.skel?;
         status.extend(sched.status);
         let sched = sched.skel?;
@@ -725,6 +742,10 @@ impl ProbeSet {
                 }
             }
         }
+        // The per-syscall programs' other calls (libbpf attached the one each section names).
+        let (syscall_links, syscall_status) = syscall_hooks::attach_rest(objects.send_path.object());
+        links.extend(syscall_links);
+        status.extend(syscall_status);
         // The iterator's link is kept apart: each sample reads a new iterator made from it.
         let rings = rings_skel.and_then(|skel| match skel.progs.sp_rings.attach() {
             Ok(link) => {
