@@ -532,7 +532,8 @@ static __always_inline __u64 mmsg_bytes(__u64 vec, long n)
 	return total;
 }
 
-/* The receive half of sys_exit: messages (datagram and packet sockets) or bytes (streams). */
+/* The receive half of a syscall's exit: messages (datagram and packet sockets) or bytes
+ * (streams). */
 static __always_inline int recv_exit(long ret)
 {
 	struct sp_thread *t;

@@ -182,8 +182,10 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
     } else {
         check(
             "tracefs",
-            Status::Info,
-            "not mounted: scanprof does not need it, bpftrace cross-checks do",
+            Status::Degraded,
+            "not mounted: the syscalls are counted at the raw sys_enter/sys_exit hooks instead of \
+             the per-syscall tracepoints (every syscall on the machine then runs a program); \
+             bpftrace cross-checks need it too",
             Some("mount -t tracefs nodev /sys/kernel/tracing"),
         )
     });
