@@ -6,8 +6,8 @@
  * read, and the sockets read from, bound or configured (so drops at them are the family's).
  * The family's PACKET_STATISTICS reads of its packet sockets: what each returned, which the
  * read cleared in the kernel (ring_reads, for the rings iterator).
- * Hooked at the per-syscall tracepoints of the calls it reads (the default: no other syscall
- * runs a program), or at tp_btf/sys_enter+sys_exit (every syscall does): see the end of the file.
+ * Hooked at tp_btf/sys_enter+sys_exit (the default: every syscall runs them), or at the
+ * per-syscall tracepoints of the calls it reads (no other syscall does): see the end of the file.
  */
 #include "shared.h"
 

@@ -427,7 +427,7 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     baseline.assert_released("the sleeping sender's run");
 }
 
-/// Issue 32: with the per-syscall tracepoints (the default), a family making syscalls scanprof
+/// Issue 32: with the per-syscall tracepoints (`--syscall-hooks per-call`), a family making syscalls scanprof
 /// does not read (getppid, 200,000 of them) runs no syscall program for them: the family's runs
 /// of send_path's syscall programs (timed per program on its threads, the whole run) are its few
 /// reads, writes and closes at start-up. With `--syscall-hooks all` (the raw sys_enter/sys_exit)

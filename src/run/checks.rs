@@ -182,10 +182,9 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
     } else {
         check(
             "tracefs",
-            Status::Degraded,
-            "not mounted: the syscalls are counted at the raw sys_enter/sys_exit hooks instead of \
-             the per-syscall tracepoints (every syscall on the machine then runs a program); \
-             bpftrace cross-checks need it too",
+            Status::Info,
+            "not mounted: `--syscall-hooks per-call` falls back to the raw hooks without it, and \
+             bpftrace cross-checks need it",
             Some("mount -t tracefs nodev /sys/kernel/tracing"),
         )
     });
