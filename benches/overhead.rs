@@ -379,7 +379,8 @@ fn part1(lab: &Lab) -> f64 {
             match (round + k) % 5 {
                 0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
                 4 => {
-                    let (r, _) = send_under_scanprof(lab, &args, P1_SECONDS, &["--syscall-hooks", "per-call"]);
+                    let (r, _) =
+                        send_under_scanprof(lab, &args, P1_SECONDS, &["--syscall-hooks", "per-call"]);
                     re = pps(&r);
                 }
                 3 => {

@@ -442,8 +442,18 @@ fn a_family_making_other_syscalls_runs_no_syscall_program() {
     let script = format!("import os\nfor _ in range({CALLS}): os.getppid()");
     let family_runs = |hooks: &str, prog: &str| -> u64 {
         let args: Vec<String> = [
-            "run", "--json", "--bpf-stats", "always", "--syscall-hooks", hooks, "--duration", "30", "--",
-            "python3", "-c", &script,
+            "run",
+            "--json",
+            "--bpf-stats",
+            "always",
+            "--syscall-hooks",
+            hooks,
+            "--duration",
+            "30",
+            "--",
+            "python3",
+            "-c",
+            &script,
         ]
         .map(String::from)
         .to_vec();
@@ -460,7 +470,10 @@ fn a_family_making_other_syscalls_runs_no_syscall_program() {
     let per_call = family_runs("per-call", "send_path.on_sys_enter");
     let all = family_runs("all", "send_path.on_raw_enter");
     eprintln!("family runs of the syscall entry program: per-call {per_call}, all {all} ({CALLS} getppid)");
-    assert!(all >= CALLS, "the raw hook ran {all} times on the family's threads, fewer than its {CALLS} calls");
+    assert!(
+        all >= CALLS,
+        "the raw hook ran {all} times on the family's threads, fewer than its {CALLS} calls"
+    );
     assert!(
         per_call < CALLS / 10,
         "the per-syscall entry program ran {per_call} times on a family that made {CALLS} getppid calls"

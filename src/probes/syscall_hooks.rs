@@ -134,7 +134,12 @@ pub(super) fn attach_rest(send_path: &Object) -> (Vec<Link>, Vec<ProbeStatus>) {
     let mut status = Vec::new();
     let progs: Vec<_> = send_path
         .progs_mut()
-        .filter(|p| p.autoload() && SyscallHooks::PerCall.programs().contains(&&*p.name().to_string_lossy()))
+        .filter(|p| {
+            p.autoload()
+                && SyscallHooks::PerCall
+                    .programs()
+                    .contains(&&*p.name().to_string_lossy())
+        })
         .collect();
     let section = |name: &str| {
         progs
@@ -200,7 +205,10 @@ mod tests {
             );
         }
         for call in ENTER_CALLS.iter().chain(&EXIT_CALLS) {
-            assert!(c.iter().any(|n| n == call), "{call} is hooked but send_path.bpf.c has no NR_ for it");
+            assert!(
+                c.iter().any(|n| n == call),
+                "{call} is hooked but send_path.bpf.c has no NR_ for it"
+            );
         }
         // Exits: the fd changes too, but not bind or setsockopt (their exit does nothing).
         for call in ["close", "dup2", "dup3", "close_range"] {
@@ -217,7 +225,10 @@ mod tests {
     fn getsockopt_enters_through_its_own_program() {
         assert!(!ENTER_CALLS.contains(&"getsockopt") && EXIT_CALLS.contains(&"getsockopt"));
         let obj = send_path_object();
-        let prog = obj.progs().find(|p| p.name() == "on_getsockopt").expect("program exists");
+        let prog = obj
+            .progs()
+            .find(|p| p.name() == "on_getsockopt")
+            .expect("program exists");
         assert_eq!(prog.section(), "tp/syscalls/sys_enter_getsockopt");
     }
 
@@ -226,11 +237,15 @@ mod tests {
     fn the_rest_skips_only_the_sections_own_tracepoint() {
         let r = rest("tp/syscalls/sys_enter_sendto", "tp/syscalls/sys_exit_sendto");
         assert_eq!(r.len(), ENTER_CALLS.len() - 1 + EXIT_CALLS.len() - 1);
-        assert!(!r.iter().any(|(_, tp)| tp == "sys_enter_sendto" || tp == "sys_exit_sendto"));
+        assert!(!r
+            .iter()
+            .any(|(_, tp)| tp == "sys_enter_sendto" || tp == "sys_exit_sendto"));
         assert!(r.contains(&("on_sys_enter", "sys_enter_sendmmsg".to_string())));
         assert!(r.contains(&("on_sys_exit", "sys_exit_close_range".to_string())));
         // a whole name, not a prefix of one
-        assert!(rest("tp/syscalls/sys_enter_send", "x").iter().any(|(_, tp)| tp == "sys_enter_sendto"));
+        assert!(rest("tp/syscalls/sys_enter_send", "x")
+            .iter()
+            .any(|(_, tp)| tp == "sys_enter_sendto"));
     }
 
     /// The two programs' sections in the embedded object name a call of their lists, so that
@@ -246,8 +261,13 @@ mod tests {
             let section = prog.section().to_string_lossy().into_owned();
             let call = section
                 .strip_prefix(&format!("tp/syscalls/sys_{dir}_"))
-                .unwrap_or_else(|| panic!("{name}'s section {section} is not a syscalls:sys_{dir}_ tracepoint"));
-            assert!(calls.contains(&call), "{name} is attached by libbpf to {call}, which is not in its list");
+                .unwrap_or_else(|| {
+                    panic!("{name}'s section {section} is not a syscalls:sys_{dir}_ tracepoint")
+                });
+            assert!(
+                calls.contains(&call),
+                "{name} is attached by libbpf to {call}, which is not in its list"
+            );
         }
     }
 }
