@@ -431,9 +431,7 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
 /// half would count if the raw hooks were still attached.
 #[test]
 fn a_family_making_other_syscalls_runs_no_syscall_program() {
-    require_root();
-    let _serial = serial();
-    let baseline = BpfBaseline::take();
+    let test = privileged();
     const CALLS: u64 = 200_000;
     let script = format!("import os\nfor _ in range({CALLS}): os.getppid()");
     let family_runs = |hooks: &str, prog: &str| -> u64 {
@@ -474,7 +472,7 @@ fn a_family_making_other_syscalls_runs_no_syscall_program() {
         per_call < CALLS / 10,
         "the per-syscall entry program ran {per_call} times on a family that made {CALLS} getppid calls"
     );
-    baseline.assert_released("the getppid family's runs");
+    test.assert_released("the getppid family's runs");
 }
 
 #[test]
