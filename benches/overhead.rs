@@ -5,15 +5,17 @@
 //!
 //! 1. The reference sender at full speed (`send --rate 0`), (a) alone, (b) under `scanprof run`,
 //!    (c) while bpftrace counts the equivalent tracepoints, (d) under `scanprof attach` made 1 s
-//!    after the sender started (its packets at dev_queue checked against its send syscalls);
-//!    interleaved rounds, medians, b/a, c/a, d/a.
+//!    after the sender started (its packets at dev_queue checked against its send syscalls),
+//!    (e) under `scanprof run --syscall-hooks per-call` (the per-syscall tracepoints instead of
+//!    (b)'s raw syscall hooks); interleaved rounds, medians, b/a, c/a, d/a, e/a.
 //! 2. The paced sender at 100k pps (half its maximum on a machine that cannot reach 125k), alone
 //!    and under scanprof: the achieved rate must not move (target: medians within 0.5%).
 //! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
 //!    profiled by scanprof inside `perf stat -e skb:kfree_skb -a`: scanprof's drop total against
 //!    perf's count less the background rate perf measured alone just before.
 //! 4. A process outside the family: CPU ns per null syscall (getppid) alone and while scanprof
-//!    is attached to a `sleep` the bench started (the syscall hooks are machine-wide).
+//!    is attached to a `sleep` the bench started (the default raw syscall hooks are
+//!    machine-wide).
 //!
 //! The machine is small and shared: every comparison is against a baseline measured in the same
 //! run, interleaved, and reported as the median of the repeats.
@@ -171,13 +173,15 @@ fn scanprof_run(lab: &Lab, command: &[String], seconds: f64) -> Vec<String> {
     argv
 }
 
-/// (b) The sender under `scanprof run` (attached before the sender's first instruction).
-fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64) -> (Value, Summary) {
+/// (b) The sender under `scanprof run` (attached before the sender's first instruction), with
+/// scanprof's own flags `flags` (e) as well.
+fn send_under_scanprof(lab: &Lab, args: &[String], seconds: f64, flags: &[&str]) -> (Value, Summary) {
     let mut command = vec![BIN.to_string()];
     command.extend_from_slice(args);
     let argv = scanprof_run(lab, &command, seconds);
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
+    // scanprof's flags go before its `--`: right after `run`
+    cmd.arg(&argv[1]).args(flags).args(&argv[2..]);
     let (status, out, err) = run_capture(
         cmd,
         "scanprof run",
@@ -358,6 +362,8 @@ fn part1(lab: &Lab) -> f64 {
     );
     let args = send_args(lab, 0.0, P1_SECONDS, &[]);
     let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // (e) scanprof with the per-syscall tracepoints (`--syscall-hooks per-call`), beside (b)'s raw hooks
+    let mut e = Vec::new();
     let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
     // scanprof's own figure of its BPF time (sampled run-time statistics) in the (b) runs: the
     // total and each program's, ns per target packet
@@ -366,12 +372,17 @@ fn part1(lab: &Lab) -> f64 {
     let mut funnel_whole = 0;
     let mut scanprof_wins = 0;
     for round in 0..P1_ROUNDS {
-        let (mut ra, mut rb, mut rc, mut rd) = (0.0, 0.0, 0.0, 0.0);
+        let (mut ra, mut rb, mut rc, mut rd, mut re) = (0.0, 0.0, 0.0, 0.0, 0.0);
         let mut notes = Vec::new();
         // Rotate the order so that no mode always runs first or last in a round.
-        for k in 0..4 {
-            match (round + k) % 4 {
+        for k in 0..5 {
+            match (round + k) % 5 {
                 0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
+                4 => {
+                    let (r, _) =
+                        send_under_scanprof(lab, &args, P1_SECONDS, &["--syscall-hooks", "per-call"]);
+                    re = pps(&r);
+                }
                 3 => {
                     let (_, s) = send_under_attach(lab, |secs| send_args(lab, 0.0, secs, &[]), P1_SECONDS);
                     rd = s.achieved_pps;
@@ -382,7 +393,7 @@ fn part1(lab: &Lab) -> f64 {
                     notes.push(funnel_note(&s));
                 }
                 1 => {
-                    let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS);
+                    let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS, &[]);
                     rb = pps(&r);
                     notes.push(format!("scanprof saw {}/{} packets", s.packets, sent(&r)));
                     if let Some(cost) = &s.cost.bpf {
@@ -415,7 +426,7 @@ fn part1(lab: &Lab) -> f64 {
         }
         println!(
             "  round {}: (a) alone {:>9} pps | (b) scanprof {:>9} pps ({:.3}) | (c) bpftrace {:>9} pps ({:.3}) \
-             | (d) attached {:>9} pps ({:.3})   [{}]",
+             | (d) attached {:>9} pps ({:.3}) | (e) scanprof --syscall-hooks per-call {:>9} pps ({:.3})   [{}]",
             round + 1,
             thousands(ra),
             thousands(rb),
@@ -424,12 +435,15 @@ fn part1(lab: &Lab) -> f64 {
             rc / ra,
             thousands(rd),
             rd / ra,
+            thousands(re),
+            re / ra,
             notes.join("; ")
         );
         a.push(ra);
         b.push(rb);
         c.push(rc);
         d.push(rd);
+        e.push(re);
         rbs.push(rb / ra);
         rcs.push(rc / ra);
     }
@@ -446,6 +460,12 @@ fn part1(lab: &Lab) -> f64 {
         1e9 / mb - 1e9 / ma,
         mc / ma,
         1e9 / mc - 1e9 / ma
+    );
+    println!(
+        "  (e) --syscall-hooks per-call: {} pps, e/a = {:.3} (+{:.0} ns per packet; (b) is the raw-hook default)",
+        thousands(median(&e)),
+        median(&e) / ma,
+        1e9 / median(&e) - 1e9 / ma
     );
     println!(
         "  median of the per-round ratios: b/a = {:.3} | c/a = {:.3}",
@@ -531,7 +551,7 @@ fn part2(lab: &Lab, max_pps: f64) {
             if (round + k) % 2 == 0 {
                 ra = pps(&send_alone(lab, &args, P2_SECONDS));
             } else {
-                let (r, s) = send_under_scanprof(lab, &args, P2_SECONDS);
+                let (r, s) = send_under_scanprof(lab, &args, P2_SECONDS, &[]);
                 rb = pps(&r);
                 seen = s.achieved_pps;
             }

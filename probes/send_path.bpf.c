@@ -6,7 +6,8 @@
  * read, and the sockets read from, bound or configured (so drops at them are the family's).
  * The family's PACKET_STATISTICS reads of its packet sockets: what each returned, which the
  * read cleared in the kernel (ring_reads, for the rings iterator).
- * tp_btf/sys_enter+sys_exit: the cheapest per-syscall hook here.
+ * Hooked at tp_btf/sys_enter+sys_exit (the default: every syscall runs them), or at the
+ * per-syscall tracepoints of the calls it reads (no other syscall does): see the end of the file.
  */
 #include "shared.h"
 
@@ -322,8 +323,14 @@ static __always_inline void packet_send_mark(__u64 skp)
 	}
 }
 
-/* The receive half of sys_enter: no clock, no budget; a socket read from is registered. */
-static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
+/* A syscall's arguments as either kind of hook gives them: the raw hook's registers or the
+ * per-syscall tracepoint's record. Only the first five: no call read here takes a sixth. */
+struct sc_args {
+	__u64 a[5];
+};
+
+/* The receive half of a syscall's entry: no clock, no budget; a socket read from is registered. */
+static __always_inline int recv_enter(const struct sc_args *args, __u32 call)
 {
 	struct sp_thread *t;
 	__u32 kind;
@@ -334,7 +341,7 @@ static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 	t = family_thread((__u32)bpf_get_current_pid_tgid());
 	if (!t)
 		return 0;
-	skp = thread_rx_sock(t, (int)regs->di, &kind);
+	skp = thread_rx_sock(t, (int)args->a[0], &kind);
 	if (kind == SP_RX_NONE)
 		return 0;
 	rx_register(t, skp);
@@ -344,7 +351,7 @@ static __always_inline int recv_enter(struct pt_regs *regs, __u32 call)
 		packet_read_mark(t, skp);
 		t->recv_call = call - RX_BASE;
 		t->recv_kind = kind;
-		t->recv_arg = regs->si;
+		t->recv_arg = args->a[1];
 	}
 	health_inc(SP_H_EVENTS);
 	return 0;
@@ -370,7 +377,7 @@ struct {
  * socket's counters and clears them) is noted, and its socket's entry in ring_reads marked as
  * read in flight before the kernel clears anything. Any other getsockopt leaves after two
  * compares (level, name), or a bit test. */
-static __always_inline int stats_enter(struct pt_regs *regs)
+static __always_inline int stats_enter(const struct sc_args *args)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct stats_call c = {};
@@ -378,13 +385,13 @@ static __always_inline int stats_enter(struct pt_regs *regs)
 	struct sock *sk;
 	__u64 skp, ino;
 
-	if (regs->si != SOL_PACKET || regs->dx != PACKET_STATISTICS || !in_family(tid))
+	if (args->a[1] != SOL_PACKET || args->a[2] != PACKET_STATISTICS || !in_family(tid))
 		return 0;
 	/* once a second or so (libpcap's pcap_stats): the fd table, not the thread's caches */
-	sk = fd_sock((int)regs->di);
+	sk = fd_sock((int)args->a[0]);
 	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
 		return 0;
-	if (bpf_probe_read_user(&c.len, sizeof(c.len), (void *)regs->r8))
+	if (bpf_probe_read_user(&c.len, sizeof(c.len), (void *)args->a[4]))
 		return 0;	/* the kernel fails it too (EFAULT), before clearing */
 	skp = (__u64)sk;
 	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
@@ -398,7 +405,7 @@ static __always_inline int stats_enter(struct pt_regs *regs)
 			return 0;
 	}
 	c.sk = skp;
-	c.optval = regs->r10;
+	c.optval = args->a[3];
 	if (bpf_map_update_elem(&stats_calls, &tid, &c, BPF_ANY))
 		return 0;
 	/* a full barrier (lock xadd) before the syscall clears the counters */
@@ -441,28 +448,24 @@ static __always_inline int stats_exit(long ret)
 	return 0;
 }
 
-/* sys_enter: note which send is in flight, on which socket, and account the on-CPU time so far.
- * Every syscall on the machine comes here: anything but a send by a family thread leaves after
- * a compare and a bit test, with no map lookup that is not inlined. */
-SEC("tp_btf/sys_enter")
-int SP_PROG(SP_PROG_SYS_ENTER, on_sys_enter, struct pt_regs *regs, long id)
+/* A syscall scanprof reads enters (call: its role, call_of): note which send is in flight, on
+ * which socket, and account the on-CPU time so far. Anything but a send by a family thread leaves
+ * after a bit test, with no map lookup that is not inlined. */
+static __always_inline int syscall_enter(__u32 call, const struct sc_args *args)
 {
-	__u32 call = call_of(id);
 	struct sp_thread *t;
 	__u32 kind, tgid;
 	__u64 now, skp;
 
-	if (call == SP_CALL_NONE)
-		return 0;
 	if (call >= RX_BASE) {
 		if (call == SOCK_STATS)
-			return stats_enter(regs);
-		return recv_enter(regs, call);
+			return stats_enter(args);
+		return recv_enter(args, call);
 	}
 	t = family_thread((__u32)bpf_get_current_pid_tgid());
 	if (!t)
 		return 0;
-	skp = thread_sock(t, (int)regs->di, &kind);
+	skp = thread_sock(t, (int)args->a[0], &kind);
 	if (kind == SP_SOCK_NONE)
 		return 0;
 	if (call == SP_CALL_CONNECT && (kind != SP_SOCK_NET || !is_tcp((struct sock *)skp)))
@@ -479,7 +482,7 @@ int SP_PROG(SP_PROG_SYS_ENTER, on_sys_enter, struct pt_regs *regs, long id)
 	t->send_call = call;
 	t->send_kind = kind;
 	t->send_enter_ns = now;
-	t->send_arg = regs->si;
+	t->send_arg = args->a[1];
 	if (kind == SP_SOCK_NET) {
 		/* A new socket for this thread: register it, or take it over from an entry that
 		 * outlived its socket (a freed struct sock is soon reused, by the next sender too). */
@@ -529,7 +532,8 @@ static __always_inline __u64 mmsg_bytes(__u64 vec, long n)
 	return total;
 }
 
-/* The receive half of sys_exit: messages (datagram and packet sockets) or bytes (streams). */
+/* The receive half of a syscall's exit: messages (datagram and packet sockets) or bytes
+ * (streams). */
 static __always_inline int recv_exit(long ret)
 {
 	struct sp_thread *t;
@@ -567,15 +571,12 @@ static __always_inline int recv_exit(long ret)
 	return 0;
 }
 
-/* sys_exit: the send's outcome, duration and packet count. Like sys_enter, every other syscall
- * leaves after a compare. */
-SEC("tp_btf/sys_exit")
-int SP_PROG(SP_PROG_SYS_EXIT, on_sys_exit, struct pt_regs *regs, long ret)
+/* A syscall scanprof reads returns (id: its number, call: its role): the send's outcome,
+ * duration and packet count, a receive's messages, or a change of the family's fds. */
+static __always_inline int syscall_exit(long id, __u32 call, long ret)
 {
-	long id = regs->orig_ax;	/* the syscall's number: a plain load of a BTF pointer */
 	struct sp_thread *t;
 	__u64 now, d, packets;
-	__u32 call = call_of(id);
 
 	if (call >= RX_BASE) {
 		if (call == SOCK_SETUP)
@@ -646,4 +647,102 @@ int SP_PROG(SP_PROG_SYS_EXIT, on_sys_exit, struct pt_regs *regs, long ret)
 	/* On CPU since the entry or the switch back in: accounted up to `now` above. */
 	budget_at(t, &t->at_last_send);
 	return 0;
+}
+
+/*
+ * Two ways to reach the bodies above, one loaded (ProbeOptions::syscall_hooks):
+ *
+ * on_sys_enter/on_sys_exit, the per-syscall tracepoints (syscalls:sys_enter_sendto and the other
+ * calls call_of and changes_fds name, attached by src/probes/syscall_hooks.rs): the kernel runs
+ * them only for those calls (its per-syscall bitmap), so every other syscall on the machine runs
+ * no program. Each run costs more dispatch than a raw hook's (the kernel builds the record).
+ *
+ * on_raw_enter/on_raw_exit, tp_btf/sys_enter and sys_exit: the cheapest run, but every syscall of
+ * every process runs them and leaves after the switch in call_of.
+ */
+
+/* The record of a syscalls:sys_enter_* tracepoint (its format file): the common header, the
+ * syscall's number, its arguments. */
+struct sc_enter_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+/* The record of a syscalls:sys_exit_* tracepoint: the common header, the number, the return. */
+struct sc_exit_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+/* syscalls:sys_enter_<call> for each call scanprof reads but getsockopt: only those calls run
+ * it. It reads three arguments: the kernel attaches a program to a tracepoint only if it reads
+ * within the record, and sendmsg, read, bind and others have three. */
+SEC("tp/syscalls/sys_enter_sendto")
+int on_sys_enter(struct sc_enter_rec *ctx)
+{
+	__u64 t0 = cost_begin();
+	__u32 call = call_of(ctx->nr);
+
+	if (call != SP_CALL_NONE && call != SOCK_STATS) {
+		struct sc_args args = { { ctx->args[0], ctx->args[1], ctx->args[2] } };
+
+		syscall_enter(call, &args);
+	}
+	cost_end(SP_PROG_SYS_ENTER, t0);
+	return 0;
+}
+
+/* syscalls:sys_enter_getsockopt, the one call whose entry needs five arguments (a
+ * PACKET_STATISTICS read: where the kernel writes, and the length offered). */
+SEC("tp/syscalls/sys_enter_getsockopt")
+int on_getsockopt(struct sc_enter_rec *ctx)
+{
+	__u64 t0 = cost_begin();
+	struct sc_args args = { { ctx->args[0], ctx->args[1], ctx->args[2], ctx->args[3],
+				  ctx->args[4] } };
+
+	stats_enter(&args);
+	cost_end(SP_PROG_GETSOCKOPT, t0);
+	return 0;
+}
+
+/* syscalls:sys_exit_<call> for each call whose return scanprof reads (not bind, setsockopt). */
+SEC("tp/syscalls/sys_exit_sendto")
+int on_sys_exit(struct sc_exit_rec *ctx)
+{
+	__u64 t0 = cost_begin();
+	long id = ctx->nr;
+
+	syscall_exit(id, call_of(id), ctx->ret);
+	cost_end(SP_PROG_SYS_EXIT, t0);
+	return 0;
+}
+
+/* tp_btf/sys_enter: every syscall on the machine comes here and leaves after call_of's switch
+ * unless scanprof reads it. */
+SEC("tp_btf/sys_enter")
+int SP_PROG(SP_PROG_RAW_ENTER, on_raw_enter, struct pt_regs *regs, long id)
+{
+	__u32 call = call_of(id);
+
+	if (call == SP_CALL_NONE)
+		return 0;
+	{
+		struct sc_args args = { { regs->di, regs->si, regs->dx, regs->r10, regs->r8 } };
+
+		return syscall_enter(call, &args);
+	}
+}
+
+/* tp_btf/sys_exit: like on_raw_enter, every syscall comes here. */
+SEC("tp_btf/sys_exit")
+int SP_PROG(SP_PROG_RAW_EXIT, on_raw_exit, struct pt_regs *regs, long ret)
+{
+	long id = regs->orig_ax;	/* the syscall's number: a plain load of a BTF pointer */
+
+	return syscall_exit(id, call_of(id), ret);
 }

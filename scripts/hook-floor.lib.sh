@@ -15,21 +15,38 @@ floor_prepare() {
 	mkdir -p "$work/inc/bpf"
 	cp "$(dirname "$helpers")"/bpf_*.h "$work/inc/bpf/"
 	# Attaches the pinned programs named as arguments (BPF_RAW_TRACEPOINT_OPEN, as libbpf does
-	# for tp_btf), prints "attached" and holds the links until killed.
+	# for tp_btf), or, given as PATH=CATEGORY:NAME[,CATEGORY:NAME...], to those classic
+	# tracepoints (perf_event_open and PERF_EVENT_IOC_SET_BPF, as libbpf does for tp/), prints
+	# "attached" and holds the links until killed.
 	cat >"$work/hold.py" <<'PY'
-import ctypes, struct, sys, time
+import ctypes, os, struct, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
+def sysc(nr, *a):
+    r = libc.syscall(nr, *a)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "syscall %d" % nr)
+    return r
 def bpf(cmd, attr):
     buf = ctypes.create_string_buffer(attr, 128)
-    r = libc.syscall(321, cmd, buf, 128)
-    if r < 0:
-        raise OSError(ctypes.get_errno(), "bpf")
-    return r
+    return sysc(321, cmd, buf, 128)
 links = []
-for path in sys.argv[1:]:
+for arg in sys.argv[1:]:
+    path, _, tps = arg.partition("=")
     p = ctypes.create_string_buffer(path.encode())
     fd = bpf(7, struct.pack("QII", ctypes.addressof(p), 0, 0))   # BPF_OBJ_GET
-    links.append(bpf(17, struct.pack("QI", 0, fd)))              # BPF_RAW_TRACEPOINT_OPEN
+    if not tps:
+        links.append(bpf(17, struct.pack("QI", 0, fd)))          # BPF_RAW_TRACEPOINT_OPEN
+        continue
+    for tp in tps.split(","):
+        cat, name = tp.split(":")
+        tid = int(open("/sys/kernel/tracing/events/%s/%s/id" % (cat, name)).read())
+        # perf_event_attr: PERF_TYPE_TRACEPOINT, this tracepoint, one sample per event
+        attr = ctypes.create_string_buffer(struct.pack("IIQQQQQII", 2, 128, tid, 1, 0, 0, 0, 1, 0), 128)
+        pfd = sysc(298, attr, -1, 0, -1, 8)                       # perf_event_open, cpu 0, CLOEXEC
+        if libc.ioctl(pfd, 0x40042408, ctypes.c_uint(fd)) != 0:   # PERF_EVENT_IOC_SET_BPF
+            sys.exit("attaching %s to %s: %s" % (path, tp, os.strerror(ctypes.get_errno())))
+        libc.ioctl(pfd, 0x2400, 0)                                # PERF_EVENT_IOC_ENABLE
+        links.append(pfd)
 print("attached", flush=True)
 time.sleep(3600)
 PY

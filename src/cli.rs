@@ -442,6 +442,13 @@ pub struct RunOptions {
     /// When `kernel.bpf_stats_enabled` is already 1, scanprof counts the whole run anyway.
     #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
     pub bpf_stats: BpfStatsArg,
+    /// Where the probes see the family's syscalls: all (the raw sys_enter/sys_exit hooks, which
+    /// every syscall of every process passes; each run costs less dispatch) or per-call (the
+    /// tracepoints of the calls scanprof reads: sends, receives, bind, setsockopt, getsockopt,
+    /// close, dup; every other syscall on the machine runs no program; needs tracefs; not yet
+    /// exact for a family clearing its packet-socket statistics often: docs/benchmarks.md).
+    #[arg(long, value_enum, default_value_t = SyscallHooksArg::All)]
+    pub syscall_hooks: SyscallHooksArg,
     /// Run the launched command as this user (name or uid), with its groups from the user
     /// database, like `strace -u`; scanprof keeps its own privileges. Without it the command
     /// runs with the privileges scanprof was given (as root, when scanprof runs as root).
@@ -469,6 +476,13 @@ pub fn parse_class_bound(s: &str) -> Result<u32, String> {
         .ok()
         .filter(|n| (1..=65_535).contains(n))
         .ok_or_else(|| format!("{s:?} is not a length: give 1 to 65535 bytes"))
+}
+
+/// `--syscall-hooks`: where the syscall programs hook (probes::SyscallHooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyscallHooksArg {
+    PerCall,
+    All,
 }
 
 /// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.

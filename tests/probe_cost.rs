@@ -423,6 +423,58 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     test.assert_released("the sleeping sender's run");
 }
 
+/// Issue 32: with the per-syscall tracepoints (`--syscall-hooks per-call`), a family making syscalls scanprof
+/// does not read (getppid, 200,000 of them) runs no syscall program for them: the family's runs
+/// of send_path's syscall programs (timed per program on its threads, the whole run) are its few
+/// reads, writes and closes at start-up. With `--syscall-hooks all` (the raw sys_enter/sys_exit)
+/// every one of its syscalls runs them: at least the 200,000 calls, which shows what the first
+/// half would count if the raw hooks were still attached.
+#[test]
+fn a_family_making_other_syscalls_runs_no_syscall_program() {
+    let test = privileged();
+    const CALLS: u64 = 200_000;
+    let script = format!("import os\nfor _ in range({CALLS}): os.getppid()");
+    let family_runs = |hooks: &str, prog: &str| -> u64 {
+        let args: Vec<String> = [
+            "run",
+            "--json",
+            "--bpf-stats",
+            "always",
+            "--syscall-hooks",
+            hooks,
+            "--duration",
+            "30",
+            "--",
+            "python3",
+            "-c",
+            &script,
+        ]
+        .map(String::from)
+        .to_vec();
+        let finished = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+        finished.assert_success();
+        let summary = finished.summary();
+        let bpf = summary.cost.bpf.as_ref().expect("cost.bpf (--bpf-stats always)");
+        bpf.programs
+            .iter()
+            .find(|p| p.name == prog)
+            .unwrap_or_else(|| panic!("{prog} not among {bpf:#?}"))
+            .target_runs
+    };
+    let per_call = family_runs("per-call", "send_path.on_sys_enter");
+    let all = family_runs("all", "send_path.on_raw_enter");
+    eprintln!("family runs of the syscall entry program: per-call {per_call}, all {all} ({CALLS} getppid)");
+    assert!(
+        all >= CALLS,
+        "the raw hook ran {all} times on the family's threads, fewer than its {CALLS} calls"
+    );
+    assert!(
+        per_call < CALLS / 10,
+        "the per-syscall entry program ran {per_call} times on a family that made {CALLS} getppid calls"
+    );
+    test.assert_released("the getppid family's runs");
+}
+
 #[test]
 fn bpftool_is_there() {
     // The comparison above needs bpftool: a missing one is a failure, not a skip.

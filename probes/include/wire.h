@@ -410,7 +410,10 @@ enum sp_prog {
 	SP_PROG_UDP_FAIL = 23,
 	SP_PROG_CLOSE = 24,
 	SP_PROG_EXIT_SOCKS = 25,
-	SP_PROG_MAX = 26,
+	SP_PROG_RAW_ENTER = 26,
+	SP_PROG_RAW_EXIT = 27,
+	SP_PROG_GETSOCKOPT = 28,
+	SP_PROG_MAX = 29,
 };
 
 /* One program's runs on the family's threads (the task on the CPU is a family thread: the run

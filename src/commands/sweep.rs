@@ -216,6 +216,7 @@ fn run_step(
         pcap: None,
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
+        syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
         recv_classes: Vec::new(),
         relay_fanout: None,
         quiet: false,

@@ -201,6 +201,7 @@ impl Staged {
             run_id: None,
             map_size: Vec::new(),
             bpf_stats: crate::cli::BpfStatsArg::Sampled,
+            syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
             user: None,
             recv_classes: stage
                 .listener

@@ -6,6 +6,7 @@ pub mod exec_watch;
 mod kernel;
 mod sizing;
 mod stats;
+mod syscall_hooks;
 mod tids;
 mod udp_refused;
 mod uprobe;
@@ -27,6 +28,7 @@ pub use sizing::{
     RESIZABLE,
 };
 pub use stats::{BpfStats, ProgramRuntime};
+pub use syscall_hooks::SyscallHooks;
 pub use udp_refused::UDP_FAIL_PROG;
 /// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
 pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
@@ -617,6 +619,8 @@ pub struct ProbeOptions {
     /// the lengths, bytes, at which packets read fall into the next class (`--recv-classes`):
     /// ascending, at most RECV_CLASSES - 1; empty: packets read are not classed
     pub recv_class_bounds: Vec<u32>,
+    /// where the syscall programs hook (`--syscall-hooks`)
+    pub syscall_hooks: SyscallHooks,
 }
 
 impl Default for ProbeOptions {
@@ -625,6 +629,7 @@ impl Default for ProbeOptions {
             block_event_min_ns: 1_000_000,
             map_sizes: MapSizes::default(),
             recv_class_bounds: Vec::new(),
+            syscall_hooks: SyscallHooks::default(),
         }
     }
 }
@@ -736,6 +741,8 @@ impl ProbeSet {
         opts.map_sizes.check(&capacity)?;
         let mut status = Vec::new();
         let (objects, wholes) = loads.into_loaded(family, &mut status)?;
+        // Per-syscall hooks asked for where they cannot attach (no tracefs): said.
+        status.extend(opts.syscall_hooks.usable().1);
         check_shared(objects.iter().chain(wholes.iter()))?;
         let family_maps = &objects.family.maps;
         let bpf_stats = BpfStats::of_objects(
@@ -751,6 +758,10 @@ impl ProbeSet {
         if let Some(skel) = &wholes.rings {
             attach_close_reads(skel, &mut links, &mut status);
         }
+        // The per-syscall programs' other calls (libbpf attached the one each section names).
+        let (syscall_links, syscall_status) = syscall_hooks::attach_rest(objects.send_path.object());
+        links.extend(syscall_links);
+        status.extend(syscall_status);
         // The iterator's link is kept apart: each sample reads a new iterator made from it.
         let rings = attach_whole(&RINGS, wholes.rings, |s| s.progs.sp_rings.attach(), &mut status);
         let replies = attach_whole(
@@ -1370,6 +1381,16 @@ fn class_bounds(bounds: &[u32]) -> &[u32] {
 
 /// send_path's settings: the receive classes (`--recv-classes`), when any.
 fn configure_send_path(stage: &Stage<'_>, skel: &mut OpenSendPathSkel<'static>) -> Result<(), ProbeError> {
+    // One set of syscall programs: the per-syscall tracepoints' or the raw hooks'.
+    let (hooks, _) = stage.opts.syscall_hooks.usable();
+    for mut prog in skel.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if SyscallHooks::PerCall.programs().contains(&name.as_str())
+            || SyscallHooks::All.programs().contains(&name.as_str())
+        {
+            prog.set_autoload(hooks.programs().contains(&name.as_str()));
+        }
+    }
     let bounds = class_bounds(&stage.opts.recv_class_bounds);
     if !bounds.is_empty() {
         let rodata = rodata_of("send_path", skel.maps.rodata_data.as_deref_mut())?;

@@ -19,12 +19,15 @@ use super::ProbeError;
 /// Each program's slot in the `prog_cost` counters (enum sp_prog in wire.h), by its name
 /// ("object.program"). Every program that can run on a family thread has one (a unit test holds
 /// this list to the programs the objects declare).
-const COST_SLOTS: [(&str, sp_prog); 26] = [
+const COST_SLOTS: [(&str, sp_prog); 29] = [
     ("family.on_fork", sp_prog::SP_PROG_FORK),
     ("family.on_exec", sp_prog::SP_PROG_EXEC),
     ("family.on_exit", sp_prog::SP_PROG_EXIT),
     ("send_path.on_sys_enter", sp_prog::SP_PROG_SYS_ENTER),
     ("send_path.on_sys_exit", sp_prog::SP_PROG_SYS_EXIT),
+    ("send_path.on_raw_enter", sp_prog::SP_PROG_RAW_ENTER),
+    ("send_path.on_raw_exit", sp_prog::SP_PROG_RAW_EXIT),
+    ("send_path.on_getsockopt", sp_prog::SP_PROG_GETSOCKOPT),
     ("sched.on_switch", sp_prog::SP_PROG_SWITCH),
     ("sched.on_switch_nostate", sp_prog::SP_PROG_SWITCH_NOSTATE),
     ("sched.on_wakeup", sp_prog::SP_PROG_WAKEUP),

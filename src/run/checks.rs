@@ -184,7 +184,7 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
             "tracefs",
             Status::Degraded,
             format!(
-                "not mounted: the syscall tracepoints cannot attach (no {}); bpftrace cross-checks need it too",
+                "not mounted: the syscall tracepoints cannot attach (no {}); `--syscall-hooks per-call` falls back to the raw hooks without it, and bpftrace cross-checks need it",
                 SYSCALL_TRACEPOINTS.map(|(_, what)| what).join("; no ")
             ),
             Some("mount -t tracefs nodev /sys/kernel/tracing"),

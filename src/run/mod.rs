@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::analysis::ArgvRate;
-use crate::cli::{BpfStatsArg, RunOptions};
+use crate::cli::{BpfStatsArg, RunOptions, SyscallHooksArg};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::uprobes::PerPacket;
-use crate::probes::ProbeOptions;
+use crate::probes::{ProbeOptions, SyscallHooks};
 use crate::session::{CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target};
 use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
 use std::path::{Path, PathBuf};
@@ -87,6 +87,10 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         );
     }
     probe_options.recv_class_bounds = opts.recv_classes.clone();
+    probe_options.syscall_hooks = match opts.syscall_hooks {
+        SyscallHooksArg::PerCall => SyscallHooks::PerCall,
+        SyscallHooksArg::All => SyscallHooks::All,
+    };
     Ok(SessionConfig {
         command_output: match output {
             Output::Text | Output::Quiet => CommandOutput::Inherit,
