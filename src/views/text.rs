@@ -275,6 +275,9 @@ pub fn summary(s: &Summary) -> String {
         if f.no_qdisc {
             line.push_str("  (no queueing qdisc on the path)");
         }
+        if f.unmeasured {
+            line.push_str("  (not measured: this kernel has no qdisc_enqueue tracepoint)");
+        }
         let _ = writeln!(o, "{line}");
     }
     if !s.errors.is_empty() {
