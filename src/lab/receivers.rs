@@ -27,8 +27,9 @@ pub struct ListenerRun {
     stop: Arc<AtomicBool>,
 }
 
-/// Longest the sender waits for the listener to bind its port.
-const LISTENER_BIND_WAIT: Duration = Duration::from_secs(30);
+/// Longest the listener waits for its first datagram once bound (its `--wait-first`, less the
+/// send's duration).
+const LISTENER_FIRST_WAIT: Duration = Duration::from_secs(30);
 /// The listener receives this much longer than the sender sends, s.
 const LISTENER_EXTRA_S: f64 = 1.0;
 /// The most bytes of a listener's report read back (one JSON object of counters: a few KiB).
@@ -77,6 +78,12 @@ impl ListenerRun {
                 ]
                 .map(String::from),
             );
+            // The feed starts once the port is bound, which can take seconds more (an emulated
+            // guest starting the sender): the listener's duration runs from its first datagram.
+            argv.extend([
+                "--wait-first".to_string(),
+                (LISTENER_FIRST_WAIT.as_secs_f64() + duration_s).to_string(),
+            ]);
             if let Some(b) = l.rcvbuf {
                 argv.extend(["--rcvbuf".to_string(), b.to_string()]);
             }
@@ -97,14 +104,16 @@ impl ListenerRun {
         let sender = std::thread::Builder::new()
             .name("lab-listener-feed".into())
             .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
-                let deadline = std::time::Instant::now() + LISTENER_BIND_WAIT;
                 // Every worker's socket bound: a datagram sent earlier would go to the first.
+                // No deadline of its own: the listener binds only once the session has loaded
+                // the probes and released it, which takes over 30 s in an emulated guest under
+                // load; the run's end (bounded by its --duration) stops the wait.
                 while !(if packet_socket {
                     packet_socket_open(&ns)
                 } else {
                     udp_sockets_bound(&ns, port) >= workers
                 }) {
-                    if flag.load(Ordering::Relaxed) || std::time::Instant::now() >= deadline {
+                    if flag.load(Ordering::Relaxed) {
                         return Ok(None);
                     }
                     std::thread::sleep(Duration::from_millis(50));
