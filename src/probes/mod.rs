@@ -31,49 +31,307 @@ pub use uprobe::{
     UPROBE_MAX,
 };
 
-// The generated skeletons (build.rs), one per probes/*.bpf.c: each object's maps and programs
-// as typed fields, its `const volatile` settings as a typed `.rodata` image, and the ABI types.
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod family_skel {
-    include!(concat!(env!("OUT_DIR"), "/family.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod send_path_skel {
-    include!(concat!(env!("OUT_DIR"), "/send_path.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod sched_skel {
-    include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod netdev_skel {
-    include!(concat!(env!("OUT_DIR"), "/netdev.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod drops_skel {
-    include!(concat!(env!("OUT_DIR"), "/drops.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod rings_skel {
-    include!(concat!(env!("OUT_DIR"), "/rings.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod replies_skel {
-    include!(concat!(env!("OUT_DIR"), "/replies.skel.rs"));
-}
-#[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
-mod uprobes_skel {
-    include!(concat!(env!("OUT_DIR"), "/uprobes.skel.rs"));
+/// Declares every BPF object built from probes/*.bpf.c, once, and derives from the rows what
+/// names the objects: each object's skeleton module (`<name>_skel`, from build.rs's
+/// `<name>.skel.rs`), `OBJECTS` (name, bytes, role), the `Objects` a run keeps, the `Wholes` it
+/// may keep, and `StagedLoads` (each object after the core one loaded on its own thread, and
+/// its results collected in the table's order). The agent's exec watcher has its skeleton in
+/// exec_watch.rs, which loads it alone.
+macro_rules! bpf_objects {
+    (
+        core: $core:ident, $core_mod:ident, $core_builder:ident;
+        degrading: [ $( $deg:ident, $deg_mod:ident, $deg_builder:ident, $deg_configure:path; )* ]
+        whole: [ $( $whole:ident, $whole_mod:ident, $whole_builder:ident, $whole_configure:path,
+                    $spec:ident = $spec_val:expr; )* ]
+        agent: [ $( $agent:ident ),* ]
+    ) => {
+        #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+        mod $core_mod {
+            include!(concat!(env!("OUT_DIR"), "/", stringify!($core), ".skel.rs"));
+        }
+        $(
+            #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+            mod $deg_mod {
+                include!(concat!(env!("OUT_DIR"), "/", stringify!($deg), ".skel.rs"));
+            }
+        )*
+        $(
+            #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
+            mod $whole_mod {
+                include!(concat!(env!("OUT_DIR"), "/", stringify!($whole), ".skel.rs"));
+            }
+            const $spec: WholeSpec = $spec_val;
+        )*
+
+        /// Every BPF object built into this binary: a run's in load order, then the agent's.
+        const OBJECTS: &[ObjectSpec] = &[
+            ObjectSpec {
+                name: stringify!($core),
+                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($core), ".bpf.o")),
+                role: Role::Core,
+            },
+            $( ObjectSpec {
+                name: stringify!($deg),
+                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($deg), ".bpf.o")),
+                role: Role::Degrading,
+            }, )*
+            $( ObjectSpec {
+                name: stringify!($whole),
+                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($whole), ".bpf.o")),
+                role: Role::Whole($spec),
+            }, )*
+            $( ObjectSpec {
+                name: stringify!($agent),
+                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($agent), ".bpf.o")),
+                role: Role::Agent,
+            }, )*
+        ];
+
+        /// The loaded objects a run needs, each through its generated skeleton: the maps
+        /// scanprof reads are fields of these (`objects.netdev.maps.devs`), typed by the objects
+        /// themselves. A map of shared.h is read through the family object, which created it.
+        struct Objects {
+            $core: Loaded<$core_mod::$core_builder>,
+            $( $deg: Loaded<$deg_mod::$deg_builder>, )*
+        }
+
+        impl Objects {
+            /// The objects in load order.
+            fn iter(&self) -> impl Iterator<Item = &Object> {
+                [self.$core.object(), $( self.$deg.object(), )*].into_iter()
+            }
+        }
+
+        /// The objects that load whole or not at all: None where this kernel lacks or refused one.
+        struct Wholes {
+            $( $whole: Option<Loaded<$whole_mod::$whole_builder>>, )*
+        }
+
+        impl Wholes {
+            /// The loaded ones, in load order.
+            fn iter(&self) -> impl Iterator<Item = &Object> {
+                [$( self.$whole.as_ref().map(|s| s.object()), )*].into_iter().flatten()
+            }
+        }
+
+        /// The load of every object after the core one, each on a thread of its own.
+        struct StagedLoads {
+            $( $deg: StageLoad<Loaded<$deg_mod::$deg_builder>>, )*
+            $( $whole: StageLoad<Loaded<$whole_mod::$whole_builder>>, )*
+        }
+
+        impl StagedLoads {
+            /// Opens, configures and loads each object on its own thread (the CO-RE relocation
+            /// against the kernel's BTF that each load does is most of the time); an open
+            /// skeleton stays on the thread that opened it.
+            fn run(stage: &Stage<'_>) -> StagedLoads {
+                std::thread::scope(|scope| {
+                    $( let $deg = spawn_load(scope, stringify!($deg), move || {
+                        load_stage::<$deg_mod::$deg_builder>(
+                            stringify!($deg),
+                            stage,
+                            |skel| $deg_configure(stage, skel),
+                            Vec::new(),
+                            true,
+                        )
+                    }); )*
+                    $( let $whole = spawn_load(scope, stringify!($whole), move || {
+                        load_whole::<$whole_mod::$whole_builder>(&$spec, stage, |skel| {
+                            $whole_configure(stage, skel)
+                        })
+                    }); )*
+                    StagedLoads {
+                        $( $deg: join_load(stringify!($deg), $deg), )*
+                        $( $whole: join_load(stringify!($whole), $whole), )*
+                    }
+                })
+            }
+
+            /// The names of the resizable maps of every object (opened, whether it then loaded
+            /// or not).
+            fn capacity(&self) -> impl Iterator<Item = &String> {
+                [$( &self.$deg.capacity, )* $( &self.$whole.capacity, )*].into_iter().flatten()
+            }
+
+            /// The loaded objects beside the core one, and every load's status entries in the
+            /// table's order: an object that degrades but did not load at all is the error; one
+            /// that loads whole is left out with a status entry saying what is missing.
+            fn into_loaded(
+                self,
+                $core: Loaded<$core_mod::$core_builder>,
+                status: &mut Vec<ProbeStatus>,
+            ) -> Result<(Objects, Wholes), ProbeError> {
+                let objects = Objects {
+                    $core,
+                    $( $deg: {
+                        status.extend(self.$deg.status);
+                        self.$deg.skel?
+                    }, )*
+                };
+                let wholes = Wholes {
+                    $( $whole: {
+                        status.extend(self.$whole.status);
+                        match self.$whole.skel {
+                            Ok(skel) => Some(skel),
+                            Err(e) => {
+                                status.push($spec.not_attached(e));
+                                None
+                            }
+                        }
+                    }, )*
+                };
+                Ok((objects, wholes))
+            }
+        }
+    };
 }
 
-use drops_skel::{DropsSkel, DropsSkelBuilder, OpenDropsSkel};
-use family_skel::{FamilySkel, FamilySkelBuilder};
-use netdev_skel::{NetdevSkel, NetdevSkelBuilder};
-use replies_skel::{RepliesSkel, RepliesSkelBuilder};
-use rings_skel::{RingsSkel, RingsSkelBuilder};
-use sched_skel::{OpenSchedSkel, SchedSkel, SchedSkelBuilder};
-use send_path_skel::{OpenSendPathSkel, SendPathSkel, SendPathSkelBuilder};
-use uprobes_skel::UprobesSkelBuilder;
+// The table: one row per probes/*.bpf.c (`the_table_has_every_probe_source_once`). A row names
+// the object (its file name), its skeleton module and builder, and what sets its `.rodata` and
+// program variants before load; a whole-or-nothing object also what it needs of the kernel and
+// what a run lacks without it.
+bpf_objects! {
+    core: family, family_skel, FamilySkelBuilder;
+    degrading: [
+        send_path, send_path_skel, SendPathSkelBuilder, configure_send_path;
+        sched, sched_skel, SchedSkelBuilder, configure_sched;
+        netdev, netdev_skel, NetdevSkelBuilder, no_settings;
+        drops, drops_skel, DropsSkelBuilder, configure_drops;
+    ]
+    whole: [
+        uprobes, uprobes_skel, UprobesSkelBuilder, no_settings, UPROBES = WholeSpec {
+            object: "uprobes",
+            program: "sp_uprobe_entry",
+            needs: Some(Need::AttachCookie),
+            missing: "what the scanner's own functions say (profile uprobes)",
+        };
+        rings, rings_skel, RingsSkelBuilder, no_settings, RINGS = WholeSpec {
+            object: "rings",
+            program: "sp_rings",
+            needs: Some(Need::SockFromFile),
+            missing: "the frames queued to and dropped at the family's packet-socket rings (ring_full)",
+        };
+        replies, replies_skel, RepliesSkelBuilder, no_settings, REPLIES = WholeSpec {
+            object: "replies",
+            program: "on_netif_receive",
+            needs: None,
+            missing: "the replies that arrived for the family's flows (the reply funnel, lost_beyond_host)",
+        };
+    ]
+    agent: [exec_watch]
+}
+
+use drops_skel::OpenDropsSkel;
+use family_skel::FamilySkelBuilder;
+use replies_skel::RepliesSkel;
+use rings_skel::RingsSkel;
+use sched_skel::OpenSchedSkel;
+use send_path_skel::OpenSendPathSkel;
+#[cfg(test)]
+use {rings_skel::RingsSkelBuilder, uprobes_skel::UprobesSkelBuilder};
+
+/// One BPF object built into scanprof (a row of `bpf_objects!`).
+#[derive(Debug, Clone, Copy)]
+struct ObjectSpec {
+    /// its name: probes/<name>.bpf.c
+    name: &'static str,
+    /// the object's bytes (the skeleton embeds the same file to load it)
+    bytes: &'static [u8],
+    /// how it loads
+    role: Role,
+}
+
+/// How an object of the table loads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    /// Loaded first, on the calling thread: it creates the maps of shared.h that the others
+    /// reuse. A run fails without it.
+    Core,
+    /// Loaded on a thread of its own, its rejected programs left out (`load_degrading`); a run
+    /// fails if it does not load at all.
+    Degrading,
+    /// Loaded on a thread of its own, whole or not at all; without it a run lacks what its
+    /// spec says.
+    Whole(WholeSpec),
+    /// Not part of a run: `scanprof agent`'s exec watcher, loaded alone by exec_watch.rs.
+    Agent,
+}
+
+/// An object that loads whole or not at all, and what a run lacks without it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct WholeSpec {
+    /// the object's name, as its row gives it
+    object: &'static str,
+    /// the program its status entry names (the one that is attached or serves the others)
+    program: &'static str,
+    /// what the kernel must offer for its load to be tried; None: always tried
+    needs: Option<Need>,
+    /// what a report lacks without it
+    missing: &'static str,
+}
+
+/// What a whole-or-nothing object needs of the kernel beyond BTF.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Need {
+    /// BPF helper bpf_get_attach_cookie
+    AttachCookie,
+    /// BPF helper bpf_sock_from_file
+    SockFromFile,
+}
+
+impl Need {
+    /// Whether a kernel with these features offers it.
+    fn met(self, features: &KernelFeatures) -> bool {
+        match self {
+            Need::AttachCookie => features.attach_cookie,
+            Need::SockFromFile => features.sock_from_file,
+        }
+    }
+
+    /// What it is, and which kernels have it.
+    fn feature(self) -> &'static str {
+        match self {
+            Need::AttachCookie => "BPF helper bpf_get_attach_cookie (kernels 5.15 and later)",
+            Need::SockFromFile => "BPF helper bpf_sock_from_file (kernels 5.11 and later)",
+        }
+    }
+}
+
+impl WholeSpec {
+    /// Its status entry's name: object.program.
+    fn status_name(&self) -> String {
+        format!("{}.{}", self.object, self.program)
+    }
+
+    /// What it needs that a kernel with these features lacks; None: its load is tried.
+    fn lacks(&self, features: &KernelFeatures) -> Option<Need> {
+        self.needs.filter(|need| !need.met(features))
+    }
+
+    /// Its status entry once attached.
+    fn attached(&self) -> ProbeStatus {
+        ProbeStatus {
+            name: self.status_name(),
+            attached: true,
+            error: None,
+        }
+    }
+
+    /// Its status entry when it did not load or attach, `why`.
+    fn not_attached(&self, why: impl std::fmt::Display) -> ProbeStatus {
+        ProbeStatus {
+            name: self.status_name(),
+            attached: false,
+            error: Some(format!("{why}; missing without it: {}", self.missing)),
+        }
+    }
+}
+
+/// Every BPF object built into this binary, by name: a run's in load order, then `scanprof
+/// agent`'s exec watcher (`--version` names them).
+pub fn objects() -> impl Iterator<Item = (&'static str, &'static [u8])> {
+    OBJECTS.iter().map(|o| (o.name, o.bytes))
+}
 
 /// One packet socket of the family and its kernel counters (probes/include/wire.h).
 pub use rings_skel::types::{sp_ring, sp_ring_reads};
@@ -121,43 +379,11 @@ const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
 // sp_ring_reads: three u64, six u32.
 const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 6 * 4);
-/// The reply counter's program, as its status entry names it.
-const REPLIES_PROG: &str = "replies.on_netif_receive";
-/// What a report lacks without the reply counter.
-const REPLIES_MISSING: &str =
-    "the replies that arrived for the family's flows (the reply funnel, lost_beyond_host)";
 const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
 
 /// Times a read of the packet-socket iterator is taken again when a record says a family
 /// PACKET_STATISTICS read ran during it (a few microseconds each, about once a second).
 const RING_READ_TRIES: usize = 3;
-
-// The objects' bytes, for `--version` (the skeletons embed the same files to load them).
-const FAMILY_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/family.bpf.o"));
-const SEND_PATH_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/send_path.bpf.o"));
-const SCHED_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched.bpf.o"));
-const NETDEV_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/netdev.bpf.o"));
-const DROPS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/drops.bpf.o"));
-const UPROBES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/uprobes.bpf.o"));
-const RINGS_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rings.bpf.o"));
-const REPLIES_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/replies.bpf.o"));
-const EXEC_WATCH_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/exec_watch.bpf.o"));
-
-/// Every BPF object built into this binary, by name: a run's in load order, then `scanprof
-/// agent`'s exec watcher (`--version` names them).
-pub fn objects() -> [(&'static str, &'static [u8]); 9] {
-    [
-        ("family", FAMILY_OBJ),
-        ("send_path", SEND_PATH_OBJ),
-        ("sched", SCHED_OBJ),
-        ("netdev", NETDEV_OBJ),
-        ("drops", DROPS_OBJ),
-        ("uprobes", UPROBES_OBJ),
-        ("rings", RINGS_OBJ),
-        ("replies", REPLIES_OBJ),
-        ("exec_watch", EXEC_WATCH_OBJ),
-    ]
-}
 
 /// Why the probes could not be set up.
 #[derive(Debug, Error)]
@@ -404,31 +630,6 @@ pub struct ProbeSet {
     replies: Option<(RepliesSkel<'static>, Link)>,
 }
 
-/// The loaded objects, each through its generated skeleton: the maps scanprof reads are fields
-/// of these (`objects.netdev.maps.devs`), typed by the objects themselves. A map of shared.h is
-/// read through the family object, which created it.
-struct Objects {
-    family: FamilySkel<'static>,
-    send_path: SendPathSkel<'static>,
-    sched: SchedSkel<'static>,
-    netdev: NetdevSkel<'static>,
-    drops: DropsSkel<'static>,
-}
-
-impl Objects {
-    /// The objects in load order.
-    fn iter(&self) -> impl Iterator<Item = &Object> {
-        [
-            self.family.object(),
-            self.send_path.object(),
-            self.sched.object(),
-            self.netdev.object(),
-            self.drops.object(),
-        ]
-        .into_iter()
-    }
-}
-
 /// The skeleton that the open skeleton of builder `B` becomes when loaded.
 type Loaded<B> = <<B as SkelBuilder<'static>>::Output as OpenSkel<'static>>::Output;
 
@@ -483,348 +684,58 @@ impl ProbeSet {
         source: Features<'_>,
     ) -> Result<(ProbeSet, KernelFeatures), ProbeError> {
         capture_libbpf_log();
-        let sizes = &opts.map_sizes;
-        let mut family = open_skel::<FamilySkelBuilder>("family")?;
-        // The maps `--map-size` may name: checked once every object has been opened.
-        let mut capacity = sizing::capacity_maps(family.open_object());
-        sizes.apply(family.open_object_mut())?;
-        // The fork program's search for a free thread slot goes over the array's entries.
-        rodata_of("family", family.maps.rodata_data.as_deref_mut())?.thread_cap = sizes.threads();
-        // One byte per thread id the kernel hands out (below its pid_max).
-        let tid_words = tids::words_for(tids::pid_max());
-        family
-            .maps
-            .family_tids
-            .set_max_entries(tid_words)
-            .map_err(bpf_err("sizing map family_tids"))?;
+        let (family, mut capacity, tid_words) = open_family(&opts.map_sizes)?;
         let mark = log_mark();
         let family = family.load().map_err(load_err("family", mark))?;
         timing("family object loaded");
-        let features = match source {
-            Features::Known(f) => f.clone(),
-            Features::Detecting(thread) => thread.join().map_err(|_| ProbeError::Bpf {
-                what: "reading the kernel's features: the thread failed".into(),
-                source: libbpf_rs::Error::from_raw_os_error(libc::EIO),
-            })?,
-        };
-        if !features.btf {
-            return Err(ProbeError::NoBtf);
-        }
+        let features = resolve_features(source)?;
         timing("kernel features read (beside the family object)");
 
-        // The other objects only reuse the family object's maps: each is opened, configured
-        // and loaded on its own thread (the CO-RE relocation against the kernel's BTF that each
-        // load does is most of the time). An open skeleton stays on the thread that opened it.
+        // The other objects only reuse the family object's maps: each is loaded on its own thread.
         let stage = Stage {
             opts,
             features: &features,
             family: family.object(),
         };
-        let (send_path, sched, netdev, drops, uprobes, rings, replies) = std::thread::scope(|scope| {
-            let stage = &stage;
-            let send_path = spawn_load(scope, "send_path", move || {
-                let bounds = &stage.opts.recv_class_bounds;
-                let bounds = &bounds[..bounds.len().min(RECV_CLASSES - 1)];
-                let configure = |skel: &mut OpenSendPathSkel<'static>| {
-                    if !bounds.is_empty() {
-                        let rodata = rodata_of("send_path", skel.maps.rodata_data.as_deref_mut())?;
-                        rodata.rx_classes = bounds.len() as u32 + 1;
-                        rodata.rx_class_bounds[..bounds.len()].copy_from_slice(bounds);
-                    }
-                    Ok(())
-                };
-                load_stage::<SendPathSkelBuilder>("send_path", stage, configure, Vec::new(), true)
-            });
-            let sched = spawn_load(scope, "sched", move || {
-                let configure = |skel: &mut OpenSchedSkel<'static>| {
-                    let rodata = rodata_of("sched", skel.maps.rodata_data.as_deref_mut())?;
-                    rodata.block_event_min_ns = stage.opts.block_event_min_ns;
-                    // One variant of the switch program for this kernel's sched_switch: with
-                    // the previous task's state as an argument (5.18 and later) or read from it.
-                    let prev_state = stage.features.sched_switch_prev_state;
-                    skel.progs.on_switch.set_autoload(prev_state);
-                    skel.progs.on_switch_nostate.set_autoload(!prev_state);
-                    Ok(())
-                };
-                load_stage::<SchedSkelBuilder>("sched", stage, configure, Vec::new(), true)
-            });
-            let netdev = spawn_load(scope, "netdev", move || {
-                load_stage::<NetdevSkelBuilder>("netdev", stage, |_| Ok(()), Vec::new(), true)
-            });
-            let drops = spawn_load(scope, "drops", move || {
-                let features = stage.features;
-                let configure = |skel: &mut OpenDropsSkel<'static>| {
-                    let rodata = rodata_of("drops", skel.maps.rodata_data.as_deref_mut())?;
-                    rodata.reason_no_socket = features.drop_reason_no_socket;
-                    rodata.reason_queue_purge = features.drop_reason_queue_purge;
-                    // One variant of the drop program for this kernel's kfree_skb tracepoint:
-                    // with the receiving socket, with the reason only, or with neither (before
-                    // 5.17: drops counted by location, under one reason).
-                    let progs = &mut skel.progs;
-                    let (reason, rx_sk) = (features.kfree_skb_reason, features.kfree_skb_rx_sk);
-                    progs.on_kfree_skb.set_autoload(reason && rx_sk);
-                    progs.on_kfree_skb_norx.set_autoload(reason && !rx_sk);
-                    progs.on_kfree_skb_noreason.set_autoload(!reason);
-                    Ok(())
-                };
-                load_stage::<DropsSkelBuilder>("drops", stage, configure, Vec::new(), true)
-            });
-            // The uprobes object loads whole or not at all.
-            let uprobes = spawn_load(scope, "uprobes", move || {
-                if !stage.features.attach_cookie {
-                    return lacking::<UprobesSkelBuilder>(
-                        "uprobes",
-                        "uprobes.sp_uprobe_entry",
-                        "BPF helper bpf_get_attach_cookie (kernels 5.15 and later)",
-                    );
-                }
-                load_stage::<UprobesSkelBuilder>("uprobes", stage, |_| Ok(()), Vec::new(), false)
-            });
-            // The packet-socket iterator loads whole or not at all.
-            let rings = spawn_load(scope, "rings", move || {
-                if !stage.features.sock_from_file {
-                    return lacking::<RingsSkelBuilder>(
-                        "rings",
-                        "rings.sp_rings",
-                        "BPF helper bpf_sock_from_file (kernels 5.11 and later)",
-                    );
-                }
-                load_stage::<RingsSkelBuilder>("rings", stage, |_| Ok(()), Vec::new(), false)
-            });
-            // The reply counter loads whole or not at all.
-            let replies = spawn_load(scope, "replies", move || {
-                load_stage::<RepliesSkelBuilder>("replies", stage, |_| Ok(()), Vec::new(), false)
-            });
-            (
-                join_load("send_path", send_path),
-                join_load("sched", sched),
-                join_load("netdev", netdev),
-                join_load("drops", drops),
-                join_load("uprobes", uprobes),
-                join_load("rings", rings),
-                join_load("replies", replies),
-            )
-        });
+        let loads = StagedLoads::run(&stage);
         // Every name `--map-size` gave, against the maps of every object (opened, whether it
         // then loaded or not). A name that is no resizable map sized nothing meanwhile.
-        for names in [
-            &send_path.capacity,
-            &sched.capacity,
-            &netdev.capacity,
-            &drops.capacity,
-            &uprobes.capacity,
-            &rings.capacity,
-            &replies.capacity,
-        ] {
-            capacity.extend(names.iter().cloned());
-        }
-        sizes.check(&capacity)?;
-        // Status entries in the objects' order.
+        capacity.extend(loads.capacity().cloned());
+        opts.map_sizes.check(&capacity)?;
         let mut status = Vec::new();
-        status.extend(send_path.status);
-        let send_path = send_path.skel?;
-        status.extend(sched.status);
-        let sched = sched.skel?;
-        status.extend(netdev.status);
-        let netdev = netdev.skel?;
-        status.extend(drops.status);
-        let drops = drops.skel?;
-        status.extend(uprobes.status);
-        let uprobes_skel = match uprobes.skel {
-            Ok(skel) => Some(skel),
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: "uprobes.sp_uprobe_entry".into(),
-                    attached: false,
-                    error: Some(format!(
-                        "{e}; missing without it: what the scanner's own functions say (profile uprobes)"
-                    )),
-                });
-                None
-            }
-        };
-        let objects = Objects {
-            family,
-            send_path,
-            sched,
-            netdev,
-            drops,
-        };
-        status.extend(rings.status);
-        let rings_skel = match rings.skel {
-            Ok(skel) => Some(skel),
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: "rings.sp_rings".into(),
-                    attached: false,
-                    error: Some(format!(
-                        "{e}; missing without it: the frames queued to and dropped at the family's \
-                         packet-socket rings (ring_full)"
-                    )),
-                });
-                None
-            }
-        };
-        status.extend(replies.status);
-        let replies_skel = match replies.skel {
-            Ok(skel) => Some(skel),
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: REPLIES_PROG.into(),
-                    attached: false,
-                    error: Some(format!("{e}; missing without it: {REPLIES_MISSING}")),
-                });
-                None
-            }
-        };
-        let uprobes_obj = uprobes_skel.as_ref().map(|s| s.object());
-        let rings_obj = rings_skel.as_ref().map(|s| s.object());
-        let replies_obj = replies_skel.as_ref().map(|s| s.object());
-        check_shared(
-            objects
-                .iter()
-                .chain(uprobes_obj)
-                .chain(rings_obj)
-                .chain(replies_obj),
-        )?;
+        let (objects, wholes) = loads.into_loaded(family, &mut status)?;
+        check_shared(objects.iter().chain(wholes.iter()))?;
         let family_maps = &objects.family.maps;
         let bpf_stats = BpfStats::of_objects(
-            objects
-                .iter()
-                .chain(uprobes_obj)
-                .chain(rings_obj)
-                .chain(replies_obj),
+            objects.iter().chain(wholes.iter()),
             MapHandle::try_from(&family_maps.prog_cost).map_err(bpf_err("opening map prog_cost"))?,
             MapHandle::try_from(&family_maps.cost_timing).map_err(bpf_err("opening map cost_timing"))?,
         );
         timing("objects loaded, shared maps checked");
 
         // Attached only now that every object is loaded and its maps checked: a program that
-        // runs has the one family, thread table and socket cache every other program sees. One
-        // program at a time rather than the skeletons' `attach`, which stops at the first
-        // program that does not attach: each attaches or gets a status entry saying why not.
-        let mut links = Vec::new();
-        for obj in objects.iter() {
-            let obj_name = object_name(obj);
-            for prog in obj.progs_mut().filter(|p| p.autoload()) {
-                let name = format!("{obj_name}.{}", prog.name().to_string_lossy());
-                match prog.attach() {
-                    Ok(link) => {
-                        links.push(link);
-                        status.push(ProbeStatus {
-                            name,
-                            attached: true,
-                            error: None,
-                        });
-                    }
-                    Err(e) => status.push(ProbeStatus {
-                        name,
-                        attached: false,
-                        error: Some(e.to_string()),
-                    }),
-                }
-            }
-        }
+        // runs has the one family, thread table and socket cache every other program sees.
+        let links = attach_programs(&objects, &mut status);
         // The iterator's link is kept apart: each sample reads a new iterator made from it.
-        let rings = rings_skel.and_then(|skel| match skel.progs.sp_rings.attach() {
-            Ok(link) => {
-                status.push(ProbeStatus {
-                    name: "rings.sp_rings".into(),
-                    attached: true,
-                    error: None,
-                });
-                Some((skel, link))
-            }
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: "rings.sp_rings".into(),
-                    attached: false,
-                    error: Some(format!(
-                        "{e}; missing without it: the frames queued to and dropped at the family's \
-                         packet-socket rings (ring_full)"
-                    )),
-                });
-                None
-            }
-        });
-        let replies = replies_skel.and_then(|skel| match skel.progs.on_netif_receive.attach() {
-            Ok(link) => {
-                status.push(ProbeStatus {
-                    name: REPLIES_PROG.into(),
-                    attached: true,
-                    error: None,
-                });
-                Some((skel, link))
-            }
-            Err(e) => {
-                status.push(ProbeStatus {
-                    name: REPLIES_PROG.into(),
-                    attached: false,
-                    error: Some(format!("{e}; missing without it: {REPLIES_MISSING}")),
-                });
-                None
-            }
-        });
+        let rings = attach_whole(&RINGS, wholes.rings, |s| s.progs.sp_rings.attach(), &mut status);
+        let replies = attach_whole(
+            &REPLIES,
+            wholes.replies,
+            |s| s.progs.on_netif_receive.attach(),
+            &mut status,
+        );
         timing("programs attached");
-        if !status.iter().any(|s| s.attached && s.name.starts_with("family.")) {
-            return Err(ProbeError::Bpf {
-                what: "attaching the family probes".into(),
-                source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
-            });
-        }
+        core_attached(&status)?;
 
         // The scanner uprobes are attached later, per binary, as the profile says.
-        let uprobes = uprobes_skel.map(Uprobes::new);
-
-        let (tx, events_rx) = mpsc::channel();
-        let (pkt_tx, drop_pkts_rx) = mpsc::channel();
-        // The ring buffer must outlive the RingBuffer that polls it, which the ProbeSet keeps
-        // beside the objects; one per ProbeSet, so giving it the rest of the process's life
-        // costs one fd and its memory.
-        let events = &objects.family.maps.events;
-        let events_map: &'static MapHandle = Box::leak(Box::new(
-            MapHandle::try_from(events).map_err(bpf_err("opening map events"))?,
-        ));
-        let mut builder = libbpf_rs::RingBufferBuilder::new();
-        builder
-            .add(events_map, move |bytes: &[u8]| {
-                // Two record types share the ring; both start with ts_ns and kind.
-                let kind = bytes
-                    .get(8..12)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u32::from_ne_bytes);
-                if kind == Some(sp_event_kind::SP_EV_DROP_PKT.0) {
-                    if let Some(p) = read_pod::<sp_drop_pkt>(bytes) {
-                        let _ = pkt_tx.send(p);
-                    }
-                } else if let Some(ev) = read_pod::<sp_event>(bytes) {
-                    // The receiver lives in the same ProbeSet; a send can only fail after it
-                    // is dropped, when nobody wants the event any more.
-                    let _ = tx.send(ev);
-                }
-                0
-            })
-            .map_err(bpf_err(EVENT_RING_SETUP))?;
-        let (calls_tx, calls_rx) = mpsc::channel();
-        if let Some(u) = &uprobes {
-            let calls_map: &'static MapHandle = Box::leak(Box::new(u.calls_map()?));
-            builder
-                .add(calls_map, move |bytes: &[u8]| {
-                    if let Some(c) = read_pod::<sp_call>(bytes) {
-                        let _ = calls_tx.send(c);
-                    }
-                    0
-                })
-                .map_err(bpf_err("setting up the uprobe ring buffer"))?;
-        }
-        let ring = builder.build().map_err(bpf_err(EVENT_RING_SETUP))?;
-
+        let uprobes = wholes.uprobes.map(Uprobes::new);
+        let rx = EventRings::open(&objects, uprobes.as_ref())?;
         let set = ProbeSet {
             uprobes,
-            ring,
-            events_rx,
-            drop_pkts_rx,
-            calls_rx,
+            ring: rx.ring,
+            events_rx: rx.events,
+            drop_pkts_rx: rx.drop_pkts,
+            calls_rx: rx.calls,
             tids: tids::TidBits::map(&objects.family.maps.family_tids, tid_words)?,
             _links: links,
             status,
@@ -1377,6 +1288,242 @@ fn join_load<T>(
     }
 }
 
+/// The open skeleton of builder `B`.
+type Opened<B> = <B as SkelBuilder<'static>>::Output;
+
+/// Opens the family object and sizes it: the maps `--map-size` names (`sizes`), the fork
+/// program's search for a free thread slot (over the `threads` array's entries), and the
+/// `family_tids` bitmap (one byte per thread id below the kernel's pid_max). Returns it with
+/// the names of its resizable maps and the bitmap's words.
+fn open_family(
+    sizes: &MapSizes,
+) -> Result<(Opened<FamilySkelBuilder>, BTreeSet<String>, u32), ProbeError> {
+    let mut family = open_skel::<FamilySkelBuilder>("family")?;
+    // The maps `--map-size` may name: checked once every object has been opened.
+    let capacity = sizing::capacity_maps(family.open_object());
+    sizes.apply(family.open_object_mut())?;
+    rodata_of("family", family.maps.rodata_data.as_deref_mut())?.thread_cap = sizes.threads();
+    let tid_words = tids::words_for(tids::pid_max());
+    family
+        .maps
+        .family_tids
+        .set_max_entries(tid_words)
+        .map_err(bpf_err("sizing map family_tids"))?;
+    Ok((family, capacity, tid_words))
+}
+
+/// The kernel's features, known already or once read on their thread; a kernel without BTF is
+/// the error.
+fn resolve_features(source: Features<'_>) -> Result<KernelFeatures, ProbeError> {
+    let features = match source {
+        Features::Known(f) => f.clone(),
+        Features::Detecting(thread) => thread.join().map_err(|_| ProbeError::Bpf {
+            what: "reading the kernel's features: the thread failed".into(),
+            source: libbpf_rs::Error::from_raw_os_error(libc::EIO),
+        })?,
+    };
+    if !features.btf {
+        return Err(ProbeError::NoBtf);
+    }
+    Ok(features)
+}
+
+/// The receive classes' bounds the send_path object takes: at most RECV_CLASSES - 1.
+fn class_bounds(bounds: &[u32]) -> &[u32] {
+    &bounds[..bounds.len().min(RECV_CLASSES - 1)]
+}
+
+/// send_path's settings: the receive classes (`--recv-classes`), when any.
+fn configure_send_path(stage: &Stage<'_>, skel: &mut OpenSendPathSkel<'static>) -> Result<(), ProbeError> {
+    let bounds = class_bounds(&stage.opts.recv_class_bounds);
+    if !bounds.is_empty() {
+        let rodata = rodata_of("send_path", skel.maps.rodata_data.as_deref_mut())?;
+        rodata.rx_classes = bounds.len() as u32 + 1;
+        rodata.rx_class_bounds[..bounds.len()].copy_from_slice(bounds);
+    }
+    Ok(())
+}
+
+/// sched's settings: the blocking episodes streamed as events, and one variant of the switch
+/// program for this kernel's sched_switch: with the previous task's state as an argument (5.18
+/// and later) or read from it.
+fn configure_sched(stage: &Stage<'_>, skel: &mut OpenSchedSkel<'static>) -> Result<(), ProbeError> {
+    let rodata = rodata_of("sched", skel.maps.rodata_data.as_deref_mut())?;
+    rodata.block_event_min_ns = stage.opts.block_event_min_ns;
+    let prev_state = stage.features.sched_switch_prev_state;
+    skel.progs.on_switch.set_autoload(prev_state);
+    skel.progs.on_switch_nostate.set_autoload(!prev_state);
+    Ok(())
+}
+
+/// Which of drops' kfree_skb programs loads, for a tracepoint with a drop `reason` and the
+/// receiving socket `rx_sk`: (on_kfree_skb, on_kfree_skb_norx, on_kfree_skb_noreason). Before
+/// 5.17 (no reason) drops are counted by location, under one reason.
+fn kfree_skb_variant(reason: bool, rx_sk: bool) -> (bool, bool, bool) {
+    (reason && rx_sk, reason && !rx_sk, !reason)
+}
+
+/// drops' settings: this kernel's numbers of the drop reasons it names, and one variant of the
+/// drop program for its kfree_skb tracepoint (`kfree_skb_variant`).
+fn configure_drops(stage: &Stage<'_>, skel: &mut OpenDropsSkel<'static>) -> Result<(), ProbeError> {
+    let features = stage.features;
+    let rodata = rodata_of("drops", skel.maps.rodata_data.as_deref_mut())?;
+    rodata.reason_no_socket = features.drop_reason_no_socket;
+    rodata.reason_queue_purge = features.drop_reason_queue_purge;
+    let (with_sk, norx, noreason) = kfree_skb_variant(features.kfree_skb_reason, features.kfree_skb_rx_sk);
+    let progs = &mut skel.progs;
+    progs.on_kfree_skb.set_autoload(with_sk);
+    progs.on_kfree_skb_norx.set_autoload(norx);
+    progs.on_kfree_skb_noreason.set_autoload(noreason);
+    Ok(())
+}
+
+/// The settings of an object that has none.
+fn no_settings<T>(_: &Stage<'_>, _: &mut T) -> Result<(), ProbeError> {
+    Ok(())
+}
+
+/// Loads an object whole or not at all (`WholeSpec`): not tried where the kernel lacks what it
+/// needs.
+fn load_whole<B>(
+    spec: &WholeSpec,
+    stage: &Stage<'_>,
+    configure: impl Fn(&mut B::Output) -> Result<(), ProbeError>,
+) -> StageLoad<Loaded<B>>
+where
+    B: SkelBuilder<'static> + Default,
+{
+    if let Some(need) = spec.lacks(stage.features) {
+        return lacking::<B>(spec.object, &spec.status_name(), need.feature());
+    }
+    load_stage::<B>(spec.object, stage, configure, Vec::new(), false)
+}
+
+/// Attaches every program of `objects` that loads, one at a time rather than the skeletons'
+/// `attach`, which stops at the first program that does not attach: each attaches or gets a
+/// status entry saying why not.
+fn attach_programs(objects: &Objects, status: &mut Vec<ProbeStatus>) -> Vec<Link> {
+    let mut links = Vec::new();
+    for obj in objects.iter() {
+        let obj_name = object_name(obj);
+        for prog in obj.progs_mut().filter(|p| p.autoload()) {
+            let name = format!("{obj_name}.{}", prog.name().to_string_lossy());
+            match prog.attach() {
+                Ok(link) => {
+                    links.push(link);
+                    status.push(ProbeStatus {
+                        name,
+                        attached: true,
+                        error: None,
+                    });
+                }
+                Err(e) => status.push(ProbeStatus {
+                    name,
+                    attached: false,
+                    error: Some(e.to_string()),
+                }),
+            }
+        }
+    }
+    links
+}
+
+/// Attaches a whole-or-nothing object loaded (`skel`) with `attach`, keeping its link beside it,
+/// with its status entry either way.
+fn attach_whole<S>(
+    spec: &WholeSpec,
+    skel: Option<S>,
+    attach: impl FnOnce(&S) -> libbpf_rs::Result<Link>,
+    status: &mut Vec<ProbeStatus>,
+) -> Option<(S, Link)> {
+    let skel = skel?;
+    match attach(&skel) {
+        Ok(link) => {
+            status.push(spec.attached());
+            Some((skel, link))
+        }
+        Err(e) => {
+            status.push(spec.not_attached(e));
+            None
+        }
+    }
+}
+
+/// A run without any program of the core object (`Role::Core`: family) attached is the error.
+fn core_attached(status: &[ProbeStatus]) -> Result<(), ProbeError> {
+    let core = OBJECTS.iter().find(|o| o.role == Role::Core).map_or("family", |o| o.name);
+    let prefix = format!("{core}.");
+    if status.iter().any(|s| s.attached && s.name.starts_with(&prefix)) {
+        return Ok(());
+    }
+    Err(ProbeError::Bpf {
+        what: format!("attaching the {core} probes"),
+        source: libbpf_rs::Error::from_raw_os_error(libc::EINVAL),
+    })
+}
+
+/// The ring buffers polled for the rare records, and the channels they arrive on.
+struct EventRings {
+    ring: libbpf_rs::RingBuffer<'static>,
+    events: mpsc::Receiver<sp_event>,
+    drop_pkts: mpsc::Receiver<sp_drop_pkt>,
+    calls: mpsc::Receiver<sp_call>,
+}
+
+impl EventRings {
+    /// Polls the family object's `events` (events and dropped packets) and, when loaded, the
+    /// uprobes' `calls`.
+    fn open(objects: &Objects, uprobes: Option<&Uprobes>) -> Result<EventRings, ProbeError> {
+        let (tx, events) = mpsc::channel();
+        let (pkt_tx, drop_pkts) = mpsc::channel();
+        // The ring buffer must outlive the RingBuffer that polls it, which the ProbeSet keeps
+        // beside the objects; one per ProbeSet, so giving it the rest of the process's life
+        // costs one fd and its memory.
+        let events_map: &'static MapHandle = Box::leak(Box::new(
+            MapHandle::try_from(&objects.family.maps.events).map_err(bpf_err("opening map events"))?,
+        ));
+        let mut builder = libbpf_rs::RingBufferBuilder::new();
+        builder
+            .add(events_map, move |bytes: &[u8]| {
+                // Two record types share the ring; both start with ts_ns and kind.
+                let kind = bytes
+                    .get(8..12)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_ne_bytes);
+                if kind == Some(sp_event_kind::SP_EV_DROP_PKT.0) {
+                    if let Some(p) = read_pod::<sp_drop_pkt>(bytes) {
+                        let _ = pkt_tx.send(p);
+                    }
+                } else if let Some(ev) = read_pod::<sp_event>(bytes) {
+                    // The receiver lives in the same ProbeSet; a send can only fail after it
+                    // is dropped, when nobody wants the event any more.
+                    let _ = tx.send(ev);
+                }
+                0
+            })
+            .map_err(bpf_err(EVENT_RING_SETUP))?;
+        let (calls_tx, calls) = mpsc::channel();
+        if let Some(u) = uprobes {
+            let calls_map: &'static MapHandle = Box::leak(Box::new(u.calls_map()?));
+            builder
+                .add(calls_map, move |bytes: &[u8]| {
+                    if let Some(c) = read_pod::<sp_call>(bytes) {
+                        let _ = calls_tx.send(c);
+                    }
+                    0
+                })
+                .map_err(bpf_err("setting up the uprobe ring buffer"))?;
+        }
+        let ring = builder.build().map_err(bpf_err(EVENT_RING_SETUP))?;
+        Ok(EventRings {
+            ring,
+            events,
+            drop_pkts,
+            calls,
+        })
+    }
+}
+
 /// An object's `.rodata` (its `const volatile` settings) as the skeleton types it, to set
 /// before load.
 fn rodata_of<'a, T>(name: &str, rodata: Option<&'a mut T>) -> Result<&'a mut T, ProbeError> {
@@ -1844,5 +1991,153 @@ mod tests {
         assert!(!caps_allow_bpf(1 << 39));
         assert!(!caps_allow_bpf(0));
         assert!(caps_allow_bpf(0x000001ffffffffff));
+    }
+
+    /// A kernel's features as a 5.10 kernel has them (no attach cookie, no kfree_skb reason),
+    /// with `attach_cookie` and `sock_from_file` as given.
+    fn features(attach_cookie: bool, sock_from_file: bool) -> KernelFeatures {
+        KernelFeatures {
+            btf: true,
+            kfree_skb_rx_sk: false,
+            kfree_skb_reason: false,
+            sched_switch_prev_state: false,
+            attach_cookie,
+            sock_from_file,
+            drop_reason_no_socket: 3,
+            drop_reason_queue_purge: u32::MAX,
+            drop_reasons: BTreeMap::new(),
+            tracepoints: BTreeSet::new(),
+        }
+    }
+
+    /// build.rs builds every probes/*.bpf.c: each is exactly one row of the table, and the
+    /// table names no object that has no source.
+    #[test]
+    fn the_table_has_every_probe_source_once() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+        let mut sources: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".bpf.c").map(str::to_string)
+            })
+            .collect();
+        sources.sort();
+        let mut rows: Vec<String> = OBJECTS.iter().map(|o| o.name.to_string()).collect();
+        rows.sort();
+        let mut distinct = rows.clone();
+        distinct.dedup();
+        assert_eq!(rows, distinct, "an object has two rows");
+        assert_eq!(rows, sources, "the table's rows against probes/*.bpf.c");
+        assert_eq!(objects().count(), OBJECTS.len());
+    }
+
+    /// The core object (the one that creates the shared maps) is one, and first; the agent's
+    /// objects, which a run does not load, come last.
+    #[test]
+    fn the_core_object_is_first_and_alone_and_the_agents_come_last() {
+        assert_eq!(OBJECTS[0].role, Role::Core);
+        assert_eq!(OBJECTS.iter().filter(|o| o.role == Role::Core).count(), 1);
+        let first_agent = OBJECTS
+            .iter()
+            .position(|o| o.role == Role::Agent)
+            .unwrap_or(OBJECTS.len());
+        assert!(
+            OBJECTS[first_agent..].iter().all(|o| o.role == Role::Agent),
+            "{OBJECTS:?}"
+        );
+    }
+
+    /// A whole-or-nothing object's row names itself and a program its object has (the one its
+    /// status entry names); its bytes are the object of that name.
+    #[test]
+    fn a_whole_objects_row_names_its_object_and_a_program_of_it() {
+        let mut wholes = 0;
+        for row in OBJECTS {
+            let Role::Whole(spec) = row.role else { continue };
+            wholes += 1;
+            assert_eq!(spec.object, row.name);
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(row.bytes)
+                .unwrap_or_else(|e| panic!("{} does not open: {e}", row.name));
+            let progs: Vec<String> = obj.progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
+            assert!(progs.contains(&spec.program.to_string()), "{}: {progs:?}", row.name);
+        }
+        assert_eq!(wholes, 3);
+    }
+
+    /// The uprobes object is tried only where the kernel has bpf_get_attach_cookie, the
+    /// packet-socket iterator only where it has bpf_sock_from_file, the reply counter always.
+    #[test]
+    fn a_whole_object_is_tried_only_where_the_kernel_has_what_it_needs() {
+        let all = features(true, true);
+        for spec in [UPROBES, RINGS, REPLIES] {
+            assert_eq!(spec.lacks(&all), None, "{spec:?}");
+        }
+        let old = features(false, false);
+        assert_eq!(UPROBES.lacks(&old), Some(Need::AttachCookie));
+        assert_eq!(RINGS.lacks(&old), Some(Need::SockFromFile));
+        assert_eq!(REPLIES.lacks(&old), None);
+        assert_eq!(UPROBES.lacks(&features(false, true)), Some(Need::AttachCookie));
+        assert_eq!(RINGS.lacks(&features(false, true)), None);
+        assert!(Need::AttachCookie.feature().contains("bpf_get_attach_cookie"));
+        assert!(Need::SockFromFile.feature().contains("bpf_sock_from_file"));
+    }
+
+    /// A whole object's status entry names object.program and, when it is missing, why and
+    /// what a report lacks.
+    #[test]
+    fn a_whole_objects_status_says_what_is_missing_without_it() {
+        assert_eq!(
+            RINGS.attached(),
+            ProbeStatus {
+                name: "rings.sp_rings".into(),
+                attached: true,
+                error: None
+            }
+        );
+        let missing = REPLIES.not_attached("refused");
+        assert_eq!(missing.name, "replies.on_netif_receive");
+        assert!(!missing.attached);
+        assert_eq!(
+            missing.error.as_deref(),
+            Some(
+                "refused; missing without it: the replies that arrived for the family's flows \
+                 (the reply funnel, lost_beyond_host)"
+            )
+        );
+    }
+
+    /// send_path takes at most RECV_CLASSES - 1 bounds, the first ones given.
+    #[test]
+    fn at_most_the_first_class_bounds_reach_send_path() {
+        assert_eq!(class_bounds(&[]), &[] as &[u32]);
+        assert_eq!(class_bounds(&[64, 128]), &[64, 128]);
+        assert_eq!(class_bounds(&[64, 128, 512, 1024, 1500]), &[64, 128, 512][..RECV_CLASSES - 1]);
+    }
+
+    /// Exactly one kfree_skb program loads on every kernel: with the socket (6.8 and later),
+    /// the reason only (5.17 to 6.7), or neither.
+    #[test]
+    fn exactly_one_drop_program_variant_loads_on_every_kernel() {
+        assert_eq!(kfree_skb_variant(true, true), (true, false, false));
+        assert_eq!(kfree_skb_variant(true, false), (false, true, false));
+        assert_eq!(kfree_skb_variant(false, false), (false, false, true));
+        assert_eq!(kfree_skb_variant(false, true), (false, false, true));
+    }
+
+    /// A run needs a program of the core object attached; one that failed to attach, or other
+    /// objects' programs, do not do.
+    #[test]
+    fn a_run_without_a_family_program_attached_is_refused() {
+        let entry = |name: &str, attached: bool| ProbeStatus {
+            name: name.into(),
+            attached,
+            error: None,
+        };
+        assert!(core_attached(&[]).is_err());
+        assert!(core_attached(&[entry("family.on_fork", false), entry("sched.on_switch", true)]).is_err());
+        assert!(core_attached(&[entry("familyx.on_fork", true)]).is_err());
+        assert!(core_attached(&[entry("sched.on_switch", true), entry("family.on_fork", true)]).is_ok());
     }
 }
