@@ -3,7 +3,9 @@
  * Every packet drop on the machine (skb:kfree_skb, via tp_btf): counted per reason, location,
  * device, namespace and class, where the class says whether the packet was the target's own
  * outgoing packet, an expected casualty of scanning (no socket at either end, or a probe the
- * destination's transport layer dropped), a lost reply, or somebody else's.
+ * destination's transport layer dropped), a lost reply, or somebody else's. And the datagrams
+ * the family's UDP sockets refused (udp:udp_fail_queue_rcv_skb, the socket in hand), which make
+ * a listener's own socket drops its own on kernels whose kfree_skb has no rx_sk.
  */
 #include "shared.h"
 
@@ -13,6 +15,13 @@ char LICENSE[] SEC("license") = "GPL";
  * (reason_queue_purge: ~0 on kernels without QUEUE_PURGE). */
 const volatile __u32 reason_no_socket = 3;
 const volatile __u32 reason_queue_purge = ~0U;
+/* On kernels whose kfree_skb has no rx_sk (before 6.8), which free a datagram a UDP socket
+ * refused and then fire udp_fail_queue_rcv_skb: the refused datagram's drop row, just counted
+ * as somebody else's, moves to the family's (on_udp_fail). The reasons it may be counted under
+ * (SOCKET_RCVBUFF and PROTO_MEM of the running kernel; ~0: any, where there are no reasons). */
+const volatile __u32 recharge_udp = 0;
+const volatile __u32 reason_rcvbuff = ~0U;
+const volatile __u32 reason_proto_mem = ~0U;
 
 /* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h); the
  * three maps of the table have SP_DROP_SLOTS entries (a power of two). */
@@ -44,6 +53,8 @@ struct last_row {
 	struct sp_drop_key key;
 	__u32 slot;
 	__u32 valid;
+	__u32 just;		/* the last kfree_skb on this CPU was counted in key's row */
+	__u32 pad;
 };
 
 struct {
@@ -294,6 +305,8 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	if (k.class == SP_CLASS_TARGET_LOSS && !skb->sk && skb_came_in(skb) && skb_at_tcp(skb))
 		k.class = SP_CLASS_EXPECTED;
 	last = bpf_map_lookup_elem(&last_drop_row, &zero);
+	if (last)
+		last->just = 0;
 	if (last && last->valid && key_eq(&last->key, &k, sizeof(k))) {
 		slot = last->slot;
 	} else {
@@ -312,6 +325,8 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	if (!n)
 		return;
 	*n += 1;
+	if (last)
+		last->just = 1;
 	/* the family's drops keep their header, the row's first ones and then a sample */
 	if (k.class != SP_CLASS_UNRELATED && pkt_sampled(*n))
 		capture_header(skb, &k, *n);
@@ -339,5 +354,83 @@ SEC("tp_btf/kfree_skb")
 int SP_PROG(SP_PROG_KFREE_SKB_NOREASON, on_kfree_skb_noreason, struct sk_buff *skb, void *location)
 {
 	count_drop(skb, location, SP_REASON_NOT_GIVEN, 0);
+	return 0;
+}
+
+/* For the generated skeleton: the refusal kinds, so Rust gets them from wire.h. */
+enum sp_udp_refusal abi_udp_refusal;
+
+/* Datagrams the family's UDP sockets refused, per process, namespace and why. */
+#define SP_UDP_REFUSED_ROWS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, SP_UDP_REFUSED_ROWS);
+	__type(key, struct sp_udp_refused_key);
+	__type(value, struct sp_udp_refused);
+} udp_refused SEC(".maps");
+
+/*
+ * udp_fail_queue_rcv_skb: a UDP socket refused a datagram (its receive buffer full, or the
+ * protocol's memory), with the socket in hand, on every kernel; kfree_skb names the socket only
+ * from 6.8 (rx_sk). Runs once per refused datagram, never per packet received. IPv4 on every
+ * kernel; IPv6 only on kernels whose __udpv6_queue_rcv_skb fires it too (not 6.1 or 5.10).
+ */
+SEC("tp_btf/udp_fail_queue_rcv_skb")
+int SP_PROG(SP_PROG_UDP_FAIL, on_udp_fail, int rc, struct sock *sk)
+{
+	struct sp_udp_refused_key k = {};
+	struct sp_udp_refused fresh = {}, *v;
+	struct last_row *last;
+	__u32 *who, *owner, zero = 0, just = 0;
+	__u64 skp = (__u64)sk, *n;
+
+	/* consumed whatever the socket: a later refusal must not find this drop's row */
+	last = bpf_map_lookup_elem(&last_drop_row, &zero);
+	if (last) {
+		just = last->just;
+		last->just = 0;
+	}
+	owner = bpf_map_lookup_elem(&target_socks, &skp);
+	if (!owner)
+		return 0;
+	k.tgid = *owner;
+	k.netns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	k.kind = rc == -12 /* -ENOMEM */ ? SP_UDP_RCVBUF : SP_UDP_MEMORY;
+	v = bpf_map_lookup_elem(&udp_refused, &k);
+	if (!v) {
+		bpf_map_update_elem(&udp_refused, &k, &fresh, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&udp_refused, &k);
+		if (!v) {
+			health_inc(SP_H_DROPS_FULL);
+			return 0;
+		}
+	}
+	v->refused += 1;
+	/* Before 6.8 the datagram was freed just before this, on this CPU, and counted by source
+	 * only: a listener's (from an address it never sent to) as somebody else's. Move it. */
+	if (recharge_udp && last && just && last->key.class == SP_CLASS_UNRELATED &&
+	    (reason_rcvbuff == ~0U ||
+	     last->key.reason == (k.kind == SP_UDP_RCVBUF ? reason_rcvbuff : reason_proto_mem))) {
+		struct sp_drop_key dk = last->key;
+		__u32 from = last->slot, to;
+		int created;
+
+		dk.class = SP_CLASS_REPLY_LOSS;
+		dk.tgid = k.tgid;
+		to = slot_of(&drop_slots, &drop_slot_rows, &dk, sizeof(dk), SP_DROP_SLOTS, &created);
+		if (to == SP_NO_SLOT) {
+			health_inc(SP_H_DROPS_FULL);
+			return 0;
+		}
+		n = bpf_map_lookup_elem(&drops, &from);
+		if (!n || !*n)
+			return 0;
+		*n -= 1;
+		n = bpf_map_lookup_elem(&drops, &to);
+		if (n)
+			*n += 1;
+		v->moved += 1;
+	}
 	return 0;
 }

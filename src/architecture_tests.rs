@@ -128,18 +128,7 @@ const KNOWN_CIRCLES: &[&[&str]] = &[&["snapshot", "verdict"]];
 #[test]
 fn analysis_modules_import_each_other_in_one_direction() {
     let dir = repo().join("src/analysis");
-    let mut files = Vec::new();
-    let mut todo = vec![dir.clone()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rust_files("src/analysis");
     let modules: BTreeSet<String> = files
         .iter()
         .map(|p| module_of(p.strip_prefix(&dir).unwrap()).0)
@@ -192,4 +181,162 @@ fn analysis_modules_import_each_other_in_one_direction() {
         m
     );
     assert!(imports("use super::super::snapshot::X;", 1, &m).is_empty());
+}
+
+/// The ways around the privileged-test harness (`privileged()` in tests/common/mod.rs, which
+/// checks at a test's end that scanprof released every BPF program it loaded): a root check,
+/// the test mutex or a program baseline of a test's own. Each found as (line number, token).
+fn harness_bypasses(code: &str) -> Vec<(usize, &'static str)> {
+    const TOKENS: [&str; 4] = ["require_root(", "geteuid(", "serial()", "BpfBaseline"];
+    code.lines()
+        .enumerate()
+        .flat_map(|(i, line)| {
+            TOKENS
+                .into_iter()
+                .filter(move |t| line.contains(t))
+                .map(move |t| (i + 1, t))
+        })
+        .collect()
+}
+
+#[test]
+fn every_privileged_test_goes_through_the_harness() {
+    let common = repo().join("tests/common");
+    let files: Vec<PathBuf> = rust_files("tests")
+        .into_iter()
+        .filter(|p| !p.starts_with(&common))
+        .collect();
+    assert!(files.len() >= 30, "{files:?}");
+    let mut found = Vec::new();
+    let mut harnessed = 0;
+    for p in &files {
+        let code = read(p);
+        harnessed += code.matches("privileged()").count();
+        for (line, token) in harness_bypasses(&code) {
+            found.push(format!(
+                "{}:{line}: {token}",
+                p.strip_prefix(repo()).unwrap().display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "privileged tests start with `let test = privileged();` and end with \
+         `test.assert_released(..)` (tests/common/mod.rs), not with checks of their own: {found:?}"
+    );
+    assert!(harnessed >= 100, "only {harnessed} calls of privileged()");
+    // The finder itself.
+    assert_eq!(
+        harness_bypasses("fn t() {\n    require_root();\n    let _g = serial();\n}"),
+        [(2, "require_root("), (3, "serial()")]
+    );
+}
+
+/// The stems of the files in `dir` (under the repository) that end in `suffix`.
+fn stems(dir: &str, suffix: &str) -> BTreeSet<String> {
+    std::fs::read_dir(repo().join(dir))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(suffix).map(String::from)
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `dir` (under the repository).
+fn rust_files(dir: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![repo().join(dir)];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+/// docs/architecture.md: "a new scanner: wrappers/<scanner>.toml ..., no code unless its rate
+/// grammar needs one". The built-in profiles are exactly wrappers/*.toml, and no code names
+/// one of them outside the rate grammars (src/wrappers/profile.rs and rate.rs: unicornscan's
+/// mode strings are one), the tests and the lab (which stages named scanners as its fixtures):
+/// what a scanner needs is in its profile. scanprof's own reference sender (`scanprof-send`)
+/// is not a scanner someone adds: the sweep's default and the diagnosis name it.
+#[test]
+fn a_new_scanner_is_a_profile_and_no_code_names_one() {
+    let files = stems("wrappers", ".toml");
+    let set = crate::wrappers::ProfileSet::builtin().unwrap();
+    let builtin: BTreeSet<String> = set.profiles().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(builtin, files, "the built-in profiles vs wrappers/*.toml");
+    let scanners: Vec<&String> = files
+        .iter()
+        .filter(|n| *n != crate::wrappers::GENERIC_PROFILE && *n != "scanprof-send")
+        .collect();
+    assert!(scanners.len() >= 9, "{scanners:?}");
+    let mut named = Vec::new();
+    for p in rust_files("src") {
+        let rel = p.strip_prefix(repo()).unwrap().to_string_lossy().into_owned();
+        let file = p.file_name().unwrap().to_string_lossy();
+        let grammar = ["src/wrappers/profile.rs", "src/wrappers/rate.rs"].contains(&rel.as_str());
+        if grammar
+            || rel.starts_with("src/lab/")
+            || file == "tests.rs"
+            || file.ends_with("_tests.rs")
+            || file == "fixtures.rs"
+        {
+            continue;
+        }
+        let text = read(&p);
+        for s in &scanners {
+            if without_tests(&text).contains(&format!("\"{s}\"")) {
+                named.push(format!("{rel}: \"{s}\""));
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "code that names a scanner (its profile should say what the code does): {named:?}"
+    );
+}
+
+/// Every BPF object, probes/*.bpf.c, has its attach points in docs/probes.md's first table,
+/// and that table names no object that is gone.
+#[test]
+fn every_probe_object_has_its_rows_in_docs_probes_md() {
+    let files = stems("probes", ".bpf.c");
+    assert!(files.len() >= 9, "{files:?}");
+    let doc = read(&repo().join("docs/probes.md"));
+    let table = doc
+        .split("| Object | Tracepoint |")
+        .nth(1)
+        .expect("docs/probes.md's table of objects and attach points");
+    let objects: BTreeSet<String> = table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.trim_start_matches('|').split_whitespace().next())
+        .map(String::from)
+        .collect();
+    assert_eq!(objects, files, "docs/probes.md's objects vs probes/*.bpf.c");
+}
+
+/// A comment saying that a test fails (as of) today is true only until its bug is fixed, and
+/// then it misleads: a test of a bug not fixed yet is `#[ignore = "why"]`, which says so where
+/// it runs. (The phrase is built here, so that this file does not say it.)
+#[test]
+fn no_test_says_it_fails_today() {
+    let phrase = ["fails", "today"].join(" ");
+    let mut found = Vec::new();
+    for p in rust_files("tests").into_iter().chain(rust_files("src")) {
+        for (i, line) in read(&p).lines().enumerate() {
+            if line.to_lowercase().contains(&phrase) {
+                found.push(format!("{}:{}", p.strip_prefix(repo()).unwrap().display(), i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "comments that say a test {phrase}: {found:?}");
 }

@@ -148,8 +148,7 @@ fn zmap_argv(lab: &Lab, mac: &str, shard: u32) -> Vec<String> {
 
 #[test]
 fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_runs_end() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("zmap");
     require_scanner("masscan");
     for tool in ["prometheus", "promtool"] {
@@ -408,6 +407,7 @@ fn prometheus_sees_every_run_of_the_agent_its_shard_sum_its_loss_alert_and_each_
     let _ = zlab.destroy();
     let _ = mlab.destroy();
     drop(made);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Every run's attach.log in the spool, for a failure's message.

@@ -46,8 +46,7 @@ fn u64_at(v: &Value, key: &str) -> u64 {
 
 #[test]
 fn baseline_cells_match_their_receivers_and_the_lab_is_removed() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let proc = Proc::scanprof(&strings([
         "baseline",
         "--rates",
@@ -134,14 +133,14 @@ fn baseline_cells_match_their_receivers_and_the_lab_is_removed() {
             "{unlimited}"
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Ctrl-C while a lab cell sends: baseline stops within seconds, prints what it has with
 /// `interrupted`, and removes its lab.
 #[test]
 fn sigint_stops_baseline_and_removes_its_lab() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let mut proc = Proc::scanprof(&strings([
         "baseline",
         "--targets",
@@ -178,6 +177,7 @@ fn sigint_stops_baseline_and_removes_its_lab() {
     let rows = v["pacer_rows"].as_array().expect("pacer_rows");
     assert_eq!(rows.len(), 1, "{v}");
     assert_eq!(v["method_rows"].as_array().map(Vec::len), Some(0), "{v}");
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The `summary` object of a `scanprof run --json` output.
@@ -193,10 +193,7 @@ fn summary_line(stdout: &[u8]) -> serde_json::Value {
 /// gone afterwards, set beside the target's in the summary.
 #[test]
 fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root (BPF, namespaces); CI runs as root"
-    );
+    let test = privileged();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_scanprof"))
         .args([
             "run",
@@ -239,16 +236,14 @@ fn run_with_baseline_measures_the_machine_at_the_requested_rate() {
         leftovers.iter().all(|n| !n.starts_with(&ours)),
         "a lab namespace of scanprof (pid {child_pid}) was left behind: {leftovers:?}"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// `run --baseline` without --requested measures at the rate the scanner's profile reads from its
 /// command line (here the reference sender's `--rate 1000`, to a closed port on loopback).
 #[test]
 fn run_with_baseline_takes_the_rate_from_the_scanners_command_line() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root (BPF, namespaces); CI runs as root"
-    );
+    let test = privileged();
     let exe = env!("CARGO_BIN_EXE_scanprof");
     let out = std::process::Command::new(exe)
         .args([
@@ -287,6 +282,7 @@ fn run_with_baseline_takes_the_rate_from_the_scanners_command_line() {
         (achieved - 1000.0).abs() <= 10.0,
         "baseline {achieved} pps at 1000 requested"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]

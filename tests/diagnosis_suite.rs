@@ -35,14 +35,14 @@ struct LabRun {
     context: String,
 }
 
-fn run_lab(scenario: &str) -> LabRun {
-    let bpf = BpfBaseline::take();
+/// `test` checks, once the lab process has ended, that it released its BPF programs.
+fn run_lab(test: &Privileged, scenario: &str) -> LabRun {
     let args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
         .map(String::from)
         .to_vec();
     let done = Proc::scanprof(&args).finish(LAB_TIMEOUT);
     done.assert_success();
-    bpf.assert_released(&format!("scanprof lab {scenario}"));
+    test.assert_released(&format!("scanprof lab {scenario}"));
     // The lab's namespaces are named after the lab process: none may be left.
     let prefix = format!("sp{}-", done.pid);
     let left: Vec<String> = std::fs::read_dir("/run/netns")
@@ -207,9 +207,8 @@ impl LabRun {
 
 #[test]
 fn healthy_run_has_no_significant_gap() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("healthy");
+    let test = privileged();
+    let run = run_lab(&test, "healthy");
     let truth = run.gap_truth();
     assert!(
         truth < 0.02,
@@ -223,9 +222,8 @@ fn healthy_run_has_no_significant_gap() {
 
 #[test]
 fn qdisc_drops_are_the_loss_and_their_share_matches_tc() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("qdisc-drop");
+    let test = privileged();
+    let run = run_lab(&test, "qdisc-drop");
     let truth = run.qdisc_drop_truth();
     assert!(truth > 0.5, "the tbf dropped too little to test: {}", run.lab);
     run.assert_diagnosis(Kind::Loss, Cause::QdiscDrop, Some(truth));
@@ -233,9 +231,8 @@ fn qdisc_drops_are_the_loss_and_their_share_matches_tc() {
 
 #[test]
 fn closed_port_drops_are_expected_not_loss() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("closed-port");
+    let test = privileged();
+    let run = run_lab(&test, "closed-port");
     let expected: u64 = run
         .summary
         .drops
@@ -254,9 +251,8 @@ fn closed_port_drops_are_expected_not_loss() {
 
 #[test]
 fn blocking_in_send_is_named_with_its_wait_site() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("blocking");
+    let test = privileged();
+    let run = run_lab(&test, "blocking");
     let truth = run.gap_less_run_delay();
     assert!(truth > 0.5, "the sender was not held back: {}", run.lab);
     run.assert_diagnosis(Kind::Gap, Cause::BlockedSend, Some(truth));
@@ -269,9 +265,8 @@ fn blocking_in_send_is_named_with_its_wait_site() {
 
 #[test]
 fn unresolved_neighbour_losses_are_named_neigh_failed() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("unresolved-neighbour");
+    let test = privileged();
+    let run = run_lab(&test, "unresolved-neighbour");
     // No host has the address: not one packet reached the target namespace.
     let sent = run.f64("sender_udp_out");
     assert!(sent > 500.0, "{}", run.lab);
@@ -281,9 +276,8 @@ fn unresolved_neighbour_losses_are_named_neigh_failed() {
 
 #[test]
 fn a_rate_beyond_the_machine_is_cpu_bound() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("cpu-bound");
+    let test = privileged();
+    let run = run_lab(&test, "cpu-bound");
     let truth = run.gap_less_run_delay();
     assert!(
         run.gap_truth() > 0.5,
@@ -295,9 +289,8 @@ fn a_rate_beyond_the_machine_is_cpu_bound() {
 
 #[test]
 fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("coarse-pacing");
+    let test = privileged();
+    let run = run_lab(&test, "coarse-pacing");
     let truth = run.gap_less_run_delay();
     assert!(
         run.gap_truth() > 0.15,
@@ -318,9 +311,8 @@ fn a_sleeping_pacer_with_per_packet_slots_is_coarse_pacing() {
 
 #[test]
 fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("preemption");
+    let test = privileged();
+    let run = run_lab(&test, "preemption");
     let hog = &run.lab["hog"];
     assert!(
         hog["cpu_s"].as_f64().unwrap_or(0.0) > 1.0,
@@ -349,9 +341,8 @@ fn a_cpu_hog_on_the_senders_cpu_is_preemption() {
 
 #[test]
 fn enobufs_from_a_packet_socket_are_send_errors() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("send-errors");
+    let test = privileged();
+    let run = run_lab(&test, "send-errors");
     // Every ENOBUFS is a frame the tbf refused: tc's drops are the failed sends.
     let enobufs = run.summary.errors.get("ENOBUFS").copied().unwrap_or(0);
     let drops = run.root_qdisc()["drops"].as_u64().unwrap();
@@ -362,9 +353,8 @@ fn enobufs_from_a_packet_socket_are_send_errors() {
 
 #[test]
 fn a_skewed_tsc_calibration_is_miscalibration() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("miscalibrated");
+    let test = privileged();
+    let run = run_lab(&test, "miscalibrated");
     // Slots 1.5x too long: two thirds of the requested rate.
     assert_within(
         "achieved",
@@ -377,9 +367,8 @@ fn a_skewed_tsc_calibration_is_miscalibration() {
 
 #[test]
 fn replies_overflowing_the_senders_socket_are_reply_losses() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("reply-drop");
+    let test = privileged();
+    let run = run_lab(&test, "reply-drop");
     let (dropped, sent) = (run.f64("sender_rcvbuf_errors"), run.f64("sender_udp_out"));
     assert!(dropped > sent / 2.0, "{}", run.lab);
     run.assert_diagnosis(Kind::Loss, Cause::ReplySocketBuffer, Some(dropped / sent));
@@ -387,9 +376,8 @@ fn replies_overflowing_the_senders_socket_are_reply_losses() {
 
 #[test]
 fn a_sender_stopped_outside_its_pacing_idles() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("stalls");
+    let test = privileged();
+    let run = run_lab(&test, "stalls");
     assert!(run.f64("stalls") >= 30.0, "{}", run.lab);
     let truth = run.gap_less_run_delay();
     assert!(truth > 0.1, "the stops cost too little: {}", run.lab);
@@ -398,9 +386,8 @@ fn a_sender_stopped_outside_its_pacing_idles() {
 
 #[test]
 fn a_listener_with_a_tiny_receive_buffer_overflows_it() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("rcvbuf-overflow");
+    let test = privileged();
+    let run = run_lab(&test, "rcvbuf-overflow");
     let (dropped, read) = (run.f64("target_rcvbuf_errors"), run.f64("target_udp_in"));
     assert!(dropped > read, "the listener kept up: {}", run.lab);
     run.assert_diagnosis(
@@ -412,9 +399,8 @@ fn a_listener_with_a_tiny_receive_buffer_overflows_it() {
 
 #[test]
 fn a_connect_scan_s_syns_are_its_packets() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("connect-scan");
+    let test = privileged();
+    let run = run_lab(&test, "connect-scan");
     // The SYNs: the sender namespace's TCP ActiveOpens, the capture-free count of them.
     let opens = run.f64("sender_tcp_active_opens");
     let asked = run.f64("requested_pps") * run.f64("duration_s");
@@ -510,10 +496,9 @@ impl LabRun {
 /// nmap, so they are reply_side, not the "target_loss" that once read as 83% of the probes lost.
 #[test]
 fn a_syn_scans_kernel_made_rsts_are_reply_side_not_loss() {
-    require_root();
+    let test = privileged();
     require_scanner("nmap");
-    let _serial = serial();
-    let run = run_lab("kernel-reply");
+    let run = run_lab(&test, "kernel-reply");
     // The sender namespace's kernel made one RST per SYN-ACK (its Tcp OutSegs).
     let kernel_rsts = run.f64("sender_kernel_out") as u64;
     let probes = run.f64("sender_link_tx") as u64 - kernel_rsts;
@@ -531,9 +516,8 @@ fn a_syn_scans_kernel_made_rsts_are_reply_side_not_loss() {
 /// (QUEUE_PURGE at skb_queue_purge_reason): delivered, not lost; no_gap stands.
 #[test]
 fn replies_purged_when_a_socket_closes_are_reply_side_not_loss() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("socket-close-purge");
+    let test = privileged();
+    let run = run_lab(&test, "socket-close-purge");
     let echoed = run.f64("echoed") as u64;
     assert!(echoed >= 70, "{}", run.lab);
     let purged = run.drops_of(DropClass::ReplySide, "QUEUE_PURGE");
@@ -552,9 +536,8 @@ fn replies_purged_when_a_socket_closes_are_reply_side_not_loss() {
 /// lab receiver's own rate by its kernel timestamps; by construction 1 - 1/200.
 #[test]
 fn a_short_run_with_a_slot_far_too_long_is_miscalibrated() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("short-miscalibration");
+    let test = privileged();
+    let run = run_lab(&test, "short-miscalibration");
     let rx = &run.lab["receiver"];
     let packets = rx["packets"].as_u64().unwrap_or(0);
     assert!(
@@ -592,9 +575,8 @@ fn a_short_run_with_a_slot_far_too_long_is_miscalibrated() {
 /// verdict says what was seen: no packet, each member's exit status, no probe blamed.
 #[test]
 fn a_family_that_never_starts_sending_says_what_its_members_did() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("never-started");
+    let test = privileged();
+    let run = run_lab(&test, "never-started");
     assert_eq!(run.f64("target_ip_in"), 0.0, "{}", run.lab);
     assert_eq!(run.summary.packets, 0);
     run.assert_diagnosis(Kind::Gap, Cause::NeverSent, Some(run.gap_truth()));
@@ -624,11 +606,10 @@ fn a_family_that_never_starts_sending_says_what_its_members_did() {
 /// table's entries.
 #[test]
 fn a_full_conntrack_table_is_conntrack_full_and_its_share_matches_the_kernels_drops() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let max_path = "/proc/sys/net/netfilter/nf_conntrack_max";
     let before = std::fs::read_to_string(max_path).expect("conntrack in this kernel");
-    let run = run_lab("conntrack-full");
+    let run = run_lab(&test, "conntrack-full");
     assert_eq!(
         std::fs::read_to_string(max_path).unwrap(),
         before,
@@ -664,9 +645,8 @@ fn a_full_conntrack_table_is_conntrack_full_and_its_share_matches_the_kernels_dr
 /// throttled, and the verdict is the quota's, not preemption.
 #[test]
 fn a_cgroup_cpu_quota_is_cgroup_throttled_not_preemption() {
-    require_root();
-    let _serial = serial();
-    let run = run_lab("cgroup-throttled");
+    let test = privileged();
+    let run = run_lab(&test, "cgroup-throttled");
     let cg = &run.lab["cgroup"];
     assert_eq!(cg["sender_moved"], true, "{}", run.lab);
     let (periods, throttled) = (
@@ -700,8 +680,7 @@ fn a_cgroup_cpu_quota_is_cgroup_throttled_not_preemption() {
 /// Without the record the limit stays at 64 for every namespace on the machine.
 #[test]
 fn a_conntrack_lab_killed_with_sigkill_has_its_limit_restored_by_the_next_lab() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let max_path = "/proc/sys/net/netfilter/nf_conntrack_max";
     let before = std::fs::read_to_string(max_path).expect("conntrack in this kernel");
     /// The test's own safety net: the limit goes back whatever the assertions find.
@@ -731,7 +710,7 @@ fn a_conntrack_lab_killed_with_sigkill_has_its_limit_restored_by_the_next_lab() 
         "64",
         "a SIGKILL leaves the limit lowered: nothing else to test"
     );
-    let next = run_lab("healthy");
+    let next = run_lab(&test, "healthy");
     assert_eq!(
         std::fs::read_to_string(max_path).unwrap(),
         before,

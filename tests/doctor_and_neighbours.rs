@@ -7,14 +7,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
+mod common;
 
-fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "these tests need root (BPF, namespaces); CI runs as root"
-    );
-}
+use common::privileged;
+
+const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 
 fn json_lines(out: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(out)
@@ -33,7 +30,7 @@ fn summary_of(out: &[u8]) -> Value {
 
 #[test]
 fn doctor_as_root_finds_every_probe_usable() {
-    require_root();
+    let test = privileged();
     let out = Command::new(BIN).args(["doctor", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report = &json_lines(&out.stdout)[0];
@@ -69,11 +66,12 @@ fn doctor_as_root_finds_every_probe_usable() {
             "{flags}: {checks:?}"
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn doctor_without_privileges_says_what_is_missing_and_fails() {
-    require_root();
+    let test = privileged();
     // A copy that the unprivileged user may execute.
     let dir = std::env::temp_dir().join(format!("scanprof-doctor-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -107,11 +105,12 @@ fn doctor_without_privileges_says_what_is_missing_and_fails() {
         privileges["advice"].as_str().unwrap().contains("root"),
         "{privileges}"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
-    require_root();
+    let test = privileged();
     let out = Command::new(BIN)
         .args(["lab", "unresolved-neighbour", "--duration", "4", "--json"])
         .output()
@@ -157,6 +156,7 @@ fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
         failed >= 1 && failed <= packets,
         "NEIGH_FAILED {failed} of {packets} packets"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Runs `ip ARGS`, panicking with its stderr on failure.
@@ -189,7 +189,7 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
     // sending thread re-enables them), so `neigh_update` comes before `neigh_event_send_done`:
     // the outcome must be counted whatever the order. Twelve addresses, one UDP packet each,
     // every one answered.
-    require_root();
+    let test = privileged();
     let tag = std::process::id() % 10_000;
     let lab = NeighLab {
         a: format!("sp-neigh-a-{tag}"),
@@ -243,4 +243,5 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
         [Some(12), Some(12), Some(12), Some(0)],
         "{dev}"
     );
+    test.assert_released("the test's scanprof processes ended");
 }

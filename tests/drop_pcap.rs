@@ -235,8 +235,7 @@ fn check_against_the_drop_table(
 /// Many drops: the headers are sampled, and the file says so and matches the table row by row.
 #[test]
 fn a_qdisc_drop_run_writes_sampled_headers_tshark_reads_with_the_drop_tables_names() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     const COUNT: u64 = 6_000;
     let (s, tc_drops, flag, bundle, written, lab) = qdisc_run("many", COUNT);
     let rows = check_against_the_drop_table(&s, &lab, &flag, &bundle, written);
@@ -262,14 +261,14 @@ fn a_qdisc_drop_run_writes_sampled_headers_tshark_reads_with_the_drop_tables_nam
         "{kept} headers of {drops} drops: nothing was sampled out"
     );
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Few drops (under the bound of a row's first 64): every drop has its header, so the pcapng's
 /// packets are exactly the drop table's and tc's count.
 #[test]
 fn a_run_with_few_qdisc_drops_has_a_header_for_every_drop() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     // ~28 packets fill the bucket and the queue, the rest of a 16 ms burst is dropped
     const COUNT: u64 = 70;
     let (s, tc_drops, flag, bundle, written, lab) = qdisc_run("few", COUNT);
@@ -293,4 +292,5 @@ fn a_run_with_few_qdisc_drops_has_a_header_for_every_drop() {
     assert!(family <= Sampling::PROBES.first, "{rows:?}");
     assert_eq!(flag.len() as u64, family, "one header per family drop");
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }

@@ -43,8 +43,7 @@ fn one_value(port: u16, promql: &str) -> f64 {
 
 #[test]
 fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     for tool in ["prometheus", "promtool"] {
         assert!(
             Command::new(tool)
@@ -186,4 +185,5 @@ fn prometheus_scrapes_the_runs_counters_and_verdict_and_the_textfile_is_valid() 
     prometheus.signal(nix::sys::signal::Signal::SIGTERM);
     let _ = prometheus.finish(Duration::from_secs(20));
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }

@@ -274,18 +274,17 @@ fn naabu_into_a_tbf_is_a_qdisc_drop_equal_to_tc() {
     lab.destroy();
 }
 
-#[test]
-fn a_go_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
-    // naabu under `--profile generic`: what any Go scanner scanprof has no profile for gets.
+/// Runs `argv(target address)` (a scan of 300 closed ports) under `--profile generic`, what any
+/// scanner scanprof has no profile for gets, and checks what is common: every SYN counted, no
+/// requested rate read, no probe of its own, and the gap's verdict unknown (or a bottleneck).
+/// Returns the summary for the checks of each scanner.
+fn measured_from_tracepoints_with_no_rate(argv: impl FnOnce(&str) -> Vec<String>) -> Value {
     let test = privileged();
     let lab = TestLab::new(None);
     count_syns(&lab, None);
-    let naabu = tool("naabu");
-    let target = lab.lab.target_addr.to_string();
-    let argv = strings(&[
-        &naabu, "-host", &target, "-p", "1-300", "-s", "s", "-rate", "300", "-retries", "1", "-duc",
-        "-silent",
-    ]);
+    let argv = argv(&lab.lab.target_addr.to_string());
+    let name = argv[0].rsplit('/').next().unwrap_or_default();
+    let what = format!("scanprof run of {name} as generic");
     let run = run_in_sender(&lab, Some("generic"), argv);
     let s = run.summary_json();
     let syns = syns_counted(&lab);
@@ -293,58 +292,69 @@ fn a_go_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
     assert_eq!(s["packets"].as_u64(), Some(syns), "{}", run.context());
     let sc = &s["scanner"];
     assert_eq!(sc["profile"], "generic");
-    // generic reads `--rate N` / `--pps N` only: Go's single-dash -rate is not read as a guess.
     assert!(sc["requested"]["pps"].is_null(), "{sc}");
-    assert_eq!(sc["requested"]["kind"], "unknown", "{sc}");
-    assert!(s["requested_pps"].is_null(), "{s}");
     assert_eq!(sc["probes"].as_array().map(Vec::len).unwrap_or(0), 0, "{sc}");
     let c = causes(&s);
     assert!(c.iter().any(|c| c == "gap_unknown" || c == "bottleneck"), "{c:?}");
     drop(run);
-    test.assert_released("scanprof run of naabu as generic");
+    test.assert_released(&what);
     lab.destroy();
+    s
+}
+
+#[test]
+fn a_go_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
+    // naabu under `--profile generic`: what any Go scanner scanprof has no profile for gets.
+    let s = measured_from_tracepoints_with_no_rate(|target| {
+        strings(&[
+            &tool("naabu"),
+            "-host",
+            target,
+            "-p",
+            "1-300",
+            "-s",
+            "s",
+            "-rate",
+            "300",
+            "-retries",
+            "1",
+            "-duc",
+            "-silent",
+        ])
+    });
+    // generic reads `--rate N` / `--pps N` only: Go's single-dash -rate is not read as a guess.
+    assert_eq!(s["scanner"]["requested"]["kind"], "unknown", "{s}");
+    assert!(s["requested_pps"].is_null(), "{s}");
 }
 
 #[test]
 fn a_rust_connect_scanner_without_a_profile_is_measured_from_tracepoints_with_no_rate() {
     // RustScan under `--profile generic`: what any Rust scanner scanprof has no profile for gets.
-    let test = privileged();
-    let lab = TestLab::new(None);
-    count_syns(&lab, None);
-    let rustscan = tool("rustscan");
-    let target = lab.lab.target_addr.to_string();
-    let argv = strings(&[
-        &rustscan,
-        "-a",
-        &target,
-        "-r",
-        "1-300",
-        "-b",
-        "100",
-        "-t",
-        "1000",
-        "-g",
-        "-n",
-        "--scripts",
-        "none",
-    ]);
-    let run = run_in_sender(&lab, Some("generic"), argv);
-    let s = run.summary_json();
-    let syns = syns_counted(&lab);
-    assert_eq!(syns, 300);
-    assert_eq!(s["packets"].as_u64(), Some(syns), "{}", run.context());
-    assert_eq!(s["connect"]["attempts"].as_u64(), Some(syns), "{}", s["connect"]);
-    let sc = &s["scanner"];
-    assert_eq!(sc["profile"], "generic");
+    let s = measured_from_tracepoints_with_no_rate(|target| {
+        strings(&[
+            &tool("rustscan"),
+            "-a",
+            target,
+            "-r",
+            "1-300",
+            "-b",
+            "100",
+            "-t",
+            "1000",
+            "-g",
+            "-n",
+            "--scripts",
+            "none",
+        ])
+    });
+    assert_eq!(
+        s["connect"]["attempts"].as_u64(),
+        s["packets"].as_u64(),
+        "{}",
+        s["connect"]
+    );
     // No window without its profile: no requested rate, and no fd_limit can be judged.
-    assert!(sc["requested"]["pps"].is_null(), "{sc}");
-    assert!(sc["requested"]["window"].is_null(), "{sc}");
-    assert_eq!(sc["probes"].as_array().map(Vec::len).unwrap_or(0), 0, "{sc}");
-    let c = causes(&s);
-    assert!(c.iter().any(|c| c == "gap_unknown" || c == "bottleneck"), "{c:?}");
-    drop(run);
-    test.assert_released("scanprof run of rustscan as generic");
-    lab.destroy();
+    assert!(s["scanner"]["requested"]["window"].is_null(), "{s}");
 }
 
 #[test]

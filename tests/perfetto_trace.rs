@@ -62,9 +62,8 @@ fn count(v: &Value, key: &str) -> u64 {
 /// shell: blocking episodes, drop rows in every tick, a process start, a spawn arrow and an exit.
 #[test]
 fn the_perfetto_trace_decodes_with_perfettos_protos_and_matches_the_run() {
-    require_root();
+    let test = privileged();
     let python = perfetto_python();
-    let _serial = serial();
     let lab = TestLab::new(Some(TbfConfig {
         rate: "2mbit".into(),
         burst: "4kb".into(),
@@ -243,6 +242,7 @@ fn the_perfetto_trace_decodes_with_perfettos_protos_and_matches_the_run() {
     assert!(thread_pids.is_subset(&family) && family.iter().all(|p| thread_pids.contains(p)));
     assert_eq!(got["events_on_undeclared_tracks"], 0);
     assert_eq!(got["counter_values_off_counter_tracks"], 0);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The counter tracks the run's ticks call for, with their number of samples: a sample at each

@@ -182,9 +182,7 @@ fn bpftool_stats(progs: &[Value], ours: &HashSet<u64>) -> Vec<(String, u64, u64)
 
 #[test]
 fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
-    require_root();
-    let _serial = serial();
-    let baseline = BpfBaseline::take();
+    let test = privileged();
     let out = TempFile(std::env::temp_dir().join(format!("scanprof-probe-cost-{}.json", std::process::id())));
 
     // 1. Statistics on machine-wide (as a user's sysctl would have them): scanprof must only
@@ -327,7 +325,7 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
         assert_eq!(std::fs::read_to_string(SYSCTL).unwrap().trim(), "0");
     }
     drop(_off);
-    baseline.assert_released("the probe-cost runs");
+    test.assert_released("the probe-cost runs");
 }
 
 /// A busy loop of syscalls outside the family, ended (by its pid) when dropped.
@@ -359,9 +357,7 @@ impl Drop for SyscallLoop {
 /// the sender's. No tick and not the run may warn that the probes slow it, nor name probe_cost.
 #[test]
 fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
-    require_root();
-    let _serial = serial();
-    let baseline = BpfBaseline::take();
+    let test = privileged();
     let _off = StatsSysctl::set("0");
     let _busy = SyscallLoop::start();
     // 2,000 pps for 3 s, asleep between packets (clock_nanosleep), to a closed loopback port;
@@ -424,7 +420,7 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     }
     drop(_busy);
     drop(_off);
-    baseline.assert_released("the sleeping sender's run");
+    test.assert_released("the sleeping sender's run");
 }
 
 #[test]

@@ -7,6 +7,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
+use common::{privileged, Privileged};
+
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 
 fn tempdir(tag: &str) -> PathBuf {
@@ -24,12 +28,9 @@ fn summary_line(stdout: &[u8]) -> Value {
 }
 
 /// Records a short run of the reference sender to a closed loopback port (NO_SOCKET drops,
-/// gaps, every table filled) and returns the live summary.
-fn record(dir: &Path, extra: &[&str]) -> Value {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root (BPF); CI runs as root"
-    );
+/// gaps, every table filled) and returns the live summary; `test` checks that the recording
+/// released its BPF programs.
+fn record(test: &Privileged, dir: &Path, extra: &[&str]) -> Value {
     let out = Command::new(BIN)
         .args(["record", "-o"])
         .arg(dir)
@@ -50,13 +51,15 @@ fn record(dir: &Path, extra: &[&str]) -> Value {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bundle written to"));
+    test.assert_released("scanprof record");
     summary_line(&out.stdout)
 }
 
 #[test]
 fn a_recorded_run_reports_offline_as_it_did_live() {
+    let test = privileged();
     let dir = tempdir("roundtrip");
-    let live = record(&dir, &[]);
+    let live = record(&test, &dir, &[]);
     assert!(live["packets"].as_u64().unwrap() >= 2900, "{live}");
     for f in [
         "events.ndjson",
@@ -123,10 +126,7 @@ fn a_recorded_run_reports_offline_as_it_did_live() {
 
 #[test]
 fn a_redacted_bundle_keeps_no_address_or_host_name() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root (BPF); CI runs as root"
-    );
+    let test = privileged();
     let dir = tempdir("redact");
     // The command line names a lab address in a shell no-op (`:`), so that it is recorded
     // without anything being sent there; the traffic goes to loopback.
@@ -170,10 +170,12 @@ fn a_redacted_bundle_keeps_no_address_or_host_name() {
     );
     assert!(events.contains("127.0.0.1"), "loopback is kept");
     let _ = std::fs::remove_dir_all(&dir);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn broken_bundles_get_clear_errors_naming_file_and_line() {
+    let test = privileged();
     let dir = tempdir("broken");
     std::fs::create_dir_all(&dir).unwrap();
     let report = |p: &Path| Command::new(BIN).arg("report").arg(p).output().unwrap();
@@ -194,7 +196,7 @@ fn broken_bundles_get_clear_errors_naming_file_and_line() {
 
     // A truncated recording: what was read is still reported, the cut line is named.
     let good = tempdir("good");
-    record(&good, &[]);
+    record(&test, &good, &[]);
     let text = std::fs::read_to_string(good.join("events.ndjson")).unwrap();
     let lines = text.lines().count();
     std::fs::write(dir.join("events.ndjson"), &text[..text.len() - 100]).unwrap();
@@ -212,10 +214,7 @@ fn broken_bundles_get_clear_errors_naming_file_and_line() {
 /// the start line and a line per tick.
 #[test]
 fn quiet_prints_the_summary_and_nothing_per_tick() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root (BPF); CI runs as root"
-    );
+    let test = privileged();
     let run = |quiet: bool| {
         let mut cmd = Command::new(BIN);
         cmd.args(["run", "--no-tui", "-i", "0.5", "-d", "10"]);
@@ -252,4 +251,5 @@ fn quiet_prints_the_summary_and_nothing_per_tick() {
         !err.contains("probes attached") && !err.contains("] achieved"),
         "{err}"
     );
+    test.assert_released("the test's scanprof processes ended");
 }

@@ -126,8 +126,7 @@ fn sum_where(map: Option<&BTreeMap<String, u64>>, pred: impl Fn(&[&str]) -> bool
 
 #[test]
 fn bpftrace_script_recounts_packets_and_qdisc_drops() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = Lab::create(&LabConfig {
         tbf: Some(TbfConfig {
             rate: "2mbit".into(),
@@ -306,6 +305,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// From each `sched_wakeup` of a `scanprof` thread to its next switch-in, summed per tid; a wake-up
@@ -328,8 +328,7 @@ END { clear(@woken); }
 /// per wake-up).
 #[test]
 fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = Lab::create(&LabConfig::default())
         .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
     let sink = lab
@@ -402,4 +401,5 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }

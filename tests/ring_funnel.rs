@@ -232,13 +232,11 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
 /// them, and the top loss verdict is `ring_full` with the share tp_drops/tp_packets.
 #[test]
 fn the_ring_full_lab_scenario_names_the_full_ring_with_the_sockets_share() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let done = Proc::scanprof(&["lab", "ring-full", "--json", "--duration", "2.5"].map(String::from))
         .finish(patience(RUN_TIMEOUT));
     done.assert_success();
-    bpf.assert_released("scanprof lab ring-full");
+    test.assert_released("scanprof lab ring-full");
     let ctx = done.context();
     let lab: Value = done
         .of_type("lab")

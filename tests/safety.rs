@@ -243,7 +243,7 @@ fn a_meta_only_bundle_fails_alike_in_every_format() {
 
 // ---- privileged: the real binary with BPF ----------------------------------------------------
 
-use common::{require_root, root_pid, serial, Proc};
+use common::{privileged, root_pid, Proc};
 use nix::sys::signal::Signal;
 
 fn scanprof(args: &[&str]) -> Command {
@@ -265,8 +265,7 @@ fn pid_alive(pid: u32) -> bool {
 /// keeps its contents.
 #[test]
 fn record_never_writes_through_planted_symlinks() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("planted-record");
     let dir = t.path().join("bundle");
     fs::create_dir_all(&dir).unwrap();
@@ -312,13 +311,13 @@ fn record_never_writes_through_planted_symlinks() {
         );
     }
     assert!(!dir.join(".events.ndjson.partial").exists());
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 7: `run -- cmd` exits with the command's status, 128 + the signal when a signal ended it.
 #[test]
 fn run_passes_the_commands_exit_status_on() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("status");
     for (script, want) in [
         ("exit 0", 0),
@@ -334,14 +333,14 @@ fn run_passes_the_commands_exit_status_on() {
         assert_eq!(r.status.code(), Some(want), "{script}: {}", r.stderr);
         assert!(r.stdout.contains("\"summary\""), "{script}: no summary");
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 5: SIGHUP (a closed terminal) ends scanprof like SIGTERM: the summary and the bundle are
 /// written and the launched command is ended (exit status: the command's, 143 for SIGTERM).
 #[test]
 fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("sighup");
     let dir = t.path().join("bundle");
     let d = dir.to_str().unwrap().to_string();
@@ -360,17 +359,18 @@ fn sighup_ends_the_run_with_summary_bundle_and_no_orphan() {
     assert_eq!(summary["end_reason"], "interrupted", "{summary}");
     assert!(dir.join("events.ndjson").is_file(), "no bundle\n{}", f.context());
     assert!(!pid_alive(sleeper), "the launched command outlived scanprof");
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 6: SIGKILL of scanprof: the launched command dies with it (PR_SET_PDEATHSIG), also when it
 /// runs as another user (a change of user clears the parent-death signal, so it is set after).
 #[test]
 fn sigkill_of_scanprof_leaves_no_orphan() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     for user in [None, Some("nobody")] {
         sigkill_leaves_no_orphan(user);
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 fn sigkill_leaves_no_orphan(user: Option<&str>) {
@@ -404,8 +404,7 @@ fn sigkill_leaves_no_orphan(user: Option<&str>) {
 /// reparented when the shell died, must be gone.
 #[test]
 fn sigkill_of_scanprof_ends_what_the_command_forked() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let file = std::env::temp_dir().join(format!("scanprof-forked-{}", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let script = format!("sleep 120 & echo $! > {}; wait", file.display());
@@ -445,6 +444,7 @@ fn sigkill_of_scanprof_ends_what_the_command_forked() {
         orphans.is_empty(),
         "{orphans:?} outlived a SIGKILLed scanprof (shell {shell}, its child {forked})"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// A user and a group this test made, deleted when dropped (also on failure).
@@ -526,8 +526,7 @@ fn status_lines(stdout: &str) -> std::collections::BTreeMap<String, String> {
 /// (the run is profiled). Without --user the command keeps scanprof's user (root here).
 #[test]
 fn run_user_starts_the_command_as_that_user_with_its_groups() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("user");
     let who = UserGuard::new();
     let show = "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status";
@@ -610,6 +609,7 @@ fn run_user_starts_the_command_as_that_user_with_its_groups() {
         t.path(),
     );
     assert!(r.stderr.contains("no such user"), "{}", r.stderr);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Deletes the named namespaces if they still exist (a test's own, also on failure).
@@ -631,8 +631,7 @@ impl Drop for NetnsGuard {
 /// merely looks alike stay.
 #[test]
 fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let args: Vec<String> = ["lab", "healthy", "--json", "--duration", "30"]
         .iter()
         .map(|s| s.to_string())
@@ -692,6 +691,7 @@ fn a_killed_lab_leaves_no_sender_and_the_next_lab_removes_its_namespaces() {
     for ns in [&live, &look_alike] {
         assert!(Path::new("/run/netns").join(ns).exists(), "{ns} was removed");
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 10: Pid 1, kernel threads and scanprof itself are refused as targets, with what to do.
@@ -727,8 +727,7 @@ impl Drop for MountGuard {
 /// events.ndjson is left for `report` to call "cut short".
 #[test]
 fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("full-disk");
     let mnt = t.path().join("small");
     fs::create_dir_all(&mnt).unwrap();
@@ -770,12 +769,13 @@ fn a_full_disk_says_the_write_failed_and_leaves_no_partial_file() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(left.is_empty(), "left in the bundle directory: {left:?}");
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 11: Without root, `lab` says it needs root and `send --method packet` names CAP_NET_RAW.
 #[test]
 fn unprivileged_commands_say_which_privilege_they_need() {
-    require_root(); // to become nobody
+    let test = privileged();
     let t = TempDir::new("nobody");
     let nobody = |args: &[&str]| {
         let mut cmd = Command::new("setpriv");
@@ -834,6 +834,7 @@ fn unprivileged_commands_say_which_privilege_they_need() {
         "{}",
         r.stderr
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The capability sets of every thread of process `pid` are within `kept`, but for the
@@ -878,8 +879,7 @@ fn assert_thread_caps(pid: u32, kept: u64, collector_extra: u64) -> (usize, bool
 fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     use scanprof::system::caps::parse_set;
     use scanprof::system::privileges::{mask, FOR_BPF_STATS, KEPT};
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let full = parse_set(&fs::read_to_string("/proc/self/status").unwrap(), "CapEff").unwrap();
     let kept = mask(&KEPT);
     assert_ne!(
@@ -938,6 +938,7 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
     p.signal(Signal::SIGTERM);
     let f = p.finish(Duration::from_secs(15));
     assert_eq!(f.status.code(), Some(143), "{}", f.context());
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 3: `lab` too: once its run is set up, its main and collection threads hold at most the kept
@@ -949,8 +950,7 @@ fn after_setup_scanprof_keeps_only_the_capabilities_it_needs() {
 fn a_lab_keeps_only_what_its_counters_and_teardown_need() {
     use scanprof::system::caps::parse_set;
     use scanprof::system::privileges::{mask, FOR_LAB, KEPT};
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let allowed = mask(&KEPT) | mask(&FOR_LAB);
     // preemption has the hog, stalls the staller, reply-drop the echo; all a sink and schedstat.
     for scenario in ["preemption", "stalls", "reply-drop"] {
@@ -1026,6 +1026,7 @@ fn a_lab_keeps_only_what_its_counters_and_teardown_need() {
             );
         }
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// A reader that goes away (stdout closed: `scanprof run --json ... | head -1`): the run ends
@@ -1033,8 +1034,7 @@ fn a_lab_keeps_only_what_its_counters_and_teardown_need() {
 /// exits 2 saying the output write failed.
 #[test]
 fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("closed-stdout");
     let dir = t.path().join("bundle");
     let mut child = scanprof(&["run", "--json", "--interval", "0.2", "--export"])
@@ -1069,6 +1069,7 @@ fn a_closed_stdout_ends_the_run_and_still_writes_the_bundle() {
     assert!(stderr.contains("writing the output"), "{stderr}");
     assert!(dir.join("events.ndjson").is_file(), "no bundle\n{stderr}");
     assert!(!pid_alive(sleeper), "the launched command outlived the run");
+    test.assert_released("the test's scanprof processes ended");
 }
 
 // ---- issue 33: nothing left running, no more privilege than needed ---------------------------
@@ -1135,8 +1136,7 @@ fn gone_within(pid: u32, within: Duration) -> bool {
 /// command's). Before, only the command's own pid was signalled and `sleep 31` ran on.
 #[test]
 fn a_launched_commands_forked_children_end_with_the_run() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     for ending in ["duration", "SIGINT", "SIGTERM", "SIGHUP"] {
         let duration = if ending == "duration" { "2" } else { "60" };
         let args: Vec<String> = [
@@ -1181,6 +1181,7 @@ fn a_launched_commands_forked_children_end_with_the_run() {
         let want = if sig.is_some() { "interrupted" } else { "duration" };
         assert_eq!(f.summary_json()["end_reason"], want, "{ending}");
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The watchdog children of scanprof process `pid`: (pid, whether it watches namespaces).
@@ -1240,8 +1241,7 @@ fn assert_watchdog_caps(pid: u32, want: u64, what: &str) {
 fn the_run_watchdog_keeps_only_cap_kill() {
     use scanprof::system::caps::CAP_KILL;
     use scanprof::system::privileges::mask;
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let args: Vec<String> = [
         "run",
         "--json",
@@ -1276,6 +1276,7 @@ fn the_run_watchdog_keeps_only_cap_kill() {
         !forked_gone,
         !root_gone
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Issue 33 items 9 and 4: SIGKILL of `scanprof lab` mid-run leaves neither of the namespaces it
@@ -1287,8 +1288,7 @@ fn the_run_watchdog_keeps_only_cap_kill() {
 fn a_killed_lab_leaves_no_namespace_behind() {
     use scanprof::system::caps::{CAP_KILL, CAP_SYS_ADMIN};
     use scanprof::system::privileges::mask;
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let args: Vec<String> = ["lab", "healthy", "--json", "--duration", "30"]
         .iter()
         .map(|s| s.to_string())
@@ -1339,6 +1339,7 @@ fn a_killed_lab_leaves_no_namespace_behind() {
             "watchdog {dog} still runs"
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The option a watchdog was started with (`--namespaces`, `--cgroups`), if any.
@@ -1369,8 +1370,7 @@ impl Drop for CgroupGuard {
 fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
     use scanprof::system::caps::CAP_DAC_OVERRIDE;
     use scanprof::system::privileges::mask;
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let args: Vec<String> = ["lab", "cgroup-throttled", "--json", "--duration", "30"]
         .iter()
         .map(|s| s.to_string())
@@ -1421,6 +1421,7 @@ fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
             "watchdog {dog} still runs"
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Issue 33 item 3, the other side: `attach` never ends a family it did not start. The test's
@@ -1428,8 +1429,7 @@ fn a_killed_throttled_lab_leaves_no_cgroup_behind() {
 /// command and what it forked still run (the test then ends them, by pid).
 #[test]
 fn attach_leaves_the_family_it_attached_to_running() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let mut shell = Command::new("sh")
         .args(["-c", "sleep 35 & exec sleep 36"])
         .spawn()
@@ -1453,6 +1453,7 @@ fn attach_leaves_the_family_it_attached_to_running() {
         root_alive && forked_alive,
         "attach ended processes it did not start: command {root} alive {root_alive}, forked {forked} alive {forked_alive}"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 // ---- issue 33: safe with anything it is handed ------------------------------------------------
@@ -1500,8 +1501,7 @@ fn a_non_utf8_file_name_is_read_not_a_panic() {
 /// Item 5: a launched command's arguments reach it byte for byte, whatever their encoding.
 #[test]
 fn run_passes_non_utf8_arguments_on_unchanged() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("non-utf8-run");
     let out = t.path().join("got");
     let word = non_utf8("word-");
@@ -1520,6 +1520,7 @@ fn run_passes_non_utf8_arguments_on_unchanged() {
     assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
     use std::os::unix::ffi::OsStrExt;
     assert_eq!(fs::read(&out).unwrap(), word.as_bytes());
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Runs `cmd` with umask 0, so that the mode a file is created with shows whole.
@@ -1585,21 +1586,20 @@ fn recv_report_never_writes_through_a_planted_link() {
 /// Item 1: `ring-recv --report LINK` and `relay --report LINK`, which `lab` runs as root.
 #[test]
 fn ring_recv_and_relay_reports_never_write_through_a_planted_link() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     assert_report_replaces_planted_link("ring-recv", &["ring-recv", "--dev", "lo", "--duration", "0.2"]);
     assert_report_replaces_planted_link(
         "relay",
         &["relay", "--in", "lo", "--out", "lo", "--duration", "0.2"],
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 2: `--profile` naming an endless device or a FIFO nobody writes: refused at once with
 /// what it is (exit 2), with bounded memory, before the run starts.
 #[test]
 fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("profile-device");
     let fifo = t.path().join("fifo.toml");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -1641,6 +1641,7 @@ fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
             r.max_rss_kib
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 6: a bundle from someone else whose strings (comm, executable, host name, command
@@ -1649,8 +1650,7 @@ fn a_profile_that_is_a_device_or_fifo_is_refused_at_once() {
 /// of the report. (`views::text_tests` and the markdown tests cover every other string.)
 #[test]
 fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("escapes");
     let out = t.path().join("out");
     fs::create_dir_all(&out).unwrap();
@@ -1714,6 +1714,7 @@ fn report_shows_escape_sequences_from_a_bundle_instead_of_sending_them() {
             r.stdout
         );
     }
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 8: lines that are valid JSON but do not decode, and a layout newer than this
@@ -1762,8 +1763,7 @@ fn report_names_each_line_that_does_not_decode() {
 /// it was accepted, gave one tick and "family exited", exit 0.
 #[test]
 fn attach_refuses_a_zombie() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("zombie");
     // A child of this test that exits and is reaped only at the end: a zombie meanwhile.
     let mut child = Command::new("true").spawn().unwrap();
@@ -1788,14 +1788,14 @@ fn attach_refuses_a_zombie() {
         "{}",
         r.stderr
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 10: a TOML error names the line and column, and quotes nothing of a file that
 /// `--profile` named (it quoted the file's first line, whatever the file was).
 #[test]
 fn a_profile_error_quotes_nothing_of_the_file() {
-    require_root();
-    let _g = serial();
+    let test = privileged();
     let t = TempDir::new("profile-quote");
     let f = t.path().join("p.toml");
     fs::write(&f, "root:$6$secret-hash:19000:0:99999:7:::\nmore secret\n").unwrap();
@@ -1816,6 +1816,7 @@ fn a_profile_error_quotes_nothing_of_the_file() {
     assert_eq!(r.status.code(), Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("line 1, column"), "{}", r.stderr);
     assert!(!r.stderr.contains("secret"), "{}", r.stderr);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Item 10: the internal `watchdog` subcommand is in no --help, manual page or completion

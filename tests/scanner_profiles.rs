@@ -145,8 +145,7 @@ fn assert_sources_agree(sc: &Value, pps: f64, units: usize) {
 
 #[test]
 fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
@@ -251,12 +250,12 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = format!("{}:{PORT_A}", lab.target_addr);
@@ -315,12 +314,12 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = |port: u16| format!("{}:{port}", lab.target_addr);
@@ -389,6 +388,7 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// A per-packet probe of a launched scanner is attached ahead to its file, then handed over to a
@@ -399,8 +399,7 @@ fn attached_to_a_running_fixture_the_later_units_are_read_whole() {
 /// the ahead one was counted twice: nmap's `PacketRateMeter::update` read 1001 for 1000.)
 #[test]
 fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let (lab, names) = lab();
     let count = 20_000u64;
     let sink = lab_sink(&lab, PORT_A);
@@ -439,6 +438,7 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
     }
     lab.destroy().expect("lab teardown");
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Issue 13 item 3: unicornscan's gettimeofday pacer (`-d 2`) derives `tod_delay` in get_tod()
@@ -448,8 +448,7 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
 /// and the verdict names the mode in use and advises the other two, never `-d 2`.
 #[test]
 fn a_gettimeofday_calibration_is_read_in_microseconds_and_judged() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
     let (lab, names) = lab();
     let to = format!("{}:{PORT_A}", lab.target_addr);
@@ -498,4 +497,5 @@ fn a_gettimeofday_calibration_is_read_in_microseconds_and_judged() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }

@@ -729,9 +729,7 @@ fn f64_at(v: &Value, what: &str) -> f64 {
 
 /// Runs `build`'s scan in a fresh lab, under scanprof unless lab-only, and checks everything.
 fn run_scan(build: impl FnOnce(&ScanLab) -> Scan) {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = ScanLab::new();
     let scan = build(&lab);
     require_scanner(scan.profile);
@@ -794,7 +792,7 @@ fn run_scan(build: impl FnOnce(&ScanLab) -> Scan) {
     if !lab_only() {
         check_scanprof(&run, &scan, independent);
         drop(run);
-        bpf.assert_released("scanprof run");
+        test.assert_released("scanprof run");
     }
     lab.destroy();
 }
@@ -979,10 +977,8 @@ fn masscan_at_2000_pps_with_its_libpcap_probe() {
 /// default 100 pps from the shell's words and judged the scan 400% above it).
 #[test]
 fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
-    require_root();
+    let test = privileged();
     require_scanner("masscan");
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let scan = masscan(&lab, 500, 300);
     let capture = TxCapture::start(lab.lab());
@@ -1097,7 +1093,7 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
     drop(run);
     drop(nudger);
     let _ = capture.stop();
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -1111,10 +1107,8 @@ fn masscan_behind_a_shell_script_is_recognised_at_its_own_exec() {
 #[test]
 fn masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss() {
     const PORTS: u16 = 40;
-    require_root();
+    let test = privileged();
     require_scanner("masscan");
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let target = lab.lab().target_addr;
     let listeners = lab
@@ -1180,7 +1174,7 @@ fn masscans_rsts_that_reach_the_targets_tcp_are_expected_not_loss() {
     let loss: Vec<&Value> = drops.iter().filter(|d| d["class"] == "target_loss").collect();
     assert!(loss.is_empty(), "the scanner lost nothing on the way: {loss:#?}");
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -1194,9 +1188,7 @@ fn masscan_at_10000_pps() {
 /// and a driver, and no more of them than the capture saw meanwhile.
 #[test]
 fn masscan_attached_mid_scan_counts_every_stage() {
-    require_root();
-    let _serial = serial();
-    let bpf = BpfBaseline::take();
+    let test = privileged();
     let lab = ScanLab::new();
     let scan = masscan(&lab, 2000, 14_000);
     require_scanner(scan.profile);
@@ -1273,7 +1265,7 @@ fn masscan_attached_mid_scan_counts_every_stage() {
         .collect();
     assert!(!causes.contains(&"measurement_fault"), "{causes:?}");
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -1328,10 +1320,8 @@ fn hping3_at_2000_pps() {
 /// sends the kernel refused) and set masscan's status rate beside what left the machine.
 #[test]
 fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("masscan");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::with(LabConfig {
         tbf: Some(TbfConfig {
             rate: "2mbit".into(),
@@ -1399,7 +1389,7 @@ fn masscan_into_a_narrow_tbf_is_diagnosed_and_its_own_rate_contradicted() {
         "masscan's figure disagrees: {causes:?}"
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -1459,10 +1449,8 @@ fn pps_of(times: &[u64]) -> f64 {
 /// --nocapture) are the table in docs/scanners-lab.md.
 #[test]
 fn masscan_swept_across_a_narrow_tbf_each_step_against_the_capture() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("masscan");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::with(LabConfig {
         tbf: Some(TbfConfig {
             rate: "2mbit".into(),
@@ -1634,7 +1622,7 @@ fn masscan_swept_across_a_narrow_tbf_each_step_against_the_capture() {
         "{sweep}"
     );
     drop(done);
-    bpf.assert_released("scanprof sweep");
+    test.assert_released("scanprof sweep");
     lab.destroy();
 }
 
@@ -1711,10 +1699,8 @@ fn zmap_with_status_file(lab: &ScanLab, targets_per_s: u32, probes: u32, file: &
 /// -P), and the totals are set beside scanprof's counts, which the veth's agree with.
 #[test]
 fn zmap_status_updates_file_figures_are_claims_under_run() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("zmap");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let dir = StatusDir::new("zmap-run");
     // 25 targets/s x 4 probes = 100 pps over 128 targets: ~5 s of sending.
@@ -1791,7 +1777,7 @@ fn zmap_status_updates_file_figures_are_claims_under_run() {
         "notes on the status file: {notes}"
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -1800,10 +1786,8 @@ fn zmap_status_updates_file_figures_are_claims_under_run() {
 /// it from attach on. Totals count from zmap's start, so they stand alone (no measured figure).
 #[test]
 fn zmap_status_updates_file_is_found_and_read_under_attach() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("zmap");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let dir = StatusDir::new("zmap-attach");
     let (per_s, probes) = (25u32, 4u32);
@@ -1867,7 +1851,7 @@ fn zmap_status_updates_file_is_found_and_read_under_attach() {
     );
     assert_within("zmap's status-file rate vs the capture", rate, cap.pps(), 0.25);
     drop(run);
-    bpf.assert_released("scanprof attach");
+    test.assert_released("scanprof attach");
     lab.destroy();
 }
 
@@ -1899,10 +1883,8 @@ fn masscan_with_status_ndjson() -> String {
 #[test]
 #[ignore = "needs masscan 1.3.9+ in SCANPROF_MASSCAN_NDJSON: Debian 12's masscan 1.3.2 has no --status-ndjson"]
 fn masscan_status_ndjson_figures_are_claims_under_run() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let binary = masscan_with_status_ndjson();
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let (rate, ports) = (500u32, 2000u32);
     let mut scan = masscan(&lab, rate, ports);
@@ -1961,7 +1943,7 @@ fn masscan_status_ndjson_figures_are_claims_under_run() {
         0.05,
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -1971,10 +1953,8 @@ fn masscan_status_ndjson_figures_are_claims_under_run() {
 /// target, no `above_requested` +300%; the capture's rate is the truth of both.
 #[test]
 fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("zmap");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let (per_s, probes) = (25u32, 4u32);
     let scan = zmap(&lab, per_s, probes, false);
@@ -2037,7 +2017,7 @@ fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
         "{per_target}: {evidence}"
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -2053,10 +2033,8 @@ fn zmap_with_probes_per_target_against_a_rate_in_targets_is_the_wrong_unit() {
 /// `ring_full` says so with their share.
 #[test]
 fn masscans_listener_ring_is_in_the_receive_funnel() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("masscan");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::with(LabConfig { tbf: None });
     let (rate, ports) = (3_000u32, 3_000u32);
     let scan = masscan(&lab, rate, ports);
@@ -2136,7 +2114,7 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
     } else {
         assert!(ring_full.is_none(), "{:#?}", summary.verdicts);
     }
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }
 
@@ -2152,10 +2130,8 @@ fn masscans_listener_ring_is_in_the_receive_funnel() {
 /// replies counted between scanprof's sample and zmap's read were lost (a lower bound, often 0).
 #[test]
 fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     require_scanner("zmap");
-    let bpf = BpfBaseline::take();
     let lab = ScanLab::new();
     let (per_s, probes) = (25u32, 2u32);
     let mut scan = zmap(&lab, per_s, probes, false);
@@ -2227,6 +2203,6 @@ fn zmap_listener_ring_counts_every_reply_across_its_statistics_reads() {
         receive.rings
     );
     drop(run);
-    bpf.assert_released("scanprof run");
+    test.assert_released("scanprof run");
     lab.destroy();
 }

@@ -99,8 +99,7 @@ fn assert_exact_and_on_rate(what: &str, report: &Value, rx: &SinkReport, rate: u
 
 #[test]
 fn every_pacer_holds_1k_and_10k_pps_into_a_lab() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = SenderLab::new();
     for pacer in ["tsc", "clock", "sleep"] {
         for (rate, count) in [(1_000u32, 1_000u64), (10_000, 5_000)] {
@@ -129,12 +128,12 @@ fn every_pacer_holds_1k_and_10k_pps_into_a_lab() {
         }
     }
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn every_send_method_is_counted_by_the_receiver_and_the_veth() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = SenderLab::new();
     let (rate, count) = (10_000u32, 3_000u64);
     let methods: [&[&str]; 5] = [
@@ -155,14 +154,14 @@ fn every_send_method_is_counted_by_the_receiver_and_the_veth() {
         assert_eq!(rx_after - rx_before, count, "{what}: veth rx");
     }
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The slot models differ visibly: with the sleep pacer at 10k pps (100 us slots) each wake-up
 /// is tens of us late; per-packet slots lose that time for good, deadline slots make it up.
 #[test]
 fn per_packet_slots_fall_short_where_deadline_slots_catch_up() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = SenderLab::new();
     let (rate, count) = (10_000u32, 5_000u64);
     let (deadline, rx) = lab.send(rate, count, &["--pacer", "sleep", "--slot", "deadline"]);
@@ -186,12 +185,12 @@ fn per_packet_slots_fall_short_where_deadline_slots_catch_up() {
         0.02,
     );
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }
 
 #[test]
 fn an_unlimited_send_reports_no_accuracy_and_matches_the_receiver() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let lab = SenderLab::new();
     let (report, rx) = lab.send(0, 4_000, &["--method", "sendmmsg"]);
     assert_eq!(report["pacer"], "none");
@@ -203,6 +202,7 @@ fn an_unlimited_send_reports_no_accuracy_and_matches_the_receiver() {
     assert_eq!(rx.packets, 4_000, "{rx:?}");
     assert!(f64_of(&report, "achieved_pps") > 10_000.0, "{report}");
     lab.destroy();
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The exported pacing and send functions are in the binary's symbol table, for uprobes.
@@ -281,7 +281,7 @@ impl Drop for PrivateNetns {
 /// (SCANPROF_SEND_LOCAL_ONLY=1, as the tests' other sends are), it refuses the same address.
 #[test]
 fn a_named_address_beyond_loopback_is_sent_to_after_saying_what_goes_out() {
-    require_root();
+    let test = privileged();
     let ns = PrivateNetns::new("named");
     let add = std::process::Command::new("ip")
         .args(["-n", &ns.0, "addr", "add", "192.0.2.1/32", "dev", "lo"])
@@ -331,4 +331,5 @@ fn a_named_address_beyond_loopback_is_sent_to_after_saying_what_goes_out() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(stderr.contains("refusing to send to 192.0.2.1"), "{stderr}");
+    test.assert_released("the test's scanprof processes ended");
 }

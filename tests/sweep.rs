@@ -228,8 +228,7 @@ fn a_sweep_across_a_tbf_finds_the_knee_below_its_rate_and_names_qdisc_drop() {
 /// reports the lab's own counts per step, writes the bundle, and removes the lab.
 #[test]
 fn a_lab_sweep_reports_the_labs_counts_and_writes_its_bundle() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bundle = std::env::temp_dir().join(format!("scanprof-sweep-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&bundle);
     let rates = [2000.0, 4000.0, 8000.0];
@@ -287,14 +286,14 @@ fn a_lab_sweep_reports_the_labs_counts_and_writes_its_bundle() {
         scanprof::netlab::leftover_namespaces().is_empty(),
         "the sweep's lab was not removed"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Ctrl-C in the second step ends that step with its summary, skips the rest, and prints the
 /// table so far: two steps, `interrupted`, exit status 130.
 #[test]
 fn ctrl_c_ends_the_current_step_and_prints_the_sweep_so_far() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let args: Vec<String> = [
         "sweep",
         "--lab",
@@ -327,6 +326,7 @@ fn ctrl_c_ends_the_current_step_and_prints_the_sweep_so_far() {
         scanprof::netlab::leftover_namespaces().is_empty(),
         "the sweep's lab was not removed"
     );
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// `compare` of a healthy lab run's bundle with a `lab qdisc-drop` run's: `qdisc_drop` is named
@@ -334,8 +334,7 @@ fn ctrl_c_ends_the_current_step_and_prints_the_sweep_so_far() {
 /// json` prints them) subtracted.
 #[test]
 fn compare_names_the_qdisc_drop_that_appeared_and_differences_equal_the_summaries() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let base = std::env::temp_dir().join(format!("scanprof-compare-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let (a, b) = (base.join("healthy"), base.join("qdisc-drop"));
@@ -421,4 +420,5 @@ fn compare_names_the_qdisc_drop_that_appeared_and_differences_equal_the_summarie
         "{qd}"
     );
     let _ = std::fs::remove_dir_all(&base);
+    test.assert_released("the test's scanprof processes ended");
 }

@@ -8,6 +8,13 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
+// scanprof runs under tmux's server here, not as a child of the test: each test waits for it to
+// exit before its end checks that no program it loaded is left (the check cannot see a program
+// a still-running scanprof holds, only one nobody holds).
+use common::privileged;
+
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 
 /// A tmux session this test started, killed when the test ends however it ends.
@@ -108,10 +115,7 @@ impl Drop for Tmux {
 
 #[test]
 fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the terminal view test needs root (BPF and namespaces); CI runs as root"
-    );
+    let test = privileged();
     let bundle = std::env::temp_dir().join(format!("scanprof-e2e-bundle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&bundle);
     let tmux = Tmux::start(
@@ -229,16 +233,14 @@ fn live_view_shows_rates_and_drop_location_and_q_restores_the_terminal() {
     );
     let _ = std::fs::remove_dir_all(&bundle);
     remove_command_log(&scrollback);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// `--exit-at-end` closes the view when the run ends, without a key (a scripted terminal used
 /// to wait for `q` forever), and the summary follows; with NO_COLOR the view sends no colour.
 #[test]
 fn exit_at_end_closes_the_view_by_itself_and_no_color_draws_none() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the terminal view test needs root (BPF and namespaces); CI runs as root"
-    );
+    let test = privileged();
     let tmux = Tmux::start(
         "exit-at-end",
         80,
@@ -275,6 +277,7 @@ fn exit_at_end_closes_the_view_by_itself_and_no_color_draws_none() {
         "summary printed after the view:\n{scrollback}"
     );
     remove_command_log(&scrollback);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// The launched sender's output went to a log the summary (in `scrollback`) names; scanprof
@@ -300,10 +303,7 @@ fn remove_command_log(scrollback: &str) {
 #[test]
 fn a_block_in_progress_is_on_screen_while_it_lasts() {
     let test_start = std::time::SystemTime::now();
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "the terminal view test needs root (BPF and namespaces); CI runs as root"
-    );
+    let test = privileged();
     let tmux = Tmux::start(
         "block",
         120,
@@ -361,6 +361,7 @@ fn a_block_in_progress_is_on_screen_while_it_lasts() {
     // Its summary, naming the command log, went to the closed terminal: the log is found as
     // the private directory made during this test that holds only a command log of this lab.
     remove_command_logs_since(test_start);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Removes the command logs (a `/tmp/scanprof-XXXXXX` directory holding only `command.log`)

@@ -63,8 +63,7 @@ fn sink_pps(rx: &SinkReport) -> f64 {
 
 #[test]
 fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
 
     // The functions and globals scanprof probes are exported (.dynsym) in each binary.
@@ -184,6 +183,7 @@ fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }
 
 /// Destinations outside 127.0.0.0/8 and the lab subnet, the lab subnet outside a lab namespace,
@@ -191,8 +191,7 @@ fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
 /// namespaces with no route to anything, so even a broken check could not send a packet out.
 #[test]
 fn unishape_refuses_destinations_outside_the_lab() {
-    require_root();
-    let _serial = serial();
+    let test = privileged();
     let bins = unishape::build();
     let lab = Lab::create(&LabConfig::default())
         .unwrap_or_else(|e| panic!("cannot create the namespace lab: {e:#}"));
@@ -249,4 +248,5 @@ fn unishape_refuses_destinations_outside_the_lab() {
     lab.destroy()
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
+    test.assert_released("the test's scanprof processes ended");
 }

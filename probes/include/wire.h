@@ -209,6 +209,29 @@ struct sp_drop_key {
 	__u32 pad;
 };
 
+/* Why a UDP socket of the family refused a datagram (udp:udp_fail_queue_rcv_skb's rc). */
+enum sp_udp_refusal {
+	SP_UDP_RCVBUF = 0,	/* -ENOMEM: its receive buffer was full (Udp RcvbufErrors) */
+	SP_UDP_MEMORY = 1,	/* any other error: the protocol's memory (Udp MemErrors) */
+};
+
+/* Key of the per-CPU `udp_refused` map: datagrams refused at one family process's UDP sockets. */
+struct sp_udp_refused_key {
+	__u32 tgid;		/* the process the socket is registered to (target_socks) */
+	__u32 netns;		/* the socket's network namespace inode number */
+	__u32 kind;		/* enum sp_udp_refusal */
+	__u32 pad;
+};
+
+/* Value of the `udp_refused` map, per CPU. */
+struct sp_udp_refused {
+	__u64 refused;		/* datagrams refused, each counted once */
+	__u64 moved;		/* of those, the ones whose drop row the drop program had counted as
+				 * somebody else's and on_udp_fail moved to the family's (kernels
+				 * without rx_sk, where a drop at a socket is charged by the
+				 * packet's source only); 0 where kfree_skb has rx_sk */
+};
+
 /* Key of the per-CPU `devs` map: traffic through one device, split target / everyone. */
 struct sp_dev_key {
 	__u32 ifindex;
@@ -384,6 +407,7 @@ enum sp_prog {
 	SP_PROG_KFREE_SKB_NOREASON = 20,
 	SP_PROG_SWITCH_NOSTATE = 21,
 	SP_PROG_REPLY = 22,
+	SP_PROG_UDP_FAIL = 23,
 	SP_PROG_MAX = 24,
 };
 

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::stage::{DropRow, Stage, StageName};
+use crate::collect::udp_refused::{self, UdpRefusal};
 use crate::collect::{
     CounterSample, DropClass, RecvClassCounters, RecvCounters, ThreadCounters, ThreadCpuTime,
 };
@@ -57,6 +58,33 @@ pub struct ReceiveView {
     /// it holds none
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rings: Vec<super::rings::RingView>,
+    /// datagrams the family's UDP sockets refused in the interval, counted where the kernel
+    /// refuses them (udp:udp_fail_queue_rcv_skb, with the socket in hand): the same drops as
+    /// `drops`' SOCKET_RCVBUFF and PROTO_MEM rows at UDP sockets, counted apart; None when that
+    /// program is not attached
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_refused: Option<UdpRefusedCounts>,
+}
+
+/// Datagrams the family's UDP sockets refused over an interval, by why.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpRefusedCounts {
+    /// refused because the socket's receive buffer was full (`Udp: RcvbufErrors`), packets
+    pub rcvbuf: u64,
+    /// refused for the protocol's memory limit (`Udp: MemErrors`), packets
+    pub memory: u64,
+}
+
+/// The UDP refusals between `prev` (None: since attach) and `now`; None when `now` has no
+/// count (the program is not attached).
+fn udp_refused_between(now: &CounterSample, prev: Option<&CounterSample>) -> Option<UdpRefusedCounts> {
+    let count = |s: &CounterSample, kind| s.udp_refused.as_deref().map_or(0, |r| udp_refused::total(r, kind));
+    now.udp_refused.as_ref()?;
+    let delta = |kind| count(now, kind).saturating_sub(prev.map_or(0, |p| count(p, kind)));
+    Some(UdpRefusedCounts {
+        rcvbuf: delta(UdpRefusal::Rcvbuf),
+        memory: delta(UdpRefusal::Memory),
+    })
 }
 
 /// One class of the packets read (by length): how many, and the on-CPU time from each read's
@@ -473,6 +501,7 @@ pub fn receive_view(
             .collect(),
         tunables: now.tunables,
         socket_drops_seen: now.socket_drops_seen,
+        udp_refused: udp_refused_between(now, prev),
         threads,
         cost,
         classes: receive_classes(now, prev, interval_s),
@@ -570,6 +599,38 @@ mod tests {
             (v.count(StageName::RecvDrops), v.count(StageName::RecvPackets)),
             (5, 0)
         );
+    }
+
+    /// The UDP refusals are the interval's, by kind, over the family's processes; absent when
+    /// the program is not attached.
+    #[test]
+    fn udp_refusals_are_the_intervals_by_kind() {
+        use crate::collect::udp_refused::UdpRefused;
+        let refused = |pid, kind, refused| UdpRefused {
+            pid,
+            netns: 1,
+            kind,
+            refused,
+            moved: 0,
+        };
+        let r = RecvCounters {
+            calls: 10,
+            packets: 10,
+            ..Default::default()
+        };
+        let mut prev = sample(1_000_000_000, r, 0);
+        let mut now = sample(2_000_000_000, r, 0);
+        assert_eq!(receive_view(&now, None, 1.0, &[]).expect("receives").udp_refused, None);
+        prev.udp_refused = Some(vec![refused(7, UdpRefusal::Rcvbuf, 100)]);
+        now.udp_refused = Some(vec![
+            refused(7, UdpRefusal::Rcvbuf, 350),
+            refused(7, UdpRefusal::Memory, 2),
+            refused(8, UdpRefusal::Rcvbuf, 50),
+        ]);
+        let tick = receive_view(&now, Some(&prev), 1.0, &[]).expect("receives");
+        assert_eq!(tick.udp_refused, Some(UdpRefusedCounts { rcvbuf: 300, memory: 2 }));
+        let run = receive_view(&now, None, 2.0, &[]).expect("receives");
+        assert_eq!(run.udp_refused, Some(UdpRefusedCounts { rcvbuf: 400, memory: 2 }));
     }
 
     /// A reading thread: `probes_ns` on CPU by the scheduler probes, and the kernel's

@@ -12,6 +12,7 @@ pub mod replies;
 pub mod rings;
 pub mod status_file;
 pub mod symbols;
+pub mod udp_refused;
 pub mod uprobes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -505,10 +506,27 @@ pub struct CounterSample {
     /// counter); None when it is not attached (and in bundles older than it)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replies: Option<replies::ReplyCounts>,
+    /// datagrams the family's UDP sockets refused since attach, counted where the kernel refuses
+    /// them (udp:udp_fail_queue_rcv_skb), per process, namespace and kind; None when that
+    /// program is not attached (and in bundles older than it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_refused: Option<Vec<udp_refused::UdpRefused>>,
 }
 
 fn yes() -> bool {
     true
+}
+
+/// `Collector::receive_warning` for a kernel whose kfree_skb names the receiving socket or not
+/// (`rx_sk`), once sample `s` shows the family receiving.
+fn receive_warning(rx_sk: bool, s: &CounterSample) -> Option<String> {
+    if rx_sk || !s.threads.iter().any(|t| t.recv.any()) {
+        return None;
+    }
+    Some(match s.udp_refused {
+        Some(_) => "the family receives, and this kernel's kfree_skb does not name the receiving socket (rx_sk, kernels before 6.8): IPv4 datagrams dropped at its UDP sockets are counted where the socket refuses them (udp:udp_fail_queue_rcv_skb), but drops at its other sockets (raw, TCP) and of IPv6 datagrams count in recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes them all".to_string(),
+        None => "the family receives, but its listener loss cannot be seen on this kernel: kfree_skb does not name the receiving socket (rx_sk, kernels before 6.8) and udp:udp_fail_queue_rcv_skb is not attached (see doctor), so drops at its sockets (SOCKET_RCVBUFF...) count in recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes them all".to_string(),
+    })
 }
 
 /// One stretch of time a family thread spent blocked inside a send syscall.
@@ -686,12 +704,10 @@ impl Collector {
     }
 
     /// What the receive funnel misses on this kernel, once the family receives: without rx_sk,
-    /// a drop at the family's socket is the family's only by address (a reply to where it sent).
+    /// a drop at the family's socket is the family's only by address (a reply to where it sent),
+    /// except at its UDP sockets where udp:udp_fail_queue_rcv_skb is attached.
     pub fn receive_warning(&self, s: &CounterSample) -> Option<String> {
-        (!self.rx_sk && s.threads.iter().any(|t| t.recv.any())).then(|| {
-            "the family receives, but this kernel's kfree_skb does not name the receiving socket (rx_sk, kernels before 6.8): drops at its sockets (SOCKET_RCVBUFF...) count in recv_drops only for replies to addresses it sent to; kernel 6.8 or newer attributes them all"
-                .to_string()
-        })
+        receive_warning(self.rx_sk, s)
     }
 
     pub fn probes(&self) -> &ProbeSet {
@@ -892,6 +908,7 @@ impl Collector {
         // syscall and 11 at dev_queue.
         let raw_threads = self.probes.threads();
         let raw_drops = self.probes.drops();
+        let udp_refused = self.probes.udp_refused().map(udp_refused::from_rows);
         let raw_devices = self.probes.devices();
         let raw_queues = self.probes.take_qdepth();
         let replies = self
@@ -935,6 +952,7 @@ impl Collector {
             conntrack: self.conntrack_tables(&live),
             packet_rings,
             replies,
+            udp_refused,
             processes,
             threads,
             drops,
@@ -991,8 +1009,10 @@ impl Collector {
         raw_drops: Vec<(probes::sp_drop_key, u64)>,
         names: &DeviceNames,
     ) -> Vec<DropCount> {
+        // A row can read 0: on_udp_fail moves a drop out of the row it was first counted in.
         let mut drops: Vec<DropCount> = raw_drops
             .into_iter()
+            .filter(|(_, count)| *count > 0)
             .map(|(k, count)| DropCount {
                 reason: self
                     .reasons
@@ -1340,6 +1360,36 @@ fn queue_depths(raw: Vec<(probes::sp_dev_key, probes::sp_qdepth)>, names: &Devic
 #[cfg(test)]
 mod sample_tests {
     use super::*;
+
+    /// Without rx_sk the run says what it cannot see: with the UDP refusal program, only drops
+    /// outside IPv4 UDP sockets; without it, the listener's loss at all. Nothing with rx_sk, or
+    /// before the family receives.
+    #[test]
+    fn the_receive_warning_says_what_this_kernel_cannot_see() {
+        let receiving = CounterSample {
+            threads: vec![ThreadCounters {
+                recv: RecvCounters {
+                    calls: 3,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let with_udp = CounterSample {
+            udp_refused: Some(Vec::new()),
+            ..receiving.clone()
+        };
+        assert_eq!(receive_warning(true, &with_udp), None);
+        assert_eq!(receive_warning(true, &receiving), None);
+        assert_eq!(receive_warning(false, &CounterSample::default()), None);
+        let unseen = receive_warning(false, &receiving).expect("a warning without either");
+        assert!(unseen.contains("listener loss cannot be seen"), "{unseen}");
+        let partly = receive_warning(false, &with_udp).expect("a warning for the other sockets");
+        assert!(partly.contains("udp_fail_queue_rcv_skb"), "{partly}");
+        assert!(partly.contains("raw, TCP"), "{partly}");
+        assert!(!partly.contains("cannot be seen"), "{partly}");
+    }
 
     /// The health slots are read by wire.h's names, each into its own counter.
     #[test]

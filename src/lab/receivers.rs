@@ -105,9 +105,9 @@ impl ListenerRun {
             .name("lab-listener-feed".into())
             .spawn(move || -> anyhow::Result<Option<std::process::ExitStatus>> {
                 // Every worker's socket bound: a datagram sent earlier would go to the first.
-                // No deadline of its own: the listener binds only once the session has loaded
-                // the probes and released it, which takes over 30 s in an emulated guest under
-                // load; the run's end (bounded by its --duration) stops the wait.
+                // Waited for until the run ends (`finish`), however long scanprof takes to load
+                // its probes before it starts the listener: a fixed wait from here ran out under
+                // an emulated kernel on a loaded machine (6.1 in the kernel matrix: 111 s).
                 while !(if packet_socket {
                     packet_socket_open(&ns)
                 } else {

@@ -144,7 +144,7 @@ fn drop_reason_names(btf: &Btf<'_>) -> Option<BTreeMap<u32, String>> {
 }
 
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
-pub const TRACEPOINTS: [(&str, &str); 18] = [
+pub const TRACEPOINTS: [(&str, &str); 19] = [
     (
         "sched_process_fork",
         "following children and threads of the target",
@@ -171,6 +171,10 @@ pub const TRACEPOINTS: [(&str, &str); 18] = [
     ("neigh_timer_handler", "failed neighbour resolutions"),
     ("neigh_update", "finished neighbour resolutions"),
     ("kfree_skb", "every packet drop, reason and location"),
+    (
+        "udp_fail_queue_rcv_skb",
+        "datagrams the family's UDP sockets refused (a listener's own socket drops where kfree_skb has no rx_sk)",
+    ),
     (
         "netif_receive_skb",
         "replies arriving for the family's flows (the reply funnel)",

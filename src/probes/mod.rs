@@ -7,6 +7,7 @@ mod kernel;
 mod sizing;
 mod stats;
 mod tids;
+mod udp_refused;
 mod uprobe;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,9 @@ pub use sizing::{
     RESIZABLE,
 };
 pub use stats::{BpfStats, ProgramRuntime};
+pub use udp_refused::UDP_FAIL_PROG;
+/// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
+pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
     UPROBE_MAX,
@@ -1375,6 +1379,7 @@ fn configure_drops(stage: &Stage<'_>, skel: &mut OpenDropsSkel<'static>) -> Resu
     progs.on_kfree_skb.set_autoload(with_sk);
     progs.on_kfree_skb_norx.set_autoload(norx);
     progs.on_kfree_skb_noreason.set_autoload(noreason);
+    udp_refused::configure(rodata, features);
     Ok(())
 }
 
@@ -1776,6 +1781,8 @@ abi_types!(
     sp_block_val,
     sp_call,
     sp_uprobe_stats,
+    sp_udp_refused_key,
+    sp_udp_refused,
     uprobe::sp_uprobe_cfg,
 );
 // SAFETY: no padding: the size assertion beside sp_member adds up its fields' sizes.

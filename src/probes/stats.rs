@@ -19,7 +19,7 @@ use super::ProbeError;
 /// Each program's slot in the `prog_cost` counters (enum sp_prog in wire.h), by its name
 /// ("object.program"). Every program that can run on a family thread has one (a unit test holds
 /// this list to the programs the objects declare).
-const COST_SLOTS: [(&str, sp_prog); 23] = [
+const COST_SLOTS: [(&str, sp_prog); 24] = [
     ("family.on_fork", sp_prog::SP_PROG_FORK),
     ("family.on_exec", sp_prog::SP_PROG_EXEC),
     ("family.on_exit", sp_prog::SP_PROG_EXIT),
@@ -40,6 +40,7 @@ const COST_SLOTS: [(&str, sp_prog); 23] = [
     ("drops.on_kfree_skb", sp_prog::SP_PROG_KFREE_SKB),
     ("drops.on_kfree_skb_norx", sp_prog::SP_PROG_KFREE_SKB_NORX),
     ("drops.on_kfree_skb_noreason", sp_prog::SP_PROG_KFREE_SKB_NOREASON),
+    ("drops.on_udp_fail", sp_prog::SP_PROG_UDP_FAIL),
     ("uprobes.sp_uprobe_entry", sp_prog::SP_PROG_UPROBE_ENTRY),
     ("uprobes.sp_uprobe_return", sp_prog::SP_PROG_UPROBE_RETURN),
     ("replies.on_netif_receive", sp_prog::SP_PROG_REPLY),

@@ -206,10 +206,16 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
             "kfree_skb carries reason and receiving socket",
             None,
         ),
+        (true, false) if features.has_tracepoint("udp_fail_queue_rcv_skb") => check(
+            "drop reasons",
+            Status::Degraded,
+            "kfree_skb has reasons but no rx_sk (kernels before 6.8): IPv4 datagrams dropped at the family's UDP sockets are its own by udp_fail_queue_rcv_skb (a listener's too); drops at its other sockets (raw, TCP) and of IPv6 datagrams are attributed by address only (replies to where it sent)",
+            Some("kernel 6.8 or newer adds rx_sk"),
+        ),
         (true, false) => check(
             "drop reasons",
             Status::Degraded,
-            "kfree_skb has reasons but no rx_sk (kernels before 6.8): replies dropped at the scanner's own socket are attributed by address only",
+            "kfree_skb has reasons but no rx_sk (kernels before 6.8), and no udp_fail_queue_rcv_skb: replies dropped at the scanner's own socket are attributed by address only, and a listener's loss at its socket cannot be seen",
             Some("kernel 6.8 or newer adds rx_sk"),
         ),
         _ => check(

@@ -12,6 +12,8 @@ use super::Output;
 use crate::collect::family::ProcessInfo;
 use crate::probes::ProbeStatus;
 use crate::session::{self, CommandOutput, SessionConfig, Target, Update};
+use crate::system::caps::Cap;
+use crate::system::privileges;
 use crate::views::export::spool::SpooledRecording;
 use crate::views::export::{bundle, Meta, Recording};
 use crate::views::metrics::{Exporter, MetricsTargets, RunLabels};
@@ -187,7 +189,9 @@ pub(crate) fn command_words(argv: &[String]) -> Vec<String> {
 }
 
 /// [`render`], also serving or writing Prometheus metrics of the run as it goes, with the live
-/// view shown as `view` says (its title, whether it closes when the run ends).
+/// view shown as `view` says (its title, whether it closes when the run ends). The steps: bind
+/// the metrics listener, start the session, drop what setup needed, show the run live or write
+/// it headless, then join the session and finish the metrics and the bundle.
 pub fn render_with(
     cfg: SessionConfig,
     output: Output,
@@ -198,175 +202,203 @@ pub fn render_with(
 ) -> anyhow::Result<Rendered> {
     let ViewOptions { title, exit_at_end } = view;
     // The listener is bound before the run starts: a port in use stops it here.
-    let exporter = if metrics.any() {
-        let e = Exporter::start(metrics, metrics_labels(&cfg))?;
-        if let Some(addr) = e.local_addr() {
-            eprintln!("scanprof: metrics at http://{addr}/metrics");
-        }
-        Some(e)
-    } else {
-        None
-    };
+    let exporter = start_metrics(metrics, &cfg)?;
     let command_log = match &cfg.command_output {
         CommandOutput::File(path) => Some(path.clone()),
         _ => None,
     };
-    let command = match &cfg.target {
-        Target::Command(argv) => Some(command_words(&crate::session::lossy_words(argv)).join(" ")),
-        Target::Pids(_) => None,
-    };
-    let title = title.unwrap_or_else(|| match &cfg.target {
-        Target::Pids(pids) => format!("attach {pids:?}"),
-        Target::Command(_) => format!("run {}", command.as_deref().unwrap_or_default()),
-    });
-    // The ticks go to a private spool file as they come (a bundle needs them all, memory
-    // keeps the latest): with a bundle to write, and in the live view, whose `e` key can
-    // write one at any time.
-    let mut rec = if export_to.is_some() || output == Output::Tui {
-        Recorder::Spooled(SpooledRecording::new(Recording::new(meta_now()))?)
-    } else {
-        Recorder::Latest(Recording::new(meta_now()))
-    };
+    let command = launched_words(&cfg.target);
+    let title = title.unwrap_or_else(|| default_title(&cfg.target, command.as_deref()));
+    let mut rec = Recorder::for_run(output, export_to)?;
     let keep_also = cfg.keep_also;
     crate::system::startup::mark("options and scanner profile read");
     let target_of_run = cfg.target.clone();
     let mut session = session::start(cfg, Arc::clone(&stop))?;
     rec.meta_mut().drop_reasons = session.drop_reasons.clone();
     // The metrics take every update before the views do.
-    let metrics_tap = exporter.map(|e| {
-        let (_, own) = std::sync::mpsc::channel();
-        let (rx, handle) = crate::views::metrics::tap(std::mem::replace(&mut session.updates, own), e);
-        session.updates = rx;
-        handle
-    });
-    {
-        // This thread renders and writes the bundle: CAP_DAC_OVERRIDE only if the bundle goes
-        // into a directory someone else owns (or the view's `e` key may make one here).
-        use crate::system::privileges::{drop_to, FOR_BUNDLE, KEPT};
-        let mut keep = KEPT.to_vec();
-        keep.extend_from_slice(keep_also);
-        if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
-            keep.push(FOR_BUNDLE);
-        }
-        if let Err(e) = drop_to(&keep) {
-            eprintln!("scanprof: warning: could not drop privileges after setup ({e})");
-        }
+    let metrics_tap = exporter.map(|e| tap_metrics(&mut session, e));
+    // This thread renders and writes the bundle.
+    if let Err(e) = privileges::drop_to(&privileges_after_setup(output, export_to, keep_also)) {
+        eprintln!("scanprof: warning: could not drop privileges after setup ({e})");
     }
+    // An error of the view or of the output is reported after the summary and the bundle.
+    let late_error = if output == Output::Tui {
+        let live = LiveView {
+            title,
+            exit_at_end,
+            target: &target_of_run,
+        };
+        show_live(&session.updates, &mut rec, &stop, export_to, live)?
+    } else {
+        write_headless(&session.updates, &mut rec, output, &stop, command.as_deref())
+    };
+    let status = session.join()?;
+    let summary = rec
+        .latest()
+        .summary
+        .as_ref()
+        .context("the session ended without a summary")?;
     if output == Output::Tui {
-        // Without --export, the `e` key's directory is made (new) at the first press.
-        let key_target = std::cell::RefCell::new(export_to.cloned());
-        let on_export = |r: &mut SpooledRecording| -> String {
-            let mut slot = key_target.borrow_mut();
-            if slot.is_none() {
-                match ExportTarget::open(
-                    &default_export_dir(&target_of_run, std::time::SystemTime::now()),
-                    false,
-                    false,
-                ) {
-                    Ok(t) => *slot = Some(t),
-                    Err(e) => return format!("export failed: {e:#}"),
-                }
-            }
-            let Some(target) = slot.as_ref() else {
-                return "export failed: no bundle directory".to_string();
-            };
-            // Written mid-run: the bundle says so, and `report` then says why it has no summary.
-            let whole = r.whole().map(|mut whole| {
-                if whole.summary.is_none() {
-                    whole.meta.exported_mid_run = true;
-                }
-                whole
-            });
-            match whole.and_then(|whole| export(&whole, target)) {
-                Ok(files) => format!(
-                    "bundle written to {} ({} files)",
-                    target.dir.path.display(),
-                    files.len()
-                ),
-                Err(e) => format!("export failed: {e:#}"),
-            }
-        };
-        // A view that fails (its terminal closed) still ends the session with a summary and
-        // a bundle; its error is reported after them.
-        let Recorder::Spooled(spooled) = &mut rec else {
-            bail!("the live view records into a spool");
-        };
-        let view = crate::views::tui::run(&session.updates, title, exit_at_end, &stop, spooled, &on_export);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        // Whatever the view did not take, the summary included, is still in the channel.
-        for u in session.updates.iter() {
-            rec.apply(&u);
-        }
-        let status = session.join()?;
-        let summary = rec
-            .latest()
-            .summary
-            .as_ref()
-            .context("the session ended without a summary")?;
-        // The terminal may be gone (SIGHUP): a failed print must not stop the bundle.
-        let mut stdout = std::io::stdout().lock();
-        let _ = write!(stdout, "{}", text::summary(summary));
-        if let Some(log) = &command_log {
-            let _ = writeln!(stdout, "the command's own output is in {}", log.display());
-        }
-        drop(stdout);
-        let exporter = finish_metrics(metrics_tap);
-        finish_export(&mut rec, export_to)?;
-        linger(exporter.as_ref(), metrics.linger);
-        view?;
-        return Ok(Rendered {
-            rec: rec.into_latest(),
-            status,
-        });
+        print_after_view(summary, command_log.as_deref());
     }
-    let json_out = output == Output::Json;
+    let exporter = finish_metrics(metrics_tap);
+    finish_export(&mut rec, export_to)?;
+    linger(exporter.as_ref(), metrics.linger);
+    if let Some(e) = late_error {
+        return Err(e);
+    }
+    Ok(Rendered {
+        rec: rec.into_latest(),
+        status,
+    })
+}
+
+/// Binds the metrics listener or opens the textfile, when any is asked for, and says where the
+/// listener serves.
+fn start_metrics(metrics: &MetricsTargets, cfg: &SessionConfig) -> anyhow::Result<Option<Exporter>> {
+    if !metrics.any() {
+        return Ok(None);
+    }
+    let e = Exporter::start(metrics, metrics_labels(cfg))?;
+    if let Some(addr) = e.local_addr() {
+        eprintln!("scanprof: metrics at http://{addr}/metrics");
+    }
+    Ok(Some(e))
+}
+
+/// A launched command's words as a person reads them (see [`command_words`]); None when
+/// attached.
+fn launched_words(target: &Target) -> Option<String> {
+    match target {
+        Target::Command(argv) => Some(command_words(&crate::session::lossy_words(argv)).join(" ")),
+        Target::Pids(_) => None,
+    }
+}
+
+/// The live view's title when none is given: `run` and the command's words, or `attach` and
+/// the pids.
+fn default_title(target: &Target, command: Option<&str>) -> String {
+    match target {
+        Target::Pids(pids) => format!("attach {pids:?}"),
+        Target::Command(_) => format!("run {}", command.unwrap_or_default()),
+    }
+}
+
+/// Puts the metrics tap between the session and the views: it passes every update on.
+fn tap_metrics(session: &mut session::Session, exporter: Exporter) -> std::thread::JoinHandle<Exporter> {
+    let (_, own) = std::sync::mpsc::channel();
+    let (rx, handle) = crate::views::metrics::tap(std::mem::replace(&mut session.updates, own), exporter);
+    session.updates = rx;
+    handle
+}
+
+/// The capabilities this thread keeps once set-up is done: CAP_DAC_OVERRIDE besides the
+/// usual ones only if the bundle goes into a directory someone else owns (or the view's `e`
+/// key may make one here).
+fn privileges_after_setup(output: Output, export_to: Option<&ExportTarget>, keep_also: &[Cap]) -> Vec<Cap> {
+    let mut keep = privileges::KEPT.to_vec();
+    keep.extend_from_slice(keep_also);
+    if output == Output::Tui || export_to.is_some_and(|t| !t.dir.owned_by_me()) {
+        keep.push(privileges::FOR_BUNDLE);
+    }
+    keep
+}
+
+/// What the live view shows besides the updates.
+struct LiveView<'a> {
+    title: String,
+    exit_at_end: bool,
+    /// what runs: it names the `e` key's bundle directory
+    target: &'a Target,
+}
+
+/// Shows the run in the live view until it ends or the user quits, then takes what the view did
+/// not (the summary included). The view's own error (its terminal closed) is returned as a
+/// value, to be reported after the summary and the bundle.
+fn show_live(
+    updates: &std::sync::mpsc::Receiver<Update>,
+    rec: &mut Recorder,
+    stop: &Arc<AtomicBool>,
+    export_to: Option<&ExportTarget>,
+    live: LiveView,
+) -> anyhow::Result<Option<anyhow::Error>> {
+    // Without --export, the `e` key's directory is made (new) at the first press.
+    let key_target = std::cell::RefCell::new(export_to.cloned());
+    let on_export = |r: &mut SpooledRecording| export_on_key(&mut key_target.borrow_mut(), live.target, r);
+    let Recorder::Spooled(spooled) = rec else {
+        bail!("the live view records into a spool");
+    };
+    let view = crate::views::tui::run(updates, live.title, live.exit_at_end, stop, spooled, &on_export);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Whatever the view did not take, the summary included, is still in the channel.
+    for u in updates.iter() {
+        rec.apply(&u);
+    }
+    Ok(view.err())
+}
+
+/// The view's `e` key: writes the recording so far into `slot`'s directory (made at the first
+/// press when there is none, named by [`default_export_dir`]); returns the line the view shows.
+fn export_on_key(slot: &mut Option<ExportTarget>, target: &Target, r: &mut SpooledRecording) -> String {
+    if slot.is_none() {
+        match ExportTarget::open(
+            &default_export_dir(target, std::time::SystemTime::now()),
+            false,
+            false,
+        ) {
+            Ok(t) => *slot = Some(t),
+            Err(e) => return format!("export failed: {e:#}"),
+        }
+    }
+    let Some(target) = slot.as_ref() else {
+        return "export failed: no bundle directory".to_string();
+    };
+    // Written mid-run: the bundle says so, and `report` then says why it has no summary.
+    let whole = r.whole().map(|mut whole| {
+        if whole.summary.is_none() {
+            whole.meta.exported_mid_run = true;
+        }
+        whole
+    });
+    match whole.and_then(|whole| export(&whole, target)) {
+        Ok(files) => format!(
+            "bundle written to {} ({} files)",
+            target.dir.path.display(),
+            files.len()
+        ),
+        Err(e) => format!("export failed: {e:#}"),
+    }
+}
+
+/// After the live view closed: the summary, and where the command's own output went. The
+/// terminal may be gone (SIGHUP): a failed print must not stop the bundle.
+fn print_after_view(summary: &crate::analysis::Summary, command_log: Option<&Path>) {
     let mut stdout = std::io::stdout().lock();
-    // A failed write (a closed pipe or terminal) ends the run like a signal: the session still
-    // ends the command, detaches and writes the bundle; the error is reported after that.
+    let _ = write!(stdout, "{}", text::summary(summary));
+    if let Some(log) = command_log {
+        let _ = writeln!(stdout, "the command's own output is in {}", log.display());
+    }
+}
+
+/// Writes every update as it comes, NDJSON or text, until the session's channel closes. A
+/// failed write (a closed pipe or terminal) ends the run like a signal: the session still ends
+/// the command, detaches and writes the bundle; the error is returned, to be reported after.
+fn write_headless(
+    updates: &std::sync::mpsc::Receiver<Update>,
+    rec: &mut Recorder,
+    output: Output,
+    stop: &Arc<AtomicBool>,
+    command: Option<&str>,
+) -> Option<anyhow::Error> {
+    let mut stdout = std::io::stdout().lock();
     let mut write_error: Option<std::io::Error> = None;
-    for update in session.updates.iter() {
+    for update in updates.iter() {
         rec.apply(&update);
         let stderr_terminal = {
             use std::io::IsTerminal;
             std::io::stderr().is_terminal()
         };
-        let (out, err): (Option<String>, Option<String>) = match update {
-            Update::Started {
-                processes,
-                probes,
-                clocks,
-            } => {
-                if json_out {
-                    let started =
-                        serde_json::json!({ "processes": processes, "probes": probes, "clocks": clocks });
-                    (Some(json::line("started", &started) + "\n"), None)
-                } else {
-                    let mut e = started_line(&probes, &processes, command.as_deref());
-                    for p in probes.iter().filter(|p| !p.attached) {
-                        e += &format!(
-                            "scanprof: warning: probe {} unavailable: {}\n",
-                            p.name,
-                            p.error.as_deref().unwrap_or("?")
-                        );
-                    }
-                    (None, Some(e))
-                }
-            }
-            Update::Tick(s) => {
-                if json_out {
-                    (Some(json::line("sample", &*s) + "\n"), None)
-                } else {
-                    (None, Some(text::tick_line(&s) + "\n"))
-                }
-            }
-            Update::Done(s) => {
-                if json_out {
-                    (Some(json::line("summary", &*s) + "\n"), None)
-                } else {
-                    (Some(text::summary(&s)), None)
-                }
-            }
-        };
+        let (out, err) = update_lines(update, output == Output::Json, command);
         if let Some(e) = err.filter(|_| output != Output::Quiet) {
             let e = if stderr_terminal { own_lines(&e) } else { e };
             let _ = std::io::stderr().write_all(e.as_bytes());
@@ -378,22 +410,59 @@ pub fn render_with(
             }
         }
     }
-    let status = session.join()?;
-    rec.latest()
-        .summary
-        .as_ref()
-        .context("the session ended without a summary")?;
-    let exporter = finish_metrics(metrics_tap);
-    finish_export(&mut rec, export_to)?;
-    linger(exporter.as_ref(), metrics.linger);
-    if let Some(e) = write_error {
-        return Err(anyhow::Error::new(e)
-            .context("writing the output (the run was ended; the bundle, if asked, was written)"));
-    }
-    Ok(Rendered {
-        rec: rec.into_latest(),
-        status,
+    write_error.map(|e| {
+        anyhow::Error::new(e)
+            .context("writing the output (the run was ended; the bundle, if asked, was written)")
     })
+}
+
+/// What one update prints headless: (stdout, stderr). NDJSON puts every update on stdout; text
+/// puts the started line, its probe warnings and the tick lines on stderr, the summary on
+/// stdout.
+fn update_lines(update: Update, json_out: bool, command: Option<&str>) -> (Option<String>, Option<String>) {
+    match update {
+        Update::Started {
+            processes,
+            probes,
+            clocks,
+        } => {
+            if json_out {
+                let started =
+                    serde_json::json!({ "processes": processes, "probes": probes, "clocks": clocks });
+                (Some(json::line("started", &started) + "\n"), None)
+            } else {
+                let mut e = started_line(&probes, &processes, command);
+                for p in probes.iter().filter(|p| !p.attached) {
+                    e += &format!(
+                        "scanprof: warning: probe {} unavailable: {}\n",
+                        p.name,
+                        p.error.as_deref().unwrap_or("?")
+                    );
+                }
+                (None, Some(e))
+            }
+        }
+        Update::Tick(s) => {
+            if json_out {
+                (Some(json::line("sample", &*s) + "\n"), None)
+            } else {
+                (None, Some(text::tick_line(&s) + "\n"))
+            }
+        }
+        Update::Done(s) => {
+            if json_out {
+                (Some(json::line("summary", &*s) + "\n"), None)
+            } else {
+                (Some(text::summary(&s)), None)
+            }
+        }
+    }
+}
+
+/// Whether a run's ticks go to a private spool file as they come: with a bundle to write, and
+/// in the live view.
+fn spools(output: Output, export_to: Option<&ExportTarget>) -> bool {
+    export_to.is_some() || output == Output::Tui
 }
 
 /// How a session's updates are kept: the latest tick in memory, and with a bundle possible,
@@ -404,6 +473,16 @@ enum Recorder {
 }
 
 impl Recorder {
+    /// A spool with a bundle to write and in the live view, whose `e` key can write one at any
+    /// time (a bundle needs every tick, memory keeps the latest); the latest tick otherwise.
+    fn for_run(output: Output, export_to: Option<&ExportTarget>) -> anyhow::Result<Recorder> {
+        Ok(if spools(output, export_to) {
+            Recorder::Spooled(SpooledRecording::new(Recording::new(meta_now()))?)
+        } else {
+            Recorder::Latest(Recording::new(meta_now()))
+        })
+    }
+
     /// Takes one update. A tick the spool cannot take is said once on stderr; the bundle then
     /// fails with the same message, the run goes on.
     fn apply(&mut self, update: &Update) {
@@ -581,6 +660,95 @@ mod tests {
     }
 
     use super::*;
+
+    /// Headless, each update goes where its format says: NDJSON, every update on stdout as one
+    /// line of its type; text, the started line with a warning per unattached probe and the
+    /// tick lines on stderr, the summary on stdout.
+    #[test]
+    fn each_update_prints_its_lines_on_the_stream_its_format_says() {
+        let (tick, summary) = crate::views::fixtures::rich_run();
+        let probe = |name: &str, error: Option<&str>| ProbeStatus {
+            name: name.into(),
+            attached: error.is_none(),
+            error: error.map(Into::into),
+        };
+        let started = || Update::Started {
+            processes: Vec::new(),
+            probes: vec![
+                probe("drops.on_kfree_skb", None),
+                probe("sched.on_switch", Some("no BTF")),
+            ],
+            clocks: crate::system::ClockReadings::at(7),
+        };
+        assert_eq!(
+            update_lines(started(), false, Some("masscan -p80")),
+            (
+                None,
+                Some(
+                    "scanprof: 1 of 2 probes attached; following `masscan -p80` and the processes \
+                     it starts\nscanprof: warning: probe sched.on_switch unavailable: no BTF\n"
+                        .to_string()
+                )
+            )
+        );
+        assert_eq!(
+            update_lines(Update::Tick(Box::new(tick.clone())), false, None),
+            (None, Some(text::tick_line(&tick) + "\n"))
+        );
+        assert_eq!(
+            update_lines(Update::Done(Box::new(summary.clone())), false, None),
+            (Some(text::summary(&summary)), None)
+        );
+        let json = [
+            (started(), "started"),
+            (Update::Tick(Box::new(tick)), "sample"),
+            (Update::Done(Box::new(summary)), "summary"),
+        ];
+        for (update, kind) in json {
+            let (out, err) = update_lines(update, true, Some("masscan -p80"));
+            assert_eq!(err, None, "{kind}");
+            let out = out.unwrap_or_default();
+            assert_eq!(out.matches('\n').count(), 1, "{kind}: {out}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["type"], kind);
+        }
+    }
+
+    /// The live view's title names what runs, by the command's own words or by the pids.
+    #[test]
+    fn the_default_title_names_the_command_or_the_pids() {
+        let cmd = Target::Command(
+            ["ip", "netns", "exec", "lab", "masscan", "-p80"]
+                .map(Into::into)
+                .to_vec(),
+        );
+        let words = launched_words(&cmd);
+        assert_eq!(words.as_deref(), Some("masscan -p80"));
+        assert_eq!(default_title(&cmd, words.as_deref()), "run masscan -p80");
+        let pids = Target::Pids(vec![4242, 4243]);
+        assert_eq!(launched_words(&pids), None);
+        assert_eq!(default_title(&pids, None), "attach [4242, 4243]");
+    }
+
+    /// After set-up the rendering thread keeps the usual capabilities and the command's extra
+    /// ones; CAP_DAC_OVERRIDE only where it may write a bundle (the live view's `e` key); and
+    /// it spools the ticks only where a bundle may be written.
+    #[test]
+    fn only_a_run_that_may_write_a_bundle_keeps_dac_override_and_spools() {
+        let extra = [crate::system::caps::CAP_NET_ADMIN];
+        let text = privileges_after_setup(Output::Text, None, &extra);
+        let mut want = privileges::KEPT.to_vec();
+        want.push(crate::system::caps::CAP_NET_ADMIN);
+        assert_eq!(text, want);
+        want.push(privileges::FOR_BUNDLE);
+        assert_eq!(privileges_after_setup(Output::Tui, None, &extra), want);
+        assert!(spools(Output::Tui, None));
+        for output in [Output::Text, Output::Json, Output::Quiet] {
+            assert!(!spools(output, None), "{output:?}");
+            assert!(!privileges_after_setup(output, None, &[]).contains(&privileges::FOR_BUNDLE));
+        }
+    }
+
     #[test]
     fn a_pcap_path_without_its_directory_is_refused_before_the_run() {
         let e = check_pcap_path(Path::new("/nonexistent-scanprof-dir/d.pcapng")).unwrap_err();

@@ -155,6 +155,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         conntrack: Vec::new(),
         packet_rings: Vec::new(),
         replies: None,
+        udp_refused: None,
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

@@ -168,6 +168,7 @@ mod tests {
                 packet_share: 1.0,
                 oncpu_share: 1.0,
             }],
+            udp_refused: Some(crate::analysis::receive::UdpRefusedCounts { rcvbuf: 5, memory: 0 }),
             ..Default::default()
         };
         snap.receive = Some(receive.clone());
@@ -176,6 +177,7 @@ mod tests {
         assert!(found.contains("receive") && found.contains("tunables") && found.contains("rmem_max"));
         assert!(found.contains("cpus_per_worker") && found.contains("system_ns_per_packet"));
         assert!(found.contains("classes") && found.contains("below_bytes") && found.contains("runq_ns"));
+        assert!(found.contains("udp_refused") && found.contains("rcvbuf") && found.contains("memory"));
     }
 
     #[test]

@@ -266,6 +266,7 @@ impl MetricsState {
         String::from_utf8(out).expect("the text format is UTF-8")
     }
 
+    /// A registry with the run's labels on every metric, filled by one step per group.
     fn registry(&self) -> prometheus::Result<Registry> {
         let mut common = HashMap::from([("scanner".to_string(), self.labels.scanner.clone())]);
         if let Some(shard) = &self.labels.shard {
@@ -275,28 +276,45 @@ impl MetricsState {
             common.insert("run_id".to_string(), id.clone());
         }
         let r = Registry::new_custom(Some("scanprof".into()), Some(common))?;
+        self.register_rates(&r)?;
+        self.register_stages_and_drops(&r)?;
+        self.register_replies(&r)?;
+        self.register_sender_time(&r)?;
+        self.register_lost(&r)?;
+        self.register_cost(&r)?;
+        self.register_verdicts(&r)?;
+        self.register_run_state(&r)?;
+        Ok(r)
+    }
 
+    /// The requested and achieved rates, and the run's age.
+    fn register_rates(&self, r: &Registry) -> prometheus::Result<()> {
         if let Some(pps) = self.requested_pps {
             gauge(
-                &r,
+                r,
                 "requested_packets_per_second",
                 "Packets per second the scanner was asked for.",
                 pps,
             )?;
         }
         gauge(
-            &r,
+            r,
             "achieved_packets_per_second",
             "Packets per second through the family's send syscalls over the last whole tick of sending (over the send window once the run has ended).",
             self.achieved_pps,
         )?;
         gauge(
-            &r,
+            r,
             "run_seconds",
             "Seconds since scanprof attached.",
             self.run_seconds,
         )?;
+        Ok(())
+    }
 
+    /// The events through each stage, and the drops: the family's by reason, class and device, other
+    /// processes' as one counter.
+    fn register_stages_and_drops(&self, r: &Registry) -> prometheus::Result<()> {
         let stages = IntCounterVec::new(
             Opts::new(
                 "stage_events_total",
@@ -324,7 +342,11 @@ impl MetricsState {
         )?;
         other.inc_by(self.other_drops);
         r.register(Box::new(other))?;
+        Ok(())
+    }
 
+    /// The replies by kind, once any arrived.
+    fn register_replies(&self, r: &Registry) -> prometheus::Result<()> {
         if !self.replies.is_empty() {
             let replies = IntCounterVec::new(
                 Opts::new(
@@ -338,7 +360,11 @@ impl MetricsState {
             }
             r.register(Box::new(replies))?;
         }
+        Ok(())
+    }
 
+    /// The sending threads' time by state, and their failed sends by errno.
+    fn register_sender_time(&self, r: &Registry) -> prometheus::Result<()> {
         let seconds = prometheus::CounterVec::new(
             Opts::new(
                 "sender_seconds_total",
@@ -359,7 +385,11 @@ impl MetricsState {
             errors.with_label_values(&[role, errno]).inc_by(*n);
         }
         r.register(Box::new(errors))?;
+        Ok(())
+    }
 
+    /// What the probes could not record.
+    fn register_lost(&self, r: &Registry) -> prometheus::Result<()> {
         let lost = IntCounterVec::new(
             Opts::new(
                 "lost_records_total",
@@ -371,16 +401,20 @@ impl MetricsState {
             lost.with_label_values(&[*what]).inc_by(*n);
         }
         r.register(Box::new(lost))?;
+        Ok(())
+    }
 
+    /// scanprof's own cost: its CPU, and its BPF programs' run time where measured.
+    fn register_cost(&self, r: &Registry) -> prometheus::Result<()> {
         gauge(
-            &r,
+            r,
             "cpu_ratio",
             "CPU scanprof's own process used over the last tick, as a fraction of one core.",
             self.cpu,
         )?;
         if let Some(ns) = self.bpf_ns_per_packet {
             gauge(
-                &r,
+                r,
                 "bpf_seconds_per_packet",
                 "Run time of all of scanprof's BPF programs, wherever they ran, per packet the family sent, seconds (kernel run-time statistics).",
                 ns / 1e9,
@@ -388,7 +422,7 @@ impl MetricsState {
         }
         if let Some(ns) = self.bpf_target_ns_per_packet {
             gauge(
-                &r,
+                r,
                 "bpf_target_seconds_per_packet",
                 "Run time of scanprof's BPF programs on the family's threads per packet the family sent, seconds (timed by the programs).",
                 ns / 1e9,
@@ -396,7 +430,7 @@ impl MetricsState {
         }
         if let Some(share) = self.bpf_share_of_target {
             gauge(
-                &r,
+                r,
                 "bpf_share_of_target",
                 "Run time of scanprof's BPF programs on the family's threads as a share of their on-CPU time; absent when the last interval had too little family CPU time or too few packets.",
                 share,
@@ -404,13 +438,17 @@ impl MetricsState {
         }
         if let Some(m) = self.bpf_machine_cpu_share {
             gauge(
-                &r,
+                r,
                 "bpf_machine_cpu_share",
                 "The tax on the rest of the machine: run time of scanprof's BPF programs outside the family's threads, as a share of one CPU.",
                 m,
             )?;
         }
+        Ok(())
+    }
 
+    /// The top verdict of each kind, and its share.
+    fn register_verdicts(&self, r: &Registry) -> prometheus::Result<()> {
         let info = GaugeVec::new(
             Opts::new(
                 "verdict_info",
@@ -432,7 +470,11 @@ impl MetricsState {
         }
         r.register(Box::new(info))?;
         r.register(Box::new(share))?;
+        Ok(())
+    }
 
+    /// The run's phase, and why it ended once it has.
+    fn register_run_state(&self, r: &Registry) -> prometheus::Result<()> {
         if let Some(phase) = self.phase {
             let g = GaugeVec::new(
                 Opts::new(
@@ -456,7 +498,7 @@ impl MetricsState {
             ended.with_label_values(&[reason]).set(1.0);
             r.register(Box::new(ended))?;
         }
-        Ok(r)
+        Ok(())
     }
 }
 
@@ -936,6 +978,108 @@ mod tests {
                     && labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
             })
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// The metric families one step of the registry adds to an empty registry.
+    fn registered(
+        m: &MetricsState,
+        step: fn(&MetricsState, &Registry) -> prometheus::Result<()>,
+    ) -> Vec<String> {
+        let r = Registry::new();
+        step(m, &r).unwrap();
+        r.gather().iter().map(|f| f.name().to_string()).collect()
+    }
+
+    /// Each step of the registry adds its own group of metrics, an optional one only with a
+    /// figure to show: a fresh run has no requested rate, no replies, no BPF cost, no verdict,
+    /// phase or end; with them, every one is there. Vectors without a labelled value (no drop,
+    /// no failed send) have no sample, so the registry leaves them out.
+    #[test]
+    fn each_registry_step_adds_its_own_metrics_and_an_optional_one_only_with_a_figure() {
+        let mut m = MetricsState::new(RunLabels::of("masscan", &[]));
+        let fresh: Vec<Vec<String>> = [
+            MetricsState::register_rates,
+            MetricsState::register_stages_and_drops,
+            MetricsState::register_replies,
+            MetricsState::register_sender_time,
+            MetricsState::register_lost,
+            MetricsState::register_cost,
+            MetricsState::register_verdicts,
+            MetricsState::register_run_state,
+        ]
+        .map(|step| registered(&m, step))
+        .to_vec();
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            fresh,
+            [
+                names(&["achieved_packets_per_second", "run_seconds"]),
+                names(&["other_drops_total", "stage_events_total"]),
+                names(&[]),
+                names(&[]),
+                names(&[]),
+                names(&["cpu_ratio"]),
+                names(&[]),
+                names(&[]),
+            ]
+        );
+        m.requested_pps = Some(1000.0);
+        m.drops
+            .insert(("NO_SOCKET".into(), "expected".into(), "lo".into()), 3);
+        m.replies.insert("udp", 2);
+        m.errors.insert(("sender".into(), "ENOBUFS".into()), 1);
+        m.sender_seconds.insert(("sender".into(), "send"), 0.5);
+        m.lost.insert("drops_uncounted", 0);
+        m.bpf_ns_per_packet = Some(300.0);
+        m.bpf_target_ns_per_packet = Some(200.0);
+        m.bpf_share_of_target = Some(0.01);
+        m.bpf_machine_cpu_share = Some(0.02);
+        m.verdicts
+            .insert(Kind::Gap, (Cause::CpuBound, Confidence::Strong, 0.4));
+        m.phase = Some(RunPhase::Sending);
+        m.ended = Some("duration".into());
+        assert_eq!(
+            registered(&m, MetricsState::register_rates),
+            [
+                "achieved_packets_per_second",
+                "requested_packets_per_second",
+                "run_seconds"
+            ]
+        );
+        assert_eq!(
+            registered(&m, MetricsState::register_stages_and_drops),
+            ["drops_total", "other_drops_total", "stage_events_total"]
+        );
+        assert_eq!(registered(&m, MetricsState::register_replies), ["replies_total"]);
+        assert_eq!(
+            registered(&m, MetricsState::register_sender_time),
+            ["send_errors_total", "sender_seconds_total"]
+        );
+        assert_eq!(
+            registered(&m, MetricsState::register_lost),
+            ["lost_records_total"]
+        );
+        assert_eq!(
+            registered(&m, MetricsState::register_cost),
+            [
+                "bpf_machine_cpu_share",
+                "bpf_seconds_per_packet",
+                "bpf_share_of_target",
+                "bpf_target_seconds_per_packet",
+                "cpu_ratio"
+            ]
+        );
+        assert_eq!(
+            registered(&m, MetricsState::register_verdicts),
+            ["verdict_info", "verdict_share"]
+        );
+        assert_eq!(
+            registered(&m, MetricsState::register_run_state),
+            ["run_ended", "run_phase"]
+        );
+        // The whole registry is the steps' union, under the scanprof_ prefix.
+        let all = m.registry().unwrap().gather().len();
+        assert_eq!(all, 3 + 3 + 1 + 2 + 1 + 5 + 2 + 2);
     }
 
     /// A scanner's wait for late replies after its last send (and its partial last sending

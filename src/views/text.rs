@@ -127,10 +127,38 @@ pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
     out
 }
 
-/// The end-of-run report.
+/// The end-of-run report: its sections in reading order, each a function below.
 pub fn summary(s: &Summary) -> String {
     let r = Report::new(s);
     let mut o = String::new();
+    headline(&mut o, s, &r);
+    verdict_section(&mut o, &r.verdicts);
+    drops_section(&mut o, s, &r);
+    family_section(&mut o, &r);
+    if let Some(sc) = &s.scanner {
+        scanner_section(&mut o, sc);
+    }
+    funnel_section(&mut o, s, &r);
+    if let Some(r) = &s.receive {
+        receive_section(&mut o, r);
+    }
+    if let Some(r) = &s.replies {
+        replies_section(&mut o, r);
+    }
+    if let Some(relay) = &s.relay {
+        relay_section(&mut o, relay);
+    }
+    time_section(&mut o, s, &r);
+    cost_section(&mut o, s);
+    for w in &s.warnings {
+        let _ = writeln!(o, "warning: {}", visible(w));
+    }
+    visible_lines(o)
+}
+
+/// How the run ended and the rates: requested, achieved, the phase, connection attempts, the
+/// machine's baseline and the per-tick rate's statistics.
+fn headline(o: &mut String, s: &Summary, r: &Report) {
     let _ = writeln!(o, "scanprof: run of {:.2} s ended: {}", s.duration_s, r.ended);
     let _ = writeln!(o);
     match s.requested_pps {
@@ -196,7 +224,11 @@ pub fn summary(s: &Summary) -> String {
             st.max
         );
     }
-    verdict_section(&mut o, &r.verdicts);
+}
+
+/// Where packets were lost: the target's drop rows by class, other processes' as a count, the
+/// qdiscs that queued and the neighbour resolutions that held packets.
+fn drops_section(o: &mut String, s: &Summary, r: &Report) {
     // Where packets were lost, beside the answer; the family and the detail after.
     let _ = writeln!(o, "\ndrops:");
     // The target's rows, by class (its own losses first); other processes' drops as a count.
@@ -249,6 +281,10 @@ pub fn summary(s: &Summary) -> String {
             d.neigh_failed
         );
     }
+}
+
+/// The process family: each member, its end and its role.
+fn family_section(o: &mut String, r: &Report) {
     let _ = writeln!(o, "\nprocess family:");
     for (p, end) in &r.processes {
         let state = end.text();
@@ -263,9 +299,10 @@ pub fn summary(s: &Summary) -> String {
             if p.root { ", target" } else { "" }
         );
     }
-    if let Some(sc) = &s.scanner {
-        scanner_section(&mut o, sc);
-    }
+}
+
+/// The send funnel over the send window, and the failed sends by errno.
+fn funnel_section(o: &mut String, s: &Summary, r: &Report) {
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
         let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.stage, f.pps, f.count);
@@ -284,15 +321,11 @@ pub fn summary(s: &Summary) -> String {
         let list: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "send errors: {}", list.join(", "));
     }
-    if let Some(r) = &s.receive {
-        receive_section(&mut o, r);
-    }
-    if let Some(r) = &s.replies {
-        replies_section(&mut o, r);
-    }
-    if let Some(relay) = &s.relay {
-        relay_section(&mut o, relay);
-    }
+}
+
+/// Where the sending threads' time went: the budget, the places they blocked, the gaps
+/// between sends and the send calls' duration.
+fn time_section(o: &mut String, s: &Summary, r: &Report) {
     if let Some(b) = &r.budget {
         let states: Vec<String> = b
             .states
@@ -331,6 +364,10 @@ pub fn summary(s: &Summary) -> String {
     if let (Some(p50), Some(p99)) = (s.latency_p50_ns, s.latency_p99_ns) {
         let _ = writeln!(o, "send syscall duration: p50 {}, p99 {}", ns(p50), ns(p99));
     }
+}
+
+/// scanprof's own cost: its CPU, its probe events and lost records, the BPF programs' cost.
+fn cost_section(o: &mut String, s: &Summary) {
     let _ = writeln!(
         o,
         "\nscanprof's own cost: {:.1}% of a CPU (its own process), {:.0} probe events/s; lost probe records: {}",
@@ -341,10 +378,6 @@ pub fn summary(s: &Summary) -> String {
     for line in probe_cost_lines(&s.cost) {
         let _ = writeln!(o, "{line}");
     }
-    for w in &s.warnings {
-        let _ = writeln!(o, "warning: {}", visible(w));
-    }
-    visible_lines(o)
 }
 
 /// The relay funnel over the run: ingress against egress, and where the difference went.

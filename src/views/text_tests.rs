@@ -201,6 +201,63 @@ fn line_of<'a>(report: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{report}"))
 }
 
+/// The report is its sections, each rendered alone, in reading order: the headline, the
+/// verdicts, the drops, the family, the funnel, the time, the cost, then the warnings.
+#[test]
+fn the_summary_is_its_sections_in_reading_order() {
+    let mut s = fixed_summary();
+    s.verdicts = crate::views::fixtures::verdicts_beyond_five();
+    let r = Report::new(&s);
+    let section = |draw: &dyn Fn(&mut String)| {
+        let mut o = String::new();
+        draw(&mut o);
+        visible_lines(o)
+    };
+    let parts = [
+        section(&|o| headline(o, &s, &r)),
+        section(&|o| verdict_section(o, &r.verdicts)),
+        section(&|o| drops_section(o, &s, &r)),
+        section(&|o| family_section(o, &r)),
+        section(&|o| funnel_section(o, &s, &r)),
+        section(&|o| time_section(o, &s, &r)),
+        section(&|o| cost_section(o, &s)),
+    ];
+    let whole = summary(&s);
+    let mut at = 0;
+    for (i, part) in parts.iter().enumerate() {
+        assert!(!part.is_empty(), "section {i} is empty");
+        let found = whole[at..]
+            .find(part.as_str())
+            .unwrap_or_else(|| panic!("section {i} not in order in the summary:\n{part}\n---\n{whole}"));
+        at += found + part.len();
+    }
+    assert!(
+        parts[0].starts_with("scanprof: run of 3.00 s ended"),
+        "{}",
+        parts[0]
+    );
+    assert!(parts[2].starts_with("\ndrops:\n"), "{}", parts[2]);
+    assert!(parts[3].starts_with("\nprocess family:\n"), "{}", parts[3]);
+    assert!(
+        parts[4].starts_with("\nfunnel (per second over the send window):\n"),
+        "{}",
+        parts[4]
+    );
+    assert!(parts[6].starts_with("\nscanprof's own cost: "), "{}", parts[6]);
+}
+
+/// A run that dropped nothing of the target's says so in its drops section, and nothing else.
+#[test]
+fn the_drops_section_of_a_run_without_drops_says_none() {
+    let s = Summary::for_tests();
+    let mut o = String::new();
+    drops_section(&mut o, &s, &Report::new(&s));
+    assert_eq!(
+        o,
+        "\ndrops:\n  none of the target's packets or replies were dropped\n"
+    );
+}
+
 #[test]
 fn report_states_requested_and_achieved_with_percentage() {
     let r = summary(&fixed_summary());

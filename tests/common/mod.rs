@@ -43,8 +43,9 @@ pub fn scanprof_exe() -> String {
 }
 
 /// Fails the test unless it runs as root: these tests load BPF programs and build network
-/// namespaces. CI runs them as root, so this is a failure there, never a skip.
-pub fn require_root() {
+/// namespaces. CI runs them as root, so this is a failure there, never a skip. Private: a test
+/// starts with [`privileged`], which also checks at its end that scanprof released its programs.
+fn require_root() {
     if !nix::unistd::geteuid().is_root() {
         panic!(
             "the privileged tests need root (they load BPF programs and create network \
@@ -82,7 +83,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Serializes the tests of one binary: they measure rates on a small machine, BPF tracepoints
 /// are global, and the check that no scanprof program remains loaded is only meaningful while no
 /// other test of this process runs scanprof. A panicking holder does not poison it for the rest.
-pub fn serial() -> MutexGuard<'static, ()> {
+/// Private, as [`require_root`] is: tests take it through [`privileged`].
+fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

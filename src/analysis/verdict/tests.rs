@@ -2432,6 +2432,7 @@ impl Run {
             cost: None,
             classes: Vec::new(),
             rings: Vec::new(),
+            udp_refused: None,
         });
         self.0.drops.extend(rows);
         self

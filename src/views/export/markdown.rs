@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::Recording;
-use crate::analysis::Summary;
+use crate::analysis::{ScannerView, Summary};
 use crate::units::{duration as ns, or_dash, pct};
 use crate::views::report::{visible_lines, DropTable, Report};
 use crate::views::text::{modes_text, probe_cost_lines};
@@ -662,7 +662,18 @@ fn scanner(o: &mut String, s: &Summary) {
         let _ = writeln!(o, "- note: {}", escape_inline(n));
     }
     let _ = writeln!(o);
-    let opt = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into());
+    calibration_table(o, sc);
+    work_unit_table(o, sc);
+    claims_table(o, sc);
+}
+
+/// A figure with `d` decimals in a table cell, `-` when there is none.
+fn decimals(v: Option<f64>, d: usize) -> String {
+    or_dash(v, |x| format!("{x:.d$}"))
+}
+
+/// The scanner's calibrations: each probe's, when it ran, for what rate and with what error.
+fn calibration_table(o: &mut String, sc: &ScannerView) {
     if !sc.calibrations.is_empty() {
         let rows: Vec<Vec<String>> = sc
             .calibrations
@@ -672,11 +683,11 @@ fn scanner(o: &mut String, s: &Summary) {
                     c.probe.clone(),
                     c.pid.to_string(),
                     format!("{:.3}", c.start_s),
-                    opt(c.duration_ms, 1),
-                    opt(c.pps, 0),
-                    opt(c.delay_ns, 0),
-                    opt(c.slot_ns, 0),
-                    opt(c.error_pct, 2),
+                    decimals(c.duration_ms, 1),
+                    decimals(c.pps, 0),
+                    decimals(c.delay_ns, 0),
+                    decimals(c.slot_ns, 0),
+                    decimals(c.error_pct, 2),
                 ]
             })
             .collect();
@@ -695,6 +706,10 @@ fn scanner(o: &mut String, s: &Summary) {
             &rows,
         );
     }
+}
+
+/// The scanner's work units: asked, handed over, sending, done, and what each achieved.
+fn work_unit_table(o: &mut String, sc: &ScannerView) {
     if !sc.work_units.is_empty() {
         let rows: Vec<Vec<String>> = sc
             .work_units
@@ -703,19 +718,19 @@ fn scanner(o: &mut String, s: &Summary) {
                 vec![
                     u.index.to_string(),
                     u.sender_pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                    opt(u.pps, 0),
+                    decimals(u.pps, 0),
                     if u.before_attach {
                         "before attach".to_string()
                     } else {
-                        opt(u.handed_s, 3)
+                        decimals(u.handed_s, 3)
                     },
-                    opt(u.calibrated_s, 3),
-                    opt(u.done_s, 3),
+                    decimals(u.calibrated_s, 3),
+                    decimals(u.done_s, 3),
                     u.packets.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                    opt(u.achieved_pps, 1),
-                    opt(u.setup_ms, 1),
-                    opt(u.idle_before_ms, 1),
-                    opt(u.claimed_pps, 1),
+                    decimals(u.achieved_pps, 1),
+                    decimals(u.setup_ms, 1),
+                    decimals(u.idle_before_ms, 1),
+                    decimals(u.claimed_pps, 1),
                 ]
             })
             .collect();
@@ -737,6 +752,10 @@ fn scanner(o: &mut String, s: &Summary) {
             &rows,
         );
     }
+}
+
+/// What the scanner said of itself beside what scanprof measured.
+fn claims_table(o: &mut String, sc: &ScannerView) {
     if !sc.claims.is_empty() {
         let rows: Vec<Vec<String>> = sc
             .claims
@@ -746,8 +765,8 @@ fn scanner(o: &mut String, s: &Summary) {
                     c.what.clone(),
                     c.source.map_or("-", |s| s.label()).to_string(),
                     format!("{:.1}", c.claimed),
-                    opt(c.measured, 1),
-                    opt(c.diff_pct, 1),
+                    decimals(c.measured, 1),
+                    decimals(c.diff_pct, 1),
                 ]
             })
             .collect();
@@ -985,6 +1004,42 @@ mod tests {
     use crate::analysis::STAGES;
     use crate::collect::DropClass;
     use crate::views::fixtures::rich_recording;
+
+    /// The scanner section's tables: none without its rows; with them (the fixture's scanner)
+    /// its header, the separator and one row per item.
+    #[test]
+    fn each_scanner_table_is_drawn_only_with_rows_and_has_one_per_item() {
+        type Draw = fn(&mut String, &ScannerView);
+        let empty = ScannerView::default();
+        let rec = rich_recording();
+        let sc = rec
+            .summary
+            .as_ref()
+            .and_then(|s| s.scanner.clone())
+            .expect("the fixture's scanner");
+        let tables: [(Draw, &str, usize); 3] = [
+            (calibration_table, "| Calibration |", sc.calibrations.len()),
+            (work_unit_table, "| Unit |", sc.work_units.len()),
+            (claims_table, "| Scanner", sc.claims.len()),
+        ];
+        let mut drawn = 0;
+        for (draw, head, n) in tables {
+            let mut o = String::new();
+            draw(&mut o, &empty);
+            assert_eq!(o, "", "{head}");
+            draw(&mut o, &sc);
+            if n == 0 {
+                assert_eq!(o, "", "{head}");
+                continue;
+            }
+            drawn += 1;
+            assert!(o.starts_with(head), "{o}");
+            assert_eq!(o.lines().filter(|l| l.starts_with('|')).count(), 2 + n, "{o}");
+        }
+        assert!(drawn >= 2, "the fixture fills too few of the tables to test");
+        assert_eq!(decimals(None, 2), "-");
+        assert_eq!(decimals(Some(1.23456), 2), "1.23");
+    }
 
     /// Checks every table of `md`: a header row, a `---` separator row and body rows, all with the
     /// same number of cells (escaped pipes `\|` do not separate cells). Err names the first bad

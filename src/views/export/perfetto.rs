@@ -173,46 +173,59 @@ pub struct DebugAnnotation {
 /// Timed packets are encoded as they are made and only their bytes kept until they are put in
 /// time order (a long run's trace holds a few dozen packets per tick).
 pub fn perfetto_trace(model: &TraceModel, text: &mut dyn FnMut(&str) -> String) -> Vec<u8> {
-    // Times since attach become CLOCK_MONOTONIC times when the recording has the attach
-    // clocks; an older recording's trace counts from 0 on Perfetto's default clock.
-    let (base, clock) = match model.clocks {
-        Some(c) => (c.monotonic_ns, Some(CLOCK_MONOTONIC)),
-        None => (0, None),
+    let mut head: Vec<TracePacket> = clock_snapshot(model).into_iter().collect();
+    let mut tracks = Tracks::default();
+    head.extend(track_descriptors(model, &mut tracks, text));
+    let mut timed = timed_packets(model, &mut tracks, &mut head, text);
+    timed.sort_by_key(|(ts, rank, _)| (*ts, *rank));
+    if let Some(first) = head.first_mut() {
+        first.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
+    }
+    let mut out = Trace { packet: head }.encode_to_vec();
+    for (_, _, p) in timed {
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+/// The attach clocks (monotonic, boot time, real time) as the trace's first packet, with
+/// CLOCK_MONOTONIC its primary clock; None for an older recording without them.
+fn clock_snapshot(model: &TraceModel) -> Option<TracePacket> {
+    let c = model.clocks?;
+    let clock = |id: u32, ns: u64| Clock {
+        clock_id: Some(id),
+        timestamp: Some(ns),
     };
-    let packet = |ts: u64| TracePacket {
-        timestamp: Some(base + ts),
-        timestamp_clock_id: clock,
+    Some(TracePacket {
+        clock_snapshot: Some(ClockSnapshot {
+            clocks: vec![
+                clock(CLOCK_MONOTONIC, c.monotonic_ns),
+                clock(CLOCK_BOOTTIME, c.boottime_ns),
+                clock(CLOCK_REALTIME, c.realtime_ns),
+            ],
+            primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
+        }),
+        // The snapshot's own packet is stamped on the default clock (BOOTTIME), from its
+        // own readings, so that placing it needs no clock it has not declared yet.
+        timestamp: Some(c.boottime_ns),
         trusted_packet_sequence_id: Some(SEQUENCE_ID),
         ..Default::default()
-    };
+    })
+}
+
+/// The descriptors of scanprof's own track (the recording's description), then of each
+/// process and thread, whose track ids `tracks` keeps for the events.
+fn track_descriptors(
+    model: &TraceModel,
+    tracks: &mut Tracks,
+    text: &mut dyn FnMut(&str) -> String,
+) -> Vec<TracePacket> {
     let mut head = Vec::new();
-    if let Some(c) = model.clocks {
-        let clock = |id: u32, ns: u64| Clock {
-            clock_id: Some(id),
-            timestamp: Some(ns),
-        };
-        head.push(TracePacket {
-            clock_snapshot: Some(ClockSnapshot {
-                clocks: vec![
-                    clock(CLOCK_MONOTONIC, c.monotonic_ns),
-                    clock(CLOCK_BOOTTIME, c.boottime_ns),
-                    clock(CLOCK_REALTIME, c.realtime_ns),
-                ],
-                primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
-            }),
-            // The snapshot's own packet is stamped on the default clock (BOOTTIME), from its
-            // own readings, so that placing it needs no clock it has not declared yet.
-            timestamp: Some(c.boottime_ns),
-            trusted_packet_sequence_id: Some(SEQUENCE_ID),
-            ..Default::default()
-        });
-    }
     let i = &model.info;
     let description = format!(
         "scanprof {} on {} (kernel {}), started {}: {}",
         i.version, i.hostname, i.kernel, i.started_at, i.command_line
     );
-    let mut tracks = Tracks::default();
     head.push(descriptor(TrackDescriptor {
         uuid: Some(SCANPROF_TRACK),
         name: Some("scanprof".into()),
@@ -246,7 +259,29 @@ pub fn perfetto_trace(model: &TraceModel, text: &mut dyn FnMut(&str) -> String) 
             ..Default::default()
         }));
     }
+    head
+}
 
+/// Every event as its encoded packets with its time and rank, not yet in time order; a counter
+/// track met for the first time adds its descriptor to `head`.
+fn timed_packets(
+    model: &TraceModel,
+    tracks: &mut Tracks,
+    head: &mut Vec<TracePacket>,
+    text: &mut dyn FnMut(&str) -> String,
+) -> Vec<(u64, u8, Vec<u8>)> {
+    // Times since attach become CLOCK_MONOTONIC times when the recording has the attach
+    // clocks; an older recording's trace counts from 0 on Perfetto's default clock.
+    let (base, clock) = match model.clocks {
+        Some(c) => (c.monotonic_ns, Some(CLOCK_MONOTONIC)),
+        None => (0, None),
+    };
+    let packet = |ts: u64| TracePacket {
+        timestamp: Some(base + ts),
+        timestamp_clock_id: clock,
+        trusted_packet_sequence_id: Some(SEQUENCE_ID),
+        ..Default::default()
+    };
     // (ts, rank, packet): a slice's end sorts before anything else at its time, so a slice
     // that ends where the next begins closes first.
     let mut timed: Vec<(u64, u8, Vec<u8>)> = Vec::new();
@@ -313,15 +348,7 @@ pub fn perfetto_trace(model: &TraceModel, text: &mut dyn FnMut(&str) -> String) 
             }
         }
     }
-    timed.sort_by_key(|(ts, rank, _)| (*ts, *rank));
-    if let Some(first) = head.first_mut() {
-        first.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
-    }
-    let mut out = Trace { packet: head }.encode_to_vec();
-    for (_, _, p) in timed {
-        out.extend_from_slice(&p);
-    }
-    out
+    timed
 }
 
 /// A descriptor packet (descriptors are not timed: they come first, on the sequence).
@@ -456,6 +483,36 @@ mod tests {
             .iter()
             .filter_map(|p| p.track_event.as_ref().map(|e| (p, e)))
             .collect()
+    }
+
+    /// The trace's steps alone: the clock snapshot only with the attach clocks; one descriptor
+    /// for scanprof and one per process and thread; at least one timed packet per event; and
+    /// the whole trace is the snapshot, the descriptors (with the counter tracks the events
+    /// added) and the timed packets, in that order.
+    #[test]
+    fn the_trace_is_its_clock_snapshot_descriptors_and_timed_packets() {
+        let mut model = TraceModel::of(&rich_recording());
+        assert!(model.clocks.is_some());
+        let snapshot = clock_snapshot(&model).expect("a clock snapshot");
+        let clocks = snapshot.clock_snapshot.as_ref().unwrap();
+        assert_eq!(clocks.clocks.len(), 3);
+        assert_eq!(clocks.primary_trace_clock, Some(CLOCK_MONOTONIC as i32));
+        let mut tracks = Tracks::default();
+        let descriptors = track_descriptors(&model, &mut tracks, &mut same);
+        assert_eq!(descriptors.len(), 1 + model.processes.len() + model.threads.len());
+        assert!(descriptors.iter().all(|p| p.track_descriptor.is_some()));
+        let mut head = Vec::new();
+        let timed = timed_packets(&model, &mut tracks, &mut head, &mut same);
+        assert!(timed.len() >= model.events.len() && !model.events.is_empty());
+        assert!(head.iter().all(|p| p.track_descriptor.is_some()));
+        let whole = build(&model, &mut same);
+        assert_eq!(
+            whole.packet.len(),
+            1 + descriptors.len() + head.len() + timed.len()
+        );
+        assert!(whole.packet[0].clock_snapshot.is_some());
+        model.clocks = None;
+        assert!(clock_snapshot(&model).is_none());
     }
 
     fn of_type(t: &Trace, kind: EventType) -> Vec<&TrackEvent> {

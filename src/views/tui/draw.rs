@@ -301,6 +301,22 @@ fn short_source(source: &str) -> String {
 }
 
 fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+    let block = Block::bordered().title(header_title(app));
+    let width = area.width.saturating_sub(2) as usize;
+    let lines = vec![
+        Line::from(header_rate_line(app)),
+        Line::from(header_cost_line(app)),
+        header_why_line(app),
+    ]
+    .into_iter()
+    .map(|l| fit_line(l, width))
+    .collect::<Vec<_>>();
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// The header's first line: the run's state (live, paused, ending, ended), then the requested
+/// rate with its source and the achieved one (the tick's, or the run's once it ended).
+pub(super) fn header_rate_line(app: &App) -> Vec<Span<'static>> {
     let s = app.shown.as_ref();
     let mut state = match (&app.summary, app.paused) {
         (Some(_), _) => Span::styled(" ENDED ", Style::new().bg(Color::Yellow).fg(Color::Black)),
@@ -363,6 +379,13 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             }
         }
     }
+    line1
+}
+
+/// The header's second line: scanprof's own cost, lost probe records, then the family; a
+/// status message and missing probes first, as the line is cut at the terminal's width.
+pub(super) fn header_cost_line(app: &App) -> Vec<Span<'static>> {
+    let s = app.shown.as_ref();
     // scanprof's own cost, first on the second line: its process's CPU and what its probes take
     // of the target's on-CPU time, plain and red above the alert share.
     let mut line2 = Vec::new();
@@ -435,13 +458,21 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             ),
         );
     }
+    line2
+}
+
+/// The header's third line: the top cause so far with its share, else what the scanner's
+/// probes saw.
+pub(super) fn header_why_line(app: &App) -> Line<'static> {
+    let s = app.shown.as_ref();
+    let scanner = s.and_then(|s| s.scanner.as_ref());
     // The diagnosis: the top cause so far, with its share; else what the scanner's probes saw.
     let verdicts = app
         .summary
         .as_ref()
         .map(|x| &x.verdicts)
         .or(s.map(|s| &s.verdicts));
-    let line3 = match verdicts.and_then(|v| v.first()) {
+    match verdicts.and_then(|v| v.first()) {
         Some(v) => Line::from(vec![
             Span::styled(
                 format!("why: [{} {}] ", v.kind, pct(v.share)),
@@ -466,10 +497,14 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             }
             None => Line::from(""),
         },
-    };
+    }
+}
+
+/// The header's title: the run's, and once it ended, why, first.
+pub(super) fn header_title(app: &App) -> String {
     // Once ended, the panels show the Summary (the printed report's figures), and say so first:
     // a long title is cut at the terminal's width.
-    let block = Block::bordered().title(if let Some(sum) = &app.summary {
+    if let Some(sum) = &app.summary {
         let why = match sum.end_reason {
             EndReason::Duration => "duration reached",
             EndReason::FamilyExited => "target exited",
@@ -478,13 +513,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         format!(" run ended ({why}): summary | scanprof: {} ", app.title)
     } else {
         format!(" scanprof: {} ", app.title)
-    });
-    let width = area.width.saturating_sub(2) as usize;
-    let lines = vec![Line::from(line1), Line::from(line2), line3]
-        .into_iter()
-        .map(|l| fit_line(l, width))
-        .collect::<Vec<_>>();
-    f.render_widget(Paragraph::new(lines).block(block), area);
+    }
 }
 
 /// A line in at most `width` columns: whole if it fits, else cut with a visible `…` as its

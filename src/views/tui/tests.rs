@@ -8,7 +8,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 
 use super::app::{App, DropSort, Outcome, Panel};
-use super::draw::draw;
+use super::draw::{draw, header_cost_line, header_rate_line, header_title, header_why_line};
 use super::keys::{footer, BINDINGS};
 use crate::analysis::{DropRow, EndReason};
 use crate::collect::DropClass;
@@ -250,6 +250,47 @@ fn footer_and_help_come_from_the_key_table() {
             b.help
         );
     }
+}
+
+/// The text of a header line's spans.
+fn spans_text(spans: &[ratatui::text::Span]) -> String {
+    spans.iter().map(|s| s.content.as_ref()).collect()
+}
+
+/// The header's three lines and its title, each drawn alone: live, the state, the requested
+/// rate with its source and the tick's achieved rate; a missing probe first on the cost line,
+/// before the family; the top verdict; once ended, the run's figures and why it ended.
+#[test]
+fn the_headers_lines_and_title_each_say_their_part() {
+    let mut app = live_app(true);
+    let rates = spans_text(&header_rate_line(&app));
+    assert!(rates.starts_with(" LIVE  t="), "{rates}");
+    assert!(rates.contains("requested "), "{rates}");
+    let cost = spans_text(&header_cost_line(&app));
+    assert!(
+        cost.starts_with("1 probe(s) unavailable: figures degraded  scanprof "),
+        "{cost}"
+    );
+    assert!(cost.contains(" | family: "), "{cost}");
+    assert!(!spans_text(&header_cost_line(&live_app(false))).contains("unavailable"));
+    let why = spans_text(&header_why_line(&app).spans);
+    let shown = app.shown.as_ref().unwrap();
+    match shown.verdicts.first() {
+        Some(v) => assert!(why.starts_with("why: [") && why.ends_with(&v.sentence), "{why}"),
+        None => assert!(!why.starts_with("why:"), "{why}"),
+    }
+    assert_eq!(header_title(&app), " scanprof: run sender --rate 100 ");
+
+    let (_, summary) = rich_run();
+    let achieved = format!(" achieved {:.1} ", summary.achieved_pps);
+    app.apply(Update::Done(Box::new(summary)));
+    let rates = spans_text(&header_rate_line(&app));
+    assert!(rates.starts_with(" ENDED "), "{rates}");
+    assert!(rates.contains(&achieved), "{rates} vs {achieved}");
+    assert_eq!(
+        header_title(&app),
+        " run ended (duration reached): summary | scanprof: run sender --rate 100 "
+    );
 }
 
 #[test]
