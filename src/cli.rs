@@ -711,9 +711,14 @@ pub struct RecvOptions {
     /// Datagrams per second to read at most (a slow listener); default: as fast as they come.
     #[arg(long, value_name = "PPS", value_parser = parse_positive_pps, allow_negative_numbers = true)]
     pub read_rate: Option<f64>,
-    /// Seconds to receive for (at most 30 days).
+    /// Seconds to receive for (at most 30 days), from the bind, or with --wait-first from the
+    /// first datagram read.
     #[arg(short, long, default_value_t = 10.0, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
     pub duration: f64,
+    /// Wait at most SECONDS for the first datagram and count --duration from it (a receiver
+    /// started before its sender); with none by then, end.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration_s, allow_negative_numbers = true)]
+    pub wait_first: Option<f64>,
     /// Worker threads, 1 to 64, each reading its own socket on the port (SO_REUSEPORT): a
     /// datagram goes to worker (source port mod N), so senders choose the worker by their
     /// source port. Each counts its own datagrams and CPU time.

@@ -18,6 +18,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 
+use crate::analysis::kernel::KernelLack;
 use crate::analysis::{Analyzer, EndReason, Snapshot, Summary};
 use crate::collect::family::{ProcessInfo, ProcessTable};
 use crate::collect::{Collector, CounterSample, FamilyEvent};
@@ -507,7 +508,7 @@ fn collect(
     let (readings_tx, readings) = mpsc::channel();
     let set_up = set_up(&cfg, &mut launched, &mut tails, &readings_tx)
         .and_then(|s| launched.as_mut().map_or(Ok(()), Launched::release).map(|()| s));
-    let (collector, start_ns) = match set_up {
+    let (collector, start_ns, lacks) = match set_up {
         Ok(v) => v,
         Err(e) => {
             if let Some(l) = launched.as_mut() {
@@ -528,7 +529,7 @@ fn collect(
         cfg.run_as.is_some(),
     ))
     .err();
-    let warnings = start_warnings(&probes, dropped.map(|e| e.to_string()));
+    let warnings = start_warnings(&probes, &lacks, dropped.map(|e| e.to_string()));
     let _ = tx.send(Update::Started {
         processes: collector.family.members().to_vec(),
         probes: probes.clone(),
@@ -538,6 +539,7 @@ fn collect(
     mark("probes active, command released");
 
     let mut run = Run::new(&cfg, collector, start_ns, warnings);
+    run.analyzer.set_kernel_lacks(lacks);
     let (end_reason, mut last) = run.tick_loop(&stop, &tx, &readings);
     if let Some(l) = launched.as_mut() {
         last = run.end_launched(l);
@@ -551,13 +553,13 @@ fn collect(
 
 /// Set-up: the target named (a command started and held before its exec), the scanner's
 /// status files tailed, the family found, the probes loaded and attached, and the scanner's
-/// uprobes. The collector, and the run's start (ns, CLOCK_MONOTONIC).
+/// uprobes. The collector, the run's start (ns, CLOCK_MONOTONIC), and what the kernel lacks.
 fn set_up(
     cfg: &SessionConfig,
     launched: &mut Option<Launched>,
     tails: &mut Vec<crate::collect::status_file::StatusTail>,
     readings: &Sender<crate::collect::output::OutputEvent>,
-) -> anyhow::Result<(Collector, u64)> {
+) -> anyhow::Result<(Collector, u64, Vec<KernelLack>)> {
     mark("collection thread started");
     let roots = name_target(cfg, launched, readings)?;
     mark("target named (run: command started, held before its exec)");
@@ -567,6 +569,7 @@ fn set_up(
     let (probes, features) = ProbeSet::load_detecting(&cfg.probe_options)?;
     mark("probes loaded and attached");
     let start_ns = monotonic_ns();
+    let lacks = kernel_lacks(&features);
     let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
     collector.set_rx_sk(features.kfree_skb_rx_sk);
     collector.set_bpf_policy(cfg.bpf_stats);
@@ -580,7 +583,21 @@ fn set_up(
         );
         mark("scanner profile's uprobes attached");
     }
-    Ok((collector, start_ns))
+    Ok((collector, start_ns, lacks))
+}
+
+/// What the running kernel lacks that the probes measure with, from its features: what the
+/// run's warnings, `doctor` and the diagnosis say cannot be judged on it.
+pub fn kernel_lacks(features: &crate::probes::KernelFeatures) -> Vec<KernelLack> {
+    KernelLack::ALL
+        .into_iter()
+        .filter(|l| match l {
+            KernelLack::DropReasons => !features.kfree_skb_reason,
+            KernelLack::QdiscEnqueue => !features.has_tracepoint("qdisc_enqueue"),
+            KernelLack::AttachCookie => !features.attach_cookie,
+            KernelLack::SockFromFile => !features.sock_from_file,
+        })
+        .collect()
 }
 
 /// The family's roots: the pids attached to, or the launched command's (started here, held
@@ -688,9 +705,10 @@ fn privileges_to_keep(
     keep
 }
 
-/// The warnings every tick carries from the start: each probe that did not attach, and
-/// privileges that could not be dropped (the error's text).
-fn start_warnings(probes: &[ProbeStatus], not_dropped: Option<String>) -> Vec<String> {
+/// The warnings every tick carries from the start: each probe that did not attach, what the
+/// kernel lacks and cannot be judged without it, and privileges that could not be dropped (the
+/// error's text).
+fn start_warnings(probes: &[ProbeStatus], lacks: &[KernelLack], not_dropped: Option<String>) -> Vec<String> {
     let mut warnings: Vec<String> = probes
         .iter()
         .filter(|p| !p.attached)
@@ -702,6 +720,7 @@ fn start_warnings(probes: &[ProbeStatus], not_dropped: Option<String>) -> Vec<St
             )
         })
         .collect();
+    warnings.extend(lacks.iter().map(|l| l.warning()));
     if let Some(e) = not_dropped {
         warnings.push(format!(
             "could not drop privileges after setup ({e}): the run goes on with every capability"
@@ -1155,17 +1174,23 @@ mod tests {
             },
         ];
         assert_eq!(
-            start_warnings(&probes, None),
+            start_warnings(&probes, &[], None),
             ["probe rings unavailable (no BTF): its figures are missing from this run"]
         );
         probes[1].error = None;
-        let w = start_warnings(&probes, Some("EPERM".into()));
+        let w = start_warnings(&probes, &[], Some("EPERM".into()));
         assert_eq!(w.len(), 2);
         assert!(w[0].contains("(unknown error)"), "{w:?}");
         assert!(
             w[1].starts_with("could not drop privileges after setup (EPERM)"),
             "{w:?}"
         );
+        // What the kernel lacks: one line each, saying what cannot be judged on it.
+        let w = start_warnings(&probes[..1], &[KernelLack::DropReasons, KernelLack::AttachCookie], None);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("this kernel has no drop reasons"), "{w:?}");
+        assert!(w[0].contains("NO_SOCKET") && w[0].contains("cannot be judged on this kernel"), "{w:?}");
+        assert!(w[1].contains("bpf_get_attach_cookie"), "{w:?}");
         let mut once = Vec::new();
         add_once(&mut once, "a".into());
         add_once(&mut once, "a".into());

@@ -3,6 +3,7 @@
 //! statistics across ticks. No clocks and no I/O here: every timestamp comes in with the sample.
 
 pub mod compare;
+pub mod kernel;
 pub mod knee;
 pub mod limits;
 pub mod probe_cost;
@@ -296,6 +297,9 @@ pub struct Analyzer {
     nominal_interval_ns: Option<u64>,
     /// the latest tick's phase
     last_phase: Option<RunPhase>,
+    /// what the running kernel lacks (`set_kernel_lacks`), carried into every Snapshot and the
+    /// Summary
+    kernel_lacks: Vec<kernel::KernelLack>,
 }
 
 impl Analyzer {
@@ -316,6 +320,7 @@ impl Analyzer {
             relay_fanout: None,
             nominal_interval_ns: None,
             last_phase: None,
+            kernel_lacks: Vec::new(),
         }
     }
 
@@ -410,6 +415,12 @@ impl Analyzer {
             ..Default::default()
         });
         self.limits_t_ns = self.start_ns;
+    }
+
+    /// What the running kernel lacks that the probes measure with: every Snapshot and the
+    /// Summary carry it, and the diagnosis says what it cannot judge without it.
+    pub fn set_kernel_lacks(&mut self, lacks: Vec<kernel::KernelLack>) {
+        self.kernel_lacks = lacks;
     }
 
     /// The machine's own figure at the requested rate, to set beside the target's.
@@ -533,6 +544,7 @@ impl Analyzer {
             receive,
             replies,
             limits: None,
+            kernel_lacks: self.kernel_lacks.clone(),
             verdicts: Vec::new(),
             warnings: warnings.to_vec(),
         };
@@ -664,6 +676,7 @@ impl Analyzer {
             replies,
             limits: self.run_limits(last, duration_ns),
             relay: None,
+            kernel_lacks: self.kernel_lacks.clone(),
             verdicts: Vec::new(),
             warnings,
             dropped_headers: Default::default(),

@@ -282,6 +282,10 @@ pub struct Snapshot {
     /// since attach: its packets are then SYNs, and achieved_pps connection attempts per second
     #[serde(default)]
     pub connect_scanner: bool,
+    /// what the running kernel lacks that scanprof measures with (`KernelLack`): each names the
+    /// figures missing and what cannot be judged on it (absent when it lacks nothing)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_lacks: Vec<super::kernel::KernelLack>,
     /// ranked causes of the gap and of the losses so far, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -405,6 +409,10 @@ pub struct Summary {
     /// the relay funnel over the run, when the family both reads and sends packets
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<RelayView>,
+    /// what the running kernel lacks that scanprof measures with (`KernelLack`): each names the
+    /// figures missing and what cannot be judged on it (absent when it lacks nothing)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_lacks: Vec<super::kernel::KernelLack>,
     /// ranked causes of the gap and of the losses, most important first
     #[serde(default)]
     pub verdicts: Vec<Verdict>,
@@ -674,6 +682,7 @@ impl Summary {
             replies: None,
             limits: None,
             relay: None,
+            kernel_lacks: Vec::new(),
             verdicts: Vec::new(),
             warnings: Vec::new(),
             dropped_headers: Default::default(),
@@ -712,6 +721,7 @@ impl Snapshot {
             replies: None,
             limits: None,
             connect_scanner: false,
+            kernel_lacks: Vec::new(),
             verdicts: Vec::new(),
             warnings: Vec::new(),
         }

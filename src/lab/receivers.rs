@@ -27,6 +27,9 @@ pub struct ListenerRun {
     stop: Arc<AtomicBool>,
 }
 
+/// Longest the listener waits for its first datagram once bound (its `--wait-first`, less the
+/// send's duration).
+const LISTENER_FIRST_WAIT: Duration = Duration::from_secs(30);
 /// The listener receives this much longer than the sender sends, s.
 const LISTENER_EXTRA_S: f64 = 1.0;
 /// The most bytes of a listener's report read back (one JSON object of counters: a few KiB).
@@ -75,6 +78,12 @@ impl ListenerRun {
                 ]
                 .map(String::from),
             );
+            // The feed starts once the port is bound, which can take seconds more (an emulated
+            // guest starting the sender): the listener's duration runs from its first datagram.
+            argv.extend([
+                "--wait-first".to_string(),
+                (LISTENER_FIRST_WAIT.as_secs_f64() + duration_s).to_string(),
+            ]);
             if let Some(b) = l.rcvbuf {
                 argv.extend(["--rcvbuf".to_string(), b.to_string()]);
             }

@@ -251,6 +251,16 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
             Some("enable CONFIG_UPROBE_EVENTS"),
         )
     });
+    // What cannot be judged on this kernel, one line per lack: the run warns the same, and its
+    // diagnosis says `not_judged_here` where a question of the run needs it.
+    for l in crate::session::kernel_lacks(&features) {
+        out.push(check(
+            format!("judging {}", l.as_str()),
+            Status::Degraded,
+            l.warning(),
+            Some(l.remedy()),
+        ));
+    }
     let kprobe = Path::new("/sys/bus/event_source/devices/kprobe").exists();
     out.push(check(
         "kprobes",

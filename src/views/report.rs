@@ -3,6 +3,7 @@
 //! `Report`, so they cannot choose a different time budget, compute a share or a ratio twice,
 //! decode an exit status or order the drop classes each their own way. Pure: no I/O.
 
+use crate::analysis::kernel::KernelLack;
 use crate::analysis::stats::Modes;
 use crate::analysis::verdict::Listing;
 use crate::analysis::{DropRow, EndReason, StageName, Summary, STAGES};
@@ -78,6 +79,9 @@ pub struct FunnelRow {
     pub of_requested: Option<f64>,
     /// a qdisc stage on a path without a queueing qdisc (its 0 means no qdisc, not no packets)
     pub no_qdisc: bool,
+    /// a stage the running kernel cannot count (`qdisc_enqueue` without its tracepoint): its 0
+    /// is no figure
+    pub unmeasured: bool,
 }
 
 /// The sender threads' time budget: over their own send windows where measured (the budget
@@ -185,7 +189,17 @@ impl<'a> Report<'a> {
 
 fn funnel(s: &Summary) -> Vec<FunnelRow> {
     let requested = s.requested_pps.filter(|r| *r > 0.0);
-    let no_qdisc = s.stage_counts.get(&StageName::QdiscEnqueue).copied().unwrap_or(0) == 0;
+    // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a queueing qdisc
+    // was on the path.
+    let unmeasured = |name: StageName| {
+        name == StageName::QdiscEnqueue && s.kernel_lacks.contains(&KernelLack::QdiscEnqueue)
+    };
+    let seen_at = if unmeasured(StageName::QdiscEnqueue) {
+        StageName::QdiscDequeue
+    } else {
+        StageName::QdiscEnqueue
+    };
+    let no_qdisc = s.stage_counts.get(&seen_at).copied().unwrap_or(0) == 0;
     STAGES
         .into_iter()
         .map(|name| {
@@ -195,7 +209,8 @@ fn funnel(s: &Summary) -> Vec<FunnelRow> {
                 pps,
                 count: s.stage_counts.get(&name).copied().unwrap_or(0),
                 of_requested: requested.map(|r| pps / r),
-                no_qdisc: no_qdisc && name.is_qdisc(),
+                no_qdisc: no_qdisc && name.is_qdisc() && !unmeasured(name),
+                unmeasured: unmeasured(name),
             }
         })
         .collect()
@@ -418,5 +433,24 @@ mod tests {
         assert!(r.funnel.iter().filter(|f| f.stage.is_qdisc()).all(|f| f.no_qdisc));
         s.requested_pps = Some(0.0);
         assert!(Report::new(&s).funnel.iter().all(|f| f.of_requested.is_none()));
+    }
+
+    /// 5.10 has no qdisc_enqueue tracepoint: its 0 is no figure, and the dequeues (which it
+    /// has) say whether a queueing qdisc was on the path; never "no queueing qdisc" beside them.
+    #[test]
+    fn a_stage_the_kernel_cannot_count_is_unmeasured_not_an_empty_qdisc() {
+        let mut s = Summary::for_tests();
+        s.kernel_lacks = vec![KernelLack::QdiscEnqueue];
+        s.stage_counts.insert(StageName::QdiscDequeue, 900);
+        let row = |r: &Report, stage| r.funnel.iter().find(|f| f.stage == stage).cloned().expect("stage");
+        let r = Report::new(&s);
+        let (enq, deq) = (row(&r, StageName::QdiscEnqueue), row(&r, StageName::QdiscDequeue));
+        assert!(enq.unmeasured && !enq.no_qdisc, "{enq:?}");
+        assert!(!deq.unmeasured && !deq.no_qdisc, "{deq:?}");
+        // No dequeues either: no queueing qdisc, said of the dequeue row only.
+        s.stage_counts.insert(StageName::QdiscDequeue, 0);
+        let r = Report::new(&s);
+        assert!(row(&r, StageName::QdiscDequeue).no_qdisc);
+        assert!(!row(&r, StageName::QdiscEnqueue).no_qdisc);
     }
 }

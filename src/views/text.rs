@@ -312,6 +312,9 @@ fn funnel_section(o: &mut String, s: &Summary, r: &Report) {
         if f.no_qdisc {
             line.push_str("  (no queueing qdisc on the path)");
         }
+        if f.unmeasured {
+            line.push_str("  (not measured: this kernel has no qdisc_enqueue tracepoint)");
+        }
         let _ = writeln!(o, "{line}");
     }
     if !s.errors.is_empty() {

@@ -141,6 +141,9 @@ causes! {
     RelayKernelDrops = "relay_kernel_drops", [Loss], 5;
     /// a relay that keeps up with egress drops packets it read (its own buffer pool)
     RelayOwnDrops = "relay_own_drops", [Loss], 5;
+    /// a question of the run that needs what the running kernel lacks (`KernelLack`): said
+    /// to be not judged here, and why, instead of guessed
+    NotJudgedHere = "not_judged_here", [Gap, Loss], 4;
 }
 
 impl Cause {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::units::{dur, pct, secs};
 use super::{MIN_PACKETS, MIN_TICK_S, MIN_WINDOW_S};
+use crate::analysis::kernel::KernelLack;
 use crate::analysis::snapshot::{
     Baseline, BlockSiteView, DeviceView, DropRow, GapView, LimitsView, ProbeCost, ReceiveView, RequestedView,
     ScannerView, Snapshot, StageName, Summary, ThreadView,
@@ -164,6 +165,8 @@ pub(super) struct Facts<'a> {
     pub relay: Option<&'a crate::analysis::snapshot::RelayView>,
     /// the reply funnel over the interval, when the reply counter was attached
     pub replies: Option<&'a crate::analysis::replies::ReplyFunnel>,
+    /// what the running kernel lacks that the probes measure with
+    pub kernel_lacks: &'a [KernelLack],
 }
 
 impl<'a> Facts<'a> {
@@ -264,6 +267,7 @@ impl<'a> Facts<'a> {
             throttled_ns: throttled_wait(s.limits.as_ref(), &sender_windows),
             relay: None,
             replies: s.replies.as_ref(),
+            kernel_lacks: &s.kernel_lacks,
         }
     }
 
@@ -372,7 +376,13 @@ impl<'a> Facts<'a> {
             throttled_ns: throttled_wait(s.limits.as_ref(), &sender_windows),
             relay: s.relay.as_ref(),
             replies: s.replies.as_ref(),
+            kernel_lacks: &s.kernel_lacks,
         }
+    }
+
+    /// Whether the running kernel lacks `l` (`KernelLack`): what needs it cannot be judged.
+    pub fn lacks(&self, l: KernelLack) -> bool {
+        self.kernel_lacks.contains(&l)
     }
 
     /// Whether anything makes every verdict over this interval weak.

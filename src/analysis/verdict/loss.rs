@@ -5,6 +5,8 @@
 use super::facts::{caveat_lines, Dropped, Facts};
 use super::units::{pct, pps};
 use super::{verdict, Cause, Confidence, Kind, Verdict, MIN_DROPS, MIN_SHARE, WEAK_SHARE};
+use crate::analysis::kernel::KernelLack;
+use crate::analysis::snapshot::DeviceView;
 use crate::collect::DropClass;
 
 /// A refused packet share of the device's traffic above which the family is its main sender.
@@ -18,12 +20,42 @@ fn group_rows<'f, 'a>(f: &'f Facts<'a>, g: Group) -> Vec<&'f Dropped<'a>> {
     let mut rows: Vec<&Dropped> = f
         .drops
         .iter()
-        .filter(|d| d.count > 0 && Group::of(d) == Some(g))
+        .filter(|d| d.count > 0 && Group::of(d) == Some(g) && !unreasoned(f, d))
         .filter(|d| !(reads && d.row.class == DropClass::ReplyLoss && super::receive::handles(&d.row.reason)))
         .filter(|d| !(f.relay.is_some() && d.row.class == DropClass::ReplyLoss))
         .collect();
     rows.sort_by_key(|d| std::cmp::Reverse(d.count));
     rows
+}
+
+/// Whether a drop row is one of the family's (its packet, or a reply to it) that the kernel
+/// gave no reason for and whose place names no group (a qdisc, a device, a neighbour...): on a
+/// kernel without drop reasons it may be a probe or reply meeting a closed port (NO_SOCKET,
+/// expected) as well as a loss, so no loss rule takes it; `not_judged_here` names it.
+pub(super) fn unreasoned(f: &Facts, d: &Dropped) -> bool {
+    f.lacks(KernelLack::DropReasons)
+        && d.row.reason == "NOT_SPECIFIED"
+        && matches!(Group::of(d), Some(Group::TargetOther | Group::ReplyOther))
+}
+
+/// The family's drop rows `unreasoned` takes, largest first (a relay's drops before its read
+/// left out, as the loss rules leave them to the relay verdicts).
+pub(super) fn unreasoned_rows<'f, 'a>(f: &'f Facts<'a>) -> Vec<&'f Dropped<'a>> {
+    let mut rows: Vec<&Dropped> = f
+        .drops
+        .iter()
+        .filter(|d| d.count > 0 && unreasoned(f, d))
+        .filter(|d| !(f.relay.is_some() && d.row.class == DropClass::ReplyLoss))
+        .collect();
+    rows.sort_by_key(|d| std::cmp::Reverse(d.count));
+    rows
+}
+
+/// Whether a device's qdisc, and so whether it requeued what the driver refused, is unknown:
+/// the kernel has no qdisc_enqueue tracepoint (no queue depth is seen) and the probes did not
+/// read the device's root qdisc as `noqueue`.
+pub(super) fn requeue_unknown(f: &Facts, d: &DeviceView) -> bool {
+    f.lacks(KernelLack::QdiscEnqueue) && d.qlen_max.is_none() && d.qdisc.as_deref() != Some("noqueue")
 }
 
 /// The verdict of one group's drop rows, if any.
@@ -474,7 +506,8 @@ pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
         .filter_map(|d| {
             let sent = handed(f);
             let share = super::loss_share(d.xmit_refused, sent);
-            let no_qdisc = d.qlen_max.is_none();
+            let unknown = requeue_unknown(f, d);
+            let no_qdisc = d.qlen_max.is_none() && !unknown;
             let mostly_ours = d.all_xmit_pps > 0.0 && d.target_xmit_pps >= MAIN_SENDER * d.all_xmit_pps;
             if share < MIN_SHARE && d.xmit_refused < MIN_DROPS {
                 return None;
@@ -492,7 +525,14 @@ pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
                     pct(d.target_xmit_pps / d.all_xmit_pps.max(f64::MIN_POSITIVE))
                 ),
             ];
-            evidence.push(if no_qdisc {
+            evidence.push(if unknown {
+                format!(
+                    "whether a qdisc on {} requeued the refused packets cannot be judged on this \
+                     kernel: it has {}",
+                    d.device,
+                    KernelLack::QdiscEnqueue.facility()
+                )
+            } else if no_qdisc {
                 "no qdisc seen on the device: a refused packet is dropped".to_string()
             } else {
                 "the device has a qdisc, which requeues refused packets: they may have left later".to_string()

@@ -12,6 +12,7 @@ mod judgement;
 mod limits;
 mod listing;
 mod loss;
+mod not_judged;
 mod rate_unit;
 mod receive;
 mod relay;
@@ -145,8 +146,9 @@ fn diagnose(f: &Facts) -> Vec<Verdict> {
         gap.retain(|v| !(v.cause == Cause::SendErrors && v.kind == Kind::Loss));
     }
     // Packets lost on their way out (a driver refusing them with no qdisc to requeue, say)
-    // rule out "no significant gap" as surely as drops do.
-    if loss.iter().any(loss::is_outgoing) {
+    // rule out "no significant gap" as surely as drops do; so do outgoing packets whose fate
+    // this kernel cannot judge (`not_judged_here`): "lost none" would be a guess.
+    if loss.iter().any(loss::is_outgoing) || not_judged::outgoing(f) {
         gap.retain(|v| v.cause != Cause::NoGap);
     }
     // A sender's receive side comes after its rate's verdicts where it says nothing of that

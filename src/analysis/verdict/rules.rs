@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::judgement::Judgement;
-use super::{claims, gap, loss, rate_unit, receive, relay, replies, rings};
+use super::{claims, gap, loss, not_judged, rate_unit, receive, relay, replies, rings};
 use super::{Cause, Verdict};
 
 /// A rule judging the send rate.
@@ -94,6 +94,7 @@ pub(super) const RULES: &[Rule] = &[
     loss(Cause::RelayEgressBound, One(relay::relay_egress_bound)),
     loss(Cause::RelayKernelDrops, One(relay::relay_kernel_drops)),
     loss(Cause::RelayOwnDrops, One(relay::relay_own_drops)),
+    loss(Cause::NotJudgedHere, Many(not_judged::not_judged_here)),
 ];
 
 /// Every rate rule's verdicts, in table order.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::analysis::snapshot::*;
+use crate::analysis::kernel::KernelLack;
 use crate::collect::{DropClass, Health, TimeBudget};
 
 const MS: f64 = 1e6;
@@ -193,6 +194,12 @@ impl Run {
         counts.insert(StageName::DevQueue, dev_queue);
         counts.insert(StageName::DevXmit, dev_xmit);
         counts.insert(StageName::TargetDrops, target_drops);
+        self
+    }
+
+    /// What the running kernel lacks (`kernel_lacks`).
+    fn on_kernel_lacking(mut self, lacks: &[KernelLack]) -> Run {
+        self.0.kernel_lacks = lacks.to_vec();
         self
     }
 
@@ -2125,6 +2132,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         replies: None,
         limits: None,
         connect_scanner: false,
+        kernel_lacks: Vec::new(),
         verdicts: Vec::new(),
         warnings: Vec::new(),
     }
@@ -3758,4 +3766,132 @@ fn open_files_at_or_above_the_window_or_an_unrecognised_process_leave_the_stalls
         .scanner(scanner);
     r.0.processes = vec![process];
     assert_eq!(causes(&r.verdicts()), [Cause::IdleWaits]);
+}
+
+// --- what cannot be judged on this kernel ------------------------------------------------------
+
+/// 5.10: a UDP scan's probes to closed ports die at __udp4_lib_rcv with no reason, classed as
+/// the family's loss by place alone. On a kernel without drop reasons that is no `target_drop`
+/// (it may be NO_SOCKET, normal for a scan): `not_judged_here` says so, and why; a qdisc's drop
+/// (its place names it) is still judged. With reasons the same NOT_SPECIFIED row is a loss.
+#[test]
+fn a_reasonless_drop_at_a_place_naming_no_cause_is_not_judged_on_a_kernel_without_reasons() {
+    let scan = || {
+        run(Some(1000.0), 1000.0, 10.0)
+            .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "__udp4_lib_rcv+0x8d1", 3000)
+            .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "kfree_skb_list+0x13", 500)
+            .drop(DropClass::ReplyLoss, "NOT_SPECIFIED", "udp_queue_rcv_one_skb+0x2f", 40)
+    };
+    let v = scan().on_kernel_lacking(&[KernelLack::DropReasons]).verdicts();
+    assert_eq!(causes(&v), [Cause::QdiscDrop, Cause::NotJudgedHere], "{v:#?}");
+    let n = find(&v, Cause::NotJudgedHere);
+    assert_eq!((n.kind, n.share, n.confidence), (Kind::Loss, 0.0, Confidence::Strong));
+    assert!(n.sentence.contains("3040 of the family's packets or replies"), "{}", n.sentence);
+    assert!(n.sentence.contains("cannot be judged on this kernel"), "{}", n.sentence);
+    assert!(n.sentence.contains("NO_SOCKET"), "{}", n.sentence);
+    assert!(n.evidence.iter().any(|e| e.contains("__udp4_lib_rcv+0x8d1 on eth0: 3000 (target_loss)")), "{:?}", n.evidence);
+    assert!(n.evidence.iter().any(|e| e.contains("before kernel 5.17")), "{:?}", n.evidence);
+    // The qdisc's own share: 500 of 10000.
+    assert_share(&v, Cause::QdiscDrop, 0.05);
+
+    // A kernel with reasons: NOT_SPECIFIED is what the kernel said, a loss at that place.
+    let v = scan().verdicts();
+    assert_eq!(
+        causes(&v),
+        [Cause::TargetDrop, Cause::QdiscDrop, Cause::ReplyDrop],
+        "{v:#?}"
+    );
+}
+
+/// 5.10 has no qdisc_enqueue tracepoint: no queue depth is ever seen, so a device's refusals are
+/// no certain loss unless its root qdisc was read as noqueue; where it was not, `device_refused`
+/// is weak, claims no loss, and `not_judged_here` names the device.
+#[test]
+fn driver_refusals_without_the_enqueue_hook_are_not_judged_unless_the_device_has_no_queue() {
+    let refusing = |qdisc: Option<&str>| DeviceView {
+        xmit_refused: 2000,
+        target_xmit_pps: 800.0,
+        all_xmit_pps: 800.0,
+        qdisc: qdisc.map(str::to_string),
+        ..device("veth0")
+    };
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .device(refusing(Some("pfifo_fast")))
+        .on_kernel_lacking(&[KernelLack::QdiscEnqueue])
+        .verdicts();
+    // Whether the family lost packets after sending is not known: no `no_gap` either.
+    assert_eq!(causes(&v), [Cause::DeviceRefused, Cause::NotJudgedHere], "{v:#?}");
+    let refused = find(&v, Cause::DeviceRefused);
+    assert_eq!(refused.confidence, Confidence::Weak);
+    assert!(!refused.sentence.contains("were lost"), "{}", refused.sentence);
+    assert!(
+        refused.evidence.iter().any(|e| e.contains("cannot be judged on this kernel")),
+        "{:?}",
+        refused.evidence
+    );
+    let n = find(&v, Cause::NotJudgedHere);
+    assert!(n.evidence.iter().any(|e| e.contains("veth0: 2000 refusals by its driver, root qdisc pfifo_fast")), "{:?}", n.evidence);
+    // Read as noqueue: nothing requeues, judged as on any kernel.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .device(refusing(Some("noqueue")))
+        .on_kernel_lacking(&[KernelLack::QdiscEnqueue])
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::DeviceRefused], "{v:#?}");
+    assert_eq!(v[0].confidence, Confidence::Strong);
+    // No refusals: nothing to judge, no verdict.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .device(device("veth0"))
+        .on_kernel_lacking(&[KernelLack::QdiscEnqueue])
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::NoGap], "{v:#?}");
+}
+
+/// Before 5.15 no profile uprobe loads: a profile with function probes gets a gap-kind
+/// `not_judged_here` naming what is not judged; a family without a profile's probes does not.
+#[test]
+fn a_profile_whose_function_probes_cannot_load_is_said_not_judged_on_a_kernel_without_cookies() {
+    let lacking = [KernelLack::AttachCookie, KernelLack::SockFromFile];
+    let unicornscan = ScannerView {
+        profile: "unicornscan".into(),
+        probes: vec![UprobeView {
+            attached: false,
+            hits: 0,
+            returns: 0,
+            ..pace_probe(0, 0)
+        }],
+        ..Default::default()
+    };
+    let v = run(Some(1000.0), 700.0, 10.0)
+        .time(0.3, 0.0, 0.7, 0.0, 0.0)
+        .scanner(unicornscan)
+        .on_kernel_lacking(&lacking)
+        .verdicts();
+    let n: Vec<&Verdict> = v.iter().filter(|x| x.cause == Cause::NotJudgedHere).collect();
+    assert_eq!(n.len(), 2, "{v:#?}");
+    assert_eq!(n.iter().map(|x| x.kind).collect::<Vec<_>>(), [Kind::Gap, Kind::Loss]);
+    assert!(n[0].sentence.contains("unicornscan's own functions"), "{}", n[0].sentence);
+    assert!(n[0].sentence.contains("miscalibrated"), "{}", n[0].sentence);
+    assert!(n[1].sentence.contains("ring_full"), "{}", n[1].sentence);
+    // The reference sender reads no replies and a generic family has no function probes.
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .scanner(ScannerView {
+            profile: "generic".into(),
+            ..Default::default()
+        })
+        .on_kernel_lacking(&lacking)
+        .verdicts();
+    assert_eq!(causes(&v), [Cause::NoGap], "{v:#?}");
+}
+
+/// A run on a kernel that lacks nothing gets no `not_judged_here`, whatever it saw.
+#[test]
+fn a_kernel_that_lacks_nothing_judges_everything() {
+    let v = run(Some(1000.0), 1000.0, 10.0)
+        .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "__udp4_lib_rcv+0x8d1", 3000)
+        .device(DeviceView {
+            xmit_refused: 20,
+            ..device("veth0")
+        })
+        .verdicts();
+    assert!(!causes(&v).contains(&Cause::NotJudgedHere), "{v:#?}");
 }

@@ -360,6 +360,9 @@ fn funnel(o: &mut String, r: &Report) {
             if f.no_qdisc {
                 stage.push_str(" (no queueing qdisc on the path)");
             }
+            if f.unmeasured {
+                stage.push_str(" (not measured: this kernel has no qdisc\\_enqueue tracepoint)");
+            }
             vec![
                 stage,
                 format!("{:.1}", f.pps),

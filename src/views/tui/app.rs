@@ -388,6 +388,7 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         replies: sum.replies.clone(),
         limits: sum.limits.clone(),
         connect_scanner: sum.connect.is_some_and(|c| c.connect_scanner),
+        kernel_lacks: sum.kernel_lacks.clone(),
         verdicts: sum.verdicts.clone(),
         warnings: sum.warnings.clone(),
     }

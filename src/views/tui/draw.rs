@@ -574,12 +574,16 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     if let Some(r) = &s.replies {
         block = block.title_bottom(replies_title(r));
     }
-    let no_qdisc = s
-        .stages
-        .iter()
-        .any(|st| st.name == StageName::QdiscEnqueue && st.total == 0);
+    // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
+    let seen_at = if s.kernel_lacks.contains(&crate::analysis::kernel::KernelLack::QdiscEnqueue) {
+        StageName::QdiscDequeue
+    } else {
+        StageName::QdiscEnqueue
+    };
+    let no_qdisc = s.stages.iter().any(|st| st.name == seen_at && st.total == 0);
     let rows = funnel_stages(s).into_iter().map(|st| {
-        let shown = if no_qdisc && st.name.is_qdisc() {
+        let unmeasured = st.name == StageName::QdiscEnqueue && seen_at != StageName::QdiscEnqueue;
+        let shown = if (no_qdisc && st.name.is_qdisc()) || unmeasured {
             "-".to_string()
         } else {
             rate(st.pps)
