@@ -26,6 +26,7 @@ fn clean() -> Summary {
         first_send_s: Some(0.0),
         last_send_s: Some(10.0),
         phase: RunPhase::Ended,
+        kernel_lacks: Vec::new(),
         requested_pps: Some(1000.0),
         achieved_pps: 1000.0,
         baseline_pps: None,
