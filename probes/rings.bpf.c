@@ -123,18 +123,21 @@ static __always_inline struct sock *file_packet_sock(struct file *f)
 	return sk;
 }
 
-/* A family packet socket about to close (f is its file): its counters now, which its release
- * throws away, into its ring_reads entry. A later close of another descriptor of it reads them
- * again. */
-static __always_inline void packet_closing(struct file *f)
+/* A family packet socket about to close (file is its struct file *): its counters now, which
+ * its release throws away, into its ring_reads entry. A later close of another descriptor of it
+ * reads them again. A global function, so the verifier checks it once rather than once for each
+ * descriptor of on_exit_socks' loop (inlined there, the loop's branches came within a few of the
+ * verifier's limit of pending jumps on 6.18, and older verifiers prune less). Always 0. */
+__noinline int packet_closing(__u64 file)
 {
+	struct file *f = (struct file *)file;
 	struct sock *sk = file_packet_sock(f);
 	struct packet_sock *po = (struct packet_sock *)sk;
 	struct sp_ring_reads *e;
 	__u64 skp = (__u64)sk, ino;
 
 	if (!sk)
-		return;
+		return 0;
 	ino = BPF_CORE_READ(f, f_inode, i_ino);
 	e = bpf_map_lookup_elem(&ring_reads, &skp);
 	if (!e || e->ino != ino) {
@@ -143,7 +146,7 @@ static __always_inline void packet_closing(struct file *f)
 		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
 		e = bpf_map_lookup_elem(&ring_reads, &skp);
 		if (!e)
-			return;
+			return 0;
 	}
 	e->closed_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	e->closed_drops = BPF_CORE_READ(po, tp_drops.counter);
@@ -155,6 +158,7 @@ static __always_inline void packet_closing(struct file *f)
 	e->closed_block_nr = BPF_CORE_READ(po, rx_ring.pg_vec_len);
 	/* a full barrier: user space that sees the mark sees the counts */
 	__sync_fetch_and_add(&e->closed, 1);
+	return 0;
 }
 
 /* The file at descriptor fd of an fdtable's array fds, 0 when none. */
@@ -184,7 +188,7 @@ int on_close(struct trace_event_raw_sys_enter *ctx)
 	task = (struct task_struct *)bpf_get_current_task();
 	fdt = BPF_CORE_READ(task, files, fdt);
 	if (fd < BPF_CORE_READ(fdt, max_fds))
-		packet_closing(fdt_file(BPF_CORE_READ(fdt, fd), fd));
+		packet_closing((__u64)fdt_file(BPF_CORE_READ(fdt, fd), fd));
 	cost_end(SP_PROG_CLOSE, t0);
 	return 0;
 }
@@ -217,7 +221,7 @@ int SP_PROG(SP_PROG_EXIT_SOCKS, on_exit_socks, struct task_struct *p)
 	for (i = 0; i < SP_EXIT_FDS; i++) {
 		if (i >= max)
 			break;
-		packet_closing(fdt_file(fds, i));
+		packet_closing((__u64)fdt_file(fds, i));
 	}
 	return 0;
 }

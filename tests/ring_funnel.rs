@@ -61,10 +61,24 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
     if let Some(ms) = stats_ms {
         reader.extend(["--stats-every".to_string(), ms.to_string()]);
     }
-    let mut args: Vec<String> = ["run", "--json", "--interval", "0.5", "--duration", "20", "--"]
+    run_reader_beside_the_sender(test, lab, &reader, "0.5", &report)
+}
+
+/// `scanprof run --json --interval INTERVAL -- READER` in the lab's target namespace; once it
+/// has started, the reference sender sends 4,000 frames at 2,000 pps to the target. Returns
+/// scanprof's run and the reader's own report (read from `report`, then removed), after
+/// checking that scanprof released its programs; the lab is destroyed.
+fn run_reader_beside_the_sender(
+    test: &Privileged,
+    lab: TestLab,
+    reader: &[String],
+    interval: &str,
+    report: &std::path::Path,
+) -> (Finished, Value) {
+    let mut args: Vec<String> = ["run", "--json", "--interval", interval, "--duration", "20", "--"]
         .map(String::from)
         .to_vec();
-    args.extend(in_netns(&lab.lab.target_ns, &reader));
+    args.extend(in_netns(&lab.lab.target_ns, reader));
     let mut run = Proc::scanprof(&args);
     run.wait_for_json("started", patience(Duration::from_secs(20)));
     // The reader is reading once `run` has started it; a moment for its ring to be mapped.
@@ -81,13 +95,13 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
     sent.assert_success();
     let done = run.finish(patience(RUN_TIMEOUT));
     done.assert_success();
-    test.assert_released("scanprof run -- scanprof ring-recv");
+    test.assert_released(&format!("scanprof run -- {}", reader[1..].join(" ")));
     let ctx = done.context();
     let own: Value = serde_json::from_str(
-        &std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report from ring-recv: {e}\n{ctx}")),
+        &std::fs::read_to_string(report).unwrap_or_else(|e| panic!("no report from ring-recv: {e}\n{ctx}")),
     )
     .unwrap();
-    let _ = std::fs::remove_file(&report);
+    let _ = std::fs::remove_file(report);
     lab.destroy();
     (done, own)
 }
@@ -407,34 +421,7 @@ fn profile_closing_reader(test: &Privileged, end: &str, linger: &str) -> (Finish
     ]
     .map(String::from)
     .to_vec();
-    let mut args: Vec<String> = ["run", "--json", "--interval", "5", "--duration", "20", "--"]
-        .map(String::from)
-        .to_vec();
-    args.extend(in_netns(&lab.lab.target_ns, &reader));
-    let mut run = Proc::scanprof(&args);
-    run.wait_for_json("started", patience(Duration::from_secs(20)));
-    std::thread::sleep(Duration::from_millis(300));
-    let mut send = std::process::Command::new("ip");
-    send.args(
-        in_netns(
-            &lab.lab.sender_ns,
-            &sender_argv(&lab.to(9000), 2000.0, 4000, 2.5, &[]),
-        )[1..]
-            .iter(),
-    );
-    let sent = Proc::spawn("sender", send, false).finish(patience(Duration::from_secs(15)));
-    sent.assert_success();
-    let done = run.finish(patience(RUN_TIMEOUT));
-    done.assert_success();
-    test.assert_released("scanprof run -- scanprof ring-recv --end");
-    let ctx = done.context();
-    let own: Value = serde_json::from_str(
-        &std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report from ring-recv: {e}\n{ctx}")),
-    )
-    .unwrap();
-    let _ = std::fs::remove_file(&report);
-    lab.destroy();
-    (done, own)
+    run_reader_beside_the_sender(test, lab, &reader, "5", &report)
 }
 
 /// A socket closed between two of scanprof's samples (issue 28): the counters it held as it
