@@ -22,6 +22,10 @@ use scanprof::analysis::verdict::Cause;
 use scanprof::analysis::Snapshot;
 use scanprof::collect::bpf_time::{StatsCoverage, StatsHolder};
 
+/// The program on the raw `sys_enter` hook, where the default `--syscall-hooks all` puts the
+/// send path's entry code (`--syscall-hooks per-call` puts it on `send_path.on_sys_enter`).
+const RAW_ENTER: &str = "send_path.on_raw_enter";
+
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// Longest a scanprof run of this test may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -252,8 +256,8 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
     let enter = bpf
         .programs
         .iter()
-        .find(|p| p.name == "send_path.on_sys_enter")
-        .expect("sys_enter ran");
+        .find(|p| p.name == RAW_ENTER)
+        .unwrap_or_else(|| panic!("{RAW_ENTER} did not run: {:#?}", bpf.programs));
     assert!(
         enter.target_runs >= sent,
         "{} sys_enter runs on the family's threads for {sent} sends",
@@ -392,8 +396,8 @@ fn a_sleeping_sender_beside_a_busy_syscall_loop_is_never_warned_about() {
     let enter = bpf
         .programs
         .iter()
-        .find(|p| p.name == "send_path.on_sys_enter")
-        .expect("sys_enter ran");
+        .find(|p| p.name == RAW_ENTER)
+        .unwrap_or_else(|| panic!("{RAW_ENTER} did not run: {:#?}", bpf.programs));
     assert!(enter.runs > enter.target_runs, "{enter:#?}");
     assert!(!bpf.alert, "the run warned: {bpf:#?}");
     assert!(
