@@ -1186,10 +1186,17 @@ mod tests {
             "{w:?}"
         );
         // What the kernel lacks: one line each, saying what cannot be judged on it.
-        let w = start_warnings(&probes[..1], &[KernelLack::DropReasons, KernelLack::AttachCookie], None);
+        let w = start_warnings(
+            &probes[..1],
+            &[KernelLack::DropReasons, KernelLack::AttachCookie],
+            None,
+        );
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].starts_with("this kernel has no drop reasons"), "{w:?}");
-        assert!(w[0].contains("NO_SOCKET") && w[0].contains("cannot be judged on this kernel"), "{w:?}");
+        assert!(
+            w[0].contains("NO_SOCKET") && w[0].contains("cannot be judged on this kernel"),
+            "{w:?}"
+        );
         assert!(w[1].contains("bpf_get_attach_cookie"), "{w:?}");
         let mut once = Vec::new();
         add_once(&mut once, "a".into());

@@ -65,7 +65,11 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
                 }
             })
             .inspect(|d| {
-                let class = if reasons { DropClass::Expected } else { DropClass::TargetLoss };
+                let class = if reasons {
+                    DropClass::Expected
+                } else {
+                    DropClass::TargetLoss
+                };
                 assert_eq!(d.class, class, "{d:?}")
             })
             .map(|d| d.count)
@@ -74,14 +78,20 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
     let (a, b) = (credited(first_pid), credited(second_pid));
     eprintln!(
         "first sender (pid {first_pid}): {a} {} drops for 3000 sent; second (pid {second_pid}): {b} for 5000",
-        if reasons { "NO_SOCKET" } else { "NOT_SPECIFIED (no drop reasons)" }
+        if reasons {
+            "NO_SOCKET"
+        } else {
+            "NOT_SPECIFIED (no drop reasons)"
+        }
     );
     assert_eq!(a, 3000, "the first sender's drops: {:?}", s.drops);
     assert_eq!(b, 5000, "the second sender's drops: {:?}", s.drops);
     if !reasons {
         // Which of them met a closed port and which were lost is not judged, and said so.
         assert!(
-            s.verdicts.iter().any(|v| v.cause == scanprof::analysis::verdict::Cause::NotJudgedHere),
+            s.verdicts
+                .iter()
+                .any(|v| v.cause == scanprof::analysis::verdict::Cause::NotJudgedHere),
             "{:#?}",
             s.verdicts
         );

@@ -220,9 +220,12 @@ fn attach_to_a_running_sender_measures_the_receivers_rate() {
     let s = run.summary();
     let attach_ns = u64_of(&run.started()["clocks"], "monotonic_ns");
     let first_send_ns = attach_ns + (s.first_send_s.expect("scanprof counted a send") * 1e9) as u64;
-    let rx_same = rx
-        .pps_from(first_send_ns, s.packets)
-        .unwrap_or_else(|| panic!("fewer than {} packets arrived from scanprof's first send on", s.packets));
+    let rx_same = rx.pps_from(first_send_ns, s.packets).unwrap_or_else(|| {
+        panic!(
+            "fewer than {} packets arrived from scanprof's first send on",
+            s.packets
+        )
+    });
     eprintln!(
         "attach: scanprof {} packets in {:.3} s at {:.2} pps; receiver {:.2} pps over the same \
          packets, {:.2} pps over the whole send",
@@ -441,17 +444,25 @@ fn attach_follows_a_child_forked_after_attach() {
 
 // 4. ------------------------------------------------------------------------------------------
 
-/// bpftrace's own view of QDISC_DROP drops: (pid, function, location address) -> count.
+/// bpftrace's own view of QDISC_DROP drops: (pid, function, location address, count), each
+/// address named by /proc/kallsyms.
 fn parse_bpftrace_map(lines: &[String]) -> Vec<(u32, String, u64, u64)> {
     lines
         .iter()
         .filter_map(|l| {
             let (key, count) = l.strip_prefix("@[")?.split_once("]: ")?;
-            let mut k = key.split(", ");
-            let pid = k.next()?.trim().parse().ok()?;
-            let func = k.next()?.trim().to_string();
-            let addr = u64::from_str_radix(k.next()?.trim().trim_start_matches("0x"), 16).ok()?;
-            Some((pid, func, addr, count.trim().parse().ok()?))
+            let (pid, addr) = key.split_once(", ")?;
+            let addr = u64::from_str_radix(addr.trim().trim_start_matches("0x"), 16).ok()?;
+            // Named here from /proc/kallsyms, not by bpftrace's ksym(): at SIGINT that named
+            // each key from kallsyms inside bpftrace, which under an emulator (a 6.12 guest in
+            // scripts/kernel-matrix) outlasted the test's 120 s wait once.
+            let loc = kallsyms_resolve(addr).unwrap_or_else(|| panic!("{addr:#x} not in /proc/kallsyms"));
+            Some((
+                pid.trim().parse().ok()?,
+                function_of(&loc).to_string(),
+                addr,
+                count.trim().parse().ok()?,
+            ))
         })
         .collect()
 }
@@ -475,13 +486,15 @@ fn qdisc_drops_match_tc_and_bpftrace() {
     // __dev_xmit_skb frees what its qdisc dropped), as scanprof's NOT_SPECIFIED rows are.
     let reasons = kernel_has_drop_reasons();
     let (reason_name, filter) = if reasons {
-        ("QDISC_DROP", format!("/args->reason == {}/ ", drop_reason_number("QDISC_DROP")))
+        (
+            "QDISC_DROP",
+            format!("/args->reason == {}/ ", drop_reason_number("QDISC_DROP")),
+        )
     } else {
         ("NOT_SPECIFIED", String::new())
     };
     let qdisc_place = |location: &str| reasons || function_of(location) == "kfree_skb_list";
-    let script =
-        format!("tracepoint:skb:kfree_skb {filter}{{ @[pid, ksym(args->location), args->location] = count(); }}");
+    let script = format!("tracepoint:skb:kfree_skb {filter}{{ @[pid, args->location] = count(); }}");
     let mut bpftrace = Proc::spawn(
         "bpftrace",
         {
@@ -507,8 +520,8 @@ fn qdisc_drops_match_tc_and_bpftrace() {
     let tbf = lab.drained_root_qdisc();
     let rx = stop_sink(sink);
     bpftrace.signal(Signal::SIGINT);
-    // At SIGINT bpftrace reads its map and names each location from kallsyms: under an
-    // emulator (a 6.1 guest) that took over 40 s once.
+    // At SIGINT bpftrace reads its map and prints it (each location an address: the test names
+    // it from /proc/kallsyms).
     let bpftrace = bpftrace.finish(Duration::from_secs(30));
 
     run.assert_success();
@@ -565,7 +578,9 @@ fn qdisc_drops_match_tc_and_bpftrace() {
     );
     // With or without reasons, the diagnosis names the qdisc.
     assert!(
-        s.verdicts.iter().any(|v| v.cause == scanprof::analysis::verdict::Cause::QdiscDrop),
+        s.verdicts
+            .iter()
+            .any(|v| v.cause == scanprof::analysis::verdict::Cause::QdiscDrop),
         "{:#?}",
         s.verdicts
     );
@@ -602,14 +617,8 @@ fn qdisc_drops_match_tc_and_bpftrace() {
     );
     let mut bt_locations: Vec<String> = bt_ours
         .iter()
-        .map(|(_, func, addr, _)| {
-            let loc = kallsyms_resolve(*addr).unwrap_or_else(|| panic!("{addr:#x} not in /proc/kallsyms"));
-            assert_eq!(
-                function_of(&loc),
-                func,
-                "kallsyms and bpftrace disagree on {addr:#x}"
-            );
-            loc
+        .map(|(_, _, addr, _)| {
+            kallsyms_resolve(*addr).unwrap_or_else(|| panic!("{addr:#x} not in /proc/kallsyms"))
         })
         .collect();
     let mut locations: Vec<String> = ours.iter().map(|d| d.location.clone()).collect();
@@ -1066,7 +1075,10 @@ fn attach_ends_with_a_summary_when_the_target_exits() {
     let wait_for = |packets: u64, what: &str| {
         let deadline = Instant::now() + patience(Duration::from_secs(15));
         while sink.packets_so_far() < packets {
-            assert!(Instant::now() < deadline, "the receiver got no {what} within 15 s");
+            assert!(
+                Instant::now() < deadline,
+                "the receiver got no {what} within 15 s"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     };
@@ -1325,10 +1337,16 @@ fn ndjson_lines_stay_whole_when_the_command_prints() {
 fn assert_closed_port_not_judged(s: &scanprof::analysis::Summary, dropped: u64) {
     use scanprof::analysis::kernel::KernelLack;
     use scanprof::analysis::verdict::Cause;
-    assert!(s.kernel_lacks.contains(&KernelLack::DropReasons), "{:?}", s.kernel_lacks);
     assert!(
-        s.warnings.iter().any(|w| w.starts_with("this kernel has no drop reasons")
-            && w.contains("cannot be judged on this kernel")),
+        s.kernel_lacks.contains(&KernelLack::DropReasons),
+        "{:?}",
+        s.kernel_lacks
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.starts_with("this kernel has no drop reasons")
+                && w.contains("cannot be judged on this kernel")),
         "{:?}",
         s.warnings
     );
@@ -1338,15 +1356,24 @@ fn assert_closed_port_not_judged(s: &scanprof::analysis::Summary, dropped: u64) 
         .find(|v| v.cause == Cause::NotJudgedHere && v.sentence.contains("closed port"))
         .unwrap_or_else(|| panic!("no not_judged_here verdict for the drops: {:#?}", s.verdicts));
     // Those drops, and any reply of the family's dropped with no reason (an ICMP error).
-    let counted: u64 = n.sentence.split(' ').next().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let counted: u64 = n
+        .sentence
+        .split(' ')
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     assert!(counted >= dropped, "{dropped} drops, {}", n.sentence);
     assert!(
-        n.evidence.iter().any(|e| e.contains("at __udp4_lib_rcv") && e.ends_with("(target_loss)")),
+        n.evidence
+            .iter()
+            .any(|e| e.contains("at __udp4_lib_rcv") && e.ends_with("(target_loss)")),
         "{:?}",
         n.evidence
     );
     assert!(
-        s.verdicts.iter().all(|v| v.cause != Cause::TargetDrop && v.cause != Cause::NoGap),
+        s.verdicts
+            .iter()
+            .all(|v| v.cause != Cause::TargetDrop && v.cause != Cause::NoGap),
         "{:#?}",
         s.verdicts
     );

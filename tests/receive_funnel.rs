@@ -90,16 +90,26 @@ fn a_listeners_overflowing_buffer_is_counted_as_its_own_count_and_snmp_say() {
     eprintln!(
         "receive: scanprof read {read} = the listener's {own} = InDatagrams {snmp_in}; \
          SOCKET_RCVBUFF {dropped} ({}) = refused {} (udp_fail_queue_rcv_skb) = RcvbufErrors {snmp_dropped}",
-        if rx_sk { "kfree_skb's rx_sk" } else { "moved by udp_fail_queue_rcv_skb" },
+        if rx_sk {
+            "kfree_skb's rx_sk"
+        } else {
+            "moved by udp_fail_queue_rcv_skb"
+        },
         refused.rcvbuf
     );
-    assert_eq!(refused.rcvbuf, snmp_dropped, "refused (full buffer) vs Udp RcvbufErrors: {lab}");
+    assert_eq!(
+        refused.rcvbuf, snmp_dropped,
+        "refused (full buffer) vs Udp RcvbufErrors: {lab}"
+    );
     assert_eq!(dropped, snmp_dropped, "SOCKET_RCVBUFF vs Udp RcvbufErrors: {lab}");
     if !rx_sk {
         // Drops at other sockets (raw, TCP) stay unseen: the run says so, and does not claim
         // that the listener kept up.
         assert!(
-            summary.warnings.iter().any(|w| w.contains("rx_sk") && w.contains("udp_fail_queue_rcv_skb")),
+            summary
+                .warnings
+                .iter()
+                .any(|w| w.contains("rx_sk") && w.contains("udp_fail_queue_rcv_skb")),
             "no warning that drops at the family's other sockets are unseen: {:?}",
             summary.warnings
         );

@@ -183,8 +183,8 @@ fn a_udp_scan_the_target_answers_in_part_is_counted_as_the_targets_snmp_says() {
 fn the_replies_lost_lab_scenario_holds_the_reply_funnel_to_the_namespaces_counters() {
     let test = privileged();
     require_scanner("nmap");
-    let done = Proc::scanprof(&["lab", "replies-lost", "--json"].map(String::from))
-        .finish(patience(RUN_TIMEOUT));
+    let done =
+        Proc::scanprof(&["lab", "replies-lost", "--json"].map(String::from)).finish(patience(RUN_TIMEOUT));
     done.assert_success();
     test.assert_released("scanprof lab replies-lost");
     let ctx = done.context();
@@ -199,7 +199,13 @@ fn the_replies_lost_lab_scenario_holds_the_reply_funnel_to_the_namespaces_counte
             .find(|c| c["what"].as_str().is_some_and(|w| w.starts_with(what)))
             .unwrap_or_else(|| panic!("no {what} check: {lab}"))
     };
-    for what in ["probes", "replies arrived", "unanswered", "delivered", "dropped here"] {
+    for what in [
+        "probes",
+        "replies arrived",
+        "unanswered",
+        "delivered",
+        "dropped here",
+    ] {
         let c = named(what);
         eprintln!("{}: scanprof {} vs {}", c["what"], c["scanprof"], c["fixture"]);
     }

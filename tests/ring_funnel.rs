@@ -205,7 +205,11 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
         use scanprof::analysis::kernel::KernelLack;
         assert!(u64_of(&own, "statistics_reads") > 100, "{own}");
         assert!(dropped > 1000, "the ring did not fill: {own}");
-        assert!(summary.kernel_lacks.contains(&KernelLack::SockFromFile), "{:?}", summary.kernel_lacks);
+        assert!(
+            summary.kernel_lacks.contains(&KernelLack::SockFromFile),
+            "{:?}",
+            summary.kernel_lacks
+        );
         assert!(
             summary.warnings.iter().any(|w| w.contains("bpf_sock_from_file")
                 && w.contains("ring_full")
@@ -213,8 +217,15 @@ fn the_owners_own_statistics_reads_lose_no_frames() {
             "{:?}",
             summary.warnings
         );
-        assert!(summary.receive.as_ref().is_none_or(|r| r.rings.is_empty()), "{ctx}");
-        assert!(summary.verdicts.iter().all(|v| v.cause != Cause::RingFull), "{:#?}", summary.verdicts);
+        assert!(
+            summary.receive.as_ref().is_none_or(|r| r.rings.is_empty()),
+            "{ctx}"
+        );
+        assert!(
+            summary.verdicts.iter().all(|v| v.cause != Cause::RingFull),
+            "{:#?}",
+            summary.verdicts
+        );
         eprintln!("ring: no ring iterator on this kernel (the reader's own: queued {queued} / tp_drops {dropped}); said so");
         return;
     }
@@ -396,10 +407,7 @@ fn a_floods_own_frames_copied_to_its_sniffer_are_no_replies() {
 /// bound to every protocol).
 fn profile_closing_reader(test: &Privileged, end: &str, linger: &str) -> (Finished, Value) {
     let lab = TestLab::new(None);
-    let report = std::env::temp_dir().join(format!(
-        "scanprof-ring-funnel-{}-{end}.json",
-        std::process::id()
-    ));
+    let report = std::env::temp_dir().join(format!("scanprof-ring-funnel-{}-{end}.json", std::process::id()));
     let _ = std::fs::remove_file(&report);
     let reader: Vec<String> = [
         scanprof_bin(),
@@ -465,8 +473,15 @@ fn a_packet_socket_closed_between_two_samples_counts_every_frame_that_reached_it
         let ring = &receive.rings[0];
         assert!(!ring.open, "{end}: {ring:?}");
         assert_eq!(ring.clears, 0, "{end}: {ring:?}");
-        assert!(ring.dropped_total > 1000, "{end}: the ring did not fill: {ring:?}");
-        assert_eq!(ring.queued_total + ring.dropped_total, reached, "{end}: {own}\n{ring:?}");
+        assert!(
+            ring.dropped_total > 1000,
+            "{end}: the ring did not fill: {ring:?}"
+        );
+        assert_eq!(
+            ring.queued_total + ring.dropped_total,
+            reached,
+            "{end}: {own}\n{ring:?}"
+        );
         assert_eq!(
             receive.count(StageName::RingQueued) + receive.count(StageName::RingDrops),
             reached,

@@ -455,18 +455,28 @@ fn a_per_packet_probe_handed_over_mid_send_counts_each_call_once() {
         handed_over(l).is_some_and(|(_, hits)| hits > hits_at_hand_over)
     });
     // The sender is this test's (through scanprof): ended by its pid, which the sample names.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap_or_else(|e| panic!("cannot end the sender (pid {pid}): {e}"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap_or_else(|e| panic!("cannot end the sender (pid {pid}): {e}"));
     let run = run.finish(RUN_TIMEOUT);
     let rx = stop_sink(sink);
     run.assert_success();
     let summary = run.summary_json();
     let sc = scanner(&summary);
     let count = rx.packets;
-    assert_eq!(summary["end_reason"], "family_exited", "ended by the sender's exit");
+    assert_eq!(
+        summary["end_reason"], "family_exited",
+        "ended by the sender's exit"
+    );
     eprintln!("hand-over seen at {hits_at_hand_over} hits; the receiver got {count} packets");
     assert!(count > hits_at_hand_over, "the receiver's count: {rx:?}");
-    assert_eq!(summary["packets"].as_u64(), Some(count), "scanprof's packets against the receiver's");
+    assert_eq!(
+        summary["packets"].as_u64(),
+        Some(count),
+        "scanprof's packets against the receiver's"
+    );
     let probes = sc["probes"].as_array().unwrap();
     for name in ["send", "wait_slot"] {
         let p = probes

@@ -60,7 +60,10 @@ fn assert_claim_is_received(what: &str, claim: f64, rx: &SinkReport, stderr: &st
 /// `pps` (2% for the clocks' and the receiver's own timing).
 #[track_caller]
 fn assert_at_most(what: &str, got: f64, pps: f64) {
-    assert!(got <= pps * 1.02, "{what}: {got:.2} pps, above the {pps} pps its slots allow");
+    assert!(
+        got <= pps * 1.02,
+        "{what}: {got:.2} pps, above the {pps} pps its slots allow"
+    );
 }
 
 /// The `tsc_delay D cycles (C cycles/s), skew K` of the sender's unit lines: (D, C, K).
@@ -163,7 +166,12 @@ fn unishape_sends_its_units_in_a_lab_at_the_requested_rate() {
     assert_eq!(rx_delta, 1000, "target veth rx packets");
     assert_at_most("skewed sender's claim", units[0].pps, 1600.0);
     let delays = tsc_delays(&run.stderr);
-    assert_eq!(delays.len(), 1, "one unit line with its tsc_delay\n{}", run.stderr);
+    assert_eq!(
+        delays.len(),
+        1,
+        "one unit line with its tsc_delay\n{}",
+        run.stderr
+    );
     let (delay, cps, skew) = delays[0];
     assert_eq!(skew, 1.25, "{}", run.stderr);
     assert!(

@@ -78,7 +78,11 @@ pub struct UdpRefusedCounts {
 /// The UDP refusals between `prev` (None: since attach) and `now`; None when `now` has no
 /// count (the program is not attached).
 fn udp_refused_between(now: &CounterSample, prev: Option<&CounterSample>) -> Option<UdpRefusedCounts> {
-    let count = |s: &CounterSample, kind| s.udp_refused.as_deref().map_or(0, |r| udp_refused::total(r, kind));
+    let count = |s: &CounterSample, kind| {
+        s.udp_refused
+            .as_deref()
+            .map_or(0, |r| udp_refused::total(r, kind))
+    };
     now.udp_refused.as_ref()?;
     let delta = |kind| count(now, kind).saturating_sub(prev.map_or(0, |p| count(p, kind)));
     Some(UdpRefusedCounts {
@@ -620,7 +624,10 @@ mod tests {
         };
         let mut prev = sample(1_000_000_000, r, 0);
         let mut now = sample(2_000_000_000, r, 0);
-        assert_eq!(receive_view(&now, None, 1.0, &[]).expect("receives").udp_refused, None);
+        assert_eq!(
+            receive_view(&now, None, 1.0, &[]).expect("receives").udp_refused,
+            None
+        );
         prev.udp_refused = Some(vec![refused(7, UdpRefusal::Rcvbuf, 100)]);
         now.udp_refused = Some(vec![
             refused(7, UdpRefusal::Rcvbuf, 350),
@@ -628,9 +635,21 @@ mod tests {
             refused(8, UdpRefusal::Rcvbuf, 50),
         ]);
         let tick = receive_view(&now, Some(&prev), 1.0, &[]).expect("receives");
-        assert_eq!(tick.udp_refused, Some(UdpRefusedCounts { rcvbuf: 300, memory: 2 }));
+        assert_eq!(
+            tick.udp_refused,
+            Some(UdpRefusedCounts {
+                rcvbuf: 300,
+                memory: 2
+            })
+        );
         let run = receive_view(&now, None, 2.0, &[]).expect("receives");
-        assert_eq!(run.udp_refused, Some(UdpRefusedCounts { rcvbuf: 400, memory: 2 }));
+        assert_eq!(
+            run.udp_refused,
+            Some(UdpRefusedCounts {
+                rcvbuf: 400,
+                memory: 2
+            })
+        );
     }
 
     /// A reading thread: `probes_ns` on CPU by the scheduler probes, and the kernel's

@@ -312,10 +312,7 @@ impl RingTable {
         // close: what the family's reads returned after scanprof's last sample, and the
         // counters the socket held as it closed.
         for key in was_open {
-            let closed = self
-                .rings
-                .get(&key)
-                .is_some_and(|(ring, _)| !ring.open);
+            let closed = self.rings.get(&key).is_some_and(|(ring, _)| !ring.open);
             if closed {
                 self.closing.insert(key, 0);
             }
@@ -331,8 +328,7 @@ impl RingTable {
             match e {
                 Some(e) if e.closed != 0 => {
                     // Its counts at close end the same sums + counters as every read's.
-                    let (queued, c1) =
-                        grown(e.queued, e.closed_packets, last.owner_queued, last.packets);
+                    let (queued, c1) = grown(e.queued, e.closed_packets, last.owner_queued, last.packets);
                     let (dropped, c2) = grown(e.drops, e.closed_drops, last.owner_drops, last.drops);
                     ring.queued += queued;
                     ring.dropped += dropped;

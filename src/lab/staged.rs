@@ -79,7 +79,11 @@ impl Staged {
             ])?;
         }
         if stage.udp_scan_ports.is_some() {
-            netstat::run_in_netns(Some(&lab.target_ns), "sysctl", &[["-qw"].as_slice(), &UDP_SCAN_ICMP].concat())?;
+            netstat::run_in_netns(
+                Some(&lab.target_ns),
+                "sysctl",
+                &[["-qw"].as_slice(), &UDP_SCAN_ICMP].concat(),
+            )?;
         }
         // Both undone on drop, also on an error or a panic: the global conntrack limit restored,
         // the cgroup removed.

@@ -274,9 +274,12 @@ impl Counts {
             ring_drop_share: None,
             target_udp_noports: target_count("Udp", "NoPorts"),
             target_icmp_unreach_out: target_count("Icmp", "OutDestUnreachs"),
-            target_icmp_held_back: target
-                .as_deref()
-                .and_then(|t| Some(snmp_counter(t, "Icmp", "OutRateLimitHost")? + snmp_counter(t, "Icmp", "OutRateLimitGlobal")?)),
+            target_icmp_held_back: target.as_deref().and_then(|t| {
+                Some(
+                    snmp_counter(t, "Icmp", "OutRateLimitHost")?
+                        + snmp_counter(t, "Icmp", "OutRateLimitGlobal")?,
+                )
+            }),
             sender_icmp_unreach_in: sender
                 .as_deref()
                 .and_then(|t| snmp_counter(t, "Icmp", "InDestUnreachs")),
@@ -319,18 +322,41 @@ pub fn reply_checks(counts: &Counts, summary: &Summary) -> Vec<super::reference:
     let r = summary.replies.as_ref();
     let of = |f: fn(&crate::analysis::replies::ReplyFunnel) -> u64| r.map(|r| f(r) as f64);
     let count = |c: Option<u64>| c.unwrap_or(0) as f64;
-    let (sent, taken_in) = (count(counts.target_icmp_unreach_out), count(counts.sender_icmp_unreach_in));
+    let (sent, taken_in) = (
+        count(counts.target_icmp_unreach_out),
+        count(counts.sender_icmp_unreach_in),
+    );
     vec![
-        FixtureCheck::new("probes (target Udp NoPorts)", count(counts.target_udp_noports), of(|r| r.probes), 0.0),
-        FixtureCheck::new("replies arrived (target Icmp OutDestUnreachs)", sent, of(|r| r.arrived_total), 0.0),
-        FixtureCheck::new("replies arrived (sender Icmp InDestUnreachs)", taken_in, of(|r| r.arrived_total), 0.0),
+        FixtureCheck::new(
+            "probes (target Udp NoPorts)",
+            count(counts.target_udp_noports),
+            of(|r| r.probes),
+            0.0,
+        ),
+        FixtureCheck::new(
+            "replies arrived (target Icmp OutDestUnreachs)",
+            sent,
+            of(|r| r.arrived_total),
+            0.0,
+        ),
+        FixtureCheck::new(
+            "replies arrived (sender Icmp InDestUnreachs)",
+            taken_in,
+            of(|r| r.arrived_total),
+            0.0,
+        ),
         FixtureCheck::new(
             "unanswered (target Icmp OutRateLimitHost + OutRateLimitGlobal)",
             count(counts.target_icmp_held_back),
             of(|r| r.unanswered),
             0.0,
         ),
-        FixtureCheck::new("delivered (sender Icmp InDestUnreachs)", taken_in, of(|r| r.delivered), 0.0),
+        FixtureCheck::new(
+            "delivered (sender Icmp InDestUnreachs)",
+            taken_in,
+            of(|r| r.delivered),
+            0.0,
+        ),
         FixtureCheck::new(
             "dropped here (target OutDestUnreachs - sender InDestUnreachs)",
             (sent - taken_in).max(0.0),
@@ -400,7 +426,10 @@ pub fn measured_truth(
         Truth::ConntrackDrops => share(counts.sender_ct_drops? as f64, rate * duration_s),
         Truth::RelayLoss => counts.relay_lost_share,
         Truth::RingDrops => counts.ring_drop_share,
-        Truth::HeldBack => share(counts.target_icmp_held_back? as f64, counts.target_udp_noports? as f64),
+        Truth::HeldBack => share(
+            counts.target_icmp_held_back? as f64,
+            counts.target_udp_noports? as f64,
+        ),
     }
 }
 

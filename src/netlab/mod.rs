@@ -497,7 +497,12 @@ fn run_in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 
 
 /// The sink loop: counts datagrams (and keeps their arrival times if asked) until `stop` is set
 /// and a receive times out.
-fn count_datagrams(socket: &UdpSocket, stop: &AtomicBool, packets: &AtomicU64, keep_arrivals: bool) -> SinkReport {
+fn count_datagrams(
+    socket: &UdpSocket,
+    stop: &AtomicBool,
+    packets: &AtomicU64,
+    keep_arrivals: bool,
+) -> SinkReport {
     let mut report = SinkReport::default();
     let mut buf = vec![0u8; 65_536];
     let mut cmsg = nix::cmsg_space!(TimeSpec);
@@ -612,7 +617,9 @@ mod tests {
             packets: 7,
             first_ns: 0,
             last_ns: 2_400_000,
-            arrivals: vec![0, 1_000_000, 2_000_000, 2_100_000, 2_200_000, 2_300_000, 2_400_000],
+            arrivals: vec![
+                0, 1_000_000, 2_000_000, 2_100_000, 2_200_000, 2_300_000, 2_400_000,
+            ],
             ..SinkReport::default()
         };
         assert_eq!(r.pps_of_last(5), Some(10_000.0));
@@ -621,7 +628,11 @@ mod tests {
         assert_eq!(r.pps_of_last(1), None, "one packet has no rate");
         // From the first arrival at or after 1.5 ms: the five at 0.1 ms.
         assert_eq!(r.pps_from(1_500_000, 5), Some(10_000.0));
-        assert_eq!(r.pps_from(2_000_000, 5), Some(10_000.0), "an arrival at the time counts");
+        assert_eq!(
+            r.pps_from(2_000_000, 5),
+            Some(10_000.0),
+            "an arrival at the time counts"
+        );
         assert_eq!(r.pps_from(0, 2), Some(1_000.0));
         assert_eq!(r.pps_from(1_500_000, 6), None, "only five arrived from then on");
     }

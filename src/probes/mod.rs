@@ -22,6 +22,8 @@ use thiserror::Error;
 
 use crate::system::startup::mark as timing;
 
+/// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
+pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
 pub use kernel::{KernelFeatures, SYSCALL_TRACEPOINTS, TRACEPOINTS};
 pub use sizing::{
     describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET,
@@ -30,8 +32,6 @@ pub use sizing::{
 pub use stats::{BpfStats, ProgramRuntime};
 pub use syscall_hooks::SyscallHooks;
 pub use udp_refused::UDP_FAIL_PROG;
-/// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
-pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
 pub use uprobe::{
     sp_call, sp_ucall_kind, sp_uprobe_stats, LinkFor, UprobeCapture, Uprobes, UPROBE_ARGS, UPROBE_BUF,
     UPROBE_MAX,
@@ -1341,9 +1341,7 @@ type Opened<B> = <B as SkelBuilder<'static>>::Output;
 /// program's search for a free thread slot (over the `threads` array's entries), and the
 /// `family_tids` bitmap (one byte per thread id below the kernel's pid_max). Returns it with
 /// the names of its resizable maps and the bitmap's words.
-fn open_family(
-    sizes: &MapSizes,
-) -> Result<(Opened<FamilySkelBuilder>, BTreeSet<String>, u32), ProbeError> {
+fn open_family(sizes: &MapSizes) -> Result<(Opened<FamilySkelBuilder>, BTreeSet<String>, u32), ProbeError> {
     let mut family = open_skel::<FamilySkelBuilder>("family")?;
     // The maps `--map-size` may name: checked once every object has been opened.
     let capacity = sizing::capacity_maps(family.open_object());
@@ -1508,7 +1506,10 @@ fn attach_whole<S>(
 
 /// A run without any program of the core object (`Role::Core`: family) attached is the error.
 fn core_attached(status: &[ProbeStatus]) -> Result<(), ProbeError> {
-    let core = OBJECTS.iter().find(|o| o.role == Role::Core).map_or("family", |o| o.name);
+    let core = OBJECTS
+        .iter()
+        .find(|o| o.role == Role::Core)
+        .map_or("family", |o| o.name);
     let prefix = format!("{core}.");
     if status.iter().any(|s| s.attached && s.name.starts_with(&prefix)) {
         return Ok(());
@@ -2119,8 +2120,15 @@ mod tests {
             let obj = libbpf_rs::ObjectBuilder::default()
                 .open_memory(row.bytes)
                 .unwrap_or_else(|e| panic!("{} does not open: {e}", row.name));
-            let progs: Vec<String> = obj.progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
-            assert!(progs.contains(&spec.program.to_string()), "{}: {progs:?}", row.name);
+            let progs: Vec<String> = obj
+                .progs()
+                .map(|p| p.name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                progs.contains(&spec.program.to_string()),
+                "{}: {progs:?}",
+                row.name
+            );
         }
         assert_eq!(wholes, 3);
     }
@@ -2172,7 +2180,10 @@ mod tests {
     fn at_most_the_first_class_bounds_reach_send_path() {
         assert_eq!(class_bounds(&[]), &[] as &[u32]);
         assert_eq!(class_bounds(&[64, 128]), &[64, 128]);
-        assert_eq!(class_bounds(&[64, 128, 512, 1024, 1500]), &[64, 128, 512][..RECV_CLASSES - 1]);
+        assert_eq!(
+            class_bounds(&[64, 128, 512, 1024, 1500]),
+            &[64, 128, 512][..RECV_CLASSES - 1]
+        );
     }
 
     /// Exactly one kfree_skb program loads on every kernel: with the socket (6.8 and later),

@@ -442,7 +442,13 @@ mod tests {
         let mut s = Summary::for_tests();
         s.kernel_lacks = vec![KernelLack::QdiscEnqueue];
         s.stage_counts.insert(StageName::QdiscDequeue, 900);
-        let row = |r: &Report, stage| r.funnel.iter().find(|f| f.stage == stage).cloned().expect("stage");
+        let row = |r: &Report, stage| {
+            r.funnel
+                .iter()
+                .find(|f| f.stage == stage)
+                .cloned()
+                .expect("stage")
+        };
         let r = Report::new(&s);
         let (enq, deq) = (row(&r, StageName::QdiscEnqueue), row(&r, StageName::QdiscDequeue));
         assert!(enq.unmeasured && !enq.no_qdisc, "{enq:?}");

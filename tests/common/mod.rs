@@ -845,7 +845,9 @@ fn kfree_skb_format() -> String {
     paths
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
-        .unwrap_or_else(|| panic!("cannot read the kfree_skb tracepoint format (is tracefs mounted?): {paths:?}"))
+        .unwrap_or_else(|| {
+            panic!("cannot read the kfree_skb tracepoint format (is tracefs mounted?): {paths:?}")
+        })
 }
 
 /// Whether the kernel's kfree_skb passes a drop reason (5.17 and later), read from the

@@ -29,8 +29,12 @@ pub(super) fn not_judged_here(f: &Facts) -> Vec<Verdict> {
 /// its own packets dropped with no reason at a place that names no cause, or refused by a
 /// driver behind a qdisc that is not seen. "Lost none after sending" is then not known.
 pub(super) fn outgoing(f: &Facts) -> bool {
-    unreasoned_rows(f).iter().any(|d| d.row.class == DropClass::TargetLoss)
-        || f.devices.iter().any(|d| d.xmit_refused > 0 && requeue_unknown(f, d))
+    unreasoned_rows(f)
+        .iter()
+        .any(|d| d.row.class == DropClass::TargetLoss)
+        || f.devices
+            .iter()
+            .any(|d| d.xmit_refused > 0 && requeue_unknown(f, d))
 }
 
 /// The family's drops with no reason and a place that names no cause.
@@ -44,7 +48,11 @@ fn unreasoned_drops(f: &Facts) -> Option<Verdict> {
         "{count} of the family's packets or replies to it dropped {} with no reason given",
         f.over()
     )];
-    evidence.extend(rows.iter().take(3).map(|d| format!("{} ({})", d.evidence(), d.row.class.name())));
+    evidence.extend(
+        rows.iter()
+            .take(3)
+            .map(|d| format!("{} ({})", d.evidence(), d.row.class.name())),
+    );
     evidence.push(format!("the kernel has {}", KernelLack::DropReasons.facility()));
     Some(finish(
         f,

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::analysis::snapshot::*;
 use crate::analysis::kernel::KernelLack;
+use crate::analysis::snapshot::*;
 use crate::collect::{DropClass, Health, TimeBudget};
 
 const MS: f64 = 1e6;
@@ -3778,19 +3778,50 @@ fn open_files_at_or_above_the_window_or_an_unrecognised_process_leave_the_stalls
 fn a_reasonless_drop_at_a_place_naming_no_cause_is_not_judged_on_a_kernel_without_reasons() {
     let scan = || {
         run(Some(1000.0), 1000.0, 10.0)
-            .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "__udp4_lib_rcv+0x8d1", 3000)
+            .drop(
+                DropClass::TargetLoss,
+                "NOT_SPECIFIED",
+                "__udp4_lib_rcv+0x8d1",
+                3000,
+            )
             .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "kfree_skb_list+0x13", 500)
-            .drop(DropClass::ReplyLoss, "NOT_SPECIFIED", "udp_queue_rcv_one_skb+0x2f", 40)
+            .drop(
+                DropClass::ReplyLoss,
+                "NOT_SPECIFIED",
+                "udp_queue_rcv_one_skb+0x2f",
+                40,
+            )
     };
     let v = scan().on_kernel_lacking(&[KernelLack::DropReasons]).verdicts();
     assert_eq!(causes(&v), [Cause::QdiscDrop, Cause::NotJudgedHere], "{v:#?}");
     let n = find(&v, Cause::NotJudgedHere);
-    assert_eq!((n.kind, n.share, n.confidence), (Kind::Loss, 0.0, Confidence::Strong));
-    assert!(n.sentence.contains("3040 of the family's packets or replies"), "{}", n.sentence);
-    assert!(n.sentence.contains("cannot be judged on this kernel"), "{}", n.sentence);
+    assert_eq!(
+        (n.kind, n.share, n.confidence),
+        (Kind::Loss, 0.0, Confidence::Strong)
+    );
+    assert!(
+        n.sentence.contains("3040 of the family's packets or replies"),
+        "{}",
+        n.sentence
+    );
+    assert!(
+        n.sentence.contains("cannot be judged on this kernel"),
+        "{}",
+        n.sentence
+    );
     assert!(n.sentence.contains("NO_SOCKET"), "{}", n.sentence);
-    assert!(n.evidence.iter().any(|e| e.contains("__udp4_lib_rcv+0x8d1 on eth0: 3000 (target_loss)")), "{:?}", n.evidence);
-    assert!(n.evidence.iter().any(|e| e.contains("before kernel 5.17")), "{:?}", n.evidence);
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e.contains("__udp4_lib_rcv+0x8d1 on eth0: 3000 (target_loss)")),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        n.evidence.iter().any(|e| e.contains("before kernel 5.17")),
+        "{:?}",
+        n.evidence
+    );
     // The qdisc's own share: 500 of 10000.
     assert_share(&v, Cause::QdiscDrop, 0.05);
 
@@ -3825,12 +3856,21 @@ fn driver_refusals_without_the_enqueue_hook_are_not_judged_unless_the_device_has
     assert_eq!(refused.confidence, Confidence::Weak);
     assert!(!refused.sentence.contains("were lost"), "{}", refused.sentence);
     assert!(
-        refused.evidence.iter().any(|e| e.contains("cannot be judged on this kernel")),
+        refused
+            .evidence
+            .iter()
+            .any(|e| e.contains("cannot be judged on this kernel")),
         "{:?}",
         refused.evidence
     );
     let n = find(&v, Cause::NotJudgedHere);
-    assert!(n.evidence.iter().any(|e| e.contains("veth0: 2000 refusals by its driver, root qdisc pfifo_fast")), "{:?}", n.evidence);
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e.contains("veth0: 2000 refusals by its driver, root qdisc pfifo_fast")),
+        "{:?}",
+        n.evidence
+    );
     // Read as noqueue: nothing requeues, judged as on any kernel.
     let v = run(Some(1000.0), 1000.0, 10.0)
         .device(refusing(Some("noqueue")))
@@ -3868,8 +3908,15 @@ fn a_profile_whose_function_probes_cannot_load_is_said_not_judged_on_a_kernel_wi
         .verdicts();
     let n: Vec<&Verdict> = v.iter().filter(|x| x.cause == Cause::NotJudgedHere).collect();
     assert_eq!(n.len(), 2, "{v:#?}");
-    assert_eq!(n.iter().map(|x| x.kind).collect::<Vec<_>>(), [Kind::Gap, Kind::Loss]);
-    assert!(n[0].sentence.contains("unicornscan's own functions"), "{}", n[0].sentence);
+    assert_eq!(
+        n.iter().map(|x| x.kind).collect::<Vec<_>>(),
+        [Kind::Gap, Kind::Loss]
+    );
+    assert!(
+        n[0].sentence.contains("unicornscan's own functions"),
+        "{}",
+        n[0].sentence
+    );
     assert!(n[0].sentence.contains("miscalibrated"), "{}", n[0].sentence);
     assert!(n[1].sentence.contains("ring_full"), "{}", n[1].sentence);
     // The reference sender reads no replies and a generic family has no function probes.
@@ -3887,7 +3934,12 @@ fn a_profile_whose_function_probes_cannot_load_is_said_not_judged_on_a_kernel_wi
 #[test]
 fn a_kernel_that_lacks_nothing_judges_everything() {
     let v = run(Some(1000.0), 1000.0, 10.0)
-        .drop(DropClass::TargetLoss, "NOT_SPECIFIED", "__udp4_lib_rcv+0x8d1", 3000)
+        .drop(
+            DropClass::TargetLoss,
+            "NOT_SPECIFIED",
+            "__udp4_lib_rcv+0x8d1",
+            3000,
+        )
         .device(DeviceView {
             xmit_refused: 20,
             ..device("veth0")

@@ -575,7 +575,10 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         block = block.title_bottom(replies_title(r));
     }
     // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
-    let seen_at = if s.kernel_lacks.contains(&crate::analysis::kernel::KernelLack::QdiscEnqueue) {
+    let seen_at = if s
+        .kernel_lacks
+        .contains(&crate::analysis::kernel::KernelLack::QdiscEnqueue)
+    {
         StageName::QdiscDequeue
     } else {
         StageName::QdiscEnqueue
