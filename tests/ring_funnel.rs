@@ -38,30 +38,34 @@ fn profile_ring_reader(test: &Privileged, stats_ms: Option<u32>) -> (Finished, V
         stats_ms.unwrap_or(0)
     ));
     let _ = std::fs::remove_file(&report);
-    let mut reader: Vec<String> = Vec::new();
-    reader.extend(
-        [
-            scanprof_bin(),
-            "ring-recv",
-            "--dev",
-            &lab.lab.target_dev,
-            "--frames",
-            "8",
-            "--read-rate",
-            "200",
-            "--duration",
-            "3.5",
-            "--linger",
-            "1.5",
-            "--report",
-            &report.to_string_lossy(),
-        ]
-        .map(String::from),
-    );
+    let mut reader = ring_reader_argv(&lab, "1.5", &report);
     if let Some(ms) = stats_ms {
         reader.extend(["--stats-every".to_string(), ms.to_string()]);
     }
     run_reader_beside_the_sender(test, lab, &reader, "0.5", &report)
+}
+
+/// `scanprof ring-recv` on the lab's target veth: an 8-frame ring read at 200 frames a second
+/// for 3.5 s, alive `linger` s more, its report written to `report`.
+fn ring_reader_argv(lab: &TestLab, linger: &str, report: &std::path::Path) -> Vec<String> {
+    [
+        scanprof_bin(),
+        "ring-recv",
+        "--dev",
+        &lab.lab.target_dev,
+        "--frames",
+        "8",
+        "--read-rate",
+        "200",
+        "--duration",
+        "3.5",
+        "--linger",
+        linger,
+        "--report",
+        &report.to_string_lossy(),
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// `scanprof run --json --interval INTERVAL -- READER` in the lab's target namespace; once it
@@ -409,26 +413,8 @@ fn profile_closing_reader(test: &Privileged, end: &str, linger: &str) -> (Finish
     let lab = TestLab::new(None);
     let report = std::env::temp_dir().join(format!("scanprof-ring-funnel-{}-{end}.json", std::process::id()));
     let _ = std::fs::remove_file(&report);
-    let reader: Vec<String> = [
-        scanprof_bin(),
-        "ring-recv",
-        "--dev",
-        &lab.lab.target_dev,
-        "--frames",
-        "8",
-        "--read-rate",
-        "200",
-        "--duration",
-        "3.5",
-        "--linger",
-        linger,
-        "--end",
-        end,
-        "--report",
-        &report.to_string_lossy(),
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut reader = ring_reader_argv(&lab, linger, &report);
+    reader.extend(["--end".to_string(), end.to_string()]);
     run_reader_beside_the_sender(test, lab, &reader, "5", &report)
 }
 

@@ -116,6 +116,20 @@ pub struct PacketRing {
 }
 
 impl PacketRing {
+    /// Adds what came between the counts `last` (the latest settled read) and `now` (a later
+    /// read, or the counts at close), and makes `now` the latest. A fall of the sums + counters
+    /// is a clear scanprof did not see; a family read whose counts were not read explains one.
+    fn take(&mut self, last: &mut Last, now: Last, owner_reads: u32) {
+        let (queued, c1) = grown(now.owner_queued, now.packets, last.owner_queued, last.packets);
+        let (dropped, c2) = grown(now.owner_drops, now.drops, last.owner_drops, last.drops);
+        self.queued += queued;
+        self.dropped += dropped;
+        let unread = now.owner_unread.saturating_sub(last.owner_unread);
+        self.clears += u32::from(c1 || c2).max(unread);
+        self.owner_reads = owner_reads;
+        *last = now;
+    }
+
     /// Takes the receive ring the socket had as it closed (read at its close with its
     /// counters), when that close read it.
     fn set_shape_at_close(&mut self, e: &sp_ring_reads) {
@@ -282,15 +296,7 @@ impl RingTable {
             // A record read while a family PACKET_STATISTICS read was half done: its counters
             // and sums may disagree; the counts wait for the next read.
             if r.settled != 0 {
-                let (queued, c1) = grown(r.owner_queued, r.tp_packets, last.owner_queued, last.packets);
-                let (dropped, c2) = grown(r.owner_drops, r.tp_drops, last.owner_drops, last.drops);
-                ring.queued += queued;
-                ring.dropped += dropped;
-                // A family read whose counts were not read explains a fall of the counters.
-                let unread = r.owner_unread.saturating_sub(last.owner_unread);
-                ring.clears += u32::from(c1 || c2).max(unread);
-                ring.owner_reads = r.owner_reads;
-                *last = Last::of(r);
+                ring.take(last, Last::of(r), r.owner_reads);
             }
             ring.read |= r.recv_read != 0;
             ring.fd = r.fd;
@@ -328,18 +334,7 @@ impl RingTable {
             match e {
                 Some(e) if e.closed != 0 => {
                     // Its counts at close end the same sums + counters as every read's.
-                    let (queued, c1) = grown(e.queued, e.closed_packets, last.owner_queued, last.packets);
-                    let (dropped, c2) = grown(e.drops, e.closed_drops, last.owner_drops, last.drops);
-                    ring.queued += queued;
-                    ring.dropped += dropped;
-                    let unread = e.unread.saturating_sub(last.owner_unread);
-                    ring.clears += u32::from(c1 || c2).max(unread);
-                    ring.owner_reads = e.reads;
-                    ring.read |= e.recv_read != 0;
-                    // Its ring as it closed: the iterator may have seen it only before its
-                    // owner set the ring up, as a plain receive queue nobody reads.
-                    ring.set_shape_at_close(&e);
-                    *last = Last {
+                    let at_close = Last {
                         sock: last.sock,
                         owner_queued: e.queued,
                         owner_drops: e.drops,
@@ -347,6 +342,11 @@ impl RingTable {
                         drops: e.closed_drops,
                         owner_unread: e.unread,
                     };
+                    ring.take(last, at_close, e.reads);
+                    ring.read |= e.recv_read != 0;
+                    // Its ring as it closed: the iterator may have seen it only before its
+                    // owner set the ring up, as a plain receive queue nobody reads.
+                    ring.set_shape_at_close(&e);
                 }
                 _ if waited < CLOSE_WAITS => {
                     self.closing.insert(key, waited + 1);
