@@ -386,9 +386,10 @@ impl Proc {
                 Err(e) => panic!("cannot wait for {}: {e}", self.name),
             }
             if Instant::now() > deadline {
-                // Drop ends it; say what it printed.
+                // Drop ends it; say what it printed and where each of its threads waits.
                 let context = self.context_now();
-                panic!("{} still ran after {timeout:?}; ended it\n{context}", self.name);
+                let stuck = where_it_waits(self.pid());
+                panic!("{} still ran after {timeout:?}; ended it\n{stuck}{context}", self.name);
             }
             each_poll();
             // Keep the pipes flowing so the child never blocks on a full pipe.
@@ -417,6 +418,28 @@ impl Proc {
         self.finish_polling(timeout, || {})
     }
 
+    /// For a helper whose output the test has already read (an independent counter such as
+    /// bpftrace): sends `sig` and gives it `grace` (stretched by `patience`) to exit. Returns
+    /// whether it did; if not, says on stderr where each of its threads waits, and ends it (Drop).
+    /// How fast a helper tears down is not what a test measures, so this does not fail it.
+    pub fn stop(mut self, sig: Signal, grace: Duration) -> bool {
+        self.signal(sig);
+        let deadline = Instant::now() + patience(grace);
+        while Instant::now() < deadline {
+            if !self.running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "{} still ran {:?} after {sig}; ending it\n{}",
+            self.name,
+            patience(grace),
+            where_it_waits(self.pid())
+        );
+        false
+    }
+
     fn context_now(&mut self) -> String {
         while let Ok(Some(l)) = self.stderr.next(Duration::from_millis(20)) {
             self.stderr_lines.push(l);
@@ -436,6 +459,34 @@ impl Drop for Proc {
         };
         scanprof::system::child::end_child(&mut child, Signal::SIGTERM, Duration::from_secs(3));
     }
+}
+
+/// Each thread of `pid`: its name, state, the kernel function it sleeps in and its kernel stack
+/// (root reads it), so a test whose child hangs says where: in the child's own code (state R or
+/// a user-space wait) or in the kernel (and in which call).
+fn where_it_waits(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("--- pid {pid}: gone before its threads could be read ---\n");
+    };
+    let mut out = format!("--- where pid {pid} waits ---\n");
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let state = read("status")
+            .lines()
+            .find_map(|l| l.strip_prefix("State:").map(|s| s.trim().to_string()))
+            .unwrap_or_default();
+        out += &format!(
+            "thread {} ({}): {state}, wchan {}\n",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan").trim()
+        );
+        for frame in read("stack").lines().take(12) {
+            out += &format!("    {frame}\n");
+        }
+    }
+    out
 }
 
 fn tail(lines: &[String], n: usize) -> String {
