@@ -389,7 +389,10 @@ impl Proc {
                 // Drop ends it; say what it printed and where each of its threads waits.
                 let context = self.context_now();
                 let stuck = where_it_waits(self.pid());
-                panic!("{} still ran after {timeout:?}; ended it\n{stuck}{context}", self.name);
+                panic!(
+                    "{} still ran after {timeout:?}; ended it\n{stuck}{context}",
+                    self.name
+                );
             }
             each_poll();
             // Keep the pipes flowing so the child never blocks on a full pipe.
