@@ -340,3 +340,144 @@ fn no_test_says_it_fails_today() {
     }
     assert!(found.is_empty(), "comments that say a test {phrase}: {found:?}");
 }
+
+/// The one integration-test binary (issue 29): Cargo.toml builds no test target by file
+/// (`autotests = false`) and declares one `[[test]]`, whose root declares tests/common and
+/// every other tests/*.rs as a module. Returns (its name, its root's stem, the modules the root
+/// declares).
+fn the_test_binary() -> (String, String, BTreeSet<String>) {
+    let cargo: toml::Table = read(&repo().join("Cargo.toml")).parse().unwrap();
+    assert_eq!(
+        cargo["package"].get("autotests").and_then(toml::Value::as_bool),
+        Some(false),
+        "Cargo.toml: `autotests = false`, or every tests/*.rs is a test binary of its own again"
+    );
+    let tests = cargo
+        .get("test")
+        .and_then(toml::Value::as_array)
+        .expect("Cargo.toml declares the integration tests' `[[test]]`");
+    assert_eq!(tests.len(), 1, "one integration-test binary: {tests:?}");
+    let name = tests[0]["name"].as_str().unwrap().to_string();
+    let path = tests[0]["path"].as_str().unwrap();
+    let stem = path
+        .strip_prefix("tests/")
+        .and_then(|p| p.strip_suffix(".rs"))
+        .unwrap_or_else(|| panic!("the test binary's root {path} is not a tests/*.rs"))
+        .to_string();
+    let modules = read(&repo().join(path))
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';'))
+        .map(String::from)
+        .collect();
+    (name, stem, modules)
+}
+
+/// A tests/*.rs file that the one test binary's root does not declare is never built nor run,
+/// and nothing says so: every file is a module of it, and it declares no file that is gone.
+#[test]
+fn every_test_file_is_a_module_of_the_one_test_binary() {
+    let (_, root, declared) = the_test_binary();
+    let mut files = stems("tests", ".rs");
+    files.remove(&root);
+    assert!(files.len() >= 30, "{files:?}");
+    // tests/common/mod.rs: the helpers, declared once for every module.
+    files.insert("common".into());
+    assert_eq!(
+        declared, files,
+        "the modules tests/{root}.rs declares vs tests/*.rs"
+    );
+}
+
+/// The `--test` target of every `cargo test` command in the README, docs/, scripts/, .ci/,
+/// tests/, benches/ and src/: each names a test target that exists, the one test binary (a
+/// file's name, as before issue 29, is no target any more: `cargo test --test privileged`
+/// runs nothing, it fails). And scripts/kernel-matrix's default tests each name a test of the
+/// target they give: `it|MODULE::NAME` a `fn NAME` of tests/MODULE.rs, `lib|PATH::NAME` a `fn
+/// NAME` of src/.
+#[test]
+fn test_commands_and_the_kernel_matrix_name_tests_that_exist() {
+    let (target, _, modules) = the_test_binary();
+    let command = regex::Regex::new(r"cargo test\b[^`\n]*?--test[ =]([A-Za-z0-9_-]+)").unwrap();
+    let this_file = repo().join("src/architecture_tests.rs");
+    let mut files: Vec<PathBuf> = ["tests", "src", "benches", "docs", "scripts", ".ci"]
+        .into_iter()
+        .flat_map(|d| {
+            std::fs::read_dir(repo().join(d))
+                .into_iter()
+                .flatten()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.is_file())
+                .chain(rust_files(d))
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| *p != this_file)
+        .collect();
+    files.push(repo().join("README.md"));
+    files.sort();
+    files.dedup();
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for p in &files {
+        let Ok(text) = std::fs::read_to_string(p) else {
+            continue; // not text
+        };
+        for (i, line) in text.lines().enumerate() {
+            for c in command.captures_iter(line) {
+                seen += 1;
+                if c[1] != target {
+                    wrong.push(format!(
+                        "{}:{}: --test {}",
+                        p.strip_prefix(repo()).unwrap().display(),
+                        i + 1,
+                        &c[1]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "only {seen} `cargo test --test` commands found");
+    assert!(
+        wrong.is_empty(),
+        "commands naming a test target that does not exist (the integration tests are one binary, \
+         `--test {target}`, a file's tests its module: `--test {target} privileged::`): {wrong:?}"
+    );
+
+    let matrix = read(&repo().join("scripts/kernel-matrix"));
+    let list = matrix
+        .split("default_tests=(")
+        .nth(1)
+        .and_then(|l| l.split("\n)").next())
+        .expect("scripts/kernel-matrix's default_tests=( ... )");
+    let src: String = rust_files("src").iter().map(|p| read(p)).collect();
+    let mut missing = Vec::new();
+    let mut entries = 0;
+    for entry in list
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('"')?.strip_suffix('"'))
+    {
+        entries += 1;
+        let mut fields = entry.split('|');
+        let (kind, name) = (fields.next().unwrap(), fields.next().unwrap_or(""));
+        let (path, func) = name.rsplit_once("::").unwrap_or(("", name));
+        let found = match kind {
+            "lib" => src.contains(&format!("fn {func}(")),
+            k if k == target => {
+                modules.contains(path)
+                    && read(&repo().join(format!("tests/{path}.rs"))).contains(&format!("fn {func}("))
+            }
+            _ => false,
+        };
+        if !found {
+            missing.push(entry.to_string());
+        }
+    }
+    assert!(
+        entries >= 10,
+        "only {entries} default tests in scripts/kernel-matrix"
+    );
+    assert!(
+        missing.is_empty(),
+        "scripts/kernel-matrix's default tests that name no test (`{target}|MODULE::NAME` or \
+         `lib|PATH::NAME`): {missing:?}"
+    );
+}

@@ -12,9 +12,9 @@
 //! into the labs the test creates (removed on drop); Prometheus listens on 127.0.0.1 only and
 //! keeps its data in a temporary directory the test removes; every process is ended by pid.
 //!
-//! Run: `cargo test --test agent`
+//! Run: `cargo test --test it agent::`
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -8,7 +8,7 @@
 //! the drops with `tc` or with the receiving side. Independent counts: the lab receiver, `tc -s
 //! qdisc` of the sender's veth, the sender's own report.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! /run/netns (there while it runs, gone after, also after Ctrl-C), its machine facts for
 //! presence. Needs root (namespaces): fails, never skips, without it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //!
 //! Needs root (BPF) and fails, never skips, without it. Traffic: loopback only, bounded.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `promtool check metrics`. No root needed; promtool comes with Debian's prometheus package
 //! (scripts/setup).
 //!
-//! Run: `cargo test --test deploy`
+//! Run: `cargo test --test it deploy::`
 
 use std::io::Write;
 use std::path::Path;

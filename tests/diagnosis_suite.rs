@@ -8,9 +8,9 @@
 //! They need root (BPF, namespaces) and fail, never skip, without it; they run one at a time.
 //! Each sends for 4 s, bounded in count and time, into its own lab only.
 //!
-//! Run: `cargo test --test diagnosis_suite`
+//! Run: `cargo test --test it diagnosis_suite::`
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

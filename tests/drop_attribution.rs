@@ -4,7 +4,7 @@
 //! with an earlier one that has exited (issue 20: two senders one after the other, all 8,000
 //! NO_SOCKET drops went to the first pid).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! table, tc's drop count and the lab's addresses. Privileged (BPF, namespaces): fails without
 //! root.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

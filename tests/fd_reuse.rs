@@ -4,7 +4,7 @@
 //! counted on the new socket at every stage: a stale cache would leave the new socket
 //! unregistered, and its packets would be nobody's after the syscall.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

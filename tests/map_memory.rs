@@ -7,9 +7,9 @@
 //! They load BPF programs, so they need root and fail, never skip, without it (CI runs them as
 //! root). No traffic; the processes they start are ended by pid.
 //!
-//! Run: `cargo test --test map_memory -- --test-threads=1`
+//! Run: `cargo test --test it map_memory:: -- --test-threads=1`
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

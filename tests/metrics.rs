@@ -7,9 +7,9 @@
 //! namespace lab the test creates (removed on drop); Prometheus listens on 127.0.0.1 only, keeps
 //! its data in a temporary directory the test removes, and is ended by pid.
 //!
-//! Run: `cargo test --test metrics`
+//! Run: `cargo test --test it metrics::`
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

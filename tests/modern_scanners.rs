@@ -11,7 +11,7 @@
 //! root (BPF, namespaces) and fails, never skips, without it or without the binaries. Traffic
 //! only between the lab's namespaces, bounded by port counts and timeouts.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

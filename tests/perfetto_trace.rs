@@ -8,9 +8,9 @@
 //! Privileged (BPF, namespaces): fails, never skips, without root. The traffic goes into a lab
 //! this test creates, bounded in count and time.
 //!
-//! Run: `cargo test --test perfetto_trace -- --test-threads=2`
+//! Run: `cargo test --test it perfetto_trace:: -- --test-threads=2`
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

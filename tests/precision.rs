@@ -3,9 +3,9 @@
 //! defect (so that a lab or scanner test calling `assert_precise` can fail), and none on a
 //! clean run. Unprivileged, no traffic.
 //!
-//! Run: `cargo test --test precision`
+//! Run: `cargo test --test it precision::`
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -7,9 +7,9 @@
 //! and the tests run one at a time (`common::serial`), since tracepoints are global and rates
 //! are measured on a small machine.
 //!
-//! Run: `cargo test --test privileged -- --test-threads=2`
+//! Run: `cargo test --test it privileged:: -- --test-threads=2`
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -7,9 +7,9 @@
 //! goes only to 127.0.0.1 (a closed port), bounded in count and time. The sysctl it sets
 //! (`kernel.bpf_stats_enabled`) is restored by a guard, also when the test fails.
 //!
-//! Run: `cargo test --release --test probe_cost -- --test-threads=1`
+//! Run: `cargo test --release --test it probe_cost:: -- --test-threads=1`
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::Command;

@@ -9,9 +9,9 @@
 //! 5,000 pps (SCANPROF_RECV_COST_RATE overrides the rate) into the lab it creates and removes.
 //! Each run prints a row of the capacity table of docs/benchmarks.md.
 //!
-//! Run: `cargo test --test receive_cost -- --test-threads=1 --nocapture`
+//! Run: `cargo test --test it receive_cost:: -- --test-threads=1 --nocapture`
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

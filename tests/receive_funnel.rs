@@ -10,9 +10,9 @@
 //! Needs root (BPF, namespaces); fails, never skips, without it. Bounded: 3 s of 5,000 pps into
 //! the lab the command creates and removes.
 //!
-//! Run: `cargo test --test receive_funnel`
+//! Run: `cargo test --test it receive_funnel::`
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,9 +8,9 @@
 //! namespace lab the test creates (removed on drop), every send is bounded in time and count,
 //! and only the processes the test started are signalled, by pid.
 //!
-//! Run: `cargo test --test recount`
+//! Run: `cargo test --test it recount::`
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! refactors of src/analysis/verdict: `scripts/compare-reports` re-renders a bundle's stored
 //! verdicts, this recomputes them.
 //!
-//!   REDIAGNOSE=DIR_OF_BUNDLES cargo test --test rediagnose -- --ignored --nocapture
+//!   REDIAGNOSE=DIR_OF_BUNDLES cargo test --test it rediagnose:: -- --ignored --nocapture
 
 use std::path::Path;
 

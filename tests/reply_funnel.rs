@@ -12,9 +12,9 @@
 //! Needs root (BPF, namespaces) and nmap; fails, never skips, without them. Bounded: 2,000 probes
 //! at 1,000 pps into the lab the test creates and removes.
 //!
-//! Run: `cargo test --test reply_funnel`
+//! Run: `cargo test --test it reply_funnel::`
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -11,9 +11,9 @@
 //! Needs root (BPF, namespaces); fails, never skips, without it. Bounded: 4,000 packets in at
 //! most 2.5 s into the lab the test creates and removes (each test).
 //!
-//! Run: `cargo test --test ring_funnel`
+//! Run: `cargo test --test it ring_funnel::`
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! Needs root (BPF) and fails, never skips, without it. Traffic goes only to 127.0.0.1 (a closed
 //! port), bounded in count and time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

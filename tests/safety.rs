@@ -3,7 +3,7 @@
 //! load BPF or create namespaces need root and fail (never skip) without it; the hostile-bundle
 //! tests need no privilege.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::process::ExitStatusExt;

@@ -10,7 +10,7 @@
 //! Root only (BPF, namespaces); they fail, never skip, without it. Traffic goes only into labs
 //! these tests create; every run is bounded by its packet count and by a timeout.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -18,9 +18,9 @@
 //! `SCANPROF_SCANNERS_LAB_ONLY=1` runs the scanners without scanprof and checks only the lab's
 //! counts: the way to re-measure the figures in docs/scanners-lab.md.
 //!
-//! Run: `cargo test --test scanners`
+//! Run: `cargo test --test it scanners:: -- --skip modern_scanners::` (a filter is a substring)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io;

@@ -3,9 +3,9 @@
 //! checked against the lab's UDP receiver and the target veth's own counter.
 //!
 //! They need root (namespaces, raw and packet sockets) and fail, never skip, without it.
-//! Run: `cargo test --test senders`
+//! Run: `cargo test --test it senders::`
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

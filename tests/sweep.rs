@@ -4,7 +4,7 @@
 //! step's figures are checked against `tc -s qdisc` and the lab receiver's count, read by the
 //! test itself as each step's line arrives. Needs root; fails (never skips) without it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

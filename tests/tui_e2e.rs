@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 // scanprof runs under tmux's server here, not as a child of the test: each test waits for it to
 // exit before its end checks that no program it loaded is left (the check cannot see a program

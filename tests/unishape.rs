@@ -8,9 +8,9 @@
 //! labs these tests create (or into a fresh empty namespace that has no route anywhere); every
 //! run is bounded by its packet count and the fixture's own 120 s limit.
 //!
-//! Run: `cargo test --test unishape -- --test-threads=1`
+//! Run: `cargo test --test it unishape:: -- --test-threads=1`
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

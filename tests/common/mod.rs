@@ -12,7 +12,7 @@ pub mod prometheus;
 pub mod test_lab;
 pub mod unishape;
 
-// Not every test binary uses the lab.
+// Not every module of the test binary uses the lab by this name.
 #[allow(unused_imports)]
 pub use test_lab::TestLab;
 
@@ -49,7 +49,7 @@ fn require_root() {
     if !nix::unistd::geteuid().is_root() {
         panic!(
             "the privileged tests need root (they load BPF programs and create network \
-             namespaces); CI runs them as root. Run: sudo -E cargo test --test privileged"
+             namespaces); CI runs them as root. Run: sudo -E cargo test --test it"
         );
     }
 }
