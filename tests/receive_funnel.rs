@@ -380,6 +380,17 @@ fn a_responder_that_needs_more_than_its_cpu_is_receiver_cpu_bound() {
         .filter(|v| v.kind == Kind::Loss)
         .map(|v| v.cause)
         .collect();
+    eprintln!(
+        "receiver-cpu-bound: {dropped} dropped; loss verdicts {:?}; received over {:?} s of a {:.1} s run",
+        summary
+            .verdicts
+            .iter()
+            .filter(|v| v.kind == Kind::Loss)
+            .map(|v| (v.cause, v.share))
+            .collect::<Vec<_>>(),
+        summary.receive_active_s,
+        summary.duration_s
+    );
     assert_eq!(
         loss[..loss.len().min(2)],
         [Cause::ReceiverCpuBound, Cause::RcvbufOverflow],
