@@ -641,30 +641,61 @@ fn a_full_conntrack_table_is_conntrack_full_and_its_share_matches_the_kernels_dr
 
 /// Issue 13, causes: the sender's cgroup CPU quota. The lab moves the busy-waiting sender
 /// (per-packet slots) into a cgroup of its own with 0.3 CPU and removes it after. Truth: the
-/// gap from the target namespace's delivered count; the cgroup's own counters show that it was
-/// throttled, and the verdict is the quota's, not preemption.
+/// quota's share from the cgroup's own cpu.stat (its throttled periods x (period - quota) over
+/// its periods), at most the gap from the target namespace's delivered count; the verdict is
+/// the quota's, not preemption, and first whenever the quota took more than the rest of the gap.
 #[test]
 fn a_cgroup_cpu_quota_is_cgroup_throttled_not_preemption() {
     let test = privileged();
     let run = run_lab(&test, "cgroup-throttled");
     let cg = &run.lab["cgroup"];
     assert_eq!(cg["sender_moved"], true, "{}", run.lab);
+    // The expectation is the kernel's own count for this run, the cgroup's cpu.stat: in each of
+    // its nr_throttled periods the sender, having used its quota, waited for the next period
+    // (period - quota at most: less where other tasks had already held it off the CPU in that
+    // period). On 6.18 throttled_usec counts only from the throttled task's dequeue at its
+    // return to user space (~10 of the 70 ms seen here), so the periods are the count to use.
+    // The rest of the gap is not the quota's: on a busy machine other tasks take the sender's
+    // CPU in periods it never reaches its quota (seen: throttled in 34 of 45 periods, a gap of
+    // 70.1% of which the quota's 52.9%, scanprof's cgroup_throttled 53.5%).
     let (periods, throttled) = (
         cg["nr_periods"].as_u64().unwrap(),
         cg["nr_throttled"].as_u64().unwrap(),
     );
+    let (quota_us, period_us) = (
+        cg["quota_us"].as_u64().unwrap(),
+        cg["period_us"].as_u64().unwrap(),
+    );
+    assert!(throttled > 0, "the quota never throttled the sender: {}", run.lab);
+    let quota_truth = (throttled * period_us.saturating_sub(quota_us)) as f64 / (periods * period_us) as f64;
+    let gap = run.gap_truth();
+    eprintln!(
+        "cgroup-throttled: throttled in {throttled} of {periods} periods: the quota's share \
+         {quota_truth:.3} of a gap of {gap:.3}"
+    );
     assert!(
-        throttled * 10 >= periods * 8,
-        "throttled in only {throttled} of {periods} periods: {}",
+        quota_truth <= gap + TOLERANCE,
+        "the kernel's throttled periods ({quota_truth:.3}) exceed the delivered gap ({gap:.3}): {}",
         run.lab
     );
-    let truth = run.gap_truth();
-    assert!(
-        truth > 0.5,
-        "the quota held the sender back too little to test: {}",
-        run.lab
-    );
-    run.assert_diagnosis(Kind::Gap, Cause::CgroupThrottled, Some(truth));
+    if quota_truth > gap - quota_truth {
+        // The quota took more of the sender's time than everything else together: first.
+        run.assert_diagnosis(Kind::Gap, Cause::CgroupThrottled, Some(quota_truth));
+    } else {
+        // Other tasks took more: the quota's part is still named, at its share.
+        let v = run
+            .summary
+            .verdicts
+            .iter()
+            .find(|v| v.kind == Kind::Gap && v.cause == Cause::CgroupThrottled)
+            .unwrap_or_else(|| panic!("no cgroup_throttled verdict: {:#?}", run.summary.verdicts));
+        assert!(
+            (v.share - quota_truth).abs() <= TOLERANCE,
+            "cgroup_throttled explains {:.3}, the kernel's throttled periods {quota_truth:.3}: {}",
+            v.share,
+            run.lab
+        );
+    }
     // The cgroup is gone.
     let path = cg["path"].as_str().unwrap();
     for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {

@@ -63,6 +63,7 @@ fn clean() -> Summary {
         scanner: None,
         connect: None,
         receive: None,
+        receive_active_s: None,
         limits: None,
         relay: None,
         replies: None,

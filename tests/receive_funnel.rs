@@ -181,7 +181,11 @@ fn lab_run(scenario: &str) -> (scanprof::analysis::Summary, Value) {
 
 /// Runs `scanprof lab SCENARIO --json EXTRA...` and returns its summary and lab line.
 fn lab_run_with(scenario: &str, extra: &[&str]) -> (scanprof::analysis::Summary, Value) {
-    let test = privileged();
+    lab_run_as(&privileged(), scenario, extra)
+}
+
+/// [`lab_run_with`] inside a test that holds the privileged harness already.
+fn lab_run_as(test: &Privileged, scenario: &str, extra: &[&str]) -> (scanprof::analysis::Summary, Value) {
     let mut args: Vec<String> = ["lab", scenario, "--json", "--duration", &SEND_S.to_string()]
         .map(String::from)
         .to_vec();
@@ -200,11 +204,65 @@ fn lab_run_with(scenario: &str, extra: &[&str]) -> (scanprof::analysis::Summary,
 /// Per-class cost (issue 15 item 2's optional part): `lab responder-kinds`, a SCHED_FIFO
 /// responder (`scanprof recv --respond 256`) fed 64- and 512-byte datagrams by two senders,
 /// profiled with `--recv-classes 256`. scanprof's packets per class equal the responder's own
-/// count per kind; its ns per packet of each class is within 25% of the responder's own time
-/// per kind (CLOCK_MONOTONIC from a read's return to the next read); the costly kind costs more.
+/// count per kind; its ns per packet of each class is within 5% of bpftrace's over the same
+/// window (the responder's recvfrom returning to its next recvfrom's entry, by tid and length,
+/// less the time it was switched out) and at least the responder's own time per kind (CLOCK_MONOTONIC from a read's
+/// return in user space to its next read: a part of that window, without the two syscall
+/// transitions and the probes on them, 16-20% of it beside a CPU hog); the costly kind costs
+/// more.
 #[test]
 fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
-    let (summary, lab) = lab_run("responder-kinds");
+    let test = privileged();
+    use nix::sys::signal::Signal;
+    use std::collections::HashMap;
+    use std::process::Command;
+    // bpftrace times every thread's windows from a recvfrom's return (its length) to the
+    // thread's next recvfrom: a clock independent of scanprof's over the window scanprof's
+    // classes cover (the responder reads with recvfrom only).
+    // A window's time off the CPU (preempted) moves its start on by as much, so that bpftrace
+    // counts on-CPU time as scanprof does: wall time alone was 5.3% over scanprof's in one
+    // run beside a CPU hog (15,885 against 15,041 ns), a few preemptions among 6,000 windows.
+    let script = "tracepoint:syscalls:sys_exit_recvfrom /args->ret > 0/ { @at[tid] = nsecs; @len[tid] = args->ret; } \
+                  tracepoint:sched:sched_switch /@at[args->prev_pid] != 0/ { @out[args->prev_pid] = nsecs; } \
+                  tracepoint:sched:sched_switch /@out[args->next_pid] != 0/ { @at[args->next_pid] += nsecs - @out[args->next_pid]; delete(@out[args->next_pid]); } \
+                  tracepoint:syscalls:sys_enter_recvfrom /@at[tid] != 0/ { @ns[tid, @len[tid]] = sum(nsecs - @at[tid]); @n[tid, @len[tid]] = count(); delete(@at[tid]); delete(@len[tid]); } \
+                  END { clear(@at); clear(@len); clear(@out); }";
+    let mut bpftrace = Proc::spawn(
+        "bpftrace",
+        {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", script]);
+            c
+        },
+        false,
+    );
+    bpftrace.wait_for_line("`Attaching` line", Duration::from_secs(20), |l| {
+        l.starts_with("Attaching")
+    });
+    let (summary, lab) = lab_run_as(&test, "responder-kinds", &[]);
+    bpftrace.signal(Signal::SIGINT);
+    // Its exit took over 30 s once on a machine at load 12.
+    let bpftrace = bpftrace.finish(Duration::from_secs(90));
+    // `@ns[TID, LEN]: VALUE` lines: (map, tid, len) -> value.
+    let mut seen: HashMap<(String, u64, u64), u64> = HashMap::new();
+    for l in &bpftrace.lines {
+        let parsed = (|| {
+            let (key, value) = l.split_once("]: ")?;
+            let (map, args) = key.split_once('[')?;
+            let (tid, len) = args.split_once(", ")?;
+            Some((
+                (
+                    map.trim_start_matches('@').to_string(),
+                    tid.parse().ok()?,
+                    len.parse().ok()?,
+                ),
+                value.trim().parse().ok()?,
+            ))
+        })();
+        if let Some((k, v)) = parsed {
+            seen.insert(k, v);
+        }
+    }
     let receive = summary.receive.as_ref().expect("a receive funnel");
     let own = &lab["listener"];
     let kinds: Vec<&Value> = own["workers"][0]["kinds"]
@@ -223,6 +281,7 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
         u64_of(&lab, "target_udp_in"),
         "{lab}"
     );
+    let tid = u64_of(&own["workers"][0], "tid");
     let mut ns = Vec::new();
     for (k, (class, kind)) in receive.classes.iter().zip(&kinds).enumerate() {
         let packets = u64_of(kind, "packets");
@@ -231,17 +290,53 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
             class.packets, packets,
             "kind {k}: scanprof vs the responder's own count"
         );
-        let want = u64_of(kind, "handled_ns") as f64 / packets as f64;
+        // bpftrace's windows of the responder's thread whose read's length is in the class.
+        let in_class = |len: u64| {
+            len >= u64::from(class.min_bytes) && class.below_bytes.is_none_or(|b| len < u64::from(b))
+        };
+        let of = |map: &str| -> u64 {
+            seen.iter()
+                .filter(|((m, t, len), _)| m == map && *t == tid && in_class(*len))
+                .map(|(_, v)| *v)
+                .sum()
+        };
+        let (bt_ns, bt_n) = (of("ns"), of("n"));
+        assert_eq!(
+            bt_n, packets,
+            "kind {k}: bpftrace's windows vs the responder's reads\n{:?}",
+            bpftrace.lines
+        );
+        let same_window = bt_ns as f64 / bt_n as f64;
+        let own_clock = u64_of(kind, "handled_ns") as f64 / packets as f64;
         let got = class.ns_per_packet.expect("packets were read");
-        assert_within(&format!("kind {k}'s ns per packet"), got, want, 0.25);
         eprintln!(
-            "kind {k} ({}): {packets} packets, scanprof {got:.0} ns, own clock {want:.0} ns",
+            "kind {k} ({}): {packets} packets, scanprof {got:.0} ns, bpftrace over the same window \
+             {same_window:.0} ns, the responder's own clock {own_clock:.0} ns",
             class.label()
         );
-        ns.push(got);
+        // The same window and the same quantity, on-CPU time, by another clock and program.
+        assert_within(
+            &format!("kind {k}'s ns per packet vs bpftrace's"),
+            got,
+            same_window,
+            0.05,
+        );
+        // The responder's own clock covers a part of that window.
+        assert!(
+            got >= own_clock,
+            "kind {k}: scanprof's {got:.0} ns under the responder's own {own_clock:.0} ns, a part of its window"
+        );
+        ns.push((got, same_window));
     }
-    // 8 us of work against 200 ns: the costly class costs several us more.
-    assert!(ns[1] > ns[0] + 5_000.0, "{ns:?}");
+    // 8 us of work against 200 ns makes the costly class dearer by what the same windows say:
+    // several us on a quiet machine, as little as 0.2 us beside a CPU hog (seen: 17,187 and
+    // 17,430 ns by scanprof, 17,039 and 17,264 by bpftrace; the responder calibrates its work
+    // once, at its start). Held to the bound of each class above, on the difference.
+    let (got, same_window) = (ns[1].0 - ns[0].0, ns[1].1 - ns[0].1);
+    assert!(
+        (got - same_window).abs() <= 0.05 * ns[0].1,
+        "the costly class dearer by {got:.0} ns, by bpftrace's windows {same_window:.0} ns: {ns:?}"
+    );
     // The responder runs SCHED_FIFO, so normal tasks do not preempt it and its own clock (wall
     // time per handling) holds. The kernel's stop-class threads (migration/N) still preempt it
     // now and then for a few us: one in a thousand reads does not move a mean over thousands,
@@ -285,8 +380,19 @@ fn a_responder_that_needs_more_than_its_cpu_is_receiver_cpu_bound() {
         .filter(|v| v.kind == Kind::Loss)
         .map(|v| v.cause)
         .collect();
+    eprintln!(
+        "receiver-cpu-bound: {dropped} dropped; loss verdicts {:?}; received over {:?} s of a {:.1} s run",
+        summary
+            .verdicts
+            .iter()
+            .filter(|v| v.kind == Kind::Loss)
+            .map(|v| (v.cause, v.share))
+            .collect::<Vec<_>>(),
+        summary.receive_active_s,
+        summary.duration_s
+    );
     assert_eq!(
-        loss[..2],
+        loss[..loss.len().min(2)],
         [Cause::ReceiverCpuBound, Cause::RcvbufOverflow],
         "{:#?}",
         summary.verdicts

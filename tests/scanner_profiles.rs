@@ -295,9 +295,16 @@ fn a_wrong_calibration_shows_its_error_and_the_claim_that_hides_it() {
     // out the claim.
     eprintln!("top gap verdict: {}", top_gap_cause(&summary));
     let mis = verdict(&summary, "miscalibrated");
-    assert!(
-        f(&mis["share"]) > 0.1,
-        "the 25% longer slots cost a fifth of the rate: {mis}"
+    // Each packet sent waits 0.25 slots too long: that costs 0.25 x (packets sent / packets
+    // asked for) of the requested rate, a fifth of it at the ~1600 pps of a quiet machine. When
+    // other work preempts the busy-wait (lost for good) fewer packets are sent and their longer
+    // slots cost less: the expectation is the receiver's rate, not a constant.
+    let skew_cost = 0.25 * rx_pps / 2000.0;
+    assert_within(
+        "miscalibrated share vs 0.25 x the receiver's share of the rate",
+        f(&mis["share"]),
+        skew_cost,
+        0.03,
     );
     assert_eq!(mis["confidence"], "strong", "{mis}");
     assert!(

@@ -297,6 +297,9 @@ pub struct Analyzer {
     nominal_interval_ns: Option<u64>,
     /// the latest tick's phase
     last_phase: Option<RunPhase>,
+    /// length of the ticks so far in which the family read packets or lost some before its
+    /// read, ns (the summary's `receive_active_s`)
+    receive_active_ns: u64,
     /// what the running kernel lacks (`set_kernel_lacks`), carried into every Snapshot and the
     /// Summary
     kernel_lacks: Vec<kernel::KernelLack>,
@@ -320,6 +323,7 @@ impl Analyzer {
             relay_fanout: None,
             nominal_interval_ns: None,
             last_phase: None,
+            receive_active_ns: 0,
             kernel_lacks: Vec::new(),
         }
     }
@@ -484,6 +488,9 @@ impl Analyzer {
         let threads = thread_views(s, Some(&prev), interval_ns, self.start_ns);
         let drops = tick_drop_rows(&s.drops, &prev.drops, interval_s);
         let receive = receive::receive_view(s, Some(&prev), interval_s, &drops);
+        if receive.as_ref().is_some_and(receive::active) {
+            self.receive_active_ns += interval_ns;
+        }
         let replies = replies::reply_funnel(
             s,
             Some(&prev),
@@ -672,6 +679,8 @@ impl Analyzer {
             probes,
             scanner,
             connect,
+            receive_active_s: (receive.is_some() && self.receive_active_ns > 0)
+                .then(|| self.receive_active_ns as f64 / 1e9),
             receive,
             replies,
             limits: self.run_limits(last, duration_ns),

@@ -114,6 +114,11 @@ pub struct ReceiveClass {
     pub oncpu_share: f64,
 }
 
+/// Whether the family read packets in the view's interval or lost some before its read.
+pub fn active(r: &ReceiveView) -> bool {
+    r.count(StageName::RecvPackets) > 0 || r.count(StageName::RecvDrops) > 0
+}
+
 /// The classes of the packets read between `prev` (None: since attach) and `now`, summed over
 /// the family's threads; empty when packets are not classed.
 pub fn receive_classes(

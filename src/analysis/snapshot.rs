@@ -398,6 +398,11 @@ pub struct Summary {
     /// the receive funnel over the run (rates over its duration), when the family receives
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive: Option<ReceiveView>,
+    /// seconds of the ticks in which the family read packets or lost some before its read:
+    /// the time the run's receive verdicts judge its load over (a run that outlasts its
+    /// traffic would otherwise spread the load over idle time); absent when it received none
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_active_s: Option<f64>,
     /// the reply funnel over the run: probes sent, replies arrived, delivered, dropped here
     /// (absent when the reply counter is not attached, or nothing was sent or arrived)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -679,6 +684,7 @@ impl Summary {
             scanner: None,
             connect: None,
             receive: None,
+            receive_active_s: None,
             replies: None,
             limits: None,
             relay: None,

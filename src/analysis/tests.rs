@@ -1272,3 +1272,43 @@ fn merged_ticks_are_their_packets_over_their_time() {
     assert_eq!((m.start_ns, m.end_ns), (START, START + 40 * MS));
     assert!((m.pps - 2500.0).abs() < 1e-9, "{}", m.pps);
 }
+
+/// Issue 29: the run's receive verdicts judge the family's load over the ticks it received in
+/// (`receive_active_s`), not over a run that outlasts its traffic.
+#[test]
+fn the_summary_counts_the_time_the_family_received_in() {
+    let reader = |t_ns: u64, packets: u64| {
+        sample(t_ns)
+            .thread(ThreadCounters {
+                pid: 7,
+                tid: 7,
+                recv: crate::collect::RecvCounters {
+                    calls: packets,
+                    packets,
+                    bytes: packets * 64,
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .0
+    };
+    let mut a = Analyzer::new(None, START);
+    // Nothing in the first second, 100 read in each of the next two, nothing in the last.
+    let samples: Vec<CounterSample> = [0, 100, 200, 200]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| reader(START + (i as u64 + 1) * SEC, n))
+        .collect();
+    for s in &samples {
+        a.tick(s, &[]);
+    }
+    let run = a.summary(&samples[3], EndReason::Duration, Vec::new(), Vec::new());
+    assert_close(run.duration_s, 4.0);
+    assert_eq!(run.receive_active_s, Some(2.0));
+    // A family that never received has none.
+    let mut quiet = Analyzer::new(None, START);
+    let s = sample(START + SEC).0;
+    quiet.tick(&s, &[]);
+    let run = quiet.summary(&s, EndReason::Duration, Vec::new(), Vec::new());
+    assert_eq!(run.receive_active_s, None);
+}

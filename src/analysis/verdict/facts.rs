@@ -371,7 +371,9 @@ impl<'a> Facts<'a> {
             probe: s.cost.bpf.as_ref(),
             caveats,
             receive: s.receive.as_ref(),
-            receive_s: s.duration_s,
+            // over the ticks it received in: a run that outlasts its traffic (a lab's, longer
+            // on a busy machine) would spread its load over idle time
+            receive_s: s.receive_active_s.unwrap_or(s.duration_s),
             limits: s.limits.as_ref(),
             throttled_ns: throttled_wait(s.limits.as_ref(), &sender_windows),
             relay: s.relay.as_ref(),

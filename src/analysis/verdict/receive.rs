@@ -79,7 +79,15 @@ fn rows<'a>(r: &'a ReceiveView, reasons: &[&str]) -> Vec<&'a DropRow> {
 fn funnel_lines(f: &Facts, r: &ReceiveView, dropped: u64) -> Vec<String> {
     let read = r.count(StageName::RecvPackets);
     let over = if f.live { "in this tick" } else { "over the run" };
-    let per_s = |n: u64| pps(n as f64 / f.receive_s.max(1e-9));
+    // Over the run, a rate is over the ticks the family received in (`receive_s`).
+    let per_s = |n: u64| {
+        let rate = pps(n as f64 / f.receive_s.max(1e-9));
+        if f.live {
+            rate
+        } else {
+            format!("{rate} while receiving")
+        }
+    };
     vec![
         format!(
             "{read} packets read by {} receive calls {over} ({}), {} calls found nothing to read",

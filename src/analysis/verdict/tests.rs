@@ -2956,6 +2956,46 @@ fn a_reader_needing_more_cpu_than_it_has_is_receiver_cpu_bound_before_its_buffer
     assert!(v[0].next_step.contains("CPU of its own"), "{}", v[0].next_step);
 }
 
+/// Issue 29: `lab receiver-cpu-bound` beside a CPU hog named only `rcvbuf_overflow`: its
+/// 30,000 arrivals came in the 3 s of the send, but were spread over the 5.5 s run (the lab's
+/// start and end, longer on a busy machine), which halved the CPUs they needed and the
+/// reader's busy share. The load is judged over the ticks the family received in.
+#[test]
+fn a_readers_load_is_judged_over_the_time_it_received_not_the_whole_run() {
+    // 10,000 arrivals in 10 s at 600 us each, on a CPU 0.6 s and waiting 2 s: over the run 0.6
+    // CPUs needed and busy 26% (not CPU-bound); over the 5 s it received in, 1.2 and 52%.
+    let reader = |active_s: Option<f64>| {
+        let mut r = run(None, 0.0, 10.0).receives(1000, 1000, &[("SOCKET_RCVBUFF", 9000)]);
+        r.0.send_calls = 0;
+        r.0.receive_active_s = active_s;
+        if let Some(rx) = r.0.receive.as_mut() {
+            rx.cost = Some(crate::analysis::receive::ReceiveCost {
+                workers: 1,
+                packets: 1000,
+                pps: 100.0,
+                oncpu_ns: 600_000_000,
+                runq_ns: 2_000_000_000,
+                ns_per_packet: Some(600_000.0),
+                ..Default::default()
+            });
+        }
+        r.verdicts()
+    };
+    assert_eq!(causes(&reader(None)), [Cause::RcvbufOverflow]);
+    let v = reader(Some(5.0));
+    assert_eq!(
+        causes(&v)[..2],
+        [Cause::ReceiverCpuBound, Cause::RcvbufOverflow],
+        "{:?}",
+        causes(&v)
+    );
+    assert!(
+        v[0].evidence.iter().any(|e| e.contains("takes 1.20 CPUs")),
+        "{:?}",
+        v[0].evidence
+    );
+}
+
 #[test]
 fn a_paced_reader_that_sleeps_is_no_receiver_cpu_bound() {
     // 20 us per packet: 1,000 arrivals/s need 0.02 of a CPU.
