@@ -604,7 +604,7 @@ impl Analyzer {
         for th in &last.threads {
             connects.add(&th.connect);
         }
-        let connect = ConnectView::of(&connects, t.calls, window_s);
+        let connect = ConnectView::of(&connects, t.calls, window_s, last.syn_retransmits);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,
