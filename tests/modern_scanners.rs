@@ -529,6 +529,15 @@ fn rustscan_unanswered_ports_count_the_kernel_s_syn_retransmissions_apart() {
         "{}",
         s["stage_counts"]
     );
+    // Every SYN on the wire is a probe of the reply funnel, and each was handed to the kernel
+    // for the scan: the loss is all of them, not "300 of 100".
+    assert_eq!(s["replies"]["probes"].as_u64(), Some(syns), "{}", s["replies"]);
+    let loss = s["verdicts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["kind"] == "loss"))
+        .unwrap_or_else(|| panic!("no loss verdict: {}", s["verdicts"]));
+    let handed = format!("{syns} of {syns} packets handed to the kernel dropped");
+    assert!(loss.to_string().contains(&handed), "{handed}: {loss}");
     drop(run);
     test.assert_released("scanprof run of rustscan into dropped ports");
     lab.destroy();

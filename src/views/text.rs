@@ -143,7 +143,7 @@ pub fn summary(s: &Summary) -> String {
         receive_section(&mut o, r);
     }
     if let Some(r) = &s.replies {
-        replies_section(&mut o, r);
+        replies_section(&mut o, r, s.connect.and_then(|c| c.kernel_syn_retransmits));
     }
     if let Some(relay) = &s.relay {
         relay_section(&mut o, relay);
@@ -465,10 +465,18 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
 }
 
 /// The reply funnel over the run: probes, replies arrived by kind, delivered, dropped here.
-pub fn replies_section(o: &mut String, r: &crate::analysis::replies::ReplyFunnel) {
+/// `retransmits`: the kernel's SYN retransmissions among the probes (a connect scan's).
+pub fn replies_section(o: &mut String, r: &crate::analysis::replies::ReplyFunnel, retransmits: Option<u64>) {
     let a = &r.arrived;
     let _ = writeln!(o, "\nreply funnel (over the run):");
-    let _ = writeln!(o, "  probes sent          {:>12}", r.probes);
+    let _ = write!(o, "  probes sent          {:>12}", r.probes);
+    let _ = match retransmits.filter(|&n| n > 0) {
+        Some(n) => writeln!(
+            o,
+            "  ({n} of them the kernel's SYN retransmissions for unanswered connects)"
+        ),
+        None => writeln!(o),
+    };
     let _ = writeln!(
         o,
         "  replies arrived      {:>12}  ({} per probe; counted on arrival at this host from the addresses probed)",
