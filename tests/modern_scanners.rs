@@ -448,3 +448,97 @@ fn rustscan_below_its_open_file_limit_is_an_fd_limit() {
     test.assert_released("scanprof run of rustscan under a low ulimit");
     lab.destroy();
 }
+
+/// A counter of /proc/net/netstat (e.g. "TcpExt" "TCPSynRetrans") in the sender's namespace:
+/// the kernel's own count for every socket there, read inside the namespace the test made.
+fn sender_netstat(lab: &TestLab, group: &str, name: &str) -> u64 {
+    let out = lab
+        .lab
+        .command_in_sender("cat", &strings(&["/proc/net/netstat"]))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot read /proc/net/netstat: {e}"));
+    assert!(out.status.success(), "reading /proc/net/netstat: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let prefix = format!("{group}:");
+    let mut rows = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = (rows.next(), rows.next());
+    let (Some(names), Some(values)) = (names, values) else {
+        panic!("no {group} rows in {text}");
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {group} {name} in {text}"))
+}
+
+#[test]
+fn rustscan_unanswered_ports_count_the_kernel_s_syn_retransmissions_apart() {
+    let test = privileged();
+    let lab = TestLab::new(None);
+    // Ports 30000-30099 never answer; -t 2500 keeps each connect open past the kernel's first
+    // SYN retransmission (1 s): the timer, not RustScan, sends those SYNs.
+    count_syns(&lab, Some("30000-30099"));
+    let before = sender_netstat(&lab, "TcpExt", "TCPSynRetrans");
+    let rustscan = tool("rustscan");
+    let target = lab.lab.target_addr.to_string();
+    let argv = strings(&[
+        &rustscan,
+        "-a",
+        &target,
+        "-r",
+        "30000-30099",
+        "-b",
+        "100",
+        "-t",
+        "2500",
+        "-g",
+        "-n",
+        "--scripts",
+        "none",
+    ]);
+    let run = run_in_sender(&lab, Some("rustscan"), argv);
+    let s = run.summary_json();
+    let syns = syns_counted(&lab);
+    let kernel = sender_netstat(&lab, "TcpExt", "TCPSynRetrans") - before;
+    let c = &s["connect"];
+    eprintln!(
+        "rustscan into dropped ports: {syns} SYNs at the target, TCPSynRetrans {kernel}; scanprof: {c}, stages {}",
+        s["stage_counts"]
+    );
+    // The scanner's own sends: one connect, one SYN, per port.
+    assert_eq!(c["syns"].as_u64(), Some(100), "{c}");
+    assert_eq!(s["packets"].as_u64(), Some(100), "{}", run.context());
+    // The kernel's: at least one per port (each lived 2.5 s), exactly what the namespace's
+    // counter and the target's capture say.
+    assert!(
+        kernel >= 100,
+        "TCPSynRetrans {kernel}: the lab did not make retransmissions"
+    );
+    assert_eq!(
+        syns,
+        100 + kernel,
+        "the target saw the connects' SYNs and the retransmissions"
+    );
+    assert_eq!(c["kernel_syn_retransmits"].as_u64(), Some(kernel), "{c}");
+    // Every SYN on the wire went through dev_queue: the connects' and the kernel's.
+    assert_eq!(
+        s["stage_counts"]["dev_queue"].as_u64(),
+        Some(syns),
+        "{}",
+        s["stage_counts"]
+    );
+    // Every SYN on the wire is a probe of the reply funnel, and each was handed to the kernel
+    // for the scan: the loss is all of them, not "300 of 100".
+    assert_eq!(s["replies"]["probes"].as_u64(), Some(syns), "{}", s["replies"]);
+    let loss = s["verdicts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["kind"] == "loss"))
+        .unwrap_or_else(|| panic!("no loss verdict: {}", s["verdicts"]));
+    let handed = format!("{syns} of {syns} packets handed to the kernel dropped");
+    assert!(loss.to_string().contains(&handed), "{handed}: {loss}");
+    drop(run);
+    test.assert_released("scanprof run of rustscan into dropped ports");
+    lab.destroy();
+}

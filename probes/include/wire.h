@@ -344,6 +344,12 @@ struct sp_drop_pkt {
 	__u8 data[SP_PKT_HDR];	/* the packet from its network header (IPv4 or IPv6) */
 };
 
+/* Slots of retrans.bpf.c's per-CPU `syn_retrans` counter. */
+enum sp_retrans_slot {
+	SP_RT_SYN_SENT = 0,	/* SYNs the kernel retransmitted for a family connect (sent) */
+	SP_RT_MAX = 1,
+};
+
 /* Kinds of packet counted by replies.bpf.c: what arrived at the host from an address the family
  * sent to, on a device its packets used, by protocol and what the header says. A TCP SYN alone
  * or an ICMP echo request is a probe, not a reply, and is not counted. */
@@ -413,7 +419,8 @@ enum sp_prog {
 	SP_PROG_RAW_ENTER = 26,
 	SP_PROG_RAW_EXIT = 27,
 	SP_PROG_GETSOCKOPT = 28,
-	SP_PROG_MAX = 29,
+	SP_PROG_SYN_RETRANS = 29,
+	SP_PROG_MAX = 30,
 };
 
 /* One program's runs on the family's threads (the task on the CPU is a family thread: the run

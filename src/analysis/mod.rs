@@ -606,12 +606,15 @@ impl Analyzer {
         let achieved = rate(t.packets);
         let scanner = self.scanner_view(last);
         let receive = receive::receive_view(last, None, duration_ns.max(1) as f64 / 1e9, &drops);
-        let replies = replies::reply_funnel(last, None, t.packets, receive.as_ref(), &drops);
+        // Every SYN on the wire is a probe: the kernel's retransmissions of unanswered connects too
+        // (their drops are among the probes dropped here).
+        let wire_probes = t.packets + last.syn_retransmits.unwrap_or(0);
+        let replies = replies::reply_funnel(last, None, wire_probes, receive.as_ref(), &drops);
         let mut connects = crate::collect::ConnectCounters::default();
         for th in &last.threads {
             connects.add(&th.connect);
         }
-        let connect = ConnectView::of(&connects, t.calls, window_s);
+        let connect = ConnectView::of(&connects, t.calls, window_s, last.syn_retransmits);
         let mut summary = Summary {
             schema_version: SCHEMA_VERSION,
             end_reason,

@@ -14,7 +14,8 @@ use crate::collect::{CounterSample, DropClass};
 /// Probes sent, replies arrived, delivered and dropped here, over a tick or the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReplyFunnel {
-    /// packets the family's send syscalls accepted in the interval (its probes)
+    /// packets the family's send syscalls accepted in the interval (its probes); over the run,
+    /// with the kernel's SYN retransmissions of its connects (`connect.kernel_syn_retransmits`)
     pub probes: u64,
     /// packets that arrived at the host in the interval from addresses the family sent to, on
     /// a device its packets used, by kind (counted before any socket, ring or drop)

@@ -43,13 +43,26 @@ pub struct ConnectView {
     /// whether connection attempts are most of the family's send calls: its packets are SYNs
     /// and the views name its rate "connection attempts/s"
     pub connect_scanner: bool,
+    /// SYNs the kernel sent again for these attempts (its TCP timer, for a connect not answered
+    /// in time: tcp_syn_retries, the first after 1 s): packets on the wire beyond `syns` that no
+    /// call of the family sent, so neither in `syns` nor in the send calls' rates; None when
+    /// they were not counted (the program is not attached, or a bundle older than it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_syn_retransmits: Option<u64>,
 }
 
 impl ConnectView {
-    /// The view of `c` among `send_calls` send calls over a `window_s`-second send window;
-    /// None when the family made no connection attempt.
-    pub fn of(c: &crate::collect::ConnectCounters, send_calls: u64, window_s: f64) -> Option<ConnectView> {
+    /// The view of `c` among `send_calls` send calls over a `window_s`-second send window, with
+    /// the kernel's SYN retransmissions for them; None when the family made no connection
+    /// attempt.
+    pub fn of(
+        c: &crate::collect::ConnectCounters,
+        send_calls: u64,
+        window_s: f64,
+        kernel_syn_retransmits: Option<u64>,
+    ) -> Option<ConnectView> {
         (c.calls > 0).then(|| ConnectView {
+            kernel_syn_retransmits,
             attempts: c.calls,
             syns: c.syns,
             answered: c.answered,

@@ -511,6 +511,12 @@ pub struct CounterSample {
     /// program is not attached (and in bundles older than it)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_refused: Option<Vec<udp_refused::UdpRefused>>,
+    /// SYNs the kernel retransmitted (sent) for the family's connecting TCP sockets since attach:
+    /// the TCP timer's, for connects not answered in time, never a call of the family
+    /// (tcp:tcp_retransmit_skb); None when that program is not attached (and in bundles older
+    /// than it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syn_retransmits: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -916,6 +922,7 @@ impl Collector {
         let raw_threads = self.probes.threads();
         let raw_drops = self.probes.drops();
         let udp_refused = self.probes.udp_refused().map(udp_refused::from_rows);
+        let syn_retransmits = self.probes.syn_retransmits();
         let raw_devices = self.probes.devices();
         let raw_queues = self.probes.take_qdepth();
         let replies = self
@@ -963,6 +970,7 @@ impl Collector {
             packet_rings,
             replies,
             udp_refused,
+            syn_retransmits,
             processes,
             threads,
             drops,

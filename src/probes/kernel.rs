@@ -152,7 +152,7 @@ pub const SYSCALL_TRACEPOINTS: [(&str, &str); 1] = [(
 )];
 
 /// The kernel tracepoints the probes attach to (as tp_btf), and what each one gives.
-pub const TRACEPOINTS: [(&str, &str); 19] = [
+pub const TRACEPOINTS: [(&str, &str); 20] = [
     (
         "sched_process_fork",
         "following children and threads of the target",
@@ -186,6 +186,10 @@ pub const TRACEPOINTS: [(&str, &str); 19] = [
     (
         "netif_receive_skb",
         "replies arriving for the family's flows (the reply funnel)",
+    ),
+    (
+        "tcp_retransmit_skb",
+        "the kernel's SYN retransmissions for the family's connects (no call of the scanner sends them)",
     ),
 ];
 

@@ -223,6 +223,12 @@ bpf_objects! {
             needs: None,
             missing: "the replies that arrived for the family's flows (the reply funnel, lost_beyond_host)",
         };
+        retrans, retrans_skel, RetransSkelBuilder, no_settings, RETRANS = WholeSpec {
+            object: "retrans",
+            program: "on_tcp_retransmit",
+            needs: None,
+            missing: "the kernel's SYN retransmissions for the family's connects (kernel SYN retransmissions)",
+        };
     ]
     agent: [exec_watch]
 }
@@ -230,6 +236,7 @@ bpf_objects! {
 use drops_skel::OpenDropsSkel;
 use family_skel::FamilySkelBuilder;
 use replies_skel::RepliesSkel;
+use retrans_skel::RetransSkel;
 use rings_skel::RingsSkel;
 use sched_skel::OpenSchedSkel;
 use send_path_skel::OpenSendPathSkel;
@@ -665,6 +672,9 @@ pub struct ProbeSet {
     /// the counter of replies arriving for the family's flows (replies.bpf.c), attached; None
     /// when this kernel refused it
     replies: Option<(RepliesSkel<'static>, Link)>,
+    /// the counter of the kernel's SYN retransmissions for the family's connects (retrans.bpf.c),
+    /// attached; None when this kernel refused it
+    retrans: Option<(RetransSkel<'static>, Link)>,
 }
 
 /// The skeleton that the open skeleton of builder `B` becomes when loaded.
@@ -770,6 +780,12 @@ impl ProbeSet {
             |s| s.progs.on_netif_receive.attach(),
             &mut status,
         );
+        let retrans = attach_whole(
+            &RETRANS,
+            wholes.retrans,
+            |s| s.progs.on_tcp_retransmit.attach(),
+            &mut status,
+        );
         timing("programs attached");
         core_attached(&status)?;
 
@@ -790,6 +806,7 @@ impl ProbeSet {
             rings,
             recv_class_bounds: opts.recv_class_bounds.clone(),
             replies,
+            retrans,
         };
         Ok((set, features))
     }
@@ -1115,6 +1132,16 @@ impl ProbeSet {
             *slot = percpu_u64_sum(&skel.maps.replies, i as u32);
         }
         Some(out)
+    }
+
+    /// SYNs the kernel retransmitted for the family's connecting sockets (sent ones), summed over
+    /// CPUs, since attach; None when the retransmission counter is not attached.
+    pub fn syn_retransmits(&self) -> Option<u64> {
+        let (skel, _) = self.retrans.as_ref()?;
+        Some(percpu_u64_sum(
+            &skel.maps.syn_retrans,
+            retrans_skel::types::sp_retrans_slot::SP_RT_SYN_SENT.0,
+        ))
     }
 
     /// Records the probes streamed since the last call.
@@ -2130,21 +2157,23 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(wholes, 3);
+        assert_eq!(wholes, 4);
     }
 
     /// The uprobes object is tried only where the kernel has bpf_get_attach_cookie, the
-    /// packet-socket iterator only where it has bpf_sock_from_file, the reply counter always.
+    /// packet-socket iterator only where it has bpf_sock_from_file, the reply and SYN
+    /// retransmission counters always.
     #[test]
     fn a_whole_object_is_tried_only_where_the_kernel_has_what_it_needs() {
         let all = features(true, true);
-        for spec in [UPROBES, RINGS, REPLIES] {
+        for spec in [UPROBES, RINGS, REPLIES, RETRANS] {
             assert_eq!(spec.lacks(&all), None, "{spec:?}");
         }
         let old = features(false, false);
         assert_eq!(UPROBES.lacks(&old), Some(Need::AttachCookie));
         assert_eq!(RINGS.lacks(&old), Some(Need::SockFromFile));
         assert_eq!(REPLIES.lacks(&old), None);
+        assert_eq!(RETRANS.lacks(&old), None);
         assert_eq!(UPROBES.lacks(&features(false, true)), Some(Need::AttachCookie));
         assert_eq!(RINGS.lacks(&features(false, true)), None);
         assert!(Need::AttachCookie.feature().contains("bpf_get_attach_cookie"));

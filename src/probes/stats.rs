@@ -19,7 +19,7 @@ use super::ProbeError;
 /// Each program's slot in the `prog_cost` counters (enum sp_prog in wire.h), by its name
 /// ("object.program"). Every program that can run on a family thread has one (a unit test holds
 /// this list to the programs the objects declare).
-const COST_SLOTS: [(&str, sp_prog); 29] = [
+const COST_SLOTS: [(&str, sp_prog); 30] = [
     ("family.on_fork", sp_prog::SP_PROG_FORK),
     ("family.on_exec", sp_prog::SP_PROG_EXEC),
     ("family.on_exit", sp_prog::SP_PROG_EXIT),
@@ -49,6 +49,7 @@ const COST_SLOTS: [(&str, sp_prog); 29] = [
     ("replies.on_netif_receive", sp_prog::SP_PROG_REPLY),
     ("rings.on_close", sp_prog::SP_PROG_CLOSE),
     ("rings.on_exit_socks", sp_prog::SP_PROG_EXIT_SOCKS),
+    ("retrans.on_tcp_retransmit", sp_prog::SP_PROG_SYN_RETRANS),
 ];
 
 /// Programs that have no slot: the packet-socket iterator runs in scanprof's own reads, and the

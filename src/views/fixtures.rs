@@ -156,6 +156,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
         packet_rings: Vec::new(),
         replies: None,
         udp_refused: None,
+        syn_retransmits: None,
     };
     let mut a = Analyzer::new(Some(100.0), 0);
     a.set_scanner(crate::analysis::ScannerModel::new(

@@ -243,6 +243,7 @@ mod tests {
             failed: 1,
             attempts_pps: 3.0,
             connect_scanner: true,
+            kernel_syn_retransmits: None,
         });
         let found = documented_keys(&[line("summary", &summary)], "connect");
         assert!(found.contains("connect") && found.contains("connect_scanner"));

@@ -143,7 +143,7 @@ pub fn summary(s: &Summary) -> String {
         receive_section(&mut o, r);
     }
     if let Some(r) = &s.replies {
-        replies_section(&mut o, r);
+        replies_section(&mut o, r, s.connect.and_then(|c| c.kernel_syn_retransmits));
     }
     if let Some(relay) = &s.relay {
         relay_section(&mut o, relay);
@@ -316,6 +316,11 @@ fn funnel_section(o: &mut String, s: &Summary, r: &Report) {
             line.push_str("  (not measured: this kernel has no qdisc_enqueue tracepoint)");
         }
         let _ = writeln!(o, "{line}");
+        if f.stage == StageName::SyscallPackets {
+            if let Some(row) = s.connect.as_ref().and_then(retransmit_row) {
+                let _ = writeln!(o, "{row}");
+            }
+        }
     }
     if !s.errors.is_empty() {
         let list: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -460,10 +465,18 @@ pub fn receive_section(o: &mut String, r: &ReceiveView) {
 }
 
 /// The reply funnel over the run: probes, replies arrived by kind, delivered, dropped here.
-pub fn replies_section(o: &mut String, r: &crate::analysis::replies::ReplyFunnel) {
+/// `retransmits`: the kernel's SYN retransmissions among the probes (a connect scan's).
+pub fn replies_section(o: &mut String, r: &crate::analysis::replies::ReplyFunnel, retransmits: Option<u64>) {
     let a = &r.arrived;
     let _ = writeln!(o, "\nreply funnel (over the run):");
-    let _ = writeln!(o, "  probes sent          {:>12}", r.probes);
+    let _ = write!(o, "  probes sent          {:>12}", r.probes);
+    let _ = match retransmits.filter(|&n| n > 0) {
+        Some(n) => writeln!(
+            o,
+            "  ({n} of them the kernel's SYN retransmissions for unanswered connects)"
+        ),
+        None => writeln!(o),
+    };
     let _ = writeln!(
         o,
         "  replies arrived      {:>12}  ({} per probe; counted on arrival at this host from the addresses probed)",
@@ -811,6 +824,17 @@ pub fn modes_text(m: &crate::analysis::stats::Modes) -> String {
 /// non-blocking connect returns before its answer (EINPROGRESS) and the scanner reads the
 /// answer later (poll, SO_ERROR): the line says those answers are not in its count, rather
 /// than "0 returned the answer" for a scan whose every port refused.
+/// The funnel's row of the kernel's SYN retransmissions, below the send calls' packets: packets
+/// of the family's connects that the stages from dev_queue on count and no call of the family
+/// sent. None when none were sent (or they were not counted).
+fn retransmit_row(c: &ConnectView) -> Option<String> {
+    let n = c.kernel_syn_retransmits.filter(|&n| n > 0)?;
+    Some(format!(
+        "  {:<16} {:>15} {:>12}  (kernel SYN retransmissions over the run: the TCP timer resent unanswered connects' SYNs; not the scanner's sends nor in the rows above, in dev_queue and below)",
+        "syn_retransmits", "", n
+    ))
+}
+
 fn connect_line(c: &ConnectView) -> String {
     let pending = c.syns.saturating_sub(c.answered);
     let later = if pending > 0 {
@@ -820,8 +844,14 @@ fn connect_line(c: &ConnectView) -> String {
     } else {
         String::new()
     };
+    let retransmits = match c.kernel_syn_retransmits {
+        Some(n) => format!(
+            "; kernel SYN retransmissions {n} (the TCP timer's, for connects not answered in time: not the scanner's sends, not in its rate)"
+        ),
+        None => String::new(),
+    };
     format!(
-        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} answered within the call: refused, timed out or unreachable{later}), {} failed before their SYN",
+        "connection attempts (connect on TCP sockets): {} ({:.1}/s), {} SYNs sent ({} answered within the call: refused, timed out or unreachable{later}), {} failed before their SYN{retransmits}",
         c.attempts, c.attempts_pps, c.syns, c.answered, c.failed
     )
 }

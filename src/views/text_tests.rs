@@ -879,6 +879,55 @@ fn the_receive_funnel_is_reported_only_when_the_family_receives() {
 }
 
 #[test]
+fn the_kernel_s_syn_retransmissions_are_their_own_row_and_not_the_scanner_s_sends() {
+    use crate::analysis::ConnectView;
+    let view = ConnectView {
+        attempts: 100,
+        syns: 100,
+        answered: 0,
+        failed: 0,
+        attempts_pps: 500.0,
+        connect_scanner: true,
+        kernel_syn_retransmits: Some(200),
+    };
+    let mut s = Summary {
+        connect: Some(view),
+        ..fixed_summary()
+    };
+    s.stage_counts.insert(StageName::SyscallPackets, 100);
+    s.stages.insert(StageName::SyscallPackets, 500.0);
+    let r = summary(&s);
+    assert!(
+        r.contains("0 failed before their SYN; kernel SYN retransmissions 200 (the TCP timer's, for connects not answered in time: not the scanner's sends, not in its rate)"),
+        "{r}"
+    );
+    let lines: Vec<&str> = r.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("syscall_packets"))
+        .unwrap_or_else(|| panic!("no syscall_packets row: {r}"));
+    let row = lines[at + 1];
+    assert!(row.trim_start().starts_with("syn_retransmits"), "{r}");
+    assert!(
+        row.contains(" 200  (kernel SYN retransmissions over the run"),
+        "{row}"
+    );
+    // none sent, or not counted: no row, and the connect line says nothing of them
+    for n in [Some(0), None] {
+        let s = Summary {
+            connect: Some(ConnectView {
+                kernel_syn_retransmits: n,
+                ..view
+            }),
+            ..s.clone()
+        };
+        let r = summary(&s);
+        assert!(!r.contains("syn_retransmits "), "{r}");
+        assert_eq!(r.contains("kernel SYN retransmissions 0"), n.is_some(), "{r}");
+    }
+}
+
+#[test]
 fn a_connect_scanner_s_rate_is_named_connection_attempts() {
     use crate::analysis::ConnectView;
     let plain = summary(&fixed_summary());
@@ -890,6 +939,7 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
         failed: 10,
         attempts_pps: 500.0,
         connect_scanner: true,
+        kernel_syn_retransmits: None,
     };
     let s = Summary {
         connect: Some(view),
@@ -924,6 +974,7 @@ fn a_connect_scanner_s_rate_is_named_connection_attempts() {
     let s = Summary {
         connect: Some(ConnectView {
             connect_scanner: false,
+            kernel_syn_retransmits: None,
             ..view
         }),
         ..fixed_summary()

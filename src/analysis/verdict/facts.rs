@@ -125,6 +125,10 @@ pub(super) struct Facts<'a> {
     /// send calls in the interval, failed ones included
     pub calls: u64,
     pub failed_calls: u64,
+    /// SYNs the kernel retransmitted for the family's unanswered connects (its TCP timer, no
+    /// call of the family): on the wire and dropped on the way like its packets, so part of what
+    /// a loss share is taken of. Over the run in a summary; 0 in a tick, which does not carry it
+    pub syn_retransmits: u64,
     /// failed sends by errno name, in the interval
     pub errors: BTreeMap<String, u64>,
     pub time: ThreadTime,
@@ -233,6 +237,7 @@ impl<'a> Facts<'a> {
             packets,
             calls,
             failed_calls: s.threads.iter().map(|t| t.failed_calls).sum(),
+            syn_retransmits: 0,
             errors: merged_errors(&s.threads),
             time,
             gap: &s.gap,
@@ -339,6 +344,7 @@ impl<'a> Facts<'a> {
             packets: s.packets,
             calls: s.send_calls,
             failed_calls: s.failed_calls,
+            syn_retransmits: s.connect.and_then(|c| c.kernel_syn_retransmits).unwrap_or(0),
             errors: s.errors.clone(),
             time,
             gap: &s.gap,

@@ -308,8 +308,15 @@ impl Group {
                     )
                 } else {
                     String::new()
-                }
-            )
+                },
+            ) + &if f.syn_retransmits > 0 {
+                format!(
+                    "; {} of them the kernel's SYN retransmissions for unanswered connects (its TCP timer's, not the scanner's sends)",
+                    f.syn_retransmits
+                )
+            } else {
+                String::new()
+            }
         }];
         for d in rows.iter().take(3) {
             evidence.push(d.evidence());
@@ -467,11 +474,12 @@ impl Group {
     }
 }
 
-/// Packets the scanner handed to the kernel: those sent, and those of failed sends (a packet
-/// socket's ENOBUFS is a qdisc drop of a packet the syscall did not count): a loss share's
-/// denominator (`super::loss_share`).
+/// Packets handed to the kernel for the scanner: those it sent, those of failed sends (a packet
+/// socket's ENOBUFS is a qdisc drop of a packet the syscall did not count), and the SYNs the
+/// kernel retransmitted for its unanswered connects (dropped on the way like its own): a loss
+/// share's denominator (`super::loss_share`).
 fn handed(f: &Facts) -> u64 {
-    f.packets + f.failed_calls
+    f.packets + f.failed_calls + f.syn_retransmits
 }
 
 fn neighbour_line(d: &crate::analysis::snapshot::DeviceView) -> String {

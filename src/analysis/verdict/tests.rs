@@ -3987,3 +3987,39 @@ fn a_kernel_that_lacks_nothing_judges_everything() {
         .verdicts();
     assert!(!causes(&v).contains(&Cause::NotJudgedHere), "{v:#?}");
 }
+
+#[test]
+fn a_connect_scan_s_loss_counts_the_kernel_s_syn_retransmissions_as_handed_over() {
+    // RustScan over 100 ports a firewall drops, each connect open past the kernel's first two
+    // SYN retransmissions: 100 SYNs from its calls and 200 from the TCP timer, all 300 dropped.
+    // The evidence read "300 of 100 packets handed to the kernel dropped".
+    let mut r = run(Some(40.0), 100.0, 1.0).time(0.5, 0.0, 0.0, 0.0, 0.5).drop(
+        DropClass::TargetLoss,
+        "NETFILTER_DROP",
+        "nft_do_chain+0x3e8",
+        300,
+    );
+    r.0.connect = Some(crate::analysis::ConnectView {
+        attempts: 100,
+        syns: 100,
+        answered: 0,
+        failed: 0,
+        attempts_pps: 100.0,
+        connect_scanner: true,
+        kernel_syn_retransmits: Some(200),
+    });
+    let v = r.verdicts();
+    let loss = v
+        .iter()
+        .find(|v| v.kind == Kind::Loss)
+        .unwrap_or_else(|| panic!("no loss verdict: {v:?}"));
+    assert!(close(loss.share, 1.0), "{loss:?}");
+    assert!(
+        loss.evidence.iter().any(
+            |e| e.starts_with("300 of 300 packets handed to the kernel dropped")
+                && e.contains("200 of them the kernel's SYN retransmissions for unanswered connects")
+        ),
+        "{:?}",
+        loss.evidence
+    );
+}

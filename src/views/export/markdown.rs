@@ -388,8 +388,18 @@ fn reply_funnel(o: &mut String, s: &Summary) {
          ring) from the addresses the family sent to, on the devices its packets used.\n"
     );
     let n = |v: u64| v.to_string();
-    let rows = vec![
-        vec!["probes sent".to_string(), n(r.probes)],
+    let mut rows = vec![vec!["probes sent".to_string(), n(r.probes)]];
+    if let Some(k) = s
+        .connect
+        .and_then(|c| c.kernel_syn_retransmits)
+        .filter(|&k| k > 0)
+    {
+        rows.push(vec![
+            "of which the kernel's SYN retransmissions for unanswered connects".to_string(),
+            n(k),
+        ]);
+    }
+    rows.extend(vec![
         vec![
             format!(
                 "replies arrived ({} per probe)",
@@ -424,7 +434,7 @@ fn reply_funnel(o: &mut String, s: &Summary) {
             n(r.probes_dropped_here),
         ],
         vec!["of which beyond this host".to_string(), n(r.beyond_host)],
-    ];
+    ]);
     table(o, &["", "packets"], &rows);
 }
 
