@@ -69,10 +69,13 @@ struct in_xmit {
 	__u32 far_ifindex_peer;	/* the peer's ifindex */
 	__u32 far_left;		/* packets until the peer is read again */
 	__u32 queued_ok;	/* queued_print could be read */
-	/* The headers of the family packet this CPU last saw at net_dev_queue, read there once:
-	 * on a device without a queue (veth, lo) net_dev_start_xmit follows for the same skb at
-	 * once and takes them from here instead of reading the packet again. */
+	/* The packet this CPU last saw at net_dev_queue, its socket, owner and (the family's)
+	 * headers, read there once: on a device without a queue (veth, lo) net_dev_start_xmit
+	 * follows for the same skb at once and takes them from here instead of looking the socket
+	 * up and reading the packet again. Used once. */
+	__u32 queued_tgid;	/* skb_target at net_dev_queue, 0: not the family's */
 	__u64 queued_skb;
+	__u64 queued_sk;	/* skb->sk (a number) at net_dev_queue */
 	__u64 queued_print;
 };
 
@@ -243,18 +246,28 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 }
 
 /* net_dev_queue: a packet enters dev_queue_xmit; remember where the target's packets go. Its
- * headers are read once, here, for both this and net_dev_start_xmit (in_flight). */
+ * owner, and the family's headers, are read once, here, for both this and net_dev_start_xmit
+ * (in_flight). */
 SEC("tp_btf/net_dev_queue")
 int SP_PROG(SP_PROG_DEV_QUEUE, on_dev_queue, struct sk_buff *skb)
 {
 	struct net_device *dev = skb->dev;
 	__u32 tgid, zero = 0;
+	struct in_xmit *x;
+	__u64 sk;
 
 	if (!dev)
 		return 0;
-	tgid = skb_target(skb);
+	sk = ptr_num(skb->sk);
+	tgid = sock_target(sk);
+	x = bpf_map_lookup_elem(&in_flight, &zero);
+	if (x) {
+		x->queued_skb = (__u64)skb;
+		x->queued_sk = sk;
+		x->queued_tgid = tgid;
+		x->queued_ok = 0;
+	}
 	if (tgid) {
-		struct in_xmit *x = bpf_map_lookup_elem(&in_flight, &zero);
 		struct sp_flow_key fk;
 		struct sp_l4 l;
 
@@ -262,7 +275,6 @@ int SP_PROG(SP_PROG_DEV_QUEUE, on_dev_queue, struct sk_buff *skb)
 		if (fk.family)
 			note_dest(&fk, dev, tgid);
 		if (x) {
-			x->queued_skb = (__u64)skb;
 			x->queued_print = l.print;
 			x->queued_ok = l.ok;
 		}
@@ -319,33 +331,30 @@ int SP_PROG(SP_PROG_QDISC_DEQUEUE, on_qdisc_dequeue, struct Qdisc *q, const stru
 	return 0;
 }
 
-/* Remembers a family packet by its skb and headers: past this driver it has no socket, and a
- * drop in a far namespace is the family's only if it is this packet (drops: classify). */
-static __always_inline void note_sent(const struct sk_buff *skb, __u32 tgid, struct in_xmit *x)
+/* Remembers a family packet by its skb and headers (l: read at net_dev_queue, or 0 to read them
+ * here): past this driver it has no socket, and a drop in a far namespace is the family's only if
+ * it is this packet (drops: classify). */
+static __always_inline void note_sent(const struct sk_buff *skb, __u32 tgid, const struct sp_l4 *l)
 {
 	struct sp_sent v = { .tgid = tgid }, *old;
 	__u64 key = (__u64)skb;
-	struct sp_l4 l;
+	struct sp_l4 read;
 
-	if (x->queued_skb == key) {
-		/* read at net_dev_queue a moment ago; used once */
-		x->queued_skb = 0;
-		l.ok = x->queued_ok;
-		l.print = x->queued_print;
-	} else {
-		skb_l4(skb, &l);
+	if (!l) {
+		skb_l4(skb, &read);
+		l = &read;
 	}
-	if (!l.ok)
+	if (!l->ok)
 		return;
 	/* A sender's skbs come back from the slab at the same few addresses: rewrite the entry in
 	 * place (an LRU insert takes a lock and costs ~300 ns here) */
 	old = bpf_map_lookup_elem(&sent_skbs, &key);
 	if (old) {
-		old->print = l.print;
+		old->print = l->print;
 		old->tgid = tgid;
 		return;
 	}
-	v.print = l.print;
+	v.print = l->print;
 	bpf_map_update_elem(&sent_skbs, &key, &v, BPF_ANY);
 }
 
@@ -425,17 +434,33 @@ static __always_inline void note_far_netns(const struct net_device *dev, struct 
 }
 
 /* net_dev_start_xmit: the family's packet goes to the driver; veth and lo deliver it to the far
- * side before the driver returns, so it is marked here, not at net_dev_xmit. */
+ * side before the driver returns, so it is marked here, not at net_dev_xmit. The packet
+ * net_dev_queue saw last on this CPU (the same skb on the same socket: a device without a queue,
+ * or a queue that sent it at once) brings its owner and headers from there. */
 SEC("tp_btf/net_dev_start_xmit")
 int SP_PROG(SP_PROG_DEV_START_XMIT, on_dev_start_xmit, const struct sk_buff *skb, const struct net_device *dev)
 {
-	__u32 tgid = skb_target(skb), zero = 0;
+	__u64 sk = ptr_num(skb->sk);
+	struct sp_l4 queued, *l = 0;
 	struct in_xmit *x;
+	__u32 tgid, zero = 0;
 
-	if (!tgid)
-		return 0;
 	x = bpf_map_lookup_elem(&in_flight, &zero);
 	if (!x)
+		return 0;
+	if (x->queued_skb == (__u64)skb && x->queued_sk == sk) {
+		/* used once: a packet the driver hands back (busy) and sends again reads its own */
+		x->queued_skb = 0;
+		tgid = x->queued_tgid;
+		if (x->queued_ok) {
+			queued.ok = 1;
+			queued.print = x->queued_print;
+			l = &queued;
+		}
+	} else {
+		tgid = sock_target(sk);
+	}
+	if (!tgid)
 		return 0;
 	x->skb = (__u64)skb;
 	x->tgid = tgid;
@@ -443,7 +468,7 @@ int SP_PROG(SP_PROG_DEV_START_XMIT, on_dev_start_xmit, const struct sk_buff *skb
 	 * this host, where it can die without a socket; a NIC's packet leaves the host, and the
 	 * map write (~65 ns a packet) would buy nothing. */
 	if (!dev->dev.parent) {
-		note_sent(skb, tgid, x);
+		note_sent(skb, tgid, l);
 		note_far_netns(dev, x, tgid);
 	}
 	return 0;

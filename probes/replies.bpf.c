@@ -5,7 +5,7 @@
  * (flows), counted per CPU by kind (enum sp_reply_kind: SYN-ACK, RST, ICMP unreachable, echo
  * reply, UDP...). Counted before any socket, ring or drop sees it: the funnel's "arrived", beside
  * what was delivered to the family and what was dropped here. Packets on other devices cost one
- * hash lookup.
+ * hash lookup; on the device this CPU last found in target_devs, a per-CPU compare.
  */
 #include "shared.h"
 
@@ -21,6 +21,17 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } replies SEC(".maps");
+
+/* The device (dev_key) this CPU last found in target_devs: entries are never deleted during a
+ * run, so a device found once stays found, and a stream of packets on one device (every family
+ * packet through lo, every reply on a lab's veth) skips the hash lookup. 0: none yet (no device
+ * has ifindex 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} reply_dev_hit SEC(".maps");
 
 /* What a packet is, from its protocol and the first bytes of its transport header; SP_RK_MAX
  * for a probe (a TCP SYN alone, an ICMP echo request) or a fragment's tail. */
@@ -70,14 +81,19 @@ int SP_PROG(SP_PROG_REPLY, on_netif_receive, struct sk_buff *skb)
 	__u16 proto = bpf_ntohs(skb->protocol);
 	__u8 b[56] = {}, *t, p;
 	struct sp_flow_key src = {};
-	__u32 kind, loopback;
-	__u64 dk, *n;
+	__u32 kind, loopback, zero = 0;
+	__u64 dk, *n, *hit;
 
 	if (!dev)
 		return 0;
 	dk = dev_key(dev_netns(dev), dev->ifindex);
-	if (!bpf_map_lookup_elem(&target_devs, &dk))
-		return 0;
+	hit = bpf_map_lookup_elem(&reply_dev_hit, &zero);
+	if (!hit || *hit != dk) {
+		if (!bpf_map_lookup_elem(&target_devs, &dk))
+			return 0;
+		if (hit)
+			*hit = dk;
+	}
 	if (bpf_probe_read_kernel(b, sizeof(b), skb->data))
 		return 0;
 	if (proto == 0x0800 && (b[0] >> 4) == 4) {

@@ -35,6 +35,7 @@ mod receive_funnel;
 mod record_report;
 mod recount;
 mod rediagnose;
+mod reply_devices;
 mod reply_funnel;
 mod ring_funnel;
 mod run_phases;
