@@ -22,6 +22,9 @@ const volatile __u32 reason_queue_purge = ~0U;
 const volatile __u32 recharge_udp = 0;
 const volatile __u32 reason_rcvbuff = ~0U;
 const volatile __u32 reason_proto_mem = ~0U;
+/* Where kfree_skb gives no reasons (before 5.17): the moved row is named by the refusal's kind
+ * (SP_REASON_FILL_RCVBUFF or SP_REASON_FILL_PROTO_MEM), not left NOT_SPECIFIED. */
+const volatile __u32 name_refusals = 0;
 
 /* Drop counts per row, per CPU, in the slot drop_slots names (see slot_of in shared.h); the
  * three maps of the table have SP_DROP_SLOTS entries (a power of two). */
@@ -418,6 +421,8 @@ int SP_PROG(SP_PROG_UDP_FAIL, on_udp_fail, int rc, struct sock *sk)
 
 		dk.class = SP_CLASS_REPLY_LOSS;
 		dk.tgid = k.tgid;
+		if (name_refusals)
+			dk.reason = k.kind == SP_UDP_RCVBUF ? SP_REASON_FILL_RCVBUFF : SP_REASON_FILL_PROTO_MEM;
 		to = slot_of(&drop_slots, &drop_slot_rows, &dk, sizeof(dk), SP_DROP_SLOTS, &created);
 		if (to == SP_NO_SLOT) {
 			health_inc(SP_H_DROPS_FULL);

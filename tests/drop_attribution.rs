@@ -13,6 +13,7 @@ use scanprof::collect::DropClass;
 use scanprof::netlab::{Lab, LabConfig};
 
 const CLOSED_PORT: u16 = 9;
+/// Longer than a run's --duration of 30 s (both stretched by SCANPROF_TEST_PATIENCE).
 const RUN_TIMEOUT: Duration = Duration::from_secs(40);
 
 #[test]
@@ -25,18 +26,23 @@ fn two_senders_one_after_the_other_are_each_credited_their_own_drops() {
     let to = format!("{}:{CLOSED_PORT}", lab.target_addr);
 
     // A shell runs two senders in turn, each printing its pid first: 3000 then 5000 probes.
-    let first = sh_join(&sender_argv(&to, 3000.0, 3000, 5.0, &[]));
-    let second = sh_join(&sender_argv(&to, 5000.0, 5000, 5.0, &[]));
+    // Each 1 s of probes, bounded by 5 s (stretched in slow VMs: in a 5.10 guest under host
+    // load the second sent 4376 and 4494 of its 5000 within 5 s).
+    let bound_s = patience(Duration::from_secs(5)).as_secs_f64();
+    let first = sh_join(&sender_argv(&to, 3000.0, 3000, bound_s, &[]));
+    let second = sh_join(&sender_argv(&to, 5000.0, 5000, bound_s, &[]));
     let script = format!(
         "exec 1>&2; sh -c 'echo first=$$; exec {}'; sh -c 'echo second=$$; exec {}'",
         first.replace('\'', r"'\''"),
         second.replace('\'', r"'\''")
     );
     let argv = in_netns(&lab.sender_ns, &["sh".into(), "-c".into(), script]);
-    let mut args: Vec<String> = ["run", "--json", "--duration", "30", "--"]
+    let mut args: Vec<String> = ["run", "--json", "--duration"]
         .iter()
         .map(|s| s.to_string())
         .collect();
+    args.push(patience(Duration::from_secs(30)).as_secs().to_string());
+    args.push("--".into());
     args.extend(argv);
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     run.assert_success();

@@ -26,16 +26,22 @@ use scanprof::netlab::{Side, SinkReport, TbfConfig};
 const PORT: u16 = 9000;
 /// A port nobody listens on in the target namespace.
 const CLOSED_PORT: u16 = 9;
-/// Longest any scanprof process of these tests may run.
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest any scanprof process of these tests may run: longer than a run's --duration (both
+/// stretched by SCANPROF_TEST_PATIENCE), so that a run ends by itself before the test ends it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(45);
+/// A run's --duration: a bound on runs whose family ends first, stretched in slow VMs
+/// (scripts/kernel-matrix), where the launched sender can take most of 30 s to start.
+const RUN_DURATION: Duration = Duration::from_secs(30);
 
 fn strings<const N: usize>(a: [&str; N]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-/// `scanprof run --json --duration 30 [extra...] -- argv...`
+/// `scanprof run --json --duration 30 [extra...] -- argv...` (the duration stretched by
+/// SCANPROF_TEST_PATIENCE)
 fn run_args(extra: &[&str], argv: &[String]) -> Vec<String> {
-    let mut v = strings(["run", "--json", "--duration", "30"]);
+    let mut v = strings(["run", "--json", "--duration"]);
+    v.push(patience(RUN_DURATION).as_secs().to_string());
     v.extend(extra.iter().map(|s| s.to_string()));
     v.push("--".into());
     v.extend(argv.iter().cloned());
@@ -308,7 +314,9 @@ fn run_follows_a_forked_child_and_counts_its_packets() {
     let sink = lab.sink(PORT);
     const COUNT: u64 = 1500;
 
-    let sender = sender_argv(&lab.to(PORT), 1000.0, COUNT, 5.0, &[]);
+    // 1.5 s of packets, bounded by 5 s (stretched in slow VMs, where the sender needs longer).
+    let bound_s = patience(Duration::from_secs(5)).as_secs_f64();
+    let sender = sender_argv(&lab.to(PORT), 1000.0, COUNT, bound_s, &[]);
     let sh = strings(["sh", "-c"])
         .into_iter()
         .chain([forking_script(&sender, true)])
@@ -674,7 +682,9 @@ fn closed_port_probes_are_expected_drops_not_loss() {
     let lab = TestLab::new(None);
     const COUNT: u64 = 4000;
 
-    let sender = sender_argv(&lab.to(CLOSED_PORT), 2000.0, COUNT, 5.0, &[]);
+    // 2 s of probes, bounded by 5 s (stretched in slow VMs, where the sender needs longer).
+    let bound_s = patience(Duration::from_secs(5)).as_secs_f64();
+    let sender = sender_argv(&lab.to(CLOSED_PORT), 2000.0, COUNT, bound_s, &[]);
     let run =
         Proc::scanprof(&run_args(&["--requested", "2000"], &launched_in(&lab, &sender))).finish(RUN_TIMEOUT);
     std::thread::sleep(Duration::from_millis(100));
@@ -1187,7 +1197,9 @@ fn sigint_during_run_ends_with_a_summary_and_stops_the_command() {
     // Would send for 20 s; scanprof is interrupted after about 1 s of it.
     let sender = sender_argv(&lab.to(PORT), 1000.0, 20_000, 20.0, &[]);
     let mut scanprof = Proc::scanprof(&run_args(&[], &launched_in(&lab, &sender)));
-    let started = scanprof.wait_for_json("started", Duration::from_secs(15));
+    // 30 s (stretched in slow VMs): loading and verifying the probes there took over 60 s of
+    // a 5.10 guest starved by its host (2026-11-28, host load ~10).
+    let started = scanprof.wait_for_json("started", Duration::from_secs(30));
     assert_all_probes_attached(&started);
     let launched = root_pid(&started);
     let launched_at = start_time(launched).expect("the launched command is already gone");

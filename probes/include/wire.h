@@ -379,9 +379,13 @@ enum sp_health {
 
 /* The reason a drop is counted under where the kernel's kfree_skb gives none (before 5.17):
  * user space names it NOT_SPECIFIED, as later kernels name a plain kfree_skb, and its location
- * says the rest. */
+ * says the rest. A datagram a family UDP socket refused (udp_fail_queue_rcv_skb's rc, with the
+ * socket in hand) is named by that refusal instead, as later kernels name it: SOCKET_RCVBUFF
+ * (its buffer full) or PROTO_MEM. */
 enum sp_reason_fill {
 	SP_REASON_NOT_GIVEN = 0,
+	SP_REASON_FILL_RCVBUFF = 1,
+	SP_REASON_FILL_PROTO_MEM = 2,
 };
 
 /*

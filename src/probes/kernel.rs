@@ -11,6 +11,19 @@ use libbpf_rs::btf::{Btf, BtfKind};
 /// The number the reason-less drop program (kernels before 5.17) counts every drop under.
 const SP_REASON_NOT_GIVEN: u32 = super::family_skel::types::sp_reason_fill::SP_REASON_NOT_GIVEN.0;
 
+/// The reason names of a kernel whose kfree_skb gives none (before 5.17), by the numbers the
+/// drop programs count under there (wire.h, sp_reason_fill): every drop NOT_SPECIFIED, as later
+/// kernels name a plain kfree_skb, but a datagram a family UDP socket refused, which
+/// `drops.on_udp_fail` names by the refusal (its buffer full, or the protocol's memory).
+pub(super) fn reasonless_names() -> BTreeMap<u32, String> {
+    use super::family_skel::types::sp_reason_fill as fill;
+    BTreeMap::from([
+        (SP_REASON_NOT_GIVEN, "NOT_SPECIFIED".to_string()),
+        (fill::SP_REASON_FILL_RCVBUFF.0, "SOCKET_RCVBUFF".to_string()),
+        (fill::SP_REASON_FILL_PROTO_MEM.0, "PROTO_MEM".to_string()),
+    ])
+}
+
 /// Kernel facts that decide which probe variants load.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KernelFeatures {
@@ -58,7 +71,7 @@ impl KernelFeatures {
         } else {
             // The reason-less drop program counts every drop under one number, named as later
             // kernels name a plain kfree_skb: the location tells the drops apart.
-            BTreeMap::from([(SP_REASON_NOT_GIVEN, "NOT_SPECIFIED".to_string())])
+            reasonless_names()
         };
         let tracepoints = TRACEPOINTS
             .iter()

@@ -180,7 +180,7 @@ macro_rules! bpf_objects {
                         match self.$whole.skel {
                             Ok(skel) => Some(skel),
                             Err(e) => {
-                                status.push($spec.not_attached(e));
+                                status.extend($spec.not_loaded(&e));
                                 None
                             }
                         }
@@ -210,18 +210,24 @@ bpf_objects! {
             program: "sp_uprobe_entry",
             needs: Some(Need::AttachCookie),
             missing: "what the scanner's own functions say (profile uprobes)",
+            beside: &[],
         };
         rings, rings_skel, RingsSkelBuilder, no_settings, RINGS = WholeSpec {
             object: "rings",
             program: "sp_rings",
             needs: Some(Need::SockFromFile),
             missing: "the frames queued to and dropped at the family's packet-socket rings (ring_full)",
+            beside: &[
+                Beside { program: "on_close", missing: CLOSE_READ_MISSING },
+                Beside { program: "on_exit_socks", missing: CLOSE_READ_MISSING },
+            ],
         };
         replies, replies_skel, RepliesSkelBuilder, no_settings, REPLIES = WholeSpec {
             object: "replies",
             program: "on_netif_receive",
             needs: None,
             missing: "the replies that arrived for the family's flows (the reply funnel, lost_beyond_host)",
+            beside: &[],
         };
         retrans, retrans_skel, RetransSkelBuilder, no_settings, RETRANS = WholeSpec {
             object: "retrans",
@@ -281,7 +287,25 @@ struct WholeSpec {
     needs: Option<Need>,
     /// what a report lacks without it
     missing: &'static str,
+    /// the object's other programs that a run attaches, each with a status entry of its own
+    /// (without them, an object that did not load left those programs unnamed: on 5.10 doctor
+    /// named rings.sp_rings but not rings.on_close and rings.on_exit_socks)
+    beside: &'static [Beside],
 }
+
+/// A program of a whole-or-nothing object attached beside the one its row names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Beside {
+    /// its name in the object
+    program: &'static str,
+    /// what a report lacks without it
+    missing: &'static str,
+}
+
+/// What a report lacks without the rings object's close reads (rings.bpf.c: on_close,
+/// on_exit_socks).
+const CLOSE_READ_MISSING: &str =
+    "the frames that reached a packet socket after the last sample before it closed";
 
 /// What a whole-or-nothing object needs of the kernel beyond BTF.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -337,6 +361,31 @@ impl WholeSpec {
             attached: false,
             error: Some(format!("{why}; missing without it: {}", self.missing)),
         }
+    }
+
+    /// The status entries of an object that did not load (`why`): one for each program a run
+    /// attaches of it, its row's program first. Where the kernel lacks what it needs, each
+    /// entry names its own program as the one not loaded.
+    fn not_loaded(&self, why: &ProbeError) -> Vec<ProbeStatus> {
+        let mut status = vec![self.not_attached(why)];
+        status.extend(self.beside.iter().map(|b| {
+            let name = format!("{}.{}", self.object, b.program);
+            let why = match why {
+                ProbeError::KernelLacks { release, feature, .. } => ProbeError::KernelLacks {
+                    what: name.clone(),
+                    release: release.clone(),
+                    feature: feature.clone(),
+                }
+                .to_string(),
+                other => other.to_string(),
+            };
+            ProbeStatus {
+                name,
+                attached: false,
+                error: Some(format!("{why}; missing without it: {}", b.missing)),
+            }
+        }));
+        status
     }
 }
 
@@ -486,10 +535,9 @@ fn load_err(object: &str, log_from: usize) -> impl FnOnce(libbpf_rs::Error) -> P
 
 /// Attaches the rings object's close programs (rings.bpf.c: a packet socket's counters read at
 /// the family's close(2) of it and at its process's exit, before its release throws them away),
-/// each with a status entry; their links join `links`.
+/// each with a status entry; their links join `links`. They are the programs RINGS names beside
+/// sp_rings (`every_program_a_run_attaches_of_a_whole_object_is_in_its_row`).
 fn attach_close_reads(skel: &RingsSkel<'static>, links: &mut Vec<Link>, status: &mut Vec<ProbeStatus>) {
-    const MISSING: &str = "missing without it: the frames that reached a packet socket after \
-                           the last sample before it closed";
     for (name, prog) in [
         ("rings.on_close", &skel.progs.on_close),
         ("rings.on_exit_socks", &skel.progs.on_exit_socks),
@@ -506,7 +554,7 @@ fn attach_close_reads(skel: &RingsSkel<'static>, links: &mut Vec<Link>, status: 
             Err(e) => status.push(ProbeStatus {
                 name: name.into(),
                 attached: false,
-                error: Some(format!("{e}; {MISSING}")),
+                error: Some(format!("{e}; missing without it: {CLOSE_READ_MISSING}")),
             }),
         }
     }
@@ -2160,6 +2208,35 @@ mod tests {
         assert_eq!(wholes, 4);
     }
 
+    /// The programs a whole object's row names beside its own are programs of that object, and
+    /// the rings object's are every program of it that a run attaches (attach_close_reads):
+    /// an object that does not load names each of them (`WholeSpec::not_loaded`).
+    #[test]
+    fn every_program_a_run_attaches_of_a_whole_object_is_in_its_row() {
+        for row in OBJECTS {
+            let Role::Whole(spec) = row.role else { continue };
+            let obj = libbpf_rs::ObjectBuilder::default()
+                .open_memory(row.bytes)
+                .unwrap_or_else(|e| panic!("{} does not open: {e}", row.name));
+            let mut progs: Vec<String> = obj
+                .progs()
+                .map(|p| p.name().to_string_lossy().into_owned())
+                .collect();
+            for b in spec.beside {
+                assert!(progs.iter().any(|p| p == b.program), "{}: {progs:?}", b.program);
+            }
+            if spec == RINGS {
+                let mut named: Vec<String> = std::iter::once(spec.program)
+                    .chain(spec.beside.iter().map(|b| b.program))
+                    .map(String::from)
+                    .collect();
+                named.sort();
+                progs.sort();
+                assert_eq!(named, progs);
+            }
+        }
+    }
+
     /// The uprobes object is tried only where the kernel has bpf_get_attach_cookie, the
     /// packet-socket iterator only where it has bpf_sock_from_file, the reply and SYN
     /// retransmission counters always.
@@ -2178,6 +2255,52 @@ mod tests {
         assert_eq!(RINGS.lacks(&features(false, true)), None);
         assert!(Need::AttachCookie.feature().contains("bpf_get_attach_cookie"));
         assert!(Need::SockFromFile.feature().contains("bpf_sock_from_file"));
+    }
+
+    /// An object the kernel cannot load names every program a run attaches of it, each with
+    /// what the kernel lacks and what a report loses: on 5.10 (no bpf_sock_from_file) doctor
+    /// named rings.sp_rings but not rings.on_close and rings.on_exit_socks, so the matrix's
+    /// probe count came out two short of the host's less the declared programs. Loaded here as
+    /// on a kernel without the helper; with it, all three attach.
+    #[test]
+    fn an_object_the_kernel_lacks_a_helper_for_names_each_program_a_run_attaches_of_it() {
+        if !privileged() {
+            return;
+        }
+        let mut features = KernelFeatures::detect();
+        assert!(
+            features.sock_from_file,
+            "this kernel has bpf_sock_from_file: {features:?}"
+        );
+        let rings_status = |features: &KernelFeatures| -> Vec<ProbeStatus> {
+            let set = ProbeSet::load(&ProbeOptions::default(), features).unwrap_or_else(|e| panic!("{e}"));
+            set.status
+                .iter()
+                .filter(|s| s.name.starts_with("rings."))
+                .cloned()
+                .collect()
+        };
+        let names = ["rings.on_close", "rings.on_exit_socks", "rings.sp_rings"];
+        let mut loaded = rings_status(&features);
+        loaded.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(loaded.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), names);
+        assert!(loaded.iter().all(|s| s.attached), "{loaded:?}");
+
+        features.sock_from_file = false;
+        let mut lacking = rings_status(&features);
+        lacking.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(lacking.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), names);
+        for s in &lacking {
+            assert!(!s.attached, "{s:?}");
+            let err = s.error.as_deref().unwrap_or_default();
+            for want in [
+                format!("so {} is not loaded", s.name),
+                "bpf_sock_from_file (kernels 5.11 and later)".to_string(),
+                "; missing without it: ".to_string(),
+            ] {
+                assert!(err.contains(&want), "{want:?} missing from: {err}");
+            }
+        }
     }
 
     /// A whole object's status entry names object.program and, when it is missing, why and

@@ -224,7 +224,7 @@ pub fn checks(load_probes: bool) -> Vec<Check> {
         _ => check(
             "drop reasons",
             Status::Degraded,
-            "kfree_skb has no drop reason (kernel older than 5.17): drops are counted by location only, under NOT_SPECIFIED; a datagram to a closed port cannot be told from a loss (a TCP probe's can: where it stopped), and no receiving socket either (see the 6.1 line in docs/probes.md)",
+            "kfree_skb has no drop reason (kernel older than 5.17): drops are counted by location only, under NOT_SPECIFIED (a datagram the family's UDP socket refused under SOCKET_RCVBUFF or PROTO_MEM, from udp_fail_queue_rcv_skb); a datagram to a closed port cannot be told from a loss (a TCP probe's can: where it stopped), and no receiving socket either (see the 6.1 line in docs/probes.md)",
             Some("kernel 5.17 or newer names each drop's reason"),
         ),
     });
