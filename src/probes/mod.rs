@@ -234,6 +234,7 @@ bpf_objects! {
             program: "on_tcp_retransmit",
             needs: None,
             missing: "the kernel's SYN retransmissions for the family's connects (kernel SYN retransmissions)",
+            beside: &[],
         };
     ]
     agent: [exec_watch]
