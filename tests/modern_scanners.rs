@@ -41,6 +41,28 @@ fn strings(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
+/// RustScan over `ports` of the lab's target, `batch` connects in flight, each given
+/// `timeout_ms`: greppable output, no nmap run after it (`--scripts none`).
+fn rustscan_argv(lab: &TestLab, ports: &str, batch: u32, timeout_ms: u32) -> Vec<String> {
+    let target = lab.lab.target_addr.to_string();
+    let (batch, timeout_ms) = (batch.to_string(), timeout_ms.to_string());
+    strings(&[
+        &tool("rustscan"),
+        "-a",
+        &target,
+        "-r",
+        ports,
+        "-b",
+        &batch,
+        "-t",
+        &timeout_ms,
+        "-g",
+        "-n",
+        "--scripts",
+        "none",
+    ])
+}
+
 /// Runs `nft` in the target namespace, or fails the test with its output.
 fn nft(lab: &TestLab, args: &[&str]) -> String {
     let out = lab
@@ -362,24 +384,8 @@ fn rustscan_connect_scan_counts_its_syns_and_reads_its_window() {
     let test = privileged();
     let lab = TestLab::new(None);
     count_syns(&lab, None);
-    let rustscan = tool("rustscan");
-    let target = lab.lab.target_addr.to_string();
     // 1000 closed ports: each connect gets the target's RST at once, one SYN each.
-    let argv = strings(&[
-        &rustscan,
-        "-a",
-        &target,
-        "-r",
-        "1-1000",
-        "-b",
-        "200",
-        "-t",
-        "1000",
-        "-g",
-        "-n",
-        "--scripts",
-        "none",
-    ]);
+    let argv = rustscan_argv(&lab, "1-1000", 200, 1000);
     let run = run_in_sender(&lab, None, argv);
     let s = run.summary_json();
     let syns = syns_counted(&lab);
@@ -481,23 +487,7 @@ fn rustscan_unanswered_ports_count_the_kernel_s_syn_retransmissions_apart() {
     // SYN retransmission (1 s): the timer, not RustScan, sends those SYNs.
     count_syns(&lab, Some("30000-30099"));
     let before = sender_netstat(&lab, "TcpExt", "TCPSynRetrans");
-    let rustscan = tool("rustscan");
-    let target = lab.lab.target_addr.to_string();
-    let argv = strings(&[
-        &rustscan,
-        "-a",
-        &target,
-        "-r",
-        "30000-30099",
-        "-b",
-        "100",
-        "-t",
-        "2500",
-        "-g",
-        "-n",
-        "--scripts",
-        "none",
-    ]);
+    let argv = rustscan_argv(&lab, "30000-30099", 100, 2500);
     let run = run_in_sender(&lab, Some("rustscan"), argv);
     let s = run.summary_json();
     let syns = syns_counted(&lab);
