@@ -315,13 +315,23 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
             others.join(", ")
         );
     }
-    // Scaled up, the sampled figure is of the same order as the counted one of part 1 (another
-    // run on a shared machine: a loose bound).
+    // Scaled up by the share of the run the windows covered, over this run's packets. (How the
+    // sampled figure compares with part 1's counted one is a comparison of two runs, which moves
+    // with the machine's load: 1,028 against 2,525 ns once, at 114k and 214k pps. It is printed,
+    // and measured in `cargo bench --bench probe_cost_truth`, not asserted.)
     let sampled = bpf.ns_per_packet.expect("ns_per_packet");
     eprintln!("sampled BPF cost per packet: {sampled:.0} ns (counted run: {reported:.0} ns)");
-    assert!(
-        sampled > reported / 2.0 && sampled < reported * 2.0,
-        "sampled {sampled:.0} ns per packet against {reported:.0} counted"
+    assert_within(
+        "bpf_ns, the windows' run time scaled by the share they covered",
+        bpf.bpf_ns,
+        counted_ns as f64 / bpf.measured_share,
+        1e-6,
+    );
+    assert_within(
+        "ns_per_packet, bpf_ns over the run's packets",
+        sampled,
+        bpf.bpf_ns / bpf.packets as f64,
+        1e-9,
     );
     // scanprof left the sysctl as it was (it holds statistics through its own descriptor),
     // unless someone else set it meanwhile (seen by the watch).
