@@ -139,15 +139,9 @@ __noinline int packet_closing(__u64 file)
 	if (!sk)
 		return 0;
 	ino = BPF_CORE_READ(f, f_inode, i_ino);
-	e = bpf_map_lookup_elem(&ring_reads, &skp);
-	if (!e || e->ino != ino) {
-		struct sp_ring_reads fresh = { .ino = ino };
-
-		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
-		e = bpf_map_lookup_elem(&ring_reads, &skp);
-		if (!e)
-			return 0;
-	}
+	e = ring_reads_entry(skp, ino);
+	if (!e)
+		return 0;
 	e->closed_packets = BPF_CORE_READ(po, stats.stats1.tp_packets);
 	e->closed_drops = BPF_CORE_READ(po, tp_drops.counter);
 	e->closed_rx_ring = BPF_CORE_READ(po, rx_ring.pg_vec) != NULL;

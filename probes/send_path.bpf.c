@@ -285,16 +285,9 @@ static __always_inline void packet_read_mark(struct sp_thread *t, __u64 skp)
 	if (BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
 		return;
 	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
-	e = bpf_map_lookup_elem(&ring_reads, &skp);
-	if (e && e->ino == ino) {
+	e = ring_reads_entry(skp, ino);
+	if (e)
 		e->recv_read = 1;
-		return;
-	}
-	{
-		struct sp_ring_reads fresh = { .ino = ino, .recv_read = 1 };
-
-		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
-	}
 }
 
 /* A send syscall on sk by a family thread, sk new to the thread: when sk is a packet socket,
@@ -311,16 +304,9 @@ static __always_inline void packet_send_mark(__u64 skp)
 	if (BPF_CORE_READ(sk, __sk_common.skc_family) != 17 /* AF_PACKET */)
 		return;
 	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
-	e = bpf_map_lookup_elem(&ring_reads, &skp);
-	if (e && e->ino == ino) {
+	e = ring_reads_entry(skp, ino);
+	if (e)
 		e->sent = 1;
-		return;
-	}
-	{
-		struct sp_ring_reads fresh = { .ino = ino, .sent = 1 };
-
-		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
-	}
 }
 
 /* A syscall's arguments as either kind of hook gives them: the raw hook's registers or the
@@ -395,15 +381,9 @@ static __always_inline int stats_enter(const struct sc_args *args)
 		return 0;	/* the kernel fails it too (EFAULT), before clearing */
 	skp = (__u64)sk;
 	ino = BPF_CORE_READ(sk, sk_socket, file, f_inode, i_ino);
-	e = bpf_map_lookup_elem(&ring_reads, &skp);
-	if (!e || e->ino != ino) {
-		struct sp_ring_reads fresh = { .ino = ino };
-
-		bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
-		e = bpf_map_lookup_elem(&ring_reads, &skp);
-		if (!e)
-			return 0;
-	}
+	e = ring_reads_entry(skp, ino);
+	if (!e)
+		return 0;
 	c.sk = skp;
 	c.optval = args->a[3];
 	if (bpf_map_update_elem(&stats_calls, &tid, &c, BPF_ANY))

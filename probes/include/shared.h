@@ -722,4 +722,18 @@ struct {
 	__type(value, struct sp_ring_reads);
 } ring_reads SEC(".maps");
 
+/* The ring_reads entry of the packet socket at skp whose file's inode is ino: a fresh one when
+ * there is none, or when the one there is of an earlier socket at the same address (another
+ * inode). NULL only when the map refuses it. */
+static __always_inline struct sp_ring_reads *ring_reads_entry(__u64 skp, __u64 ino)
+{
+	struct sp_ring_reads *e = bpf_map_lookup_elem(&ring_reads, &skp);
+	struct sp_ring_reads fresh = { .ino = ino };
+
+	if (e && e->ino == ino)
+		return e;
+	bpf_map_update_elem(&ring_reads, &skp, &fresh, BPF_ANY);
+	return bpf_map_lookup_elem(&ring_reads, &skp);
+}
+
 #endif /* SCANPROF_SHARED_H */
