@@ -64,41 +64,59 @@ impl SenderLab {
     }
 }
 
-/// Everything sent arrived, nothing failed, and the sender's and the receiver's rates are both
-/// within 1% of the request.
+/// Everything sent arrived and nothing failed, and the sender's rate is its schedule's, checked by
+/// what holds on a busy machine too (issue 29): a deadline pacer never starts a slot early, so its
+/// rate (the packets before its last call over the time from the schedule's start to that call's
+/// start, `rate_window_ns`) is never above the request, and falls below it by no more than its own
+/// latest start explains (the last call was due at the latest (sent-1)/rate after the start and
+/// started at most `lateness_ns.max` after it was due). The receiver's span from the first
+/// datagram to the last (kernel timestamps) is the sender's from its first call's return to its
+/// last call's, give or take the two calls' own durations. Whether the machine keeps the rate is a
+/// figure of scheduling: `cargo bench --bench senders` measures it.
 #[track_caller]
-fn assert_exact_and_on_rate(what: &str, report: &Value, rx: &SinkReport, rate: u32, count: u64) {
+fn assert_exact_and_on_schedule(what: &str, report: &Value, rx: &SinkReport, rate: u32, count: u64) {
     assert_eq!(
         (u64_of(report, "sent"), u64_of(report, "failed")),
         (count, 0),
         "{what}: {report}"
     );
     assert_eq!(rx.packets, count, "{what}: the receiver got {rx:?}; {report}");
-    assert_within(
-        &format!("{what}: achieved_pps"),
-        f64_of(report, "achieved_pps"),
-        f64::from(rate),
-        0.01,
+    let rate = f64::from(rate);
+    let achieved = f64_of(report, "achieved_pps");
+    assert!(
+        achieved <= rate * (1.0 + 1e-6),
+        "{what}: {achieved:.3} pps is above the request of {rate}: the pacer ran ahead; {report}"
+    );
+    let window_ns = u64_of(report, "rate_window_ns") as f64;
+    let latest_due_ns = (count - 1) as f64 * 1e9 / rate;
+    let late_max_ns = u64_of(&report["lateness_ns"], "max") as f64;
+    assert!(
+        window_ns <= latest_due_ns + late_max_ns + 1_000.0,
+        "{what}: the last call started {window_ns} ns into the schedule, later than its latest due \
+         time ({latest_due_ns} ns) plus the latest start the sender measured ({late_max_ns} ns); {report}"
     );
     assert_within(
-        &format!("{what}: accuracy"),
+        &format!("{what}: accuracy = achieved / requested"),
         f64_of(report, "accuracy"),
-        1.0,
-        0.01,
+        achieved / rate,
+        1e-9,
     );
-    let rx_pps = rx
-        .pps()
-        .unwrap_or_else(|| panic!("{what}: no receiver rate: {rx:?}"));
-    assert_within(
-        &format!("{what}: the receiver's pps"),
-        rx_pps,
-        f64::from(rate),
-        0.01,
+    let tx_span_ns = u64_of(report, "last_ns").saturating_sub(u64_of(report, "first_ns")) as f64;
+    let rx_span_ns = rx.last_ns.saturating_sub(rx.first_ns) as f64;
+    assert!(
+        (rx_span_ns - tx_span_ns).abs() <= CALL_SPAN_NS,
+        "{what}: the receiver's span {rx_span_ns} ns against the sender's {tx_span_ns} ns; {rx:?}; {report}"
     );
 }
 
+/// How far the receiver's first-to-last span may be from the sender's: a datagram is stamped
+/// inside the send call that carries it, the sender's times are those calls' returns, so the two
+/// spans differ by the first and the last call's durations: microseconds, or a scheduler slice or
+/// two when the sender is preempted inside a call (a few ms beside a CPU hog).
+const CALL_SPAN_NS: f64 = 20e6;
+
 #[test]
-fn every_pacer_holds_1k_and_10k_pps_into_a_lab() {
+fn every_pacer_keeps_its_schedule_at_1k_and_10k_pps_into_a_lab() {
     let test = privileged();
     let lab = SenderLab::new();
     for pacer in ["tsc", "clock", "sleep"] {
@@ -107,13 +125,17 @@ fn every_pacer_holds_1k_and_10k_pps_into_a_lab() {
             let (report, rx) = lab.send(rate, count, &["--pacer", pacer]);
             assert_eq!(report["pacer"], pacer, "{report}");
             assert_eq!(report["slot"], "deadline", "{report}");
-            assert_exact_and_on_rate(&what, &report, &rx, rate, count);
-            let gap = &report["gap_ns"];
-            assert_within(
-                &format!("{what}: mean gap"),
-                f64_of(gap, "mean"),
-                1e9 / f64::from(rate),
-                0.01,
+            assert_exact_and_on_schedule(&what, &report, &rx, rate, count);
+            // One call a packet: the calls' starts span (count-1) mean gaps, from the first
+            // call's start (due at the schedule's start, at most the latest lateness after it)
+            // to the last call's (the end of the rate window).
+            let starts_span_ns = f64_of(&report["gap_ns"], "mean") * (count - 1) as f64;
+            let window_ns = u64_of(&report, "rate_window_ns") as f64;
+            let late_max_ns = u64_of(&report["lateness_ns"], "max") as f64;
+            assert!(
+                starts_span_ns <= window_ns + 1_000.0 && starts_span_ns + late_max_ns + 1_000.0 >= window_ns,
+                "{what}: the calls' starts span {starts_span_ns} ns, the rate window {window_ns} ns, \
+                 the latest start {late_max_ns} ns; {report}"
             );
             let cal = &report["calibration"];
             if pacer == "tsc" {
@@ -148,7 +170,7 @@ fn every_send_method_is_counted_by_the_receiver_and_the_veth() {
         let rx_before = lab.lab.link(Side::Target).expect("ip -s link").rx_packets;
         let (report, rx) = lab.send(rate, count, extra);
         assert_eq!(report["method"], extra[1], "{report}");
-        assert_exact_and_on_rate(&what, &report, &rx, rate, count);
+        assert_exact_and_on_schedule(&what, &report, &rx, rate, count);
         // The lab is quiet (no ARP, no IPv6): the target veth saw exactly these packets.
         let rx_after = lab.lab.link(Side::Target).expect("ip -s link").rx_packets;
         assert_eq!(rx_after - rx_before, count, "{what}: veth rx");
@@ -165,7 +187,7 @@ fn per_packet_slots_fall_short_where_deadline_slots_catch_up() {
     let lab = SenderLab::new();
     let (rate, count) = (10_000u32, 5_000u64);
     let (deadline, rx) = lab.send(rate, count, &["--pacer", "sleep", "--slot", "deadline"]);
-    assert_exact_and_on_rate("deadline slots", &deadline, &rx, rate, count);
+    assert_exact_and_on_schedule("deadline slots", &deadline, &rx, rate, count);
     let (per_packet, rx) = lab.send(rate, count, &["--pacer", "sleep", "--slot", "per-packet"]);
     assert_eq!(per_packet["slot"], "per-packet");
     assert_eq!(
