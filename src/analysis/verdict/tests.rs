@@ -4023,3 +4023,106 @@ fn a_connect_scan_s_loss_counts_the_kernel_s_syn_retransmissions_as_handed_over(
         loss.evidence
     );
 }
+
+// --- work units under load: the pause is measured, the claims are over their own window ---------
+
+/// The unishape lab run that lost its `unit_idle` beside a CPU hog (issue 29): two units of 2000
+/// packets asked at 2000 pps; unit 1 sent at 878 pps (0.15..2.427 s), the master paused 54 ms,
+/// unit 2 set up for 100 ms (its calibration) and sent at ~662 pps; 734 pps over the run's
+/// 5.45 s send window, the sender preempted `preempted` of its time.
+fn unishape_under_a_hog(preempted: f64) -> Run {
+    let w = 4000.0 / 734.0;
+    let (first, last) = (0.15, 0.15 + w);
+    let last_1 = first + 1999.0 / 878.0;
+    let done_1 = last_1 + 0.0006;
+    let handed_2 = done_1 + 0.054;
+    let first_2 = handed_2 + 0.1;
+    let units = vec![
+        WorkUnitView {
+            index: 1,
+            sender_pid: Some(7),
+            pps: Some(2000.0),
+            handed_s: Some(0.05),
+            calibrated_s: Some(first),
+            first_send_s: Some(first),
+            last_send_s: Some(last_1),
+            done_s: Some(done_1),
+            packets: Some(2000),
+            achieved_pps: Some(878.0),
+            setup_ms: Some(100.0),
+            claimed_pps: Some(878.1),
+            claimed_packets: Some(2000),
+            ..Default::default()
+        },
+        WorkUnitView {
+            index: 2,
+            sender_pid: Some(7),
+            pps: Some(2000.0),
+            handed_s: Some(handed_2),
+            calibrated_s: Some(first_2),
+            first_send_s: Some(first_2),
+            last_send_s: Some(last),
+            done_s: Some(last + 0.0006),
+            packets: Some(2000),
+            achieved_pps: Some(1999.0 / (last - first_2)),
+            setup_ms: Some(100.0),
+            idle_before_ms: Some(54.0),
+            claimed_pps: Some(1999.0 / (last - first_2)),
+            claimed_packets: Some(2000),
+            ..Default::default()
+        },
+    ];
+    // Asleep 154 ms (the calibration's nanosleep and the pause), 1% in send, the rest the TSC
+    // busy-wait on the CPU.
+    let sleep = 0.154 / w;
+    let mut r = run(Some(2000.0), 734.0, w)
+        .time(0.01, 0.0, sleep, preempted, 1.0 - 0.01 - sleep - preempted)
+        .gaps(510.0 * US, w / 3999.0 * 1e9, 9.37 * MS)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            work_units: units,
+            ..Default::default()
+        });
+    r.0.first_send_s = Some(first);
+    r.0.last_send_s = Some(last);
+    r
+}
+
+#[test]
+fn the_pause_between_work_units_keeps_its_measured_share_whatever_the_preemption() {
+    // Last packet of unit 1 to first of unit 2: 54.6 ms idle and 100 ms set-up, less one ordinary
+    // gap (0.5 ms) shared in proportion; of the 5.45 s window: idle 0.99% and set-up 1.83%,
+    // exact figures from the units' boundaries. At 62% preempted the estimates (preemption up to
+    // the gaps' tail, 61.5%) add up to more than the rest of the 63.3% gap and are scaled to fit
+    // it; before, the spans were scaled with them (idle 0.98%). And under 1% (MIN_SHARE) unit_idle
+    // was not named at all, at any preemption.
+    let w = 4000.0 / 734.0;
+    let last_1 = 0.15 + 1999.0 / 878.0;
+    let first_2 = last_1 + 0.0006 + 0.054 + 0.1;
+    let span = first_2 - last_1;
+    let beyond = (span - 0.0005) / span;
+    let idle = (span - 0.1) * beyond / w;
+    let setup = 0.1 * beyond / w;
+    let g = 1.0 - 734.0 / 2000.0;
+    for preempted in [0.62, 0.3, 0.0] {
+        let v = unishape_under_a_hog(preempted).verdicts();
+        assert_share(&v, Cause::UnitIdle, idle);
+        assert_share(&v, Cause::UnitSetup, setup);
+        assert_eq!(find(&v, Cause::UnitIdle).confidence, Confidence::Weak);
+        assert!(
+            find(&v, Cause::UnitIdle).sentence.contains("54.600 ms"),
+            "{}",
+            find(&v, Cause::UnitIdle).sentence
+        );
+        assert!(gap_sum(&v) <= g + 1e-9, "{v:#?}");
+    }
+    // At 62% preempted the estimates alone exceed the gap: preemption fills exactly what the
+    // spans leave of it.
+    let v = unishape_under_a_hog(0.62).verdicts();
+    assert_eq!(
+        causes(&v),
+        [Cause::Preempted, Cause::UnitSetup, Cause::UnitIdle],
+        "{v:#?}"
+    );
+    assert_share(&v, Cause::Preempted, g - idle - setup);
+}
