@@ -255,6 +255,7 @@ fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
         diff_pct: Some((claimed / measured - 1.0) * 100.0),
         source: Some(crate::analysis::ClaimSource::Probe),
         figure: None,
+        window: None,
     }
 }
 
@@ -4125,4 +4126,108 @@ fn the_pause_between_work_units_keeps_its_measured_share_whatever_the_preemption
         "{v:#?}"
     );
     assert_share(&v, Cause::Preempted, g - idle - setup);
+}
+
+/// A unit's rate report as the scanner model gives it: over the unit's send window (set-up
+/// returned to WORKDONE), beside the rate measured over that window.
+fn unit_claim(u: &WorkUnitView, claimed: f64) -> ClaimView {
+    let measured = u.achieved_pps.expect("a unit's achieved rate");
+    ClaimView {
+        window: Some(ClaimWindow {
+            from_s: u.calibrated_s.expect("set up"),
+            to_s: u.done_s.expect("done"),
+            unit: Some(u.index),
+        }),
+        ..claim(
+            &format!("pps unisend reported for work unit {}", u.index),
+            claimed,
+            measured,
+        )
+    }
+}
+
+/// The hog run with the sender's WORKDONE reports (`claimed` pps for unit 1, the truth for
+/// unit 2) and every packet through the devices: 734 pps over the run's send window.
+fn unishape_with_claims(unit_1_claims: f64) -> Run {
+    let mut r = unishape_under_a_hog(0.6);
+    let sc = r.0.scanner.as_mut().expect("scanner");
+    let (u1, u2) = (&sc.work_units[0], &sc.work_units[1]);
+    sc.claims = vec![
+        unit_claim(u1, unit_1_claims),
+        unit_claim(u2, u2.achieved_pps.unwrap()),
+    ];
+    r.0.stages.insert(StageName::DevXmit, 734.0);
+    r
+}
+
+#[test]
+fn a_work_units_rate_claim_is_compared_over_its_own_window_not_the_runs() {
+    // Unit 1 reports 878.1 pps and sent at 878 over its own window (0.15-2.43 s); the run's
+    // 734 pps through the devices covers 0.15-5.60 s, with unit 2's slower sending and the pause
+    // in it. The claim is true: no claim_mismatch (before: "878 pps, but 734 pps left").
+    let v = unishape_with_claims(878.1).verdicts();
+    assert!(
+        !causes(&v).contains(&Cause::ClaimMismatch),
+        "{:#?}",
+        v.iter().find(|v| v.cause == Cause::ClaimMismatch)
+    );
+
+    // A false report of unit 1 (the requested 2000 pps) is named against unit 1's own window,
+    // and the line about the devices says why it is not set beside them.
+    let v = unishape_with_claims(2000.0).verdicts();
+    let c = find(&v, Cause::ClaimMismatch);
+    assert!(
+        c.sentence.contains(
+            "pps unisend reported for work unit 1 says 2000, scanprof measured 878 over work unit 1's \
+             send window (0.15-2.43 s) (+127.8%)"
+        ),
+        "{}",
+        c.sentence
+    );
+    assert!(
+        c.evidence.iter().any(|e| e.contains(
+            "not compared with what left through the devices: they are counted over the run (0.15-5.60 s) only"
+        )),
+        "{:#?}",
+        c.evidence
+    );
+    assert!(
+        !c.evidence
+            .iter()
+            .any(|e| e.contains("left the machine (driver accepted)")),
+        "{:#?}",
+        c.evidence
+    );
+}
+
+#[test]
+fn a_claim_over_the_runs_send_window_is_still_set_beside_the_devices() {
+    // One unit over the whole send window (0.5-10.5 s, WORKDONE 0.6 ms after its last packet):
+    // its 1000 pps claim agrees with the syscalls, but only 300 pps left through the driver.
+    let mut r = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .scanner(ScannerView {
+            claims: vec![ClaimView {
+                window: Some(ClaimWindow {
+                    from_s: 0.5,
+                    to_s: 10.5006,
+                    unit: Some(1),
+                }),
+                ..claim("pps unisend reported for work unit 1", 1000.0, 1000.0)
+            }],
+            ..Default::default()
+        });
+    r.0.first_send_s = Some(0.5);
+    r.0.last_send_s = Some(10.5);
+    r.0.stages.insert(StageName::DevXmit, 300.0);
+    let v = r.verdicts();
+    let c = find(&v, Cause::ClaimMismatch);
+    assert!(
+        c.sentence.contains(
+            "says 1000 pps, but 300 pps left through the devices over the same span, work unit 1's send \
+             window (0.50-10.50 s)"
+        ),
+        "{}",
+        c.sentence
+    );
 }
