@@ -221,10 +221,20 @@ fn launched_fixture_reports_roles_rate_sources_calibration_and_work_units() {
         (45.0..150.0).contains(&idle),
         "the master's 50 ms pause between units: {idle} ms"
     );
-    // The sender's claims match what was measured (it reports the truth unless told not to).
-    for c in sc["claims"].as_array().unwrap() {
+    // The sender's claims match what was measured (it reports the truth unless told not to),
+    // each over its own unit's send window; and nothing says otherwise: a unit's rate is never
+    // set beside the whole run's (unit 1 at 878 pps against the run's 734 beside a CPU hog).
+    let claims = sc["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 4, "pps and packets of each unit: {claims:?}");
+    for (c, u) in claims.iter().zip([1, 1, 2, 2]) {
         assert!(f(&c["diff_pct"]).abs() < 2.0, "{c}");
+        assert_eq!(c["window"]["unit"], u, "{c}");
     }
+    assert!(
+        verdict(&summary, "claim_mismatch").is_null(),
+        "true claims called false: {}",
+        verdict(&summary, "claim_mismatch")
+    );
     // IPC: WORKUNITs from the master (named by their recipient: the fixture's are the
     // sender's), WORKDONEs from the sender, by type.
     let ipc = sc["ipc"].as_array().unwrap();

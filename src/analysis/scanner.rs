@@ -314,6 +314,42 @@ pub struct ClaimView {
     /// what kind of figure it is (None for the work-unit reports of a probe)
     #[serde(default)]
     pub figure: Option<StatusFigure>,
+    /// the span the claim speaks of, which `measured` covers too (None when nothing was
+    /// measured beside it, and in bundles written before claims carried it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<ClaimWindow>,
+}
+
+/// The span a claim speaks of: a work unit's send window (its set-up returned to its end), or
+/// the family's. A claim is compared only with what was measured over the same span.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClaimWindow {
+    /// seconds since attach at its start and end
+    pub from_s: f64,
+    pub to_s: f64,
+    /// the work unit whose send window it is (1-based); absent: the family's send window
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<u32>,
+}
+
+impl ClaimWindow {
+    /// For people: `work unit 1's send window (0.15-2.43 s)`.
+    pub fn label(&self) -> String {
+        let what = match self.unit {
+            Some(i) => format!("work unit {i}'s send window"),
+            None => "the family's send window".to_string(),
+        };
+        format!("{what} ({:.2}-{:.2} s)", self.from_s, self.to_s)
+    }
+
+    /// Whether `other` is the same span, up to `tolerance` of the longer one's length at either
+    /// end (a unit's send window starts as its set-up returns, the family's at its first packet
+    /// just after).
+    pub fn same_span(&self, from_s: f64, to_s: f64, tolerance: f64) -> bool {
+        let len = (self.to_s - self.from_s).max(to_s - from_s).max(0.0);
+        let slack = len * tolerance;
+        (self.from_s - from_s).abs() <= slack && (self.to_s - to_s).abs() <= slack
+    }
 }
 
 /// Where a claim was read.
@@ -634,6 +670,12 @@ impl ScannerModel {
                     } else {
                         format!("last reading, at {:.1} s", self.secs(at_ns))
                     };
+                    // Totals count from the scanner's start (scanprof launched it) to the reading.
+                    let window = measured.map(|_| ClaimWindow {
+                        from_s: 0.0,
+                        to_s: self.secs(at_ns),
+                        unit: None,
+                    });
                     return Some(ClaimView {
                         what: format!("{} ({since})", spec.what),
                         claimed,
@@ -641,6 +683,7 @@ impl ScannerModel {
                         diff_pct: diff(claimed, measured),
                         source: Some(spec.source),
                         figure: Some(spec.figure),
+                        window,
                     });
                 }
                 let mine: Vec<(f64, u64)> = self
@@ -682,6 +725,11 @@ impl ScannerModel {
                     diff_pct: diff(claimed, measured),
                     source: Some(spec.source),
                     figure: Some(spec.figure),
+                    window: measured.map(|_| ClaimWindow {
+                        from_s: self.secs(first),
+                        to_s: self.secs(last),
+                        unit: None,
+                    }),
                 })
             })
             .collect()
@@ -1034,6 +1082,16 @@ impl ScannerModel {
         let mut claims = Vec::new();
         for v in &units {
             let who = v.sender_pid.map(&comm).unwrap_or_else(|| "the sender".into());
+            // The unit's report speaks of the unit, and its packets and rate were measured over
+            // its send window: set-up returned to its end (WORKDONE), or to its last packet.
+            let window = match (v.calibrated_s, v.done_s.or(v.last_send_s)) {
+                (Some(from_s), Some(to_s)) if to_s > from_s => Some(ClaimWindow {
+                    from_s,
+                    to_s,
+                    unit: Some(v.index),
+                }),
+                _ => None,
+            };
             if let Some(c) = v.claimed_pps {
                 claims.push(ClaimView {
                     what: format!("pps {who} reported for work unit {}", v.index),
@@ -1042,6 +1100,7 @@ impl ScannerModel {
                     diff_pct: v.achieved_pps.filter(|m| *m > 0.0).map(|m| (c / m - 1.0) * 100.0),
                     source: Some(ClaimSource::Probe),
                     figure: Some(StatusFigure::Rate),
+                    window: window.filter(|_| v.achieved_pps.is_some()),
                 });
             }
             if let Some(c) = v.claimed_packets {
@@ -1055,6 +1114,7 @@ impl ScannerModel {
                         .map(|m| (c as f64 / m as f64 - 1.0) * 100.0),
                     source: Some(ClaimSource::Probe),
                     figure: Some(StatusFigure::Sent),
+                    window: window.filter(|_| v.packets.is_some()),
                 });
             }
         }

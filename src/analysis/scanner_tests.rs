@@ -610,3 +610,33 @@ fn the_unit_in_progress_at_attach_is_in_the_table() {
     let idx: Vec<(u32, bool)> = v.work_units.iter().map(|u| (u.index, u.before_attach)).collect();
     assert_eq!(idx, [(1, true), (2, false)]);
 }
+
+#[test]
+fn each_work_units_claims_carry_that_units_send_window() {
+    // Two units of 1000 packets, each calibrated 101 ms after its hand-over and done 1 s later:
+    // their reports speak of their own send windows, not of the family's (0.111-2.311 s).
+    let mut m = model(None, 1000.0);
+    unit(&mut m, 10, 1000.0, 1000, 1000, 1e6, 1000.0, 0);
+    unit(&mut m, 1210, 1000.0, 1000, 1000, 1e6, 1000.0, 1000);
+    let procs = [
+        process(10, "unicornscan", "master"),
+        process(20, "unisend", "sender"),
+    ];
+    let v = m.view(&[], &procs, &[]);
+    assert_eq!(v.claims.len(), 4, "{:?}", v.claims);
+    for c in &v.claims {
+        let unit = if c.what.ends_with("work unit 1") { 1 } else { 2 };
+        let (from_s, to_s) = if unit == 1 { (0.111, 1.111) } else { (1.311, 2.311) };
+        let w = c.window.unwrap_or_else(|| panic!("no window: {c:?}"));
+        assert_eq!(w.unit, Some(unit), "{c:?}");
+        assert!(
+            (w.from_s - from_s).abs() < 1e-9 && (w.to_s - to_s).abs() < 1e-9,
+            "{c:?}"
+        );
+        assert!(c.diff_pct.unwrap().abs() < 1e-9, "{c:?}");
+    }
+    assert_eq!(
+        v.claims[0].window.unwrap().label(),
+        "work unit 1's send window (0.11-1.11 s)"
+    );
+}

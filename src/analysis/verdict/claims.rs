@@ -162,8 +162,21 @@ pub(super) fn send_errors_as_loss(f: &Facts) -> Option<Verdict> {
     })
 }
 
+/// Two spans whose ends are within this share of their length are one window (a unit's send
+/// window starts as its set-up returns, the family's at its first packet just after).
+const SAME_WINDOW: f64 = 0.02;
+
+/// The span of a claim, for a sentence: ` over work unit 1's send window (0.15-2.43 s)`, or
+/// nothing when the claim does not say (a bundle written before claims carried it).
+fn over_window(c: &ClaimView) -> String {
+    c.window.map_or(String::new(), |w| format!(" over {}", w.label()))
+}
+
 /// The scanner's own figures against scanprof's: one verdict naming those that differ by more
-/// than the tolerance, and rate claims above what left the machine.
+/// than the tolerance, and rate claims above what left the machine. Each claim is set beside a
+/// measurement over its own window: its `measured` figure is; the devices' count covers the
+/// interval only, so a claim about another span (one work unit of several, in the run or in a
+/// tick) is not compared with it, and the verdict says so.
 pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
     let f = j.f;
     let v = f.scanner?;
@@ -176,7 +189,14 @@ pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
             .total_cmp(&a.diff_pct.unwrap_or(0.0).abs())
     });
     let left = f.left_pps;
-    let above_left: Vec<&ClaimView> = v
+    // The interval's span the devices' count covers; a claim with no window of its own (a bundle
+    // written before claims carried one) is taken as the interval's, as it was then.
+    let same_window = |c: &&ClaimView| match (c.window, f.span_s) {
+        (None, _) => true,
+        (Some(w), Some((from_s, to_s))) => w.same_span(from_s, to_s, SAME_WINDOW),
+        (Some(_), None) => false,
+    };
+    let above: Vec<&ClaimView> = v
         .claims
         .iter()
         // A rate claim (bundles written before claims carried their figure: by its name).
@@ -186,22 +206,28 @@ pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
         })
         .filter(|c| left.is_some_and(|l| c.claimed > l * (1.0 + CLAIM_TOLERANCE_PCT / 100.0)))
         .collect();
+    let (above_left, other_window): (Vec<&ClaimView>, Vec<&ClaimView>) =
+        above.into_iter().partition(same_window);
     if differing.is_empty() && above_left.is_empty() {
         return None;
     }
     let sentence = match differing.first() {
         Some(c) => format!(
-            "The scanner's own figures disagree with the measurement: {} says {}, scanprof measured {} ({}).",
+            "The scanner's own figures disagree with the measurement: {} says {}, scanprof measured {}{} ({}).",
             c.what,
             whole_or_tenths(c.claimed),
             c.measured.map_or("?".to_string(), whole_or_tenths),
+            over_window(c),
             signed_pct(c.diff_pct.unwrap_or(0.0))
         ),
         None => format!(
-            "The scanner's own rate is more than what left the machine: {} says {}, but {} left through the devices.",
+            "The scanner's own rate is more than what left the machine: {} says {}, but {} left through the devices {}.",
             above_left[0].what,
             pps(above_left[0].claimed),
-            pps(left.unwrap_or(0.0))
+            pps(left.unwrap_or(0.0)),
+            above_left[0]
+                .window
+                .map_or(f.over().to_string(), |w| format!("over the same span, {}", w.label()))
         ),
     };
     let mut evidence: Vec<String> = differing
@@ -209,10 +235,11 @@ pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
         .take(5)
         .map(|c| {
             format!(
-                "{}: claimed {}, measured {} ({})",
+                "{}: claimed {}, measured {}{} ({})",
                 c.what,
                 whole_or_tenths(c.claimed),
                 c.measured.map_or("?".to_string(), whole_or_tenths),
+                over_window(c),
                 signed_pct(c.diff_pct.unwrap_or(0.0))
             )
         })
@@ -224,6 +251,19 @@ pub(super) fn claim_mismatch(j: &Judgement) -> Option<Verdict> {
             f.over(),
             pps(c.claimed),
             signed_pct((c.claimed / l - 1.0) * 100.0)
+        ));
+    }
+    for c in other_window.iter().take(3) {
+        let interval = f
+            .span_s
+            .map_or(String::new(), |(a, b)| format!(" ({a:.2}-{b:.2} s)"));
+        evidence.push(format!(
+            "{}: {} pps{}, not compared with what left through the devices: they are counted {}{} only",
+            c.what,
+            whole_or_tenths(c.claimed),
+            over_window(c),
+            f.over(),
+            interval
         ));
     }
     if f.failed_calls > 0 {

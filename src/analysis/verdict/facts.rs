@@ -120,6 +120,9 @@ pub(super) struct Facts<'a> {
     pub window_s: f64,
     /// seconds since attach at the end of the interval (live only)
     pub end_s: Option<f64>,
+    /// seconds since attach at the start and end of the interval: the tick, or the run's send
+    /// window (None in summaries written before they carried it)
+    pub span_s: Option<(f64, f64)>,
     /// packets the send syscalls accepted in the interval
     pub packets: u64,
     /// send calls in the interval, failed ones included
@@ -234,6 +237,7 @@ impl<'a> Facts<'a> {
             achieved: s.achieved_pps,
             window_s: s.interval_s,
             end_s: Some(s.t_s),
+            span_s: Some((s.t_s - s.interval_s, s.t_s)),
             packets,
             calls,
             failed_calls: s.threads.iter().map(|t| t.failed_calls).sum(),
@@ -341,6 +345,7 @@ impl<'a> Facts<'a> {
             achieved: s.achieved_pps,
             window_s,
             end_s: None,
+            span_s: s.first_send_s.zip(s.last_send_s),
             packets: s.packets,
             calls: s.send_calls,
             failed_calls: s.failed_calls,

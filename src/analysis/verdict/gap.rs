@@ -477,8 +477,8 @@ impl Split {
         })
     }
 
-    /// A verdict of the gap's split: named when its share is at least MIN_SHARE, with the rate
-    /// and the share it costs first, and the lines every split cause carries.
+    /// A verdict of the gap's split: named when its share is at least `min_share(cause)`, with
+    /// the rate and the share it costs first, and the lines every split cause carries.
     #[allow(clippy::too_many_arguments)]
     fn verdict(
         &self,
@@ -491,7 +491,7 @@ impl Split {
         next: String,
         weak: bool,
     ) -> Option<Verdict> {
-        if share < MIN_SHARE {
+        if share < min_share(cause) || share <= 0.0 {
             return None;
         }
         evidence.insert(0, rate_line(f, r));
@@ -517,6 +517,18 @@ impl Split {
         caveat_lines(f, &mut evidence);
         let weak = weak || f.thin() || share < WEAK_SHARE || is_cap(f);
         Some(verdict(cause, Kind::Gap, sentence, share, evidence, next, weak))
+    }
+}
+
+/// The smallest share at which a cause of the split is named. The estimates from the time
+/// budget need MIN_SHARE to stand out of its noise; the time between work units is measured
+/// from their boundaries (exact spans with no packet in them, less one ordinary gap), so it is
+/// named at any share: a fixed pause is a smaller share of a run that preemption stretched, not
+/// a less certain one. Below WEAK_SHARE it is weak, as every cause is.
+fn min_share(cause: Cause) -> f64 {
+    match cause {
+        Cause::UnitIdle | Cause::UnitSetup => 0.0,
+        _ => MIN_SHARE,
     }
 }
 

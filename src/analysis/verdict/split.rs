@@ -5,7 +5,8 @@
 //! the requested rate would use no blocked and no preempted time, its on-CPU work up to the slot,
 //! and a pacing wait filling the slot's rest; each category's time beyond that is its excess.
 //! The excesses add up to at least the rest of the gap (equality when the pacer waits no less
-//! than the slot leaves), and are scaled down together to add up to it exactly. Before that, the
+//! than the slot leaves), and are scaled down together to add up to it exactly, after the time
+//! between work units (measured, not estimated) has taken its part. Before that, the
 //! gap histogram corrects the budget: a sleeping pacer's wait for a CPU after each wake-up is
 //! pacing, and preemption that made no gap longer than the typical one fell inside a wait.
 //! docs/diagnosis.md gives the steps in order.
@@ -261,8 +262,16 @@ impl Split {
         let (mut blocked, mut preempted) = (t.blocked / total, t.preempted / total);
 
         s.units = UnitTime::of(f, s.expected_gap_ns);
-        let idle = take(&mut [&mut sleep, &mut other], s.units.idle_ns / total);
-        let setup = take(&mut [&mut sleep, &mut other], s.units.setup_ns / total);
+        // The spans are in the budget whatever the sender did in them: asleep or on the CPU
+        // mostly, waiting for a CPU or blocked when that is where their time went.
+        let idle = take(
+            &mut [&mut sleep, &mut other, &mut preempted, &mut blocked],
+            s.units.idle_ns / total,
+        );
+        let setup = take(
+            &mut [&mut sleep, &mut other, &mut preempted, &mut blocked],
+            s.units.setup_ns / total,
+        );
         s.mean_gap_ns = s.mean_gap_without_units(f);
 
         // A pacer that sleeps wakes up and then waits for a CPU: that wait, tens of us per
@@ -398,18 +407,25 @@ impl Split {
             pacing = 0.0;
         }
 
-        let sum = blocked
-            + preempted
-            + throttled
-            + cpu
-            + probe_cost
-            + steal
-            + miscalibrated
-            + pacing
-            + stalls
-            + idle
-            + setup;
-        let k = if sum > rest && sum > 0.0 { rest / sum } else { 1.0 };
+        // The time between work units is measured from their boundaries (exact spans with no
+        // packet in them), the other parts are estimates from the time budget: the spans take
+        // their part of the time gap first (scaled only if they alone exceed it), and the
+        // estimates are scaled to add up to what is left. Preemption inside the units (a sum of
+        // estimates above the gap) must not shrink the pause between them.
+        let measured = idle + setup;
+        let km = if measured > rest && measured > 0.0 {
+            rest / measured
+        } else {
+            1.0
+        };
+        let estimated_rest = rest - measured * km;
+        let sum =
+            blocked + preempted + throttled + cpu + probe_cost + steal + miscalibrated + pacing + stalls;
+        let k = if sum > estimated_rest && sum > 0.0 {
+            estimated_rest / sum
+        } else {
+            1.0
+        };
         s.throttled = throttled * k;
         s.steal = steal * k;
         s.probe_cost = probe_cost * k;
@@ -419,9 +435,9 @@ impl Split {
         s.miscalibrated = miscalibrated * k;
         s.pacing = pacing * k;
         s.stalls = stalls * k;
-        s.unit_idle = idle * k;
-        s.unit_setup = setup * k;
-        s.unexplained = (rest - sum * k).max(0.0);
+        s.unit_idle = idle * km;
+        s.unit_setup = setup * km;
+        s.unexplained = (estimated_rest - sum * k).max(0.0);
         s
     }
 

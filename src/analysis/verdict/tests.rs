@@ -255,6 +255,7 @@ fn claim(what: &str, claimed: f64, measured: f64) -> ClaimView {
         diff_pct: Some((claimed / measured - 1.0) * 100.0),
         source: Some(crate::analysis::ClaimSource::Probe),
         figure: None,
+        window: None,
     }
 }
 
@@ -4021,5 +4022,212 @@ fn a_connect_scan_s_loss_counts_the_kernel_s_syn_retransmissions_as_handed_over(
         ),
         "{:?}",
         loss.evidence
+    );
+}
+
+// --- work units under load: the pause is measured, the claims are over their own window ---------
+
+/// The unishape lab run that lost its `unit_idle` beside a CPU hog (issue 29): two units of 2000
+/// packets asked at 2000 pps; unit 1 sent at 878 pps (0.15..2.427 s), the master paused 54 ms,
+/// unit 2 set up for 100 ms (its calibration) and sent at ~662 pps; 734 pps over the run's
+/// 5.45 s send window, the sender preempted `preempted` of its time.
+fn unishape_under_a_hog(preempted: f64) -> Run {
+    let w = 4000.0 / 734.0;
+    let (first, last) = (0.15, 0.15 + w);
+    let last_1 = first + 1999.0 / 878.0;
+    let done_1 = last_1 + 0.0006;
+    let handed_2 = done_1 + 0.054;
+    let first_2 = handed_2 + 0.1;
+    let units = vec![
+        WorkUnitView {
+            index: 1,
+            sender_pid: Some(7),
+            pps: Some(2000.0),
+            handed_s: Some(0.05),
+            calibrated_s: Some(first),
+            first_send_s: Some(first),
+            last_send_s: Some(last_1),
+            done_s: Some(done_1),
+            packets: Some(2000),
+            achieved_pps: Some(878.0),
+            setup_ms: Some(100.0),
+            claimed_pps: Some(878.1),
+            claimed_packets: Some(2000),
+            ..Default::default()
+        },
+        WorkUnitView {
+            index: 2,
+            sender_pid: Some(7),
+            pps: Some(2000.0),
+            handed_s: Some(handed_2),
+            calibrated_s: Some(first_2),
+            first_send_s: Some(first_2),
+            last_send_s: Some(last),
+            done_s: Some(last + 0.0006),
+            packets: Some(2000),
+            achieved_pps: Some(1999.0 / (last - first_2)),
+            setup_ms: Some(100.0),
+            idle_before_ms: Some(54.0),
+            claimed_pps: Some(1999.0 / (last - first_2)),
+            claimed_packets: Some(2000),
+            ..Default::default()
+        },
+    ];
+    // Asleep 154 ms (the calibration's nanosleep and the pause), 1% in send, the rest the TSC
+    // busy-wait on the CPU.
+    let sleep = 0.154 / w;
+    let mut r = run(Some(2000.0), 734.0, w)
+        .time(0.01, 0.0, sleep, preempted, 1.0 - 0.01 - sleep - preempted)
+        .gaps(510.0 * US, w / 3999.0 * 1e9, 9.37 * MS)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            work_units: units,
+            ..Default::default()
+        });
+    r.0.first_send_s = Some(first);
+    r.0.last_send_s = Some(last);
+    r
+}
+
+#[test]
+fn the_pause_between_work_units_keeps_its_measured_share_whatever_the_preemption() {
+    // Last packet of unit 1 to first of unit 2: 54.6 ms idle and 100 ms set-up, less one ordinary
+    // gap (0.5 ms) shared in proportion; of the 5.45 s window: idle 0.99% and set-up 1.83%,
+    // exact figures from the units' boundaries. At 62% preempted the estimates (preemption up to
+    // the gaps' tail, 61.5%) add up to more than the rest of the 63.3% gap and are scaled to fit
+    // it; before, the spans were scaled with them (idle 0.98%). And under 1% (MIN_SHARE) unit_idle
+    // was not named at all, at any preemption.
+    let w = 4000.0 / 734.0;
+    let last_1 = 0.15 + 1999.0 / 878.0;
+    let first_2 = last_1 + 0.0006 + 0.054 + 0.1;
+    let span = first_2 - last_1;
+    let beyond = (span - 0.0005) / span;
+    let idle = (span - 0.1) * beyond / w;
+    let setup = 0.1 * beyond / w;
+    let g = 1.0 - 734.0 / 2000.0;
+    for preempted in [0.62, 0.3, 0.0] {
+        let v = unishape_under_a_hog(preempted).verdicts();
+        assert_share(&v, Cause::UnitIdle, idle);
+        assert_share(&v, Cause::UnitSetup, setup);
+        assert_eq!(find(&v, Cause::UnitIdle).confidence, Confidence::Weak);
+        assert!(
+            find(&v, Cause::UnitIdle).sentence.contains("54.600 ms"),
+            "{}",
+            find(&v, Cause::UnitIdle).sentence
+        );
+        assert!(gap_sum(&v) <= g + 1e-9, "{v:#?}");
+    }
+    // At 62% preempted the estimates alone exceed the gap: preemption fills exactly what the
+    // spans leave of it.
+    let v = unishape_under_a_hog(0.62).verdicts();
+    assert_eq!(
+        causes(&v),
+        [Cause::Preempted, Cause::UnitSetup, Cause::UnitIdle],
+        "{v:#?}"
+    );
+    assert_share(&v, Cause::Preempted, g - idle - setup);
+}
+
+/// A unit's rate report as the scanner model gives it: over the unit's send window (set-up
+/// returned to WORKDONE), beside the rate measured over that window.
+fn unit_claim(u: &WorkUnitView, claimed: f64) -> ClaimView {
+    let measured = u.achieved_pps.expect("a unit's achieved rate");
+    ClaimView {
+        window: Some(ClaimWindow {
+            from_s: u.calibrated_s.expect("set up"),
+            to_s: u.done_s.expect("done"),
+            unit: Some(u.index),
+        }),
+        ..claim(
+            &format!("pps unisend reported for work unit {}", u.index),
+            claimed,
+            measured,
+        )
+    }
+}
+
+/// The hog run with the sender's WORKDONE reports (`claimed` pps for unit 1, the truth for
+/// unit 2) and every packet through the devices: 734 pps over the run's send window.
+fn unishape_with_claims(unit_1_claims: f64) -> Run {
+    let mut r = unishape_under_a_hog(0.6);
+    let sc = r.0.scanner.as_mut().expect("scanner");
+    let (u1, u2) = (&sc.work_units[0], &sc.work_units[1]);
+    sc.claims = vec![
+        unit_claim(u1, unit_1_claims),
+        unit_claim(u2, u2.achieved_pps.unwrap()),
+    ];
+    r.0.stages.insert(StageName::DevXmit, 734.0);
+    r
+}
+
+#[test]
+fn a_work_units_rate_claim_is_compared_over_its_own_window_not_the_runs() {
+    // Unit 1 reports 878.1 pps and sent at 878 over its own window (0.15-2.43 s); the run's
+    // 734 pps through the devices covers 0.15-5.60 s, with unit 2's slower sending and the pause
+    // in it. The claim is true: no claim_mismatch (before: "878 pps, but 734 pps left").
+    let v = unishape_with_claims(878.1).verdicts();
+    assert!(
+        !causes(&v).contains(&Cause::ClaimMismatch),
+        "{:#?}",
+        v.iter().find(|v| v.cause == Cause::ClaimMismatch)
+    );
+
+    // A false report of unit 1 (the requested 2000 pps) is named against unit 1's own window,
+    // and the line about the devices says why it is not set beside them.
+    let v = unishape_with_claims(2000.0).verdicts();
+    let c = find(&v, Cause::ClaimMismatch);
+    assert!(
+        c.sentence.contains(
+            "pps unisend reported for work unit 1 says 2000, scanprof measured 878 over work unit 1's \
+             send window (0.15-2.43 s) (+127.8%)"
+        ),
+        "{}",
+        c.sentence
+    );
+    assert!(
+        c.evidence.iter().any(|e| e.contains(
+            "not compared with what left through the devices: they are counted over the run (0.15-5.60 s) only"
+        )),
+        "{:#?}",
+        c.evidence
+    );
+    assert!(
+        !c.evidence
+            .iter()
+            .any(|e| e.contains("left the machine (driver accepted)")),
+        "{:#?}",
+        c.evidence
+    );
+}
+
+#[test]
+fn a_claim_over_the_runs_send_window_is_still_set_beside_the_devices() {
+    // One unit over the whole send window (0.5-10.5 s, WORKDONE 0.6 ms after its last packet):
+    // its 1000 pps claim agrees with the syscalls, but only 300 pps left through the driver.
+    let mut r = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.3, 0.0, 0.6, 0.0, 0.1)
+        .scanner(ScannerView {
+            claims: vec![ClaimView {
+                window: Some(ClaimWindow {
+                    from_s: 0.5,
+                    to_s: 10.5006,
+                    unit: Some(1),
+                }),
+                ..claim("pps unisend reported for work unit 1", 1000.0, 1000.0)
+            }],
+            ..Default::default()
+        });
+    r.0.first_send_s = Some(0.5);
+    r.0.last_send_s = Some(10.5);
+    r.0.stages.insert(StageName::DevXmit, 300.0);
+    let v = r.verdicts();
+    let c = find(&v, Cause::ClaimMismatch);
+    assert!(
+        c.sentence.contains(
+            "says 1000 pps, but 300 pps left through the devices over the same span, work unit 1's send \
+             window (0.50-10.50 s)"
+        ),
+        "{}",
+        c.sentence
     );
 }
