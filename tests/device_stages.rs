@@ -31,6 +31,9 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// with margin, and still fails an unscaled count (10% of the truth) or a double-scaled one.
 const STEADY_TOLERANCE: f64 = 0.15;
 
+/// Probes of the run behind a tbf that may go unseen at the far side in exact mode too.
+const EDGE_SLACK: u64 = 5;
+
 fn stage(counts: &[(StageName, u64)], name: StageName) -> u64 {
     counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c)
 }
@@ -191,4 +194,78 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
         "net_dev_start_xmit stays attached: {start} runs\n{ctx}"
     );
     test.assert_released("the sampled run");
+}
+
+/// Behind a tbf that holds packets (a sender slightly faster than the bucket), packets are
+/// queued at `net_dev_queue` and sent by a later dequeue, often outside the window their
+/// queueing was in (or queued outside one and sent inside): `net_dev_start_xmit` then finds no
+/// valid note (`dev_note_gen` bumped at each detach) and looks the owner up, so every probe that
+/// reached the closed port in the target namespace is still the family's expected drop, and the
+/// qdisc's drops are the family's loss as `tc` counts them.
+#[test]
+fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
+    let test = privileged();
+    let lab = TestLab::new(Some(scanprof::netlab::TbfConfig {
+        rate: "1500kbit".into(),
+        burst: "4kb".into(),
+        limit: "30kb".into(),
+    }));
+    // 2,000 pps of 106-byte frames is 1.7 Mbit/s into a 1.5 Mbit/s bucket: the queue fills
+    // and holds packets for the rest of the send (a few may be dropped when it is full)
+    const N: u64 = 12_000;
+    let sender = sender_argv(&lab.to(9), 2000.0, N, 15.0, &["--pacer", "sleep"]);
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--device-stages",
+        "sampled",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    // the family stays 1 s after the sender: the queue (30 kB, ~0.2 s at the bucket's rate)
+    // drains while scanprof is attached, so every probe has met its fate by the run's end
+    let script = format!("{} 1>&2; sleep 1", sh_join(&sender));
+    let family = ["sh".to_string(), "-c".into(), script];
+    args.extend(in_netns(&lab.lab.sender_ns, &family));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    run.assert_success();
+    let root = lab.drained_root_qdisc();
+    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
+    let s = run.summary();
+    let ctx = run.context();
+    assert!(s.device_sampling.is_some(), "{ctx}");
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    let sum = |f: &dyn Fn(&scanprof::analysis::DropRow) -> bool| -> u64 {
+        s.drops.iter().filter(|d| f(d)).map(|d| d.count).sum()
+    };
+    let expected = sum(&|d| {
+        lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected && d.reason == "NO_SOCKET"
+    });
+    let qdisc = sum(&|d| d.class == DropClass::TargetLoss && d.reason == "QDISC_DROP");
+    let misread = sum(&|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated));
+    eprintln!(
+        "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
+         other rows in the lab {misread}; requeues {}",
+        root.drops, root.requeues
+    );
+    assert_eq!(
+        misread, 0,
+        "the family's packets read as somebody else's in the lab\n{ctx}"
+    );
+    assert_eq!(qdisc, root.drops, "the qdisc's drops as tc counts them\n{ctx}");
+    // Exact mode misses a few here too (seen: 0 and 2 of 12,000 in two runs, 3 with sampling:
+    // never a row of the lab's, not looked into yet); a stale note's headers would misread a
+    // packet at every window's edge, ~14 windows here, and a windowed net_dev_start_xmit nine
+    // in ten.
+    let accounted = expected + qdisc;
+    assert!(
+        accounted <= sent && sent - accounted <= EDGE_SLACK,
+        "every probe is the family's, dropped at the qdisc or expected at the closed port: \
+         {accounted} of {sent}\n{ctx}"
+    );
+    test.assert_released("the sampled run behind a tbf");
+    lab.destroy();
 }
