@@ -575,7 +575,8 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         block = block.title_bottom(replies_title(r));
     }
     if let Some(d) = &s.device_sampling {
-        block = block.title_bottom(format!(" ≈ device stages {} ", d.label()));
+        // short: the funnel panel is ~40 columns at 80x24
+        block = block.title_bottom(format!(" ≈ sampled {}, scaled ", pct(d.coverage())));
     }
     // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
     let seen_at = if s
@@ -600,7 +601,7 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
             Style::new()
         };
         // a sampled device stage's figures are estimates (the block's foot says how sampled)
-        let approx = if s.device_sampling.is_some() && st.name.is_device() {
+        let approx = if s.device_sampling.is_some() && st.name.is_device() && shown != "-" {
             "≈"
         } else {
             ""
