@@ -64,6 +64,11 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     assert_eq!(sent, COUNT, "the sender sent its count\n{}", run.context());
     let s = run.summary();
     let ctx = run.context();
+    precision::assert_precise(
+        "sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exact",
+        &s,
+        &run.of_type("sample"),
+    );
 
     // The syscall stage and the drops: counted, exactly the sender's packets.
     assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
