@@ -7,7 +7,8 @@
 //!    (c) while bpftrace counts the equivalent tracepoints, (d) under `scanprof attach` made 1 s
 //!    after the sender started (its packets at dev_queue checked against its send syscalls),
 //!    (e) under `scanprof run --syscall-hooks per-call` (the per-syscall tracepoints instead of
-//!    (b)'s raw syscall hooks); interleaved rounds, medians, b/a, c/a, d/a, e/a.
+//!    (b)'s raw syscall hooks), (f) under `scanprof run --device-stages sampled` (the device-stage
+//!    programs attached a tenth of each tick); interleaved rounds, medians, b/a, c/a, d/a, e/a, f/a.
 //! 2. The paced sender at 100k pps (half its maximum on a machine that cannot reach 125k), alone
 //!    and under scanprof: the achieved rate must not move (target: medians within 0.5%).
 //! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
@@ -364,6 +365,10 @@ fn part1(lab: &Lab) -> f64 {
     let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // (e) scanprof with the per-syscall tracepoints (`--syscall-hooks per-call`), beside (b)'s raw hooks
     let mut e = Vec::new();
+    // (f) scanprof with the device stages sampled (`--device-stages sampled`), beside (b)'s exact ones
+    let mut f = Vec::new();
+    let mut f_switch_us: Vec<f64> = Vec::new();
+    let mut f_estimate: Vec<f64> = Vec::new();
     let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
     // scanprof's own figure of its BPF time (sampled run-time statistics) in the (b) runs: the
     // total and each program's, ns per target packet
@@ -372,12 +377,27 @@ fn part1(lab: &Lab) -> f64 {
     let mut funnel_whole = 0;
     let mut scanprof_wins = 0;
     for round in 0..P1_ROUNDS {
-        let (mut ra, mut rb, mut rc, mut rd, mut re) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let (mut ra, mut rb, mut rc, mut rd, mut re, mut rf) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         let mut notes = Vec::new();
         // Rotate the order so that no mode always runs first or last in a round.
-        for k in 0..5 {
-            match (round + k) % 5 {
+        for k in 0..6 {
+            match (round + k) % 6 {
                 0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
+                5 => {
+                    let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS, &["--device-stages", "sampled"]);
+                    rf = pps(&r);
+                    let at = |k: &str| s.stage_counts.get(k).copied().unwrap_or(0);
+                    let est = at("dev_queue") as f64 / at("syscall_packets").max(1) as f64;
+                    f_estimate.push(est);
+                    if let Some(ns) = s.device_sampling.and_then(|d| d.switch_ns_per_window()) {
+                        f_switch_us.push(ns / 1e3);
+                    }
+                    notes.push(format!(
+                        "sampled dev_queue {:.3} of the syscall packets, coverage {:.3}",
+                        est,
+                        s.device_sampling.map_or(0.0, |d| d.coverage())
+                    ));
+                }
                 4 => {
                     let (r, _) =
                         send_under_scanprof(lab, &args, P1_SECONDS, &["--syscall-hooks", "per-call"]);
@@ -426,7 +446,8 @@ fn part1(lab: &Lab) -> f64 {
         }
         println!(
             "  round {}: (a) alone {:>9} pps | (b) scanprof {:>9} pps ({:.3}) | (c) bpftrace {:>9} pps ({:.3}) \
-             | (d) attached {:>9} pps ({:.3}) | (e) scanprof --syscall-hooks per-call {:>9} pps ({:.3})   [{}]",
+             | (d) attached {:>9} pps ({:.3}) | (e) scanprof --syscall-hooks per-call {:>9} pps ({:.3}) \
+             | (f) scanprof --device-stages sampled {:>9} pps ({:.3})   [{}]",
             round + 1,
             thousands(ra),
             thousands(rb),
@@ -437,6 +458,8 @@ fn part1(lab: &Lab) -> f64 {
             rd / ra,
             thousands(re),
             re / ra,
+            thousands(rf),
+            rf / ra,
             notes.join("; ")
         );
         a.push(ra);
@@ -444,6 +467,7 @@ fn part1(lab: &Lab) -> f64 {
         c.push(rc);
         d.push(rd);
         e.push(re);
+        f.push(rf);
         rbs.push(rb / ra);
         rcs.push(rc / ra);
     }
@@ -466,6 +490,25 @@ fn part1(lab: &Lab) -> f64 {
         thousands(median(&e)),
         median(&e) / ma,
         1e9 / median(&e) - 1e9 / ma
+    );
+    println!(
+        "  (f) --device-stages sampled: {} pps, f/a = {:.3} (+{:.0} ns per packet; target >= 0.95: {}); \
+         its dev_queue estimate / syscall packets: median {:.3}; attaching and detaching the device \
+         programs: median {:.0} us a window (a tick)",
+        thousands(median(&f)),
+        median(&f) / ma,
+        1e9 / median(&f) - 1e9 / ma,
+        if median(&f) / ma >= 0.95 { "met" } else { "NOT met" },
+        if f_estimate.is_empty() {
+            0.0
+        } else {
+            median(&f_estimate)
+        },
+        if f_switch_us.is_empty() {
+            0.0
+        } else {
+            median(&f_switch_us)
+        }
     );
     println!(
         "  median of the per-round ratios: b/a = {:.3} | c/a = {:.3}",

@@ -77,7 +77,20 @@ struct in_xmit {
 	__u64 queued_skb;
 	__u64 queued_sk;	/* skb->sk (a number) at net_dev_queue */
 	__u64 queued_print;
+	__u32 queued_gen;	/* dev_note_gen when net_dev_queue wrote the note */
+	__u32 pad;
 };
+
+/* --device-stages sampled: net_dev_queue, the qdisc stages and net_dev_xmit are attached only
+ * in a window of each tick; net_dev_start_xmit stays attached (the drops need its marks), and
+ * a packet it sees without a note from net_dev_queue (queued outside a window) has its
+ * destination noted there instead. 0: exact mode, every stage attached all the time. */
+const volatile __u32 dev_sampled = 0;
+
+/* Bumped by user space each time net_dev_queue is detached (the end of a window): a note
+ * written before is stale, and a later skb at the same address on the same socket must not
+ * take its owner and headers. Never changes in exact mode. */
+volatile __u32 dev_note_gen = 0;
 
 /* How many family packets (per CPU, per device) go by on the cached far namespace of a veth
  * before its peer is read again: a peer moved to another namespace mid-stream (it comes back
@@ -266,6 +279,7 @@ int SP_PROG(SP_PROG_DEV_QUEUE, on_dev_queue, struct sk_buff *skb)
 		x->queued_sk = sk;
 		x->queued_tgid = tgid;
 		x->queued_ok = 0;
+		x->queued_gen = dev_note_gen;
 	}
 	if (tgid) {
 		struct sp_flow_key fk;
@@ -448,7 +462,7 @@ int SP_PROG(SP_PROG_DEV_START_XMIT, on_dev_start_xmit, const struct sk_buff *skb
 	x = bpf_map_lookup_elem(&in_flight, &zero);
 	if (!x)
 		return 0;
-	if (x->queued_skb == (__u64)skb && x->queued_sk == sk) {
+	if (x->queued_skb == (__u64)skb && x->queued_sk == sk && x->queued_gen == dev_note_gen) {
 		/* used once: a packet the driver hands back (busy) and sends again reads its own */
 		x->queued_skb = 0;
 		tgid = x->queued_tgid;
@@ -459,6 +473,16 @@ int SP_PROG(SP_PROG_DEV_START_XMIT, on_dev_start_xmit, const struct sk_buff *skb
 		}
 	} else {
 		tgid = sock_target(sk);
+		if (tgid && dev_sampled) {
+			/* queued while net_dev_queue was detached: its destination is noted here (the
+			 * drops and the reply counter know the family's addresses from it) */
+			struct sp_flow_key fk;
+
+			skb_l4_dst(skb, &queued, &fk);
+			if (fk.family)
+				note_dest(&fk, (struct net_device *)dev, tgid);
+			l = &queued;
+		}
 	}
 	if (!tgid)
 		return 0;

@@ -449,6 +449,14 @@ pub struct RunOptions {
     /// exact for a family clearing its packet-socket statistics often: docs/benchmarks.md).
     #[arg(long, value_enum, default_value_t = SyscallHooksArg::All)]
     pub syscall_hooks: SyscallHooksArg,
+    /// How the device stages (dev_queue, qdisc_enqueue, qdisc_dequeue, dev_xmit) are counted:
+    /// exact (their programs run for every packet) or sampled (attached only for the first
+    /// tenth of each tick, so outside it a packet runs none of them; their counts are scaled
+    /// by tick / window and shown as estimates, "≈ ... (sampled)"). Drops, the syscall stage
+    /// and the drops' attribution stay exact either way; verdicts that need exact device counts
+    /// say they were not judged (docs/probes.md).
+    #[arg(long, value_enum, default_value_t = DeviceStagesArg::Exact)]
+    pub device_stages: DeviceStagesArg,
     /// Run the launched command as this user (name or uid), with its groups from the user
     /// database, like `strace -u`; scanprof keeps its own privileges. Without it the command
     /// runs with the privileges scanprof was given (as root, when scanprof runs as root).
@@ -483,6 +491,13 @@ pub fn parse_class_bound(s: &str) -> Result<u32, String> {
 pub enum SyscallHooksArg {
     PerCall,
     All,
+}
+
+/// `--device-stages`: how the device stages are counted (probes::DeviceStages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceStagesArg {
+    Exact,
+    Sampled,
 }
 
 /// `--bpf-stats`: when scanprof keeps the kernel's BPF run-time statistics on.

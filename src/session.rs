@@ -962,11 +962,18 @@ impl Run {
                     return;
                 }
             }
-            let opens_at = self
+            let mut opens_at = self
                 .collector
                 .bpf_window_opens_at(self.clock.next_tick, self.clock.interval_ns);
             if opens_at.is_some_and(|at| now >= at) {
                 self.collector.open_bpf_window(now);
+            }
+            // The device-stage window (`--device-stages sampled`) opened at the tick's start.
+            let closes_at = self.collector.device_window_closes_at(self.clock.interval_ns);
+            if closes_at.is_some_and(|at| now >= at) {
+                self.collector.close_device_window();
+            } else if let Some(at) = closes_at {
+                opens_at = Some(opens_at.map_or(at, |o| o.min(at)));
             }
             self.collector
                 .wait(Duration::from_nanos(self.clock.wait_ns(now, opens_at)));
@@ -985,6 +992,12 @@ impl Run {
         if let Some(e) = self.collector.bpf_stats_error() {
             let w = format!(
                 "BPF run-time statistics could not be turned on ({e}): the probes' own cost is not measured"
+            );
+            add_once(&mut self.warnings, w);
+        }
+        if let Some(e) = self.collector.device_window_error() {
+            let w = format!(
+                "a device-stage window could not be opened ({e}): the device stages are not counted from then on"
             );
             add_once(&mut self.warnings, w);
         }

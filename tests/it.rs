@@ -18,6 +18,7 @@ mod attach_mid_send;
 mod baseline;
 mod connect_attempts;
 mod deploy;
+mod device_stages;
 mod diagnosis_suite;
 mod doctor_and_neighbours;
 mod drop_attribution;

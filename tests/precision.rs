@@ -55,6 +55,7 @@ fn clean() -> Summary {
         }))
         .map(|d: DeviceView| d)
         .expect("a device view")],
+        device_sampling: None,
         queues: Vec::new(),
         lost_events: 0,
         health: Health::default(),

@@ -528,6 +528,9 @@ impl Analyzer {
             threads,
             drops,
             devices,
+            device_sampling: s
+                .device_sampling
+                .map(|now| now.since(prev.device_sampling.as_ref())),
             block_sites,
             gap,
             episodes,
@@ -645,6 +648,7 @@ impl Analyzer {
             latency_p50_ns: latency.quantile(0.5),
             latency_p99_ns: latency.quantile(0.99),
             devices: device_views(&last.devices, &[], duration_ns.max(1) as f64 / 1e9, last),
+            device_sampling: last.device_sampling,
             // The depth of the queues the family's packets went through: the probes record
             // every device's queue on the machine (other processes' devices and namespaces too).
             queues: self

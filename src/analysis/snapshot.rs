@@ -268,6 +268,11 @@ pub struct Snapshot {
     pub threads: Vec<ThreadView>,
     pub drops: Vec<DropRow>,
     pub devices: Vec<DeviceView>,
+    /// with `--device-stages sampled`, what the device stages' windows covered of this tick:
+    /// the device-stage figures (dev_queue, qdisc_*, dev_xmit, the device rows) are estimates
+    /// then; None when they are counted (and in bundles older than the field)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_sampling: Option<crate::collect::device_window::DeviceSampling>,
     pub block_sites: Vec<BlockSiteView>,
     pub gap: GapView,
     /// blocking episodes inside send that ended in this tick (1 ms or longer)
@@ -395,6 +400,11 @@ pub struct Summary {
     pub latency_p50_ns: Option<f64>,
     pub latency_p99_ns: Option<f64>,
     pub devices: Vec<DeviceView>,
+    /// with `--device-stages sampled`, what the device stages' windows covered of the run: the
+    /// device-stage figures are estimates then; None when they are counted (and in bundles
+    /// older than the field)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_sampling: Option<crate::collect::device_window::DeviceSampling>,
     pub queues: Vec<QueueDepth>,
     pub lost_events: u64,
     pub health: Health,
@@ -689,6 +699,7 @@ impl Summary {
             latency_p50_ns: None,
             latency_p99_ns: None,
             devices: Vec::new(),
+            device_sampling: None,
             queues: Vec::new(),
             lost_events: 0,
             health: Health::default(),
@@ -729,6 +740,7 @@ impl Snapshot {
             threads: Vec::new(),
             drops: Vec::new(),
             devices: Vec::new(),
+            device_sampling: None,
             block_sites: Vec::new(),
             gap: GapView::default(),
             episodes: Vec::new(),

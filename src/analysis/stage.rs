@@ -31,6 +31,18 @@ macro_rules! stage_names {
                 matches!(self, StageName::QdiscEnqueue | StageName::QdiscDequeue)
             }
 
+            /// Whether the stage is counted by a device-stage program (`dev_queue`, the qdisc
+            /// stages, `dev_xmit`): an estimate with `--device-stages sampled`.
+            pub fn is_device(self) -> bool {
+                matches!(
+                    self,
+                    StageName::DevQueue
+                        | StageName::QdiscEnqueue
+                        | StageName::QdiscDequeue
+                        | StageName::DevXmit
+                )
+            }
+
             /// The stable name: the JSON's, and the views'.
             pub fn as_str(self) -> &'static str {
                 match self {

@@ -4,6 +4,7 @@
 //! The analysis computes rates from successive samples; nothing here divides by time.
 
 pub mod bpf_time;
+pub mod device_window;
 pub mod family;
 pub mod headers;
 pub mod hist;
@@ -517,6 +518,11 @@ pub struct CounterSample {
     /// than it)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syn_retransmits: Option<u64>,
+    /// with `--device-stages sampled`: what share of the time the device-stage programs were
+    /// attached; the device rows' stage counters are then estimates (device_window.rs). None
+    /// when they are exact (and in bundles older than the field)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_sampling: Option<device_window::DeviceSampling>,
 }
 
 fn yes() -> bool {
@@ -625,6 +631,8 @@ pub struct Collector {
     rings: rings::RingTable,
     /// each member's latest open-file limit (RLIMIT_NOFILE, soft), kept after it exits
     open_files: std::cell::RefCell<BTreeMap<u32, u64>>,
+    /// the device-stage windows (`--device-stages sampled`); None when the stages are exact
+    device_windows: Option<device_window::DeviceWindows>,
 }
 
 impl Collector {
@@ -655,7 +663,12 @@ impl Collector {
             drop_pkts: headers::HeaderSpool::create(),
             wall_offset_ns: crate::system::realtime_offset_ns(),
             rx_sk: true,
+            device_windows: None,
         };
+        if collector.probes.device_stages() == crate::probes::DeviceStages::Sampled {
+            collector.device_windows =
+                Some(device_window::DeviceWindows::new(device_window::DIVISOR, now_ns));
+        }
         for m in collector.family.alive() {
             collector.probes.add_member(m.pid, m.ppid, 0, m.root)?;
         }
@@ -745,6 +758,42 @@ impl Collector {
     /// Opens the BPF statistics window at `now_ns` (it closes at the next sample).
     pub fn open_bpf_window(&mut self, now_ns: u64) {
         self.bpf.open(self.probes.bpf_stats(), now_ns);
+    }
+
+    /// When the open device-stage window of a tick of `interval_ns` closes (`--device-stages
+    /// sampled`); None when none is open.
+    pub fn device_window_closes_at(&self, interval_ns: u64) -> Option<u64> {
+        self.device_windows.as_ref()?.closes_at(interval_ns)
+    }
+
+    /// Closes the open device-stage window: its programs detached, each one's time measured.
+    pub fn close_device_window(&mut self) {
+        let Some(w) = self.device_windows.as_mut().filter(|w| w.is_open()) else {
+            return;
+        };
+        w.closed(&self.probes.detach_device_stages());
+    }
+
+    /// Opens the next device-stage window: its programs attached, each one's time measured. A
+    /// window that cannot open leaves the device stages unsampled from then on (said by
+    /// `device_window_error`).
+    fn open_device_window(&mut self) {
+        let Some(w) = self
+            .device_windows
+            .as_mut()
+            .filter(|w| !w.is_open() && w.error.is_none())
+        else {
+            return;
+        };
+        match self.probes.attach_device_stages() {
+            Ok(switches) => w.opened(&switches),
+            Err(e) => w.error = Some(e.to_string()),
+        }
+    }
+
+    /// Why a device-stage window could not be opened, if one could not.
+    pub fn device_window_error(&self) -> Option<&str> {
+        self.device_windows.as_ref()?.error.as_deref()
     }
 
     /// Why the BPF statistics could not be turned on, if they could not.
@@ -919,6 +968,9 @@ impl Collector {
         // first naming of drop locations reads /proc/kallsyms (~0.3 s): between the thread
         // table and the device table it had a sender's first tick show 6,070 packets at the
         // syscall and 11 at dev_queue.
+        // A device-stage window still open (a tick shorter than its window) closes first: its
+        // counts end here, where the tick's do.
+        self.close_device_window();
         let raw_threads = self.probes.threads();
         let raw_drops = self.probes.drops();
         let udp_refused = self.probes.udp_refused().map(udp_refused::from_rows);
@@ -934,6 +986,13 @@ impl Collector {
         let names = self.probes.device_names();
         let drops = self.drop_counts(raw_drops, &names);
         let devices = device_counters(raw_devices, &names);
+        let (devices, device_sampling) = match self.device_windows.as_mut() {
+            Some(w) => {
+                let (rows, sampling) = w.scale(devices, now_ns);
+                (rows, Some(sampling))
+            }
+            None => (devices, None),
+        };
         let queues = queue_depths(raw_queues, &names);
         let block_sites = self.block_sites(open, &mut threads, now_ns);
         let (calls, uprobes) = match self.scanner.as_mut() {
@@ -959,8 +1018,10 @@ impl Collector {
         let mounts = self
             .cgroup_mounts
             .get_or_init(crate::system::cpu_limits::CgroupMounts::read);
-        CounterSample {
+        let bpf = self.bpf.sample(&mut self.probes, now_ns);
+        let sample = CounterSample {
             t_ns: now_ns,
+            device_sampling,
             tunables,
             socket_drops_seen: self.rx_sk,
             recv_class_bounds: self.probes.recv_class_bounds().to_vec(),
@@ -982,8 +1043,11 @@ impl Collector {
             episodes: std::mem::take(&mut self.episodes),
             calls,
             uprobes,
-            bpf: self.bpf.sample(&mut self.probes, now_ns),
-        }
+            bpf,
+        };
+        // The next tick's device-stage window opens now, at its start.
+        self.open_device_window();
+        sample
     }
 
     /// The threads' counters at `now_ns`, the exited ones retired (kept, and forgotten by the

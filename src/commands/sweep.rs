@@ -217,6 +217,7 @@ fn run_step(
         map_size: Vec::new(),
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
+        device_stages: crate::cli::DeviceStagesArg::Exact,
         recv_classes: Vec::new(),
         relay_fanout: None,
         quiet: false,

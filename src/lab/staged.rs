@@ -206,6 +206,7 @@ impl Staged {
             map_size: Vec::new(),
             bpf_stats: crate::cli::BpfStatsArg::Sampled,
             syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
+            device_stages: crate::cli::DeviceStagesArg::Exact,
             user: None,
             recv_classes: stage
                 .listener

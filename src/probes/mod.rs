@@ -2,6 +2,7 @@
 //! This is the only module that touches libbpf-rs: it hands the rest of scanprof plain values
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
+pub mod device_stages;
 pub mod exec_watch;
 mod kernel;
 mod sizing;
@@ -22,6 +23,7 @@ use thiserror::Error;
 
 use crate::system::startup::mark as timing;
 
+pub use device_stages::DeviceStages;
 /// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
 pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
 pub use kernel::{KernelFeatures, SYSCALL_TRACEPOINTS, TRACEPOINTS};
@@ -201,7 +203,7 @@ bpf_objects! {
     degrading: [
         send_path, send_path_skel, SendPathSkelBuilder, configure_send_path;
         sched, sched_skel, SchedSkelBuilder, configure_sched;
-        netdev, netdev_skel, NetdevSkelBuilder, no_settings;
+        netdev, netdev_skel, NetdevSkelBuilder, configure_netdev;
         drops, drops_skel, DropsSkelBuilder, configure_drops;
     ]
     whole: [
@@ -242,6 +244,7 @@ bpf_objects! {
 
 use drops_skel::OpenDropsSkel;
 use family_skel::FamilySkelBuilder;
+use netdev_skel::OpenNetdevSkel;
 use replies_skel::RepliesSkel;
 use retrans_skel::RetransSkel;
 use rings_skel::RingsSkel;
@@ -677,6 +680,8 @@ pub struct ProbeOptions {
     pub recv_class_bounds: Vec<u32>,
     /// where the syscall programs hook (`--syscall-hooks`)
     pub syscall_hooks: SyscallHooks,
+    /// whether the device-stage programs stay attached or run in windows (`--device-stages`)
+    pub device_stages: DeviceStages,
 }
 
 impl Default for ProbeOptions {
@@ -686,6 +691,7 @@ impl Default for ProbeOptions {
             map_sizes: MapSizes::default(),
             recv_class_bounds: Vec::new(),
             syscall_hooks: SyscallHooks::default(),
+            device_stages: DeviceStages::default(),
         }
     }
 }
@@ -704,6 +710,10 @@ pub struct ProbeStatus {
 pub struct ProbeSet {
     // Field order is drop order: links detach first, the objects close last.
     _links: Vec<Link>,
+    /// the device-stage programs attached for the current window (`--device-stages sampled`;
+    /// empty between windows); with exact device stages they are in `_links`
+    device_links: Vec<(usize, Link)>,
+    device_stages: DeviceStages,
     uprobes: Option<Uprobes>,
     ring: libbpf_rs::RingBuffer<'static>,
     events_rx: mpsc::Receiver<sp_event>,
@@ -813,7 +823,7 @@ impl ProbeSet {
 
         // Attached only now that every object is loaded and its maps checked: a program that
         // runs has the one family, thread table and socket cache every other program sees.
-        let mut links = attach_programs(&objects, &mut status);
+        let (mut links, device_links) = attach_programs(&objects, opts.device_stages, &mut status);
         if let Some(skel) = &wholes.rings {
             attach_close_reads(skel, &mut links, &mut status);
         }
@@ -849,6 +859,8 @@ impl ProbeSet {
             calls_rx: rx.calls,
             tids: tids::TidBits::map(&objects.family.maps.family_tids, tid_words)?,
             _links: links,
+            device_links,
+            device_stages: opts.device_stages,
             status,
             bpf_stats,
             objects,
@@ -858,6 +870,54 @@ impl ProbeSet {
             retrans,
         };
         Ok((set, features))
+    }
+
+    /// How the device stages are counted (`--device-stages`).
+    pub fn device_stages(&self) -> DeviceStages {
+        self.device_stages
+    }
+
+    /// Whether the windowed device-stage programs are attached now (always, when exact).
+    pub fn device_window_open(&self) -> bool {
+        self.device_stages == DeviceStages::Exact || !self.device_links.is_empty()
+    }
+
+    /// Opens a device-stage window: attaches the windowed programs (`--device-stages sampled`;
+    /// nothing to do when exact or already open), saying when each was attached.
+    pub fn attach_device_stages(&mut self) -> Result<Vec<device_stages::Switch>, ProbeError> {
+        if self.device_window_open() {
+            return Ok(Vec::new());
+        }
+        let netdev = self.objects.netdev.object();
+        match device_stages::attach(netdev, &mut self.device_links) {
+            Ok(switches) => Ok(switches),
+            Err(e) => {
+                self.detach_device_stages();
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes a device-stage window: detaches the windowed programs (saying when each was
+    /// detached), then marks every note net_dev_queue left in `in_flight` stale
+    /// (`dev_note_gen`), so that a packet queued before the window closed, or a later skb at the
+    /// same address, is looked up afresh at net_dev_start_xmit rather than given an old note's
+    /// owner and headers.
+    pub fn detach_device_stages(&mut self) -> Vec<device_stages::Switch> {
+        if self.device_stages == DeviceStages::Exact || self.device_links.is_empty() {
+            return Vec::new();
+        }
+        let switches = device_stages::detach(&mut self.device_links);
+        if let Some(bss) = self.objects.netdev.maps.bss_data.as_deref_mut() {
+            // SAFETY: `dev_note_gen` is a naturally aligned u32 in the object's mmapped .bss,
+            // which lives as long as the skeleton; only this thread writes it, the programs
+            // read it, and a volatile write stores the whole value at once.
+            unsafe {
+                let gen = std::ptr::read_volatile(&bss.dev_note_gen);
+                std::ptr::write_volatile(&mut bss.dev_note_gen, gen.wrapping_add(1));
+            }
+        }
+        switches
     }
 
     /// The programs' BPF run-time statistics: per program (name, run_cnt, run_time_ns) with
@@ -1509,6 +1569,14 @@ fn configure_drops(stage: &Stage<'_>, skel: &mut OpenDropsSkel<'static>) -> Resu
     Ok(())
 }
 
+/// netdev's settings: whether its device-stage programs run in windows (`--device-stages`), so
+/// that net_dev_start_xmit notes the destination of a packet net_dev_queue did not see.
+fn configure_netdev(stage: &Stage<'_>, skel: &mut OpenNetdevSkel<'static>) -> Result<(), ProbeError> {
+    let rodata = rodata_of("netdev", skel.maps.rodata_data.as_deref_mut())?;
+    rodata.dev_sampled = u32::from(stage.opts.device_stages == DeviceStages::Sampled);
+    Ok(())
+}
+
 /// The settings of an object that has none.
 fn no_settings<T>(_: &Stage<'_>, _: &mut T) -> Result<(), ProbeError> {
     Ok(())
@@ -1532,16 +1600,28 @@ where
 
 /// Attaches every program of `objects` that loads, one at a time rather than the skeletons'
 /// `attach`, which stops at the first program that does not attach: each attaches or gets a
-/// status entry saying why not.
-fn attach_programs(objects: &Objects, status: &mut Vec<ProbeStatus>) -> Vec<Link> {
+/// status entry saying why not. The links of the device-stage programs that `stages` windows
+/// come back apart (the second list): attached now, for the first window.
+fn attach_programs(
+    objects: &Objects,
+    stages: DeviceStages,
+    status: &mut Vec<ProbeStatus>,
+) -> (Vec<Link>, Vec<(usize, Link)>) {
     let mut links = Vec::new();
+    let mut windowed = Vec::new();
     for obj in objects.iter() {
         let obj_name = object_name(obj);
         for prog in obj.progs_mut().filter(|p| p.autoload()) {
-            let name = format!("{obj_name}.{}", prog.name().to_string_lossy());
+            let prog_name = prog.name().to_string_lossy().into_owned();
+            let name = format!("{obj_name}.{prog_name}");
             match prog.attach() {
                 Ok(link) => {
-                    links.push(link);
+                    if device_stages::windowed(stages, &obj_name, &prog_name) {
+                        let at = device_stages::WINDOWED.iter().position(|w| *w == prog_name);
+                        windowed.push((at.unwrap_or(0), link));
+                    } else {
+                        links.push(link);
+                    }
                     status.push(ProbeStatus {
                         name,
                         attached: true,
@@ -1556,7 +1636,7 @@ fn attach_programs(objects: &Objects, status: &mut Vec<ProbeStatus>) -> Vec<Link
             }
         }
     }
-    links
+    (links, windowed)
 }
 
 /// Attaches a whole-or-nothing object loaded (`skel`) with `attach`, keeping its link beside it,

@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::analysis::ArgvRate;
-use crate::cli::{BpfStatsArg, RunOptions, SyscallHooksArg};
+use crate::cli::{BpfStatsArg, DeviceStagesArg, RunOptions, SyscallHooksArg};
 use crate::collect::bpf_time::StatsPolicy;
 use crate::collect::uprobes::PerPacket;
-use crate::probes::{ProbeOptions, SyscallHooks};
+use crate::probes::{DeviceStages, ProbeOptions, SyscallHooks};
 use crate::session::{CommandOutput, ScannerSetup, SessionConfig, StatusAt, StatusSetup, Target};
 use crate::wrappers::{requested_rate, OutputStream, ProfileSet, ScannerProfile, StatusLocation};
 use std::path::{Path, PathBuf};
@@ -90,6 +90,10 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     probe_options.syscall_hooks = match opts.syscall_hooks {
         SyscallHooksArg::PerCall => SyscallHooks::PerCall,
         SyscallHooksArg::All => SyscallHooks::All,
+    };
+    probe_options.device_stages = match opts.device_stages {
+        DeviceStagesArg::Exact => DeviceStages::Exact,
+        DeviceStagesArg::Sampled => DeviceStages::Sampled,
     };
     Ok(SessionConfig {
         command_output: match output {

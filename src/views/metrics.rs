@@ -104,6 +104,9 @@ pub struct MetricsState {
     /// reply kind -> replies that arrived from the family's destinations since attach (the
     /// reply funnel's `arrived`); empty without the reply counter
     replies: BTreeMap<&'static str, u64>,
+    /// with `--device-stages sampled`, the share of the time the device-stage programs were
+    /// attached (the latest tick's, the run's once it ended); None when they are counted
+    device_coverage: Option<f64>,
     cpu: f64,
     bpf_ns_per_packet: Option<f64>,
     bpf_target_ns_per_packet: Option<f64>,
@@ -147,6 +150,7 @@ impl MetricsState {
         for st in &s.stages {
             raise(self.stages.entry(st.name).or_default(), st.total);
         }
+        self.device_coverage = s.device_sampling.map(|d| d.coverage());
         // A sample's rows hold the drops of its tick: they add up.
         for (k, n) in drop_sums(&s.drops) {
             *self.drops.entry(k).or_default() += n;
@@ -181,6 +185,7 @@ impl MetricsState {
         for (stage, total) in &s.stage_counts {
             raise(self.stages.entry(*stage).or_default(), *total);
         }
+        self.device_coverage = s.device_sampling.map(|d| d.coverage());
         // The summary's rows hold the run's totals: never below what the ticks added up.
         for (k, n) in drop_sums(&s.drops) {
             raise(self.drops.entry(k).or_default(), n);
@@ -327,6 +332,14 @@ impl MetricsState {
             stages.with_label_values(&[name.as_str()]).inc_by(n);
         }
         r.register(Box::new(stages))?;
+        if let Some(share) = self.device_coverage {
+            gauge(
+                r,
+                "device_stage_sampled_coverage",
+                "Share of the time the device-stage programs were attached (--device-stages sampled): stage_events_total of dev_queue, qdisc_enqueue, qdisc_dequeue and dev_xmit are then estimates, scaled from these windows. Absent when the device stages are counted.",
+                share,
+            )?;
+        }
 
         let drops = IntCounterVec::new(
             Opts::new("drops_total", drops_help()),

@@ -82,6 +82,9 @@ pub struct FunnelRow {
     /// a stage the running kernel cannot count (`qdisc_enqueue` without its tracepoint): its 0
     /// is no figure
     pub unmeasured: bool,
+    /// a device stage counted in windows (`--device-stages sampled`): its figures are
+    /// estimates, and this says how it was sampled ("sampled 10% of the time, scaled")
+    pub sampled: Option<String>,
 }
 
 /// The sender threads' time budget: over their own send windows where measured (the budget
@@ -211,6 +214,7 @@ fn funnel(s: &Summary) -> Vec<FunnelRow> {
                 of_requested: requested.map(|r| pps / r),
                 no_qdisc: no_qdisc && name.is_qdisc() && !unmeasured(name),
                 unmeasured: unmeasured(name),
+                sampled: s.device_sampling.filter(|_| name.is_device()).map(|d| d.label()),
             }
         })
         .collect()

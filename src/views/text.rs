@@ -305,9 +305,21 @@ fn family_section(o: &mut String, r: &Report) {
 fn funnel_section(o: &mut String, s: &Summary, r: &Report) {
     let _ = writeln!(o, "\nfunnel (per second over the send window):");
     for f in &r.funnel {
-        let mut line = format!("  {:<16} {:>12.1} /s {:>12}", f.stage, f.pps, f.count);
+        let mut line = match &f.sampled {
+            // an estimate: "≈ 19800", and how it was sampled at the end of the line
+            Some(_) => format!(
+                "  {:<16} {:>12.1} /s {:>12}",
+                f.stage,
+                f.pps,
+                format!("≈ {}", f.count)
+            ),
+            None => format!("  {:<16} {:>12.1} /s {:>12}", f.stage, f.pps, f.count),
+        };
         if let Some(share) = f.of_requested {
             let _ = write!(line, "  {:>7}", pct(share));
+        }
+        if let Some(how) = &f.sampled {
+            let _ = write!(line, "  ({how})");
         }
         if f.no_qdisc {
             line.push_str("  (no queueing qdisc on the path)");

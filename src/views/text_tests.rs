@@ -1317,3 +1317,27 @@ fn the_answer_leads_the_report_the_detail_follows() {
         .collect();
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "out of order {pos:?}:\n{r}");
 }
+
+#[test]
+fn sampled_device_stages_are_marked_as_estimates_and_the_others_are_not() {
+    let mut s = fixed_summary();
+    let exact = summary(&s);
+    assert!(!exact.contains("≈") && !exact.contains("sampled"), "{exact}");
+    s.device_sampling = Some(crate::collect::device_window::DeviceSampling {
+        windows: 3,
+        covered_ns: 300_000_000,
+        elapsed_ns: 3_000_000_000,
+        switch_ns: 0,
+        switches: 0,
+    });
+    let r = summary(&s);
+    for stage in ["dev_queue", "qdisc_enqueue", "qdisc_dequeue", "dev_xmit"] {
+        let line = line_of(&r, stage);
+        assert!(line.contains("≈ "), "{line}");
+        assert!(line.ends_with("(sampled 10% of the time, scaled)"), "{line}");
+    }
+    for stage in ["send_calls", "syscall_packets", "target_drops"] {
+        let line = line_of(&r, stage);
+        assert!(!line.contains('≈') && !line.contains("sampled"), "{line}");
+    }
+}

@@ -153,8 +153,13 @@ pub(super) struct Facts<'a> {
     /// send syscall duration, median, ns
     pub latency_p50_ns: Option<f64>,
     /// the family's packets at the stages after the send syscalls, in the interval; None when
-    /// the device stages were not measured
+    /// the device stages were not measured or were sampled (`device_sampling`: estimates cannot
+    /// show a packet unseen after the syscall)
     pub after_send: Option<AfterSend>,
+    /// with `--device-stages sampled`, what the device stages' windows covered: their figures
+    /// (`devices`, the dev_queue and dev_xmit stages) are estimates, and what needs them exact
+    /// is not judged (not_judged.rs)
+    pub device_sampling: Option<crate::collect::device_window::DeviceSampling>,
     /// what scanprof's own BPF programs cost over the interval (or the run), when measured
     pub probe: Option<&'a ProbeCost>,
     /// why every verdict over this interval is weak
@@ -260,14 +265,19 @@ impl<'a> Facts<'a> {
             processes: &s.processes,
             baseline: None,
             packets_total: stage(StageName::SyscallPackets).map_or(packets, |st| st.total),
-            left_pps: stage(StageName::DevXmit).map(|st| st.pps).filter(|p| *p > 0.0),
+            left_pps: stage(StageName::DevXmit)
+                .map(|st| st.pps)
+                .filter(|p| *p > 0.0 && s.device_sampling.is_none()),
             latency_p50_ns: busiest.and_then(|t| t.latency_p50_ns),
-            after_send: stage(StageName::DevQueue).map(|dev_queue| AfterSend {
-                dev_queue: dev_queue.count,
-                dev_xmit: stage(StageName::DevXmit).map_or(0, |st| st.count),
-                target_drops: stage(StageName::TargetDrops).map_or(0, |st| st.count),
-                neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
-            }),
+            device_sampling: s.device_sampling,
+            after_send: stage(StageName::DevQueue)
+                .filter(|_| s.device_sampling.is_none())
+                .map(|dev_queue| AfterSend {
+                    dev_queue: dev_queue.count,
+                    dev_xmit: stage(StageName::DevXmit).map_or(0, |st| st.count),
+                    target_drops: stage(StageName::TargetDrops).map_or(0, |st| st.count),
+                    neigh_queued: s.devices.iter().map(|d| d.neigh_queued).sum(),
+                }),
             probe: s.cost.bpf.as_ref(),
             caveats,
             receive: s.receive.as_ref(),
@@ -368,11 +378,17 @@ impl<'a> Facts<'a> {
             processes: &s.processes,
             baseline: s.baseline.as_ref(),
             packets_total: s.packets,
-            left_pps: s.stages.get(&StageName::DevXmit).copied().filter(|p| *p > 0.0),
+            left_pps: s
+                .stages
+                .get(&StageName::DevXmit)
+                .copied()
+                .filter(|p| *p > 0.0 && s.device_sampling.is_none()),
             latency_p50_ns: s.latency_p50_ns,
+            device_sampling: s.device_sampling,
             after_send: s
                 .stage_counts
                 .get(&StageName::DevQueue)
+                .filter(|_| s.device_sampling.is_none())
                 .map(|dev_queue| AfterSend {
                     dev_queue: *dev_queue,
                     dev_xmit: s.stage_counts.get(&StageName::DevXmit).copied().unwrap_or(0),

@@ -545,13 +545,24 @@ pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
             } else {
                 "the device has a qdisc, which requeues refused packets: they may have left later".to_string()
             });
-            let weak = !(no_qdisc && mostly_ours) || d.xmit_refused < MIN_DROPS || f.thin() || share < WEAK_SHARE;
+            if let Some(sampling) = f.device_sampling {
+                evidence.push(format!(
+                    "the refusals are an estimate: the device stages were {} (--device-stages sampled)",
+                    sampling.label()
+                ));
+            }
+            let weak = !(no_qdisc && mostly_ours)
+                || d.xmit_refused < MIN_DROPS
+                || f.thin()
+                || share < WEAK_SHARE
+                || f.device_sampling.is_some();
             Some(finish(
                 f,
                 Cause::DeviceRefused,
                 format!(
-                    "The driver of {} refused {} packets (busy or error){}.",
+                    "The driver of {} refused {}{} packets (busy or error){}.",
                     d.device,
+                    if f.device_sampling.is_some() { "about " } else { "" },
                     d.xmit_refused,
                     if no_qdisc { ", and with no qdisc to requeue them they were lost" } else { "" }
                 ),

@@ -22,7 +22,41 @@ pub(super) fn not_judged_here(f: &Facts) -> Vec<Verdict> {
             KernelLack::AttachCookie => unprobed_scanner(f),
             KernelLack::SockFromFile => unread_rings(f),
         })
+        .chain(sampled_device_stages(f))
         .collect()
+}
+
+/// `--device-stages sampled`: the device stages were counted in windows and scaled, so what
+/// needs them exact is not judged: whether every packet the syscalls accepted reached a device
+/// or a drop (measurement_fault), and the rate that left through the drivers (what a scanner's
+/// claimed rate is held to). Said once the family sent; the drops are counted and judged as
+/// ever.
+fn sampled_device_stages(f: &Facts) -> Option<Verdict> {
+    let sampling = f.device_sampling.filter(|_| f.packets > 0)?;
+    let evidence = vec![
+        format!(
+            "device stages (dev_queue, qdisc_enqueue, qdisc_dequeue, dev_xmit) {}: {} windows              covered {:.3} s of {:.3} s {}",
+            sampling.label(),
+            sampling.windows,
+            sampling.covered_ns as f64 / 1e9,
+            sampling.elapsed_ns as f64 / 1e9,
+            f.over()
+        ),
+        format!(
+            "{} packets accepted by the family's send syscalls {} (counted), and the drops              (counted)",
+            f.packets,
+            f.over()
+        ),
+    ];
+    Some(finish(
+        f,
+        Kind::Loss,
+        "Whether every packet the send syscalls accepted reached a device or a drop, and the rate          that left through the drivers, are not judged: the device stages were sampled          (--device-stages sampled), so their counts are estimates. The drops are counted and          judged as in an exact run."
+            .to_string(),
+        evidence,
+        "Run with --device-stages exact (the default) for exact device-stage counts, at the cost          of their programs on every packet."
+            .to_string(),
+    ))
 }
 
 /// Whether the fate of some of the family's outgoing packets cannot be judged on this kernel:

@@ -2119,6 +2119,7 @@ fn tick(n: u64, requested: f64, achieved: f64, interval_s: f64) -> Snapshot {
         threads: Vec::new(),
         drops: Vec::new(),
         devices: Vec::new(),
+        device_sampling: None,
         block_sites: Vec::new(),
         gap: GapView {
             slot_ns: Some(1e9 / requested),
@@ -4230,4 +4231,68 @@ fn a_claim_over_the_runs_send_window_is_still_set_beside_the_devices() {
         "{}",
         c.sentence
     );
+}
+
+/// `--device-stages sampled` over a 10 s run: 10 windows of 0.1 s.
+fn sampled_10pct() -> crate::collect::device_window::DeviceSampling {
+    crate::collect::device_window::DeviceSampling {
+        windows: 10,
+        covered_ns: 1_000_000_000,
+        elapsed_ns: 10_000_000_000,
+        switch_ns: 0,
+        switches: 0,
+    }
+}
+
+#[test]
+fn sampled_device_stages_are_not_held_to_the_syscall_count() {
+    // An estimate 25% under the syscall count is a measurement fault when counted, but no
+    // finding when sampled: the not-judged line says why instead.
+    let mut r = run(Some(1000.0), 1000.0, 10.0)
+        .time(0.05, 0.0, 0.9, 0.0, 0.05)
+        .after_send(7500, 7500, 0);
+    assert!(causes(&r.verdicts()).contains(&Cause::MeasurementFault));
+    r.0.device_sampling = Some(sampled_10pct());
+    let v = r.verdicts();
+    assert!(!causes(&v).contains(&Cause::MeasurementFault), "{:?}", causes(&v));
+    let nj = find(&v, Cause::NotJudgedHere);
+    assert!(
+        nj.sentence.contains("device stages were sampled"),
+        "{}",
+        nj.sentence
+    );
+    assert!(
+        nj.evidence
+            .iter()
+            .any(|e| e.contains("sampled 10% of the time, scaled") && e.contains("10 windows")),
+        "{:?}",
+        nj.evidence
+    );
+    assert_eq!(nj.share, 0.0, "it explains none of the loss");
+}
+
+#[test]
+fn device_refusals_from_sampled_stages_are_weak_estimates() {
+    let mut d = device("veth0");
+    d.xmit_refused = 2_000;
+    d.target_xmit_pps = 800.0;
+    d.all_xmit_pps = 800.0;
+    let mut r = run(Some(1000.0), 1000.0, 10.0).time(0.05, 0.0, 0.9, 0.0, 0.05);
+    r.0.devices = vec![d];
+    let exact = find(&r.verdicts(), Cause::DeviceRefused).clone();
+    assert!(!exact.sentence.contains("about"), "{}", exact.sentence);
+    r.0.device_sampling = Some(sampled_10pct());
+    let v = r.verdicts();
+    let sampled = find(&v, Cause::DeviceRefused);
+    assert!(
+        sampled.sentence.contains("refused about 2000 packets"),
+        "{}",
+        sampled.sentence
+    );
+    assert!(
+        sampled.evidence.iter().any(|e| e.contains("an estimate")),
+        "{:?}",
+        sampled.evidence
+    );
+    assert_eq!(sampled.confidence, Confidence::Weak);
 }

@@ -363,10 +363,16 @@ fn funnel(o: &mut String, r: &Report) {
             if f.unmeasured {
                 stage.push_str(" (not measured: this kernel has no qdisc\\_enqueue tracepoint)");
             }
+            let approx = if let Some(how) = &f.sampled {
+                stage.push_str(&format!(" ({how})"));
+                "≈ "
+            } else {
+                ""
+            };
             vec![
                 stage,
-                format!("{:.1}", f.pps),
-                f.count.to_string(),
+                format!("{approx}{:.1}", f.pps),
+                format!("{approx}{}", f.count),
                 or_dash(f.of_requested, pct),
             ]
         })
@@ -1462,6 +1468,27 @@ mod tests {
         assert!(funnel.iter().all(|r| r.len() == 4 && r[3] == "-"), "{funnel:?}");
         assert!(md.contains("Requested rate unknown"));
         assert!(md.contains("No tick lay wholly inside the send window"));
+        assert!(check_tables(&md).is_ok());
+    }
+
+    #[test]
+    fn sampled_device_stages_are_estimates_in_the_funnel_table() {
+        let mut rec = rich_recording();
+        if let Some(s) = rec.summary.as_mut() {
+            s.device_sampling = Some(crate::collect::device_window::DeviceSampling {
+                windows: 3,
+                covered_ns: 300_000_000,
+                elapsed_ns: 3_000_000_000,
+                switch_ns: 0,
+                switches: 0,
+            });
+        }
+        let md = report_md(&rec, None, None, &[]);
+        let funnel = rows_after(&md, "## Funnel");
+        let dev = row(&funnel, "dev\\_queue (sampled 10% of the time, scaled)");
+        assert!(dev[1].starts_with("≈ ") && dev[2].starts_with("≈ "), "{dev:?}");
+        let sys = row(&funnel, "syscall\\_packets");
+        assert!(!sys[2].contains('≈'), "{sys:?}");
         assert!(check_tables(&md).is_ok());
     }
 

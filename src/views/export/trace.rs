@@ -624,6 +624,12 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
         .iter()
         .flat_map(|t| t.stages.iter().map(|s| s.name.as_str()))
         .collect();
+    // `--device-stages sampled`: the device stages' rates are estimates, and their tracks say so
+    let sampled = rec.ticks.iter().any(|t| t.device_sampling.is_some());
+    let track = |stage: &str| match stage.parse::<crate::analysis::StageName>() {
+        Ok(name) if sampled && name.is_device() => format!("{STAGES} {stage} (sampled, scaled)"),
+        _ => format!("{STAGES} {stage}"),
+    };
     let reasons: BTreeSet<String> = rec.ticks.iter().flat_map(|t| drop_rates(t).into_keys()).collect();
 
     // Perfetto and chrome://tracing draw a counter as a step held until its next sample, so a
@@ -642,12 +648,7 @@ fn run_counters(rec: &Recording, out: &mut Timed) {
                 c(out, REQUESTED, ts, series([(VALUE, r)]));
             }
             for stage in &stage_names {
-                c(
-                    out,
-                    &format!("{STAGES} {stage}"),
-                    ts,
-                    series([(VALUE, pps(stage))]),
-                );
+                c(out, &track(stage), ts, series([(VALUE, pps(stage))]));
             }
             // Drops by reason stack into the total drop rate, so they share one counter; every
             // series in every sample (a series left out would keep its old value).

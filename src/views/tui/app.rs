@@ -377,6 +377,7 @@ pub fn summary_view(sum: &Summary, last: Option<&Snapshot>) -> Snapshot {
         threads,
         drops: sum.drops.clone(),
         devices: sum.devices.clone(),
+        device_sampling: sum.device_sampling,
         block_sites: sum.block_sites.clone(),
         gap: sum.gap.clone(),
         episodes: Vec::new(),

@@ -574,6 +574,10 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     if let Some(r) = &s.replies {
         block = block.title_bottom(replies_title(r));
     }
+    if let Some(d) = &s.device_sampling {
+        // short: the funnel panel is ~40 columns at 80x24
+        block = block.title_bottom(format!(" ≈ sampled {}, scaled ", pct(d.coverage())));
+    }
     // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
     let seen_at = if s
         .kernel_lacks
@@ -596,10 +600,16 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         } else {
             Style::new()
         };
+        // a sampled device stage's figures are estimates (the block's foot says how sampled)
+        let approx = if s.device_sampling.is_some() && st.name.is_device() && shown != "-" {
+            "≈"
+        } else {
+            ""
+        };
         Row::new(vec![
             st.name.to_string(),
-            shown,
-            st.total.to_string(),
+            format!("{approx}{shown}"),
+            format!("{approx}{}", st.total),
             st.ratio.map(pct).unwrap_or_default(),
         ])
         .style(style)

@@ -1130,3 +1130,32 @@ fn no_color_draws_without_colour_and_keeps_the_tags_visible() {
         "{text}"
     );
 }
+
+/// `--device-stages sampled`: the funnel marks the device stages' figures as estimates and says
+/// how they were sampled; the syscall stage stays unmarked.
+#[test]
+fn sampled_device_stages_are_marked_in_the_funnel() {
+    let exact = screen(&live_app(false), 120, 40);
+    assert!(!exact.contains('≈'), "{exact}");
+    let mut tick = rich_ticks().0.remove(0);
+    tick.device_sampling = Some(crate::collect::device_window::DeviceSampling {
+        windows: 1,
+        covered_ns: 100_000_000,
+        elapsed_ns: 1_000_000_000,
+        switch_ns: 0,
+        switches: 0,
+    });
+    let mut app = App::new("run sender --rate 100".into());
+    app.apply(Update::Tick(Box::new(tick)));
+    let s = screen(&app, 120, 40);
+    let line = |stage: &str| {
+        s.lines()
+            .find(|l| l.starts_with(&format!("│{stage} ")))
+            .unwrap_or_else(|| panic!("no {stage} row in\n{s}"))
+            .to_string()
+    };
+    assert!(line("dev_queue").contains('≈'), "{s}");
+    assert!(line("dev_xmit").contains('≈'), "{s}");
+    assert!(!line("syscall_packets").contains('≈'), "{s}");
+    assert!(s.contains("≈ sampled 10.0%, scaled"), "{s}");
+}

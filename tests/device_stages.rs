@@ -1,0 +1,276 @@
+//! `--device-stages sampled` (issue 32 item 3): the device-stage programs run only in a window
+//! at the start of each tick, their counts are scaled to the tick and marked as estimates, while
+//! the syscall stage and the drops stay counted. The reference sender sends a bounded count to
+//! a closed port on loopback (every packet a `NO_SOCKET` drop at `lo`, attributed to the family
+//! only through net_dev_start_xmit's mark, which stays attached). Independent counts: the
+//! sender's own report (`sent`), and the programs' run counts from the kernel's statistics for
+//! the same run (`--bpf-stats always`).
+//!
+//! Run: `cargo test --test it device_stages:: -- --test-threads=1`
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::*;
+use scanprof::analysis::verdict::Cause;
+use scanprof::analysis::StageName;
+use scanprof::collect::DropClass;
+
+const RATE: u64 = 5_000;
+const COUNT: u64 = 40_000;
+const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Relative error allowed between the scaled estimate and the syscall count over the ticks the
+/// sender spent wholly sending. A window of a 1 s tick is 100 ms: 500 packets at 5,000 pps, and
+/// about 3,000 over the six or so full ticks of the run. A paced sender's packets are not a
+/// Poisson stream (their count in a window is nearly fixed), so 3/sqrt(3000) = 5.5% already
+/// covers counting noise with room; what moves an estimate more is the sender's own stalls at
+/// a window's edges on this loaded 2-vCPU machine (the deadline-slot pacer catches up in a
+/// burst: a 20 ms stall at an edge moves 100 packets, 3% of the windows' total). 15% holds both
+/// with margin, and still fails an unscaled count (10% of the truth) or a double-scaled one.
+const STEADY_TOLERANCE: f64 = 0.15;
+
+/// Probes of the run behind a tbf that may go unseen at the far side in exact mode too.
+const EDGE_SLACK: u64 = 5;
+
+fn stage(counts: &[(StageName, u64)], name: StageName) -> u64 {
+    counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c)
+}
+
+#[test]
+fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exact() {
+    let test = privileged();
+    let sender = sender_argv("127.0.0.1:9", RATE as f64, COUNT, 20.0, &["--pacer", "sleep"]);
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--interval",
+        "1",
+        "--device-stages",
+        "sampled",
+        "--bpf-stats",
+        "always",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(sender);
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    run.assert_success();
+    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
+    assert_eq!(sent, COUNT, "the sender sent its count\n{}", run.context());
+    let s = run.summary();
+    let ctx = run.context();
+    precision::assert_precise(
+        "sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exact",
+        &s,
+        &run.of_type("sample"),
+    );
+
+    // The syscall stage and the drops: counted, exactly the sender's packets.
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    let expected: u64 = s
+        .drops
+        .iter()
+        .filter(|d| d.class == DropClass::Expected && d.reason == "NO_SOCKET")
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(
+        expected, sent,
+        "every probe to the closed port is the family's expected drop\n{ctx}"
+    );
+    let lost: u64 = s
+        .drops
+        .iter()
+        .filter(|d| d.class == DropClass::TargetLoss)
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(lost, 0, "{ctx}");
+
+    // The device stages: sampled, with the coverage of windows of a tenth of each tick.
+    let sampling = s
+        .device_sampling
+        .unwrap_or_else(|| panic!("no device_sampling in the summary\n{ctx}"));
+    let coverage = sampling.coverage();
+    assert!(
+        coverage > 0.0 && coverage < 1.0,
+        "coverage {coverage} of {sampling:?}\n{ctx}"
+    );
+    assert!(
+        (0.05..0.3).contains(&coverage),
+        "windows of a tenth of each tick (stretched by slow attaches): {sampling:?}\n{ctx}"
+    );
+    assert!(sampling.windows >= 5, "{sampling:?}\n{ctx}");
+    let ticks = run.of_type("sample");
+    assert!(
+        ticks.iter().all(|t| t.get("device_sampling").is_some()),
+        "every tick says its device stages were sampled\n{ctx}"
+    );
+    assert!(
+        s.verdicts
+            .iter()
+            .any(|v| v.cause == Cause::NotJudgedHere && v.sentence.contains("device stages were sampled")),
+        "the diagnosis says what it did not judge: {:?}",
+        s.verdicts
+    );
+    assert!(
+        !s.verdicts.iter().any(|v| v.cause == Cause::MeasurementFault),
+        "an estimate is never a measurement fault: {:?}",
+        s.verdicts
+    );
+
+    // The estimate, over the ticks the sender spent wholly sending (its first and last tick
+    // hold its start and end, which a window at the tick's start sees or misses whole).
+    let mut steady: Vec<(u64, u64)> = Vec::new();
+    for t in &ticks {
+        let counts: Vec<(StageName, u64)> = t["stages"]
+            .as_array()
+            .expect("stages")
+            .iter()
+            .map(|st| {
+                (
+                    st["name"].as_str().expect("name").parse().expect("a stage"),
+                    st["count"].as_u64().expect("count"),
+                )
+            })
+            .collect();
+        let syscall = stage(&counts, StageName::SyscallPackets);
+        let full = !t["partial"].as_bool().unwrap_or(false)
+            && syscall as f64 >= 0.95 * RATE as f64 * t["interval_s"].as_f64().unwrap_or(1.0);
+        if full {
+            steady.push((syscall, stage(&counts, StageName::DevQueue)));
+        }
+    }
+    // drop the first full tick too: the sender may have started inside it after its window
+    let steady = &steady[1.min(steady.len())..];
+    assert!(steady.len() >= 3, "too few full ticks: {steady:?}\n{ctx}");
+    let (exact, est): (u64, u64) = steady.iter().fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    let err = (est as f64 - exact as f64) / exact as f64;
+    eprintln!(
+        "sampled dev_queue over {} full ticks: estimate {est}, syscall packets {exact} ({:+.1}%); \
+         run: estimate {}, sent {sent}; coverage {:.3}, {} windows, attach+detach {:.0} us a window",
+        steady.len(),
+        err * 100.0,
+        s.stage_counts[&StageName::DevQueue],
+        coverage,
+        sampling.windows,
+        sampling.switch_ns_per_window().unwrap_or(0.0) / 1e3
+    );
+    assert!(
+        err.abs() <= STEADY_TOLERANCE,
+        "estimate {est} against {exact} over {steady:?}: {:+.1}% (tolerance {:.0}%)\n{ctx}",
+        err * 100.0,
+        STEADY_TOLERANCE * 100.0
+    );
+    let run_ratio = s.stage_counts[&StageName::DevQueue] as f64 / sent as f64;
+    assert!(
+        (0.5..1.5).contains(&run_ratio),
+        "the run's estimate is of the packets' order: {run_ratio}\n{ctx}"
+    );
+
+    // The kernel's own run counts for the same run: the windowed programs ran for a fraction
+    // of the packets (on lo, every probe and every ICMP reply to it passes dev_queue: twice the
+    // packets when exact), while net_dev_start_xmit, which the drops need, ran for each.
+    let bpf = s
+        .cost
+        .bpf
+        .as_ref()
+        .unwrap_or_else(|| panic!("no BPF statistics\n{ctx}"));
+    let runs = |name: &str| bpf.programs.iter().find(|p| p.name == name).map_or(0, |p| p.runs);
+    let (queue, xmit, start) = (
+        runs("netdev.on_dev_queue"),
+        runs("netdev.on_dev_xmit"),
+        runs("netdev.on_dev_start_xmit"),
+    );
+    eprintln!("runs: on_dev_queue {queue}, on_dev_xmit {xmit}, on_dev_start_xmit {start}, packets {sent}");
+    assert!(
+        queue > 0 && xmit > 0,
+        "the windows counted: {queue} {xmit}\n{ctx}"
+    );
+    assert!(
+        (queue as f64) < 0.5 * sent as f64 && (xmit as f64) < 0.5 * sent as f64,
+        "device programs ran {queue} and {xmit} times for {sent} packets\n{ctx}"
+    );
+    assert!(
+        start >= sent,
+        "net_dev_start_xmit stays attached: {start} runs\n{ctx}"
+    );
+    test.assert_released("the sampled run");
+}
+
+/// Behind a tbf that holds packets (a sender slightly faster than the bucket), packets are
+/// queued at `net_dev_queue` and sent by a later dequeue, often outside the window their
+/// queueing was in (or queued outside one and sent inside): `net_dev_start_xmit` then finds no
+/// valid note (`dev_note_gen` bumped at each detach) and looks the owner up, so every probe that
+/// reached the closed port in the target namespace is still the family's expected drop, and the
+/// qdisc's drops are the family's loss as `tc` counts them.
+#[test]
+fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
+    let test = privileged();
+    let lab = TestLab::new(Some(scanprof::netlab::TbfConfig {
+        rate: "1500kbit".into(),
+        burst: "4kb".into(),
+        limit: "30kb".into(),
+    }));
+    // 2,000 pps of 106-byte frames is 1.7 Mbit/s into a 1.5 Mbit/s bucket: the queue fills
+    // and holds packets for the rest of the send (a few may be dropped when it is full)
+    const N: u64 = 12_000;
+    let sender = sender_argv(&lab.to(9), 2000.0, N, 15.0, &["--pacer", "sleep"]);
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--device-stages",
+        "sampled",
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    // the family stays 1 s after the sender: the queue (30 kB, ~0.2 s at the bucket's rate)
+    // drains while scanprof is attached, so every probe has met its fate by the run's end
+    let script = format!("{} 1>&2; sleep 1", sh_join(&sender));
+    let family = ["sh".to_string(), "-c".into(), script];
+    args.extend(in_netns(&lab.lab.sender_ns, &family));
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    run.assert_success();
+    let root = lab.drained_root_qdisc();
+    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
+    let s = run.summary();
+    let ctx = run.context();
+    assert!(s.device_sampling.is_some(), "{ctx}");
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    let sum = |f: &dyn Fn(&scanprof::analysis::DropRow) -> bool| -> u64 {
+        s.drops.iter().filter(|d| f(d)).map(|d| d.count).sum()
+    };
+    let expected = sum(&|d| {
+        lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected && d.reason == "NO_SOCKET"
+    });
+    let qdisc = sum(&|d| d.class == DropClass::TargetLoss && d.reason == "QDISC_DROP");
+    let misread = sum(&|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated));
+    eprintln!(
+        "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
+         other rows in the lab {misread}; requeues {}",
+        root.drops, root.requeues
+    );
+    assert_eq!(
+        misread, 0,
+        "the family's packets read as somebody else's in the lab\n{ctx}"
+    );
+    assert_eq!(qdisc, root.drops, "the qdisc's drops as tc counts them\n{ctx}");
+    // Exact mode misses a few here too (seen: 0 and 2 of 12,000 in two runs, 3 with sampling:
+    // never a row of the lab's, not looked into yet); a stale note's headers would misread a
+    // packet at every window's edge, ~14 windows here, and a windowed net_dev_start_xmit nine
+    // in ten.
+    let accounted = expected + qdisc;
+    assert!(
+        accounted <= sent && sent - accounted <= EDGE_SLACK,
+        "every probe is the family's, dropped at the qdisc or expected at the closed port: \
+         {accounted} of {sent}\n{ctx}"
+    );
+    test.assert_released("the sampled run behind a tbf");
+    lab.destroy();
+}
