@@ -87,28 +87,16 @@ type RowKey = (u32, u32, Option<u32>);
 /// counters (their programs stay attached) and the qdisc's kind are not scaled.
 const SCALED: usize = 7;
 
-fn scaled_fields(d: &DeviceCounters) -> [u64; SCALED] {
+fn scaled_fields(d: &mut DeviceCounters) -> [&mut u64; SCALED] {
     [
-        d.queued,
-        d.enqueued,
-        d.dequeued,
-        d.xmit_ok,
-        d.xmit_busy,
-        d.xmit_err,
-        d.xmit_bytes,
+        &mut d.queued,
+        &mut d.enqueued,
+        &mut d.dequeued,
+        &mut d.xmit_ok,
+        &mut d.xmit_busy,
+        &mut d.xmit_err,
+        &mut d.xmit_bytes,
     ]
-}
-
-fn set_scaled_fields(d: &mut DeviceCounters, v: [u64; SCALED]) {
-    [
-        d.queued,
-        d.enqueued,
-        d.dequeued,
-        d.xmit_ok,
-        d.xmit_busy,
-        d.xmit_err,
-        d.xmit_bytes,
-    ] = v;
 }
 
 /// The windowed programs (probes::device_stages::WINDOWED), by index.
@@ -222,13 +210,14 @@ impl DeviceWindows {
             .into_iter()
             .map(|mut d| {
                 let key = (d.ifindex, d.netns, d.pid);
-                let now = scaled_fields(&d);
+                let fields = scaled_fields(&mut d);
+                let now = fields.each_ref().map(|v| **v);
                 let before = self.prev_raw.insert(key, now).unwrap_or([0; SCALED]);
                 let est = self.scaled.entry(key).or_insert([0.0; SCALED]);
-                for (j, e) in est.iter_mut().enumerate() {
+                for (j, (e, field)) in est.iter_mut().zip(fields).enumerate() {
                     *e += now[j].saturating_sub(before[j]) as f64 * factor[FIELD_PROGRAM[j]];
+                    *field = e.round() as u64;
                 }
-                set_scaled_fields(&mut d, est.map(|e| e.round() as u64));
                 d
             })
             .collect();
