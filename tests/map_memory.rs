@@ -172,6 +172,13 @@ fn the_maps_lock_under_16_mb_by_default_and_doctor_reports_it() {
         detail.contains(&format!("threads {:.1} MB", threads[0].memlock as f64 / 1e6)),
         "{detail}"
     );
+    // Every map the run holds is in doctor's sum, those of the objects held beside the table
+    // (rings, replies, retrans) too: the MB figure above is rounded, the count is exact.
+    assert!(
+        detail.contains(&format!(") in {} maps,", maps.len())),
+        "doctor counts other maps than the {} scanprof attach holds: {detail}",
+        maps.len()
+    );
     test.assert_released("scanprof doctor");
 }
 

@@ -984,10 +984,15 @@ impl ProbeSet {
     }
 
     /// Every map these probes created (a shared map once), with the memory the kernel charges
-    /// for it, largest first.
+    /// for it, largest first: the table's objects, the uprobes', and the maps of the objects
+    /// held beside them (the ring iterator, the reply and SYN-retransmission counters).
     pub fn map_memory(&self) -> Vec<MapMemory> {
         let uprobes = self.uprobes.as_ref().map(Uprobes::object);
-        sizing::map_memory(self.objects.iter().chain(uprobes))
+        let rings = self.rings.as_ref().map(|(skel, _)| skel.object());
+        let replies = self.replies.as_ref().map(|(skel, _)| skel.object());
+        let retrans = self.retrans.as_ref().map(|(skel, _)| skel.object());
+        let beside = uprobes.into_iter().chain(rings).chain(replies).chain(retrans);
+        sizing::map_memory(self.objects.iter().chain(beside))
     }
 
     /// Makes a process part of the traced family.
