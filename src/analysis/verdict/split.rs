@@ -412,15 +412,25 @@ impl Split {
         // their part of the time gap first (scaled only if they alone exceed it), and the
         // estimates are scaled to add up to what is left. Preemption inside the units (a sum of
         // estimates above the gap) must not shrink the pause between them.
-        let measured = idle + setup;
+        // A calibration error the scanner's own function reported is measured as well: its
+        // slots' excess (error x sigma) is known, not estimated, and takes its part with them.
+        let probed = if calibration.is_some() { miscalibrated } else { 0.0 };
+        let measured = idle + setup + probed;
         let km = if measured > rest && measured > 0.0 {
             rest / measured
         } else {
             1.0
         };
         let estimated_rest = rest - measured * km;
-        let sum =
-            blocked + preempted + throttled + cpu + probe_cost + steal + miscalibrated + pacing + stalls;
+        let sum = blocked
+            + preempted
+            + throttled
+            + cpu
+            + probe_cost
+            + steal
+            + (miscalibrated - probed)
+            + pacing
+            + stalls;
         let k = if sum > estimated_rest && sum > 0.0 {
             estimated_rest / sum
         } else {
@@ -432,7 +442,7 @@ impl Split {
         s.blocked = blocked * k;
         s.preempted = preempted * k;
         s.cpu = cpu * k;
-        s.miscalibrated = miscalibrated * k;
+        s.miscalibrated = probed * km + (miscalibrated - probed) * k;
         s.pacing = pacing * k;
         s.stalls = stalls * k;
         s.unit_idle = idle * km;
