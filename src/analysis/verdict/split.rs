@@ -355,18 +355,6 @@ impl Split {
         };
         let probe_cost = (rest - unmeasured_gap).clamp(0.0, s.f_probe).min(cpu);
         cpu -= probe_cost;
-        // Time the hypervisor stole while the sender ran counts as its on-CPU time: that share
-        // of its on-CPU time is no work of its own.
-        let mut steal = 0.0;
-        if let Some(st) = f
-            .limits
-            .and_then(|l| l.steal.as_ref())
-            .filter(|st| st.share > 0.0)
-        {
-            steal = (st.share.min(1.0) * (send + other)).min(cpu);
-            cpu -= steal;
-        }
-        s.f_steal = steal;
 
         let mut miscalibrated = 0.0;
         if let Some(c) = calibration.filter(|c| c.error_pct > CALIBRATION_TOLERANCE_PCT) {
@@ -383,6 +371,22 @@ impl Split {
             cpu -= from_cpu;
             miscalibrated = from_wait + from_cpu;
         }
+
+        // Time the hypervisor stole while the sender ran counts as its on-CPU time: that share
+        // of its on-CPU time is no work of its own. It comes after a known calibration error:
+        // a busy-wait slot ends at its deadline however much of it was stolen, so the too-long
+        // slots cost their e x sigma whatever the steal inside them, and only the on-CPU time
+        // left can have been slowed by it.
+        let mut steal = 0.0;
+        if let Some(st) = f
+            .limits
+            .and_then(|l| l.steal.as_ref())
+            .filter(|st| st.share > 0.0)
+        {
+            steal = (st.share.min(1.0) * (send + other)).min(cpu);
+            cpu -= steal;
+        }
+        s.f_steal = steal;
 
         s.f_send = send;
         s.f_other = other;

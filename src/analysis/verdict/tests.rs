@@ -4296,3 +4296,32 @@ fn device_refusals_from_sampled_stages_are_weak_estimates() {
     );
     assert_eq!(sampled.confidence, Confidence::Weak);
 }
+
+#[test]
+fn steal_inside_a_too_long_busy_wait_slot_leaves_the_calibrations_cost_whole() {
+    // The busy-wait pacer of a_calibration_off_by_a_quarter_is_miscalibrated (800 of 1000 pps,
+    // on the CPU all the time, slots 25% too long: 0.25 x 0.8 = 0.2, all of the gap), on a VM
+    // whose hypervisor stole 10% of the sender's CPU. A busy-wait slot ends at its deadline
+    // however much of it was stolen: the calibration still costs 0.2; the steal costs nothing
+    // (the on-CPU time left after the slots' excess is the slot's own work).
+    let steal = StealView {
+        cpus: vec![1],
+        steal_s: 1.0,
+        share: 0.1,
+    };
+    let v = run(Some(1000.0), 800.0, 10.0)
+        .time(0.05, 0.0, 0.0, 0.0, 0.95)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(25.0, 1000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .limits(LimitsView {
+            steal: Some(steal),
+            ..Default::default()
+        })
+        .verdicts();
+    assert_share(&v, Cause::Miscalibrated, 0.2);
+    assert!(!causes(&v).contains(&Cause::Steal), "{:?}", causes(&v));
+}
