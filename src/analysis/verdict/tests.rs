@@ -1139,12 +1139,10 @@ fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
     assert_share(&v, Cause::PacingCoarse, 1.0 / 3.0);
 }
 
-#[test]
-fn a_calibration_off_by_a_quarter_is_miscalibrated() {
-    // A busy-wait pacer (on CPU 100%, no sleep) at 800 of 1000 pps: sigma 0.8, on-CPU excess
-    // 0.2. Its calibration derived slots 25% too long: 0.25 x 0.8 = 0.2 of its time, taken
-    // from the on-CPU excess (no probe on the pacing loop): all of the gap, nothing CPU-bound.
-    let v = run(Some(1000.0), 800.0, 10.0)
+/// A busy-wait pacer (on the CPU all the time) at 800 of 1000 pps whose calibration made its
+/// slots 25% too long (unicornscan's profile).
+fn busy_wait_with_slots_a_quarter_long() -> Run {
+    run(Some(1000.0), 800.0, 10.0)
         .time(0.05, 0.0, 0.0, 0.0, 0.95)
         .scanner(ScannerView {
             profile: "unicornscan".into(),
@@ -1152,7 +1150,14 @@ fn a_calibration_off_by_a_quarter_is_miscalibrated() {
             pacers: unicornscan_pacers(),
             ..Default::default()
         })
-        .verdicts();
+}
+
+#[test]
+fn a_calibration_off_by_a_quarter_is_miscalibrated() {
+    // A busy-wait pacer (on CPU 100%, no sleep) at 800 of 1000 pps: sigma 0.8, on-CPU excess
+    // 0.2. Its calibration derived slots 25% too long: 0.25 x 0.8 = 0.2 of its time, taken
+    // from the on-CPU excess (no probe on the pacing loop): all of the gap, nothing CPU-bound.
+    let v = busy_wait_with_slots_a_quarter_long().verdicts();
     assert_eq!(causes(&v), [Cause::Miscalibrated]);
     assert_share(&v, Cause::Miscalibrated, 0.2);
     assert_eq!(v[0].confidence, Confidence::Strong);
@@ -4309,14 +4314,7 @@ fn steal_inside_a_too_long_busy_wait_slot_leaves_the_calibrations_cost_whole() {
         steal_s: 1.0,
         share: 0.1,
     };
-    let v = run(Some(1000.0), 800.0, 10.0)
-        .time(0.05, 0.0, 0.0, 0.0, 0.95)
-        .scanner(ScannerView {
-            profile: "unicornscan".into(),
-            calibrations: vec![calibration(25.0, 1000.0)],
-            pacers: unicornscan_pacers(),
-            ..Default::default()
-        })
+    let v = busy_wait_with_slots_a_quarter_long()
         .limits(LimitsView {
             steal: Some(steal),
             ..Default::default()
