@@ -169,12 +169,13 @@ pub fn text(r: &SendReport, cfg: &SendConfig) -> String {
     );
     if let Some(c) = &r.calibration {
         out += &format!(
-            "  tsc       {:.0} Hz from {} (kernel: {}, calibration error: {}, took {:.1} ms)\n",
+            "  tsc       {:.0} Hz from {} (kernel: {}, calibration error: {}, took {:.1} ms); slots {} on CLOCK_MONOTONIC\n",
             c.tsc_hz,
             c.source,
             c.kernel_tsc_hz.map_or("unknown".into(), |k| format!("{k:.0} Hz")),
             c.error_ppm.map_or("unknown".into(), |e| format!("{e:+.1} ppm")),
-            c.took_ns as f64 / 1e6
+            c.took_ns as f64 / 1e6,
+            c.slot_error_ppm.map_or("not measured (under 1 ms)".into(), |e| format!("{e:+.1} ppm long")),
         );
     }
     for (errno, n) in &r.errors {

@@ -14,7 +14,7 @@ use super::methods::{check_destination, Destinations, Method, Sender, Target, SE
 use super::pacing::{PacerKind, SlotModel};
 use super::report::{RunFacts, SendRecorder, SendReport};
 use super::symbols;
-use super::tsc::TscSource;
+use super::tsc::{TscMark, TscSource};
 use crate::system::monotonic_ns;
 use std::net::SocketAddrV4;
 
@@ -147,7 +147,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     check_destination(*cfg.to.ip(), cfg.destinations)?;
     let pacer = cfg.effective_pacer();
     let batch = cfg.method.batch();
-    let calibration = if pacer == PacerKind::Tsc {
+    let mut calibration = if pacer == PacerKind::Tsc {
         symbols::skew_calibration(cfg.calibration_skew);
         symbols::scanprof_sender_calibrate(cfg.tsc_source as u8);
         symbols::skew_calibration(1.0);
@@ -173,6 +173,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
         pacer.as_str()
     );
 
+    let tsc_run_start = calibration.is_some().then(TscMark::now);
     let mut rec = SendRecorder::default();
     let cpu_start = process_cpu_ns();
     let start = monotonic_ns();
@@ -184,8 +185,8 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     // A skewed TSC clock runs slow (or fast): the duration is kept on CLOCK_MONOTONIC as well.
     let skewed = cfg.calibration_skew != 1.0;
     let mut unrecorded = 0u64;
-    // CLOCK_MONOTONIC start of the last send call: the achieved rate's window ends there (the
-    // pacer's own clock may be a skewed TSC).
+    // Start of the last send call, when the pacer let it go (on the pacer's clock): the achieved
+    // rate's window ends there.
     let mut call_ns = start;
     let mut seq = 0u64;
     loop {
@@ -209,7 +210,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
             break;
         }
         rec.slot_started(slot.due_ns, slot.start_ns);
-        call_ns = if unpaced { slot.start_ns } else { monotonic_ns() };
+        call_ns = slot.start_ns;
         let accepted = symbols::scanprof_sender_send(&mut sender, seq, n as u32);
         if unpaced {
             unrecorded = accepted;
@@ -223,6 +224,9 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport> {
     rec.sent(unrecorded + flushed, call_ns, end_ns);
     let cpu_ns = process_cpu_ns().saturating_sub(cpu_start);
     symbols::end_slots();
+    if let (Some(cal), Some(mark)) = (calibration.as_mut(), tsc_run_start.as_ref()) {
+        cal.measure_run(mark);
+    }
     Ok(rec.finish(RunFacts {
         pacer: pacer.as_str(),
         slot: cfg.slot.name(),
@@ -342,6 +346,9 @@ mod tests {
             assert!((cal.tsc_hz / k - 2.0).abs() < 0.01, "{cal:?}");
             assert!((ppm - 1e6).abs() < 1e4, "{cal:?}");
         }
+        // Over the run (40 slots, 40 ms), each TSC-clock ns lasted two CLOCK_MONOTONIC ns.
+        let slot_error = cal.slot_error_ppm.expect("measured over the run");
+        assert!((slot_error - 1e6).abs() < 1e3, "{cal:?}");
         // The next run on this thread is not skewed: half the frequency of the skewed one.
         cfg.calibration_skew = 1.0;
         let plain = run(&cfg, &AtomicBool::new(false))?

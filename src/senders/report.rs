@@ -145,7 +145,7 @@ pub struct SendReport {
     pub errors: BTreeMap<String, u64>,
     /// packets per second over the schedule: the packets of every send call before the last
     /// one that was accepted, over the time from the start of the schedule to when that last
-    /// call started ([`SendReport::rate_window_ns`], CLOCK_MONOTONIC). A pacer that never starts
+    /// call's slot started ([`SendReport::rate_window_ns`], CLOCK_MONOTONIC). A pacer that never starts
     /// a slot early therefore never reads above its request, however late (and cold) its first
     /// send was; 0 when fewer than two calls were accepted
     pub achieved_pps: f64,
@@ -155,11 +155,12 @@ pub struct SendReport {
     pub first_ns: u64,
     /// CLOCK_MONOTONIC ns when the last successful send call returned (0 if none)
     pub last_ns: u64,
-    /// CLOCK_MONOTONIC ns from the start of the schedule to the end of the run
+    /// CLOCK_MONOTONIC ns from the run's start (just before slot 0 was due) to its end
     pub elapsed_ns: u64,
     /// the window `achieved_pps` is measured over: from the start of the schedule (when slot 0
-    /// was due) to the start of the last accepted send call, CLOCK_MONOTONIC ns (0 when fewer
-    /// than two calls were accepted)
+    /// was due) to the start of the last send call that had packets accepted (when the pacer let
+    /// it go), in CLOCK_MONOTONIC ns; the tsc pacer's own readings are put in CLOCK_MONOTONIC ns
+    /// with the TSC's rate over the run (0 when fewer than two calls were accepted)
     pub rate_window_ns: u64,
     pub lateness_ns: LatenessStats,
     pub gap_ns: GapStats,
@@ -175,7 +176,9 @@ pub struct SendRecorder {
     lateness: NsHistogram,
     gaps: NsHistogram,
     prev_start_ns: Option<u64>,
-    /// CLOCK_MONOTONIC start of the last send call that had packets accepted, and how many
+    /// when slot 0 was due, on the pacer's clock: the schedule's start
+    first_due_ns: Option<u64>,
+    /// start of the last send call that had packets accepted (pacer's clock), and how many
     last_call: Option<(u64, u64)>,
     sent: u64,
     first_ns: u64,
@@ -183,17 +186,20 @@ pub struct SendRecorder {
 }
 
 impl SendRecorder {
-    /// A send call (one packet or one batch) due at `due_ns` started at `start_ns`.
+    /// A send call (one packet or one batch) due at `due_ns` started at `start_ns`, both on the
+    /// pacer's clock (CLOCK_MONOTONIC, or the tsc pacer's TSC clock).
     #[inline]
     pub fn slot_started(&mut self, due_ns: u64, start_ns: u64) {
         self.lateness.record(start_ns.saturating_sub(due_ns));
+        self.first_due_ns.get_or_insert(due_ns);
         if let Some(prev) = self.prev_start_ns.replace(start_ns) {
             self.gaps.record(start_ns.saturating_sub(prev));
         }
     }
 
-    /// A send call that started at `call_ns` returned by `now_ns` with `packets` accepted (both
-    /// CLOCK_MONOTONIC; a flush at the end passes the last call's start and adds to it).
+    /// A send call that started at `call_ns` (the pacer's clock) returned by `now_ns`
+    /// (CLOCK_MONOTONIC) with `packets` accepted; a flush at the end passes the last call's
+    /// start and adds to it.
     #[inline]
     pub fn sent(&mut self, packets: u64, call_ns: u64, now_ns: u64) {
         if packets == 0 {
@@ -210,13 +216,15 @@ impl SendRecorder {
         });
     }
 
-    /// Packets per second over a schedule that started at `start_ns`, and the window it covers
-    /// (see [`SendReport::achieved_pps`]): (0.0, 0) with fewer than two accepted calls.
-    fn schedule_rate(&self, start_ns: u64) -> (f64, u64) {
+    /// Packets per second over a schedule that started at `start_ns` (the pacer's clock, whose
+    /// ns last `monotonic_per_pacer_ns` CLOCK_MONOTONIC ns), and the window it covers in
+    /// CLOCK_MONOTONIC ns (see [`SendReport::achieved_pps`]): (0.0, 0) with fewer than two
+    /// accepted calls.
+    fn schedule_rate(&self, start_ns: u64, monotonic_per_pacer_ns: f64) -> (f64, u64) {
         let Some((last_start, last_packets)) = self.last_call else {
             return (0.0, 0);
         };
-        let window = last_start.saturating_sub(start_ns);
+        let window = (last_start.saturating_sub(start_ns) as f64 * monotonic_per_pacer_ns).round() as u64;
         let before_last = self.sent - last_packets;
         if window == 0 || before_last == 0 {
             return (0.0, 0);
@@ -228,10 +236,20 @@ impl SendRecorder {
         self.sent
     }
 
-    /// The report of a run whose schedule started at `start_ns` and ended at `end_ns`, with the
-    /// failures counted by the send method and the process CPU ns the run used.
+    /// The report of a run from `start_ns` to `end_ns`, with the failures counted by the send
+    /// method and the process CPU ns the run used. Its rate window starts when slot 0 was due,
+    /// not at `start_ns`: the sender's first wait (cold code) is not the schedule's. On the tsc
+    /// pacer it is measured on the TSC clock, whose readings the pacer took, and put in
+    /// CLOCK_MONOTONIC ns with the TSC's rate over the run (`slot_error_ppm`).
     pub fn finish(self, run: RunFacts) -> SendReport {
-        let (achieved_pps, rate_window_ns) = self.schedule_rate(run.start_ns);
+        let monotonic_per_pacer_ns = run
+            .calibration
+            .as_ref()
+            .map_or(1.0, Calibration::monotonic_ns_per_pacer_ns);
+        let (achieved_pps, rate_window_ns) = self.schedule_rate(
+            self.first_due_ns.unwrap_or(run.start_ns),
+            monotonic_per_pacer_ns,
+        );
         let requested_pps = (run.rate_pps > 0).then_some(u64::from(run.rate_pps));
         SendReport {
             pacer: run.pacer.to_string(),
@@ -280,6 +298,7 @@ pub struct RunFacts {
     pub rate_pps: u32,
     /// errno name -> failed packets
     pub errors: BTreeMap<String, u64>,
+    /// CLOCK_MONOTONIC ns when the run started, just before its first wait for slot 0
     pub start_ns: u64,
     pub end_ns: u64,
     /// process user+system CPU ns during the run
@@ -387,6 +406,54 @@ mod tests {
         assert_eq!(report.rate_window_ns, 39 * 200_000 + 1_000);
         assert!(report.achieved_pps <= 5000.0, "{report:?}");
         assert!(report.achieved_pps > 4999.0, "{report:?}");
+    }
+
+    #[test]
+    fn the_schedule_starts_when_slot_0_was_due_not_when_the_run_began() {
+        // The run began 5 us before its first wait read the clock and made slot 0 due (the
+        // sender's set-up, the first wait's cold code): 1,000 slots of 1 ms, each 50 ns late,
+        // span 999 ms + 50 ns of schedule. The 5 us are the sender's, not the schedule's.
+        let mut r = SendRecorder::default();
+        let slot0 = 1_000_005_000u64;
+        for k in 0..1_000u64 {
+            let start = slot0 + k * 1_000_000 + 50;
+            r.slot_started(slot0 + k * 1_000_000, start);
+            r.sent(1, start, start + 3_000);
+        }
+        let report = r.finish(RunFacts {
+            rate_pps: 1000,
+            start_ns: 1_000_000_000,
+            end_ns: slot0 + 1_000_000_000,
+            ..RunFacts::default()
+        });
+        assert_eq!(report.rate_window_ns, 999_000_050);
+        assert_eq!(report.elapsed_ns, 1_000_005_000);
+        assert!(report.achieved_pps <= 1000.0 && report.achieved_pps > 999.9999, "{report:?}");
+    }
+
+    #[test]
+    fn a_tsc_schedule_is_put_in_clock_monotonic_ns_with_the_tscs_rate_over_the_run() {
+        // The pacer kept 1,000 slots of 1 ms on its TSC clock to the ns, but its frequency was
+        // 0.1% high against CLOCK_MONOTONIC over the run: each slot lasted 1.001 ms.
+        let mut r = SendRecorder::default();
+        for k in 0..1_000u64 {
+            r.slot_started(k * 1_000_000, k * 1_000_000);
+            r.sent(1, k * 1_000_000, k * 1_001_000 + 2_000);
+        }
+        let report = r.finish(RunFacts {
+            rate_pps: 1000,
+            calibration: Some(Calibration {
+                source: "calibrate".into(),
+                tsc_hz: 2.002e9,
+                kernel_tsc_hz: Some(2e9),
+                error_ppm: Some(1000.0),
+                took_ns: 100_000_000,
+                slot_error_ppm: Some(1000.0),
+            }),
+            ..RunFacts::default()
+        });
+        assert_eq!(report.rate_window_ns, 999_999_000);
+        assert!((report.achieved_pps - 999e9 / 999_999_000.0).abs() < 1e-9, "{report:?}");
     }
 
     #[test]

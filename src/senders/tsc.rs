@@ -46,6 +46,47 @@ pub struct Calibration {
     pub error_ppm: Option<f64>,
     /// ns the calibration took
     pub took_ns: u64,
+    /// how much longer than asked each slot was on CLOCK_MONOTONIC because of the frequency the
+    /// pacer used: (tsc_hz / the TSC's rate against CLOCK_MONOTONIC over the run - 1), in parts
+    /// per million (None until the run ends, or when it lasted under a millisecond). A deadline
+    /// pacer's rate falls short of the request by this much however well it keeps its schedule
+    pub slot_error_ppm: Option<f64>,
+}
+
+impl Calibration {
+    /// CLOCK_MONOTONIC ns per ns of the pacer's TSC clock over the run (1 until measured).
+    pub fn monotonic_ns_per_pacer_ns(&self) -> f64 {
+        1.0 + self.slot_error_ppm.unwrap_or(0.0) * 1e-6
+    }
+
+    /// Sets [`Calibration::slot_error_ppm`] from the TSC's rate against CLOCK_MONOTONIC over the
+    /// run that began at `run_start`.
+    pub fn measure_run(&mut self, run_start: &TscMark) {
+        self.slot_error_ppm = run_start.hz_since().map(|run_hz| (self.tsc_hz / run_hz - 1.0) * 1e6);
+    }
+}
+
+/// A paired (CLOCK_MONOTONIC, TSC) reading: the TSC's rate against CLOCK_MONOTONIC from it to a
+/// later one is what a TSC-paced second really lasted.
+#[derive(Debug, Clone, Copy)]
+pub struct TscMark {
+    ns: u64,
+    tsc: u64,
+}
+
+impl TscMark {
+    pub fn now() -> TscMark {
+        let (ns, tsc) = paired_sample();
+        TscMark { ns, tsc }
+    }
+
+    /// TSC cycles per CLOCK_MONOTONIC second from this mark to now; None under a millisecond,
+    /// where the two reads' own spread (tens of ns) would be more than a part in 10^5.
+    pub fn hz_since(&self) -> Option<f64> {
+        let (ns, tsc) = paired_sample();
+        let elapsed_ns = ns.saturating_sub(self.ns);
+        (elapsed_ns >= 1_000_000).then(|| tsc.saturating_sub(self.tsc) as f64 * 1e9 / elapsed_ns as f64)
+    }
 }
 
 /// Whether this machine has a TSC the pacer can use (x86-64 only).
@@ -121,6 +162,7 @@ pub fn calibration(source: TscSource, skew: f64) -> anyhow::Result<Calibration> 
         kernel_tsc_hz: kernel,
         error_ppm: kernel.map(|k| (calibrated - k) / k * 1e6),
         took_ns,
+        slot_error_ppm: None,
     })
 }
 

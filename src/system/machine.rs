@@ -108,6 +108,8 @@ pub struct Calibration {
     pub error_ppm: Option<f64>,
     /// time the calibration took, in ns
     pub took_ns: Option<u64>,
+    /// how much longer than asked each slot was on CLOCK_MONOTONIC over the run, in ppm
+    pub slot_error_ppm: Option<f64>,
 }
 
 /// Overshoot of `clock_nanosleep(CLOCK_MONOTONIC, relative)`: wake-up time minus asked time.

@@ -108,7 +108,7 @@ fn machine_text(m: &MachineFacts) -> String {
     match &m.sender_calibration {
         Some(c) => {
             o += &format!(
-                "  sender TSC   {}: {} beside the kernel's {} ({} ppm), took {}\n",
+                "  sender TSC   {}: {} beside the kernel's {} ({} ppm), took {}{}\n",
                 if c.source.is_empty() { "?" } else { &c.source },
                 or_dash(c.tsc_hz, |hz| format!("{:.3} MHz", hz / 1e6)),
                 or_dash(c.kernel_tsc_hz.or(m.kernel_tsc_hz), |hz| format!(
@@ -117,6 +117,8 @@ fn machine_text(m: &MachineFacts) -> String {
                 )),
                 or_dash(c.error_ppm, |p| format!("{p:+.1}")),
                 or_dash(c.took_ns.map(|n| n as f64), duration),
+                c.slot_error_ppm
+                    .map_or(String::new(), |e| format!("; its slots {e:+.1} ppm long on CLOCK_MONOTONIC")),
             );
         }
         None => o += "  sender TSC   - (no --pacer tsc cell reported a calibration)\n",
