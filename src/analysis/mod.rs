@@ -547,6 +547,7 @@ impl Analyzer {
                         now_t.packets.saturating_sub(prev_t.packets),
                         probe_cost::target_time(&s.threads, Some(&prev.threads)),
                     )
+                    .map(|c| c.with_device_stages(s.device_sampling.is_some()))
                 }),
             },
             scanner: None,
@@ -681,6 +682,7 @@ impl Analyzer {
                         t.packets,
                         probe_cost::target_time(&last.threads, None),
                     )
+                    .map(|c| c.with_device_stages(last.device_sampling.is_some()))
                 }),
             },
             probes,

@@ -138,6 +138,11 @@ pub struct ProbeCost {
     /// share_of_target above PROBE_COST_ALERT while target_busy_share was at least
     /// ALERT_MIN_ONCPU_SHARE
     pub alert: bool,
+    /// the device-stage programs `--device-stages sampled` attaches for the first tenth of each
+    /// tick ran outside the statistics' windows (the last tenth), so none of these figures has
+    /// them: set when both are sampled (counted statistics have them)
+    #[serde(default)]
+    pub device_stages_uncounted: bool,
     /// per program, most costly first
     pub programs: Vec<ProgramCost>,
 }
@@ -280,15 +285,30 @@ impl ProbeCost {
             alert: share_of_target.is_some_and(|s| s > PROBE_COST_ALERT)
                 && target_busy_share >= ALERT_MIN_ONCPU_SHARE,
             programs,
+            device_stages_uncounted: false,
         })
     }
 
-    /// What the figure covers, for every view: "counted", or "sampled 10% of the time".
+    /// Marks the figures as lacking the sampled device stages' programs when the statistics
+    /// were sampled too (`device_stages_sampled`: the interval had `--device-stages sampled`
+    /// windows): the two kinds of windows never overlap.
+    pub fn with_device_stages(mut self, device_stages_sampled: bool) -> ProbeCost {
+        self.device_stages_uncounted = device_stages_sampled && self.coverage == StatsCoverage::Sampled;
+        self
+    }
+
+    /// What the figure covers, for every view: "counted", "sampled 10% of the time", or that
+    /// and "without the sampled device stages' programs (...)".
     pub fn coverage_text(&self) -> String {
-        match self.coverage {
+        let mut text = match self.coverage {
             StatsCoverage::Continuous => "counted".to_string(),
             StatsCoverage::Sampled => format!("sampled {:.0}% of the time", self.measured_share * 100.0),
+        };
+        if self.device_stages_uncounted {
+            text += ", without the sampled device stages' programs (attached at each tick's start, \
+                     outside these windows)";
         }
+        text
     }
 
     /// The share of the target's time, or why there is none, for every view: "12.0% of the
@@ -413,6 +433,14 @@ mod tests {
         assert_eq!(c.machine_bpf_ns, Some(0.0));
         assert!(c.alert);
         assert_eq!(c.coverage_text(), "sampled 10% of the time");
+        // With --device-stages sampled, the windowed programs ran in none of these windows.
+        let d = c.clone().with_device_stages(true);
+        assert!(d.device_stages_uncounted);
+        assert_eq!(
+            d.coverage_text(),
+            "sampled 10% of the time, without the sampled device stages' programs (attached at each \
+             tick's start, outside these windows)"
+        );
         // Most costly first; per-run figures are not scaled, per-packet ones are.
         assert_eq!(c.programs[0].name, "a.x");
         assert_eq!(c.programs[0].runs, 50_000);
@@ -433,6 +461,8 @@ mod tests {
         let c = ProbeCost::of(&now, None, 3 * SECOND, 300_000, oncpu(SECOND)).unwrap();
         assert_eq!(c.coverage, StatsCoverage::Continuous);
         assert_eq!(c.coverage_text(), "counted");
+        // Counted statistics have the sampled device stages' programs whenever they ran.
+        assert!(!c.clone().with_device_stages(true).device_stages_uncounted);
         assert!((c.ns_per_packet.unwrap() - 100.0).abs() < 1e-9);
         assert!((c.share_of_target.unwrap() - 0.03).abs() < 1e-12);
         assert!(!c.alert);

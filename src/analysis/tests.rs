@@ -1312,3 +1312,62 @@ fn the_summary_counts_the_time_the_family_received_in() {
     let run = quiet.summary(&s, EndReason::Duration, Vec::new(), Vec::new());
     assert_eq!(run.receive_active_s, None);
 }
+
+/// `--device-stages sampled` attaches its windowed programs at each tick's start, and sampled BPF
+/// statistics are on for its last tenth: no figure of the probes' cost has those programs, and
+/// the tick's and the run's cost say so. Counted statistics (someone's sysctl) have them.
+#[test]
+fn sampled_statistics_beside_sampled_device_stages_say_the_device_programs_are_not_in_them() {
+    use crate::collect::bpf_time::{BpfRunTime, ProgramRun, StatsCoverage, StatsHolder};
+    use crate::collect::device_window::DeviceSampling;
+    let reading = |coverage, measured_ns, runs| BpfRunTime {
+        coverage,
+        holder: StatsHolder::Scanprof,
+        measured_ns,
+        target_timed: true,
+        programs: vec![ProgramRun {
+            name: "send_path.on_sys_enter_sendto".into(),
+            runs,
+            run_time_ns: runs * 300,
+            target_runs: runs,
+            target_ns: runs * 250,
+        }],
+    };
+    let windows = |n: u64| DeviceSampling {
+        windows: n,
+        covered_ns: n * 100 * MS,
+        elapsed_ns: n * SEC,
+        switch_ns: n * 40_000,
+        switches: n * 8,
+    };
+    for (coverage, devices, uncounted) in [
+        (StatsCoverage::Sampled, true, true),
+        (StatsCoverage::Sampled, false, false),
+        (StatsCoverage::Continuous, true, false),
+    ] {
+        let mut a = Analyzer::new(Some(1000.0), START);
+        let measured = if coverage == StatsCoverage::Sampled { 100 * MS } else { SEC };
+        let at = |k: u64| {
+            let mut s = sample(START + k * SEC)
+                .thread(sender(7, 7, 1000 * k, START + MS, START + k * SEC - MS))
+                .build();
+            s.bpf = Some(reading(coverage, k * measured, 1000 * k));
+            s.device_sampling = devices.then(|| windows(k));
+            s
+        };
+        let (s1, s2) = (at(1), at(2));
+        a.tick(&s1, &[]);
+        let tick = a.tick(&s2, &[]);
+        let run = summary_of(&a, &s2);
+        for (what, cost) in [("tick", &tick.cost), ("run", &run.cost)] {
+            let b = cost.bpf.as_ref().unwrap_or_else(|| panic!("{what}: no BPF cost"));
+            assert_eq!(b.device_stages_uncounted, uncounted, "{what} {coverage:?} {devices}");
+            assert_eq!(
+                b.coverage_text().contains("without the sampled device stages' programs"),
+                uncounted,
+                "{what}: {}",
+                b.coverage_text()
+            );
+        }
+    }
+}

@@ -399,9 +399,11 @@ pub(super) fn header_cost_line(app: &App) -> Vec<Span<'static>> {
                 .machine_cpu_share
                 .map_or(String::new(), |m| format!(", rest of machine {} CPU", pct(m)));
             let sampled = match b.coverage {
-                crate::collect::bpf_time::StatsCoverage::Sampled => {
-                    format!(" (sampled {:.0}%)", b.measured_share * 100.0)
-                }
+                crate::collect::bpf_time::StatsCoverage::Sampled => format!(
+                    " (sampled {:.0}%{})",
+                    b.measured_share * 100.0,
+                    if b.device_stages_uncounted { ", device stages uncounted" } else { "" }
+                ),
                 crate::collect::bpf_time::StatsCoverage::Continuous => String::new(),
             };
             line2.push(if b.alert {
