@@ -22,6 +22,12 @@ pub struct FigureRow {
     pub b: Option<f64>,
     /// b - a, when both have it
     pub diff: Option<f64>,
+    /// whether A's value is an estimate: a device stage counted only in `--device-stages
+    /// sampled` windows and scaled to the run (false in comparisons written before)
+    #[serde(default)]
+    pub a_estimate: bool,
+    #[serde(default)]
+    pub b_estimate: bool,
 }
 
 /// How a cause differs from A to B.
@@ -69,7 +75,23 @@ fn row(figure: String, a: Option<f64>, b: Option<f64>) -> FigureRow {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
-    FigureRow { figure, a, b, diff }
+    FigureRow {
+        figure,
+        a,
+        b,
+        diff,
+        a_estimate: false,
+        b_estimate: false,
+    }
+}
+
+/// Whether a single run's figure is counted at the device stages: `stage.NAME_pps` of a device
+/// stage, and `xmit_packets` (the funnel's `dev_xmit`).
+fn is_device_figure(figure: &str) -> bool {
+    figure == "xmit_packets"
+        || STAGES
+            .iter()
+            .any(|n| n.is_device() && figure == format!("stage.{n}_pps"))
 }
 
 /// The figures of a step (and of its run's summary when there is one: the funnel's stages).
@@ -197,6 +219,11 @@ pub fn runs(a: &Summary, b: &Summary) -> Comparison {
         &step_figures(&sb, Some(b)),
         &mut figures,
     );
+    // A run that sampled its device stages has estimates there: said beside each value.
+    for f in figures.iter_mut().filter(|f| is_device_figure(&f.figure)) {
+        f.a_estimate = f.a.is_some() && a.device_sampling.is_some();
+        f.b_estimate = f.b.is_some() && b.device_sampling.is_some();
+    }
     let mut c = Vec::new();
     causes(&sa.verdicts, &sb.verdicts, None, &mut c);
     sort_causes(&mut c);

@@ -1333,13 +1333,7 @@ fn sampled_statistics_beside_sampled_device_stages_say_the_device_programs_are_n
             target_ns: runs * 250,
         }],
     };
-    let windows = |n: u64| DeviceSampling {
-        windows: n,
-        covered_ns: n * 100 * MS,
-        elapsed_ns: n * SEC,
-        switch_ns: n * 40_000,
-        switches: n * 8,
-    };
+    let windows = DeviceSampling::tenth_of_each_second;
     for (coverage, devices, uncounted) in [
         (StatsCoverage::Sampled, true, true),
         (StatsCoverage::Sampled, false, false),

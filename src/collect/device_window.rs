@@ -31,6 +31,18 @@ pub struct DeviceSampling {
 }
 
 impl DeviceSampling {
+    /// For tests: `windows` windows of the first tenth of a 1 s tick each (no switching time).
+    #[cfg(test)]
+    pub fn tenth_of_each_second(windows: u64) -> DeviceSampling {
+        DeviceSampling {
+            windows,
+            covered_ns: windows * 100_000_000,
+            elapsed_ns: windows * 1_000_000_000,
+            switch_ns: 0,
+            switches: 0,
+        }
+    }
+
     /// Share of the time the device stages were counted, 0 to 1.
     pub fn coverage(&self) -> f64 {
         if self.elapsed_ns == 0 {

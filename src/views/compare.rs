@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::analysis::compare::{CauseChange, CauseRow, Comparison};
+use crate::analysis::compare::{CauseChange, CauseRow, Comparison, FigureRow};
 use crate::analysis::verdict::LOSS_SHARE_OF;
 use crate::views::json;
 
@@ -70,6 +70,39 @@ fn signed(v: Option<f64>) -> String {
     }
 }
 
+/// A row's three cells (A, B, B - A), an estimate marked `≈` (so is a difference with one).
+fn cells(f: &FigureRow) -> [String; 3] {
+    let mark = |estimate: bool, v: Option<f64>, cell: String| {
+        if estimate && v.is_some() {
+            format!("≈{cell}")
+        } else {
+            cell
+        }
+    };
+    [
+        mark(f.a_estimate, f.a, num(f.a)),
+        mark(f.b_estimate, f.b, num(f.b)),
+        mark(f.a_estimate || f.b_estimate, f.diff, signed(f.diff)),
+    ]
+}
+
+/// What `≈` means, when a row has one.
+fn estimate_note(c: &Comparison) -> Option<String> {
+    let sides: Vec<&str> = [
+        ("A", c.figures.iter().any(|f| f.a_estimate)),
+        ("B", c.figures.iter().any(|f| f.b_estimate)),
+    ]
+    .into_iter()
+    .filter_map(|(side, any)| any.then_some(side))
+    .collect();
+    (!sides.is_empty()).then(|| {
+        format!(
+            "≈: an estimate: {} counted the device stages only in --device-stages sampled windows and scaled them to the run",
+            sides.join(" and ")
+        )
+    })
+}
+
 fn change_word(c: CauseChange) -> &'static str {
     match c {
         CauseChange::Appeared => "appeared",
@@ -120,10 +153,10 @@ pub fn text(c: &Comparison, a: &Side, b: &Side) -> String {
     let cells: Vec<[String; 3]> = c
         .figures
         .iter()
-        .map(|f| [num(f.a), num(f.b), signed(f.diff)])
+        .map(cells)
         .collect();
     let cw: Vec<usize> = (0..3)
-        .map(|i| cells.iter().map(|r| r[i].len()).chain([5]).max().unwrap_or(5))
+        .map(|i| cells.iter().map(|r| r[i].chars().count()).chain([5]).max().unwrap_or(5))
         .collect();
     let _ = writeln!(
         o,
@@ -149,7 +182,7 @@ pub fn text(c: &Comparison, a: &Side, b: &Side) -> String {
             d = cw[2]
         );
     }
-    if let Some(n) = loss_share_note(c) {
+    for n in [loss_share_note(c), estimate_note(c)].into_iter().flatten() {
         let _ = writeln!(o, "  ({n})");
     }
     o += "\ncauses (verdict shares, A -> B):\n";
@@ -184,16 +217,10 @@ pub fn markdown(c: &Comparison, a: &Side, b: &Side) -> String {
     o.push('\n');
     o += "| figure | A | B | B - A |\n|---|---:|---:|---:|\n";
     for f in &c.figures {
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} | {} |",
-            esc(&f.figure),
-            num(f.a),
-            num(f.b),
-            signed(f.diff)
-        );
+        let [a, b, d] = cells(f);
+        let _ = writeln!(o, "| {} | {a} | {b} | {d} |", esc(&f.figure));
     }
-    if let Some(n) = loss_share_note(c) {
+    for n in [loss_share_note(c), estimate_note(c)].into_iter().flatten() {
         let _ = writeln!(o, "\n{n}.");
     }
     o += "\n## Causes\n\n| cause | kind | at | A | B | change |\n|---|---|---:|---:|---:|---|\n";
@@ -326,6 +353,41 @@ mod tests {
         if c.causes.iter().any(|r| r.change == CauseChange::WentAway) {
             assert!(t.contains("went away"), "{t}");
         }
+    }
+
+    /// A run that sampled its device stages (B here) has estimates at those stages: each such
+    /// value and its difference is marked `≈` and the note says whose; the syscall stage and
+    /// every other figure stay plain, and A's values too.
+    #[test]
+    fn a_sampled_runs_device_stage_figures_are_marked_as_estimates() {
+        let (_, a) = crate::views::fixtures::rich_run();
+        let mut b = a.clone();
+        b.device_sampling = Some(crate::collect::device_window::DeviceSampling::tenth_of_each_second(3));
+        let c = runs(&a, &b);
+        let device: Vec<&FigureRow> = c.figures.iter().filter(|f| f.b_estimate).collect();
+        let names: Vec<&str> = device.iter().map(|f| f.figure.as_str()).collect();
+        assert!(names.contains(&"stage.dev_xmit_pps") && names.contains(&"xmit_packets"), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("syscall") || n.contains("send_calls")), "{names:?}");
+        assert!(c.figures.iter().all(|f| !f.a_estimate), "{c:?}");
+        let (sa, sb) = sides();
+        let t = text(&c, &sa, &sb);
+        let line = |name: &str| {
+            t.lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} in {t}"))
+                .to_string()
+        };
+        let xmit = line("xmit_packets");
+        assert_eq!(xmit.matches('≈').count(), 2, "B and B - A: {xmit}");
+        assert!(!line("stage.syscall_packets_pps").contains('≈'), "{t}");
+        let note = "≈: an estimate: B counted the device stages only in --device-stages sampled windows and scaled them to the run";
+        assert!(t.contains(note), "{t}");
+        let md = markdown(&c, &sa, &sb);
+        assert!(md.contains(note) && md.contains("| xmit_packets | "), "{md}");
+        assert!(json_line(&c, &sa, &sb).contains("\"b_estimate\":true"));
+        // Neither sampled: no mark, no note.
+        let plain = text(&runs(&a, &a), &sa, &sb);
+        assert!(!plain.contains('≈'), "{plain}");
     }
 
     #[test]

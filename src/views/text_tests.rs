@@ -1323,13 +1323,7 @@ fn sampled_device_stages_are_marked_as_estimates_and_the_others_are_not() {
     let mut s = fixed_summary();
     let exact = summary(&s);
     assert!(!exact.contains("≈") && !exact.contains("sampled"), "{exact}");
-    s.device_sampling = Some(crate::collect::device_window::DeviceSampling {
-        windows: 3,
-        covered_ns: 300_000_000,
-        elapsed_ns: 3_000_000_000,
-        switch_ns: 0,
-        switches: 0,
-    });
+    s.device_sampling = Some(crate::collect::device_window::DeviceSampling::tenth_of_each_second(3));
     let r = summary(&s);
     for stage in ["dev_queue", "qdisc_enqueue", "qdisc_dequeue", "dev_xmit"] {
         let line = line_of(&r, stage);

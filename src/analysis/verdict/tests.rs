@@ -4240,13 +4240,7 @@ fn a_claim_over_the_runs_send_window_is_still_set_beside_the_devices() {
 
 /// `--device-stages sampled` over a 10 s run: 10 windows of 0.1 s.
 fn sampled_10pct() -> crate::collect::device_window::DeviceSampling {
-    crate::collect::device_window::DeviceSampling {
-        windows: 10,
-        covered_ns: 1_000_000_000,
-        elapsed_ns: 10_000_000_000,
-        switch_ns: 0,
-        switches: 0,
-    }
+    crate::collect::device_window::DeviceSampling::tenth_of_each_second(10)
 }
 
 #[test]

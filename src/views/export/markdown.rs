@@ -1475,13 +1475,7 @@ mod tests {
     fn sampled_device_stages_are_estimates_in_the_funnel_table() {
         let mut rec = rich_recording();
         if let Some(s) = rec.summary.as_mut() {
-            s.device_sampling = Some(crate::collect::device_window::DeviceSampling {
-                windows: 3,
-                covered_ns: 300_000_000,
-                elapsed_ns: 3_000_000_000,
-                switch_ns: 0,
-                switches: 0,
-            });
+            s.device_sampling = Some(crate::collect::device_window::DeviceSampling::tenth_of_each_second(3));
         }
         let md = report_md(&rec, None, None, &[]);
         let funnel = rows_after(&md, "## Funnel");

@@ -1138,13 +1138,7 @@ fn sampled_device_stages_are_marked_in_the_funnel() {
     let exact = screen(&live_app(false), 120, 40);
     assert!(!exact.contains('≈'), "{exact}");
     let mut tick = rich_ticks().0.remove(0);
-    tick.device_sampling = Some(crate::collect::device_window::DeviceSampling {
-        windows: 1,
-        covered_ns: 100_000_000,
-        elapsed_ns: 1_000_000_000,
-        switch_ns: 0,
-        switches: 0,
-    });
+    tick.device_sampling = Some(crate::collect::device_window::DeviceSampling::tenth_of_each_second(1));
     let mut app = App::new("run sender --rate 100".into());
     app.apply(Update::Tick(Box::new(tick)));
     let s = screen(&app, 120, 40);
