@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use scanprof::analysis::verdict::Cause;
-use scanprof::analysis::StageName;
+use scanprof::analysis::{DropRow, StageName};
 use scanprof::collect::DropClass;
 
 const RATE: u64 = 5_000;
@@ -82,12 +82,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
         expected, sent,
         "every probe to the closed port is the family's expected drop\n{ctx}"
     );
-    let lost: u64 = s
-        .drops
-        .iter()
-        .filter(|d| d.class == DropClass::TargetLoss)
-        .map(|d| d.count)
-        .sum();
+    let lost = DropRow::sum_of(&s.drops, DropClass::TargetLoss);
     assert_eq!(lost, 0, "{ctx}");
 
     // The device stages: sampled, with the coverage of windows of a tenth of each tick.

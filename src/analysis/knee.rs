@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::verdict::{loss_share, Cause, Confidence, Kind, NO_GAP_TOLERANCE};
-use super::{BudgetShares, EndReason, StageName, Summary, Verdict};
+use super::{BudgetShares, DropRow, EndReason, StageName, Summary, Verdict};
 use crate::collect::DropClass;
 
 /// A step is kept when achieved is within this fraction of requested (the verdicts' own
@@ -160,11 +160,7 @@ impl SweepStep {
             }
         }
         losses.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
-        let lost: u64 = losses
-            .iter()
-            .filter(|l| l.class == DropClass::TargetLoss)
-            .map(|l| l.count)
-            .sum();
+        let lost = DropRow::sum_of(&s.drops, DropClass::TargetLoss);
         let budget = s.send_window_budget().or_else(|| {
             let any = s.threads.iter().any(|t| t.packets > 0);
             any.then_some(s.budget)
@@ -620,12 +616,7 @@ mod tests {
         s.achieved_pps = 990.0;
         let st = SweepStep::of(2, 1000.0, &s);
         assert_eq!(st.ratio, 0.99);
-        let lost: u64 = s
-            .drops
-            .iter()
-            .filter(|d| d.class == DropClass::TargetLoss)
-            .map(|d| d.count)
-            .sum();
+        let lost = DropRow::sum_of(&s.drops, DropClass::TargetLoss);
         assert_eq!(st.lost, lost);
         assert_eq!(st.kept, s.packets > 0 && lost == 0);
         assert_eq!(st.verdicts.len(), s.verdicts.len());

@@ -79,11 +79,7 @@ pub fn reply_funnel(
             socket_dropped + ring_dropped,
         )
     });
-    let probes_dropped_here: u64 = drops
-        .iter()
-        .filter(|d| d.class == DropClass::TargetLoss)
-        .map(|d| d.count)
-        .sum();
+    let probes_dropped_here = DropRow::sum_of(drops, DropClass::TargetLoss);
     let unanswered = probes.saturating_sub(arrived_total);
     Some(ReplyFunnel {
         probes,

@@ -183,3 +183,11 @@ pub struct DropRow {
     /// window, or over the run when nothing was sent)
     pub rate: f64,
 }
+
+impl DropRow {
+    /// The packets of `rows` in `class`: `DropRow::sum_of(&s.drops, DropClass::TargetLoss)` is
+    /// the family's lost packets.
+    pub fn sum_of(rows: &[DropRow], class: DropClass) -> u64 {
+        rows.iter().filter(|d| d.class == class).map(|d| d.count).sum()
+    }
+}

@@ -20,7 +20,7 @@ use super::scenario::{
 };
 use super::sender::{sender_argv, syn_scan_argv, udp_scan_argv, Placement};
 use super::truth::{check, measured_truth, Counts, LabReport};
-use crate::analysis::{StageName, Summary};
+use crate::analysis::{DropRow, StageName, Summary};
 use crate::cli::{LabOptions, RunOptions, Scenario};
 use crate::collect::DropClass;
 use crate::netlab::{Lab, LabConfig, SinkReport, UdpSink};
@@ -326,12 +326,7 @@ impl Staged {
             sender_run_delay_s: counts.run_delay_s,
             scanprof_packets: summary.packets,
             scanprof_achieved_pps: summary.achieved_pps,
-            scanprof_target_drops: summary
-                .drops
-                .iter()
-                .filter(|d| d.class == DropClass::TargetLoss)
-                .map(|d| d.count)
-                .sum(),
+            scanprof_target_drops: DropRow::sum_of(&summary.drops, DropClass::TargetLoss),
             truth_kind: stage.expect.truth,
             check,
             fixture_checks,
