@@ -97,20 +97,23 @@ fn baseline_cells_match_their_receivers_and_the_lab_is_removed() {
     }
     assert!(m["nanosleep"]["samples"].as_u64() == Some(200), "{m}");
 
-    // Every cell ran, and the receiver got what the sender says it sent.
+    // Every cell ran, and what the sender says it sent is what the receiver read plus what the
+    // kernel dropped at the receiver's socket (a receiver starved of CPU, as beside a hog, falls
+    // behind a full-speed sender: 279,369 read of 299,250 once).
     let pacer_rows = v["pacer_rows"].as_array().expect("pacer_rows");
     let method_rows = v["method_rows"].as_array().expect("method_rows");
     assert_eq!((pacer_rows.len(), method_rows.len()), (4, 2), "{v}");
     for row in pacer_rows.iter().chain(method_rows) {
         assert!(row["error"].is_null(), "a cell failed: {row}");
         let (sent, received) = (u64_at(row, "sent"), u64_at(row, "receiver_packets"));
+        let dropped = u64_at(row, "receiver_dropped");
         assert!(sent >= 900, "too little sent: {row}");
         if row["target"] == "lab" {
-            assert_eq!(received, sent, "{row}");
+            assert_eq!(received + dropped, sent, "{row}");
         } else {
             assert_eq!(row["target"], "loopback");
             assert!(
-                received == sent || rel_err(received as f64, sent as f64) <= 0.001,
+                received + dropped == sent || rel_err((received + dropped) as f64, sent as f64) <= 0.001,
                 "{row}"
             );
         }

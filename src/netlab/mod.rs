@@ -112,6 +112,9 @@ pub struct SinkReport {
     pub last_ns: u64,
     /// datagrams that came without a kernel timestamp, timed when read instead (none expected)
     pub untimed: u64,
+    /// datagrams the kernel dropped at the sink's socket (its receive buffer full: the sink fell
+    /// behind), read when it stopped; sent = `packets` + `dropped` when nothing else lost any
+    pub dropped: u64,
     /// CLOCK_MONOTONIC ns at which the kernel received each datagram, in ascending order, for a
     /// sink asked to keep them ([`Lab::udp_sink_keeping_arrivals`]); empty otherwise
     #[serde(skip)]
@@ -540,6 +543,8 @@ fn count_datagrams(
             // A timeout (or EINTR): nothing is queued, so this is the moment to stop if asked.
             Err(_) if stop.load(Ordering::Relaxed) => {
                 report.arrivals.sort_unstable();
+                // Nothing is queued: every datagram that reached the socket was read or dropped.
+                report.dropped = crate::system::socket_drops(socket).unwrap_or(0);
                 return report;
             }
             Err(_) => {}

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -97,6 +97,8 @@ struct CellResult {
     error: Option<String>,
     /// datagrams the receiver counted
     received: Option<u64>,
+    /// datagrams the kernel dropped at the receiver's socket (its buffer full)
+    receiver_dropped: Option<u64>,
     /// user + system CPU time of the sender process (getrusage of reaped children), in ns
     cpu_ns: Option<u64>,
     /// the cell was cut short by Ctrl-C / SIGTERM
@@ -125,6 +127,9 @@ pub struct PacerRow {
     pub failed: Option<u64>,
     /// datagrams the receiver counted
     pub receiver_packets: Option<u64>,
+    /// datagrams the kernel dropped at the receiver's socket, its buffer full (the receiver fell
+    /// behind): sent = receiver_packets + receiver_dropped when nothing else lost any
+    pub receiver_dropped: Option<u64>,
     /// why the cell has no figures (the sender's own message when it failed)
     pub error: Option<String>,
 }
@@ -145,6 +150,8 @@ pub struct MethodRow {
     /// errno name -> failed send calls
     pub errors: BTreeMap<String, u64>,
     pub receiver_packets: Option<u64>,
+    /// as in [`PacerRow::receiver_dropped`]
+    pub receiver_dropped: Option<u64>,
     pub error: Option<String>,
 }
 
@@ -314,6 +321,7 @@ fn pacer_row(target: &str, pacer: PacerKind, rate: f64, r: CellResult) -> PacerR
         pacer,
         requested_pps: requested(rate),
         receiver_packets: r.received,
+        receiver_dropped: r.receiver_dropped,
         error: r.error,
         ..PacerRow::default()
     };
@@ -344,6 +352,7 @@ fn method_row(target: &str, method: MethodKind, r: CellResult) -> MethodRow {
         target: target.into(),
         method,
         receiver_packets: r.received,
+        receiver_dropped: r.receiver_dropped,
         error: r.error,
         ..MethodRow::default()
     };
@@ -457,9 +466,10 @@ fn run_cell(exe: &Path, place: Place, cell: &Cell, seconds: f64, stop: &AtomicBo
     let limit = Duration::from_secs_f64(seconds) + CELL_GRACE;
     let run = crate::system::child::run_to_end(place.command(exe, &args), limit, TERM_GRACE, stop);
     // Stops at the first lull after the sender has ended: what was in flight is counted.
-    let received = receiver.stop();
+    let (received, dropped) = receiver.stop();
     let mut r = CellResult {
         received: Some(received),
+        receiver_dropped: Some(dropped),
         ..CellResult::default()
     };
     match run {
@@ -504,11 +514,15 @@ enum Receiver {
 }
 
 impl Receiver {
-    /// Datagrams received, counted until the first lull after this call.
-    fn stop(self) -> u64 {
+    /// Datagrams received, counted until the first lull after this call, and the ones the
+    /// kernel dropped at the receiver's socket by then.
+    fn stop(self) -> (u64, u64) {
         match self {
             Receiver::Loopback(s) => s.stop(),
-            Receiver::Lab(s) => s.stop().packets,
+            Receiver::Lab(s) => {
+                let r = s.stop();
+                (r.packets, r.dropped)
+            }
         }
     }
 }
@@ -517,8 +531,8 @@ impl Receiver {
 struct LoopbackSink {
     port: u16,
     stop: Arc<AtomicBool>,
-    /// None once joined
-    thread: Option<JoinHandle<u64>>,
+    /// None once joined; gives (received, dropped at the socket)
+    thread: Option<JoinHandle<(u64, u64)>>,
 }
 
 impl LoopbackSink {
@@ -530,7 +544,6 @@ impl LoopbackSink {
         socket.set_read_timeout(Some(SINK_POLL))?;
         let port = socket.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
-        let count = Arc::new(AtomicU64::new(0));
         let thread = std::thread::Builder::new()
             .name("baseline-sink".into())
             .spawn({
@@ -546,8 +559,7 @@ impl LoopbackSink {
                             Err(_) => {}
                         }
                     }
-                    count.store(n, Ordering::Relaxed);
-                    n
+                    (n, crate::system::socket_drops(&socket).unwrap_or(0))
                 }
             })
             .context("cannot start the receiver thread")?;
@@ -558,13 +570,15 @@ impl LoopbackSink {
         })
     }
 
-    fn stop(mut self) -> u64 {
+    fn stop(mut self) -> (u64, u64) {
         self.finish()
     }
 
-    fn finish(&mut self) -> u64 {
+    fn finish(&mut self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+        self.thread
+            .take()
+            .map_or((0, 0), |t| t.join().unwrap_or((0, 0)))
     }
 }
 

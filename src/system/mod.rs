@@ -71,6 +71,29 @@ impl ClockReadings {
     }
 }
 
+/// Datagrams the kernel dropped at a socket so far (its `sk_drops`, from SO_MEMINFO, Linux
+/// 4.12+): for UDP, the ones that found its receive buffer full, the count a receiver that falls
+/// behind has lost. A receiver counts what it read; this is what it could not.
+pub fn socket_drops(socket: &impl std::os::fd::AsRawFd) -> std::io::Result<u64> {
+    let mut meminfo = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+    let mut len = std::mem::size_of_val(&meminfo) as libc::socklen_t;
+    // SAFETY: the fd is the caller's open socket; `meminfo` and `len` are live locals and `len`
+    // says how many bytes `meminfo` holds (the kernel writes at most that many).
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            meminfo.as_mut_ptr().cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(u64::from(meminfo[libc::SK_MEMINFO_DROPS as usize]))
+}
+
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC now, in ns: adds to a probe's timestamp to give wall
 /// time (e.g. for a pcapng, whose readers show dates).
 pub fn realtime_offset_ns() -> i128 {
@@ -119,6 +142,30 @@ pub mod startup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 200 datagrams of 1,000 bytes into a loopback socket of the smallest receive buffer,
+    /// unread: the kernel keeps a few and drops the rest at the socket, and every one is either
+    /// read or counted there.
+    #[test]
+    fn a_sockets_drops_and_what_it_read_add_up_to_what_was_sent() {
+        use std::net::UdpSocket;
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::RcvBuf, &1).expect("SO_RCVBUF");
+        rx.set_nonblocking(true).expect("nonblocking");
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        assert_eq!(socket_drops(&rx).expect("SO_MEMINFO"), 0);
+        for _ in 0..200 {
+            tx.send_to(&[0u8; 1000], rx.local_addr().expect("addr")).expect("send");
+        }
+        let mut buf = [0u8; 2048];
+        let mut read = 0u64;
+        while rx.recv(&mut buf).is_ok() {
+            read += 1;
+        }
+        let dropped = socket_drops(&rx).expect("SO_MEMINFO");
+        assert!(dropped > 0 && read > 0, "read {read}, dropped {dropped}");
+        assert_eq!(read + dropped, 200, "read {read}, dropped {dropped}");
+    }
 
     #[test]
     fn clock_readings_keep_boottime_at_or_after_monotonic_and_realtime_near_now() {

@@ -21,8 +21,8 @@ pub fn render_text(r: &BaselineReport, pacers: &[crate::wrappers::PacerKind]) ->
             r.seconds_per_cell
         );
         o += &format!(
-            "  {:<9} {:>10} {:>12} {:>9} {:>11} {:>21}\n",
-            "target", "requested", "achieved", "accuracy", "p99 late", "received/sent"
+            "  {:<9} {:>10} {:>12} {:>9} {:>11} {:>21} {:>10}\n",
+            "target", "requested", "achieved", "accuracy", "p99 late", "received/sent", "rx dropped"
         );
         for x in rows {
             let rate = x.requested_pps.map_or("unlimited".into(), |p| format!("{p:.0}"));
@@ -31,13 +31,14 @@ pub fn render_text(r: &BaselineReport, pacers: &[crate::wrappers::PacerKind]) ->
                 continue;
             }
             o += &format!(
-                "  {:<9} {:>10} {:>12} {:>9} {:>11} {:>21}{}\n",
+                "  {:<9} {:>10} {:>12} {:>9} {:>11} {:>21} {:>10}{}\n",
                 x.target,
                 rate,
                 or_dash(x.achieved_pps, |v| format!("{v:.1}")),
                 or_dash(x.accuracy, pct2),
                 or_dash(x.p99_lateness_ns, duration),
-                received_text(x.receiver_packets, x.sent),
+                received_text(x.receiver_packets, x.receiver_dropped, x.sent),
+                or_dash(x.receiver_dropped, |d| d.to_string()),
                 x.error.as_ref().map_or(String::new(), |e| format!("  ({e})")),
             );
         }
@@ -48,8 +49,8 @@ pub fn render_text(r: &BaselineReport, pacers: &[crate::wrappers::PacerKind]) ->
             r.seconds_per_cell
         );
         o += &format!(
-            "  {:<9} {:<9} {:>12} {:>11} {:>11} {:>21}  {}\n",
-            "target", "method", "max pps", "CPU ns/pkt", "rusage ns", "received/sent", "errors"
+            "  {:<9} {:<9} {:>12} {:>11} {:>11} {:>21} {:>10}  {}\n",
+            "target", "method", "max pps", "CPU ns/pkt", "rusage ns", "received/sent", "rx dropped", "errors"
         );
         for x in &r.method_rows {
             if let (Some(e), None) = (&x.error, x.sent) {
@@ -66,13 +67,14 @@ pub fn render_text(r: &BaselineReport, pacers: &[crate::wrappers::PacerKind]) ->
                     .join(", ")
             };
             o += &format!(
-                "  {:<9} {:<9} {:>12} {:>11} {:>11} {:>21}  {errors}{}\n",
+                "  {:<9} {:<9} {:>12} {:>11} {:>11} {:>21} {:>10}  {errors}{}\n",
                 x.target,
                 x.method,
                 or_dash(x.max_pps, |v| format!("{v:.0}")),
                 or_dash(x.cpu_ns_per_packet, |v| format!("{v:.0}")),
                 or_dash(x.rusage_cpu_ns_per_packet, |v| format!("{v:.0}")),
-                received_text(x.receiver_packets, x.sent),
+                received_text(x.receiver_packets, x.receiver_dropped, x.sent),
+                or_dash(x.receiver_dropped, |d| d.to_string()),
                 x.error.as_ref().map_or(String::new(), |e| format!("  ({e})")),
             );
         }
@@ -148,9 +150,14 @@ fn machine_text(m: &MachineFacts) -> String {
 }
 
 /// "received/sent", with " !" when they differ.
-fn received_text(received: Option<u64>, sent: Option<u64>) -> String {
+/// Received over sent, marked `!` when the two and the receiver's socket drops do not add up
+/// (received + dropped != sent: packets lost somewhere else, or a receiver that miscounted).
+fn received_text(received: Option<u64>, dropped: Option<u64>, sent: Option<u64>) -> String {
     match (received, sent) {
-        (Some(r), Some(s)) => format!("{r}/{s}{}", if r == s { "" } else { " !" }),
+        (Some(r), Some(s)) => format!(
+            "{r}/{s}{}",
+            if r + dropped.unwrap_or(0) == s { "" } else { " !" }
+        ),
         (Some(r), None) => format!("{r}/-"),
         (None, Some(s)) => format!("-/{s}"),
         (None, None) => "-".into(),
@@ -205,7 +212,8 @@ mod tests {
                     p99_lateness_ns: Some(12_345.0),
                     sent: Some(2000),
                     failed: Some(0),
-                    receiver_packets: Some(2000),
+                    receiver_packets: Some(1990),
+                    receiver_dropped: Some(10),
                     error: None,
                 },
                 PacerRow {
@@ -227,6 +235,7 @@ mod tests {
                 failed: Some(3),
                 errors: [("EAGAIN".to_string(), 3)].into(),
                 receiver_packets: Some(823_990),
+                receiver_dropped: Some(0),
                 error: None,
             }],
             seconds_per_cell: 2.0,
@@ -252,13 +261,13 @@ machine
   interface    lo (root): qdisc noqueue, txqueuelen 1000
 
 pacer clock (sendto, slot per-packet, 2 s per cell)
-  target     requested     achieved  accuracy    p99 late         received/sent
-  lab             1000       1000.0   100.00%     12.3 us             2000/2000
+  target     requested     achieved  accuracy    p99 late         received/sent rx dropped
+  lab             1000       1000.0   100.00%     12.3 us             1990/2000         10
   lab        unlimited   error: sender exit status: 2: unexpected argument '--pacer' found
 
 send methods at full speed (2 s per cell)
-  target    method         max pps  CPU ns/pkt   rusage ns         received/sent  errors
-  loopback  sendmmsg        412346        2100        2350       823990/824000 !  EAGAIN 3
+  target    method         max pps  CPU ns/pkt   rusage ns         received/sent rx dropped  errors
+  loopback  sendmmsg        412346        2100        2350       823990/824000 !          0  EAGAIN 3
 ";
         assert_eq!(text, expected, "\n{text}");
     }
