@@ -245,17 +245,17 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected && d.reason == "NO_SOCKET"
     });
     let qdisc = sum(&|d| d.class == DropClass::TargetLoss && d.reason == "QDISC_DROP");
-    let misread = sum(&|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated));
-    eprintln!(
-        "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
-         other rows in the lab {misread}; requeues {}",
-        root.drops, root.requeues
-    );
     let misread_rows: Vec<_> = s
         .drops
         .iter()
         .filter(|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated))
         .collect();
+    let misread: u64 = misread_rows.iter().map(|d| d.count).sum();
+    eprintln!(
+        "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
+         other rows in the lab {misread}; requeues {}",
+        root.drops, root.requeues
+    );
     assert_eq!(
         misread, 0,
         "the family's packets read as somebody else's in the lab: {misread_rows:#?}\n{ctx}"

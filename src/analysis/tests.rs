@@ -1340,7 +1340,11 @@ fn sampled_statistics_beside_sampled_device_stages_say_the_device_programs_are_n
         (StatsCoverage::Continuous, true, false),
     ] {
         let mut a = Analyzer::new(Some(1000.0), START);
-        let measured = if coverage == StatsCoverage::Sampled { 100 * MS } else { SEC };
+        let measured = if coverage == StatsCoverage::Sampled {
+            100 * MS
+        } else {
+            SEC
+        };
         let at = |k: u64| {
             let mut s = sample(START + k * SEC)
                 .thread(sender(7, 7, 1000 * k, START + MS, START + k * SEC - MS))
@@ -1355,9 +1359,13 @@ fn sampled_statistics_beside_sampled_device_stages_say_the_device_programs_are_n
         let run = summary_of(&a, &s2);
         for (what, cost) in [("tick", &tick.cost), ("run", &run.cost)] {
             let b = cost.bpf.as_ref().unwrap_or_else(|| panic!("{what}: no BPF cost"));
-            assert_eq!(b.device_stages_uncounted, uncounted, "{what} {coverage:?} {devices}");
             assert_eq!(
-                b.coverage_text().contains("without the sampled device stages' programs"),
+                b.device_stages_uncounted, uncounted,
+                "{what} {coverage:?} {devices}"
+            );
+            assert_eq!(
+                b.coverage_text()
+                    .contains("without the sampled device stages' programs"),
                 uncounted,
                 "{what}: {}",
                 b.coverage_text()

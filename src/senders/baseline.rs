@@ -576,9 +576,7 @@ impl LoopbackSink {
 
     fn finish(&mut self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .map_or((0, 0), |t| t.join().unwrap_or((0, 0)))
+        self.thread.take().map_or((0, 0), |t| t.join().unwrap_or((0, 0)))
     }
 }
 

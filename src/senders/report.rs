@@ -246,10 +246,8 @@ impl SendRecorder {
             .calibration
             .as_ref()
             .map_or(1.0, Calibration::monotonic_ns_per_pacer_ns);
-        let (achieved_pps, rate_window_ns) = self.schedule_rate(
-            self.first_due_ns.unwrap_or(run.start_ns),
-            monotonic_per_pacer_ns,
-        );
+        let (achieved_pps, rate_window_ns) =
+            self.schedule_rate(self.first_due_ns.unwrap_or(run.start_ns), monotonic_per_pacer_ns);
         let requested_pps = (run.rate_pps > 0).then_some(u64::from(run.rate_pps));
         SendReport {
             pacer: run.pacer.to_string(),
@@ -408,19 +406,25 @@ mod tests {
         assert!(report.achieved_pps > 4999.0, "{report:?}");
     }
 
+    /// 1,000 one-packet slots of 1 ms from `slot0_ns` on the pacer's clock, each started `late_ns`
+    /// after it was due and returning 3 us later.
+    fn thousand_slots_of_a_ms(slot0_ns: u64, late_ns: u64) -> SendRecorder {
+        let mut r = SendRecorder::default();
+        for k in 0..1_000u64 {
+            let due = slot0_ns + k * 1_000_000;
+            r.slot_started(due, due + late_ns);
+            r.sent(1, due + late_ns, due + late_ns + 3_000);
+        }
+        r
+    }
+
     #[test]
     fn the_schedule_starts_when_slot_0_was_due_not_when_the_run_began() {
         // The run began 5 us before its first wait read the clock and made slot 0 due (the
         // sender's set-up, the first wait's cold code): 1,000 slots of 1 ms, each 50 ns late,
         // span 999 ms + 50 ns of schedule. The 5 us are the sender's, not the schedule's.
-        let mut r = SendRecorder::default();
         let slot0 = 1_000_005_000u64;
-        for k in 0..1_000u64 {
-            let start = slot0 + k * 1_000_000 + 50;
-            r.slot_started(slot0 + k * 1_000_000, start);
-            r.sent(1, start, start + 3_000);
-        }
-        let report = r.finish(RunFacts {
+        let report = thousand_slots_of_a_ms(slot0, 50).finish(RunFacts {
             rate_pps: 1000,
             start_ns: 1_000_000_000,
             end_ns: slot0 + 1_000_000_000,
@@ -428,19 +432,17 @@ mod tests {
         });
         assert_eq!(report.rate_window_ns, 999_000_050);
         assert_eq!(report.elapsed_ns, 1_000_005_000);
-        assert!(report.achieved_pps <= 1000.0 && report.achieved_pps > 999.9999, "{report:?}");
+        assert!(
+            report.achieved_pps <= 1000.0 && report.achieved_pps > 999.9999,
+            "{report:?}"
+        );
     }
 
     #[test]
     fn a_tsc_schedule_is_put_in_clock_monotonic_ns_with_the_tscs_rate_over_the_run() {
         // The pacer kept 1,000 slots of 1 ms on its TSC clock to the ns, but its frequency was
         // 0.1% high against CLOCK_MONOTONIC over the run: each slot lasted 1.001 ms.
-        let mut r = SendRecorder::default();
-        for k in 0..1_000u64 {
-            r.slot_started(k * 1_000_000, k * 1_000_000);
-            r.sent(1, k * 1_000_000, k * 1_001_000 + 2_000);
-        }
-        let report = r.finish(RunFacts {
+        let report = thousand_slots_of_a_ms(0, 0).finish(RunFacts {
             rate_pps: 1000,
             calibration: Some(Calibration {
                 source: "calibrate".into(),
@@ -453,7 +455,10 @@ mod tests {
             ..RunFacts::default()
         });
         assert_eq!(report.rate_window_ns, 999_999_000);
-        assert!((report.achieved_pps - 999e9 / 999_999_000.0).abs() < 1e-9, "{report:?}");
+        assert!(
+            (report.achieved_pps - 999e9 / 999_999_000.0).abs() < 1e-9,
+            "{report:?}"
+        );
     }
 
     #[test]

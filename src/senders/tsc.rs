@@ -62,7 +62,9 @@ impl Calibration {
     /// Sets [`Calibration::slot_error_ppm`] from the TSC's rate against CLOCK_MONOTONIC over the
     /// run that began at `run_start`.
     pub fn measure_run(&mut self, run_start: &TscMark) {
-        self.slot_error_ppm = run_start.hz_since().map(|run_hz| (self.tsc_hz / run_hz - 1.0) * 1e6);
+        self.slot_error_ppm = run_start
+            .hz_since()
+            .map(|run_hz| (self.tsc_hz / run_hz - 1.0) * 1e6);
     }
 }
 
@@ -83,9 +85,13 @@ impl TscMark {
     /// TSC cycles per CLOCK_MONOTONIC second from this mark to now; None under a millisecond,
     /// where the two reads' own spread (tens of ns) would be more than a part in 10^5.
     pub fn hz_since(&self) -> Option<f64> {
-        let (ns, tsc) = paired_sample();
-        let elapsed_ns = ns.saturating_sub(self.ns);
-        (elapsed_ns >= 1_000_000).then(|| tsc.saturating_sub(self.tsc) as f64 * 1e9 / elapsed_ns as f64)
+        let now = TscMark::now();
+        (now.ns.saturating_sub(self.ns) >= 1_000_000).then(|| self.hz_to(&now))
+    }
+
+    /// TSC cycles per CLOCK_MONOTONIC second from this mark to `later`.
+    fn hz_to(&self, later: &TscMark) -> f64 {
+        later.tsc.saturating_sub(self.tsc) as f64 * 1e9 / later.ns.saturating_sub(self.ns).max(1) as f64
     }
 }
 
@@ -128,10 +134,9 @@ fn paired_sample() -> (u64, u64) {
 /// CLOCK_MONOTONIC ns it took. Returns (cycles per second, ns the calibration took).
 pub fn calibrate(sleep: Duration) -> (f64, u64) {
     let started = monotonic_ns();
-    let (ns0, tsc0) = paired_sample();
+    let mark = TscMark::now();
     std::thread::sleep(sleep);
-    let (ns1, tsc1) = paired_sample();
-    let hz = tsc1.saturating_sub(tsc0) as f64 * 1e9 / ns1.saturating_sub(ns0).max(1) as f64;
+    let hz = mark.hz_to(&TscMark::now());
     (hz, monotonic_ns().saturating_sub(started))
 }
 

@@ -155,7 +155,8 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind");
         assert_eq!(socket_drops(&rx).expect("SO_MEMINFO"), 0);
         for _ in 0..200 {
-            tx.send_to(&[0u8; 1000], rx.local_addr().expect("addr")).expect("send");
+            tx.send_to(&[0u8; 1000], rx.local_addr().expect("addr"))
+                .expect("send");
         }
         let mut buf = [0u8; 2048];
         let mut read = 0u64;

@@ -119,8 +119,9 @@ fn machine_text(m: &MachineFacts) -> String {
                 )),
                 or_dash(c.error_ppm, |p| format!("{p:+.1}")),
                 or_dash(c.took_ns.map(|n| n as f64), duration),
-                c.slot_error_ppm
-                    .map_or(String::new(), |e| format!("; its slots {e:+.1} ppm long on CLOCK_MONOTONIC")),
+                c.slot_error_ppm.map_or(String::new(), |e| format!(
+                    "; its slots {e:+.1} ppm long on CLOCK_MONOTONIC"
+                )),
             );
         }
         None => o += "  sender TSC   - (no --pacer tsc cell reported a calibration)\n",
@@ -149,15 +150,11 @@ fn machine_text(m: &MachineFacts) -> String {
     o
 }
 
-/// "received/sent", with " !" when they differ.
 /// Received over sent, marked `!` when the two and the receiver's socket drops do not add up
 /// (received + dropped != sent: packets lost somewhere else, or a receiver that miscounted).
 fn received_text(received: Option<u64>, dropped: Option<u64>, sent: Option<u64>) -> String {
     match (received, sent) {
-        (Some(r), Some(s)) => format!(
-            "{r}/{s}{}",
-            if r + dropped.unwrap_or(0) == s { "" } else { " !" }
-        ),
+        (Some(r), Some(s)) => format!("{r}/{s}{}", if r + dropped.unwrap_or(0) == s { "" } else { " !" }),
         (Some(r), None) => format!("{r}/-"),
         (None, Some(s)) => format!("-/{s}"),
         (None, None) => "-".into(),

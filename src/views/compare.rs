@@ -150,13 +150,16 @@ pub fn text(c: &Comparison, a: &Side, b: &Side) -> String {
     }
     o.push('\n');
     let w = c.figures.iter().map(|f| f.figure.len()).max().unwrap_or(6).max(6);
-    let cells: Vec<[String; 3]> = c
-        .figures
-        .iter()
-        .map(cells)
-        .collect();
+    let cells: Vec<[String; 3]> = c.figures.iter().map(cells).collect();
     let cw: Vec<usize> = (0..3)
-        .map(|i| cells.iter().map(|r| r[i].chars().count()).chain([5]).max().unwrap_or(5))
+        .map(|i| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .chain([5])
+                .max()
+                .unwrap_or(5)
+        })
         .collect();
     let _ = writeln!(
         o,
@@ -366,8 +369,16 @@ mod tests {
         let c = runs(&a, &b);
         let device: Vec<&FigureRow> = c.figures.iter().filter(|f| f.b_estimate).collect();
         let names: Vec<&str> = device.iter().map(|f| f.figure.as_str()).collect();
-        assert!(names.contains(&"stage.dev_xmit_pps") && names.contains(&"xmit_packets"), "{names:?}");
-        assert!(!names.iter().any(|n| n.contains("syscall") || n.contains("send_calls")), "{names:?}");
+        assert!(
+            names.contains(&"stage.dev_xmit_pps") && names.contains(&"xmit_packets"),
+            "{names:?}"
+        );
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("syscall") || n.contains("send_calls")),
+            "{names:?}"
+        );
         assert!(c.figures.iter().all(|f| !f.a_estimate), "{c:?}");
         let (sa, sb) = sides();
         let t = text(&c, &sa, &sb);

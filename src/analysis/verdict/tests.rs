@@ -3021,6 +3021,18 @@ impl Run {
         self.0.limits = Some(l);
         self
     }
+
+    /// The hypervisor stole `share` of the sender's CPU (CPU 1), `steal_s` seconds of it.
+    fn stolen(self, steal_s: f64, share: f64) -> Run {
+        self.limits(LimitsView {
+            steal: Some(StealView {
+                cpus: vec![1],
+                steal_s,
+                share,
+            }),
+            ..Default::default()
+        })
+    }
 }
 
 fn quota(
@@ -3168,17 +3180,9 @@ fn throttled_time_beyond_the_runnable_time_is_not_the_senders() {
 fn steal_takes_its_part_of_the_on_cpu_excess() {
     // CPU-bound at 50000 of 100000 pps: g = 0.5, on the CPU all the time, excess 1 - 0.5 = 0.5.
     // The hypervisor stole 20% of its CPU's time: 0.2 of its on-CPU time was no work of its own.
-    let steal = StealView {
-        cpus: vec![1],
-        steal_s: 0.8,
-        share: 0.2,
-    };
     let v = run(Some(100_000.0), 50_000.0, 4.0)
         .time(0.5, 0.0, 0.0, 0.0, 0.5)
-        .limits(LimitsView {
-            steal: Some(steal),
-            ..Default::default()
-        })
+        .stolen(0.8, 0.2)
         .verdicts();
     assert_share(&v, Cause::CpuBound, 0.3);
     assert_share(&v, Cause::Steal, 0.2);
@@ -4303,17 +4307,7 @@ fn steal_inside_a_too_long_busy_wait_slot_leaves_the_calibrations_cost_whole() {
     // whose hypervisor stole 10% of the sender's CPU. A busy-wait slot ends at its deadline
     // however much of it was stolen: the calibration still costs 0.2; the steal costs nothing
     // (the on-CPU time left after the slots' excess is the slot's own work).
-    let steal = StealView {
-        cpus: vec![1],
-        steal_s: 1.0,
-        share: 0.1,
-    };
-    let v = busy_wait_with_slots_a_quarter_long()
-        .limits(LimitsView {
-            steal: Some(steal),
-            ..Default::default()
-        })
-        .verdicts();
+    let v = busy_wait_with_slots_a_quarter_long().stolen(1.0, 0.1).verdicts();
     assert_share(&v, Cause::Miscalibrated, 0.2);
     assert!(!causes(&v).contains(&Cause::Steal), "{:?}", causes(&v));
 }

@@ -402,7 +402,11 @@ pub(super) fn header_cost_line(app: &App) -> Vec<Span<'static>> {
                 crate::collect::bpf_time::StatsCoverage::Sampled => format!(
                     " (sampled {:.0}%{})",
                     b.measured_share * 100.0,
-                    if b.device_stages_uncounted { ", device stages uncounted" } else { "" }
+                    if b.device_stages_uncounted {
+                        ", device stages uncounted"
+                    } else {
+                        ""
+                    }
                 ),
                 crate::collect::bpf_time::StatsCoverage::Continuous => String::new(),
             };
