@@ -213,7 +213,6 @@ fn lab_run_as(test: &Privileged, scenario: &str, extra: &[&str]) -> (scanprof::a
 #[test]
 fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
     let test = privileged();
-    use nix::sys::signal::Signal;
     use std::collections::HashMap;
     use std::process::Command;
     // bpftrace times every thread's windows from a recvfrom's return (its length) to the
@@ -240,9 +239,8 @@ fn a_responders_cost_per_kind_is_what_its_own_clock_says() {
         l.starts_with("Attaching")
     });
     let (summary, lab) = lab_run_as(&test, "responder-kinds", &[]);
-    bpftrace.signal(Signal::SIGINT);
     // Its exit took over 30 s once on a machine at load 12.
-    let bpftrace = bpftrace.finish(Duration::from_secs(90));
+    let bpftrace = bpftrace.interrupt_tracer(Duration::from_secs(90));
     // `@ns[TID, LEN]: VALUE` lines: (map, tid, len) -> value.
     let mut seen: HashMap<(String, u64, u64), u64> = HashMap::new();
     for l in &bpftrace.lines {

@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use common::*;
@@ -189,7 +188,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     let mut launcher = Command::new("sh");
     launcher.arg("-c").arg(&second_run);
     let mut launcher = Proc::spawn("launcher shell", launcher, true);
-    let mut bpftrace = bpftrace_attached(&file.0, Some(launcher.pid()));
+    let bpftrace = bpftrace_attached(&file.0, Some(launcher.pid()));
     let outsider_argv = sender_argv(
         "127.0.0.1:9",
         OUTSIDER_RATE as f64,
@@ -212,8 +211,7 @@ fn bpftrace_script_recounts_packets_and_qdisc_drops() {
     let outsider_sent = u64_of(&outsider.sender_report(), "sent");
     // Let the last drops and sends land, then stop bpftrace (our pid only): it prints its maps.
     std::thread::sleep(Duration::from_millis(300));
-    bpftrace.signal(Signal::SIGINT);
-    let bpftrace = bpftrace.finish(Duration::from_secs(20));
+    let bpftrace = bpftrace.interrupt_tracer(Duration::from_secs(20));
     let received = sink.stop();
     assert!(bpftrace.status.success(), "{}", bpftrace.context());
     let maps = bpftrace_maps(&bpftrace.lines);
@@ -336,7 +334,7 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
         .unwrap_or_else(|e| panic!("cannot start the lab receiver: {e:#}"));
     let file = TempFile(std::env::temp_dir().join(format!("scanprof-wakeup-{}.bt", std::process::id())));
     std::fs::write(&file.0, WAKEUP_WAIT_BT).unwrap_or_else(|e| panic!("cannot write {:?}: {e}", file.0));
-    let mut bpftrace = bpftrace_attached(&file.0, None);
+    let bpftrace = bpftrace_attached(&file.0, None);
 
     let to = format!("{}:{PORT}", lab.target_addr);
     let count = 10_000u64;
@@ -352,8 +350,7 @@ fn the_wait_for_a_cpu_after_wake_ups_matches_bpftrace() {
     .collect();
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     std::thread::sleep(Duration::from_millis(200));
-    bpftrace.signal(Signal::SIGINT);
-    let bpftrace = bpftrace.finish(Duration::from_secs(20));
+    let bpftrace = bpftrace.interrupt_tracer(Duration::from_secs(20));
     let received = sink.stop();
     run.assert_success();
     assert!(bpftrace.status.success(), "{}", bpftrace.context());
