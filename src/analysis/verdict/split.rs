@@ -297,7 +297,7 @@ impl Split {
         // Preemption only costs rate where it makes gaps longer than the typical one: beyond the
         // gaps' tail it fell inside a wait (a busy-wait or sleep that would have lasted anyway, or
         // a deadline pacer catching up), and counts as that wait.
-        if let Some(tail) = s.gap_tail(f) {
+        if let Some(tail) = s.gap_tail(f, calibration) {
             if preempted > tail {
                 s.f_absorbed = preempted - tail;
                 preempted = tail;
@@ -455,14 +455,22 @@ impl Split {
         s
     }
 
-    /// The share of the sender's time in gaps beyond the typical (median) one: (mean - p50) /
-    /// mean; None without enough gaps: MIN_GAPS, or MIN_FEW_GAPS of gaps FAR_ABOVE_SLOT or more
-    /// (a miscalibrated pacer's long slots in a short run: preemption inside them costs no rate,
+    /// The share of the sender's time in gaps beyond the typical one: (mean - typical) / mean;
+    /// None without enough gaps: MIN_GAPS, or MIN_FEW_GAPS of gaps FAR_ABOVE_SLOT or more (a
+    /// miscalibrated pacer's long slots in a short run: preemption inside them costs no rate,
     /// and was split off as `preempted` beside `miscalibrated` for want of 50 gaps).
-    fn gap_tail(&self, f: &Facts) -> Option<f64> {
+    ///
+    /// The typical gap is the histogram's median, or the slot the scanner's calibration derived
+    /// (the expected gap scaled by its error) when that is longer: no gap of a pacer that keeps
+    /// its slot is typically shorter than it, and the median is only known to within its
+    /// bucket, an eighth of an octave (589.8 to 655.4 us around a 625 us slot), interpolated.
+    /// Read below the slot, it counted waits the slot made anyway as the tail (issue 29).
+    fn gap_tail(&self, f: &Facts, calibration: Option<&Calibration>) -> Option<f64> {
         let (Some(p50), Some(mean)) = (f.gap.p50_ns, self.mean_gap_ns) else {
             return None;
         };
+        let slot = calibration.map_or(0.0, |c| self.expected_gap_ns * (1.0 + c.error_pct / 100.0));
+        let p50 = p50.max(slot);
         let far = self.expected_gap_ns > 0.0 && mean >= FAR_ABOVE_SLOT * self.expected_gap_ns;
         let enough = f.gap.count >= MIN_GAPS || (f.gap.count >= MIN_FEW_GAPS && far);
         (enough && mean > 0.0).then(|| ((mean - p50) / mean).max(0.0))

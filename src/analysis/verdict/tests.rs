@@ -1173,6 +1173,34 @@ fn a_calibration_off_by_a_quarter_is_miscalibrated() {
     );
 }
 
+/// The lab's unishape fixture (`--calibration-skew=1.25` at 2000 pps) beside a CPU hog: 1593.7
+/// pps, a mean gap of 627.5 us where its slot is 625.0 us, preempted 2.2% of the time. The
+/// miscalibration's truth is 125 / 627.5 = 0.1992 of the rate; the 2.5 us a packet left is
+/// preemption that outlasted a slot, 0.0040. The histogram's p50 (622.8 us, interpolated in a
+/// bucket from 589.8 to 655.4 us) is below the slot: as the typical gap it made the gaps' tail
+/// (0.0075) nearly twice the preemption that cost rate, and the miscalibration 0.1945, 2.4%
+/// short (3.2% in one run of scanner_profiles::a_wrong_calibration).
+#[test]
+fn a_known_slot_is_the_typical_gap_when_the_histograms_median_reads_below_it() {
+    let v = run(Some(2000.0), 1593.7, 1.2544)
+        .time(0.01337, 0.0, 0.0, 0.02175, 0.96488)
+        .gaps(622.8 * US, 627.5 * US, 655.1 * US)
+        .scanner(ScannerView {
+            profile: "unicornscan".into(),
+            calibrations: vec![calibration(25.0, 2000.0)],
+            pacers: unicornscan_pacers(),
+            ..Default::default()
+        })
+        .verdicts();
+    let truth = 0.25 * 1593.7 / 2000.0;
+    let mis = find(&v, Cause::Miscalibrated).share;
+    assert!(
+        (mis - truth).abs() < 0.002,
+        "miscalibrated {mis} against {truth}: {v:#?}"
+    );
+    assert!(gap_sum(&v) <= 1.0 - 1593.7 / 2000.0 + 1e-9, "{v:#?}");
+}
+
 #[test]
 fn a_small_miscalibration_under_a_cpu_bound_sender_ranks_second() {
     // 500 of 1000: sigma 0.5, on CPU 100% (send 20%): excess 0.5. Calibration +10%: 0.1 x 0.5
