@@ -226,6 +226,16 @@ fn calibration(error_pct: f64, r: f64) -> CalibrationView {
 }
 
 /// unicornscan's pacers as its profile names them (`-d 1` tsc, `-d 2` gtod, `-d 3` sleep).
+/// unicornscan's profile with one calibration `error_pct` off the slot rate `r` needs.
+fn unicornscan_calibrated(error_pct: f64, r: f64) -> ScannerView {
+    ScannerView {
+        profile: "unicornscan".into(),
+        calibrations: vec![calibration(error_pct, r)],
+        pacers: unicornscan_pacers(),
+        ..Default::default()
+    }
+}
+
 fn unicornscan_pacers() -> Vec<PacerView> {
     [
         ("tsc_init_tslot", "TSC busy-wait", "-d 1", PacerWait::Spin),
@@ -1144,12 +1154,7 @@ fn sleeps_rounded_to_whole_milliseconds_are_coarse_not_miscalibrated() {
 fn busy_wait_with_slots_a_quarter_long() -> Run {
     run(Some(1000.0), 800.0, 10.0)
         .time(0.05, 0.0, 0.0, 0.0, 0.95)
-        .scanner(ScannerView {
-            profile: "unicornscan".into(),
-            calibrations: vec![calibration(25.0, 1000.0)],
-            pacers: unicornscan_pacers(),
-            ..Default::default()
-        })
+        .scanner(unicornscan_calibrated(25.0, 1000.0))
 }
 
 #[test]
@@ -1185,12 +1190,7 @@ fn a_known_slot_is_the_typical_gap_when_the_histograms_median_reads_below_it() {
     let v = run(Some(2000.0), 1593.7, 1.2544)
         .time(0.01337, 0.0, 0.0, 0.02175, 0.96488)
         .gaps(622.8 * US, 627.5 * US, 655.1 * US)
-        .scanner(ScannerView {
-            profile: "unicornscan".into(),
-            calibrations: vec![calibration(25.0, 2000.0)],
-            pacers: unicornscan_pacers(),
-            ..Default::default()
-        })
+        .scanner(unicornscan_calibrated(25.0, 2000.0))
         .verdicts();
     let truth = 0.25 * 1593.7 / 2000.0;
     let mis = find(&v, Cause::Miscalibrated).share;
@@ -1405,12 +1405,7 @@ fn a_calibration_read_is_judged_first_and_advice_skips_the_pacer_in_use() {
     );
     // On the TSC pacer, the TSC pacer is not advised.
     let v = short_miscalibrated_spin()
-        .scanner(ScannerView {
-            profile: "unicornscan".into(),
-            calibrations: vec![calibration(99_900.0, 1000.0)],
-            pacers: unicornscan_pacers(),
-            ..Default::default()
-        })
+        .scanner(unicornscan_calibrated(99_900.0, 1000.0))
         .verdicts();
     assert!(!v[0].next_step.contains("`-d 1`"), "{}", v[0].next_step);
     assert!(v[0].next_step.contains("`-d 2`"), "{}", v[0].next_step);
