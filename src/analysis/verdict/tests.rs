@@ -225,7 +225,6 @@ fn calibration(error_pct: f64, r: f64) -> CalibrationView {
     }
 }
 
-/// unicornscan's pacers as its profile names them (`-d 1` tsc, `-d 2` gtod, `-d 3` sleep).
 /// unicornscan's profile with one calibration `error_pct` off the slot rate `r` needs.
 fn unicornscan_calibrated(error_pct: f64, r: f64) -> ScannerView {
     ScannerView {
@@ -236,6 +235,7 @@ fn unicornscan_calibrated(error_pct: f64, r: f64) -> ScannerView {
     }
 }
 
+/// unicornscan's pacers as its profile names them (`-d 1` tsc, `-d 2` gtod, `-d 3` sleep).
 fn unicornscan_pacers() -> Vec<PacerView> {
     [
         ("tsc_init_tslot", "TSC busy-wait", "-d 1", PacerWait::Spin),
