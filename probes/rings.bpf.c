@@ -13,7 +13,8 @@
  * last sample would be lost with a socket closed between two. The counters are read instead at
  * the family's close(2) of a packet socket's descriptor and at its process's exit (both come
  * before the release, in the closing thread), into the socket's ring_reads entry, where user
- * space takes them once the iterator no longer finds the socket.
+ * space takes them once the iterator no longer finds the socket, or finds the entry of one it
+ * never saw (opened and closed between two samples: the entry names its process).
  */
 #include "shared.h"
 
@@ -123,12 +124,13 @@ static __always_inline struct sock *file_packet_sock(struct file *f)
 	return sk;
 }
 
-/* A family packet socket about to close (file is its struct file *): its counters now, which
- * its release throws away, into its ring_reads entry. A later close of another descriptor of it
+/* A family packet socket about to close (file is its struct file *, at descriptor fd of the
+ * current process): its counters now, which its release throws away, into its ring_reads entry,
+ * with who closed it. A later close of another descriptor of it
  * reads them again. A global function, so the verifier checks it once rather than once for each
  * descriptor of on_exit_socks' loop (inlined there, the loop's branches came within a few of the
  * verifier's limit of pending jumps on 6.18, and older verifiers prune less). Always 0. */
-__noinline int packet_closing(__u64 file)
+__noinline int packet_closing(__u64 file, __u32 fd)
 {
 	struct file *f = (struct file *)file;
 	struct sock *sk = file_packet_sock(f);
@@ -150,6 +152,8 @@ __noinline int packet_closing(__u64 file)
 	e->closed_frame_size = BPF_CORE_READ(po, rx_ring.frame_size);
 	e->closed_block_size = BPF_CORE_READ(po, rx_ring.pg_vec_pages) * 4096;
 	e->closed_block_nr = BPF_CORE_READ(po, rx_ring.pg_vec_len);
+	e->closed_tgid = bpf_get_current_pid_tgid() >> 32;
+	e->closed_fd = fd;
 	/* a full barrier: user space that sees the mark sees the counts */
 	__sync_fetch_and_add(&e->closed, 1);
 	return 0;
@@ -182,7 +186,7 @@ int on_close(struct trace_event_raw_sys_enter *ctx)
 	task = (struct task_struct *)bpf_get_current_task();
 	fdt = BPF_CORE_READ(task, files, fdt);
 	if (fd < BPF_CORE_READ(fdt, max_fds))
-		packet_closing((__u64)fdt_file(BPF_CORE_READ(fdt, fd), fd));
+		packet_closing((__u64)fdt_file(BPF_CORE_READ(fdt, fd), fd), fd);
 	cost_end(SP_PROG_CLOSE, t0);
 	return 0;
 }
@@ -215,7 +219,7 @@ int SP_PROG(SP_PROG_EXIT_SOCKS, on_exit_socks, struct task_struct *p)
 	for (i = 0; i < SP_EXIT_FDS; i++) {
 		if (i >= max)
 			break;
-		packet_closing((__u64)fdt_file(fds, i));
+		packet_closing((__u64)fdt_file(fds, i), i);
 	}
 	return 0;
 }

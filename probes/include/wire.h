@@ -558,6 +558,10 @@ struct sp_ring_reads {
 	__u32 closed_frame_size;	/* bytes a frame (V1/V2) */
 	__u32 closed_block_size;	/* bytes a block */
 	__u32 closed_block_nr;	/* blocks */
+	/* Who closed it: a socket opened and closed between two runs of the rings iterator is
+	 * known only by this record, so the record names its process and descriptor */
+	__u32 closed_tgid;	/* the process that closed it (or exited holding it) */
+	__u32 closed_fd;	/* the descriptor closed (at an exit: the one read) */
 	__u32 closed_pad;
 };
 

@@ -1171,7 +1171,8 @@ impl Collector {
 
     /// One run of the packet-socket iterator; a failed read keeps the counts of the last. A
     /// socket closed since the last read gives its owner's last PACKET_STATISTICS sums and its
-    /// counters at close, and their entry goes. The copies of outgoing frames among what the rings took come from the
+    /// counters at close, and their entry goes; so does one the iterator never saw (opened and
+    /// closed since the last read). The copies of outgoing frames among what the rings took come from the
     /// same sample's device rows.
     fn packet_rings(&mut self, devices: &[DeviceCounters]) -> Vec<rings::PacketRing> {
         let probes = &self.probes;
@@ -1182,6 +1183,8 @@ impl Collector {
                     |sock| probes.ring_reads(sock),
                     |sock| probes.forget_ring_reads(sock),
                 );
+                self.rings
+                    .take_unseen(&probes.closed_ring_reads(), |sock| probes.forget_ring_reads(sock));
                 self.rings.count_outgoing(devices)
             }
             Err(_) => self.rings.current(),

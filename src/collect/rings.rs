@@ -116,6 +116,34 @@ pub struct PacketRing {
 }
 
 impl PacketRing {
+    /// A socket just found, with nothing counted yet.
+    fn new(pid: u32, fd: u32, inode: u64) -> PacketRing {
+        PacketRing {
+            pid,
+            fd,
+            inode,
+            kind: RingKind::Queue,
+            ring_bytes: 0,
+            frames: 0,
+            frame_size: 0,
+            block_size: 0,
+            blocks: 0,
+            rcvbuf: 0,
+            ifindex: 0,
+            queued: 0,
+            dropped: 0,
+            owner_reads: 0,
+            clears: 0,
+            read: false,
+            open: true,
+            sees_outgoing: false,
+            filtered: false,
+            sent: false,
+            netns: 0,
+            outgoing: 0,
+        }
+    }
+
     /// Adds what came between the counts `last` (the latest settled read) and `now` (a later
     /// read, or the counts at close), and makes `now` the latest. A fall of the sums + counters
     /// is a clear scanprof did not see; a family read whose counts were not read explains one.
@@ -158,6 +186,18 @@ struct Last {
 }
 
 impl Last {
+    /// The counts a socket's close record ends with: its owner's sums and its counters then.
+    fn at_close(sock: u64, e: &sp_ring_reads) -> Last {
+        Last {
+            sock,
+            owner_queued: e.queued,
+            owner_drops: e.drops,
+            packets: e.closed_packets,
+            drops: e.closed_drops,
+            owner_unread: e.unread,
+        }
+    }
+
     fn of(r: &sp_ring) -> Last {
         Last {
             sock: r.sock,
@@ -185,6 +225,8 @@ pub struct RingTable {
     closing: BTreeMap<(u32, u64), u8>,
     /// whether a read was taken: the sockets of the first read (at attach) count from it
     primed: bool,
+    /// whether `take_unseen` ran: at its first run (attach) an unknown socket is not counted
+    took_unseen: bool,
     /// the device transmissions (everyone's, the family's) on each socket's devices at the
     /// previous `count_outgoing`, by (pid, socket inode)
     xmits: BTreeMap<(u32, u64), (u64, u64)>,
@@ -256,30 +298,7 @@ impl RingTable {
             }
             let entry = self.rings.entry(key).or_insert_with(|| {
                 (
-                    PacketRing {
-                        pid: r.tgid,
-                        fd: r.fd,
-                        inode: r.ino,
-                        kind: RingKind::Queue,
-                        ring_bytes: 0,
-                        frames: 0,
-                        frame_size: 0,
-                        block_size: 0,
-                        blocks: 0,
-                        rcvbuf: 0,
-                        ifindex: 0,
-                        queued: 0,
-                        dropped: 0,
-                        owner_reads: 0,
-                        clears: 0,
-                        read: false,
-                        open: true,
-                        sees_outgoing: false,
-                        filtered: false,
-                        sent: false,
-                        netns: 0,
-                        outgoing: 0,
-                    },
+                    PacketRing::new(r.tgid, r.fd, r.ino),
                     // A socket open at attach counts from attach; one opened later counts
                     // from its start (all its frames were the family's).
                     if first {
@@ -334,15 +353,7 @@ impl RingTable {
             match e {
                 Some(e) if e.closed != 0 => {
                     // Its counts at close end the same sums + counters as every read's.
-                    let at_close = Last {
-                        sock: last.sock,
-                        owner_queued: e.queued,
-                        owner_drops: e.drops,
-                        packets: e.closed_packets,
-                        drops: e.closed_drops,
-                        owner_unread: e.unread,
-                    };
-                    ring.take(last, at_close, e.reads);
+                    ring.take(last, Last::at_close(last.sock, &e), e.reads);
                     ring.read |= e.recv_read != 0;
                     // Its ring as it closed: the iterator may have seen it only before its
                     // owner set the ring up, as a plain receive queue nobody reads.
@@ -373,6 +384,49 @@ impl RingTable {
             }
             self.closing.remove(&key);
             forget(last.sock);
+        }
+        self.current()
+    }
+
+    /// Adds the sockets the iterator never found: opened and closed between two of its reads
+    /// (a reader that lives less than a sample, or a sample that came late), known only by
+    /// their records at close. `closed` is every socket whose close was read (its ring_reads
+    /// entry, by `struct sock *`), read after this sample's `update`: those the table knows are
+    /// left to it. An unknown one counts from its start, as a socket found after attach does:
+    /// its owner's reads and its counters at close. At the first sample (attach), an unknown
+    /// one may have counted frames before attach: it is let go uncounted. `forget(sock)` lets
+    /// go of each one taken. A socket closed at one descriptor and still open at another
+    /// (dup) after this sample's iterator read is taken as closed here.
+    pub fn take_unseen(
+        &mut self,
+        closed: &[(u64, sp_ring_reads)],
+        mut forget: impl FnMut(u64),
+    ) -> Vec<PacketRing> {
+        let at_attach = !std::mem::replace(&mut self.took_unseen, true);
+        for (sock, e) in closed.iter().filter(|(_, e)| e.closed != 0) {
+            let key = (e.closed_tgid, e.ino);
+            let known = self.rings.contains_key(&key)
+                || self
+                    .rings
+                    .values()
+                    .any(|(ring, last)| last.sock == *sock && ring.inode == e.ino);
+            if known {
+                continue;
+            }
+            if !at_attach {
+                let mut ring = PacketRing::new(e.closed_tgid, e.closed_fd, e.ino);
+                let mut last = Last {
+                    sock: *sock,
+                    ..Last::default()
+                };
+                ring.take(&mut last, Last::at_close(*sock, e), e.reads);
+                ring.read = e.recv_read != 0;
+                ring.sent = e.sent != 0;
+                ring.open = false;
+                ring.set_shape_at_close(e);
+                self.rings.insert(key, (ring, last));
+            }
+            forget(*sock);
         }
         self.current()
     }
@@ -730,6 +784,72 @@ mod tests {
         t.update(&[rec(7, 100, 0, 0)], |_| None, |_| ());
         let rings = t.update(&[], |_| Some(sums(0, 0, 0, None)), |_| ());
         assert_eq!(rings[0].kind, RingKind::TpacketV2);
+    }
+
+    #[test]
+    fn a_socket_opened_and_closed_between_two_samples_counts_from_its_record_at_close() {
+        // The 6.12 guest's run: the reader's socket lived 3.57 s between two samples 6.8 s
+        // apart, so the iterator never found it. Its 175 reads returned 400 frames queued and
+        // 3,500 dropped; 53 and 55 more came before it closed, with its 8-frame TPACKET_V2 ring.
+        let mut t = RingTable::default();
+        t.update(&[], |_| None, |_| ());
+        assert!(t.take_unseen(&[], |_| panic!("nothing to forget")).is_empty());
+        let at_close = sp_ring_reads {
+            closed_rx_ring: 1,
+            closed_version: 1,
+            closed_frame_nr: 8,
+            closed_frame_size: 2048,
+            closed_block_size: 4096,
+            closed_block_nr: 4,
+            closed_tgid: 7,
+            closed_fd: 5,
+            recv_read: 0,
+            ..sums(400, 3500, 175, Some((53, 55)))
+        };
+        let sock = 0xffff_0000 + 100;
+        t.update(
+            &[],
+            |_| panic!("no socket was seen"),
+            |_| panic!("no socket was seen"),
+        );
+        let mut forgot = Vec::new();
+        let rings = t.take_unseen(&[(sock, at_close)], |s| forgot.push(s));
+        assert_eq!(forgot, vec![sock]);
+        assert_eq!(rings.len(), 1, "{rings:?}");
+        let r = &rings[0];
+        assert_eq!((r.pid, r.fd, r.inode, r.open), (7, 5, 100, false));
+        assert_eq!(
+            (r.queued, r.dropped, r.owner_reads, r.clears),
+            (453, 3555, 175, 0)
+        );
+        assert_eq!((r.kind, r.frames, r.ring_bytes), (RingKind::TpacketV2, 8, 16384));
+        // Known from then on: not taken twice, and the table's own sockets are left to it.
+        t.update(&[rec(7, 101, 10, 1)], |_| None, |_| ());
+        let seen = sp_ring_reads {
+            ino: 101,
+            closed_tgid: 7,
+            ..sums(0, 0, 0, Some((10, 1)))
+        };
+        let rings = t.take_unseen(&[(sock, at_close), (0xffff_0000 + 101, seen)], |_| {
+            panic!("a known socket is left to update")
+        });
+        assert_eq!(rings.len(), 2);
+        assert_eq!(rings.iter().map(|r| r.queued).sum::<u64>(), 453 + 10);
+    }
+
+    #[test]
+    fn at_attach_an_unseen_closed_socket_is_let_go_uncounted() {
+        // Closed before the first sample: its counters at close may hold frames from before
+        // attach, so it is not counted, and its entry goes.
+        let mut t = RingTable::default();
+        t.update(&[], |_| None, |_| ());
+        let e = sp_ring_reads {
+            closed_tgid: 7,
+            ..sums(0, 0, 0, Some((900, 4)))
+        };
+        let mut forgot = Vec::new();
+        assert!(t.take_unseen(&[(1, e)], |s| forgot.push(s)).is_empty());
+        assert_eq!(forgot, vec![1]);
     }
 
     #[test]

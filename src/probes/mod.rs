@@ -444,7 +444,7 @@ const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 // sp_ring: two u64, twelve u32, two u64 (the owner's reads), eight u32.
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
 // sp_ring_reads: three u64, ten u32.
-const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 16 * 4);
+const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 18 * 4);
 const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
 
 /// Times a read of the packet-socket iterator is taken again when a record says a family
@@ -965,6 +965,22 @@ impl ProbeSet {
             .ok()
             .flatten()
             .and_then(|v| read_pod::<sp_ring_reads>(&v))
+    }
+
+    /// Every socket's entry whose close has been read (`closed` != 0), with its `struct sock *`:
+    /// among them the sockets the rings iterator never saw, opened and closed between two
+    /// samples. An entry the map drops while it is walked is left out.
+    pub fn closed_ring_reads(&self) -> Vec<(u64, sp_ring_reads)> {
+        let map = &self.objects.family.maps.ring_reads;
+        map.keys()
+            .filter_map(|k| {
+                let sock = u64::from_ne_bytes(k.as_slice().try_into().ok()?);
+                let v = map.lookup(&k, MapFlags::ANY).ok().flatten()?;
+                read_pod::<sp_ring_reads>(&v)
+                    .filter(|e| e.closed != 0)
+                    .map(|e| (sock, e))
+            })
+            .collect()
     }
 
     /// Forgets a closed socket's PACKET_STATISTICS sums (after `ring_reads` took the last).
