@@ -31,8 +31,12 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// with margin, and still fails an unscaled count (10% of the truth) or a double-scaled one.
 const STEADY_TOLERANCE: f64 = 0.15;
 
-/// Probes of the run behind a tbf that may go unseen at the far side in exact mode too.
-const EDGE_SLACK: u64 = 5;
+/// Of the datagrams the kernel counts at the closed port (`Udp: NoPorts`), those its kfree_skb
+/// tracepoint may deliver to no per-event consumer, behind a tbf that holds a queue: 0 to 6 of
+/// 12,000 seen on a 6.18 VM, with or without scanprof loaded (tests/common/perf_record.rs).
+/// A bound on the kernel, which scanprof cannot count past; scanprof's own count is held
+/// exactly against perf's record of the same events.
+const DELIVERY_GAP: u64 = 12;
 
 fn stage(counts: &[(StageName, u64)], name: StageName) -> u64 {
     counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c)
@@ -230,9 +234,14 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
     let script = format!("{} 1>&2; sleep 1", sh_join(&sender));
     let family = ["sh".to_string(), "-c".into(), script];
     args.extend(in_netns(&lab.lab.sender_ns, &family));
+    let record = common::perf_record::KfreeSkbRecord::start("NO_SOCKET");
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    let recorded = record.stop();
     run.assert_success();
     let root = lab.drained_root_qdisc();
+    let no_ports = scanprof::lab::truth::snmp(&lab.lab.target_ns)
+        .and_then(|t| scanprof::lab::truth::snmp_counter(&t, "Udp", "NoPorts"))
+        .expect("the target's Udp NoPorts");
     let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
     let s = run.summary();
     let ctx = run.context();
@@ -251,9 +260,14 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         .filter(|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated))
         .collect();
     let misread: u64 = misread_rows.iter().map(|d| d.count).sum();
+    let no_socket_elsewhere = sum(&|d| {
+        d.reason == "NO_SOCKET"
+            && !(lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected)
+    });
     eprintln!(
         "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
-         other rows in the lab {misread}; requeues {}",
+         other rows in the lab {misread}; requeues {}; target's Udp NoPorts {no_ports}, perf record's \
+         NO_SOCKET {recorded} (scanprof's elsewhere {no_socket_elsewhere})",
         root.drops, root.requeues
     );
     assert_eq!(
@@ -261,15 +275,25 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         "the family's packets read as somebody else's in the lab: {misread_rows:#?}\n{ctx}"
     );
     assert_eq!(qdisc, root.drops, "the qdisc's drops as tc counts them\n{ctx}");
-    // Exact mode misses a few here too (seen: 0 and 2 of 12,000 in two runs, 3 with sampling:
-    // never a row of the lab's, not looked into yet); a stale note's headers would misread a
-    // packet at every window's edge, ~14 windows here, and a windowed net_dev_start_xmit nine
-    // in ten.
-    let accounted = expected + qdisc;
+    // The kernel's own counters: every probe was dropped at the qdisc or met the closed port.
+    assert_eq!(
+        no_ports + root.drops,
+        sent,
+        "the kernel's counters of the lab\n{ctx}"
+    );
+    // Every closed-port drop the tracepoint delivered is counted, in the target's expected row
+    // (a stale note's headers would misread a packet at every window's edge, ~14 windows here,
+    // and a windowed net_dev_start_xmit nine in ten). perf recorded the whole host: its count
+    // is the lab's and any other NO_SOCKET scanprof counted.
+    assert_eq!(
+        expected + no_socket_elsewhere,
+        recorded,
+        "closed-port drops: scanprof's at the target {expected} and elsewhere {no_socket_elsewhere}, \
+         perf record's {recorded}\n{ctx}"
+    );
     assert!(
-        accounted <= sent && sent - accounted <= EDGE_SLACK,
-        "every probe is the family's, dropped at the qdisc or expected at the closed port: \
-         {accounted} of {sent}\n{ctx}"
+        recorded <= no_ports && no_ports - recorded <= DELIVERY_GAP,
+        "the kfree_skb tracepoint delivered {recorded} of the target's {no_ports} closed-port drops\n{ctx}"
     );
     test.assert_released("the sampled run behind a tbf");
     lab.destroy();
