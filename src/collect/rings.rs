@@ -756,6 +756,19 @@ mod tests {
         assert_eq!((rings[0].queued, rings[0].dropped, rings[0].clears), (10, 1, 1));
     }
 
+    /// A close record `e` of a socket that had an 8-frame TPACKET_V2 ring (4 blocks of 4 KiB).
+    fn with_v2_ring(e: sp_ring_reads) -> sp_ring_reads {
+        sp_ring_reads {
+            closed_rx_ring: 1,
+            closed_version: 1,
+            closed_frame_nr: 8,
+            closed_frame_size: 2048,
+            closed_block_size: 4096,
+            closed_block_nr: 4,
+            ..e
+        }
+    }
+
     #[test]
     fn a_socket_first_seen_before_its_ring_was_set_up_takes_its_ring_at_close() {
         // Seen at attach as a plain receive queue nobody reads: its owner had not yet set up
@@ -766,15 +779,7 @@ mod tests {
         bare.frame_nr = 0;
         let rings = t.update(&[bare], |_| None, |_| ());
         assert_eq!(rings[0].kind, RingKind::Queue);
-        let at_close = sp_ring_reads {
-            closed_rx_ring: 1,
-            closed_version: 1,
-            closed_frame_nr: 8,
-            closed_frame_size: 2048,
-            closed_block_size: 4096,
-            closed_block_nr: 4,
-            ..sums(0, 0, 0, Some((462, 3545)))
-        };
+        let at_close = with_v2_ring(sums(0, 0, 0, Some((462, 3545))));
         let rings = t.update(&[], |_| Some(at_close), |_| ());
         let r = &rings[0];
         assert_eq!((r.queued, r.dropped, r.open), (462, 3545, false));
@@ -795,16 +800,9 @@ mod tests {
         t.update(&[], |_| None, |_| ());
         assert!(t.take_unseen(&[], |_| panic!("nothing to forget")).is_empty());
         let at_close = sp_ring_reads {
-            closed_rx_ring: 1,
-            closed_version: 1,
-            closed_frame_nr: 8,
-            closed_frame_size: 2048,
-            closed_block_size: 4096,
-            closed_block_nr: 4,
             closed_tgid: 7,
             closed_fd: 5,
-            recv_read: 0,
-            ..sums(400, 3500, 175, Some((53, 55)))
+            ..with_v2_ring(sums(400, 3500, 175, Some((53, 55))))
         };
         let sock = 0xffff_0000 + 100;
         t.update(
