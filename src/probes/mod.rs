@@ -443,7 +443,7 @@ const _: () = assert!(size_of::<sp_dev_name>() == 2 * 16);
 const _: () = assert!(sp_health::SP_H_MAX.0 as usize == HEALTH_SLOTS);
 // sp_ring: two u64, twelve u32, two u64 (the owner's reads), eight u32.
 const _: () = assert!(size_of::<sp_ring>() == 2 * 8 + 12 * 4 + 2 * 8 + 8 * 4);
-// sp_ring_reads: three u64, ten u32.
+// sp_ring_reads: three u64, eighteen u32.
 const _: () = assert!(size_of::<sp_ring_reads>() == 3 * 8 + 18 * 4);
 const _: () = assert!(sp_reply_kind::SP_RK_MAX.0 as usize == REPLY_KINDS);
 

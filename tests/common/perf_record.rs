@@ -101,6 +101,13 @@ impl KfreeSkbRecord {
                 .arg(&data)
                 .output()
                 .unwrap_or_else(|e| panic!("cannot run perf {args:?}: {e}"));
+            assert!(
+                out.status.success(),
+                "perf {args:?} -i {data:?} failed ({}): {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                done.context()
+            );
             String::from_utf8_lossy(&out.stdout).into_owned()
         };
         let stats = run(&["report", "--stats"]);
