@@ -68,6 +68,10 @@ pub struct RingView {
     /// whether a socket filter decides which frames it takes
     #[serde(default)]
     pub filtered: bool,
+    /// whether the sockets' iterator found it open: false for one known only by its record at
+    /// close (opened and closed between two samples), whose device and SO_RCVBUF were not read
+    #[serde(default = "crate::collect::rings::seen_before_recorded")]
+    pub seen_open: bool,
 }
 
 #[cfg(test)]
@@ -97,6 +101,7 @@ impl RingView {
             outgoing_total: 0,
             sees_outgoing: false,
             filtered: false,
+            seen_open: true,
         }
     }
 }
@@ -171,6 +176,7 @@ pub fn ring_views(now: &CounterSample, prev: Option<&CounterSample>) -> Vec<Ring
                 outgoing_total: r.outgoing,
                 sees_outgoing: r.sees_outgoing,
                 filtered: r.filtered,
+                seen_open: r.seen_open,
             }
         })
         .collect();
@@ -206,6 +212,7 @@ mod tests {
             sent: false,
             netns: 1,
             outgoing: 0,
+            seen_open: true,
         }
     }
 

@@ -106,6 +106,11 @@ pub struct PacketRing {
     /// its network namespace (inode); 0 in bundles from before it was recorded
     #[serde(default)]
     pub netns: u32,
+    /// whether the sockets' iterator found it open: false for one known only by its record at
+    /// close (opened and closed between two samples), whose device (`ifindex`), `rcvbuf` and
+    /// `netns` were not read (0); true in bundles from before this was recorded
+    #[serde(default = "seen_before_recorded")]
+    pub seen_open: bool,
     /// frames sent on its devices while it was open, each of which the kernel copied to it
     /// (PACKET_OUTGOING), since seen: every transmission on the device it is bound to (every
     /// device of its namespace when bound to none), by the device probes, less the family's
@@ -113,6 +118,11 @@ pub struct PacketRing {
     /// `filtered`; per sample, so a socket opened mid-sample is counted from the previous one
     #[serde(default)]
     pub outgoing: u64,
+}
+
+/// Sockets in bundles from before `seen_open` was recorded were all found open by the iterator.
+pub(crate) fn seen_before_recorded() -> bool {
+    true
 }
 
 impl PacketRing {
@@ -141,6 +151,7 @@ impl PacketRing {
             sent: false,
             netns: 0,
             outgoing: 0,
+            seen_open: true,
         }
     }
 
@@ -423,6 +434,7 @@ impl RingTable {
                 ring.read = e.recv_read != 0;
                 ring.sent = e.sent != 0;
                 ring.open = false;
+                ring.seen_open = false;
                 ring.set_shape_at_close(e);
                 self.rings.insert(key, (ring, last));
             }
@@ -815,7 +827,10 @@ mod tests {
         assert_eq!(forgot, vec![sock]);
         assert_eq!(rings.len(), 1, "{rings:?}");
         let r = &rings[0];
-        assert_eq!((r.pid, r.fd, r.inode, r.open), (7, 5, 100, false));
+        assert_eq!(
+            (r.pid, r.fd, r.inode, r.open, r.seen_open),
+            (7, 5, 100, false, false)
+        );
         assert_eq!(
             (r.queued, r.dropped, r.owner_reads, r.clears),
             (453, 3555, 175, 0)

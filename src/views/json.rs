@@ -217,6 +217,7 @@ mod tests {
                 outgoing_total: 1,
                 sees_outgoing: true,
                 filtered: false,
+                seen_open: true,
             }],
             ..Default::default()
         };

@@ -35,6 +35,7 @@ fn ring_figure(n: u64) -> u64 {
 
 fn describe(v: &RingView, role: Option<&str>) -> String {
     let size = match v.kind {
+        RingKind::Queue if !v.seen_open => "receive queue (its SO_RCVBUF not read)".to_string(),
         RingKind::Queue => format!("receive queue of {} bytes (SO_RCVBUF)", v.rcvbuf),
         RingKind::TpacketV3 => format!("{} of {} bytes", v.kind.label(), v.ring_bytes),
         _ => format!(
@@ -59,10 +60,15 @@ fn describe(v: &RingView, role: Option<&str>) -> String {
             if n == 1 { "" } else { "s" }
         ),
     };
+    // A socket known only by its record at close: its device was not read.
+    let bound = if v.seen_open {
+        format!("bound to ifindex {}", v.ifindex)
+    } else {
+        "opened and closed between two samples (its device not read)".to_string()
+    };
     format!(
-        "{who}, fd {}, {size}, bound to ifindex {}: {} frames queued, {} dropped full ({}){copies}{reads}",
+        "{who}, fd {}, {size}, {bound}: {} frames queued, {} dropped full ({}){copies}{reads}",
         v.fd,
-        v.ifindex,
         v.queued,
         v.dropped,
         pct(v.drop_share())
@@ -154,10 +160,18 @@ pub(super) fn ring_full(f: &Facts) -> Option<Verdict> {
     let second = (arrived_pps * frame_bytes as f64).ceil() as u64;
     let capped = held < second && need > second;
     let figure = ring_figure(if capped { second } else { need });
-    let lost = format!(
-        "pid {}'s socket held {held} bytes; its {} dropped frames take ~{lost_bytes} more at ~{frame_bytes} bytes a frame",
-        worst.pid, worst.dropped
-    );
+    let lost = if worst.kind == RingKind::Queue && !worst.seen_open {
+        // its SO_RCVBUF was not read (known only at close): what it held is not known
+        format!(
+            "pid {}'s socket held an unknown number of bytes; its {} dropped frames take ~{lost_bytes} more at ~{frame_bytes} bytes a frame",
+            worst.pid, worst.dropped
+        )
+    } else {
+        format!(
+            "pid {}'s socket held {held} bytes; its {} dropped frames take ~{lost_bytes} more at ~{frame_bytes} bytes a frame",
+            worst.pid, worst.dropped
+        )
+    };
     evidence.push(if capped {
         format!(
             "{lost}, more than a second of what reached it (~{second} bytes at {}, the average {over}): ~{figure} bytes holds that second; a reader behind for longer needs to read faster",
@@ -323,6 +337,43 @@ mod tests {
                 r.sentence
             );
         }
+    }
+
+    #[test]
+    fn a_socket_known_only_at_close_does_not_claim_a_device_or_a_queue_size() {
+        // Opened and closed between two samples: its device and SO_RCVBUF were not read (0).
+        for kind in [RingKind::TpacketV2, RingKind::Queue] {
+            let unseen = RingView {
+                seen_open: false,
+                ifindex: 0,
+                rcvbuf: 0,
+                ..ring(kind, 651, 3370)
+            };
+            let v = run(vec![unseen]);
+            let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+            let all = r.evidence.join("\n");
+            assert!(!all.contains("ifindex"), "{all}");
+            assert!(
+                all.contains("opened and closed between two samples (its device not read)"),
+                "{all}"
+            );
+            if kind == RingKind::Queue {
+                assert!(
+                    !all.contains("of 0 bytes") && !all.contains("held 0 bytes"),
+                    "{all}"
+                );
+                assert!(all.contains("receive queue (its SO_RCVBUF not read)"), "{all}");
+                assert!(all.contains("held an unknown number of bytes"), "{all}");
+            }
+        }
+        // One the iterator saw names its device.
+        let v = run(vec![ring(RingKind::TpacketV2, 651, 3370)]);
+        let r = v.iter().find(|v| v.cause == Cause::RingFull).expect("ring_full");
+        assert!(
+            r.evidence.iter().any(|e| e.contains("bound to ifindex 2")),
+            "{:#?}",
+            r.evidence
+        );
     }
 
     #[test]
