@@ -142,3 +142,52 @@ pub fn thousands(x: f64) -> String {
         out
     }
 }
+
+/// Empty BPF programs held attached to some hooks by scripts/hold-empty-hooks while this lives:
+/// what those hooks cost a packet before any program body runs (the floor of a mode that uses
+/// them). Dropping it ends the holder by its pid, which detaches them.
+pub struct EmptyHooks {
+    holder: Proc,
+}
+
+impl EmptyHooks {
+    /// Attaches empty programs to `sections` (libbpf section names, as
+    /// scanprof::probes::hook_sections gives them) and returns once every one is attached.
+    pub fn attach(sections: &[String]) -> EmptyHooks {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hold-empty-hooks");
+        let mut cmd = Command::new(script);
+        cmd.args(sections)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut holder = Proc::spawn(cmd, "hold-empty-hooks", Signal::SIGTERM);
+        let stdout = holder.child.stdout.take().expect("piped stdout");
+        let stderr = drain(holder.child.stderr.take().expect("piped stderr"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+                if line.trim() == "attached" {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            check_interrupted();
+            if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+                return EmptyHooks { holder };
+            }
+            let exited = holder.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                holder.signal(Signal::SIGTERM);
+                let _ = holder.wait(Duration::from_secs(10));
+                panic!(
+                    "empty programs on {} hooks did not attach ({}): {}",
+                    sections.len(),
+                    exited.map_or("timed out".to_string(), |s| s.to_string()),
+                    stderr.join().unwrap_or_default()
+                );
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod device_stages;
 pub mod exec_watch;
+mod hooks;
 mod kernel;
 mod sizing;
 mod stats;
@@ -26,6 +27,7 @@ use crate::system::startup::mark as timing;
 pub use device_stages::DeviceStages;
 /// The family's refused datagrams (drops.bpf.c's on_udp_fail; probes/include/wire.h).
 pub use drops_skel::types::{sp_udp_refusal, sp_udp_refused, sp_udp_refused_key};
+pub use hooks::hook_sections;
 pub use kernel::{KernelFeatures, SYSCALL_TRACEPOINTS, TRACEPOINTS};
 pub use sizing::{
     describe as describe_map_memory, MapMemory, MapSizes, DEFAULT_SIZES, MAX_MAP_ENTRIES, MEMORY_BUDGET,

@@ -108,6 +108,13 @@ pub(super) const EXIT_CALLS: [&str; 15] = [
     "close_range",
 ];
 
+/// Every per-syscall tracepoint on_sys_enter and on_sys_exit are attached to (their sections'
+/// own and `rest`), e.g. `sys_enter_sendto`.
+pub(super) fn per_call_tracepoints() -> impl Iterator<Item = String> {
+    let enters = ENTER_CALLS.iter().map(|c| format!("sys_enter_{c}"));
+    enters.chain(EXIT_CALLS.iter().map(|c| format!("sys_exit_{c}")))
+}
+
 /// The per-syscall programs' other tracepoints: `(program, tracepoint)` for every call in
 /// ENTER_CALLS and EXIT_CALLS but the one the program's section names.
 fn rest(section_enter: &str, section_exit: &str) -> Vec<(&'static str, String)> {
