@@ -9,10 +9,12 @@ use super::{device_stages, syscall_hooks, DeviceStages, ObjectSpec, Role, Syscal
 
 /// The tracepoints a run attaches to under `hooks` and `stages`, as libbpf section names
 /// (`tp_btf/NAME`, `tp/syscalls/NAME`), each once, sorted. The programs a kernel picks among
-/// (two `sched_switch` programs, three `kfree_skb` ones) share a hook, so the list does not
-/// depend on the kernel. Under `--device-stages sampled` the windowed device programs' hooks are
-/// left out: they are attached only a tenth of each tick. Uprobes (one set per scanner profile),
-/// the rings iterator (run from user space) and `scanprof agent`'s object are not listed.
+/// (two `sched_switch` programs, three `kfree_skb` ones) share a hook. The list is the build's:
+/// a kernel without one of these tracepoints (an older one may lack some) runs no program
+/// there, and empty programs cannot be attached there either. Under `--device-stages sampled`
+/// the windowed device programs' hooks are left out: they are attached only a tenth of each
+/// tick. Uprobes (one set per scanner profile), the rings iterator (run from user space) and
+/// `scanprof agent`'s object are not listed.
 pub fn hook_sections(hooks: SyscallHooks, stages: DeviceStages) -> Vec<String> {
     let mut out = BTreeSet::new();
     for spec in OBJECTS.iter().filter(|o| !matches!(o.role, Role::Agent)) {
