@@ -137,6 +137,10 @@ static __always_inline __u32 sent_class(struct sk_buff *skb, __u32 reason, __u32
 		*tgid = owner;
 		return SP_CLASS_REPLY_SIDE;
 	}
+	/* Another sender's packet to the family's destination, or the family's own whose
+	 * net_dev_start_xmit run the kernel did not deliver (so it was never marked): counted as
+	 * unrelated, and said (health) */
+	health_inc(SP_H_UNMATCHED);
 	return SP_CLASS_UNRELATED;
 }
 
@@ -293,6 +297,8 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 	int fresh;
 	__u64 *n;
 
+	/* every run, for the check against perf's count of the tracepoint's hits */
+	health_inc(SP_H_DROP_RUNS);
 	k.class = classify(skb, rx_sk, reason, k.netns, k.ifindex, &k.tgid);
 	/* A packet that came in, purged unread from a queue: in a family socket's (it owns the
 	 * skb), or a reply to the family (found by source; UDP's queue keeps no owner). Delivered,

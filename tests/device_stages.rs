@@ -31,12 +31,12 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// with margin, and still fails an unscaled count (10% of the truth) or a double-scaled one.
 const STEADY_TOLERANCE: f64 = 0.15;
 
-/// Of the datagrams the kernel counts at the closed port (`Udp: NoPorts`), those its kfree_skb
-/// tracepoint may deliver to no per-event consumer, behind a tbf that holds a queue: 0 to 6 of
-/// 12,000 seen on a 6.18 VM, with or without scanprof loaded (tests/common/perf_record.rs).
-/// A bound on the kernel, which scanprof cannot count past; scanprof's own count is held
-/// exactly against perf's record of the same events.
-const DELIVERY_GAP: u64 = 12;
+/// Family packets a run behind a tbf may show as unrelated because the kernel skipped
+/// net_dev_start_xmit's program for them (never marked, so they match no packet the family sent):
+/// 0 to 6 of 12,000 seen on a 6.18 VM. scanprof counts and says them (`unmatched_on_path`); the
+/// bound catches a marking defect, such as a stale note taken at every window's edge (~14 windows
+/// here, each misreading a packet).
+const UNMATCHED_BOUND: u64 = 12;
 
 fn stage(counts: &[(StageName, u64)], name: StageName) -> u64 {
     counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c)
@@ -234,9 +234,7 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
     let script = format!("{} 1>&2; sleep 1", sh_join(&sender));
     let family = ["sh".to_string(), "-c".into(), script];
     args.extend(in_netns(&lab.lab.sender_ns, &family));
-    let record = common::perf_record::KfreeSkbRecord::start("NO_SOCKET");
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
-    let recorded = record.stop();
     run.assert_success();
     let root = lab.drained_root_qdisc();
     let no_ports = scanprof::lab::truth::snmp(&lab.lab.target_ns)
@@ -264,15 +262,31 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         d.reason == "NO_SOCKET"
             && !(lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected)
     });
+    let h = &s.health;
+    let (hits, undelivered) = (
+        h.drop_hits
+            .expect("perf's count of kfree_skb (root may always open it)"),
+        h.drops_undelivered.expect("the drops the kernel did not deliver"),
+    );
     eprintln!(
         "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
-         other rows in the lab {misread}; requeues {}; target's Udp NoPorts {no_ports}, perf record's \
-         NO_SOCKET {recorded} (scanprof's elsewhere {no_socket_elsewhere})",
-        root.drops, root.requeues
+         other rows in the lab {misread}, unmatched on the family's path {}; requeues {}; target's \
+         Udp NoPorts {no_ports}; kfree_skb hits {hits}, program runs {}, undelivered {undelivered} \
+         (scanprof's NO_SOCKET elsewhere {no_socket_elsewhere})",
+        root.drops, h.unmatched_on_path, root.requeues, h.drop_runs
     );
+    // A family packet shown as somebody else's is one scanprof could not match to a packet the
+    // family sent, and it says how many (a packet whose net_dev_start_xmit run the kernel
+    // skipped was never marked): every such row is declared, and there are few.
     assert_eq!(
-        misread, 0,
-        "the family's packets read as somebody else's in the lab: {misread_rows:#?}\n{ctx}"
+        misread, h.unmatched_on_path,
+        "the family's packets read as somebody else's in the lab, against those scanprof declared \
+         unmatched: {misread_rows:#?}\n{ctx}"
+    );
+    assert!(
+        h.unmatched_on_path <= UNMATCHED_BOUND,
+        "{} packets on the family's path matched none it sent\n{ctx}",
+        h.unmatched_on_path
     );
     assert_eq!(qdisc, root.drops, "the qdisc's drops as tc counts them\n{ctx}");
     // The kernel's own counters: every probe was dropped at the qdisc or met the closed port.
@@ -281,21 +295,22 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         sent,
         "the kernel's counters of the lab\n{ctx}"
     );
-    // Every closed-port drop the tracepoint delivered is counted, in the target's expected row
-    // (a stale note's headers would misread a packet at every window's edge, ~14 windows here,
-    // and a windowed net_dev_start_xmit nine in ten). perf recorded the whole host: its count
-    // is the lab's and any other NO_SOCKET scanprof counted.
-    assert_eq!(
-        expected + no_socket_elsewhere,
-        recorded,
-        "closed-port drops: scanprof's at the target {expected} and elsewhere {no_socket_elsewhere}, \
-         perf record's {recorded}\n{ctx}"
-    );
-    // What the tracepoint delivered at the target (perf's record less the host's other
-    // closed-port drops, which the assertion above made `expected`) against the kernel's count.
+    // Every closed-port drop at the target is in the expected row, or among the unmatched, or
+    // among the drops the kernel did not give scanprof's program, which perf's count of the
+    // tracepoint shows (a stale note's headers would misread a packet at every window's edge, and
+    // a windowed net_dev_start_xmit nine in ten).
+    let missing = no_ports
+        .checked_sub(expected + misread)
+        .unwrap_or_else(|| panic!("more closed-port drops than the target's NoPorts {no_ports}\n{ctx}"));
     assert!(
-        expected <= no_ports && no_ports - expected <= DELIVERY_GAP,
-        "the kfree_skb tracepoint delivered {expected} of the target's {no_ports} closed-port drops\n{ctx}"
+        missing <= undelivered,
+        "{missing} of the target's {no_ports} closed-port drops are in no row, and scanprof says \
+         {undelivered} were not delivered\n{ctx}"
+    );
+    // The undelivered figure is perf's count less the program's runs, never more than the hits.
+    assert!(
+        undelivered <= hits && h.drop_runs >= hits - undelivered,
+        "{h:?}\n{ctx}"
     );
     test.assert_released("the sampled run behind a tbf");
     lab.destroy();

@@ -374,6 +374,10 @@ enum sp_health {
 	SP_H_THREADS_FULL = 3,	/* family threads that could not be tracked */
 	SP_H_SITES_FULL = 4,
 	SP_H_EVENTS = 5,	/* tracepoint hits that did work for scanprof */
+	SP_H_DROP_RUNS = 6,	/* runs of the kfree_skb program (checked against perf's count of
+				 * the tracepoint's hits) */
+	SP_H_UNMATCHED = 7,	/* socket-less packets on the family's path, to a destination of
+				 * its, that matched no packet it sent: counted as unrelated */
 	SP_H_MAX = 8,
 };
 

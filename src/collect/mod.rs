@@ -400,9 +400,50 @@ pub struct Health {
     pub block_sites_uncounted: u64,
     /// tracepoint hits that did work for scanprof
     pub probe_hits: u64,
+    /// runs of the drop program (kfree_skb)
+    #[serde(default)]
+    pub drop_runs: u64,
+    /// at least this many kfree_skb hits (perf's count of the tracepoint, since scanprof opened
+    /// it) were never given to the drop program: drops missing from the drop rows. None when
+    /// perf could not count the tracepoint (and in bundles older than the field)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drops_undelivered: Option<u64>,
+    /// the tracepoint's hits perf counted, over the same span as `drops_undelivered`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_hits: Option<u64>,
+    /// socket-less drops on the family's path, to one of its destinations, that matched no
+    /// packet it sent: in the unrelated rows (another sender's, or the family's own whose
+    /// net_dev_start_xmit run the kernel did not deliver)
+    #[serde(default)]
+    pub unmatched_on_path: u64,
 }
 
 impl Health {
+    /// What the drop rows leave out because the kernel did not run the drop program, or because
+    /// a packet could not be told the family's: one line each, when there is any.
+    pub fn delivery_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let (Some(n), Some(hits)) = (self.drops_undelivered, self.drop_hits) {
+            if n > 0 {
+                out.push(format!(
+                    "{n} kernel drops are missing from the drop rows: perf counted {hits} hits of \
+                     the kfree_skb tracepoint, and the kernel ran scanprof's drop program for {} of \
+                     them (it skipped the rest and counted no miss)",
+                    hits.saturating_sub(n)
+                ));
+            }
+        }
+        if self.unmatched_on_path > 0 {
+            out.push(format!(
+                "{} socket-less drops on the family's path, to its destinations, matched no packet \
+                 it sent and are counted as unrelated: another sender's packets, or the family's \
+                 own whose net_dev_start_xmit run the kernel skipped (so they were never marked)",
+                self.unmatched_on_path
+            ));
+        }
+        out
+    }
+
     /// What the run misses because a map filled, one line per full map, each naming the flag
     /// that raises it. `capacity` gives a map's entries (None if unknown).
     pub fn full_map_warnings(&self, capacity: impl Fn(&str) -> Option<u32>) -> Vec<String> {
@@ -633,6 +674,9 @@ pub struct Collector {
     open_files: std::cell::RefCell<BTreeMap<u32, u64>>,
     /// the device-stage windows (`--device-stages sampled`); None when the stages are exact
     device_windows: Option<device_window::DeviceWindows>,
+    /// perf's count of kfree_skb hits, and the drop program's runs when it was opened: the
+    /// drops the kernel did not give the program (Health::drops_undelivered); Err: why not
+    drop_hits: Result<(crate::system::perf_counter::TracepointHits, u64), String>,
 }
 
 impl Collector {
@@ -664,7 +708,13 @@ impl Collector {
             wall_offset_ns: crate::system::realtime_offset_ns(),
             rx_sk: true,
             device_windows: None,
+            drop_hits: Err(String::new()),
         };
+        // The program's runs are read before perf starts counting, and perf's count before the
+        // runs at each sample: hits minus runs is then at most what the kernel skipped.
+        let runs0 = collector.probes.health()[sp_health::SP_H_DROP_RUNS.0 as usize];
+        collector.drop_hits =
+            crate::system::perf_counter::TracepointHits::open("skb", "kfree_skb").map(|hits| (hits, runs0));
         if collector.probes.device_stages() == crate::probes::DeviceStages::Sampled {
             collector.device_windows =
                 Some(device_window::DeviceWindows::new(device_window::DIVISOR, now_ns));
@@ -722,6 +772,14 @@ impl Collector {
             return Vec::new();
         }
         health.full_map_warnings(|name| self.map_capacity(name))
+    }
+
+    /// Whether the drop rows are checked against perf's count of kfree_skb: None when they are,
+    /// else a line saying why not.
+    pub fn drop_check_warning(&self) -> Option<String> {
+        self.drop_hits.as_ref().err().map(|e| {
+            format!("the drop rows are not checked against the kernel's count of kfree_skb hits ({e})")
+        })
     }
 
     /// Whether the kernel's kfree_skb names the receiving socket (KernelFeatures::kfree_skb_rx_sk).
@@ -981,7 +1039,17 @@ impl Collector {
             .probes
             .reply_counts()
             .map(|k| replies::ReplyCounts::from_kinds(&k));
-        let health = health_of(&self.probes.health());
+        let hits = self
+            .drop_hits
+            .as_ref()
+            .ok()
+            .and_then(|(h, runs0)| Some((h.read().ok()?, *runs0)));
+        let mut health = health_of(&self.probes.health());
+        if let Some((hits, runs0)) = hits {
+            let runs = health.drop_runs.saturating_sub(runs0);
+            health.drop_hits = Some(hits);
+            health.drops_undelivered = Some(hits.saturating_sub(runs));
+        }
         let (mut threads, open) = self.read_threads(raw_threads, now_ns);
         let names = self.probes.device_names();
         let drops = self.drop_counts(raw_drops, &names);
@@ -1396,6 +1464,10 @@ fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
         threads_untracked: h[sp_health::SP_H_THREADS_FULL.0 as usize],
         block_sites_uncounted: h[sp_health::SP_H_SITES_FULL.0 as usize],
         probe_hits: h[sp_health::SP_H_EVENTS.0 as usize],
+        drop_runs: h[sp_health::SP_H_DROP_RUNS.0 as usize],
+        drops_undelivered: None,
+        drop_hits: None,
+        unmatched_on_path: h[sp_health::SP_H_UNMATCHED.0 as usize],
     }
 }
 
@@ -1491,6 +1563,41 @@ mod sample_tests {
         assert_eq!(got.threads_untracked, slot(sp_health::SP_H_THREADS_FULL));
         assert_eq!(got.block_sites_uncounted, slot(sp_health::SP_H_SITES_FULL));
         assert_eq!(got.probe_hits, slot(sp_health::SP_H_EVENTS));
+        assert_eq!(got.drop_runs, slot(sp_health::SP_H_DROP_RUNS));
+        assert_eq!(got.unmatched_on_path, slot(sp_health::SP_H_UNMATCHED));
+        assert_eq!((got.drop_hits, got.drops_undelivered), (None, None));
+    }
+
+    /// The drops the kernel did not give the program, and the packets on the family's path
+    /// that matched none it sent, each get a line with their figures; none without them.
+    #[test]
+    fn delivery_warnings_say_what_the_drop_rows_leave_out() {
+        assert!(Health::default().delivery_warnings().is_empty());
+        let checked = Health {
+            drop_hits: Some(12_013),
+            drops_undelivered: Some(0),
+            ..Health::default()
+        };
+        assert!(checked.delivery_warnings().is_empty());
+        let h = Health {
+            drop_hits: Some(12_013),
+            drops_undelivered: Some(37),
+            unmatched_on_path: 4,
+            ..Health::default()
+        };
+        let w = h.delivery_warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("37 kernel drops are missing"), "{}", w[0]);
+        assert!(
+            w[0].contains("perf counted 12013 hits") && w[0].contains("for 11976 of"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].starts_with("4 socket-less drops on the family's path"),
+            "{}",
+            w[1]
+        );
     }
 
     /// A device row and a queue take the device's recorded name (`if<N>` without one), and the

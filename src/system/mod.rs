@@ -7,6 +7,7 @@ pub mod conntrack;
 pub mod cpu_limits;
 pub mod machine;
 pub mod netstat;
+pub mod perf_counter;
 pub mod privileges;
 pub mod tsc_freq;
 pub mod user_files;

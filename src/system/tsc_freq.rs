@@ -2,29 +2,12 @@
 //! that the machine facts (`machine.rs`) report and the reference sender's `tsc` pacer
 //! (`senders::tsc`) uses. Kept here, below both, so that neither imports the other.
 
-/// The first bytes of `struct perf_event_attr` (PERF_ATTR_SIZE_VER0, 64 bytes): all the
-/// kernel needs for a software event.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    /// disabled, inherit, pinned, exclusive, exclude_user, exclude_kernel, exclude_hv, ...
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
+use super::perf_counter::{PerfEventAttr, PERF_FLAG_FD_CLOEXEC};
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_DUMMY: u64 = 9;
 const EXCLUDE_KERNEL: u64 = 1 << 5;
 const EXCLUDE_HV: u64 = 1 << 6;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// Offsets in `struct perf_event_mmap_page` (include/uapi/linux/perf_event.h).
 const PAGE_LOCK: usize = 8;
 const PAGE_CAPABILITIES: usize = 40;
