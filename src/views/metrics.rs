@@ -234,6 +234,7 @@ impl MetricsState {
             ("devices_uncounted", h.devices_uncounted),
             ("threads_untracked", h.threads_untracked),
             ("block_sites_uncounted", h.block_sites_uncounted),
+            ("drops_undelivered", h.drops_undelivered.unwrap_or(0)),
         ] {
             raise(self.lost.entry(what).or_default(), n);
         }
@@ -406,7 +407,7 @@ impl MetricsState {
         let lost = IntCounterVec::new(
             Opts::new(
                 "lost_records_total",
-                "What the probes could not record since attach (a full ring buffer or map): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted.",
+                "What the probes could not record since attach (a full ring buffer or map, or kfree_skb hits the kernel did not give the drop program): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted, drops_undelivered.",
             ),
             &["what"],
         )?;

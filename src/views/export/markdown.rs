@@ -824,6 +824,14 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
             "family threads not tracked (thread map full: `--map-size threads=ENTRIES`)",
             health.threads_untracked,
         ),
+        (
+            "drops the kernel did not give scanprof's drop program (perf's count of kfree_skb less the program's runs)",
+            health.drops_undelivered.unwrap_or(0),
+        ),
+        (
+            "socket-less drops on the family's path matching no packet it sent (in the unrelated rows)",
+            health.unmatched_on_path,
+        ),
     ] {
         if n > 0 {
             let _ = writeln!(o, "- {what}: {n}");
