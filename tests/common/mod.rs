@@ -7,7 +7,6 @@
 
 #![allow(dead_code)]
 
-pub mod perf_record;
 pub mod precision;
 pub mod prometheus;
 pub mod test_lab;
@@ -990,28 +989,6 @@ mod harness {
     use super::Proc;
     use std::process::Command;
     use std::time::Duration;
-
-    /// perf's record of kfree_skb, the closed-port drops' independent count, records from the
-    /// moment `start` returns: 50 datagrams sent to a closed loopback port right after it are
-    /// all in it (other closed-port drops on the host at the same time may add to it).
-    #[test]
-    fn perfs_record_holds_every_closed_port_drop_after_it_started() {
-        // root for perf -a, and no other privileged test's drops beside it
-        let _serial = super::privileged();
-        let port = {
-            let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free loopback port");
-            probe.local_addr().unwrap().port()
-        };
-        let record = super::perf_record::KfreeSkbRecord::start("NO_SOCKET");
-        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("a loopback socket");
-        for _ in 0..50 {
-            // unconnected: the ICMP port unreachable that comes back is not an error here
-            sock.send_to(b"closed", ("127.0.0.1", port))
-                .expect("send to loopback");
-        }
-        let n = record.stop();
-        assert!(n >= 50, "perf recorded {n} closed-port drops of the 50 sent");
-    }
 
     /// A stand-in for bpftrace 0.17 that lost its SIGINT (one that landed between two of its
     /// waits): it ignores SIGINT and, on SIGTERM, prints its map and exits. One SIGINT and a
