@@ -3,8 +3,6 @@
 //! guests of docs/testing.md) a program on `kfree_skb` is not run for a few in ten thousand
 //! hits, and counts no recursion miss for them, while perf's counting mode sees every hit.
 
-use std::fs::File;
-use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 /// The first bytes of `struct perf_event_attr` (PERF_ATTR_SIZE_VER0, 64 bytes): all the
@@ -86,9 +84,14 @@ impl TracepointHits {
     pub fn read(&self) -> std::io::Result<u64> {
         let mut total = 0u64;
         for fd in &self.fds {
-            let mut f = File::from(fd.try_clone()?);
             let mut b = [0u8; 8];
-            f.read_exact(&mut b)?;
+            let n = nix::unistd::read(fd, &mut b).map_err(std::io::Error::from)?;
+            if n != b.len() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("a read of {} gave {n} bytes, not 8", self.name),
+                ));
+            }
             total = total.saturating_add(u64::from_ne_bytes(b));
         }
         Ok(total)
