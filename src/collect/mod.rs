@@ -674,9 +674,28 @@ pub struct Collector {
     open_files: std::cell::RefCell<BTreeMap<u32, u64>>,
     /// the device-stage windows (`--device-stages sampled`); None when the stages are exact
     device_windows: Option<device_window::DeviceWindows>,
-    /// perf's count of kfree_skb hits, and the drop program's runs when it was opened: the
-    /// drops the kernel did not give the program (Health::drops_undelivered); Err: why not
-    drop_hits: Result<(crate::system::perf_counter::TracepointHits, u64), String>,
+    /// the drop rows against perf's count of kfree_skb (Health::drops_undelivered)
+    drop_check: DropCheck,
+}
+
+/// Whether the drop rows are checked against the kernel's count of kfree_skb hits.
+enum DropCheck {
+    /// perf counts the hits since it was opened; `runs0` is the drop program's runs just before
+    Counting {
+        hits: crate::system::perf_counter::TracepointHits,
+        runs0: u64,
+    },
+    /// no drop program is attached: there are no rows to check
+    NoDropProgram,
+    /// perf could not count the tracepoint: why
+    Unavailable(String),
+}
+
+/// Whether one of drops' kfree_skb programs (whichever variant the kernel loads) is attached.
+fn drop_program_attached(status: &[probes::ProbeStatus]) -> bool {
+    status
+        .iter()
+        .any(|p| p.attached && p.name.starts_with("drops.on_kfree_skb"))
 }
 
 impl Collector {
@@ -708,13 +727,19 @@ impl Collector {
             wall_offset_ns: crate::system::realtime_offset_ns(),
             rx_sk: true,
             device_windows: None,
-            drop_hits: Err(String::new()),
+            drop_check: DropCheck::NoDropProgram,
         };
         // The program's runs are read before perf starts counting, and perf's count before the
-        // runs at each sample: hits minus runs is then at most what the kernel skipped.
-        let runs0 = collector.probes.health()[sp_health::SP_H_DROP_RUNS.0 as usize];
-        collector.drop_hits =
-            crate::system::perf_counter::TracepointHits::open("skb", "kfree_skb").map(|hits| (hits, runs0));
+        // runs at each sample: hits minus runs is then at most what the kernel skipped. Without
+        // a drop program every hit would read as skipped, so nothing is counted then.
+        if drop_program_attached(collector.probes.status()) {
+            let runs0 = collector.probes.health()[sp_health::SP_H_DROP_RUNS.0 as usize];
+            collector.drop_check = match crate::system::perf_counter::TracepointHits::open("skb", "kfree_skb")
+            {
+                Ok(hits) => DropCheck::Counting { hits, runs0 },
+                Err(e) => DropCheck::Unavailable(e),
+            };
+        }
         if collector.probes.device_stages() == crate::probes::DeviceStages::Sampled {
             collector.device_windows =
                 Some(device_window::DeviceWindows::new(device_window::DIVISOR, now_ns));
@@ -777,9 +802,12 @@ impl Collector {
     /// Whether the drop rows are checked against perf's count of kfree_skb: None when they are,
     /// else a line saying why not.
     pub fn drop_check_warning(&self) -> Option<String> {
-        self.drop_hits.as_ref().err().map(|e| {
-            format!("the drop rows are not checked against the kernel's count of kfree_skb hits ({e})")
-        })
+        match &self.drop_check {
+            DropCheck::Unavailable(e) => Some(format!(
+                "the drop rows are not checked against the kernel's count of kfree_skb hits ({e})"
+            )),
+            DropCheck::Counting { .. } | DropCheck::NoDropProgram => None,
+        }
     }
 
     /// Whether the kernel's kfree_skb names the receiving socket (KernelFeatures::kfree_skb_rx_sk).
@@ -1039,11 +1067,10 @@ impl Collector {
             .probes
             .reply_counts()
             .map(|k| replies::ReplyCounts::from_kinds(&k));
-        let hits = self
-            .drop_hits
-            .as_ref()
-            .ok()
-            .and_then(|(h, runs0)| Some((h.read().ok()?, *runs0)));
+        let hits = match &self.drop_check {
+            DropCheck::Counting { hits, runs0 } => hits.read().ok().map(|h| (h, *runs0)),
+            DropCheck::NoDropProgram | DropCheck::Unavailable(_) => None,
+        };
         let mut health = health_of(&self.probes.health());
         if let Some((hits, runs0)) = hits {
             let runs = health.drop_runs.saturating_sub(runs0);
@@ -1566,6 +1593,29 @@ mod sample_tests {
         assert_eq!(got.drop_runs, slot(sp_health::SP_H_DROP_RUNS));
         assert_eq!(got.unmatched_on_path, slot(sp_health::SP_H_UNMATCHED));
         assert_eq!((got.drop_hits, got.drops_undelivered), (None, None));
+    }
+
+    /// The drop check runs only beside an attached drop program, whichever variant: without
+    /// one, every kfree_skb hit would read as a drop the kernel skipped.
+    #[test]
+    fn the_drop_check_needs_an_attached_drop_program() {
+        let st = |name: &str, attached: bool| probes::ProbeStatus {
+            name: name.into(),
+            attached,
+            error: None,
+        };
+        assert!(!drop_program_attached(&[]));
+        assert!(!drop_program_attached(&[
+            st("drops.on_kfree_skb", false),
+            st("netdev.on_dev_xmit", true)
+        ]));
+        for variant in [
+            "drops.on_kfree_skb",
+            "drops.on_kfree_skb_norx",
+            "drops.on_kfree_skb_noreason",
+        ] {
+            assert!(drop_program_attached(&[st(variant, true)]), "{variant}");
+        }
     }
 
     /// The drops the kernel did not give the program, and the packets on the family's path
