@@ -35,20 +35,17 @@ impl SyscallHooks {
     }
 }
 
-/// Where the kernel lists its syscall tracepoints (tracefs, or tracefs under debugfs): a
-/// per-syscall tracepoint is attached by the id it has there.
-const TRACEFS_SYSCALLS: [&str; 2] = [
-    "/sys/kernel/tracing/events/syscalls",
-    "/sys/kernel/debug/tracing/events/syscalls",
-];
-
 impl SyscallHooks {
     /// The hooks to load: the ones asked for, or the raw hooks when per-call hooks cannot attach
     /// here (no tracefs), with the status entry that says so.
     pub(super) fn usable(self) -> (SyscallHooks, Option<ProbeStatus>) {
-        let tracefs = TRACEFS_SYSCALLS
-            .iter()
-            .any(|d| std::path::Path::new(d).join("sys_enter_sendto").is_dir());
+        // the kernel lists its syscall tracepoints in tracefs: a per-syscall tracepoint is
+        // attached by the id it has there
+        let tracefs = crate::system::TRACEFS_ROOTS.iter().any(|d| {
+            std::path::Path::new(d)
+                .join("events/syscalls/sys_enter_sendto")
+                .is_dir()
+        });
         match self {
             SyscallHooks::PerCall if !tracefs => (
                 SyscallHooks::All,
@@ -59,7 +56,7 @@ impl SyscallHooks {
                         "no per-syscall tracepoints (tracefs is not mounted at {}): the syscalls are \
                          counted at the raw sys_enter/sys_exit hooks instead, which every syscall \
                          on the machine runs; to avoid that, mount -t tracefs nodev /sys/kernel/tracing",
-                        TRACEFS_SYSCALLS[0].trim_end_matches("/events/syscalls")
+                        crate::system::TRACEFS_ROOTS[0]
                     )),
                 }),
             ),

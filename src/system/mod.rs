@@ -13,6 +13,10 @@ pub mod tsc_freq;
 pub mod user_files;
 pub mod watchdog;
 
+/// Where tracefs is mounted: its own mount point, or under debugfs on older set-ups. The probes
+/// look a tracepoint up there (per-syscall hooks, perf's count of kfree_skb).
+pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns()` reads, so the probes' timestamps,
 /// the collector's ticks, the pacers and the lab receiver all compare directly.
 pub fn monotonic_ns() -> u64 {

@@ -26,9 +26,6 @@ pub(crate) struct PerfEventAttr {
 pub(crate) const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 
-/// Where tracefs may be mounted.
-const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
 /// One counting perf event per online CPU on a tracepoint, counting from `open` until dropped.
 pub struct TracepointHits {
     /// the tracepoint, `category:name`
@@ -75,11 +72,6 @@ impl TracepointHits {
         })
     }
 
-    /// The tracepoint, `category:name`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Hits on all CPUs since `open`.
     pub fn read(&self) -> std::io::Result<u64> {
         let mut total = 0u64;
@@ -101,7 +93,7 @@ impl TracepointHits {
 /// The tracepoint's id, from tracefs.
 fn tracepoint_id(category: &str, name: &str) -> Result<u64, String> {
     let mut last = String::new();
-    for root in TRACEFS {
+    for root in super::TRACEFS_ROOTS {
         let p = format!("{root}/events/{category}/{name}/id");
         match std::fs::read_to_string(&p) {
             Ok(s) => {
