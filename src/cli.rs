@@ -447,7 +447,8 @@ pub struct RunOptions {
     /// tracepoints of the calls scanprof reads: sends, receives, bind, setsockopt, getsockopt,
     /// close, dup; every other syscall on the machine runs no program; needs tracefs; not yet
     /// exact for a family clearing its packet-socket statistics often: docs/benchmarks.md).
-    #[arg(long, value_enum, default_value_t = SyscallHooksArg::All)]
+    /// SCANPROF_SYSCALL_HOOKS sets it when the option is not given.
+    #[arg(long, value_enum, default_value_t = SyscallHooksArg::All, env = "SCANPROF_SYSCALL_HOOKS")]
     pub syscall_hooks: SyscallHooksArg,
     /// How the device stages (dev_queue, qdisc_enqueue, qdisc_dequeue, dev_xmit) are counted:
     /// exact (their programs run for every packet) or sampled (attached only for the first

@@ -176,6 +176,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "When 1: send sends only to loopback and the lab range 10.99.0.0/24, and refuses any other address.",
     ),
     (
+        "SCANPROF_SYSCALL_HOOKS",
+        "all or per-call: run, attach and record's --syscall-hooks when the option is not given.",
+    ),
+    (
         "NO_COLOR",
         "When set and not empty: the live view draws without colour (its lines differ by their markers).",
     ),

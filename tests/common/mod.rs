@@ -691,6 +691,15 @@ pub fn assert_all_probes_attached(started: &Value) {
             && error.contains(" has no ")
             && error.contains(&format!(", so {name} is not loaded; missing without it: "))
     };
+    // Which syscall hooks the run used (SCANPROF_SYSCALL_HOOKS changes the default): in the log
+    // of every privileged test, so a run under the per-call hooks shows that it was one.
+    let syscall_programs: Vec<&str> = probes
+        .iter()
+        .filter(|p| p["attached"] == Value::Bool(true))
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with("send_path.on_sys_") || n.starts_with("send_path.on_raw_"))
+        .collect();
+    eprintln!("syscall programs attached: {}", syscall_programs.join(", "));
     let missing: Vec<String> = probes
         .iter()
         .filter(|p| p["attached"] != Value::Bool(true) && !lacks(p))
