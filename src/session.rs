@@ -1007,7 +1007,7 @@ impl Run {
         self.analyzer.output_readings(readings.try_iter());
         let mut tick_warnings = self.warnings.clone();
         tick_warnings.extend(self.collector.full_map_warnings(&last.health));
-        tick_warnings.extend(last.health.delivery_warnings());
+        tick_warnings.extend(last.health.delivery_warnings(&last.skipped_runs));
         let _ = tx.send(Update::Tick(Box::new(self.analyzer.tick(&last, &tick_warnings))));
         last
     }
@@ -1042,8 +1042,9 @@ impl Run {
         let mut warnings = std::mem::take(&mut self.warnings);
         warnings.extend(lost_records_warning(last.health.lost_events));
         warnings.extend(self.collector.full_map_warnings(&last.health));
-        warnings.extend(last.health.delivery_warnings());
+        warnings.extend(last.health.delivery_warnings(&last.skipped_runs));
         warnings.extend(self.collector.drop_check_warning());
+        warnings.extend(self.collector.skipped_check_warning());
         last.processes = self.collector.processes(&last.threads);
         self.collector.family.unguard();
         let dropped_headers = self.collector.take_dropped_headers();

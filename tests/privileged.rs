@@ -90,6 +90,34 @@ fn assert_sender_process(s: &Summary, pid: u32) -> &scanprof::collect::family::P
     p
 }
 
+/// The runs of scanprof's programs the kernel skipped are counted where the kernel counts them
+/// (recursion_misses, Linux 5.12 and later), with a warning naming the programs when there are
+/// any; an older kernel's summary says it cannot count them.
+fn assert_skipped_runs_are_counted_or_said(s: &Summary) {
+    let counts = kernel_version().is_some_and(|v| v >= (5, 12));
+    let said = |start: &str| s.warnings.iter().any(|w| w.starts_with(start));
+    eprintln!("skipped runs: {:?}", s.health.skipped_runs);
+    match s.health.skipped_runs {
+        Some(n) => {
+            assert!(counts, "a kernel before 5.12 counted {n} skipped runs");
+            assert_eq!(
+                n > 0,
+                said(&format!("the kernel skipped {n} runs")),
+                "{:?}",
+                s.warnings
+            );
+        }
+        None => {
+            assert!(!counts, "the summary has no count of the runs the kernel skipped");
+            assert!(
+                said("this kernel does not count the runs of scanprof's programs it skips"),
+                "{:?}",
+                s.warnings
+            );
+        }
+    }
+}
+
 // 1. ------------------------------------------------------------------------------------------
 
 /// `run` launches the sender: scanprof counts exactly the packets the receiver got, at the
@@ -128,6 +156,7 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
 
     assert_eq!(s.end_reason, EndReason::FamilyExited);
     assert_eq!(s.requested_pps, Some(RATE));
+    assert_skipped_runs_are_counted_or_said(&s);
     // The fixture: the sender sent COUNT and the quiet lab delivered them all.
     assert_eq!((u64_of(&sent, "sent"), u64_of(&sent, "failed")), (count, 0));
     assert_eq!(rx.packets, count, "the lab lost packets: {rx:?}");

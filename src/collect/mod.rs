@@ -416,12 +416,19 @@ pub struct Health {
     /// net_dev_start_xmit run the kernel did not deliver)
     #[serde(default)]
     pub unmatched_on_path: u64,
+    /// runs of scanprof's programs the kernel skipped since attach (their `recursion_misses`:
+    /// the hook fired while a BPF program was already running on that CPU), summed; by program
+    /// in `CounterSample::skipped_runs`. None when the kernel does not count them (before 5.12;
+    /// and in bundles older than the field)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_runs: Option<u64>,
 }
 
 impl Health {
-    /// What the drop rows leave out because the kernel did not run the drop program, or because
+    /// What the counts leave out because the kernel did not run a program (the drop program's
+    /// missing kfree_skb hits; any program's skipped runs, by program in `skipped`), or because
     /// a packet could not be told the family's: one line each, when there is any.
-    pub fn delivery_warnings(&self) -> Vec<String> {
+    pub fn delivery_warnings(&self, skipped: &[SkippedRuns]) -> Vec<String> {
         let mut out = Vec::new();
         if let (Some(n), Some(hits)) = (self.drops_undelivered, self.drop_hits) {
             if n > 0 {
@@ -432,6 +439,14 @@ impl Health {
                     hits.saturating_sub(n)
                 ));
             }
+        }
+        if let Some(n @ 1..) = self.skipped_runs {
+            out.push(format!(
+                "the kernel skipped {n} runs of scanprof's programs (their recursion_misses: the \
+                 hook fired while a BPF program was already running on that CPU): what those runs \
+                 would have counted is missing ({})",
+                skipped_list(skipped)
+            ));
         }
         if self.unmatched_on_path > 0 {
             out.push(format!(
@@ -487,6 +502,30 @@ impl Health {
         })
         .collect()
     }
+}
+
+/// Runs of one of scanprof's programs that the kernel skipped since attach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedRuns {
+    /// object.program, e.g. `send_path.on_sys_exit` (as the probes' status names it)
+    pub program: String,
+    pub runs: u64,
+}
+
+/// "send_path.on_sys_exit 12, drops.on_kfree_skb 3": the programs with the most skipped runs
+/// first, at most four, and how many more.
+fn skipped_list(skipped: &[SkippedRuns]) -> String {
+    let mut by_runs: Vec<&SkippedRuns> = skipped.iter().collect();
+    by_runs.sort_by(|a, b| b.runs.cmp(&a.runs).then_with(|| a.program.cmp(&b.program)));
+    let mut parts: Vec<String> = by_runs
+        .iter()
+        .take(4)
+        .map(|s| format!("{} {}", s.program, s.runs))
+        .collect();
+    if by_runs.len() > 4 {
+        parts.push(format!("{} more programs", by_runs.len() - 4));
+    }
+    parts.join(", ")
 }
 
 /// Everything the probes counted, as of one instant. Counters are cumulative since attach.
@@ -564,6 +603,10 @@ pub struct CounterSample {
     /// when they are exact (and in bundles older than the field)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_sampling: Option<device_window::DeviceSampling>,
+    /// the programs whose runs the kernel skipped since attach, and how many
+    /// (`Health::skipped_runs` is their sum); empty when none were (and in older bundles)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_runs: Vec<SkippedRuns>,
 }
 
 fn yes() -> bool {
@@ -676,6 +719,9 @@ pub struct Collector {
     device_windows: Option<device_window::DeviceWindows>,
     /// the drop rows against perf's count of kfree_skb (Health::drops_undelivered)
     drop_check: DropCheck,
+    /// each program's skipped runs when the collector started (Health::skipped_runs counts from
+    /// there); None when the kernel does not count them
+    skipped0: Option<BTreeMap<String, u64>>,
 }
 
 /// Whether the drop rows are checked against the kernel's count of kfree_skb hits.
@@ -728,7 +774,13 @@ impl Collector {
             rx_sk: true,
             device_windows: None,
             drop_check: DropCheck::NoDropProgram,
+            skipped0: None,
         };
+        collector.skipped0 = collector
+            .probes
+            .bpf_stats()
+            .skipped_runs()
+            .map(|v| v.into_iter().collect());
         // The program's runs are read before perf starts counting, and perf's count before the
         // runs at each sample: hits minus runs is then at most what the kernel skipped. Without
         // a drop program every hit would read as skipped, so nothing is counted then.
@@ -808,6 +860,17 @@ impl Collector {
             )),
             DropCheck::Counting { .. } | DropCheck::NoDropProgram => None,
         }
+    }
+
+    /// Whether the kernel counts the runs of scanprof's programs it skips: None when it does
+    /// (`Health::skipped_runs`), else a line saying so.
+    pub fn skipped_check_warning(&self) -> Option<String> {
+        self.skipped0.is_none().then(|| {
+            "this kernel does not count the runs of scanprof's programs it skips (their \
+             recursion_misses, Linux 5.12 and later): a skipped run's counts would be missing \
+             without a warning"
+                .to_string()
+        })
     }
 
     /// Whether the kernel's kfree_skb names the receiving socket (KernelFeatures::kfree_skb_rx_sk).
@@ -1077,6 +1140,10 @@ impl Collector {
             health.drop_hits = Some(hits);
             health.drops_undelivered = Some(hits.saturating_sub(runs));
         }
+        let skipped_runs = self.skipped_since_attach();
+        if self.skipped0.is_some() {
+            health.skipped_runs = Some(skipped_runs.iter().map(|s| s.runs).sum());
+        }
         let (mut threads, open) = self.read_threads(raw_threads, now_ns);
         let names = self.probes.device_names();
         let drops = self.drop_counts(raw_drops, &names);
@@ -1139,10 +1206,23 @@ impl Collector {
             calls,
             uprobes,
             bpf,
+            skipped_runs,
         };
         // The next tick's device-stage window opens now, at its start.
         self.open_device_window();
         sample
+    }
+
+    /// The programs whose runs the kernel skipped since the collector started, by name; empty
+    /// when none were or the kernel does not count them.
+    fn skipped_since_attach(&mut self) -> Vec<SkippedRuns> {
+        let Some(at_start) = &self.skipped0 else {
+            return Vec::new();
+        };
+        let Some(now) = self.probes.bpf_stats().skipped_runs() else {
+            return Vec::new();
+        };
+        skipped_between(at_start, now)
     }
 
     /// The threads' counters at `now_ns`, the exited ones retired (kept, and forgotten by the
@@ -1483,6 +1563,17 @@ fn device_label(names: &DeviceNames, ifindex: u32, netns: u32) -> String {
 }
 
 /// The probes' health slots (wire.h's `sp_health`) as named counters.
+/// Each program's skipped runs now less those at the start (a program not there then counts
+/// from 0), the programs with any.
+fn skipped_between(at_start: &BTreeMap<String, u64>, now: Vec<(String, u64)>) -> Vec<SkippedRuns> {
+    now.into_iter()
+        .filter_map(|(program, n)| {
+            let runs = n.saturating_sub(at_start.get(&program).copied().unwrap_or(0));
+            (runs > 0).then_some(SkippedRuns { program, runs })
+        })
+        .collect()
+}
+
 fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
     Health {
         lost_events: h[sp_health::SP_H_RB_LOST.0 as usize],
@@ -1495,6 +1586,7 @@ fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
         drops_undelivered: None,
         drop_hits: None,
         unmatched_on_path: h[sp_health::SP_H_UNMATCHED.0 as usize],
+        skipped_runs: None,
     }
 }
 
@@ -1622,20 +1714,21 @@ mod sample_tests {
     /// that matched none it sent, each get a line with their figures; none without them.
     #[test]
     fn delivery_warnings_say_what_the_drop_rows_leave_out() {
-        assert!(Health::default().delivery_warnings().is_empty());
+        assert!(Health::default().delivery_warnings(&[]).is_empty());
         let checked = Health {
             drop_hits: Some(12_013),
             drops_undelivered: Some(0),
+            skipped_runs: Some(0),
             ..Health::default()
         };
-        assert!(checked.delivery_warnings().is_empty());
+        assert!(checked.delivery_warnings(&[]).is_empty());
         let h = Health {
             drop_hits: Some(12_013),
             drops_undelivered: Some(37),
             unmatched_on_path: 4,
             ..Health::default()
         };
-        let w = h.delivery_warnings();
+        let w = h.delivery_warnings(&[]);
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(
             w[0].starts_with("at least 37 kernel drops are missing"),
@@ -1652,6 +1745,70 @@ mod sample_tests {
             "{}",
             w[1]
         );
+    }
+
+    /// Runs the kernel skipped count from the collector's start, per program (a program loaded
+    /// since counts from 0), and only the programs with any are kept.
+    #[test]
+    fn skipped_runs_count_from_the_start_per_program() {
+        let at_start: BTreeMap<String, u64> = [
+            ("send_path.on_sys_exit".to_string(), 5),
+            ("drops.on_kfree_skb".to_string(), 2),
+        ]
+        .into();
+        let now = vec![
+            ("send_path.on_sys_exit".to_string(), 17),
+            ("drops.on_kfree_skb".to_string(), 2),
+            ("netdev.on_dev_xmit".to_string(), 3),
+        ];
+        assert_eq!(
+            skipped_between(&at_start, now),
+            vec![
+                SkippedRuns {
+                    program: "send_path.on_sys_exit".into(),
+                    runs: 12
+                },
+                SkippedRuns {
+                    program: "netdev.on_dev_xmit".into(),
+                    runs: 3
+                },
+            ]
+        );
+    }
+
+    /// Skipped runs get a line with their sum and the programs, most first (four named, then
+    /// how many more); none when the kernel skipped none.
+    #[test]
+    fn skipped_runs_are_a_warning_naming_the_programs() {
+        let run = |program: &str, runs| SkippedRuns {
+            program: program.into(),
+            runs,
+        };
+        let skipped = [
+            run("a.one", 1),
+            run("b.two", 40),
+            run("c.three", 7),
+            run("d.four", 7),
+            run("e.five", 2),
+            run("f.six", 1),
+        ];
+        let h = Health {
+            skipped_runs: Some(58),
+            ..Health::default()
+        };
+        let w = h.delivery_warnings(&skipped);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("the kernel skipped 58 runs of scanprof's programs")
+                && w[0].ends_with("(b.two 40, c.three 7, d.four 7, e.five 2, 2 more programs)"),
+            "{}",
+            w[0]
+        );
+        let counted_none = Health {
+            skipped_runs: Some(0),
+            ..Health::default()
+        };
+        assert!(counted_none.delivery_warnings(&[]).is_empty());
     }
 
     /// A device row and a queue take the device's recorded name (`if<N>` without one), and the

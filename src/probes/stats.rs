@@ -203,15 +203,11 @@ impl BpfStats {
         self.programs
             .iter()
             .filter_map(|(name, fd)| {
-                let mut info = libbpf_sys::bpf_prog_info::default();
-                let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-                // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes with every pointer field
-                // null (no arrays requested); the kernel writes at most `len` bytes into it.
-                let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+                let (info, _) = prog_info(fd)?;
                 let (target_runs, target_ns) = cost_slot(name)
                     .and_then(|i| target.get(i as usize).copied())
                     .unwrap_or((0, 0));
-                (rc == 0).then(|| ProgramRuntime {
+                Some(ProgramRuntime {
                     name: name.clone(),
                     run_cnt: info.run_cnt,
                     run_time_ns: info.run_time_ns,
@@ -221,6 +217,40 @@ impl BpfStats {
             })
             .collect()
     }
+
+    /// Each program's runs the kernel skipped since it was loaded, by name: its
+    /// `recursion_misses`, counted whether statistics are on or not. The kernel skips a run when
+    /// the hook fires while a BPF program is already running on that CPU (the same program, for
+    /// a tp_btf one; any program, for a classic tracepoint's), and what that run would have
+    /// counted is not counted. None when the kernel does not count them (before 5.12 its
+    /// bpf_prog_info ends before the field). A program the kernel will not describe is left out.
+    pub fn skipped_runs(&self) -> Option<Vec<(String, u64)>> {
+        let field_end = std::mem::offset_of!(libbpf_sys::bpf_prog_info, recursion_misses) + 8;
+        let mut out = Vec::with_capacity(self.programs.len());
+        for (name, fd) in &self.programs {
+            let Some((info, len)) = prog_info(fd) else {
+                continue;
+            };
+            if len < field_end {
+                return None;
+            }
+            out.push((name.clone(), info.recursion_misses));
+        }
+        Some(out)
+    }
+}
+
+/// The kernel's description of program `fd`, and how many bytes of it the kernel filled (an
+/// older kernel fills fewer: the fields past them are its zeroes, not counts). None when the
+/// kernel will not describe it.
+fn prog_info(fd: &OwnedFd) -> Option<(libbpf_sys::bpf_prog_info, usize)> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes with every pointer field null (no
+    // arrays requested); the kernel writes at most `len` bytes into it and sets `len` to what it
+    // wrote.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    (rc == 0).then_some((info, len as usize))
 }
 
 // The ABI of the counters read above: two u64.

@@ -47,6 +47,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
     let sample = |t: u64, packets: u64| CounterSample {
         t_ns: t,
         device_sampling: None,
+        skipped_runs: Vec::new(),
         processes: vec![ProcessInfo {
             pid: 7,
             ppid: 1,

@@ -235,6 +235,7 @@ impl MetricsState {
             ("threads_untracked", h.threads_untracked),
             ("block_sites_uncounted", h.block_sites_uncounted),
             ("drops_undelivered", h.drops_undelivered.unwrap_or(0)),
+            ("skipped_runs", h.skipped_runs.unwrap_or(0)),
         ] {
             raise(self.lost.entry(what).or_default(), n);
         }
@@ -407,7 +408,7 @@ impl MetricsState {
         let lost = IntCounterVec::new(
             Opts::new(
                 "lost_records_total",
-                "What the probes could not record since attach (a full ring buffer or map, or kfree_skb hits the kernel did not give the drop program): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted, drops_undelivered.",
+                "What the probes could not record since attach (a full ring buffer or map, kfree_skb hits the kernel did not give the drop program, or runs of scanprof's programs the kernel skipped): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted, drops_undelivered, skipped_runs.",
             ),
             &["what"],
         )?;

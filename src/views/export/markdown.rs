@@ -832,6 +832,10 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
             "socket-less drops on the family's path matching no packet it sent (in the unrelated rows)",
             health.unmatched_on_path,
         ),
+        (
+            "runs of scanprof's programs the kernel skipped (their recursion_misses)",
+            health.skipped_runs.unwrap_or(0),
+        ),
     ] {
         if n > 0 {
             let _ = writeln!(o, "- {what}: {n}");
