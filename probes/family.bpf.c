@@ -185,6 +185,8 @@ int SP_PROG(SP_PROG_EXIT, on_exit, struct task_struct *p)
 	if (!t)
 		return 0;
 	now = bpf_ktime_get_ns();
+	if (off_cpu_state(t))
+		missed_switch_in(t, now);
 	if (t->sched_state == SP_ST_RUNNING) {
 		__u64 d = now - t->oncpu_since_ns;
 

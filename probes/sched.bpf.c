@@ -96,6 +96,8 @@ static __always_inline void switched(void *ctx, bool preempt, struct task_struct
 
 	if (t) {
 		now = bpf_ktime_get_ns();
+		if (off_cpu_state(t))
+			missed_switch_in(t, now);
 		if (t->sched_state == SP_ST_RUNNING) {
 			__u64 d = now - t->oncpu_since_ns;
 
@@ -118,7 +120,12 @@ static __always_inline void switched(void *ctx, bool preempt, struct task_struct
 	if (t) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		end_off_cpu(t, now);
+		if (t->sched_state == SP_ST_RUNNING)
+			/* its switch out was not delivered: from its last accounting to now it ran,
+			 * then waited or slept, in a split nobody saw */
+			missed_switch(t->oncpu_since_ns, now);
+		else
+			end_off_cpu(t, now);
 		t->sched_state = SP_ST_RUNNING;
 		t->state_since_ns = now;
 		t->oncpu_since_ns = now;

@@ -201,6 +201,8 @@ static __always_inline __u64 oncpu_total(struct sp_thread *t, __u64 now)
 {
 	__u64 total = t->oncpu_send_ns + t->oncpu_other_ns;
 
+	if (off_cpu_state(t))
+		missed_switch_in(t, now);
 	if (t->sched_state == SP_ST_RUNNING)
 		total += now - t->oncpu_since_ns;
 	else if (t->sched_state == SP_ST_UNKNOWN) {
@@ -451,6 +453,8 @@ static __always_inline int syscall_enter(__u32 call, const struct sc_args *args)
 	if (call == SP_CALL_CONNECT && (kind != SP_SOCK_NET || !is_tcp((struct sock *)skp)))
 		return 0;
 	now = bpf_ktime_get_ns();
+	if (off_cpu_state(t))
+		missed_switch_in(t, now);
 	if (t->sched_state == SP_ST_RUNNING) {
 		t->oncpu_other_ns += now - t->oncpu_since_ns;
 	} else if (t->sched_state == SP_ST_UNKNOWN) {
@@ -578,6 +582,8 @@ static __always_inline int syscall_exit(long id, __u32 call, long ret)
 	now = bpf_ktime_get_ns();
 	call = t->send_call;
 	t->send_call = SP_CALL_NONE;
+	if (off_cpu_state(t))
+		missed_switch_in(t, now);
 	if (t->sched_state == SP_ST_RUNNING) {
 		t->oncpu_send_ns += now - t->oncpu_since_ns;
 		t->oncpu_since_ns = now;

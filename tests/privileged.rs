@@ -183,13 +183,31 @@ fn launch_counts_every_packet_at_the_receivers_rate() {
     let t = &s.threads[0];
     let window = t.send_window_budget.expect("a send-window budget");
     let window_ns = s.send_window_s * 1e9;
-    eprintln!("whole-run budget {:?}\nsend-window budget {window:?}", t.budget);
-    assert_within(
-        "send-window budget vs the send window",
-        window.total_ns() as f64,
-        window_ns,
-        0.01,
+    eprintln!(
+        "whole-run budget {:?}\nsend-window budget {window:?}\ncontext switches the kernel gave no program: {}, unplaced {} ns",
+        t.budget, s.health.missed_switches, s.health.unplaced_ns
     );
+    // The budget covers the window, less at most the time the run says it could not place (a
+    // context switch no program was given: on this project's 6.18 guests, every switch away
+    // from a thread of the sandbox's pid 1).
+    let total = window.total_ns() as f64;
+    assert!(
+        total <= window_ns * 1.01 && total >= window_ns * 0.99 - s.health.unplaced_ns as f64,
+        "the send-window budget ({total} ns) covers the send window ({window_ns} ns) less the \
+         unplaced {} ns, within 1%",
+        s.health.unplaced_ns
+    );
+    if s.health.unplaced_ns > 0 {
+        let said = format!(
+            "the kernel gave scanprof no event for {} context switches",
+            s.health.missed_switches
+        );
+        assert!(
+            s.warnings.iter().any(|w| w.starts_with(&said)),
+            "{:?}",
+            s.warnings
+        );
+    }
     let calibration_sleep = t.budget.sleep_ns.saturating_sub(window.sleep_ns);
     assert!(
         calibration_sleep >= 95_000_000,

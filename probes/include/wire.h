@@ -378,7 +378,12 @@ enum sp_health {
 				 * the tracepoint's hits) */
 	SP_H_UNMATCHED = 7,	/* socket-less packets on the family's path, to a destination of
 				 * its, that matched no packet it sent: counted as unrelated */
-	SP_H_MAX = 8,
+	SP_H_MISSED_SWITCHES = 8, /* a family thread found running while its record said it was
+				 * off the CPU, or off while it said running: a context switch of
+				 * its the kernel gave no program */
+	SP_H_UNPLACED_NS = 9,	/* the time those switches leave unplaced in the thread's budget,
+				 * ns */
+	SP_H_MAX = 10,
 };
 
 /* The reason a drop is counted under where the kernel's kfree_skb gives none (before 5.17):

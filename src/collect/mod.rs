@@ -422,6 +422,14 @@ pub struct Health {
     /// and in bundles older than the field)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_runs: Option<u64>,
+    /// context switches of family threads that no program was given, found afterwards (a
+    /// thread running while its record said it was off the CPU, or the reverse)
+    #[serde(default)]
+    pub missed_switches: u64,
+    /// the threads' time those switches left unplaced, ns: in no state of the time budgets,
+    /// which are short of their span by this much at most (summed over threads)
+    #[serde(default)]
+    pub unplaced_ns: u64,
 }
 
 impl Health {
@@ -446,6 +454,15 @@ impl Health {
                  hook fired while a BPF program was already running on that CPU): what those runs \
                  would have counted is missing ({})",
                 skipped_list(skipped)
+            ));
+        }
+        if self.missed_switches > 0 {
+            out.push(format!(
+                "the kernel gave scanprof no event for {} context switches of the family's \
+                 threads: {:.1} ms of their time is in no state of the time budget (it was \
+                 partly on and partly off the CPU, in a split nobody saw)",
+                self.missed_switches,
+                self.unplaced_ns as f64 / 1e6
             ));
         }
         if self.unmatched_on_path > 0 {
@@ -1587,6 +1604,8 @@ fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
         drop_hits: None,
         unmatched_on_path: h[sp_health::SP_H_UNMATCHED.0 as usize],
         skipped_runs: None,
+        missed_switches: h[sp_health::SP_H_MISSED_SWITCHES.0 as usize],
+        unplaced_ns: h[sp_health::SP_H_UNPLACED_NS.0 as usize],
     }
 }
 
@@ -1684,6 +1703,8 @@ mod sample_tests {
         assert_eq!(got.probe_hits, slot(sp_health::SP_H_EVENTS));
         assert_eq!(got.drop_runs, slot(sp_health::SP_H_DROP_RUNS));
         assert_eq!(got.unmatched_on_path, slot(sp_health::SP_H_UNMATCHED));
+        assert_eq!(got.missed_switches, slot(sp_health::SP_H_MISSED_SWITCHES));
+        assert_eq!(got.unplaced_ns, slot(sp_health::SP_H_UNPLACED_NS));
         assert_eq!((got.drop_hits, got.drops_undelivered), (None, None));
     }
 
@@ -1773,6 +1794,25 @@ mod sample_tests {
                     runs: 3
                 },
             ]
+        );
+    }
+
+    /// Context switches no program was given get a line with their count and the time they
+    /// left unplaced.
+    #[test]
+    fn missed_switches_are_a_warning_with_the_unplaced_time() {
+        let h = Health {
+            missed_switches: 3,
+            unplaced_ns: 54_250_000,
+            ..Health::default()
+        };
+        let w = h.delivery_warnings(&[]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("the kernel gave scanprof no event for 3 context switches")
+                && w[0].contains("54.2 ms of their time is in no state of the time budget"),
+            "{}",
+            w[0]
         );
     }
 

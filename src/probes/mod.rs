@@ -421,7 +421,7 @@ pub const RECV_CLASSES: usize = 4;
 /// Kinds of reply counted at arrival (SP_RK_MAX in wire.h, enum sp_reply_kind).
 pub const REPLY_KINDS: usize = 9;
 /// Health counter slots (SP_H_MAX in wire.h).
-pub const HEALTH_SLOTS: usize = 8;
+pub const HEALTH_SLOTS: usize = 10;
 
 // ABI drift between wire.h and the Rust side is a build error: the generated types follow the C
 // header, these constants and sizes must follow them (352 bytes of scalars, of which 104 are the

@@ -236,6 +236,7 @@ impl MetricsState {
             ("block_sites_uncounted", h.block_sites_uncounted),
             ("drops_undelivered", h.drops_undelivered.unwrap_or(0)),
             ("skipped_runs", h.skipped_runs.unwrap_or(0)),
+            ("missed_switches", h.missed_switches),
         ] {
             raise(self.lost.entry(what).or_default(), n);
         }
@@ -408,7 +409,7 @@ impl MetricsState {
         let lost = IntCounterVec::new(
             Opts::new(
                 "lost_records_total",
-                "What the probes could not record since attach (a full ring buffer or map, kfree_skb hits the kernel did not give the drop program, or runs of scanprof's programs the kernel skipped): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted, drops_undelivered, skipped_runs.",
+                "What the probes could not record since attach (a full ring buffer or map, kfree_skb hits the kernel did not give the drop program, runs of scanprof's programs the kernel skipped, or context switches of the family no program was given): ring_buffer_records, drops_uncounted, devices_uncounted, threads_untracked, block_sites_uncounted, drops_undelivered, skipped_runs, missed_switches.",
             ),
             &["what"],
         )?;

@@ -836,6 +836,10 @@ fn loss_and_warnings(o: &mut String, rec: &Recording) {
             "runs of scanprof's programs the kernel skipped (their recursion_misses)",
             health.skipped_runs.unwrap_or(0),
         ),
+        (
+            "context switches of the family's threads no program was given (their time is in no budget state)",
+            health.missed_switches,
+        ),
     ] {
         if n > 0 {
             let _ = writeln!(o, "- {what}: {n}");
