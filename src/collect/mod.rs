@@ -1579,7 +1579,6 @@ fn device_label(names: &DeviceNames, ifindex: u32, netns: u32) -> String {
     device_name(names, ifindex, netns).unwrap_or_else(|| format!("if{ifindex}"))
 }
 
-/// The probes' health slots (wire.h's `sp_health`) as named counters.
 /// Each program's skipped runs now less those at the start (a program not there then counts
 /// from 0), the programs with any.
 fn skipped_between(at_start: &BTreeMap<String, u64>, now: Vec<(String, u64)>) -> Vec<SkippedRuns> {
@@ -1591,6 +1590,7 @@ fn skipped_between(at_start: &BTreeMap<String, u64>, now: Vec<(String, u64)>) ->
         .collect()
 }
 
+/// The probes' health slots (wire.h's `sp_health`) as named counters.
 fn health_of(h: &[u64; probes::HEALTH_SLOTS]) -> Health {
     Health {
         lost_events: h[sp_health::SP_H_RB_LOST.0 as usize],
