@@ -324,6 +324,8 @@ static __always_inline void count_drop(struct sk_buff *skb, void *location, __u3
 			health_inc(SP_H_DROPS_FULL);
 			return;
 		}
+		if (fresh && dev)
+			dev_name_note(dev, k.ifindex, k.netns);
 		if (last) {
 			last->key = k;
 			last->slot = slot;

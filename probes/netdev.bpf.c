@@ -40,13 +40,6 @@ struct {
 	__type(value, struct sp_dev_key);
 } dev_slot_rows SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct sp_dev_key);
-	__type(value, struct sp_dev_name);
-} devnames SEC(".maps");
-
 /* Per-tick queue depth: user space deletes each row after reading it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -122,15 +115,7 @@ static __always_inline __u32 dev_slot(struct net_device *dev, __u32 ifindex, __u
 	if (s == SP_NO_SLOT) {
 		health_inc(SP_H_DEVS_FULL);
 	} else if (fresh && !tgid) {
-		struct sp_dev_name n = {};
-		const struct Qdisc_ops *ops = BPF_CORE_READ(dev, qdisc, ops);
-
-		bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
-		/* The root qdisc's kind says what a qdisc drop means: a shaper's rate, or a queue's
-		 * length. Read once per device, off the per-packet path. */
-		if (ops)
-			bpf_probe_read_kernel_str(n.qdisc, sizeof(n.qdisc), ops->id);
-		bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
+		dev_name_note(dev, ifindex, netns);
 	}
 	return s;
 }

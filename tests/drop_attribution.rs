@@ -203,3 +203,125 @@ fn drops_on_a_device_the_family_never_used_are_not_charged_to_it() {
         .unwrap_or_else(|e| panic!("lab teardown failed: {e:#}"));
     assert_namespaces_gone(&names);
 }
+
+/// A drop row names its device also when no device-stage program ever ran on that device: the
+/// far end of a veth that only receives. The target has its address as a /32 (no route back: no
+/// ICMP error leaves it), the sender a permanent neighbour entry for it (no ARP), and IPv6 is off
+/// in both namespaces (no neighbour discovery), so the far end never transmits. Names were noted
+/// only at a device stage's first row on a device (net_dev_queue and the others run where a
+/// device transmits), and such drop rows said no device: on 5.10 under `--device-stages sampled`
+/// (2026-11-30), all 12,000 closed-port drops of a tbf lab whenever the target's few
+/// transmissions fell outside the windows.
+#[test]
+fn a_drop_on_a_device_that_only_receives_names_that_device() {
+    const PROBES: u64 = 1_000;
+    let test = privileged();
+    let pid = std::process::id();
+    // Named as a lab's namespaces are (scanprof send goes to the lab range only from one; a
+    // number no Lab of this process reaches)
+    let (sender_ns, target_ns) = (format!("sp{pid}-7700s"), format!("sp{pid}-7700t"));
+    let (near, far) = (format!("spdn{pid}a"), format!("spdn{pid}b"));
+    let _namespaces = Namespaces::new(&[sender_ns.clone(), target_ns.clone()]);
+    for ns in [&sender_ns, &target_ns] {
+        run_ok(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+        ]);
+        run_ok(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]);
+    }
+    run_ok(&[
+        "ip", "-n", &sender_ns, "link", "add", &near, "type", "veth", "peer", "name", &far, "netns",
+        &target_ns,
+    ]);
+    // in the lab range scanprof send allows under SCANPROF_SEND_LOCAL_ONLY, apart from TestLab's
+    let (sender_addr, target_addr) = ("10.99.0.201", "10.99.0.202");
+    run_ok(&[
+        "ip",
+        "-n",
+        &sender_ns,
+        "addr",
+        "add",
+        &format!("{sender_addr}/30"),
+        "dev",
+        &near,
+    ]);
+    run_ok(&[
+        "ip",
+        "-n",
+        &target_ns,
+        "addr",
+        "add",
+        &format!("{target_addr}/32"),
+        "dev",
+        &far,
+    ]);
+    let out = std::process::Command::new("ip")
+        .args(["-n", &target_ns, "-br", "link", "show", &far])
+        .output()
+        .expect("ip link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mac = text
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("no address in {text:?}"))
+        .to_string();
+    run_ok(&[
+        "ip",
+        "-n",
+        &sender_ns,
+        "neigh",
+        "replace",
+        target_addr,
+        "lladdr",
+        &mac,
+        "dev",
+        &near,
+        "nud",
+        "permanent",
+    ]);
+    run_ok(&["ip", "-n", &sender_ns, "link", "set", &near, "up"]);
+    run_ok(&["ip", "-n", &target_ns, "link", "set", &far, "up"]);
+
+    let sender = sender_argv(&format!("{target_addr}:{CLOSED_PORT}"), 1000.0, PROBES, 10.0, &[]);
+    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--"].map(String::from).to_vec();
+    args.extend(in_netns(&sender_ns, &sender));
+    let run = Proc::scanprof(&args).finish(patience(RUN_TIMEOUT));
+    run.assert_success();
+    let ctx = run.context();
+    assert_eq!(u64_of(&run.sender_report(), "sent"), PROBES, "{ctx}");
+    let target_netns = netns_inode(&target_ns);
+    let reasons = kernel_has_drop_reasons();
+    let s = run.summary();
+    let at_target: Vec<_> = s
+        .drops
+        .iter()
+        .filter(|d| d.netns == target_netns && is_closed_port_drop(d, reasons))
+        .collect();
+    eprintln!("a device that only receives: {at_target:?}");
+    assert_eq!(
+        at_target.iter().map(|d| d.count).sum::<u64>(),
+        PROBES,
+        "every probe a closed-port drop at the target: {:#?}\n{ctx}",
+        s.drops
+    );
+    assert!(
+        at_target
+            .iter()
+            .all(|d| d.device.as_deref() == Some(far.as_str())),
+        "the drops at the target name its device {far}: {at_target:#?}\n{ctx}"
+    );
+    test.assert_released("the run to a device that only receives");
+}

@@ -28,37 +28,6 @@ const RATE: f64 = 20_000.0;
 const FLOOD_S: f64 = 30.0;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Network namespaces with `lo` up, deleted when dropped.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn new(names: &[String]) -> Namespaces {
-        let mut made = Namespaces(Vec::new());
-        for n in names {
-            run_ok(&["ip", "netns", "add", n]);
-            made.0.push(n.clone());
-            run_ok(&["ip", "-n", n, "link", "set", "lo", "up"]);
-        }
-        made
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-fn run_ok(argv: &[&str]) {
-    let ok = Command::new(argv[0])
-        .args(&argv[1..])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "{argv:?} failed");
-}
-
 #[test]
 fn loopback_packets_count_as_arrived_only_in_the_family_s_own_namespace() {
     let test = privileged();

@@ -473,6 +473,33 @@ static __always_inline __u32 dev_netns(struct net_device *dev)
 	return dev->nd_net.net->ns.inum;	/* BTF pointers: plain loads, no helper calls */
 }
 
+/* Device names and root qdisc kinds by (ifindex, netns): written where a device first gets a row
+ * of its own, a device stage's (netdev) or a drop's (drops), so that a drop row is named also
+ * when no device-stage program saw its device (a device that only receives, or one that sent
+ * only outside the windows of --device-stages sampled). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct sp_dev_key);
+	__type(value, struct sp_dev_name);
+} devnames SEC(".maps");
+
+/* Notes a device's name and the kind of its root qdisc: once per new row, off the per-packet
+ * path. */
+static __always_inline void dev_name_note(struct net_device *dev, __u32 ifindex, __u32 netns)
+{
+	struct sp_dev_key k = { .ifindex = ifindex, .netns = netns };
+	const struct Qdisc_ops *ops = BPF_CORE_READ(dev, qdisc, ops);
+	struct sp_dev_name n = {};
+
+	bpf_probe_read_kernel_str(n.name, sizeof(n.name), dev->name);
+	/* The root qdisc's kind says what a qdisc drop means: a shaper's rate, or a queue's
+	 * length. */
+	if (ops)
+		bpf_probe_read_kernel_str(n.qdisc, sizeof(n.qdisc), ops->id);
+	bpf_map_update_elem(&devnames, &k, &n, BPF_ANY);
+}
+
 /* Remote address of an IPv4/IPv6 packet at its network header: daddr when `dst`, else saddr. */
 static __always_inline int skb_addr(struct sk_buff *skb, int dst, struct sp_flow_key *key)
 {

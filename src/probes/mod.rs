@@ -1181,7 +1181,7 @@ impl ProbeSet {
     /// Device names, with the kind of each one's root qdisc ("" when the device had none to
     /// read), by (ifindex, netns).
     pub fn device_names(&self) -> BTreeMap<(u32, u32), (String, String)> {
-        let devnames = &self.objects.netdev.maps.devnames;
+        let devnames = &self.objects.family.maps.devnames;
         devnames
             .keys()
             .filter_map(|k| {

@@ -946,6 +946,100 @@ pub fn kernel_has_drop_reasons() -> bool {
     kfree_skb_format().contains(" reason;")
 }
 
+/// A probe's drop at a closed UDP port as this kernel shows it: `NO_SOCKET`, an expected drop;
+/// without drop reasons (before 5.17), `NOT_SPECIFIED` at `__udp4_lib_rcv`, which scanprof cannot
+/// tell from a loss and so classes as the sender's (`assert_closed_port_not_judged`).
+pub fn is_closed_port_drop(d: &scanprof::analysis::DropRow, reasons: bool) -> bool {
+    use scanprof::collect::DropClass;
+    if reasons {
+        d.class == DropClass::Expected && d.reason == "NO_SOCKET"
+    } else {
+        d.class == DropClass::TargetLoss
+            && d.reason == "NOT_SPECIFIED"
+            && d.location.starts_with("__udp4_lib_rcv")
+    }
+}
+
+/// A kernel without drop reasons: the run says it lacks them (`kernel_lacks`, a warning), names
+/// the `dropped` packets it cannot judge in a `not_judged_here` verdict, and calls none of them a
+/// `target_drop` (a loss it cannot know).
+pub fn assert_closed_port_not_judged(s: &scanprof::analysis::Summary, dropped: u64) {
+    use scanprof::analysis::kernel::KernelLack;
+    use scanprof::analysis::verdict::Cause;
+    assert!(
+        s.kernel_lacks.contains(&KernelLack::DropReasons),
+        "{:?}",
+        s.kernel_lacks
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.starts_with("this kernel has no drop reasons")
+                && w.contains("cannot be judged on this kernel")),
+        "{:?}",
+        s.warnings
+    );
+    let n = s
+        .verdicts
+        .iter()
+        .find(|v| v.cause == Cause::NotJudgedHere && v.sentence.contains("closed port"))
+        .unwrap_or_else(|| panic!("no not_judged_here verdict for the drops: {:#?}", s.verdicts));
+    // Those drops, and any reply of the family's dropped with no reason (an ICMP error).
+    let counted: u64 = n
+        .sentence
+        .split(' ')
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    assert!(counted >= dropped, "{dropped} drops, {}", n.sentence);
+    assert!(
+        n.evidence
+            .iter()
+            .any(|e| e.contains("at __udp4_lib_rcv") && e.ends_with("(target_loss)")),
+        "{:?}",
+        n.evidence
+    );
+    assert!(
+        s.verdicts
+            .iter()
+            .all(|v| v.cause != Cause::TargetDrop && v.cause != Cause::NoGap),
+        "{:#?}",
+        s.verdicts
+    );
+}
+
+/// Network namespaces with `lo` up, deleted when dropped.
+pub struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    pub fn new(names: &[String]) -> Namespaces {
+        let mut made = Namespaces(Vec::new());
+        for n in names {
+            run_ok(&["ip", "netns", "add", n]);
+            made.0.push(n.clone());
+            run_ok(&["ip", "-n", n, "link", "set", "lo", "up"]);
+        }
+        made
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// Runs argv, panicking when it cannot start or fails.
+pub fn run_ok(argv: &[&str]) {
+    let ok = Command::new(argv[0])
+        .args(&argv[1..])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "{argv:?} failed");
+}
+
 /// The kernel text symbol containing `addr` as "name+0xoff" (what ksym/%pS print), from
 /// /proc/kallsyms.
 pub fn kallsyms_resolve(addr: u64) -> Option<String> {
