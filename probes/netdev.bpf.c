@@ -229,10 +229,7 @@ static __always_inline void note_dest(const struct sp_flow_key *dst, struct net_
 		bpf_map_update_elem(&flows, dst, &tgid, BPF_ANY);
 		gen_bump(&flows_gen);
 	}
-	if (!bpf_map_lookup_elem(&target_devs, &dk)) {
-		bpf_map_update_elem(&target_devs, &dk, &tgid, BPF_ANY);
-		gen_bump(&flows_gen);
-	}
+	dev_noted(dk, tgid, 0);
 	if (last) {
 		last->fk = *dst;
 		last->tgid = tgid;
@@ -416,14 +413,8 @@ static __always_inline void note_far_netns(const struct net_device *dev, struct 
 		return;
 	}
 	ns = veth_far_netns(dev, &peer);
-	if (ns && (ns != x->far_ns || peer != x->far_ifindex_peer)) {
-		__u64 dk = dev_key(ns, peer);
-
-		if (!bpf_map_lookup_elem(&target_devs, &dk)) {
-			bpf_map_update_elem(&target_devs, &dk, &tgid, BPF_ANY);
-			gen_bump(&flows_gen);
-		}
-	}
+	if (ns && (ns != x->far_ns || peer != x->far_ifindex_peer))
+		dev_noted(dev_key(ns, peer), tgid, 1);
 	x->far_dev = (__u64)dev;
 	x->far_ifindex = ifindex;
 	x->far_devns = devns;

@@ -4,8 +4,10 @@
  * device the family's packets used (target_devs) whose source is an address the family sent to
  * (flows), counted per CPU by kind (enum sp_reply_kind: SYN-ACK, RST, ICMP unreachable, echo
  * reply, UDP...). Counted before any socket, ring or drop sees it: the funnel's "arrived", beside
- * what was delivered to the family and what was dropped here. Packets on other devices cost one
- * hash lookup; on the device this CPU last found in target_devs, a per-CPU compare.
+ * what was delivered to the family and what was dropped here. The far end of a lab's veth is in
+ * target_devs (SP_DEV_FAR) for the drops, and not looked at here: the family's packets arrive
+ * there, its replies never do. A packet on the device this CPU last found to count on, or on the
+ * one it last found not to, costs a per-CPU compare; on another device, one hash lookup.
  */
 #include "shared.h"
 
@@ -22,16 +24,49 @@ struct {
 	__type(value, __u64);
 } replies SEC(".maps");
 
-/* The device (dev_key) this CPU last found in target_devs: entries are never deleted during a
- * run, so a device found once stays found, and a stream of packets on one device (every family
- * packet through lo, every reply on a lab's veth) skips the hash lookup. 0: none yet (no device
- * has ifindex 0). */
+/* What this CPU last found in target_devs, by dev_key (0: none yet; no device has ifindex 0):
+ * the device it last found to count replies on, whose entry stays (entries are never deleted
+ * during a run, and a near one never becomes far), and the device it last found not to (absent,
+ * or far), valid while devs_gen stays what it was then. A stream of packets on one device (every
+ * family packet through lo, every reply on a lab's veth, every probe arriving at its far end, a
+ * busy NIC the family does not use) skips the hash lookup. */
+struct reply_devs {
+	__u64 hit;
+	__u64 skip;
+	__u64 skip_gen;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
-} reply_dev_hit SEC(".maps");
+	__type(value, struct reply_devs);
+} reply_devs SEC(".maps");
+
+/* Whether replies to the family are counted on the device dk (a near entry of target_devs). */
+static __always_inline int reply_device(__u64 dk)
+{
+	__u32 zero = 0, *v;
+	struct reply_devs *c = bpf_map_lookup_elem(&reply_devs, &zero);
+	__u64 gen;
+
+	if (!c)
+		return 0;
+	if (c->hit == dk)
+		return 1;
+	/* read before the lookup: a device noted after it moves the generation past this one */
+	gen = gen_now(&devs_gen);
+	if (c->skip == dk && c->skip_gen == gen)
+		return 0;
+	v = bpf_map_lookup_elem(&target_devs, &dk);
+	if (!v || (*v & SP_DEV_FAR)) {
+		c->skip = dk;
+		c->skip_gen = gen;
+		return 0;
+	}
+	c->hit = dk;
+	return 1;
+}
 
 /* What a packet is, from its protocol and the first bytes of its transport header; SP_RK_MAX
  * for a probe (a TCP SYN alone, an ICMP echo request) or a fragment's tail. */
@@ -81,19 +116,11 @@ int SP_PROG(SP_PROG_REPLY, on_netif_receive, struct sk_buff *skb)
 	__u16 proto = bpf_ntohs(skb->protocol);
 	__u8 b[56] = {}, *t, p;
 	struct sp_flow_key src = {};
-	__u32 kind, loopback, zero = 0;
-	__u64 dk, *n, *hit;
+	__u32 kind, loopback;
+	__u64 *n;
 
-	if (!dev)
+	if (!dev || !reply_device(dev_key(dev_netns(dev), dev->ifindex)))
 		return 0;
-	dk = dev_key(dev_netns(dev), dev->ifindex);
-	hit = bpf_map_lookup_elem(&reply_dev_hit, &zero);
-	if (!hit || *hit != dk) {
-		if (!bpf_map_lookup_elem(&target_devs, &dk))
-			return 0;
-		if (hit)
-			*hit = dk;
-	}
 	if (bpf_probe_read_kernel(b, sizeof(b), skb->data))
 		return 0;
 	if (proto == 0x0800 && (b[0] >> 4) == 4) {

@@ -1,11 +1,13 @@
 //! The reply counter's device check (probes/replies.bpf.c, `netif_receive_skb`): a packet counts
-//! as arriving for the family only on a device its packets used, by namespace and ifindex. The
-//! program keeps the device each CPU last found among the family's (`reply_dev_hit`) and skips the
-//! hash lookup for it, so the test makes that cache meet a device that differs from the family's
-//! by its namespace alone: two namespaces' `lo` (ifindex 1 in both), the family sending to
-//! 127.0.0.1 in one while another sender floods 127.0.0.1 in the other at the same time (both
-//! CPUs see both). Every family packet arrives on its own `lo` from an address it sent to
-//! (`udp_loopback`, exactly the packets the sender reports); none of the other namespace's do.
+//! as arriving for the family only on a device its packets were queued on, by namespace and
+//! ifindex. The program keeps the device each CPU last found to count on, and the one it last
+//! found not to (`reply_devs`), and skips the hash lookup for them, so the first test makes that
+//! cache meet a device that differs from the family's by its namespace alone: two namespaces'
+//! `lo` (ifindex 1 in both), the family sending to 127.0.0.1 in one while another sender floods
+//! 127.0.0.1 in the other at the same time (both CPUs see both). Every family packet arrives on
+//! its own `lo` from an address it sent to (`udp_loopback`, exactly the packets the sender
+//! reports); none of the other namespace's do. The second holds the far end of a lab's veth,
+//! which the drops count as the family's device, out of the replies.
 //!
 //! Needs root (BPF, namespaces); fails, never skips, without them. Bounded: 20,000 family
 //! packets at 20,000 pps and a flood of at most 30 s (ended when the run is), each on a loopback device of a namespace the test
@@ -87,6 +89,74 @@ fn loopback_packets_count_as_arrived_only_in_the_family_s_own_namespace() {
     drop(flood);
     drop(receiver);
     test.assert_released("the loopback family's run");
+}
+
+/// The far end of a lab's veth (its peer, in the target's namespace) is one of the family's
+/// devices for the drops (`SP_DEV_FAR` in `target_devs`), not for the replies: the family's
+/// packets arrive there, its replies never do. The family sends first to its own address (which
+/// is then an address it sent to), then to the target's closed port: each of those probes
+/// arrives at the far end from that address, and is not a reply. The replies that arrived are
+/// the ICMP port unreachables the target sent (its `Icmp: OutDestUnreachs`) and those the
+/// family's own stack sent it on its `lo` (the sender namespace's); its packets to itself arrive
+/// on its `lo` (`udp_loopback`). Before the far end was marked, every probe was also a UDP reply.
+#[test]
+fn probes_arriving_at_a_veths_far_end_are_not_replies() {
+    const OWN: u64 = 200;
+    const PROBES: u64 = 2_000;
+    let test = privileged();
+    let lab = common::test_lab::TestLab::new(None);
+    let own = sender_argv(&format!("{}:9", lab.lab.sender_addr), 1000.0, OWN, 10.0, &[]);
+    let probes = sender_argv(&lab.to(9), 1000.0, PROBES, 10.0, &[]);
+    let script = format!("{} 1>&2 && {} 1>&2", sh_join(&own), sh_join(&probes));
+    let family = ["sh".to_string(), "-c".into(), script];
+    let mut args: Vec<String> = ["run", "--json", "--no-tui", "--"].map(String::from).to_vec();
+    args.extend(in_netns(&lab.lab.sender_ns, &family));
+    let run = Proc::scanprof(&args).finish(patience(RUN_TIMEOUT));
+    let counter = |ns: &str, proto: &str, field: &str| -> u64 {
+        scanprof::lab::truth::snmp(ns)
+            .and_then(|t| scanprof::lab::truth::snmp_counter(&t, proto, field))
+            .unwrap_or_else(|| panic!("{proto} {field} in {ns}"))
+    };
+    let no_ports = counter(&lab.lab.target_ns, "Udp", "NoPorts");
+    let target_unreach = counter(&lab.lab.target_ns, "Icmp", "OutDestUnreachs");
+    let own_unreach = counter(&lab.lab.sender_ns, "Icmp", "OutDestUnreachs");
+    run.assert_success();
+    let ctx = run.context();
+    let sent: Vec<u64> = run.sender_reports().iter().map(|r| u64_of(r, "sent")).collect();
+    assert_eq!(sent, [OWN, PROBES], "the senders' own reports\n{ctx}");
+    assert_eq!(
+        no_ports, PROBES,
+        "every probe reached the target's closed port\n{ctx}"
+    );
+    let summary = run.summary();
+    let r = summary
+        .replies
+        .as_ref()
+        .unwrap_or_else(|| panic!("no reply funnel in the summary\n{ctx}"));
+    eprintln!(
+        "far end: arrived {:?}; target's Icmp OutDestUnreachs {target_unreach}, the sender \
+         namespace's {own_unreach}",
+        r.arrived
+    );
+    assert_eq!(
+        r.arrived.udp, 0,
+        "the probes that arrived at the veth's far end counted as UDP replies\n{ctx}"
+    );
+    assert_eq!(r.arrived.udp_loopback, OWN, "{:?}\n{ctx}", r.arrived);
+    assert_eq!(
+        r.arrived.icmp_unreachable,
+        target_unreach + own_unreach,
+        "{:?}\n{ctx}",
+        r.arrived
+    );
+    assert_eq!(
+        r.arrived_total,
+        target_unreach + own_unreach,
+        "{:?}\n{ctx}",
+        r.arrived
+    );
+    test.assert_released("the run across the lab");
+    lab.destroy();
 }
 
 /// Starts argv (bounded by its own flags); ended when dropped.

@@ -104,15 +104,22 @@ struct {
 } flows SEC(".maps");
 
 /* Devices the family's packets were queued on or delivered to, by dev_key(namespace, ifindex)
- * -> tgid: an address match (above) counts only for a packet on one of these, so other
- * namespaces using the same addresses, and other devices of the family's namespaces (the root
- * namespace's lo when the scanner runs in a namespace behind a veth), stay apart. */
+ * -> tgid, with SP_DEV_FAR for a device they were only delivered to: an address match (above)
+ * counts only for a packet on one of these, so other namespaces using the same addresses, and
+ * other devices of the family's namespaces (the root namespace's lo when the scanner runs in a
+ * namespace behind a veth), stay apart. Entries are never deleted during a run, and a far entry
+ * only ever becomes a near one (dev_noted). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
 	__type(key, __u64);
 	__type(value, __u32);
 } target_devs SEC(".maps");
+
+/* A target_devs value's flag: the far end of a veth the family sends through (its peer, in a
+ * lab's target namespace), where the family's packets arrive and its replies never do: a drop
+ * there may be the family's, a packet received there is not a reply to it. Above any pid. */
+#define SP_DEV_FAR (1u << 31)
 
 /* Key of target_devs: a device's namespace inode and ifindex. */
 static __always_inline __u64 dev_key(__u32 netns, __u32 ifindex)
@@ -643,7 +650,17 @@ struct {
 	__type(value, __u64);
 } flows_gen SEC(".maps");
 
-/* The value of a generation counter (a one-entry array: flows_gen, fd_gen, sock_gen). */
+/* Bumped whenever target_devs gets a new or changed entry (dev_noted; flows_gen is bumped with
+ * it): the reply counter's per-CPU note of a device it does not count on is valid while it stays
+ * the same. Apart from flows_gen, which every new destination of a scan moves. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} devs_gen SEC(".maps");
+
+/* The value of a generation counter (a one-entry array: flows_gen, devs_gen, fd_gen, sock_gen). */
 static __always_inline __u64 gen_now(void *counter)
 {
 	__u32 zero = 0;
@@ -660,6 +677,22 @@ static __always_inline void gen_bump(void *counter)
 
 	if (gen)
 		__sync_fetch_and_add(gen, 1);
+}
+
+/* Notes a device (dev_key) in target_devs for the family process tgid: near, its packets were
+ * queued on it, or far (SP_DEV_FAR), they were only delivered to it. A near note replaces a far
+ * one, never the other way round. */
+static __always_inline void dev_noted(__u64 dk, __u32 tgid, int far)
+{
+	__u32 *had = bpf_map_lookup_elem(&target_devs, &dk), v = far ? tgid | SP_DEV_FAR : tgid;
+
+	if (had && (far || !(*had & SP_DEV_FAR)))
+		return;
+	/* a far note goes only where there is none: a near one written meanwhile stays */
+	if (bpf_map_update_elem(&target_devs, &dk, &v, far ? BPF_NOEXIST : BPF_ANY))
+		return;
+	gen_bump(&flows_gen);
+	gen_bump(&devs_gen);
 }
 
 /* Bumped whenever a family thread may have changed what one of its fds refers to (close, dup2,
