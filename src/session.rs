@@ -1008,6 +1008,7 @@ impl Run {
         let mut tick_warnings = self.warnings.clone();
         tick_warnings.extend(self.collector.full_map_warnings(&last.health));
         tick_warnings.extend(last.health.delivery_warnings(&last.skipped_runs));
+        tick_warnings.extend(last.device_sampling.and_then(|d| d.slow_switch_warning()));
         let _ = tx.send(Update::Tick(Box::new(self.analyzer.tick(&last, &tick_warnings))));
         last
     }
@@ -1045,6 +1046,7 @@ impl Run {
         warnings.extend(last.health.delivery_warnings(&last.skipped_runs));
         warnings.extend(self.collector.drop_check_warning());
         warnings.extend(self.collector.skipped_check_warning());
+        warnings.extend(last.device_sampling.and_then(|d| d.slow_switch_warning()));
         last.processes = self.collector.processes(&last.threads);
         self.collector.family.unguard();
         let dropped_headers = self.collector.take_dropped_headers();

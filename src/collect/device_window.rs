@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::DeviceCounters;
 use crate::probes::device_stages::Switch;
 
+/// The share of the windows' time that attaching and detaching their programs may take before
+/// the run warns that the estimates are uncertain by that much (`slow_switch_warning`).
+pub const SLOW_SWITCH_SHARE: f64 = 0.05;
+
 /// Windows per tick: the device-stage programs are attached for the first tenth of each tick,
 /// as the BPF statistics are on for the last tenth (bpf_time::StatsPolicy::DEFAULT).
 pub const DIVISOR: u32 = 10;
@@ -74,6 +78,26 @@ impl DeviceSampling {
     /// Mean time attaching and detaching the programs took per window (that is, per tick), ns.
     pub fn switch_ns_per_window(&self) -> Option<f64> {
         (self.windows > 0).then(|| self.switch_ns as f64 / self.windows as f64)
+    }
+
+    /// When attaching and detaching the windowed programs took more than
+    /// [`SLOW_SWITCH_SHARE`] of the time their windows covered: a program starts and stops
+    /// counting somewhere inside those calls (and what they stall of the sender, e.g. a kernel
+    /// patching its tracepoint's jump for each, stalls it inside the window), so the estimates
+    /// can be off by that share. Seen at 109% in an emulated 5.10 guest, where the estimates
+    /// were 35% low; about 1% on the development machines.
+    pub fn slow_switch_warning(&self) -> Option<String> {
+        let share = self.switch_ns as f64 / self.covered_ns.max(1) as f64;
+        (self.windows > 0 && share > SLOW_SWITCH_SHARE).then(|| {
+            format!(
+                "attaching and detaching the sampled device-stage programs took {:.1} ms a window, \
+                 {} of the time the windows covered: the windows' edges are known only to within \
+                 that, so the device stages' estimates can be off by as much (--device-stages \
+                 exact counts them)",
+                self.switch_ns_per_window().unwrap_or(0.0) / 1e6,
+                percent(share)
+            )
+        })
     }
 
     /// What a figure of a device stage is: "sampled 10% of the time, scaled".
@@ -246,6 +270,27 @@ impl DeviceWindows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_attaches_are_a_warning_with_their_share() {
+        let quick = DeviceSampling {
+            switch_ns: 12 * 1_200_000,
+            switches: 96,
+            ..DeviceSampling::tenth_of_each_second(12)
+        };
+        assert_eq!(quick.slow_switch_warning(), None);
+        // an emulated 5.10 guest's (2026-11-30): 132 ms a window against ~121 ms covered
+        let slow = DeviceSampling {
+            windows: 31,
+            covered_ns: 31 * 121_000_000,
+            elapsed_ns: 31 * 1_000_000_000,
+            switch_ns: 31 * 132_000_000,
+            switches: 248,
+        };
+        let w = slow.slow_switch_warning().expect("a warning");
+        assert!(w.contains("took 132.0 ms a window, 109% of the time"), "{w}");
+        assert_eq!(DeviceSampling::default().slow_switch_warning(), None);
+    }
 
     const MS: u64 = 1_000_000;
 
