@@ -1,8 +1,9 @@
 //! `--device-stages sampled` (issue 32 item 3): the device-stage programs run only in a window
 //! at the start of each tick, their counts are scaled to the tick and marked as estimates, while
 //! the syscall stage and the drops stay counted. The reference sender sends a bounded count to
-//! a closed port on loopback (every packet a `NO_SOCKET` drop at `lo`, attributed to the family
-//! only through net_dev_start_xmit's mark, which stays attached). Independent counts: the
+//! a closed port on loopback (every packet a `NO_SOCKET` drop at `lo`, or before 5.17 a
+//! `NOT_SPECIFIED` one at `__udp4_lib_rcv`, attributed to the family only through
+//! net_dev_start_xmit's mark, which stays attached). Independent counts: the
 //! sender's own report (`sent`), and the programs' run counts from the kernel's statistics for
 //! the same run (`--bpf-stats always`).
 //!
@@ -15,6 +16,7 @@ use std::time::Duration;
 use common::*;
 use scanprof::analysis::verdict::Cause;
 use scanprof::analysis::{DropRow, StageName};
+use scanprof::collect::device_window::{DeviceSampling, SLOW_SWITCH_SHARE};
 use scanprof::collect::DropClass;
 
 const RATE: u64 = 5_000;
@@ -74,20 +76,28 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
         &run.of_type("sample"),
     );
 
-    // The syscall stage and the drops: counted, exactly the sender's packets.
+    // The syscall stage and the drops: counted, exactly the sender's packets. Without drop
+    // reasons (before 5.17) the closed port's drops are the family's NOT_SPECIFIED drops at
+    // __udp4_lib_rcv, classed as its loss, and the run says it cannot judge them.
     assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
-    let expected: u64 = s
+    let reasons = kernel_has_drop_reasons();
+    let closed: u64 = s
         .drops
         .iter()
-        .filter(|d| d.class == DropClass::Expected && d.reason == "NO_SOCKET")
+        .filter(|d| is_closed_port_drop(d, reasons))
         .map(|d| d.count)
         .sum();
     assert_eq!(
-        expected, sent,
-        "every probe to the closed port is the family's expected drop\n{ctx}"
+        closed, sent,
+        "every probe to the closed port is the family's drop there\n{ctx}"
     );
     let lost = DropRow::sum_of(&s.drops, DropClass::TargetLoss);
-    assert_eq!(lost, 0, "{ctx}");
+    if reasons {
+        assert_eq!(lost, 0, "{ctx}");
+    } else {
+        assert_eq!(lost, closed, "no loss but the closed port's drops\n{ctx}");
+        assert_closed_port_not_judged(&s, closed);
+    }
 
     // The device stages: sampled, with the coverage of windows of a tenth of each tick.
     let sampling = s
@@ -98,15 +108,28 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
         coverage > 0.0 && coverage < 1.0,
         "coverage {coverage} of {sampling:?}\n{ctx}"
     );
-    assert!(
-        (0.05..0.3).contains(&coverage),
-        "windows of a tenth of each tick (stretched by slow attaches): {sampling:?}\n{ctx}"
-    );
     assert!(sampling.windows >= 5, "{sampling:?}\n{ctx}");
     let ticks = run.of_type("sample");
+    let per_tick: Vec<DeviceSampling> = ticks
+        .iter()
+        .map(|t| {
+            serde_json::from_value(t["device_sampling"].clone())
+                .unwrap_or_else(|e| panic!("every tick says its device stages were sampled: {e}\n{ctx}"))
+        })
+        .collect();
+    // Each tick says what its own windows covered. The first window opens at attach and closes
+    // at the first tick, so it also covers the run's start (7 s of 15 in an emulated 5.10
+    // guest); every later one is the first tenth of its tick, stretched by the attaches and
+    // detaches (~12 ms each there).
+    let (covered, elapsed) = per_tick[1..]
+        .iter()
+        .fold((0, 0), |(c, e), t| (c + t.covered_ns, e + t.elapsed_ns));
+    let after_first = covered as f64 / elapsed.max(1) as f64;
     assert!(
-        ticks.iter().all(|t| t.get("device_sampling").is_some()),
-        "every tick says its device stages were sampled\n{ctx}"
+        (0.05..0.3).contains(&after_first),
+        "windows of a tenth of each tick after the first: {after_first:.3} of {:?} (the run: \
+         {sampling:?})\n{ctx}",
+        &per_tick[1..]
     );
     assert!(
         s.verdicts
@@ -150,7 +173,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     let err = (est as f64 - exact as f64) / exact as f64;
     eprintln!(
         "sampled dev_queue over {} full ticks: estimate {est}, syscall packets {exact} ({:+.1}%); \
-         run: estimate {}, sent {sent}; coverage {:.3}, {} windows, attach+detach {:.0} us a window",
+         run: estimate {}, sent {sent}; coverage {:.3} ({after_first:.3} after the first tick), {} windows, attach+detach {:.0} us a window",
         steady.len(),
         err * 100.0,
         s.stage_counts[&StageName::DevQueue],
@@ -158,12 +181,35 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
         sampling.windows,
         sampling.switch_ns_per_window().unwrap_or(0.0) / 1e3
     );
-    assert!(
-        err.abs() <= STEADY_TOLERANCE,
-        "estimate {est} against {exact} over {steady:?}: {:+.1}% (tolerance {:.0}%)\n{ctx}",
-        err * 100.0,
-        STEADY_TOLERANCE * 100.0
+    // The windows' edges are known to within the attach and detach calls: when those take more
+    // than a few percent of the windows (tens of ms each where the kernel is emulated: 132 ms a
+    // window against ~121 ms covered in a 5.10 guest under TCG, the estimate 35% low), the run
+    // says the estimates are uncertain by that share instead of being held to the tolerance.
+    let switch_share = sampling.switch_ns as f64 / sampling.covered_ns.max(1) as f64;
+    let slow = s
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("attaching and detaching the sampled device-stage programs took"));
+    eprintln!(
+        "attach+detach {:.1}% of the windows' time; warning: {slow:?}",
+        switch_share * 100.0
     );
+    if switch_share <= SLOW_SWITCH_SHARE {
+        assert!(slow.is_none(), "{:?}\n{ctx}", s.warnings);
+        assert!(
+            err.abs() <= STEADY_TOLERANCE,
+            "estimate {est} against {exact} over {steady:?}: {:+.1}% (tolerance {:.0}%)\n{ctx}",
+            err * 100.0,
+            STEADY_TOLERANCE * 100.0
+        );
+    } else {
+        assert!(
+            slow.is_some(),
+            "no warning of the slow attaches ({:.1}% of the windows' time): {:?}\n{ctx}",
+            switch_share * 100.0,
+            s.warnings
+        );
+    }
     let run_ratio = s.stage_counts[&StageName::DevQueue] as f64 / sent as f64;
     assert!(
         (0.5..1.5).contains(&run_ratio),
@@ -248,20 +294,30 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
     let sum = |f: &dyn Fn(&scanprof::analysis::DropRow) -> bool| -> u64 {
         s.drops.iter().filter(|d| f(d)).map(|d| d.count).sum()
     };
-    let expected = sum(&|d| {
-        lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected && d.reason == "NO_SOCKET"
+    // Without drop reasons (before 5.17): the closed port's drops are NOT_SPECIFIED at
+    // __udp4_lib_rcv, the qdisc's NOT_SPECIFIED at kfree_skb_list (where 5.10's __dev_xmit_skb
+    // frees what its qdisc dropped), both classed as the family's loss.
+    let reasons = kernel_has_drop_reasons();
+    let closed_port = |d: &scanprof::analysis::DropRow| {
+        lab.at(scanprof::netlab::Side::Target, d) && is_closed_port_drop(d, reasons)
+    };
+    let expected = sum(&closed_port);
+    let qdisc = sum(&|d| {
+        d.class == DropClass::TargetLoss
+            && if reasons {
+                d.reason == "QDISC_DROP"
+            } else {
+                d.reason == "NOT_SPECIFIED" && d.location.starts_with("kfree_skb_list")
+            }
     });
-    let qdisc = sum(&|d| d.class == DropClass::TargetLoss && d.reason == "QDISC_DROP");
     let misread_rows: Vec<_> = s
         .drops
         .iter()
         .filter(|d| lab.inside(d) && matches!(d.class, DropClass::ReplySide | DropClass::Unrelated))
         .collect();
     let misread: u64 = misread_rows.iter().map(|d| d.count).sum();
-    let no_socket_elsewhere = sum(&|d| {
-        d.reason == "NO_SOCKET"
-            && !(lab.at(scanprof::netlab::Side::Target, d) && d.class == DropClass::Expected)
-    });
+    let closed_port_reason = if reasons { "NO_SOCKET" } else { "NOT_SPECIFIED" };
+    let no_socket_elsewhere = sum(&|d| d.reason == closed_port_reason && !closed_port(d));
     let h = &s.health;
     let (hits, undelivered) = (
         h.drop_hits
@@ -272,7 +328,7 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
         "behind a tbf: sent {sent}, expected at the target {expected}, qdisc drops {qdisc} (tc {}), \
          other rows in the lab {misread}, unmatched on the family's path {}; requeues {}; target's \
          Udp NoPorts {no_ports}; kfree_skb hits {hits}, program runs {}, undelivered {undelivered} \
-         (scanprof's NO_SOCKET elsewhere {no_socket_elsewhere})",
+         (scanprof's {closed_port_reason} elsewhere {no_socket_elsewhere})",
         root.drops, h.unmatched_on_path, root.requeues, h.drop_runs
     );
     // A family packet shown as somebody else's is one scanprof could not match to a packet the
@@ -305,7 +361,8 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
     assert!(
         missing <= undelivered,
         "{missing} of the target's {no_ports} closed-port drops are in no row, and scanprof says \
-         {undelivered} were not delivered\n{ctx}"
+         {undelivered} were not delivered; the drop rows: {:#?}\n{ctx}",
+        s.drops
     );
     // The undelivered figure is perf's count less the program's runs, never more than the hits.
     assert!(
