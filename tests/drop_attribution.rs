@@ -223,24 +223,10 @@ fn a_drop_on_a_device_that_only_receives_names_that_device() {
     let (near, far) = (format!("spdn{pid}a"), format!("spdn{pid}b"));
     let _namespaces = Namespaces::new(&[sender_ns.clone(), target_ns.clone()]);
     for ns in [&sender_ns, &target_ns] {
-        run_ok(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-        ]);
-        run_ok(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ]);
+        for conf in ["all", "default"] {
+            let setting = format!("net.ipv6.conf.{conf}.disable_ipv6=1");
+            run_ok(&["ip", "netns", "exec", ns, "sysctl", "-qw", &setting]);
+        }
     }
     run_ok(&[
         "ip", "-n", &sender_ns, "link", "add", &near, "type", "veth", "peer", "name", &far, "netns",
