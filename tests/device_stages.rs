@@ -120,15 +120,19 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     // Each tick says what its own windows covered. The first window opens at attach and closes
     // at the first tick, so it also covers the run's start (7 s of 15 in an emulated 5.10
     // guest); every later one is the first tenth of its tick, stretched by the attaches and
-    // detaches (~12 ms each there).
-    let (covered, elapsed) = per_tick[1..]
+    // detaches (~12 ms each there), and by a collector that comes late to close it (one of 723
+    // ms of a 981 ms tick in a 6.1 guest under CI's load, 2026-11-30): the median tick's.
+    let mut after_first: Vec<f64> = per_tick[1..]
         .iter()
-        .fold((0, 0), |(c, e), t| (c + t.covered_ns, e + t.elapsed_ns));
-    let after_first = covered as f64 / elapsed.max(1) as f64;
+        .filter(|t| t.elapsed_ns > 0)
+        .map(|t| t.covered_ns as f64 / t.elapsed_ns as f64)
+        .collect();
+    after_first.sort_by(f64::total_cmp);
+    let median = after_first.get(after_first.len() / 2).copied().unwrap_or(0.0);
     assert!(
-        (0.05..0.3).contains(&after_first),
-        "windows of a tenth of each tick after the first: {after_first:.3} of {:?} (the run: \
-         {sampling:?})\n{ctx}",
+        (0.05..0.3).contains(&median),
+        "windows of a tenth of each tick after the first: the median {median:.3} of {after_first:?} \
+         ({:?}; the run: {sampling:?})\n{ctx}",
         &per_tick[1..]
     );
     assert!(
@@ -173,7 +177,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     let err = (est as f64 - exact as f64) / exact as f64;
     eprintln!(
         "sampled dev_queue over {} full ticks: estimate {est}, syscall packets {exact} ({:+.1}%); \
-         run: estimate {}, sent {sent}; coverage {:.3} ({after_first:.3} after the first tick), {} windows, attach+detach {:.0} us a window",
+         run: estimate {}, sent {sent}; coverage {:.3} (the median tick after the first {median:.3}), {} windows, attach+detach {:.0} us a window",
         steady.len(),
         err * 100.0,
         s.stage_counts[&StageName::DevQueue],
