@@ -189,7 +189,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     // than a few percent of the windows (tens of ms each where the kernel is emulated: 132 ms a
     // window against ~121 ms covered in a 5.10 guest under TCG, the estimate 35% low), the run
     // says the estimates are uncertain by that share instead of being held to the tolerance.
-    let switch_share = sampling.switch_ns as f64 / sampling.covered_ns.max(1) as f64;
+    let switch_share = sampling.switch_share();
     let slow = s
         .warnings
         .iter()

@@ -80,6 +80,12 @@ impl DeviceSampling {
         (self.windows > 0).then(|| self.switch_ns as f64 / self.windows as f64)
     }
 
+    /// Time spent attaching and detaching the windowed programs over the time their windows
+    /// covered (0 before any window).
+    pub fn switch_share(&self) -> f64 {
+        self.switch_ns as f64 / self.covered_ns.max(1) as f64
+    }
+
     /// When attaching and detaching the windowed programs took more than
     /// [`SLOW_SWITCH_SHARE`] of the time their windows covered: a program starts and stops
     /// counting somewhere inside those calls (and what they stall of the sender, e.g. a kernel
@@ -87,7 +93,7 @@ impl DeviceSampling {
     /// can be off by that share. Seen at 109% in an emulated 5.10 guest, where the estimates
     /// were 35% low; about 1% on the development machines.
     pub fn slow_switch_warning(&self) -> Option<String> {
-        let share = self.switch_ns as f64 / self.covered_ns.max(1) as f64;
+        let share = self.switch_share();
         (self.windows > 0 && share > SLOW_SWITCH_SHARE).then(|| {
             format!(
                 "attaching and detaching the sampled device-stage programs took {:.1} ms a window, \
