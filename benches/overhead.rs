@@ -10,8 +10,9 @@
 //!    (b)'s raw syscall hooks), (f) under `scanprof run --device-stages sampled` (the device-stage
 //!    programs attached a tenth of each tick), and the floor of (b), (f) and (e): the sender alone
 //!    with empty programs on the hooks that mode uses (g, h, i; scanprof::probes::hook_sections,
-//!    held by scripts/hold-empty-hooks); interleaved rounds, medians, each ratio to (a), and what
-//!    each mode's bodies add over its floor.
+//!    held by scripts/hold-empty-hooks), and (j) under `scanprof run --device-stages auto` (exact
+//!    for the first tick, sampled once the rate is above `--sample-above`); interleaved rounds,
+//!    medians, each ratio to (a), and what each mode's bodies add over its floor.
 //! 2. The paced sender at 100k pps (half its maximum on a machine that cannot reach 125k), alone
 //!    and under scanprof: the achieved rate must not move (target: medians within 0.5%).
 //! 3. As many packet drops per second as the machine makes (sendmmsg into a tbf with a tiny queue),
@@ -384,8 +385,8 @@ fn send_beside_empty_programs(lab: &Lab, args: &[String], hooks: &[String]) -> f
     pps(&send_alone(lab, args, P1_SECONDS))
 }
 
-/// Part 1's arms, (a) to (i), run once each per round in an order that rotates by round.
-const P1_ARMS: usize = 9;
+/// Part 1's arms, (a) to (j), run once each per round in an order that rotates by round.
+const P1_ARMS: usize = 10;
 
 /// Part 1; returns the median rate of the sender alone (its maximum here).
 fn part1(lab: &Lab, floors: &Floors) -> f64 {
@@ -409,6 +410,9 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
     let mut f = Vec::new();
     // (g), (h), (i): the floors of (b), (f) and (e)
     let (mut g, mut h, mut i) = (Vec::new(), Vec::new(), Vec::new());
+    // (j) scanprof with `--device-stages auto` at its default limit: exact for the first tick,
+    // then sampled (a full-speed sender is far above the limit)
+    let mut j = Vec::new();
     let mut f_switch_us: Vec<f64> = Vec::new();
     let mut f_estimate: Vec<f64> = Vec::new();
     let (mut rbs, mut rcs) = (Vec::new(), Vec::new());
@@ -420,12 +424,24 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
     let mut scanprof_wins = 0;
     for round in 0..P1_ROUNDS {
         let (mut ra, mut rb, mut rc, mut rd, mut re, mut rf) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        let (mut rg, mut rh, mut ri) = (0.0, 0.0, 0.0);
+        let (mut rg, mut rh, mut ri, mut rj) = (0.0, 0.0, 0.0, 0.0);
         let mut notes = Vec::new();
         // Rotate the order so that no mode always runs first or last in a round.
         for k in 0..P1_ARMS {
             match (round + k) % P1_ARMS {
                 0 => ra = pps(&send_alone(lab, &args, P1_SECONDS)),
+                9 => {
+                    let (r, s) = send_under_scanprof(lab, &args, P1_SECONDS, &["--device-stages", "auto"]);
+                    rj = pps(&r);
+                    notes.push(match s.device_sampling.and_then(|d| d.auto) {
+                        Some(at) => format!(
+                            "auto sampled from {:.2} s ({:.0} pps)",
+                            at.exact_ns as f64 / 1e9,
+                            at.pps
+                        ),
+                        None => "auto did not sample".to_string(),
+                    });
+                }
                 8 => ri = send_beside_empty_programs(lab, &args, &floors.per_call),
                 7 => rg = send_beside_empty_programs(lab, &args, &floors.exact),
                 6 => rh = send_beside_empty_programs(lab, &args, &floors.sampled),
@@ -494,7 +510,7 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
             format!("({letter}) {what} {:>9} pps ({:.3})", thousands(pps), pps / ra)
         };
         println!(
-            "  round {}: (a) alone {:>9} pps | {} | {} | {} | {} | {} | {} | {} | {}   [{}]",
+            "  round {}: (a) alone {:>9} pps | {} | {} | {} | {} | {} | {} | {} | {} | {}   [{}]",
             round + 1,
             thousands(ra),
             arm("b", "scanprof", rb),
@@ -505,6 +521,7 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
             arm("g", "floor of (b)", rg),
             arm("h", "floor of (f)", rh),
             arm("i", "floor of (e)", ri),
+            arm("j", "scanprof --device-stages auto", rj),
             notes.join("; ")
         );
         a.push(ra);
@@ -516,6 +533,7 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
         g.push(rg);
         h.push(rh);
         i.push(ri);
+        j.push(rj);
         rbs.push(rb / ra);
         rcs.push(rc / ra);
     }
@@ -556,6 +574,12 @@ fn part1(lab: &Lab, floors: &Floors) -> f64 {
             added(x) - added(floor)
         );
     }
+    println!(
+        "  (j) --device-stages auto (default --sample-above): {:.3} of (a) (+{:.0} ns per packet); exact for \
+         its first 1 s tick of {P1_SECONDS} s, then sampled, so its floor lies between (g) and (h)",
+        median(&j) / ma,
+        added(median(&j))
+    );
     println!(
         "  (f) --device-stages sampled: its dev_queue estimate / syscall packets: median {:.3}; attaching and \
          detaching the device programs: median {:.0} us a window (a tick)",

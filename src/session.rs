@@ -69,6 +69,9 @@ pub struct SessionConfig {
     /// the machine's own figure at that rate, measured before the run
     pub baseline: Option<crate::analysis::Baseline>,
     pub probe_options: ProbeOptions,
+    /// with `--device-stages auto`: the family's rate above which the device stages are
+    /// sampled (`--sample-above`)
+    pub sample_above_pps: f64,
     /// when the kernel's BPF run-time statistics are on (the probes' own cost)
     pub bpf_stats: crate::collect::bpf_time::StatsPolicy,
     /// the scanner's profile, and what its command line says
@@ -573,6 +576,7 @@ fn set_up(
     let mut collector = Collector::new(probes, family, features.drop_reasons, start_ns)?;
     collector.set_rx_sk(features.kfree_skb_rx_sk);
     collector.set_bpf_policy(cfg.bpf_stats);
+    collector.sample_device_stages_above(cfg.sample_above_pps);
     mark("family registered with the probes");
     if let Some(sc) = &cfg.scanner {
         collector.set_scanner(

@@ -376,3 +376,183 @@ fn behind_a_queue_the_drops_stay_exact_across_the_windows() {
     test.assert_released("the sampled run behind a tbf");
     lab.destroy();
 }
+
+/// The stage counts of one tick record: (name, count).
+fn tick_stages(t: &serde_json::Value) -> Vec<(StageName, u64)> {
+    t["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .map(|st| {
+            (
+                st["name"].as_str().expect("name").parse().expect("a stage"),
+                st["count"].as_u64().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// `scanprof run` with `--device-stages auto --sample-above ABOVE` over the reference sender
+/// at RATE to the closed port on loopback, `count` packets.
+fn auto_run(above: &str, count: u64) -> (Finished, u64) {
+    let sender = sender_argv("127.0.0.1:9", RATE as f64, count, 20.0, &["--pacer", "sleep"]);
+    let mut args: Vec<String> = [
+        "run",
+        "--json",
+        "--duration",
+        "60",
+        "--interval",
+        "1",
+        "--device-stages",
+        "auto",
+        "--sample-above",
+        above,
+        "--",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(sender);
+    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
+    run.assert_success();
+    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
+    assert_eq!(sent, count, "the sender sent its count\n{}", run.context());
+    (run, sent)
+}
+
+/// `--device-stages auto` (issue 32 item 3, "chosen automatically above a rate"): the device
+/// stages are counted exactly until a tick in which the family sends faster than
+/// `--sample-above`, then sampled, and the run says when and why; the ticks before keep exact
+/// counts and the syscall stage and drops stay exact throughout.
+#[test]
+fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() {
+    let test = privileged();
+    // 5,000 pps against a limit of 2,000: sampling begins at the first tick that sent a
+    // second's worth at that rate (the sender may start late in the first one)
+    let (run, sent) = auto_run("2000", COUNT);
+    let s = run.summary();
+    let ctx = run.context();
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    let reasons = kernel_has_drop_reasons();
+    let closed: u64 = s
+        .drops
+        .iter()
+        .filter(|d| is_closed_port_drop(d, reasons))
+        .map(|d| d.count)
+        .sum();
+    assert_eq!(
+        closed, sent,
+        "every probe is the family's drop at the closed port\n{ctx}"
+    );
+
+    let sampling = s
+        .device_sampling
+        .unwrap_or_else(|| panic!("the run sampled, and says so: no device_sampling\n{ctx}"));
+    let auto = sampling
+        .auto
+        .unwrap_or_else(|| panic!("the run says when and why sampling began: {sampling:?}\n{ctx}"));
+    assert_eq!(auto.above_pps, 2000.0, "{ctx}");
+    assert!(
+        auto.pps > 2000.0 && auto.pps < 2.0 * RATE as f64,
+        "{auto:?}\n{ctx}"
+    );
+    assert!(
+        sampling.label().starts_with("counted for ") && sampling.label().contains("--sample-above 2000"),
+        "{}",
+        sampling.label()
+    );
+
+    // The ticks: exact (no device_sampling, dev_queue is the syscall count, but for a packet
+    // between the two reads of a tick) up to the switch, sampled after it.
+    let ticks = run.of_type("sample");
+    let first_sampled = ticks
+        .iter()
+        .position(|t| !t["device_sampling"].is_null())
+        .unwrap_or_else(|| panic!("no tick sampled\n{ctx}"));
+    assert!(first_sampled >= 1, "the first tick is counted exactly\n{ctx}");
+    assert!(
+        ticks[first_sampled..]
+            .iter()
+            .all(|t| !t["device_sampling"].is_null()),
+        "once sampling, every later tick samples\n{ctx}"
+    );
+    let mut exact_syscall = 0;
+    for t in &ticks[..first_sampled] {
+        let c = tick_stages(t);
+        let (syscall, queue) = (
+            stage(&c, StageName::SyscallPackets),
+            stage(&c, StageName::DevQueue),
+        );
+        assert!(
+            queue.abs_diff(syscall) <= 2,
+            "an exact tick's dev_queue {queue} against its syscall packets {syscall}\n{ctx}"
+        );
+        exact_syscall += syscall;
+    }
+    assert!(
+        exact_syscall > 0,
+        "packets were counted exactly before the switch\n{ctx}"
+    );
+    eprintln!(
+        "auto: sampling began after {:.2} s at {:.0} pps (limit {}), {} ticks exact ({exact_syscall} \
+         packets), {} sampled; the run's dev_queue {} for {sent} sent; {}",
+        auto.exact_ns as f64 / 1e9,
+        auto.pps,
+        auto.above_pps,
+        first_sampled,
+        ticks.len() - first_sampled,
+        s.stage_counts[&StageName::DevQueue],
+        sampling.label()
+    );
+    // The run's dev_queue: exact part plus estimates (held to the estimate test's tolerance
+    // when the windows' edges are known well, else the run warns).
+    let err = s.stage_counts[&StageName::DevQueue] as f64 / sent as f64 - 1.0;
+    if sampling.switch_share() <= SLOW_SWITCH_SHARE {
+        assert!(err.abs() <= STEADY_TOLERANCE, "dev_queue {err:+.3} off\n{ctx}");
+    } else {
+        assert!(
+            s.warnings
+                .iter()
+                .any(|w| w.starts_with("attaching and detaching the sampled device-stage programs took")),
+            "{:?}\n{ctx}",
+            s.warnings
+        );
+    }
+    assert!(
+        s.verdicts
+            .iter()
+            .any(|v| v.cause == Cause::NotJudgedHere && v.sentence.contains("device stages were sampled")),
+        "the diagnosis says what it did not judge: {:?}",
+        s.verdicts
+    );
+    test.assert_released("the auto run that sampled");
+}
+
+/// Below its limit, `--device-stages auto` is exact mode: no sampling said, every stage counted.
+#[test]
+fn auto_below_its_limit_counts_every_packet() {
+    let test = privileged();
+    let (run, sent) = auto_run("1000000", 10_000);
+    let s = run.summary();
+    let ctx = run.context();
+    assert_eq!(s.device_sampling, None, "{ctx}");
+    assert!(
+        run.of_type("sample")
+            .iter()
+            .all(|t| t["device_sampling"].is_null()),
+        "{ctx}"
+    );
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    assert_eq!(
+        s.stage_counts[&StageName::DevQueue],
+        sent,
+        "every packet counted at dev_queue\n{ctx}"
+    );
+    assert!(
+        !s.verdicts
+            .iter()
+            .any(|v| v.cause == Cause::NotJudgedHere && v.sentence.contains("device stages were sampled")),
+        "{:?}",
+        s.verdicts
+    );
+    test.assert_released("the auto run that stayed exact");
+}

@@ -32,6 +32,53 @@ pub struct DeviceSampling {
     pub switch_ns: u64,
     /// program attaches and detaches so far (two per windowed program and window)
     pub switches: u64,
+    /// with `--device-stages auto`: when and why sampling began (the counts before it are
+    /// exact); None when the stages were sampled from attach (and in older bundles). Only the
+    /// whole run's figure has it: a tick's own figure (`since`) covers sampled time alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoStart>,
+}
+
+/// When `--device-stages auto` began to sample: the device stages were counted exactly for
+/// `exact_ns` from attach, until a tick in which the family sent `pps` packets a second, above
+/// the `above_pps` the user allowed (`--sample-above`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoStart {
+    pub exact_ns: u64,
+    pub pps: f64,
+    pub above_pps: f64,
+}
+
+/// `--device-stages auto`: the family's send rate, tick by tick, against the rate above which
+/// the device stages are sampled. The rate is the syscall stage's, which is exact in both modes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoSampling {
+    pub above_pps: f64,
+    /// the family's packets (all its threads, exited ones included) and when, at the last tick
+    last_packets: u64,
+    last_ns: u64,
+}
+
+impl AutoSampling {
+    /// Counting from attach at `start_ns`, when the family had sent nothing scanprof saw.
+    pub fn new(above_pps: f64, start_ns: u64) -> AutoSampling {
+        AutoSampling {
+            above_pps,
+            last_packets: 0,
+            last_ns: start_ns,
+        }
+    }
+
+    /// A tick at `now_ns` with the family's packets so far: its rate over the tick when it is
+    /// above the limit (then sampling should begin), else None.
+    pub fn above(&mut self, packets: u64, now_ns: u64) -> Option<f64> {
+        let dt = now_ns.saturating_sub(self.last_ns);
+        let sent = packets.saturating_sub(self.last_packets);
+        self.last_packets = packets;
+        self.last_ns = now_ns;
+        let pps = sent as f64 / (dt.max(1) as f64 / 1e9);
+        (dt > 0 && pps > self.above_pps).then_some(pps)
+    }
 }
 
 impl DeviceSampling {
@@ -44,6 +91,7 @@ impl DeviceSampling {
             elapsed_ns: windows * 1_000_000_000,
             switch_ns: 0,
             switches: 0,
+            auto: None,
         }
     }
 
@@ -59,7 +107,8 @@ impl DeviceSampling {
     /// attach).
     pub fn since(&self, prev: Option<&DeviceSampling>) -> DeviceSampling {
         let Some(p) = prev else {
-            return *self;
+            // the first tick that sampled: all of it sampled
+            return DeviceSampling { auto: None, ..*self };
         };
         DeviceSampling {
             windows: self.windows.saturating_sub(p.windows),
@@ -67,6 +116,7 @@ impl DeviceSampling {
             elapsed_ns: self.elapsed_ns.saturating_sub(p.elapsed_ns),
             switch_ns: self.switch_ns.saturating_sub(p.switch_ns),
             switches: self.switches.saturating_sub(p.switches),
+            auto: None,
         }
     }
 
@@ -106,9 +156,31 @@ impl DeviceSampling {
         })
     }
 
-    /// What a figure of a device stage is: "sampled 10% of the time, scaled".
+    /// The option that sampled: `--device-stages sampled`, or `--device-stages auto` (which
+    /// began to sample above its rate).
+    pub fn option(&self) -> &'static str {
+        if self.auto.is_some() {
+            "--device-stages auto"
+        } else {
+            "--device-stages sampled"
+        }
+    }
+
+    /// What a figure of a device stage is: "sampled 10% of the time, scaled", or with
+    /// `--device-stages auto` "counted for 3.0 s, then sampled 10% of the time (the family
+    /// sent 180000 pps, above 50000), scaled".
     pub fn label(&self) -> String {
-        format!("sampled {} of the time, scaled", percent(self.coverage()))
+        match &self.auto {
+            None => format!("sampled {} of the time, scaled", percent(self.coverage())),
+            Some(a) => format!(
+                "counted for {:.1} s, then sampled {} of the time (the family sent {:.0} pps, above \
+                 --sample-above {:.0}), scaled",
+                a.exact_ns as f64 / 1e9,
+                percent(self.coverage()),
+                a.pps,
+                a.above_pps
+            ),
+        }
     }
 }
 
@@ -195,6 +267,27 @@ impl DeviceWindows {
             totals: DeviceSampling::default(),
             error: None,
         }
+    }
+
+    /// `--device-stages auto` begins to sample at `now_ns`: the windowed programs have been
+    /// attached all along, so a window is open from now (it closes a tick's 1/`divisor` later),
+    /// and the counters read now (`exact`, every packet counted) are where the estimates start.
+    pub fn from_counts(
+        divisor: u32,
+        now_ns: u64,
+        exact: &[DeviceCounters],
+        auto: AutoStart,
+    ) -> DeviceWindows {
+        let mut w = DeviceWindows::new(divisor, now_ns);
+        for d in exact {
+            let mut d = d.clone();
+            let key = (d.ifindex, d.netns, d.pid);
+            let now = scaled_fields(&mut d).map(|v| *v);
+            w.prev_raw.insert(key, now);
+            w.scaled.insert(key, now.map(|v| v as f64));
+        }
+        w.totals.auto = Some(auto);
+        w
     }
 
     /// Whether a window is open.
@@ -292,6 +385,7 @@ mod tests {
             elapsed_ns: 31 * 1_000_000_000,
             switch_ns: 31 * 132_000_000,
             switches: 248,
+            auto: None,
         };
         let w = slow.slow_switch_warning().expect("a warning");
         assert!(w.contains("took 132.0 ms a window, 109% of the time"), "{w}");
@@ -392,6 +486,49 @@ mod tests {
         let (rows, _) = w.scale(vec![row(5, 5, 0), other], 2_000 * MS);
         assert_eq!(rows[0].queued, 20, "no new counts, no change");
         assert_eq!(rows[1].queued, 4);
+    }
+
+    #[test]
+    fn auto_samples_from_the_first_tick_above_the_limit() {
+        let mut a = AutoSampling::new(50_000.0, 0);
+        // 40,000 packets in the first 1 s tick, then 49,999 more in the next: not above
+        assert_eq!(a.above(40_000, 1_000 * MS), None);
+        assert_eq!(a.above(89_999, 2_000 * MS), None);
+        // 30,000 in a 0.5 s tick: 60,000 a second
+        assert_eq!(a.above(119_999, 2_500 * MS), Some(60_000.0));
+        // a tick of no length (two samples at once) is no rate
+        assert_eq!(a.above(200_000, 2_500 * MS), None);
+    }
+
+    #[test]
+    fn auto_keeps_the_exact_counts_and_scales_only_what_comes_after() {
+        let start = AutoStart {
+            exact_ns: 3_000 * MS,
+            pps: 180_000.0,
+            above_pps: 50_000.0,
+        };
+        // 540,000 packets counted exactly at every stage until 3 s, when sampling began
+        let mut w = DeviceWindows::from_counts(DIVISOR, 3_000 * MS, &[row(540_000, 539_990, 2)], start);
+        assert!(
+            w.is_open(),
+            "the programs are attached: a window is open from the switch"
+        );
+        assert_eq!(w.closes_at(1_000 * MS), Some(3_100 * MS));
+        w.closed(&all_at(3_100 * MS, 0));
+        // 18,000 more in the 100 ms window of the next 1 s tick
+        let (rows, s) = w.scale(vec![row(558_000, 557_990, 2)], 4_000 * MS);
+        assert_eq!(rows[0].queued, 540_000 + 180_000);
+        assert_eq!(rows[0].xmit_ok, 539_990 + 180_000);
+        assert_eq!((s.windows, s.covered_ns, s.elapsed_ns), (1, 100 * MS, 1_000 * MS));
+        assert_eq!(s.auto, Some(start));
+        assert_eq!(
+            s.label(),
+            "counted for 3.0 s, then sampled 10% of the time (the family sent 180000 pps, above \
+             --sample-above 50000), scaled"
+        );
+        // a tick's own figure covers sampled time only
+        assert_eq!(s.since(None).auto, None);
+        assert_eq!(s.since(None).label(), "sampled 10% of the time, scaled");
     }
 
     #[test]

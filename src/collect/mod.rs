@@ -732,8 +732,11 @@ pub struct Collector {
     rings: rings::RingTable,
     /// each member's latest open-file limit (RLIMIT_NOFILE, soft), kept after it exits
     open_files: std::cell::RefCell<BTreeMap<u32, u64>>,
-    /// the device-stage windows (`--device-stages sampled`); None when the stages are exact
+    /// the device-stage windows (`--device-stages sampled`, or auto once it samples); None
+    /// while the stages are exact
     device_windows: Option<device_window::DeviceWindows>,
+    /// `--device-stages auto` until it begins to sample: the family's rate against its limit
+    auto_sampling: Option<device_window::AutoSampling>,
     /// the drop rows against perf's count of kfree_skb (Health::drops_undelivered)
     drop_check: DropCheck,
     /// each program's skipped runs when the collector started (Health::skipped_runs counts from
@@ -790,6 +793,7 @@ impl Collector {
             wall_offset_ns: crate::system::realtime_offset_ns(),
             rx_sk: true,
             device_windows: None,
+            auto_sampling: None,
             drop_check: DropCheck::NoDropProgram,
             skipped0: None,
         };
@@ -924,6 +928,14 @@ impl Collector {
     /// Opens the BPF statistics window at `now_ns` (it closes at the next sample).
     pub fn open_bpf_window(&mut self, now_ns: u64) {
         self.bpf.open(self.probes.bpf_stats(), now_ns);
+    }
+
+    /// `--device-stages auto`: sample the device stages from the first tick in which the
+    /// family sends more than `above_pps` packets a second (counted exactly until then).
+    pub fn sample_device_stages_above(&mut self, above_pps: f64) {
+        if self.probes.device_stages() == crate::probes::DeviceStages::Auto {
+            self.auto_sampling = Some(device_window::AutoSampling::new(above_pps, self.start_ns));
+        }
     }
 
     /// When the open device-stage window of a tick of `interval_ns` closes (`--device-stages
@@ -1172,6 +1184,7 @@ impl Collector {
             }
             None => (devices, None),
         };
+        self.start_sampling_above_rate(&threads, &devices, now_ns);
         let queues = queue_depths(raw_queues, &names);
         let block_sites = self.block_sites(open, &mut threads, now_ns);
         let (calls, uprobes) = match self.scanner.as_mut() {
@@ -1228,6 +1241,36 @@ impl Collector {
         // The next tick's device-stage window opens now, at its start.
         self.open_device_window();
         sample
+    }
+
+    /// `--device-stages auto`: when the family sent faster than its limit over the tick that
+    /// ends at `now_ns`, sampling begins here, from the exact `devices` just read (this tick's
+    /// counts stay exact; the first window is open from now and closes a tenth of a tick on).
+    fn start_sampling_above_rate(
+        &mut self,
+        threads: &[ThreadCounters],
+        devices: &[DeviceCounters],
+        now_ns: u64,
+    ) {
+        let Some(auto) = self.auto_sampling.as_mut() else {
+            return;
+        };
+        let packets = threads.iter().map(|t| t.packets).sum();
+        let Some(pps) = auto.above(packets, now_ns) else {
+            return;
+        };
+        let start = device_window::AutoStart {
+            exact_ns: now_ns.saturating_sub(self.start_ns),
+            pps,
+            above_pps: auto.above_pps,
+        };
+        self.auto_sampling = None;
+        self.device_windows = Some(device_window::DeviceWindows::from_counts(
+            device_window::DIVISOR,
+            now_ns,
+            devices,
+            start,
+        ));
     }
 
     /// The programs whose runs the kernel skipped since the collector started, by name; empty

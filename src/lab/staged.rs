@@ -207,6 +207,7 @@ impl Staged {
             bpf_stats: crate::cli::BpfStatsArg::Sampled,
             syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
             device_stages: crate::cli::DeviceStagesArg::Exact,
+            sample_above: crate::cli::DEFAULT_SAMPLE_ABOVE_PPS,
             user: None,
             recv_classes: stage
                 .listener

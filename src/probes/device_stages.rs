@@ -17,6 +17,18 @@ pub enum DeviceStages {
     /// attached only in a window at the start of each tick; counts are scaled up by the tick's
     /// length over the window's and shown as estimates
     Sampled,
+    /// exact until the family sends faster than a rate the user names (the collector decides,
+    /// tick by tick: `--sample-above`), sampled from then on
+    Auto,
+}
+
+impl DeviceStages {
+    /// Whether the windowed programs' links are kept apart so that the collector can detach
+    /// and attach them (sampled, or auto, which may come to sample), and net_dev_start_xmit
+    /// notes the destinations of packets net_dev_queue did not see.
+    pub fn may_sample(self) -> bool {
+        self != DeviceStages::Exact
+    }
 }
 
 /// The programs of the netdev object attached only in windows when sampled: the ones that only
@@ -30,9 +42,10 @@ pub const WINDOWED: [&str; 4] = [
     "on_dev_xmit",
 ];
 
-/// Whether program `name` of object `object` is attached only in windows under `stages`.
+/// Whether program `name` of object `object` can be attached only in windows under `stages`:
+/// its link is kept apart (with auto, it stays attached until the collector starts sampling).
 pub fn windowed(stages: DeviceStages, object: &str, name: &str) -> bool {
-    stages == DeviceStages::Sampled && object == "netdev" && WINDOWED.contains(&name)
+    stages.may_sample() && object == "netdev" && WINDOWED.contains(&name)
 }
 
 /// When one windowed program was attached or detached: CLOCK_MONOTONIC ns before and after
@@ -92,9 +105,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_counting_device_programs_are_windowed_and_only_when_sampled() {
+    fn only_the_counting_device_programs_are_windowed_and_only_when_they_may_be_sampled() {
         for p in WINDOWED {
             assert!(windowed(DeviceStages::Sampled, "netdev", p));
+            assert!(
+                windowed(DeviceStages::Auto, "netdev", p),
+                "auto may come to sample"
+            );
             assert!(!windowed(DeviceStages::Exact, "netdev", p));
         }
         // the drops' marks and the neighbour programs stay attached

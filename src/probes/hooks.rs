@@ -37,7 +37,8 @@ pub fn hook_sections(hooks: SyscallHooks, stages: DeviceStages) -> Vec<String> {
             if syscall_program && !hooks.programs().contains(&name.as_str()) {
                 continue;
             }
-            if device_stages::windowed(stages, object, &name) {
+            // auto starts exact: its hooks are exact's until the collector starts sampling
+            if stages == DeviceStages::Sampled && device_stages::windowed(stages, object, &name) {
                 continue;
             }
             out.insert(section);

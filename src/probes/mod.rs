@@ -1596,7 +1596,7 @@ fn configure_drops(stage: &Stage<'_>, skel: &mut OpenDropsSkel<'static>) -> Resu
 /// that net_dev_start_xmit notes the destination of a packet net_dev_queue did not see.
 fn configure_netdev(stage: &Stage<'_>, skel: &mut OpenNetdevSkel<'static>) -> Result<(), ProbeError> {
     let rodata = rodata_of("netdev", skel.maps.rodata_data.as_deref_mut())?;
-    rodata.dev_sampled = u32::from(stage.opts.device_stages == DeviceStages::Sampled);
+    rodata.dev_sampled = u32::from(stage.opts.device_stages.may_sample());
     Ok(())
 }
 

@@ -94,6 +94,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
     probe_options.device_stages = match opts.device_stages {
         DeviceStagesArg::Exact => DeviceStages::Exact,
         DeviceStagesArg::Sampled => DeviceStages::Sampled,
+        DeviceStagesArg::Auto => DeviceStages::Auto,
     };
     Ok(SessionConfig {
         command_output: match output {
@@ -111,6 +112,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         relay_fanout: opts.relay_fanout,
         baseline: None,
         probe_options,
+        sample_above_pps: opts.sample_above,
         bpf_stats: match opts.bpf_stats {
             BpfStatsArg::Sampled => StatsPolicy::DEFAULT,
             BpfStatsArg::Always => StatsPolicy::Continuous,

@@ -97,7 +97,7 @@ fn estimate_note(c: &Comparison) -> Option<String> {
     .collect();
     (!sides.is_empty()).then(|| {
         format!(
-            "≈: an estimate: {} counted the device stages only in --device-stages sampled windows and scaled them to the run",
+            "≈: an estimate: {} counted the device stages in sampled windows (--device-stages sampled, or auto above its rate) and scaled them to the run",
             sides.join(" and ")
         )
     })
@@ -391,7 +391,7 @@ mod tests {
         let xmit = line("xmit_packets");
         assert_eq!(xmit.matches('≈').count(), 2, "B and B - A: {xmit}");
         assert!(!line("stage.syscall_packets_pps").contains('≈'), "{t}");
-        let note = "≈: an estimate: B counted the device stages only in --device-stages sampled windows and scaled them to the run";
+        let note = "≈: an estimate: B counted the device stages in sampled windows (--device-stages sampled, or auto above its rate) and scaled them to the run";
         assert!(t.contains(note), "{t}");
         let md = markdown(&c, &sa, &sb);
         assert!(md.contains(note) && md.contains("| xmit_packets | "), "{md}");

@@ -339,7 +339,7 @@ impl MetricsState {
             gauge(
                 r,
                 "device_stage_sampled_coverage",
-                "Share of the time the device-stage programs were attached (--device-stages sampled): stage_events_total of dev_queue, qdisc_enqueue, qdisc_dequeue and dev_xmit are then estimates, scaled from these windows. Absent when the device stages are counted.",
+                "Share of the time the device-stage programs were attached (--device-stages sampled, or auto once it samples): stage_events_total of dev_queue, qdisc_enqueue, qdisc_dequeue and dev_xmit are then estimates, scaled from these windows. Absent when the device stages are counted.",
                 share,
             )?;
         }

@@ -547,8 +547,9 @@ pub(super) fn device_refused(f: &Facts) -> Vec<Verdict> {
             });
             if let Some(sampling) = f.device_sampling {
                 evidence.push(format!(
-                    "the refusals are an estimate: the device stages were {} (--device-stages sampled)",
-                    sampling.label()
+                    "the refusals are an estimate: the device stages were {} ({})",
+                    sampling.label(),
+                    sampling.option()
                 ));
             }
             let weak = !(no_qdisc && mostly_ours)

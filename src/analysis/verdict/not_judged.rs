@@ -48,14 +48,27 @@ fn sampled_device_stages(f: &Facts) -> Option<Verdict> {
             f.over()
         ),
     ];
+    let (what, remedy) = match sampling.auto {
+        None => ("", ""),
+        Some(_) => (
+            " once the family sent faster than --sample-above",
+            ", or with a --sample-above above the family's rate",
+        ),
+    };
     Some(finish(
         f,
         Kind::Loss,
-        "Whether every packet the send syscalls accepted reached a device or a drop, and the rate          that left through the drivers, are not judged: the device stages were sampled          (--device-stages sampled), so their counts are estimates. The drops are counted and          judged as in an exact run."
-            .to_string(),
+        format!(
+            "Whether every packet the send syscalls accepted reached a device or a drop, and the rate \
+             that left through the drivers, are not judged: the device stages were sampled ({}{what}), \
+             so their counts are estimates. The drops are counted and judged as in an exact run.",
+            sampling.option()
+        ),
         evidence,
-        "Run with --device-stages exact (the default) for exact device-stage counts, at the cost          of their programs on every packet."
-            .to_string(),
+        format!(
+            "Run with --device-stages exact (the default){remedy} for exact device-stage counts, at \
+             the cost of their programs on every packet."
+        ),
     ))
 }
 
