@@ -460,8 +460,8 @@ pub struct RunOptions {
     #[arg(long, value_enum, default_value_t = DeviceStagesArg::Exact)]
     pub device_stages: DeviceStagesArg,
     /// With --device-stages auto: the family's send rate, packets a second over a tick, above
-    /// which the device stages are sampled. At the default, counting them exactly takes about
-    /// 1.4% of a CPU on the development machine (~280 ns a packet; docs/benchmarks.md).
+    /// which the device stages are sampled. At the default, their programs' run time alone is
+    /// about 1.5% of a CPU on the development machine (~300 ns a packet; docs/benchmarks.md).
     #[arg(long, value_name = "PPS", default_value_t = DEFAULT_SAMPLE_ABOVE_PPS, value_parser = parse_positive_rate)]
     pub sample_above: f64,
     /// Run the launched command as this user (name or uid), with its groups from the user

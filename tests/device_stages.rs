@@ -24,7 +24,9 @@ const COUNT: u64 = 40_000;
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Relative error allowed between the scaled estimate and the syscall count over the ticks the
-/// sender spent wholly sending. A window of a 1 s tick is 100 ms: 500 packets at 5,000 pps, and
+/// sender spent wholly sending. The family's rows are scaled by its syscall packets (the ratio
+/// estimate: -0.1% seen here); the bound, and its reasoning below, are from the scaling by
+/// time that came before (still used for a window with few of the family's sends). A window of a 1 s tick is 100 ms: 500 packets at 5,000 pps, and
 /// about 3,000 over the six or so full ticks of the run. A paced sender's packets are not a
 /// Poisson stream (their count in a window is nearly fixed), so 3/sqrt(3000) = 5.5% already
 /// covers counting noise with room; what moves an estimate more is the sender's own stalls at
@@ -461,8 +463,10 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
         sampling.label()
     );
 
-    // The ticks: exact (no device_sampling, dev_queue is the syscall count, but for a packet
-    // between the two reads of a tick) up to the switch, sampled after it.
+    // The ticks: exact (no device_sampling) up to the switch, sampled after it. An exact tick's
+    // dev_queue is its syscall count but for the packets sent between the collector's reads of
+    // the two maps (more when a loaded machine preempts the collector between them); the whole
+    // run's exact equality is the next test's.
     let ticks = run.of_type("sample");
     let first_sampled = ticks
         .iter()
@@ -475,22 +479,19 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
             .all(|t| !t["device_sampling"].is_null()),
         "once sampling, every later tick samples\n{ctx}"
     );
-    let mut exact_syscall = 0;
+    let (mut exact_syscall, mut exact_queue) = (0, 0);
     for t in &ticks[..first_sampled] {
         let c = tick_stages(t);
-        let (syscall, queue) = (
-            stage(&c, StageName::SyscallPackets),
-            stage(&c, StageName::DevQueue),
-        );
-        assert!(
-            queue.abs_diff(syscall) <= 2,
-            "an exact tick's dev_queue {queue} against its syscall packets {syscall}\n{ctx}"
-        );
-        exact_syscall += syscall;
+        exact_syscall += stage(&c, StageName::SyscallPackets);
+        exact_queue += stage(&c, StageName::DevQueue);
     }
     assert!(
         exact_syscall > 0,
         "packets were counted exactly before the switch\n{ctx}"
+    );
+    assert!(
+        exact_queue.abs_diff(exact_syscall) <= 2 + exact_syscall / 50,
+        "the exact ticks' dev_queue {exact_queue} against their syscall packets {exact_syscall}\n{ctx}"
     );
     eprintln!(
         "auto: sampling began after {:.2} s at {:.0} pps (limit {}), {} ticks exact ({exact_syscall} \

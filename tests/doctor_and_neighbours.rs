@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common;
 
-use common::privileged;
+use common::{privileged, run_ok, Namespaces};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scanprof");
 
@@ -159,30 +159,6 @@ fn unresolved_neighbour_queues_the_targets_packets_and_they_die_neigh_failed() {
     test.assert_released("the test's scanprof processes ended");
 }
 
-/// Runs `ip ARGS`, panicking with its stderr on failure.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair; deleted on drop.
-struct NeighLab {
-    a: String,
-    b: String,
-}
-
-impl Drop for NeighLab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
 #[test]
 fn neighbours_that_resolve_at_once_are_counted_resolved() {
     // On a veth pair the ARP reply is handled inside the request's own send (softirqs run as the
@@ -191,21 +167,19 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
     // every one answered.
     let test = privileged();
     let tag = std::process::id() % 10_000;
-    let lab = NeighLab {
-        a: format!("sp-neigh-a-{tag}"),
-        b: format!("sp-neigh-b-{tag}"),
-    };
+    // two namespaces joined by a veth pair (which goes with them)
+    let (a, b) = (format!("sp-neigh-a-{tag}"), format!("sp-neigh-b-{tag}"));
+    let namespaces = Namespaces::new(&[a.clone(), b.clone()]);
     let (va, vb) = (format!("spna{tag}"), format!("spnb{tag}"));
-    ip(&["netns", "add", &lab.a]);
-    ip(&["netns", "add", &lab.b]);
-    ip(&[
-        "link", "add", &va, "netns", &lab.a, "type", "veth", "peer", "name", &vb, "netns", &lab.b,
+    run_ok(&[
+        "ip", "link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b,
     ]);
-    ip(&["-n", &lab.a, "addr", "add", "10.213.0.1/24", "dev", &va]);
+    run_ok(&["ip", "-n", &a, "addr", "add", "10.213.0.1/24", "dev", &va]);
     for i in 10..22 {
-        ip(&[
+        run_ok(&[
+            "ip",
             "-n",
-            &lab.b,
+            &b,
             "addr",
             "add",
             &format!("10.213.0.{i}/24"),
@@ -213,14 +187,13 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
             &vb,
         ]);
     }
-    for (ns, dev) in [(&lab.a, &va), (&lab.b, &vb)] {
-        ip(&["-n", ns, "link", "set", dev, "up"]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
+    for (ns, dev) in [(&a, &va), (&b, &vb)] {
+        run_ok(&["ip", "-n", ns, "link", "set", dev, "up"]);
     }
     let script = "sleep 1; for i in $(seq 10 21); do echo x > /dev/udp/10.213.0.$i/9; done; sleep 1";
     let out = Command::new("ip")
         .args([
-            "netns", "exec", &lab.a, BIN, "run", "--json", "--", "bash", "-c", script,
+            "netns", "exec", &a, BIN, "run", "--json", "--", "bash", "-c", script,
         ])
         .output()
         .unwrap();
@@ -244,4 +217,5 @@ fn neighbours_that_resolve_at_once_are_counted_resolved() {
         "{dev}"
     );
     test.assert_released("the test's scanprof processes ended");
+    namespaces.destroy();
 }

@@ -221,7 +221,7 @@ fn a_drop_on_a_device_that_only_receives_names_that_device() {
     // number no Lab of this process reaches)
     let (sender_ns, target_ns) = (format!("sp{pid}-7700s"), format!("sp{pid}-7700t"));
     let (near, far) = (format!("spdn{pid}a"), format!("spdn{pid}b"));
-    let _namespaces = Namespaces::new(&[sender_ns.clone(), target_ns.clone()]);
+    let namespaces = Namespaces::new(&[sender_ns.clone(), target_ns.clone()]);
     for ns in [&sender_ns, &target_ns] {
         for conf in ["all", "default"] {
             let setting = format!("net.ipv6.conf.{conf}.disable_ipv6=1");
@@ -310,4 +310,6 @@ fn a_drop_on_a_device_that_only_receives_names_that_device() {
         "the drops at the target name its device {far}: {at_target:#?}\n{ctx}"
     );
     test.assert_released("the run to a device that only receives");
+    // the veth pair goes with its namespaces
+    namespaces.destroy();
 }

@@ -35,7 +35,7 @@ fn loopback_packets_count_as_arrived_only_in_the_family_s_own_namespace() {
     let test = privileged();
     let pid = std::process::id();
     let (mine, other) = (format!("sprd-a-{pid}"), format!("sprd-b-{pid}"));
-    let _ns = Namespaces::new(&[mine.clone(), other.clone()]);
+    let ns = Namespaces::new(&[mine.clone(), other.clone()]);
     let port: u16 = 9000;
 
     // A receiver for the family's packets (not the family's: it is started apart).
@@ -89,6 +89,7 @@ fn loopback_packets_count_as_arrived_only_in_the_family_s_own_namespace() {
     drop(flood);
     drop(receiver);
     test.assert_released("the loopback family's run");
+    ns.destroy();
 }
 
 /// The far end of a lab's veth (its peer, in the target's namespace) is one of the family's

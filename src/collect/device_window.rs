@@ -1,8 +1,10 @@
-//! `--device-stages sampled`: the windows in which the device-stage programs are attached (the
-//! first 1/`divisor` of each tick), and the device counters they gave, scaled up to the tick:
-//! a window's counts times the tick's length over the window's. The counters that come out are
-//! cumulative estimates, like the exact ones in shape, with `DeviceSampling` saying what share
-//! of the time they cover. Pure: the collector attaches and detaches, and passes the times.
+//! `--device-stages sampled` (and auto once it samples): the windows in which the device-stage
+//! programs are attached (the first 1/`divisor` of each tick), and the device counters they
+//! gave, scaled up to the tick: a family process's by its syscall packets in the tick over
+//! those in the window, everything else by the tick's length over the window's. The counters
+//! that come out are cumulative estimates, like the exact ones in shape, with `DeviceSampling`
+//! saying what share of the time they cover. Pure: the collector attaches and detaches, and
+//! passes the times and the family's packets.
 
 use std::collections::BTreeMap;
 
@@ -197,6 +199,15 @@ fn percent(share: f64) -> String {
 /// A device row's key: ifindex, namespace, family process (None: everyone's).
 type RowKey = (u32, u32, Option<u32>);
 
+/// The family's packets through its send syscalls by process (tgid), cumulative since attach,
+/// exited threads included: counted on every packet in every mode, so the auxiliary of the
+/// ratio estimate (`DeviceWindows::scale`).
+pub type FamilyPackets = BTreeMap<u32, u64>;
+
+/// Fewest syscall packets of a process inside a tick's window for its rows to be scaled by the
+/// ratio to them; with fewer, its rows are scaled by time, as everyone else's traffic is.
+pub const MIN_RATIO_PACKETS: u64 = 20;
+
 /// The counters of a row that its window programs count, in this order; the neighbour
 /// counters (their programs stay attached) and the qdisc's kind are not scaled.
 const SCALED: usize = 7;
@@ -223,6 +234,15 @@ const FIELD_PROGRAM: [usize; SCALED] = [0, 1, 2, 3, 3, 3, 3];
 /// Opens and closes the windows and scales what they counted. Each program's window is timed
 /// apart: attaching or detaching one tracepoint link took milliseconds here under load, which
 /// at 20,000 packets a second is hundreds of packets counted at one stage and not the next.
+///
+/// A family process's rows are scaled by the ratio of its syscall packets in the tick to those
+/// it sent while the program was attached (read after the attaches and before the detaches,
+/// and carried to each program's own window at the rate between those reads): a sender runs
+/// slower inside a window, where the programs it measures run on its packets (at full speed
+/// here the time-scaled dev_queue came out 0.915-0.969 of the syscall packets), and a tick in
+/// which it starts or stops is not evenly paced; the syscall stage is counted on every packet,
+/// so the ratio follows both. What else a device carries (everyone's rows less the family's)
+/// is scaled by time.
 #[derive(Debug)]
 pub struct DeviceWindows {
     divisor: u32,
@@ -240,6 +260,15 @@ pub struct DeviceWindows {
     prev_raw: BTreeMap<RowKey, [u64; SCALED]>,
     /// each row's estimates so far
     scaled: BTreeMap<RowKey, [f64; SCALED]>,
+    /// the family's packets read after the open window's attaches, and when; None when no
+    /// window is open or it was opened without a read
+    open_read: Option<(u64, FamilyPackets)>,
+    /// per process, its syscall packets between the reads of the tick's windows, and the time
+    /// between those reads, ns
+    window_packets: FamilyPackets,
+    window_read_ns: u64,
+    /// the family's packets at the last sample
+    prev_family: FamilyPackets,
     totals: DeviceSampling,
     /// why a window could not be opened (then no more are tried)
     pub error: Option<String>,
@@ -264,6 +293,11 @@ impl DeviceWindows {
             last_closed_ns: start_ns,
             prev_raw: BTreeMap::new(),
             scaled: BTreeMap::new(),
+            // at attach the family has sent nothing scanprof counted
+            open_read: Some((start_ns, FamilyPackets::new())),
+            window_packets: FamilyPackets::new(),
+            window_read_ns: 0,
+            prev_family: FamilyPackets::new(),
             totals: DeviceSampling::default(),
             error: None,
         }
@@ -276,9 +310,12 @@ impl DeviceWindows {
         divisor: u32,
         now_ns: u64,
         exact: &[DeviceCounters],
+        family: &FamilyPackets,
         auto: AutoStart,
     ) -> DeviceWindows {
         let mut w = DeviceWindows::new(divisor, now_ns);
+        w.open_read = Some((now_ns, family.clone()));
+        w.prev_family = family.clone();
         for d in exact {
             let mut d = d.clone();
             let key = (d.ifindex, d.netns, d.pid);
@@ -313,6 +350,26 @@ impl DeviceWindows {
         self.opened = switches.iter().map(|s| s.before_ns).min();
     }
 
+    /// The family's packets at `at_ns`, just after the open window's programs were attached.
+    pub fn read_after_open(&mut self, at_ns: u64, family: FamilyPackets) {
+        if self.opened.is_some() {
+            self.open_read = Some((at_ns, family));
+        }
+    }
+
+    /// The family's packets at `at_ns`, just before the open window's programs are detached:
+    /// each process's packets since the read after the attaches count as sent in the window.
+    pub fn read_before_close(&mut self, at_ns: u64, family: &FamilyPackets) {
+        let Some((t0, p0)) = self.open_read.take() else {
+            return;
+        };
+        self.window_read_ns += at_ns.saturating_sub(t0);
+        for (pid, n) in family {
+            let before = p0.get(pid).copied().unwrap_or(0);
+            *self.window_packets.entry(*pid).or_default() += n.saturating_sub(before);
+        }
+    }
+
     /// The open window closed: its programs detached as `switches` say.
     pub fn closed(&mut self, switches: &[Switch]) {
         if self.opened.take().is_none() {
@@ -330,39 +387,99 @@ impl DeviceWindows {
         self.totals.windows += 1;
     }
 
-    /// The estimates as of a sample at `now_ns` from the raw counters read then (the window
-    /// closed before the read): each row's counts since the last sample times the tick's
-    /// length over the time its program's windows covered. The tick ends at the sample, or
-    /// where its window closed if later (the collector reads its clock before a tick's work).
-    /// A program with no window in the tick (none should be: a window opens at every sample)
-    /// adds nothing.
-    pub fn scale(&mut self, raw: Vec<DeviceCounters>, now_ns: u64) -> (Vec<DeviceCounters>, DeviceSampling) {
+    /// The estimates as of a sample at `now_ns` from the raw counters and the family's packets
+    /// read then (the window closed before the read). The tick ends at the sample, or where its
+    /// window closed if later (the collector reads its clock before a tick's work).
+    ///
+    /// A family process's row: its counts since the last sample times its syscall packets in
+    /// the tick over those it sent in its program's window (the struct's note), when it sent at
+    /// least MIN_RATIO_PACKETS in the windows; else, and for everyone else's traffic (an
+    /// everyone's row less the family's rows of the device), times the tick's length over the
+    /// time the program's windows covered. A program with no window in the tick (none should
+    /// be: a window opens at every sample) adds nothing.
+    pub fn scale(
+        &mut self,
+        raw: Vec<DeviceCounters>,
+        now_ns: u64,
+        family: &FamilyPackets,
+    ) -> (Vec<DeviceCounters>, DeviceSampling) {
         let now_ns = now_ns.max(self.last_closed_ns);
         let tick_ns = now_ns.saturating_sub(self.last_sample_ns);
         let covered = self.tick_covered_ns.map(|c| c.min(tick_ns));
-        let factor = covered.map(|c| if c == 0 { 0.0 } else { tick_ns as f64 / c as f64 });
-        let rows = raw
+        let by_time = covered.map(|c| if c == 0 { 0.0 } else { tick_ns as f64 / c as f64 });
+        let by_ratio = |pid: u32, program: usize| -> Option<f64> {
+            let in_windows = self.window_packets.get(&pid).copied().unwrap_or(0);
+            if in_windows < MIN_RATIO_PACKETS || self.window_read_ns == 0 || covered[program] == 0 {
+                return None;
+            }
+            let sent = family
+                .get(&pid)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(self.prev_family.get(&pid).copied().unwrap_or(0));
+            // the packets sent while this program was attached, at the rate between the reads
+            let in_window = in_windows as f64 * covered[program] as f64 / self.window_read_ns as f64;
+            Some(sent as f64 / in_window)
+        };
+        // Each row's counts since the last sample, the family's rows first: a device's
+        // everyone's row scales by time only what its family rows do not hold.
+        let mut rows: Vec<(usize, DeviceCounters, [u64; SCALED])> = raw
             .into_iter()
-            .map(|mut d| {
+            .enumerate()
+            .map(|(i, mut d)| {
                 let key = (d.ifindex, d.netns, d.pid);
-                let fields = scaled_fields(&mut d);
-                let now = fields.each_ref().map(|v| **v);
+                let now = scaled_fields(&mut d).map(|v| *v);
                 let before = self.prev_raw.insert(key, now).unwrap_or([0; SCALED]);
-                let est = self.scaled.entry(key).or_insert([0.0; SCALED]);
-                for (j, (e, field)) in est.iter_mut().zip(fields).enumerate() {
-                    *e += now[j].saturating_sub(before[j]) as f64 * factor[FIELD_PROGRAM[j]];
-                    *field = e.round() as u64;
-                }
-                d
+                let delta = std::array::from_fn(|j| now[j].saturating_sub(before[j]));
+                (i, d, delta)
             })
             .collect();
+        rows.sort_by_key(|(_, d, _)| d.pid.is_none());
+        let mut family_rows: BTreeMap<(u32, u32), ([u64; SCALED], [f64; SCALED])> = BTreeMap::new();
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, mut d, delta) in rows {
+            let key = (d.ifindex, d.netns, d.pid);
+            let added: [f64; SCALED] = match d.pid {
+                Some(pid) => {
+                    let added: [f64; SCALED] = std::array::from_fn(|j| {
+                        let program = FIELD_PROGRAM[j];
+                        delta[j] as f64 * by_ratio(pid, program).unwrap_or(by_time[program])
+                    });
+                    let fam = family_rows.entry((d.ifindex, d.netns)).or_default();
+                    for j in 0..SCALED {
+                        fam.0[j] += delta[j];
+                        fam.1[j] += added[j];
+                    }
+                    added
+                }
+                None => {
+                    let (fam_raw, fam_est) = family_rows
+                        .get(&(d.ifindex, d.netns))
+                        .copied()
+                        .unwrap_or_default();
+                    std::array::from_fn(|j| {
+                        fam_est[j] + delta[j].saturating_sub(fam_raw[j]) as f64 * by_time[FIELD_PROGRAM[j]]
+                    })
+                }
+            };
+            let est = self.scaled.entry(key).or_insert([0.0; SCALED]);
+            for ((e, field), a) in est.iter_mut().zip(scaled_fields(&mut d)).zip(added) {
+                *e += a;
+                *field = e.round() as u64;
+            }
+            out.push((i, d));
+        }
+        out.sort_by_key(|(i, _)| *i);
         // The coverage said is dev_queue's (every device passes it; the others' differ by the
         // time one attach or detach takes).
         self.totals.covered_ns += covered[0];
         self.totals.elapsed_ns += tick_ns;
         self.tick_covered_ns = [0; PROGRAMS];
+        self.window_packets.clear();
+        self.window_read_ns = 0;
+        self.prev_family = family.clone();
         self.last_sample_ns = now_ns.max(self.last_sample_ns);
-        (rows, self.totals)
+        (out.into_iter().map(|(_, d)| d).collect(), self.totals)
     }
 }
 
@@ -393,6 +510,15 @@ mod tests {
     }
 
     const MS: u64 = 1_000_000;
+
+    /// A family whose sends scanprof did not see: every row is scaled by time.
+    fn no_sends() -> FamilyPackets {
+        FamilyPackets::new()
+    }
+
+    fn sent(n: u64) -> FamilyPackets {
+        FamilyPackets::from([(42, n)])
+    }
 
     fn row(queued: u64, xmit_ok: u64, neigh_queued: u64) -> DeviceCounters {
         DeviceCounters {
@@ -425,7 +551,7 @@ mod tests {
         assert_eq!(w.closes_at(1_000 * MS), Some(100 * MS));
         w.closed(&all_at(100 * MS, 20_000));
         // 1,980 packets queued in the 100 ms window of a 1 s tick: 19,800 over the tick
-        let (rows, s) = w.scale(vec![row(1_980, 1_970, 3)], 1_000 * MS);
+        let (rows, s) = w.scale(vec![row(1_980, 1_970, 3)], 1_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 19_800);
         assert_eq!(rows[0].xmit_ok, 19_700);
         assert_eq!(rows[0].xmit_bytes, 1_970_000);
@@ -438,7 +564,7 @@ mod tests {
         w.opened(&all_at(1_000 * MS, 30_000));
         assert_eq!(w.closes_at(500 * MS), Some(1_050 * MS - 15_000));
         w.closed(&all_at(1_050 * MS, 10_000));
-        let (rows, s) = w.scale(vec![row(3_980, 3_970, 4)], 1_500 * MS);
+        let (rows, s) = w.scale(vec![row(3_980, 3_970, 4)], 1_500 * MS, &no_sends());
         assert_eq!(rows[0].queued, 19_800 + 20_000, "cumulative estimates");
         assert_eq!(s.windows, 2);
         // four programs: detached 20 us each, attached 30 us, detached 10 us
@@ -456,7 +582,7 @@ mod tests {
         off[0].before_ns = 140 * MS;
         off[0].after_ns = 140 * MS;
         w.closed(&off);
-        let (rows, _) = w.scale(vec![row(2_800, 2_000, 0)], 1_000 * MS);
+        let (rows, _) = w.scale(vec![row(2_800, 2_000, 0)], 1_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 20_000);
         assert_eq!(rows[0].xmit_ok, 20_000);
     }
@@ -466,7 +592,7 @@ mod tests {
         // the family exits 30 ms into a tick: the window is still open, closes at the sample
         let mut w = DeviceWindows::new(DIVISOR, 0);
         w.closed(&all_at(30 * MS, 0));
-        let (rows, s) = w.scale(vec![row(777, 777, 0)], 30 * MS);
+        let (rows, s) = w.scale(vec![row(777, 777, 0)], 30 * MS, &no_sends());
         assert_eq!(rows[0].queued, 777, "covered whole: factor 1");
         assert_eq!(s.coverage(), 1.0);
     }
@@ -477,13 +603,13 @@ mod tests {
         w.closed(&all_at(250 * MS, 0));
         let mut all = row(10, 10, 0);
         all.pid = None;
-        let (rows, _) = w.scale(vec![row(5, 5, 0), all], 1_000 * MS);
+        let (rows, _) = w.scale(vec![row(5, 5, 0), all], 1_000 * MS, &no_sends());
         assert_eq!((rows[0].queued, rows[1].queued), (20, 40));
         w.opened(&all_at(1_000 * MS, 0));
         w.closed(&all_at(1_250 * MS, 0));
         let mut other = row(1, 1, 0);
         other.ifindex = 9;
-        let (rows, _) = w.scale(vec![row(5, 5, 0), other], 2_000 * MS);
+        let (rows, _) = w.scale(vec![row(5, 5, 0), other], 2_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 20, "no new counts, no change");
         assert_eq!(rows[1].queued, 4);
     }
@@ -508,7 +634,13 @@ mod tests {
             above_pps: 50_000.0,
         };
         // 540,000 packets counted exactly at every stage until 3 s, when sampling began
-        let mut w = DeviceWindows::from_counts(DIVISOR, 3_000 * MS, &[row(540_000, 539_990, 2)], start);
+        let mut w = DeviceWindows::from_counts(
+            DIVISOR,
+            3_000 * MS,
+            &[row(540_000, 539_990, 2)],
+            &sent(540_000),
+            start,
+        );
         assert!(
             w.is_open(),
             "the programs are attached: a window is open from the switch"
@@ -516,7 +648,7 @@ mod tests {
         assert_eq!(w.closes_at(1_000 * MS), Some(3_100 * MS));
         w.closed(&all_at(3_100 * MS, 0));
         // 18,000 more in the 100 ms window of the next 1 s tick
-        let (rows, s) = w.scale(vec![row(558_000, 557_990, 2)], 4_000 * MS);
+        let (rows, s) = w.scale(vec![row(558_000, 557_990, 2)], 4_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 540_000 + 180_000);
         assert_eq!(rows[0].xmit_ok, 539_990 + 180_000);
         assert_eq!((s.windows, s.covered_ns, s.elapsed_ns), (1, 100 * MS, 1_000 * MS));
@@ -529,6 +661,63 @@ mod tests {
         // a tick's own figure covers sampled time only
         assert_eq!(s.since(None).auto, None);
         assert_eq!(s.since(None).label(), "sampled 10% of the time, scaled");
+    }
+
+    #[test]
+    fn a_senders_rows_are_scaled_by_its_syscall_packets_not_by_time() {
+        // The sender sends 1,800 packets in the 100 ms window (slowed by the programs there) and
+        // 20,000 in the 1 s tick: time would make its 1,800 dev_queue 18,000, the ratio 20,000.
+        // Everyone's row of the device holds 200 packets of others in the window, scaled by time.
+        let mut w = DeviceWindows::new(DIVISOR, 0);
+        w.read_before_close(100 * MS, &sent(1_800));
+        w.closed(&all_at(100 * MS, 0));
+        let mut all = row(2_000, 2_000, 0);
+        all.pid = None;
+        let (rows, _) = w.scale(vec![all, row(1_800, 1_800, 0)], 1_000 * MS, &sent(20_000));
+        assert_eq!(rows[1].queued, 20_000, "the family's row, by its own packets");
+        assert_eq!(
+            rows[0].queued,
+            20_000 + 2_000,
+            "everyone's: the family's plus others by time"
+        );
+        assert_eq!(rows[0].pid, None, "the rows keep their order");
+
+        // the next tick: the sender stops 300 ms in, after 6,000 packets (2,000 in the window)
+        w.opened(&all_at(1_000 * MS, 0));
+        w.read_after_open(1_000 * MS, sent(20_000));
+        w.read_before_close(1_100 * MS, &sent(22_000));
+        w.closed(&all_at(1_100 * MS, 0));
+        let mut all = row(4_000, 4_000, 0);
+        all.pid = None;
+        let (rows, _) = w.scale(vec![all, row(3_800, 3_800, 0)], 2_000 * MS, &sent(26_000));
+        assert_eq!(rows[1].queued, 20_000 + 6_000, "not 20,000 more, as by time");
+        assert_eq!(rows[0].queued, 22_000 + 6_000);
+    }
+
+    #[test]
+    fn a_window_with_few_sends_is_scaled_by_time() {
+        let mut w = DeviceWindows::new(DIVISOR, 0);
+        w.read_before_close(100 * MS, &sent(MIN_RATIO_PACKETS - 1));
+        w.closed(&all_at(100 * MS, 0));
+        let (rows, _) = w.scale(vec![row(10, 10, 0)], 1_000 * MS, &sent(1_000));
+        assert_eq!(rows[0].queued, 100);
+    }
+
+    #[test]
+    fn each_program_takes_the_packets_of_its_own_window() {
+        // 2,000 packets between the reads (100 ms); dev_queue attached those 100 ms, dev_xmit
+        // 50 ms of them (it attached late): each against the packets of its own window
+        let mut w = DeviceWindows::new(DIVISOR, 0);
+        w.read_before_close(100 * MS, &sent(2_000));
+        let mut off = all_at(100 * MS, 0);
+        let mut on = all_at(0, 0);
+        on[3].before_ns = 50 * MS;
+        on[3].after_ns = 50 * MS;
+        w.opened(&on);
+        off[3].before_ns = 100 * MS;
+        w.closed(&off);
+        let (rows, _) = w.scale(vec![row(2_000, 1_000, 0)], 1_000 * MS, &sent(20_000));
+        assert_eq!((rows[0].queued, rows[0].xmit_ok), (20_000, 20_000));
     }
 
     #[test]

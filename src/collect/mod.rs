@@ -335,6 +335,15 @@ pub struct DropCount {
     pub count: u64,
 }
 
+/// The family's packets through its send syscalls by process, from its threads' counters.
+fn packets_by_pid(threads: &[ThreadCounters]) -> device_window::FamilyPackets {
+    let mut by_pid = device_window::FamilyPackets::new();
+    for t in threads {
+        *by_pid.entry(t.pid).or_default() += t.packets;
+    }
+    by_pid
+}
+
 /// One device's stage counters, for the target's packets or everyone's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceCounters {
@@ -946,10 +955,29 @@ impl Collector {
 
     /// Closes the open device-stage window: its programs detached, each one's time measured.
     pub fn close_device_window(&mut self) {
-        let Some(w) = self.device_windows.as_mut().filter(|w| w.is_open()) else {
+        if !self.device_windows.as_ref().is_some_and(|w| w.is_open()) {
             return;
-        };
-        w.closed(&self.probes.detach_device_stages());
+        }
+        let family = self.family_packets();
+        let at = crate::system::monotonic_ns();
+        let switches = self.probes.detach_device_stages();
+        if let Some(w) = self.device_windows.as_mut() {
+            w.read_before_close(at, &family);
+            w.closed(&switches);
+        }
+    }
+
+    /// The family's packets through its send syscalls by process, cumulative, as of now: its
+    /// threads' records and the exited threads already retired (as `sample` counts them).
+    fn family_packets(&self) -> device_window::FamilyPackets {
+        let mut by_pid = device_window::FamilyPackets::new();
+        for t in self.probes.threads() {
+            *by_pid.entry(t.tgid).or_default() += t.packets;
+        }
+        for t in &self.retired {
+            *by_pid.entry(t.pid).or_default() += t.packets;
+        }
+        by_pid
     }
 
     /// Opens the next device-stage window: its programs attached, each one's time measured. A
@@ -965,7 +993,15 @@ impl Collector {
         };
         match self.probes.attach_device_stages() {
             Ok(switches) => w.opened(&switches),
-            Err(e) => w.error = Some(e.to_string()),
+            Err(e) => {
+                w.error = Some(e.to_string());
+                return;
+            }
+        }
+        let family = self.family_packets();
+        let at = crate::system::monotonic_ns();
+        if let Some(w) = self.device_windows.as_mut() {
+            w.read_after_open(at, family);
         }
     }
 
@@ -1179,7 +1215,7 @@ impl Collector {
         let devices = device_counters(raw_devices, &names);
         let (devices, device_sampling) = match self.device_windows.as_mut() {
             Some(w) => {
-                let (rows, sampling) = w.scale(devices, now_ns);
+                let (rows, sampling) = w.scale(devices, now_ns, &packets_by_pid(&threads));
                 (rows, Some(sampling))
             }
             None => (devices, None),
@@ -1255,8 +1291,8 @@ impl Collector {
         let Some(auto) = self.auto_sampling.as_mut() else {
             return;
         };
-        let packets = threads.iter().map(|t| t.packets).sum();
-        let Some(pps) = auto.above(packets, now_ns) else {
+        let family = packets_by_pid(threads);
+        let Some(pps) = auto.above(family.values().sum(), now_ns) else {
             return;
         };
         let start = device_window::AutoStart {
@@ -1269,6 +1305,7 @@ impl Collector {
             device_window::DIVISOR,
             now_ns,
             devices,
+            &family,
             start,
         ));
     }

@@ -1021,6 +1021,21 @@ impl Namespaces {
         }
         made
     }
+
+    /// Deletes the namespaces now and asserts that none is left (`ip netns` keeps each as
+    /// /run/netns/NAME); a test that fails before this still deletes them, on drop.
+    #[track_caller]
+    pub fn destroy(mut self) {
+        let names = std::mem::take(&mut self.0);
+        for n in &names {
+            run_ok(&["ip", "netns", "del", n]);
+        }
+        let left: Vec<&String> = names
+            .iter()
+            .filter(|n| std::path::Path::new("/run/netns").join(n).exists())
+            .collect();
+        assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    }
 }
 
 impl Drop for Namespaces {

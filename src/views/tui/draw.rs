@@ -582,7 +582,11 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
     }
     if let Some(d) = &s.device_sampling {
         // short: the funnel panel is ~40 columns at 80x24
-        block = block.title_bottom(format!(" ≈ sampled {}, scaled ", pct(d.coverage())));
+        // with auto, the run's figure: exact until sampling began, sampled since
+        let after = d.auto.map_or(String::new(), |a| {
+            format!(" after {:.1} s", a.exact_ns as f64 / 1e9)
+        });
+        block = block.title_bottom(format!(" ≈ sampled {}{after}, scaled ", pct(d.coverage())));
     }
     // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
     let seen_at = if s
