@@ -204,6 +204,19 @@ type RowKey = (u32, u32, Option<u32>);
 /// ratio estimate (`DeviceWindows::scale`).
 pub type FamilyPackets = BTreeMap<u32, u64>;
 
+/// Packets by process as the mean of two reads (the family's packets at a switch's call).
+type Packets = BTreeMap<u32, f64>;
+
+/// The family's packets at a switch: the mean of the reads just before and just after its call
+/// (a process absent from one read had sent none then).
+fn at_switch(before: &FamilyPackets, after: &FamilyPackets) -> Packets {
+    let mut at: Packets = before.iter().map(|(p, n)| (*p, *n as f64 / 2.0)).collect();
+    for (p, n) in after {
+        *at.entry(*p).or_default() += *n as f64 / 2.0;
+    }
+    at
+}
+
 /// Fewest syscall packets of a process inside a tick's window for its rows to be scaled by the
 /// ratio to them; with fewer, its rows are scaled by time, as everyone else's traffic is.
 pub const MIN_RATIO_PACKETS: u64 = 20;
@@ -236,8 +249,8 @@ const FIELD_PROGRAM: [usize; SCALED] = [0, 1, 2, 3, 3, 3, 3];
 /// at 20,000 packets a second is hundreds of packets counted at one stage and not the next.
 ///
 /// A family process's rows are scaled by the ratio of its syscall packets in the tick to those
-/// it sent while the program was attached (read after the attaches and before the detaches,
-/// and carried to each program's own window at the rate between those reads): a sender runs
+/// it sent while the program was attached (the collector reads them before and after each
+/// attach and detach call, and a switch takes the mean of its two reads): a sender runs
 /// slower inside a window, where the programs it measures run on its packets (at full speed
 /// here the time-scaled dev_queue came out 0.915-0.969 of the syscall packets), and a tick in
 /// which it starts or stops is not evenly paced; the syscall stage is counted on every packet,
@@ -260,13 +273,13 @@ pub struct DeviceWindows {
     prev_raw: BTreeMap<RowKey, [u64; SCALED]>,
     /// each row's estimates so far
     scaled: BTreeMap<RowKey, [f64; SCALED]>,
-    /// the family's packets read after the open window's attaches, and when; None when no
-    /// window is open or it was opened without a read
-    open_read: Option<(u64, FamilyPackets)>,
-    /// per process, its syscall packets between the reads of the tick's windows, and the time
-    /// between those reads, ns
-    window_packets: FamilyPackets,
-    window_read_ns: u64,
+    /// per program, the family's packets when it was attached (the mean of the reads just
+    /// before and just after its attach call); None when it is not attached, or was attached
+    /// without reads
+    program_open_packets: [Option<Packets>; PROGRAMS],
+    /// per program and process, the syscall packets sent while the program was attached in
+    /// this tick
+    window_packets: [Packets; PROGRAMS],
     /// the family's packets at the last sample
     prev_family: FamilyPackets,
     totals: DeviceSampling,
@@ -294,9 +307,8 @@ impl DeviceWindows {
             prev_raw: BTreeMap::new(),
             scaled: BTreeMap::new(),
             // at attach the family has sent nothing scanprof counted
-            open_read: Some((start_ns, FamilyPackets::new())),
-            window_packets: FamilyPackets::new(),
-            window_read_ns: 0,
+            program_open_packets: std::array::from_fn(|_| Some(Packets::new())),
+            window_packets: std::array::from_fn(|_| Packets::new()),
             prev_family: FamilyPackets::new(),
             totals: DeviceSampling::default(),
             error: None,
@@ -314,7 +326,8 @@ impl DeviceWindows {
         auto: AutoStart,
     ) -> DeviceWindows {
         let mut w = DeviceWindows::new(divisor, now_ns);
-        w.open_read = Some((now_ns, family.clone()));
+        let at = at_switch(family, family);
+        w.program_open_packets = std::array::from_fn(|_| Some(at.clone()));
         w.prev_family = family.clone();
         for d in exact {
             let mut d = d.clone();
@@ -338,11 +351,17 @@ impl DeviceWindows {
             .map(|at| at.saturating_add(interval_ns / self.divisor as u64))
     }
 
-    /// A window opened: its programs attached as `switches` say.
-    pub fn opened(&mut self, switches: &[Switch]) {
-        for s in switches {
+    /// A window opened: its programs attached as `switches` say, with the family's packets
+    /// read before the first call and after each (`reads`: one more than the switches, or
+    /// none, and then the window's rows are scaled by time).
+    pub fn opened(&mut self, switches: &[Switch], reads: &[FamilyPackets]) {
+        let read = reads.len() == switches.len() + 1;
+        for (i, s) in switches.iter().enumerate() {
             if let Some(p) = self.program_opened.get_mut(s.program) {
                 *p = Some(middle(s));
+            }
+            if let Some(p) = self.program_open_packets.get_mut(s.program) {
+                *p = read.then(|| at_switch(&reads[i], &reads[i + 1]));
             }
             self.totals.switch_ns += s.after_ns.saturating_sub(s.before_ns);
             self.totals.switches += 1;
@@ -350,35 +369,29 @@ impl DeviceWindows {
         self.opened = switches.iter().map(|s| s.before_ns).min();
     }
 
-    /// The family's packets at `at_ns`, just after the open window's programs were attached.
-    pub fn read_after_open(&mut self, at_ns: u64, family: FamilyPackets) {
-        if self.opened.is_some() {
-            self.open_read = Some((at_ns, family));
-        }
-    }
-
-    /// The family's packets at `at_ns`, just before the open window's programs are detached:
-    /// each process's packets since the read after the attaches count as sent in the window.
-    pub fn read_before_close(&mut self, at_ns: u64, family: &FamilyPackets) {
-        let Some((t0, p0)) = self.open_read.take() else {
-            return;
-        };
-        self.window_read_ns += at_ns.saturating_sub(t0);
-        for (pid, n) in family {
-            let before = p0.get(pid).copied().unwrap_or(0);
-            *self.window_packets.entry(*pid).or_default() += n.saturating_sub(before);
-        }
-    }
-
-    /// The open window closed: its programs detached as `switches` say.
-    pub fn closed(&mut self, switches: &[Switch]) {
+    /// The open window closed: its programs detached as `switches` say, with the family's
+    /// packets read as at `opened`: each process's packets between a program's attach and its
+    /// detach count as sent in its window.
+    pub fn closed(&mut self, switches: &[Switch], reads: &[FamilyPackets]) {
         if self.opened.take().is_none() {
             return;
         }
-        for s in switches {
+        let read = reads.len() == switches.len() + 1;
+        for (i, s) in switches.iter().enumerate() {
             let at = middle(s);
             if let Some(opened) = self.program_opened.get_mut(s.program).and_then(Option::take) {
                 self.tick_covered_ns[s.program] += at.saturating_sub(opened);
+            }
+            let open = self
+                .program_open_packets
+                .get_mut(s.program)
+                .and_then(Option::take);
+            if let (Some(open), true) = (open, read) {
+                let window = &mut self.window_packets[s.program];
+                for (pid, n) in at_switch(&reads[i], &reads[i + 1]) {
+                    let before = open.get(&pid).copied().unwrap_or(0.0);
+                    *window.entry(pid).or_default() += (n - before).max(0.0);
+                }
             }
             self.last_closed_ns = self.last_closed_ns.max(s.after_ns);
             self.totals.switch_ns += s.after_ns.saturating_sub(s.before_ns);
@@ -408,8 +421,8 @@ impl DeviceWindows {
         let covered = self.tick_covered_ns.map(|c| c.min(tick_ns));
         let by_time = covered.map(|c| if c == 0 { 0.0 } else { tick_ns as f64 / c as f64 });
         let by_ratio = |pid: u32, program: usize| -> Option<f64> {
-            let in_windows = self.window_packets.get(&pid).copied().unwrap_or(0);
-            if in_windows < MIN_RATIO_PACKETS || self.window_read_ns == 0 || covered[program] == 0 {
+            let in_window = self.window_packets[program].get(&pid).copied().unwrap_or(0.0);
+            if in_window < MIN_RATIO_PACKETS as f64 || covered[program] == 0 {
                 return None;
             }
             let sent = family
@@ -417,8 +430,6 @@ impl DeviceWindows {
                 .copied()
                 .unwrap_or(0)
                 .saturating_sub(self.prev_family.get(&pid).copied().unwrap_or(0));
-            // the packets sent while this program was attached, at the rate between the reads
-            let in_window = in_windows as f64 * covered[program] as f64 / self.window_read_ns as f64;
             Some(sent as f64 / in_window)
         };
         // Each row's counts since the last sample, the family's rows first: a device's
@@ -475,8 +486,7 @@ impl DeviceWindows {
         self.totals.covered_ns += covered[0];
         self.totals.elapsed_ns += tick_ns;
         self.tick_covered_ns = [0; PROGRAMS];
-        self.window_packets.clear();
-        self.window_read_ns = 0;
+        self.window_packets = std::array::from_fn(|_| Packets::new());
         self.prev_family = family.clone();
         self.last_sample_ns = now_ns.max(self.last_sample_ns);
         (out.into_iter().map(|(_, d)| d).collect(), self.totals)
@@ -549,7 +559,7 @@ mod tests {
     fn a_windows_counts_are_scaled_by_the_tick_over_the_window() {
         let mut w = DeviceWindows::new(DIVISOR, 0);
         assert_eq!(w.closes_at(1_000 * MS), Some(100 * MS));
-        w.closed(&all_at(100 * MS, 20_000));
+        w.closed(&all_at(100 * MS, 20_000), &[]);
         // 1,980 packets queued in the 100 ms window of a 1 s tick: 19,800 over the tick
         let (rows, s) = w.scale(vec![row(1_980, 1_970, 3)], 1_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 19_800);
@@ -561,9 +571,9 @@ mod tests {
         assert_eq!(s.label(), "sampled 10% of the time, scaled");
 
         // next tick: the window opens at the sample, 2,000 more in 50 ms of a 500 ms tick
-        w.opened(&all_at(1_000 * MS, 30_000));
+        w.opened(&all_at(1_000 * MS, 30_000), &[]);
         assert_eq!(w.closes_at(500 * MS), Some(1_050 * MS - 15_000));
-        w.closed(&all_at(1_050 * MS, 10_000));
+        w.closed(&all_at(1_050 * MS, 10_000), &[]);
         let (rows, s) = w.scale(vec![row(3_980, 3_970, 4)], 1_500 * MS, &no_sends());
         assert_eq!(rows[0].queued, 19_800 + 20_000, "cumulative estimates");
         assert_eq!(s.windows, 2);
@@ -581,7 +591,7 @@ mod tests {
         let mut off = all_at(100 * MS, 0);
         off[0].before_ns = 140 * MS;
         off[0].after_ns = 140 * MS;
-        w.closed(&off);
+        w.closed(&off, &[]);
         let (rows, _) = w.scale(vec![row(2_800, 2_000, 0)], 1_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 20_000);
         assert_eq!(rows[0].xmit_ok, 20_000);
@@ -591,7 +601,7 @@ mod tests {
     fn a_tick_shorter_than_its_window_is_counted_whole() {
         // the family exits 30 ms into a tick: the window is still open, closes at the sample
         let mut w = DeviceWindows::new(DIVISOR, 0);
-        w.closed(&all_at(30 * MS, 0));
+        w.closed(&all_at(30 * MS, 0), &[]);
         let (rows, s) = w.scale(vec![row(777, 777, 0)], 30 * MS, &no_sends());
         assert_eq!(rows[0].queued, 777, "covered whole: factor 1");
         assert_eq!(s.coverage(), 1.0);
@@ -600,13 +610,13 @@ mod tests {
     #[test]
     fn rows_are_scaled_apart_and_a_new_row_counts_from_zero() {
         let mut w = DeviceWindows::new(4, 0);
-        w.closed(&all_at(250 * MS, 0));
+        w.closed(&all_at(250 * MS, 0), &[]);
         let mut all = row(10, 10, 0);
         all.pid = None;
         let (rows, _) = w.scale(vec![row(5, 5, 0), all], 1_000 * MS, &no_sends());
         assert_eq!((rows[0].queued, rows[1].queued), (20, 40));
-        w.opened(&all_at(1_000 * MS, 0));
-        w.closed(&all_at(1_250 * MS, 0));
+        w.opened(&all_at(1_000 * MS, 0), &[]);
+        w.closed(&all_at(1_250 * MS, 0), &[]);
         let mut other = row(1, 1, 0);
         other.ifindex = 9;
         let (rows, _) = w.scale(vec![row(5, 5, 0), other], 2_000 * MS, &no_sends());
@@ -646,7 +656,7 @@ mod tests {
             "the programs are attached: a window is open from the switch"
         );
         assert_eq!(w.closes_at(1_000 * MS), Some(3_100 * MS));
-        w.closed(&all_at(3_100 * MS, 0));
+        w.closed(&all_at(3_100 * MS, 0), &[]);
         // 18,000 more in the 100 ms window of the next 1 s tick
         let (rows, s) = w.scale(vec![row(558_000, 557_990, 2)], 4_000 * MS, &no_sends());
         assert_eq!(rows[0].queued, 540_000 + 180_000);
@@ -663,14 +673,19 @@ mod tests {
         assert_eq!(s.since(None).label(), "sampled 10% of the time, scaled");
     }
 
+    /// The family's packets read around each of the four switches: `at[k]` before the k-th
+    /// call and after the last.
+    fn reads(at: [u64; PROGRAMS + 1]) -> Vec<FamilyPackets> {
+        at.iter().map(|n| sent(*n)).collect()
+    }
+
     #[test]
     fn a_senders_rows_are_scaled_by_its_syscall_packets_not_by_time() {
         // The sender sends 1,800 packets in the 100 ms window (slowed by the programs there) and
         // 20,000 in the 1 s tick: time would make its 1,800 dev_queue 18,000, the ratio 20,000.
         // Everyone's row of the device holds 200 packets of others in the window, scaled by time.
         let mut w = DeviceWindows::new(DIVISOR, 0);
-        w.read_before_close(100 * MS, &sent(1_800));
-        w.closed(&all_at(100 * MS, 0));
+        w.closed(&all_at(100 * MS, 0), &reads([1_800; PROGRAMS + 1]));
         let mut all = row(2_000, 2_000, 0);
         all.pid = None;
         let (rows, _) = w.scale(vec![all, row(1_800, 1_800, 0)], 1_000 * MS, &sent(20_000));
@@ -683,10 +698,8 @@ mod tests {
         assert_eq!(rows[0].pid, None, "the rows keep their order");
 
         // the next tick: the sender stops 300 ms in, after 6,000 packets (2,000 in the window)
-        w.opened(&all_at(1_000 * MS, 0));
-        w.read_after_open(1_000 * MS, sent(20_000));
-        w.read_before_close(1_100 * MS, &sent(22_000));
-        w.closed(&all_at(1_100 * MS, 0));
+        w.opened(&all_at(1_000 * MS, 0), &reads([20_000; PROGRAMS + 1]));
+        w.closed(&all_at(1_100 * MS, 0), &reads([22_000; PROGRAMS + 1]));
         let mut all = row(4_000, 4_000, 0);
         all.pid = None;
         let (rows, _) = w.scale(vec![all, row(3_800, 3_800, 0)], 2_000 * MS, &sent(26_000));
@@ -697,27 +710,29 @@ mod tests {
     #[test]
     fn a_window_with_few_sends_is_scaled_by_time() {
         let mut w = DeviceWindows::new(DIVISOR, 0);
-        w.read_before_close(100 * MS, &sent(MIN_RATIO_PACKETS - 1));
-        w.closed(&all_at(100 * MS, 0));
+        w.closed(
+            &all_at(100 * MS, 0),
+            &reads([MIN_RATIO_PACKETS - 1; PROGRAMS + 1]),
+        );
         let (rows, _) = w.scale(vec![row(10, 10, 0)], 1_000 * MS, &sent(1_000));
         assert_eq!(rows[0].queued, 100);
     }
 
     #[test]
-    fn each_program_takes_the_packets_of_its_own_window() {
-        // 2,000 packets between the reads (100 ms); dev_queue attached those 100 ms, dev_xmit
-        // 50 ms of them (it attached late): each against the packets of its own window
+    fn each_program_takes_the_packets_sent_between_its_own_switches() {
+        // Four attaches one after the other, each read around: dev_queue (program 0) is attached
+        // at 1,000 packets (the mean of the reads around its call, 900 and 1,100), dev_xmit
+        // (program 3) at 1,600; detached at 3,050 and 3,350. The sender was stalled while
+        // the calls ran (the reads around a call differ little) or not: each program's window
+        // holds the packets between its own switches, not those between the window's edges.
         let mut w = DeviceWindows::new(DIVISOR, 0);
-        w.read_before_close(100 * MS, &sent(2_000));
-        let mut off = all_at(100 * MS, 0);
-        let mut on = all_at(0, 0);
-        on[3].before_ns = 50 * MS;
-        on[3].after_ns = 50 * MS;
-        w.opened(&on);
-        off[3].before_ns = 100 * MS;
-        w.closed(&off);
-        let (rows, _) = w.scale(vec![row(2_000, 1_000, 0)], 1_000 * MS, &sent(20_000));
-        assert_eq!((rows[0].queued, rows[0].xmit_ok), (20_000, 20_000));
+        w.closed(&all_at(0, 0), &reads([0; PROGRAMS + 1]));
+        let _ = w.scale(vec![row(0, 0, 0)], 0, &sent(0));
+        w.opened(&all_at(10 * MS, 0), &reads([900, 1_100, 1_300, 1_500, 1_700]));
+        w.closed(&all_at(110 * MS, 0), &reads([3_000, 3_100, 3_200, 3_300, 3_400]));
+        // dev_queue saw its 2,050, dev_xmit its 1,750; the tick sent 20,500
+        let (rows, _) = w.scale(vec![row(2_050, 1_750, 0)], 1_000 * MS, &sent(20_500));
+        assert_eq!((rows[0].queued, rows[0].xmit_ok), (20_500, 20_500));
     }
 
     #[test]

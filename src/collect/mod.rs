@@ -335,6 +335,19 @@ pub struct DropCount {
     pub count: u64,
 }
 
+/// The family's packets through its send syscalls by process, cumulative, as of now: its
+/// threads' records and the exited threads already retired (as `sample` counts them).
+fn family_packets(probes: &ProbeSet, retired: &[ThreadCounters]) -> device_window::FamilyPackets {
+    let mut by_pid = device_window::FamilyPackets::new();
+    for t in probes.threads() {
+        *by_pid.entry(t.tgid).or_default() += t.packets;
+    }
+    for t in retired {
+        *by_pid.entry(t.pid).or_default() += t.packets;
+    }
+    by_pid
+}
+
 /// The family's packets through its send syscalls by process, from its threads' counters.
 fn packets_by_pid(threads: &[ThreadCounters]) -> device_window::FamilyPackets {
     let mut by_pid = device_window::FamilyPackets::new();
@@ -953,36 +966,23 @@ impl Collector {
         self.device_windows.as_ref()?.closes_at(interval_ns)
     }
 
-    /// Closes the open device-stage window: its programs detached, each one's time measured.
+    /// Closes the open device-stage window: its programs detached, each one's time measured,
+    /// and the family's packets read around each call.
     pub fn close_device_window(&mut self) {
-        if !self.device_windows.as_ref().is_some_and(|w| w.is_open()) {
+        let Some(w) = self.device_windows.as_mut().filter(|w| w.is_open()) else {
             return;
-        }
-        let family = self.family_packets();
-        let at = crate::system::monotonic_ns();
-        let switches = self.probes.detach_device_stages();
-        if let Some(w) = self.device_windows.as_mut() {
-            w.read_before_close(at, &family);
-            w.closed(&switches);
-        }
+        };
+        let mut reads = Vec::new();
+        let retired = &self.retired;
+        let switches = self
+            .probes
+            .detach_device_stages(&mut |p| reads.push(family_packets(p, retired)));
+        w.closed(&switches, &reads);
     }
 
-    /// The family's packets through its send syscalls by process, cumulative, as of now: its
-    /// threads' records and the exited threads already retired (as `sample` counts them).
-    fn family_packets(&self) -> device_window::FamilyPackets {
-        let mut by_pid = device_window::FamilyPackets::new();
-        for t in self.probes.threads() {
-            *by_pid.entry(t.tgid).or_default() += t.packets;
-        }
-        for t in &self.retired {
-            *by_pid.entry(t.pid).or_default() += t.packets;
-        }
-        by_pid
-    }
-
-    /// Opens the next device-stage window: its programs attached, each one's time measured. A
-    /// window that cannot open leaves the device stages unsampled from then on (said by
-    /// `device_window_error`).
+    /// Opens the next device-stage window: its programs attached, each one's time measured and
+    /// the family's packets read around each call. A window that cannot open leaves the device
+    /// stages unsampled from then on (said by `device_window_error`).
     fn open_device_window(&mut self) {
         let Some(w) = self
             .device_windows
@@ -991,17 +991,14 @@ impl Collector {
         else {
             return;
         };
-        match self.probes.attach_device_stages() {
-            Ok(switches) => w.opened(&switches),
-            Err(e) => {
-                w.error = Some(e.to_string());
-                return;
-            }
-        }
-        let family = self.family_packets();
-        let at = crate::system::monotonic_ns();
-        if let Some(w) = self.device_windows.as_mut() {
-            w.read_after_open(at, family);
+        let mut reads = Vec::new();
+        let retired = &self.retired;
+        match self
+            .probes
+            .attach_device_stages(&mut |p| reads.push(family_packets(p, retired)))
+        {
+            Ok(switches) => w.opened(&switches, &reads),
+            Err(e) => w.error = Some(e.to_string()),
         }
     }
 

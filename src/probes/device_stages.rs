@@ -59,45 +59,51 @@ pub struct Switch {
     pub after_ns: u64,
 }
 
-/// Attaches the windowed programs of the netdev object that loaded (a kernel without the qdisc
-/// tracepoints has none of theirs), each timed.
-pub(super) fn attach(netdev: &Object, links: &mut Vec<(usize, Link)>) -> Result<Vec<Switch>, ProbeError> {
-    let mut switches = Vec::new();
-    for prog in netdev.progs_mut().filter(|p| p.autoload()) {
-        let name = prog.name().to_string_lossy().into_owned();
-        let Some(program) = WINDOWED.iter().position(|w| *w == name) else {
-            continue;
-        };
-        let before_ns = crate::system::monotonic_ns();
-        let link = prog.attach().map_err(|source| ProbeError::Bpf {
-            what: format!("attaching netdev.{name} for a device-stage window"),
-            source,
-        })?;
-        let after_ns = crate::system::monotonic_ns();
-        links.push((program, link));
-        switches.push(Switch {
-            program,
-            before_ns,
-            after_ns,
-        });
+/// Attaches windowed program `program` (its index in WINDOWED), timed, when the netdev object
+/// loaded it (a kernel without the qdisc tracepoints has none of theirs) and it is not attached
+/// already; None otherwise.
+pub(super) fn attach_one(
+    netdev: &Object,
+    program: usize,
+    links: &mut Vec<(usize, Link)>,
+) -> Result<Option<Switch>, ProbeError> {
+    let Some(name) = WINDOWED.get(program) else {
+        return Ok(None);
+    };
+    if links.iter().any(|(p, _)| *p == program) {
+        return Ok(None);
     }
-    Ok(switches)
+    let Some(prog) = netdev
+        .progs_mut()
+        .find(|p| p.autoload() && p.name().to_string_lossy() == *name)
+    else {
+        return Ok(None);
+    };
+    let before_ns = crate::system::monotonic_ns();
+    let link = prog.attach().map_err(|source| ProbeError::Bpf {
+        what: format!("attaching netdev.{name} for a device-stage window"),
+        source,
+    })?;
+    let after_ns = crate::system::monotonic_ns();
+    links.push((program, link));
+    Ok(Some(Switch {
+        program,
+        before_ns,
+        after_ns,
+    }))
 }
 
-/// Detaches the windowed programs, each timed.
-pub(super) fn detach(links: &mut Vec<(usize, Link)>) -> Vec<Switch> {
-    links
-        .drain(..)
-        .map(|(program, link)| {
-            let before_ns = crate::system::monotonic_ns();
-            drop(link);
-            Switch {
-                program,
-                before_ns,
-                after_ns: crate::system::monotonic_ns(),
-            }
-        })
-        .collect()
+/// Detaches windowed program `program` if it is attached, timed.
+pub(super) fn detach_one(links: &mut Vec<(usize, Link)>, program: usize) -> Option<Switch> {
+    let at = links.iter().position(|(p, _)| *p == program)?;
+    let (_, link) = links.remove(at);
+    let before_ns = crate::system::monotonic_ns();
+    drop(link);
+    Some(Switch {
+        program,
+        before_ns,
+        after_ns: crate::system::monotonic_ns(),
+    })
 }
 
 #[cfg(test)]

@@ -884,32 +884,54 @@ impl ProbeSet {
         self.device_stages == DeviceStages::Exact || !self.device_links.is_empty()
     }
 
-    /// Opens a device-stage window: attaches the windowed programs (`--device-stages sampled`;
-    /// nothing to do when exact or already open), saying when each was attached.
-    pub fn attach_device_stages(&mut self) -> Result<Vec<device_stages::Switch>, ProbeError> {
+    /// Opens a device-stage window: attaches the windowed programs one by one (`--device-stages
+    /// sampled`, or auto once it samples; nothing to do when exact or already open), saying
+    /// when each was attached. `read` is called before the first call and after each one that
+    /// attached (the collector reads the family's packets there).
+    pub fn attach_device_stages(
+        &mut self,
+        read: &mut dyn FnMut(&ProbeSet),
+    ) -> Result<Vec<device_stages::Switch>, ProbeError> {
         if self.device_window_open() {
             return Ok(Vec::new());
         }
-        let netdev = self.objects.netdev.object();
-        match device_stages::attach(netdev, &mut self.device_links) {
-            Ok(switches) => Ok(switches),
-            Err(e) => {
-                self.detach_device_stages();
-                Err(e)
+        read(self);
+        let mut switches = Vec::new();
+        for program in 0..device_stages::WINDOWED.len() {
+            let netdev = self.objects.netdev.object();
+            match device_stages::attach_one(netdev, program, &mut self.device_links) {
+                Ok(Some(s)) => {
+                    switches.push(s);
+                    read(self);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.detach_device_stages(&mut |_| {});
+                    return Err(e);
+                }
             }
         }
+        Ok(switches)
     }
 
-    /// Closes a device-stage window: detaches the windowed programs (saying when each was
-    /// detached), then marks every note net_dev_queue left in `in_flight` stale
+    /// Closes a device-stage window: detaches the windowed programs one by one (saying when
+    /// each was detached, with `read` called before the first call and after each, as at
+    /// `attach_device_stages`), then marks every note net_dev_queue left in `in_flight` stale
     /// (`dev_note_gen`), so that a packet queued before the window closed, or a later skb at the
     /// same address, is looked up afresh at net_dev_start_xmit rather than given an old note's
     /// owner and headers.
-    pub fn detach_device_stages(&mut self) -> Vec<device_stages::Switch> {
+    pub fn detach_device_stages(&mut self, read: &mut dyn FnMut(&ProbeSet)) -> Vec<device_stages::Switch> {
         if self.device_stages == DeviceStages::Exact || self.device_links.is_empty() {
             return Vec::new();
         }
-        let switches = device_stages::detach(&mut self.device_links);
+        read(self);
+        let mut switches = Vec::new();
+        for program in 0..device_stages::WINDOWED.len() {
+            if let Some(s) = device_stages::detach_one(&mut self.device_links, program) {
+                switches.push(s);
+                read(self);
+            }
+        }
         if let Some(bss) = self.objects.netdev.maps.bss_data.as_deref_mut() {
             // SAFETY: `dev_note_gen` is a naturally aligned u32 in the object's mmapped .bss,
             // which lives as long as the skeleton; only this thread writes it, the programs
