@@ -46,30 +46,20 @@ fn stage(counts: &[(StageName, u64)], name: StageName) -> u64 {
     counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c)
 }
 
+/// The family's drops at the closed port, by the running kernel's reasons.
+fn closed_port_drops(s: &scanprof::analysis::Summary) -> u64 {
+    let reasons = kernel_has_drop_reasons();
+    s.drops
+        .iter()
+        .filter(|d| is_closed_port_drop(d, reasons))
+        .map(|d| d.count)
+        .sum()
+}
+
 #[test]
 fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exact() {
     let test = privileged();
-    let sender = sender_argv("127.0.0.1:9", RATE as f64, COUNT, 20.0, &["--pacer", "sleep"]);
-    let mut args: Vec<String> = [
-        "run",
-        "--json",
-        "--duration",
-        "60",
-        "--interval",
-        "1",
-        "--device-stages",
-        "sampled",
-        "--bpf-stats",
-        "always",
-        "--",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(sender);
-    let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
-    run.assert_success();
-    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
-    assert_eq!(sent, COUNT, "the sender sent its count\n{}", run.context());
+    let (run, sent) = loopback_run(&["--device-stages", "sampled", "--bpf-stats", "always"], COUNT);
     let s = run.summary();
     let ctx = run.context();
     precision::assert_precise(
@@ -83,12 +73,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     // __udp4_lib_rcv, classed as its loss, and the run says it cannot judge them.
     assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
     let reasons = kernel_has_drop_reasons();
-    let closed: u64 = s
-        .drops
-        .iter()
-        .filter(|d| is_closed_port_drop(d, reasons))
-        .map(|d| d.count)
-        .sum();
+    let closed = closed_port_drops(&s);
     assert_eq!(
         closed, sent,
         "every probe to the closed port is the family's drop there\n{ctx}"
@@ -154,17 +139,7 @@ fn sampled_device_stages_are_scaled_estimates_while_syscalls_and_drops_stay_exac
     // hold its start and end, which a window at the tick's start sees or misses whole).
     let mut steady: Vec<(u64, u64)> = Vec::new();
     for t in &ticks {
-        let counts: Vec<(StageName, u64)> = t["stages"]
-            .as_array()
-            .expect("stages")
-            .iter()
-            .map(|st| {
-                (
-                    st["name"].as_str().expect("name").parse().expect("a stage"),
-                    st["count"].as_u64().expect("count"),
-                )
-            })
-            .collect();
+        let counts = tick_stages(t);
         let syscall = stage(&counts, StageName::SyscallPackets);
         let full = !t["partial"].as_bool().unwrap_or(false)
             && syscall as f64 >= 0.95 * RATE as f64 * t["interval_s"].as_f64().unwrap_or(1.0);
@@ -394,25 +369,16 @@ fn tick_stages(t: &serde_json::Value) -> Vec<(StageName, u64)> {
         .collect()
 }
 
-/// `scanprof run` with `--device-stages auto --sample-above ABOVE` over the reference sender
-/// at RATE to the closed port on loopback, `count` packets.
-fn auto_run(above: &str, count: u64) -> (Finished, u64) {
+/// `scanprof run --json --interval 1 FLAGS` over the reference sender at RATE to the closed
+/// port on loopback, `count` packets, which it must have sent.
+fn loopback_run(flags: &[&str], count: u64) -> (Finished, u64) {
     let sender = sender_argv("127.0.0.1:9", RATE as f64, count, 20.0, &["--pacer", "sleep"]);
-    let mut args: Vec<String> = [
-        "run",
-        "--json",
-        "--duration",
-        "60",
-        "--interval",
-        "1",
-        "--device-stages",
-        "auto",
-        "--sample-above",
-        above,
-        "--",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args: Vec<String> = ["run", "--json", "--duration", "60", "--interval", "1"]
+        .iter()
+        .chain(flags)
+        .chain(&["--"])
+        .map(|a| a.to_string())
+        .collect();
     args.extend(sender);
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     run.assert_success();
@@ -430,17 +396,11 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
     let test = privileged();
     // 5,000 pps against a limit of 2,000: sampling begins at the first tick that sent a
     // second's worth at that rate (the sender may start late in the first one)
-    let (run, sent) = auto_run("2000", COUNT);
+    let (run, sent) = loopback_run(&["--device-stages", "auto", "--sample-above", "2000"], COUNT);
     let s = run.summary();
     let ctx = run.context();
     assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
-    let reasons = kernel_has_drop_reasons();
-    let closed: u64 = s
-        .drops
-        .iter()
-        .filter(|d| is_closed_port_drop(d, reasons))
-        .map(|d| d.count)
-        .sum();
+    let closed = closed_port_drops(&s);
     assert_eq!(
         closed, sent,
         "every probe is the family's drop at the closed port\n{ctx}"
@@ -532,7 +492,7 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
 #[test]
 fn auto_below_its_limit_counts_every_packet() {
     let test = privileged();
-    let (run, sent) = auto_run("1000000", 10_000);
+    let (run, sent) = loopback_run(&["--device-stages", "auto", "--sample-above", "1000000"], 10_000);
     let s = run.summary();
     let ctx = run.context();
     assert_eq!(s.device_sampling, None, "{ctx}");
