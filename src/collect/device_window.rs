@@ -170,7 +170,7 @@ impl DeviceSampling {
 
     /// What a figure of a device stage is: "sampled 10% of the time, scaled", or with
     /// `--device-stages auto` "counted for 3.0 s, then sampled 10% of the time (the family
-    /// sent 180000 pps, above 50000), scaled".
+    /// sent 180000 pps, above --sample-above 50000), scaled".
     pub fn label(&self) -> String {
         match &self.auto {
             None => format!("sampled {} of the time, scaled", percent(self.coverage())),
