@@ -338,12 +338,9 @@ pub struct DropCount {
 /// The family's packets through its send syscalls by process, cumulative, as of now: its
 /// threads' records and the exited threads already retired (as `sample` counts them).
 fn family_packets(probes: &ProbeSet, retired: &[ThreadCounters]) -> device_window::FamilyPackets {
-    let mut by_pid = device_window::FamilyPackets::new();
+    let mut by_pid = packets_by_pid(retired);
     for t in probes.threads() {
         *by_pid.entry(t.tgid).or_default() += t.packets;
-    }
-    for t in retired {
-        *by_pid.entry(t.pid).or_default() += t.packets;
     }
     by_pid
 }
