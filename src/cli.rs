@@ -459,11 +459,12 @@ pub struct RunOptions {
     /// way; verdicts that need exact device counts say they were not judged (docs/probes.md).
     #[arg(long, value_enum, default_value_t = DeviceStagesArg::Exact)]
     pub device_stages: DeviceStagesArg,
-    /// With --device-stages auto: the family's send rate, packets a second over a tick, above
-    /// which the device stages are sampled. At the default, their programs' run time alone is
-    /// about 1.5% of a CPU on the development machine (~300 ns a packet; docs/benchmarks.md).
-    #[arg(long, value_name = "PPS", default_value_t = DEFAULT_SAMPLE_ABOVE_PPS, value_parser = parse_positive_rate)]
-    pub sample_above: f64,
+    /// With --device-stages auto (refused without it): the family's send rate, packets a second
+    /// over a tick, above which the device stages are sampled [default: 50000]. At the default,
+    /// their programs' run time alone is about 1.5% of a CPU on the development machine (~300 ns
+    /// a packet; docs/benchmarks.md).
+    #[arg(long, value_name = "PPS", value_parser = parse_positive_rate)]
+    pub sample_above: Option<f64>,
     /// Run the launched command as this user (name or uid), with its groups from the user
     /// database, like `strace -u`; scanprof keeps its own privileges. Without it the command
     /// runs with the privileges scanprof was given (as root, when scanprof runs as root).

@@ -218,7 +218,7 @@ fn run_step(
         bpf_stats: crate::cli::BpfStatsArg::Sampled,
         syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
         device_stages: crate::cli::DeviceStagesArg::Exact,
-        sample_above: crate::cli::DEFAULT_SAMPLE_ABOVE_PPS,
+        sample_above: None,
         recv_classes: Vec::new(),
         relay_fanout: None,
         quiet: false,

@@ -207,7 +207,7 @@ impl Staged {
             bpf_stats: crate::cli::BpfStatsArg::Sampled,
             syscall_hooks: crate::cli::SyscallHooksArg::PerCall,
             device_stages: crate::cli::DeviceStagesArg::Exact,
-            sample_above: crate::cli::DEFAULT_SAMPLE_ABOVE_PPS,
+            sample_above: None,
             user: None,
             recv_classes: stage
                 .listener

@@ -86,6 +86,17 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
             opts.recv_classes
         );
     }
+    if let (Some(pps), false) = (opts.sample_above, opts.device_stages == DeviceStagesArg::Auto) {
+        use clap::ValueEnum;
+        bail!(
+            "--sample-above {pps} sets the rate at which --device-stages auto starts sampling; \
+             with --device-stages {} it would change nothing: add --device-stages auto, or leave \
+             --sample-above out",
+            opts.device_stages
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        );
+    }
     probe_options.recv_class_bounds = opts.recv_classes.clone();
     probe_options.syscall_hooks = match opts.syscall_hooks {
         SyscallHooksArg::PerCall => SyscallHooks::PerCall,
@@ -112,7 +123,7 @@ pub fn session_config(target: Target, opts: &RunOptions, output: Output) -> anyh
         relay_fanout: opts.relay_fanout,
         baseline: None,
         probe_options,
-        sample_above_pps: opts.sample_above,
+        sample_above_pps: opts.sample_above.unwrap_or(crate::cli::DEFAULT_SAMPLE_ABOVE_PPS),
         bpf_stats: match opts.bpf_stats {
             BpfStatsArg::Sampled => StatsPolicy::DEFAULT,
             BpfStatsArg::Always => StatsPolicy::Continuous,
@@ -522,6 +533,28 @@ mod tests {
             crate::cli::Command::Run { run, .. } => run,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// `--sample-above` only sets auto's limit: given with another `--device-stages` it would
+    /// change nothing, so it is refused rather than silently ignored.
+    #[test]
+    fn sample_above_is_refused_without_device_stages_auto() {
+        let target = || Target::Command(vec!["true".into()]);
+        for stages in [&[][..], &["--device-stages", "sampled"][..]] {
+            let extra: Vec<&str> = stages.iter().copied().chain(["--sample-above", "2000"]).collect();
+            let err = session_config(target(), &run_options(&extra), Output::Quiet)
+                .err()
+                .unwrap_or_else(|| panic!("{extra:?} was accepted"))
+                .to_string();
+            assert!(err.contains("add --device-stages auto"), "{err}");
+            let named = stages.get(1).copied().unwrap_or("exact");
+            assert!(err.contains(&format!("with --device-stages {named} ")), "{err}");
+        }
+        let auto = |extra: &[&str]| session_config(target(), &run_options(extra), Output::Quiet).unwrap();
+        let cfg = auto(&["--device-stages", "auto", "--sample-above", "2000"]);
+        assert_eq!(cfg.sample_above_pps, 2000.0);
+        let cfg = auto(&["--device-stages", "auto"]);
+        assert_eq!(cfg.sample_above_pps, crate::cli::DEFAULT_SAMPLE_ABOVE_PPS);
     }
 
     /// Issue 28 item 5: a scanner started by a shell script. The launch's own words are the
