@@ -400,6 +400,42 @@ impl DeviceWindows {
         self.totals.windows += 1;
     }
 
+    /// A sample while the window is open (one soon after attach, the run's last, or a tick
+    /// shorter than its window): the window stays open across it. Its time and the family's
+    /// packets up to the device counters' read count in the tick that ends there, the rest in
+    /// the next, whose window it becomes (closing a window's length from the read). The read
+    /// took from `before_ns` to `after_ns`; `reads` are the family's packets just before and
+    /// just after it.
+    ///
+    /// Detaching the programs and attaching them again at once would not do: an attach soon
+    /// after a tracepoint's last program was detached waits out an RCU grace period before
+    /// the program runs (kernel/tracepoint.c, `tp_rcu_cond_sync` on the 1->0->1 transition),
+    /// and the packets sent during that wait counted as half in the window. Measured here:
+    /// a 9.2 ms attach while 1,178 packets went out, and that tick's dev_queue 4.7% low.
+    pub fn split(&mut self, before_ns: u64, after_ns: u64, reads: [&FamilyPackets; 2]) {
+        if self.opened.is_none() {
+            return;
+        }
+        let at = before_ns + after_ns.saturating_sub(before_ns) / 2;
+        let packets = at_switch(reads[0], reads[1]);
+        for p in 0..PROGRAMS {
+            if let Some(opened) = self.program_opened[p].as_mut() {
+                self.tick_covered_ns[p] += at.saturating_sub(*opened);
+                *opened = at;
+            }
+            if let Some(open) = self.program_open_packets[p].as_mut() {
+                let window = &mut self.window_packets[p];
+                for (pid, n) in &packets {
+                    let before = open.get(pid).copied().unwrap_or(0.0);
+                    *window.entry(*pid).or_default() += (n - before).max(0.0);
+                }
+                *open = packets.clone();
+            }
+        }
+        self.opened = Some(at);
+        self.last_closed_ns = self.last_closed_ns.max(at);
+    }
+
     /// The estimates as of a sample at `now_ns` from the raw counters and the family's packets
     /// read then (the window closed before the read). The tick ends at the sample, or where its
     /// window closed if later (the collector reads its clock before a tick's work).
@@ -705,6 +741,35 @@ mod tests {
         let (rows, _) = w.scale(vec![all, row(3_800, 3_800, 0)], 2_000 * MS, &sent(26_000));
         assert_eq!(rows[1].queued, 20_000 + 6_000, "not 20,000 more, as by time");
         assert_eq!(rows[0].queued, 22_000 + 6_000);
+    }
+
+    #[test]
+    fn a_window_open_at_a_sample_goes_on_split_at_the_read() {
+        // The first sample comes 40 ms after attach, the window (programs attached at load) still
+        // open: it stays open, its first 40 ms and 8,000 packets (the mean of the reads around
+        // the counters' read, 7,900 and 8,100) are that tick's, the rest the next tick's.
+        let mut w = DeviceWindows::new(DIVISOR, 0);
+        w.split(39 * MS, 41 * MS, [&sent(7_900), &sent(8_100)]);
+        assert!(w.is_open(), "nothing detached at the sample");
+        assert_eq!(
+            w.closes_at(1_000 * MS),
+            Some(140 * MS),
+            "a window's length from the read"
+        );
+        // 8,000 queued by the read; the tick (0-40 ms) was all window: as counted, not scaled
+        let (rows, s) = w.scale(vec![row(8_000, 8_000, 0)], 40 * MS, &sent(8_000));
+        assert_eq!(rows[0].queued, 8_000);
+        assert_eq!((s.covered_ns, s.elapsed_ns), (40 * MS, 40 * MS));
+        // the window closes 100 ms after the read, at 28,000 packets (20,000 in it), and the
+        // tick ends at 1,040 ms with 200,000 sent since the sample (200,000 / 20,000 x 19,990)
+        w.closed(&all_at(140 * MS, 0), &reads([28_000; PROGRAMS + 1]));
+        let (rows, s) = w.scale(vec![row(27_990, 27_990, 0)], 1_040 * MS, &sent(208_000));
+        assert_eq!(rows[0].queued, 8_000 + 199_900);
+        assert_eq!((s.windows, s.covered_ns, s.elapsed_ns), (1, 140 * MS, 1_040 * MS));
+        // a split with no window open changes nothing
+        w.split(1_041 * MS, 1_042 * MS, [&sent(208_000), &sent(208_000)]);
+        assert!(!w.is_open());
+        assert_eq!(w.closes_at(1_000 * MS), None);
     }
 
     #[test]

@@ -977,6 +977,22 @@ impl Collector {
         w.closed(&switches, &reads);
     }
 
+    /// The device counters, read now. A device-stage window still open (a sample soon after
+    /// attach, the run's last, or a tick shorter than its window) stays open across the read,
+    /// its time and the family's packets split there (`DeviceWindows::split`).
+    fn read_devices_splitting_the_window(&mut self) -> Vec<(probes::sp_dev_key, probes::sp_dev_stats)> {
+        let Some(w) = self.device_windows.as_mut().filter(|w| w.is_open()) else {
+            return self.probes.devices();
+        };
+        let before = family_packets(&self.probes, &self.retired);
+        let before_ns = crate::system::monotonic_ns();
+        let raw = self.probes.devices();
+        let after_ns = crate::system::monotonic_ns();
+        let after = family_packets(&self.probes, &self.retired);
+        w.split(before_ns, after_ns, [&before, &after]);
+        raw
+    }
+
     /// Opens the next device-stage window: its programs attached, each one's time measured and
     /// the family's packets read around each call. A window that cannot open leaves the device
     /// stages unsampled from then on (said by `device_window_error`).
@@ -1176,14 +1192,11 @@ impl Collector {
         // first naming of drop locations reads /proc/kallsyms (~0.3 s): between the thread
         // table and the device table it had a sender's first tick show 6,070 packets at the
         // syscall and 11 at dev_queue.
-        // A device-stage window still open (a tick shorter than its window) closes first: its
-        // counts end here, where the tick's do.
-        self.close_device_window();
         let raw_threads = self.probes.threads();
         let raw_drops = self.probes.drops();
         let udp_refused = self.probes.udp_refused().map(udp_refused::from_rows);
         let syn_retransmits = self.probes.syn_retransmits();
-        let raw_devices = self.probes.devices();
+        let raw_devices = self.read_devices_splitting_the_window();
         let raw_queues = self.probes.take_qdepth();
         let replies = self
             .probes
@@ -1268,7 +1281,8 @@ impl Collector {
             bpf,
             skipped_runs,
         };
-        // The next tick's device-stage window opens now, at its start.
+        // The next tick's device-stage window opens now, at its start (one still open, split
+        // at the read above, goes on).
         self.open_device_window();
         sample
     }
