@@ -373,18 +373,35 @@ fn tick_stages(t: &serde_json::Value) -> Vec<(StageName, u64)> {
 /// port on loopback, `count` packets, which it must have sent.
 fn loopback_run(flags: &[&str], count: u64) -> (Finished, u64) {
     let sender = sender_argv("127.0.0.1:9", RATE as f64, count, 20.0, &["--pacer", "sleep"]);
+    let run = scanprof_run(flags, sender);
+    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
+    assert_eq!(sent, count, "the sender sent its count\n{}", run.context());
+    (run, sent)
+}
+
+/// `scanprof run --json --duration 60 --interval 1 FLAGS -- COMMAND`, which must succeed.
+fn scanprof_run(flags: &[&str], command: Vec<String>) -> Finished {
     let mut args: Vec<String> = ["run", "--json", "--duration", "60", "--interval", "1"]
         .iter()
         .chain(flags)
         .chain(&["--"])
         .map(|a| a.to_string())
         .collect();
-    args.extend(sender);
+    args.extend(command);
     let run = Proc::scanprof(&args).finish(RUN_TIMEOUT);
     run.assert_success();
-    let sent = run.sender_report()["sent"].as_u64().expect("the sender's `sent`");
-    assert_eq!(sent, count, "the sender sent its count\n{}", run.context());
-    (run, sent)
+    run
+}
+
+/// A tick's rate at the syscall stage, packets a second.
+fn syscall_pps(t: &serde_json::Value) -> f64 {
+    t["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|st| st["name"] == "syscall_packets")
+        .and_then(|st| st["pps"].as_f64())
+        .expect("the syscall stage's pps")
 }
 
 /// `--device-stages auto` (issue 32 item 3, "chosen automatically above a rate"): the device
@@ -433,12 +450,12 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
         .position(|t| !t["device_sampling"].is_null())
         .unwrap_or_else(|| panic!("no tick sampled\n{ctx}"));
     assert!(first_sampled >= 1, "the first tick is counted exactly\n{ctx}");
-    assert!(
-        ticks[first_sampled..]
-            .iter()
-            .all(|t| !t["device_sampling"].is_null()),
-        "once sampling, every later tick samples\n{ctx}"
-    );
+    for (before, t) in ticks[first_sampled..].iter().zip(&ticks[first_sampled + 1..]) {
+        assert!(
+            !t["device_sampling"].is_null() || syscall_pps(before) <= 2000.0,
+            "once sampling, a tick is counted whole only after one at most at the limit\n{ctx}"
+        );
+    }
     let (mut exact_syscall, mut exact_queue) = (0, 0);
     for t in &ticks[..first_sampled] {
         let c = tick_stages(t);
@@ -486,6 +503,94 @@ fn auto_counts_the_device_stages_until_the_rate_passes_its_limit_then_samples() 
         s.verdicts
     );
     test.assert_released("the auto run that sampled");
+}
+
+/// `--device-stages auto` follows the rate both ways: a family that sends fast, then slowly,
+/// has its device stages sampled while fast and counted whole again once a tick was at or below
+/// `--sample-above`, and the run says for how long each.
+#[test]
+fn auto_counts_whole_again_once_the_rate_falls_to_its_limit() {
+    let test = privileged();
+    const FAST: u64 = 15_000; // 3 s at RATE (5,000 pps), above the limit of 2,000
+    const SLOW: u64 = 2_500; // 5 s at 500 pps
+    let fast = sender_argv("127.0.0.1:9", RATE as f64, FAST, 20.0, &["--pacer", "sleep"]);
+    let slow = sender_argv("127.0.0.1:9", 500.0, SLOW, 20.0, &["--pacer", "sleep"]);
+    let script = format!("{} && exec {}", fast.join(" "), slow.join(" "));
+    let run = scanprof_run(
+        &["--device-stages", "auto", "--sample-above", "2000"],
+        vec!["sh".into(), "-c".into(), script],
+    );
+    let s = run.summary();
+    let ctx = run.context();
+    let sent: u64 = run
+        .sender_reports()
+        .iter()
+        .map(|r| r["sent"].as_u64().expect("a sender's `sent`"))
+        .sum();
+    assert_eq!(sent, FAST + SLOW, "both senders sent their counts\n{ctx}");
+    assert_eq!(s.stage_counts[&StageName::SyscallPackets], sent, "{ctx}");
+    assert_eq!(
+        closed_port_drops(&s),
+        sent,
+        "every probe is the family's drop\n{ctx}"
+    );
+
+    // The ticks: sampled while fast, then, from the tick after one at or below the limit, counted
+    // whole (no device_sampling), each one's dev_queue its syscall packets.
+    let ticks = run.of_type("sample");
+    let first_sampled = ticks
+        .iter()
+        .position(|t| !t["device_sampling"].is_null())
+        .unwrap_or_else(|| panic!("no tick sampled while the family sent 5,000 pps\n{ctx}"));
+    let whole: Vec<&serde_json::Value> = ticks[first_sampled..]
+        .iter()
+        .skip_while(|t| !t["device_sampling"].is_null())
+        .collect();
+    assert!(
+        whole.len() >= 2,
+        "the slow phase's ticks are counted whole again: {} of {} after the first sampled\n{ctx}",
+        whole.len(),
+        ticks.len() - first_sampled
+    );
+    for t in &whole {
+        assert!(t["device_sampling"].is_null(), "whole from then on: {t}\n{ctx}");
+        let c = tick_stages(t);
+        let (syscall, queue) = (
+            stage(&c, StageName::SyscallPackets),
+            stage(&c, StageName::DevQueue),
+        );
+        assert!(
+            queue.abs_diff(syscall) <= 2 + syscall / 50,
+            "a tick counted whole: dev_queue {queue}, syscall packets {syscall}\n{ctx}"
+        );
+    }
+
+    let sampling = s
+        .device_sampling
+        .unwrap_or_else(|| panic!("the run sampled, and says so\n{ctx}"));
+    assert!(sampling.auto.is_some(), "{sampling:?}\n{ctx}");
+    assert!(
+        sampling.whole_ns >= 2_000_000_000 && sampling.elapsed_ns >= 1_000_000_000,
+        "{sampling:?}\n{ctx}"
+    );
+    assert!(
+        sampling.label().contains(" counted whole, scaled"),
+        "{}",
+        sampling.label()
+    );
+    let err = s.stage_counts[&StageName::DevQueue] as f64 / sent as f64 - 1.0;
+    if sampling.switch_share() <= SLOW_SWITCH_SHARE {
+        assert!(err.abs() <= STEADY_TOLERANCE, "dev_queue {err:+.3} off\n{ctx}");
+    }
+    eprintln!(
+        "auto both ways: {} ticks, sampled from tick {first_sampled}, {} counted whole after; the \
+         run's dev_queue {} for {sent} sent; {}",
+        ticks.len(),
+        whole.len(),
+        s.stage_counts[&StageName::DevQueue],
+        sampling.label()
+    );
+    test.assert_released("the auto run that went back to counting");
 }
 
 /// Below its limit, `--device-stages auto` is exact mode: no sampling said, every stage counted.

@@ -530,7 +530,9 @@ impl Analyzer {
             devices,
             device_sampling: s
                 .device_sampling
-                .map(|now| now.since(prev.device_sampling.as_ref())),
+                .map(|now| now.since(prev.device_sampling.as_ref()))
+                // a tick counted whole is exact
+                .filter(|d| d.sampled_any()),
             block_sites,
             gap,
             episodes,

@@ -34,11 +34,21 @@ pub struct DeviceSampling {
     pub switch_ns: u64,
     /// program attaches and detaches so far (two per windowed program and window)
     pub switches: u64,
+    /// time in ticks the windowed programs were attached throughout, counted whole (not
+    /// scaled, and not in `covered_ns`/`elapsed_ns`): a tick shorter than its window, and with
+    /// `--device-stages auto` each tick after one in which the family sent at most
+    /// `--sample-above`
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub whole_ns: u64,
     /// with `--device-stages auto`: when and why sampling began (the counts before it are
     /// exact); None when the stages were sampled from attach (and in older bundles). Only the
     /// whole run's figure has it: a tick's own figure (`since`) covers sampled time alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoStart>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// When `--device-stages auto` began to sample: the device stages were counted exactly for
@@ -93,11 +103,18 @@ impl DeviceSampling {
             elapsed_ns: windows * 1_000_000_000,
             switch_ns: 0,
             switches: 0,
+            whole_ns: 0,
             auto: None,
         }
     }
 
-    /// Share of the time the device stages were counted, 0 to 1.
+    /// Whether any of the time was sampled (a tick counted whole is not): a figure that sampled
+    /// nothing says an exact count.
+    pub fn sampled_any(&self) -> bool {
+        self.elapsed_ns > 0
+    }
+
+    /// Share of the sampled time the device stages were counted, 0 to 1.
     pub fn coverage(&self) -> f64 {
         if self.elapsed_ns == 0 {
             return 0.0;
@@ -118,6 +135,7 @@ impl DeviceSampling {
             elapsed_ns: self.elapsed_ns.saturating_sub(p.elapsed_ns),
             switch_ns: self.switch_ns.saturating_sub(p.switch_ns),
             switches: self.switches.saturating_sub(p.switches),
+            whole_ns: self.whole_ns.saturating_sub(p.whole_ns),
             auto: None,
         }
     }
@@ -170,13 +188,19 @@ impl DeviceSampling {
 
     /// What a figure of a device stage is: "sampled 10% of the time, scaled", or with
     /// `--device-stages auto` "counted for 3.0 s, then sampled 10% of the time (the family
-    /// sent 180000 pps, above --sample-above 50000), scaled".
+    /// sent 180000 pps, above --sample-above 50000), scaled"; either with "except 2.0 s
+    /// counted whole" when some ticks were (`whole_ns`).
     pub fn label(&self) -> String {
+        let whole = if self.whole_ns > 0 {
+            format!(" except {:.1} s counted whole", self.whole_ns as f64 / 1e9)
+        } else {
+            String::new()
+        };
         match &self.auto {
-            None => format!("sampled {} of the time, scaled", percent(self.coverage())),
+            None => format!("sampled {} of the time{whole}, scaled", percent(self.coverage())),
             Some(a) => format!(
                 "counted for {:.1} s, then sampled {} of the time (the family sent {:.0} pps, above \
-                 --sample-above {:.0}), scaled",
+                 --sample-above {:.0}){whole}, scaled",
                 a.exact_ns as f64 / 1e9,
                 percent(self.coverage()),
                 a.pps,
@@ -283,6 +307,9 @@ pub struct DeviceWindows {
     /// the family's packets at the last sample
     prev_family: FamilyPackets,
     totals: DeviceSampling,
+    /// `--device-stages auto` while the family sends at most its limit: the open window is not
+    /// closed (`closes_at` is None), so the ticks it spans are counted whole
+    held: bool,
     /// why a window could not be opened (then no more are tried)
     pub error: Option<String>,
 }
@@ -311,6 +338,7 @@ impl DeviceWindows {
             window_packets: std::array::from_fn(|_| Packets::new()),
             prev_family: FamilyPackets::new(),
             totals: DeviceSampling::default(),
+            held: false,
             error: None,
         }
     }
@@ -345,10 +373,22 @@ impl DeviceWindows {
         self.opened.is_some()
     }
 
-    /// When the open window of a tick of `interval_ns` closes; None when none is open.
+    /// When the open window of a tick of `interval_ns` closes; None when none is open, or the
+    /// window is held open.
     pub fn closes_at(&self, interval_ns: u64) -> Option<u64> {
+        if self.held {
+            return None;
+        }
         self.opened
             .map(|at| at.saturating_add(interval_ns / self.divisor as u64))
+    }
+
+    /// `--device-stages auto`, tick by tick once it samples: hold the windows open (`true`, the
+    /// family sent at most its limit in the tick that just ended: the window opened at its end
+    /// stays open, and each tick it spans whole is counted whole) or let them close again as
+    /// usual (`false`: it sent more).
+    pub fn hold_open(&mut self, hold: bool) {
+        self.held = hold;
     }
 
     /// A window opened: its programs attached as `switches` say, with the family's packets
@@ -444,8 +484,10 @@ impl DeviceWindows {
     /// the tick over those it sent in its program's window (the struct's note), when it sent at
     /// least MIN_RATIO_PACKETS in the windows; else, and for everyone else's traffic (an
     /// everyone's row less the family's rows of the device), times the tick's length over the
-    /// time the program's windows covered. A program with no window in the tick (none should
-    /// be: a window opens at every sample) adds nothing.
+    /// time the program's windows covered. A program attached the whole tick (a window held
+    /// open, or a tick shorter than its window) counted every packet: its counts stand, and
+    /// the tick's time is `whole_ns`. A program with no window in the tick (none should be: a
+    /// window opens at every sample) adds nothing.
     pub fn scale(
         &mut self,
         raw: Vec<DeviceCounters>,
@@ -455,8 +497,13 @@ impl DeviceWindows {
         let now_ns = now_ns.max(self.last_closed_ns);
         let tick_ns = now_ns.saturating_sub(self.last_sample_ns);
         let covered = self.tick_covered_ns.map(|c| c.min(tick_ns));
+        // a program attached the whole tick counted every packet of it: its counts stand
+        let whole = covered.map(|c| c > 0 && c == tick_ns);
         let by_time = covered.map(|c| if c == 0 { 0.0 } else { tick_ns as f64 / c as f64 });
         let by_ratio = |pid: u32, program: usize| -> Option<f64> {
+            if whole[program] {
+                return Some(1.0);
+            }
             let in_window = self.window_packets[program].get(&pid).copied().unwrap_or(0.0);
             if in_window < MIN_RATIO_PACKETS as f64 || covered[program] == 0 {
                 return None;
@@ -518,9 +565,13 @@ impl DeviceWindows {
         }
         out.sort_by_key(|(i, _)| *i);
         // The coverage said is dev_queue's (every device passes it; the others' differ by the
-        // time one attach or detach takes).
-        self.totals.covered_ns += covered[0];
-        self.totals.elapsed_ns += tick_ns;
+        // time one attach or detach takes). A tick it covered whole was counted, not sampled.
+        if whole[0] {
+            self.totals.whole_ns += tick_ns;
+        } else {
+            self.totals.covered_ns += covered[0];
+            self.totals.elapsed_ns += tick_ns;
+        }
         self.tick_covered_ns = [0; PROGRAMS];
         self.window_packets = std::array::from_fn(|_| Packets::new());
         self.prev_family = family.clone();
@@ -548,6 +599,7 @@ mod tests {
             elapsed_ns: 31 * 1_000_000_000,
             switch_ns: 31 * 132_000_000,
             switches: 248,
+            whole_ns: 0,
             auto: None,
         };
         let w = slow.slow_switch_warning().expect("a warning");
@@ -638,9 +690,10 @@ mod tests {
         // the family exits 30 ms into a tick: the window is still open, closes at the sample
         let mut w = DeviceWindows::new(DIVISOR, 0);
         w.closed(&all_at(30 * MS, 0), &[]);
-        let (rows, s) = w.scale(vec![row(777, 777, 0)], 30 * MS, &no_sends());
-        assert_eq!(rows[0].queued, 777, "covered whole: factor 1");
-        assert_eq!(s.coverage(), 1.0);
+        let (rows, s) = w.scale(vec![row(777, 777, 0)], 30 * MS, &sent(800));
+        assert_eq!(rows[0].queued, 777, "covered whole: as counted, not by the ratio");
+        assert_eq!(s.whole_ns, 30 * MS);
+        assert!(!s.sampled_any(), "nothing was sampled: {s:?}");
     }
 
     #[test]
@@ -709,6 +762,53 @@ mod tests {
         assert_eq!(s.since(None).label(), "sampled 10% of the time, scaled");
     }
 
+    #[test]
+    fn auto_holds_the_window_open_while_the_rate_is_at_its_limit_and_counts_those_ticks_whole() {
+        let start = AutoStart {
+            exact_ns: 1_000 * MS,
+            pps: 180_000.0,
+            above_pps: 50_000.0,
+        };
+        let mut w = DeviceWindows::from_counts(
+            DIVISOR,
+            1_000 * MS,
+            &[row(180_000, 180_000, 0)],
+            &sent(180_000),
+            start,
+        );
+        // a sampled tick: 18,000 in the window of 180,000 sent
+        w.closed(&all_at(1_100 * MS, 0), &reads([198_000; PROGRAMS + 1]));
+        let (rows, sampled) = w.scale(vec![row(198_000, 198_000, 0)], 2_000 * MS, &sent(360_000));
+        assert_eq!(rows[0].queued, 360_000);
+        // then 10,000 packets in a tick, below the limit: the next window is held open
+        w.opened(&all_at(2_000 * MS, 0), &reads([360_000; PROGRAMS + 1]));
+        w.hold_open(true);
+        assert_eq!(w.closes_at(1_000 * MS), None, "held: no close scheduled");
+        w.split(3_000 * MS, 3_000 * MS, [&sent(370_000), &sent(370_000)]);
+        // the tick from 2 s to 3 s was attached throughout: 9,990 queued stand, not scaled by
+        // the 10,000 sent
+        let (rows, s) = w.scale(vec![row(207_990, 207_990, 0)], 3_000 * MS, &sent(370_000));
+        assert_eq!(rows[0].queued, 360_000 + 9_990);
+        assert_eq!(
+            (s.whole_ns, s.covered_ns, s.elapsed_ns),
+            (1_000 * MS, 100 * MS, 1_000 * MS)
+        );
+        assert_eq!(
+            s.label(),
+            "counted for 1.0 s, then sampled 10% of the time (the family sent 180000 pps, above \
+             --sample-above 50000) except 1.0 s counted whole, scaled"
+        );
+        let tick = s.since(Some(&sampled));
+        assert!(
+            !tick.sampled_any(),
+            "the tick itself was counted, not sampled: {tick:?}"
+        );
+        assert_eq!(tick.whole_ns, 1_000 * MS);
+        // above the limit again: the open window closes a tenth of a tick after the last split
+        w.hold_open(false);
+        assert_eq!(w.closes_at(1_000 * MS), Some(3_100 * MS));
+    }
+
     /// The family's packets read around each of the four switches: `at[k]` before the k-th
     /// call and after the last.
     fn reads(at: [u64; PROGRAMS + 1]) -> Vec<FamilyPackets> {
@@ -756,16 +856,16 @@ mod tests {
             Some(140 * MS),
             "a window's length from the read"
         );
-        // 8,000 queued by the read; the tick (0-40 ms) was all window: as counted, not scaled
+        // 8,000 queued by the read; the tick (0-40 ms) was all window: counted whole
         let (rows, s) = w.scale(vec![row(8_000, 8_000, 0)], 40 * MS, &sent(8_000));
         assert_eq!(rows[0].queued, 8_000);
-        assert_eq!((s.covered_ns, s.elapsed_ns), (40 * MS, 40 * MS));
+        assert_eq!((s.whole_ns, s.covered_ns, s.elapsed_ns), (40 * MS, 0, 0));
         // the window closes 100 ms after the read, at 28,000 packets (20,000 in it), and the
         // tick ends at 1,040 ms with 200,000 sent since the sample (200,000 / 20,000 x 19,990)
         w.closed(&all_at(140 * MS, 0), &reads([28_000; PROGRAMS + 1]));
         let (rows, s) = w.scale(vec![row(27_990, 27_990, 0)], 1_040 * MS, &sent(208_000));
         assert_eq!(rows[0].queued, 8_000 + 199_900);
-        assert_eq!((s.windows, s.covered_ns, s.elapsed_ns), (1, 140 * MS, 1_040 * MS));
+        assert_eq!((s.windows, s.covered_ns, s.elapsed_ns), (1, 100 * MS, 1_000 * MS));
         // a split with no window open changes nothing
         w.split(1_041 * MS, 1_042 * MS, [&sent(208_000), &sent(208_000)]);
         assert!(!w.is_open());

@@ -1223,11 +1223,12 @@ impl Collector {
         let (devices, device_sampling) = match self.device_windows.as_mut() {
             Some(w) => {
                 let (rows, sampling) = w.scale(devices, now_ns, &packets_by_pid(&threads));
-                (rows, Some(sampling))
+                // counted whole so far (a short run): exact figures
+                (rows, sampling.sampled_any().then_some(sampling))
             }
             None => (devices, None),
         };
-        self.start_sampling_above_rate(&threads, &devices, now_ns);
+        self.follow_the_rate(&threads, &devices, now_ns);
         let queues = queue_depths(raw_queues, &names);
         let block_sites = self.block_sites(open, &mut threads, now_ns);
         let (calls, uprobes) = match self.scanner.as_mut() {
@@ -1287,20 +1288,22 @@ impl Collector {
         sample
     }
 
-    /// `--device-stages auto`: when the family sent faster than its limit over the tick that
-    /// ends at `now_ns`, sampling begins here, from the exact `devices` just read (this tick's
-    /// counts stay exact; the first window is open from now and closes a tenth of a tick on).
-    fn start_sampling_above_rate(
-        &mut self,
-        threads: &[ThreadCounters],
-        devices: &[DeviceCounters],
-        now_ns: u64,
-    ) {
+    /// `--device-stages auto`, at the tick that ends at `now_ns`: the first time the family sent
+    /// faster than its limit over a tick, sampling begins here, from the exact `devices` just
+    /// read (this tick's counts stay exact; the first window is open from now and closes a tenth
+    /// of a tick on). Once sampling, a tick at or below the limit holds the next window open (the
+    /// ticks it spans are counted whole) until a tick is above it again.
+    fn follow_the_rate(&mut self, threads: &[ThreadCounters], devices: &[DeviceCounters], now_ns: u64) {
         let Some(auto) = self.auto_sampling.as_mut() else {
             return;
         };
         let family = packets_by_pid(threads);
-        let Some(pps) = auto.above(family.values().sum(), now_ns) else {
+        let above = auto.above(family.values().sum(), now_ns);
+        if let Some(w) = self.device_windows.as_mut() {
+            w.hold_open(above.is_none());
+            return;
+        }
+        let Some(pps) = above else {
             return;
         };
         let start = device_window::AutoStart {
@@ -1308,7 +1311,6 @@ impl Collector {
             pps,
             above_pps: auto.above_pps,
         };
-        self.auto_sampling = None;
         self.device_windows = Some(device_window::DeviceWindows::from_counts(
             device_window::DIVISOR,
             now_ns,

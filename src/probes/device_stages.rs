@@ -18,7 +18,8 @@ pub enum DeviceStages {
     /// length over the window's and shown as estimates
     Sampled,
     /// exact until the family sends faster than a rate the user names (the collector decides,
-    /// tick by tick: `--sample-above`), sampled from then on
+    /// tick by tick: `--sample-above`), then sampled while it does (the windowed programs stay
+    /// attached again after a tick at or below it)
     Auto,
 }
 

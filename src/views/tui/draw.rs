@@ -586,7 +586,13 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         let after = d.auto.map_or(String::new(), |a| {
             format!(" after {:.1} s", a.exact_ns as f64 / 1e9)
         });
-        block = block.title_bottom(format!(" ≈ sampled {}{after}, scaled ", pct(d.coverage())));
+        // counted whole again for a while (auto): that, in place of "scaled", to fit
+        let how = if d.whole_ns > 0 {
+            format!("{:.1} s whole", d.whole_ns as f64 / 1e9)
+        } else {
+            "scaled".to_string()
+        };
+        block = block.title_bottom(format!(" ≈ sampled {}{after}, {how} ", pct(d.coverage())));
     }
     // Without the qdisc_enqueue tracepoint (5.10) the dequeues say whether a qdisc queues.
     let seen_at = if s
