@@ -192,7 +192,7 @@ impl DeviceSampling {
     /// counted whole" when some ticks were (`whole_ns`).
     pub fn label(&self) -> String {
         let whole = if self.whole_ns > 0 {
-            format!(" except {:.1} s counted whole", self.whole_ns as f64 / 1e9)
+            format!(" except {} counted whole", span(self.whole_ns))
         } else {
             String::new()
         };
@@ -207,6 +207,15 @@ impl DeviceSampling {
                 a.above_pps
             ),
         }
+    }
+}
+
+/// A length of time for a label: "3.1 s", or under a tenth of a second "40 ms" (not "0.0 s").
+pub fn span(ns: u64) -> String {
+    if ns >= 100_000_000 {
+        format!("{:.1} s", ns as f64 / 1e9)
+    } else {
+        format!("{} ms", ns.div_ceil(1_000_000))
     }
 }
 
@@ -694,6 +703,14 @@ mod tests {
         assert_eq!(rows[0].queued, 777, "covered whole: as counted, not by the ratio");
         assert_eq!(s.whole_ns, 30 * MS);
         assert!(!s.sampled_any(), "nothing was sampled: {s:?}");
+        assert_eq!(
+            DeviceSampling {
+                whole_ns: 30 * MS,
+                ..DeviceSampling::tenth_of_each_second(2)
+            }
+            .label(),
+            "sampled 10% of the time except 30 ms counted whole, scaled"
+        );
     }
 
     #[test]

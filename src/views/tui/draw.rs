@@ -588,7 +588,7 @@ fn draw_funnel(f: &mut Frame, app: &App, area: Rect) {
         });
         // counted whole again for a while (auto): that, in place of "scaled", to fit
         let how = if d.whole_ns > 0 {
-            format!("{:.1} s whole", d.whole_ns as f64 / 1e9)
+            format!("{} whole", crate::collect::device_window::span(d.whole_ns))
         } else {
             "scaled".to_string()
         };
