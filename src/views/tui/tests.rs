@@ -1154,34 +1154,28 @@ fn sampled_device_stages_are_marked_in_the_funnel() {
     assert!(s.contains("≈ sampled 10.0%, scaled"), "{s}");
 }
 
-/// `--device-stages auto`: the run's figure says from when the device stages were sampled.
+/// `--device-stages auto`: the run's figure says from when the device stages were sampled, and
+/// how long they were counted whole again (the family's rate back at the limit).
 #[test]
 fn auto_sampling_says_when_it_began_in_the_funnel() {
-    let mut tick = rich_ticks().0.remove(0);
-    tick.device_sampling = Some(crate::collect::device_window::DeviceSampling {
-        auto: Some(crate::collect::device_window::AutoStart {
-            exact_ns: 3_000_000_000,
-            pps: 180_000.0,
-            above_pps: 50_000.0,
-        }),
-        ..crate::collect::device_window::DeviceSampling::tenth_of_each_second(1)
-    });
+    use crate::collect::device_window::{AutoStart, DeviceSampling};
     let mut app = App::new("run sender --rate 0".into());
-    app.apply(Update::Tick(Box::new(tick)));
-    let s = screen(&app, 120, 40);
-    assert!(s.contains("≈ sampled 10.0% after 3.0 s, scaled"), "{s}");
-    // and the time it counted whole again, the family's rate back at the limit
-    let mut tick = rich_ticks().0.remove(0);
-    tick.device_sampling = Some(crate::collect::device_window::DeviceSampling {
-        auto: Some(crate::collect::device_window::AutoStart {
-            exact_ns: 3_000_000_000,
-            pps: 180_000.0,
-            above_pps: 50_000.0,
-        }),
-        whole_ns: 2_000_000_000,
-        ..crate::collect::device_window::DeviceSampling::tenth_of_each_second(1)
-    });
-    app.apply(Update::Tick(Box::new(tick)));
-    let s = screen(&app, 120, 40);
-    assert!(s.contains("≈ sampled 10.0% after 3.0 s, 2.0 s whole"), "{s}");
+    for (whole_ns, foot) in [
+        (0, "≈ sampled 10.0% after 3.0 s, scaled"),
+        (2_000_000_000, "≈ sampled 10.0% after 3.0 s, 2.0 s whole"),
+    ] {
+        let mut tick = rich_ticks().0.remove(0);
+        tick.device_sampling = Some(DeviceSampling {
+            auto: Some(AutoStart {
+                exact_ns: 3_000_000_000,
+                pps: 180_000.0,
+                above_pps: 50_000.0,
+            }),
+            whole_ns,
+            ..DeviceSampling::tenth_of_each_second(1)
+        });
+        app.apply(Update::Tick(Box::new(tick)));
+        let s = screen(&app, 120, 40);
+        assert!(s.contains(foot), "{s}");
+    }
 }
