@@ -455,8 +455,9 @@ pub struct RunOptions {
     /// tenth of each tick, so outside it a packet runs none of them; their counts are scaled
     /// by tick / window and shown as estimates, "≈ ... (sampled)"), or auto (exact until a
     /// tick in which the family sends faster than --sample-above, then sampled while it does
-    /// and counted whole again after a tick at or below it, which the figures say). Drops, the syscall stage and the drops' attribution stay exact either
-    /// way; verdicts that need exact device counts say they were not judged (docs/probes.md).
+    /// and counted whole again after a tick at or below it, which the figures say). Drops, the
+    /// syscall stage and the drops' attribution stay exact either way; verdicts that need exact
+    /// device counts say they were not judged (docs/probes.md).
     #[arg(long, value_enum, default_value_t = DeviceStagesArg::Exact)]
     pub device_stages: DeviceStagesArg,
     /// With --device-stages auto (refused without it): the family's send rate, packets a second

@@ -250,6 +250,15 @@ fn at_switch(before: &FamilyPackets, after: &FamilyPackets) -> Packets {
     at
 }
 
+/// Adds to `window` each process's packets from `open` (when its program was attached, or the
+/// window last split) to `now`.
+fn add_sent_since(window: &mut Packets, open: &Packets, now: &Packets) {
+    for (pid, n) in now {
+        let before = open.get(pid).copied().unwrap_or(0.0);
+        *window.entry(*pid).or_default() += (n - before).max(0.0);
+    }
+}
+
 /// Fewest syscall packets of a process inside a tick's window for its rows to be scaled by the
 /// ratio to them; with fewer, its rows are scaled by time, as everyone else's traffic is.
 pub const MIN_RATIO_PACKETS: u64 = 20;
@@ -436,11 +445,11 @@ impl DeviceWindows {
                 .get_mut(s.program)
                 .and_then(Option::take);
             if let (Some(open), true) = (open, read) {
-                let window = &mut self.window_packets[s.program];
-                for (pid, n) in at_switch(&reads[i], &reads[i + 1]) {
-                    let before = open.get(&pid).copied().unwrap_or(0.0);
-                    *window.entry(pid).or_default() += (n - before).max(0.0);
-                }
+                add_sent_since(
+                    &mut self.window_packets[s.program],
+                    &open,
+                    &at_switch(&reads[i], &reads[i + 1]),
+                );
             }
             self.last_closed_ns = self.last_closed_ns.max(s.after_ns);
             self.totals.switch_ns += s.after_ns.saturating_sub(s.before_ns);
@@ -473,11 +482,7 @@ impl DeviceWindows {
                 *opened = at;
             }
             if let Some(open) = self.program_open_packets[p].as_mut() {
-                let window = &mut self.window_packets[p];
-                for (pid, n) in &packets {
-                    let before = open.get(pid).copied().unwrap_or(0.0);
-                    *window.entry(*pid).or_default() += (n - before).max(0.0);
-                }
+                add_sent_since(&mut self.window_packets[p], open, &packets);
                 *open = packets.clone();
             }
         }
