@@ -14,10 +14,10 @@ use super::{device_stages, syscall_hooks, DeviceStages, ObjectSpec, Role, Syscal
 /// there, and empty programs cannot be attached there either. Under `--device-stages sampled`
 /// the windowed device programs' hooks are left out: they are attached only a tenth of each
 /// tick. Uprobes (one set per scanner profile), the rings iterator (run from user space) and
-/// `scanprof agent`'s object are not listed.
+/// the objects loaded alone (`scanprof agent`'s, the timing floor's) are not listed.
 pub fn hook_sections(hooks: SyscallHooks, stages: DeviceStages) -> Vec<String> {
     let mut out = BTreeSet::new();
-    for spec in OBJECTS.iter().filter(|o| !matches!(o.role, Role::Agent)) {
+    for spec in OBJECTS.iter().filter(|o| !matches!(o.role, Role::Alone)) {
         let ObjectSpec {
             name: object, bytes, ..
         } = spec;

@@ -2,6 +2,7 @@
 //! This is the only module that touches libbpf-rs: it hands the rest of scanprof plain values
 //! (the generated ABI types of probes/include/wire.h) and never a libbpf handle.
 
+pub mod clock_floor;
 pub mod device_stages;
 pub mod exec_watch;
 mod hooks;
@@ -45,15 +46,15 @@ pub use uprobe::{
 /// names the objects: each object's skeleton module (`<name>_skel`, from build.rs's
 /// `<name>.skel.rs`), `OBJECTS` (name, bytes, role), the `Objects` a run keeps, the `Wholes` it
 /// may keep, and `StagedLoads` (each object after the core one loaded on its own thread, and
-/// its results collected in the table's order). The agent's exec watcher has its skeleton in
-/// exec_watch.rs, which loads it alone.
+/// its results collected in the table's order). The objects loaded alone (the agent's exec
+/// watcher, the timing floor) are loaded by their own modules, exec_watch.rs and clock_floor.rs.
 macro_rules! bpf_objects {
     (
         core: $core:ident, $core_mod:ident, $core_builder:ident;
         degrading: [ $( $deg:ident, $deg_mod:ident, $deg_builder:ident, $deg_configure:path; )* ]
         whole: [ $( $whole:ident, $whole_mod:ident, $whole_builder:ident, $whole_configure:path,
                     $spec:ident = $spec_val:expr; )* ]
-        agent: [ $( $agent:ident ),* ]
+        alone: [ $( $alone:ident ),* ]
     ) => {
         #[allow(clippy::all, dead_code, unused_imports, non_camel_case_types, non_snake_case)]
         mod $core_mod {
@@ -73,7 +74,7 @@ macro_rules! bpf_objects {
             const $spec: WholeSpec = $spec_val;
         )*
 
-        /// Every BPF object built into this binary: a run's in load order, then the agent's.
+        /// Every BPF object built into this binary: a run's in load order, then those loaded alone.
         const OBJECTS: &[ObjectSpec] = &[
             ObjectSpec {
                 name: stringify!($core),
@@ -91,9 +92,9 @@ macro_rules! bpf_objects {
                 role: Role::Whole($spec),
             }, )*
             $( ObjectSpec {
-                name: stringify!($agent),
-                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($agent), ".bpf.o")),
-                role: Role::Agent,
+                name: stringify!($alone),
+                bytes: include_bytes!(concat!(env!("OUT_DIR"), "/", stringify!($alone), ".bpf.o")),
+                role: Role::Alone,
             }, )*
         ];
 
@@ -241,7 +242,7 @@ bpf_objects! {
             beside: &[],
         };
     ]
-    agent: [exec_watch]
+    alone: [exec_watch, clock_floor]
 }
 
 use drops_skel::OpenDropsSkel;
@@ -278,8 +279,10 @@ enum Role {
     /// Loaded on a thread of its own, whole or not at all; without it a run lacks what its
     /// spec says.
     Whole(WholeSpec),
-    /// Not part of a run: `scanprof agent`'s exec watcher, loaded alone by exec_watch.rs.
-    Agent,
+    /// Not one of a run's objects, loaded alone by a module of its own: `scanprof agent`'s exec
+    /// watcher (exec_watch.rs), and the programs' timing floor (clock_floor.rs), which shares no
+    /// map with the others.
+    Alone,
 }
 
 /// An object that loads whole or not at all, and what a run lacks without it.
@@ -395,8 +398,8 @@ impl WholeSpec {
     }
 }
 
-/// Every BPF object built into this binary, by name: a run's in load order, then `scanprof
-/// agent`'s exec watcher (`--version` names them).
+/// Every BPF object built into this binary, by name: a run's in load order, then those loaded
+/// alone, `scanprof agent`'s exec watcher and the timing floor (`--version` names them).
 pub fn objects() -> impl Iterator<Item = (&'static str, &'static [u8])> {
     OBJECTS.iter().map(|o| (o.name, o.bytes))
 }
@@ -2101,7 +2104,7 @@ mod tests {
     use reject_test_skel::RejectTestSkelBuilder;
 
     /// Root-only: fails (never skips) without the capabilities when CI or REQUIRE_BPF is set.
-    fn privileged() -> bool {
+    pub(super) fn privileged() -> bool {
         if bpf_privileged() {
             return true;
         }
@@ -2293,18 +2296,18 @@ mod tests {
         assert_eq!(objects().count(), OBJECTS.len());
     }
 
-    /// The core object (the one that creates the shared maps) is one, and first; the agent's
-    /// objects, which a run does not load, come last.
+    /// The core object (the one that creates the shared maps) is one, and first; the objects
+    /// loaded alone, which a run does not load with the others, come last.
     #[test]
-    fn the_core_object_is_first_and_alone_and_the_agents_come_last() {
+    fn the_core_object_is_first_and_alone_and_those_loaded_alone_come_last() {
         assert_eq!(OBJECTS[0].role, Role::Core);
         assert_eq!(OBJECTS.iter().filter(|o| o.role == Role::Core).count(), 1);
-        let first_agent = OBJECTS
+        let first_alone = OBJECTS
             .iter()
-            .position(|o| o.role == Role::Agent)
+            .position(|o| o.role == Role::Alone)
             .unwrap_or(OBJECTS.len());
         assert!(
-            OBJECTS[first_agent..].iter().all(|o| o.role == Role::Agent),
+            OBJECTS[first_alone..].iter().all(|o| o.role == Role::Alone),
             "{OBJECTS:?}"
         );
     }

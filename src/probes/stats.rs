@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use libbpf_rs::{libbpf_sys, MapCore, MapFlags, MapHandle, Object};
 
+use super::clock_floor::ClockFloor;
 use super::family_skel::types::{sp_prog, sp_prog_cost};
 use super::ProbeError;
 
@@ -52,10 +53,15 @@ const COST_SLOTS: [(&str, sp_prog); 30] = [
     ("retrans.on_tcp_retransmit", sp_prog::SP_PROG_SYN_RETRANS),
 ];
 
-/// Programs that have no slot: the packet-socket iterator runs in scanprof's own reads, and the
-/// exec watcher is `scanprof agent`'s, never loaded with a run's probes.
+/// Programs that have no slot: the packet-socket iterator runs in scanprof's own reads, the
+/// exec watcher is `scanprof agent`'s, never loaded with a run's probes, and the timing floor
+/// runs only in scanprof's own test runs.
 #[cfg(test)]
-const UNTIMED: [&str; 2] = ["rings.sp_rings", "exec_watch.sp_exec_watch"];
+const UNTIMED: [&str; 3] = [
+    "rings.sp_rings",
+    "exec_watch.sp_exec_watch",
+    "clock_floor.sp_clock_floor",
+];
 
 /// The `prog_cost` slot of program `name`, if it has one.
 fn cost_slot(name: &str) -> Option<u32> {
@@ -94,6 +100,9 @@ pub struct BpfStats {
     /// BPF_ENABLE_STATS's fd: statistics stay on while it is open
     enabled: Option<OwnedFd>,
     timing: TargetTiming,
+    /// The timing's own floor, loaded beside the objects; None when it did not load (then
+    /// `timing_floor_ns` measures nothing and the timed figures keep it in).
+    clock_floor: Option<ClockFloor>,
 }
 
 impl BpfStats {
@@ -124,7 +133,14 @@ impl BpfStats {
                 prog_cost,
                 cost_timing,
             },
+            clock_floor: ClockFloor::load().ok(),
         }
+    }
+
+    /// What each timed run counts around its body now, ns (`ClockFloor::measure`); None when
+    /// it cannot be measured here.
+    pub fn timing_floor_ns(&self) -> Option<u64> {
+        self.clock_floor.as_ref()?.measure()
     }
 
     /// Turns the timing of the family's runs on or off (every program reads the switch at each
