@@ -263,6 +263,20 @@ fn reported_bpf_cost_per_packet_matches_bpftools_run_time_for_the_same_run() {
         "{} sys_enter runs on the family's threads for {sent} sends",
         enter.target_runs
     );
+    // What the timing counts around an empty body was measured as each window opened and
+    // taken off the timed runs: the target's figure is the bodies', the timing's has the rest.
+    let floor = bpf
+        .timing_floor_ns_per_run
+        .unwrap_or_else(|| panic!("no timing floor measured: {bpf:#?}"));
+    eprintln!("timing floor: {floor:.1} ns a timed run");
+    assert!((1.0..20_000.0).contains(&floor), "{floor} ns");
+    assert!(
+        enter.timing_floor_ns > 0 && enter.target_run_time_ns + enter.timing_floor_ns <= enter.run_time_ns,
+        "{enter:#?}"
+    );
+    let timing = bpf.timing_ns.expect("timing_ns");
+    let floors: u64 = bpf.programs.iter().map(|p| p.timing_floor_ns).sum();
+    assert!(timing >= floors as f64, "timing {timing} ns, floors {floors} ns");
     // And the share of the target's time is that run time over its threads' on-CPU time.
     let share = bpf.share_of_target.expect("share_of_target");
     assert_within(

@@ -1325,12 +1325,14 @@ fn sampled_statistics_beside_sampled_device_stages_say_the_device_programs_are_n
         holder: StatsHolder::Scanprof,
         measured_ns,
         target_timed: true,
+        timing_floor: false,
         programs: vec![ProgramRun {
             name: "send_path.on_sys_enter_sendto".into(),
             runs,
             run_time_ns: runs * 300,
             target_runs: runs,
             target_ns: runs * 250,
+            timing_floor_ns: 0,
         }],
     };
     let windows = DeviceSampling::tenth_of_each_second;

@@ -63,9 +63,14 @@ pub struct ProgramRun {
     /// target's), as the program counted them; 0 in bundles written before they were counted
     #[serde(default)]
     pub target_runs: u64,
-    /// their time as the program timed it, ns
+    /// their time as the program timed it, less the timing's own floor (`timing_floor_ns`), ns
     #[serde(default)]
     pub target_ns: u64,
+    /// what the timing itself counted in those runs, taken off `target_ns`: each window's target
+    /// runs times the floor measured as it opened (`BpfStats::timing_floor_ns`), ns; 0 in bundles
+    /// written before it was (their `target_ns` has it in)
+    #[serde(default)]
+    pub timing_floor_ns: u64,
 }
 
 /// scanprof's BPF run time so far, cumulative since attach.
@@ -79,6 +84,11 @@ pub struct BpfRunTime {
     /// (`ProgramRun::target_runs`); false in bundles written before they did
     #[serde(default)]
     pub target_timed: bool,
+    /// whether every window's timed runs had the timing's own floor taken off
+    /// (`ProgramRun::timing_floor_ns`); false where it could not be measured (a kernel that
+    /// cannot test-run the floor's program) and in bundles written before it was
+    #[serde(default)]
+    pub timing_floor: bool,
     /// per program, sorted by name
     pub programs: Vec<ProgramRun>,
 }
@@ -87,10 +97,12 @@ pub struct BpfRunTime {
 #[derive(Debug)]
 pub struct BpfMeter {
     policy: StatsPolicy,
-    /// (CLOCK_MONOTONIC ns it opened, the counters then)
-    window: Option<(u64, Vec<ProgramRuntime>)>,
-    /// per program: runs, run time ns, target runs, target ns
-    totals: BTreeMap<String, [u64; 4]>,
+    /// the window open now, if any
+    window: Option<Window>,
+    /// per program: runs, run time ns, target runs, target ns less the floor, the floor's ns
+    totals: BTreeMap<String, [u64; 5]>,
+    /// whether every window closed so far had the timing's floor measured
+    floor_every_window: bool,
     measured_ns: u64,
     holder: StatsHolder,
     /// whether any window was sampled rather than continuous
@@ -109,6 +121,7 @@ impl BpfMeter {
             holder: StatsHolder::Scanprof,
             sampled: false,
             error: None,
+            floor_every_window: true,
         }
     }
 
@@ -146,14 +159,25 @@ impl BpfMeter {
                 return;
             }
         }
+        // measured before the timing is on: its test runs are no family thread's
+        let floor_ns = stats.timing_floor_ns();
         stats.time_target(true);
-        self.window = Some((now_ns, stats.read()));
+        self.window = Some(Window {
+            opened_ns: now_ns,
+            before: stats.read(),
+            floor_ns,
+        });
     }
 
     /// Closes the open window at `now_ns` and adds what it counted; statistics go off again
     /// when sampling (never when the sysctl holds them).
     fn close(&mut self, stats: &mut BpfStats, now_ns: u64) {
-        let Some((opened, before)) = self.window.take() else {
+        let Some(Window {
+            opened_ns: opened,
+            before,
+            floor_ns,
+        }) = self.window.take()
+        else {
             return;
         };
         let after = stats.read();
@@ -168,17 +192,8 @@ impl BpfMeter {
         // target's time read 339% (a sampled window scaled up by interval / window).
         let now_ns = now_ns.max(crate::system::monotonic_ns());
         self.measured_ns += now_ns.saturating_sub(opened);
-        for a in after {
-            let b = before
-                .iter()
-                .find(|b| b.name == a.name)
-                .map_or([0; 4], |b| [b.run_cnt, b.run_time_ns, b.target_runs, b.target_ns]);
-            let now = [a.run_cnt, a.run_time_ns, a.target_runs, a.target_ns];
-            let e = self.totals.entry(a.name).or_default();
-            for (sum, (n, b)) in e.iter_mut().zip(now.into_iter().zip(b)) {
-                *sum += n.saturating_sub(b);
-            }
-        }
+        self.floor_every_window &= floor_ns.is_some();
+        add_window(&mut self.totals, &before, after, floor_ns.unwrap_or(0));
     }
 
     /// The counters as of a sample at `now_ns`: closes the open window (opening the next at once
@@ -200,17 +215,107 @@ impl BpfMeter {
             holder: self.holder,
             measured_ns: self.measured_ns,
             target_timed: true,
+            timing_floor: self.floor_every_window,
             programs: self
                 .totals
                 .iter()
-                .map(|(name, [runs, ns, target_runs, target_ns])| ProgramRun {
-                    name: name.clone(),
-                    runs: *runs,
-                    run_time_ns: *ns,
-                    target_runs: *target_runs,
-                    target_ns: *target_ns,
-                })
+                .map(
+                    |(name, [runs, ns, target_runs, target_ns, floor_ns])| ProgramRun {
+                        name: name.clone(),
+                        runs: *runs,
+                        run_time_ns: *ns,
+                        target_runs: *target_runs,
+                        target_ns: *target_ns,
+                        timing_floor_ns: *floor_ns,
+                    },
+                )
                 .collect(),
         })
+    }
+}
+
+/// A measurement window while it is open.
+#[derive(Debug)]
+struct Window {
+    /// CLOCK_MONOTONIC ns it opened
+    opened_ns: u64,
+    /// every program's counters then
+    before: Vec<ProgramRuntime>,
+    /// the timing's own floor measured as it opened, ns a timed run
+    floor_ns: Option<u64>,
+}
+
+/// Adds what one window counted, `after` less `before` per program, to `totals` (runs, run time,
+/// target runs, target ns, floor ns). Of the target runs' timed ns, `floor_ns` a run is the
+/// timing's own and goes to the fifth total: what the target pays is the rest.
+fn add_window(
+    totals: &mut BTreeMap<String, [u64; 5]>,
+    before: &[ProgramRuntime],
+    after: Vec<ProgramRuntime>,
+    floor_ns: u64,
+) {
+    for a in after {
+        let b = before
+            .iter()
+            .find(|b| b.name == a.name)
+            .map_or([0; 4], |b| [b.run_cnt, b.run_time_ns, b.target_runs, b.target_ns]);
+        let now = [a.run_cnt, a.run_time_ns, a.target_runs, a.target_ns];
+        let [runs, run_ns, target_runs, target_ns] = [0, 1, 2, 3].map(|i| now[i].saturating_sub(b[i]));
+        let floor = target_runs.saturating_mul(floor_ns).min(target_ns);
+        let e = totals.entry(a.name).or_default();
+        for (sum, n) in e
+            .iter_mut()
+            .zip([runs, run_ns, target_runs, target_ns - floor, floor])
+        {
+            *sum += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(name: &str, [run_cnt, run_time_ns, target_runs, target_ns]: [u64; 4]) -> ProgramRuntime {
+        ProgramRuntime {
+            name: name.into(),
+            run_cnt,
+            run_time_ns,
+            target_runs,
+            target_ns,
+        }
+    }
+
+    /// A window adds what each program counted in it; of its target runs' timed ns, the floor
+    /// measured as it opened (times those runs) goes to the timing's own total, never more than
+    /// they timed, and a window without a floor takes nothing off.
+    #[test]
+    fn a_window_takes_the_timing_floor_off_its_target_runs_only() {
+        let mut totals = BTreeMap::new();
+        let before = vec![
+            counters("a.x", [10, 1_000, 5, 400]),
+            counters("b.y", [0, 0, 0, 0]),
+        ];
+        let after = vec![
+            counters("a.x", [110, 11_000, 105, 8_400]),
+            counters("b.y", [50, 2_000, 2, 60]),
+            counters("c.z", [7, 700, 0, 0]),
+        ];
+        add_window(&mut totals, &before, after, 35);
+        // a.x: 100 target runs timed 8,000 ns: 3,500 are the timing's
+        assert_eq!(totals["a.x"], [100, 10_000, 100, 4_500, 3_500]);
+        // b.y: 2 runs timed 60 ns, under 2 x 35: all of it the timing's, never below zero
+        assert_eq!(totals["b.y"], [50, 2_000, 2, 0, 60]);
+        // c.z: no target runs, nothing taken off (a program first seen in the window)
+        assert_eq!(totals["c.z"], [7, 700, 0, 0, 0]);
+        // a second window, no floor measured: added as counted
+        let next = vec![counters("a.x", [210, 21_000, 205, 16_400])];
+        add_window(
+            &mut totals,
+            &[counters("a.x", [110, 11_000, 105, 8_400])],
+            next,
+            0,
+        );
+        assert_eq!(totals["a.x"], [200, 20_000, 200, 12_500, 3_500]);
     }
 }

@@ -130,6 +130,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
             holder: StatsHolder::Scanprof,
             measured_ns: t / 10,
             target_timed: true,
+            timing_floor: false,
             // The device program ran on the target's threads for every packet; the syscall
             // program for one call in three (the others were other processes' syscalls).
             programs: vec![
@@ -139,6 +140,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
                     run_time_ns: packets / 10 * 500,
                     target_runs: packets / 10,
                     target_ns: packets / 10 * 500,
+                    timing_floor_ns: 0,
                 },
                 ProgramRun {
                     name: "send_path.on_sys_enter".into(),
@@ -146,6 +148,7 @@ pub fn rich_ticks() -> (Vec<crate::analysis::Snapshot>, crate::analysis::Summary
                     run_time_ns: packets * 3 / 10 * 200,
                     target_runs: packets / 10,
                     target_ns: packets / 10 * 200,
+                    timing_floor_ns: 0,
                 },
             ],
         }),

@@ -440,7 +440,7 @@ impl MetricsState {
             gauge(
                 r,
                 "bpf_target_seconds_per_packet",
-                "Run time of scanprof's BPF programs on the family's threads per packet the family sent, seconds (timed by the programs).",
+                "Run time of scanprof's BPF programs on the family's threads per packet the family sent, seconds (timed by the programs, less the timing's own clock reads where measured).",
                 ns / 1e9,
             )?;
         }

@@ -86,10 +86,11 @@ pub fn probe_cost_lines(c: &Cost) -> Vec<String> {
     if b.target_timed {
         out.push(format!(
             "scanprof's BPF programs on the target's threads: {} per target packet, {} ({}; the programs' runs \
-             while a target thread was on the CPU, timed by the programs, over the target threads' on-CPU time)",
+             while a target thread was on the CPU, {}, over the target threads' on-CPU time)",
             b.target_ns_per_packet.map_or("-".to_string(), ns),
             b.share_text(),
-            b.coverage_text()
+            b.coverage_text(),
+            b.timed_text()
         ));
         if let Some(tax) = b.machine_text() {
             out.push(format!("  {tax}"));

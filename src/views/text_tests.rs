@@ -698,7 +698,7 @@ fn report_gives_the_probes_cost_per_packet_what_it_covers_and_the_alert_above_fi
     b.alert = true;
     let r = summary(&s);
     assert!(
-        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (700 ns per packet on its threads, timed): measuring costs the target that much CPU; a target that sends as fast as its CPU allows is up to 33% faster without scanprof"),
+        r.contains("WARNING: scanprof's probes take 25.0% of the target's on-CPU time (700 ns per packet on its threads, their run time; the kernel's dispatch to them costs more on top): a target that sends as fast as its CPU allows is at least 33% faster without scanprof"),
         "{r}"
     );
     // A tick without a share says why, and never warns.

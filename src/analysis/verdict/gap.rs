@@ -95,10 +95,11 @@ fn probe_cost_verdict(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict
         ));
     }
     evidence.push(format!(
-        "scanprof's BPF programs ran {} per target packet on the target's threads, {} ({}, timed by the programs)",
+        "scanprof's BPF programs ran {} per target packet on the target's threads, {} ({}, {})",
         dur(per_packet),
         p.share_text(),
-        p.coverage_text()
+        p.coverage_text(),
+        p.timed_text()
     ));
     if let Some(tax) = p.machine_text() {
         evidence.push(format!("apart from the target: {tax}"));
@@ -120,8 +121,9 @@ fn probe_cost_verdict(f: &Facts, split: Option<(&Split, f64)>) -> Option<Verdict
     caveat_lines(f, &mut evidence);
     let sentence = match split {
         Some(_) => format!(
-            "scanprof's own probes slow the sender: their {} per packet explain {} of the requested rate, \
-             a part of the gap the scanner would not have without scanprof.",
+            "scanprof's own probes slow the sender: their {} per packet of run time explain at least {} of \
+             the requested rate (the kernel's dispatch to them comes on top), a part of the gap the scanner \
+             would not have without scanprof.",
             dur(per_packet),
             pct(share)
         ),

@@ -647,6 +647,7 @@ fn measured_probes(
         holder: StatsHolder::Scanprof,
         measured_ns: interval_ns,
         target_timed: true,
+        timing_floor: false,
         programs: vec![
             ProgramRun {
                 name: "send_path.on_sys_enter".into(),
@@ -654,6 +655,7 @@ fn measured_probes(
                 run_time_ns: target_ns as u64,
                 target_runs: packets,
                 target_ns: target_ns as u64,
+                timing_floor_ns: 0,
             },
             ProgramRun {
                 name: "send_path.on_sys_exit".into(),
@@ -661,6 +663,7 @@ fn measured_probes(
                 run_time_ns: machine_ns as u64,
                 target_runs: 0,
                 target_ns: 0,
+                timing_floor_ns: 0,
             },
         ],
     };
@@ -716,7 +719,10 @@ fn probe_cost_takes_the_on_cpu_excess_the_probes_explain_from_cpu_bound() {
     assert!(
         p.evidence
             .iter()
-            .any(|e| e.contains("30.0% of the target's on-CPU time (counted, timed by the programs)")),
+            .any(|e| e.contains(
+                "30.0% of the target's on-CPU time (counted, timed by the programs, the timing's own clock reads \
+                 included)"
+            )),
         "{:#?}",
         p.evidence
     );
