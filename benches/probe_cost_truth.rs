@@ -14,7 +14,7 @@
 //!
 //! Printed per mode (medians): the rate and CPU ns per packet alone and under scanprof, the
 //! measured slowdown (alone / under - 1) and CPU share (1 - alone / under CPU per packet), and
-//! what scanprof reported over the run: its share of the target's on-CPU time, the "up to N%
+//! what scanprof reported over the run: its share of the target's on-CPU time, the "at least N%
 //! faster" that share implies, whether it raised the alert, the ticks that did, and the tax on
 //! the rest of the machine. Figures, not assertions: they move with the machine and its load.
 
@@ -219,7 +219,7 @@ fn measure(lab: &Lab, mode: &Mode) {
     );
     println!(
         "          measured: {} faster without scanprof, probes' share of its CPU {} | reported: share {}, \
-         'up to {} faster', alert {}/{} runs, {} of {} ticks | tax on the rest of the machine {} of a CPU",
+         'at least {} faster', alert {}/{} runs, {} of {} ticks | tax on the rest of the machine {} of a CPU",
         pct(pps_a / pps_b.max(1.0) - 1.0),
         pct(1.0 - cpu_a / cpu_b.max(1.0)),
         share.map_or_else(
