@@ -109,8 +109,8 @@ pub struct ProbeCost {
     #[serde(default)]
     pub timing_ns: Option<f64>,
     /// what the timing counts around an empty body, taken off each timed run: ns a run,
-    /// averaged over the interval's windows (each measured as it opened); None where it was not
-    /// measured (`BpfRunTime::timing_floor`), and then target_bpf_ns has it in
+    /// averaged over the interval's timed runs (each window's measured as it closed); None where
+    /// no window measured it (`BpfRunTime::timing_floor`), and then target_bpf_ns has it in
     #[serde(default)]
     pub timing_floor_ns_per_run: Option<f64>,
     /// the tax on the rest of the machine: bpf_ns - target_bpf_ns - timing_ns, the runs in every
@@ -248,9 +248,12 @@ impl ProbeCost {
             })
             .filter(|p| p.runs > 0)
             .collect();
-        let floored_runs: u64 = programs.iter().map(|p| p.target_runs).sum();
-        let timing_floor_ns_per_run = (timed && now.timing_floor && floored_runs > 0)
-            .then(|| programs.iter().map(|p| p.timing_floor_ns).sum::<u64>() as f64 / floored_runs as f64);
+        // What was taken off a timed run on average: None where nothing was (no floor measured
+        // in any window; a window that could not measure it took nothing off, and lowers it)
+        let timed_runs: u64 = programs.iter().map(|p| p.target_runs).sum();
+        let floors: u64 = programs.iter().map(|p| p.timing_floor_ns).sum();
+        let timing_floor_ns_per_run = (timed && timed_runs > 0 && (now.timing_floor || floors > 0))
+            .then(|| floors as f64 / timed_runs as f64);
         programs.sort_by(|a, b| {
             b.run_time_ns
                 .cmp(&a.run_time_ns)

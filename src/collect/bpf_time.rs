@@ -67,7 +67,7 @@ pub struct ProgramRun {
     #[serde(default)]
     pub target_ns: u64,
     /// what the timing itself counted in those runs, taken off `target_ns`: each window's target
-    /// runs times the floor measured as it opened (`BpfStats::timing_floor_ns`), ns; 0 in bundles
+    /// runs times the floor measured as it closed (`BpfStats::timing_floor_ns`), ns; 0 in bundles
     /// written before it was (their `target_ns` has it in)
     #[serde(default)]
     pub timing_floor_ns: u64,
@@ -159,13 +159,10 @@ impl BpfMeter {
                 return;
             }
         }
-        // measured before the timing is on: its test runs are no family thread's
-        let floor_ns = stats.timing_floor_ns();
         stats.time_target(true);
         self.window = Some(Window {
             opened_ns: now_ns,
             before: stats.read(),
-            floor_ns,
         });
     }
 
@@ -175,7 +172,6 @@ impl BpfMeter {
         let Some(Window {
             opened_ns: opened,
             before,
-            floor_ns,
         }) = self.window.take()
         else {
             return;
@@ -192,6 +188,9 @@ impl BpfMeter {
         // target's time read 339% (a sampled window scaled up by interval / window).
         let now_ns = now_ns.max(crate::system::monotonic_ns());
         self.measured_ns += now_ns.saturating_sub(opened);
+        // What the timing counted of itself in each timed run, measured now that the window's
+        // counters are read (its 31 test runs in no window's time)
+        let floor_ns = stats.timing_floor_ns();
         self.floor_every_window &= floor_ns.is_some();
         add_window(&mut self.totals, &before, after, floor_ns.unwrap_or(0));
     }
@@ -241,8 +240,6 @@ struct Window {
     opened_ns: u64,
     /// every program's counters then
     before: Vec<ProgramRuntime>,
-    /// the timing's own floor measured as it opened, ns a timed run
-    floor_ns: Option<u64>,
 }
 
 /// Adds what one window counted, `after` less `before` per program, to `totals` (runs, run time,
@@ -287,7 +284,7 @@ mod tests {
     }
 
     /// A window adds what each program counted in it; of its target runs' timed ns, the floor
-    /// measured as it opened (times those runs) goes to the timing's own total, never more than
+    /// measured as it closed (times those runs) goes to the timing's own total, never more than
     /// they timed, and a window without a floor takes nothing off.
     #[test]
     fn a_window_takes_the_timing_floor_off_its_target_runs_only() {

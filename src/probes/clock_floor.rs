@@ -40,6 +40,11 @@ impl ClockFloor {
         Ok(ClockFloor { object })
     }
 
+    /// The loaded object (for the memory its map locks).
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+
     /// The floor now, ns: the median of `RUNS` runs on this CPU. None when the kernel refuses to
     /// run the program (a kernel before 5.10 cannot test-run a raw tracepoint program).
     pub fn measure(&self) -> Option<u64> {

@@ -1028,13 +1028,20 @@ impl ProbeSet {
 
     /// Every map these probes created (a shared map once), with the memory the kernel charges
     /// for it, largest first: the table's objects, the uprobes', and the maps of the objects
-    /// held beside them (the ring iterator, the reply and SYN-retransmission counters).
+    /// held beside them (the ring iterator, the reply and SYN-retransmission counters, the
+    /// timing floor).
     pub fn map_memory(&self) -> Vec<MapMemory> {
         let uprobes = self.uprobes.as_ref().map(Uprobes::object);
         let rings = self.rings.as_ref().map(|(skel, _)| skel.object());
         let replies = self.replies.as_ref().map(|(skel, _)| skel.object());
         let retrans = self.retrans.as_ref().map(|(skel, _)| skel.object());
-        let beside = uprobes.into_iter().chain(rings).chain(replies).chain(retrans);
+        let floor = self.bpf_stats.clock_floor_object();
+        let beside = uprobes
+            .into_iter()
+            .chain(rings)
+            .chain(replies)
+            .chain(retrans)
+            .chain(floor);
         sizing::map_memory(self.objects.iter().chain(beside))
     }
 

@@ -143,6 +143,11 @@ impl BpfStats {
         self.clock_floor.as_ref()?.measure()
     }
 
+    /// The timing floor's object, when it loaded (its map is one scanprof created).
+    pub(super) fn clock_floor_object(&self) -> Option<&Object> {
+        self.clock_floor.as_ref().map(ClockFloor::object)
+    }
+
     /// Turns the timing of the family's runs on or off (every program reads the switch at each
     /// run). On exactly while statistics are read: its cost is paid inside the windows only.
     pub fn time_target(&mut self, on: bool) {
